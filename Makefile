@@ -1,0 +1,43 @@
+# The README's two commands are `make demo` and `make test`; the rest are for developers.
+VENV := .venv
+BIN := $(VENV)/bin
+OUT := out
+
+.PHONY: setup setup-test demo test test-fast lint format typecheck bench examples clean
+
+setup:
+	@scripts/setup.sh
+
+setup-test:
+	@scripts/setup.sh --test
+
+## demo: set up, then run the main job on the bundled example corpus (results in out/)
+demo: setup
+	$(BIN)/storyeval validate examples/stories.jsonl
+	$(BIN)/storyeval validate examples/judgments.jsonl
+	$(BIN)/storyeval describe examples/stories.jsonl -o $(OUT)/describe.csv
+
+## test: set up (with Chromium and PostgreSQL), then run the whole test suite
+test: setup-test
+	$(BIN)/pytest
+
+test-fast: setup
+	$(BIN)/pytest -m "not slow"
+
+lint:
+	$(BIN)/ruff check src tests benchmarks scripts
+	$(BIN)/ruff format --check src tests benchmarks scripts
+	$(BIN)/mypy
+
+format:
+	$(BIN)/ruff format src tests benchmarks scripts
+	$(BIN)/ruff check --fix src tests benchmarks scripts
+
+typecheck:
+	$(BIN)/mypy
+
+examples: setup
+	$(BIN)/python scripts/make_examples.py
+
+clean:
+	rm -rf $(OUT) .pytest_cache .mypy_cache .ruff_cache

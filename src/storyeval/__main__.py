@@ -1,0 +1,5 @@
+"""``python -m storyeval`` runs the command-line interface."""
+
+from storyeval.cli import main
+
+main()

@@ -1,0 +1,67 @@
+"""The ``storyeval`` command: a thin layer over the library.
+
+Each module in this package defines ``register(app)`` and adds its commands; modules are
+discovered at start-up, so a new command family is one new file. Modules import torch,
+transformers and spaCy only inside command bodies, which keeps ``storyeval --help`` fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import sys
+
+import typer
+
+from storyeval import __version__
+from storyeval.errors import StoryevalError
+
+app = typer.Typer(
+    name="storyeval",
+    help="Evaluate open-ended story generation: generate, score, meta-evaluate, run human studies.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode="rich",
+)
+
+
+def _version_callback(value: bool) -> None:
+    if value:
+        typer.echo(f"storyeval {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False,
+        "--version",
+        callback=_version_callback,
+        is_eager=True,
+        help="Print the version and exit.",
+    ),
+) -> None:
+    """Evaluate open-ended story generation: generate, score, meta-evaluate, run human studies."""
+
+
+def _register_commands() -> None:
+    for module in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        if module.name.startswith("_"):
+            continue
+        importlib.import_module(f"{__name__}.{module.name}").register(app)
+
+
+_register_commands()
+
+
+def main() -> None:
+    """Entry point: user errors become a message on stderr and exit status 2, not a traceback."""
+    try:
+        app()
+    except StoryevalError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    except (FileNotFoundError, IsADirectoryError, PermissionError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        sys.exit(2)

@@ -1,0 +1,45 @@
+"""``storyeval describe``: per-system corpus statistics."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+
+def describe(
+    stories: Path = typer.Argument(..., help="A story file (.jsonl or .csv)."),
+    output: Path = typer.Option(None, "-o", "--output", help="Write the table as CSV here."),
+    split: str = typer.Option("pysbd", "--split", help="Sentence splitter: pysbd or spacy."),
+) -> None:
+    """Count stories, words and sentences per system."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from storyeval.corpus import read_stories
+    from storyeval.io import atomic_write
+    from storyeval.text import SPLIT_METHODS
+
+    if split not in SPLIT_METHODS:
+        raise typer.BadParameter(f"must be one of {', '.join(SPLIT_METHODS)}", param_hint="--split")
+    from storyeval.describe import describe_stories
+
+    table = describe_stories(read_stories(stories), split_method=split)  # type: ignore[arg-type]
+    if output is not None:
+        with atomic_write(output, newline="") as fh:
+            table.to_csv(fh, index=False)
+    view = Table(title=f"{stories}")
+    columns = [c for c in table.columns if c != "signature"]
+    for column in columns:
+        view.add_column(column, justify="left" if column == "system" else "right")
+    for _, row in table.iterrows():
+        view.add_row(
+            *[f"{row[c]:.1f}" if isinstance(row[c], float) else str(row[c]) for c in columns]
+        )
+    console = Console()
+    console.print(view)
+    console.print(f"signature: {table['signature'].iloc[0]}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command(rich_help_panel="Data")(describe)

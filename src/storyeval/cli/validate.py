@@ -1,0 +1,37 @@
+"""``storyeval validate``: check a story, judgment or score file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from storyeval.cli._common import exit_with
+
+
+def validate(
+    file: Path = typer.Argument(..., help="A story, judgment or score file (.jsonl or .csv)."),
+    kind: str = typer.Option(
+        None, "--kind", help="stories, judgments or scores (default: detected)."
+    ),
+) -> None:
+    """Check a data file: exit 0 with a one-line summary, or exit 2 with FILE:LINE: reason lines."""
+    from storyeval.corpus import RECORD_KINDS, detect_kind, read_any
+    from storyeval.errors import DataFileError
+
+    if kind is not None and kind not in RECORD_KINDS:
+        raise exit_with(f"error: --kind must be one of {', '.join(RECORD_KINDS)}; got {kind!r}")
+    try:
+        resolved = kind or detect_kind(file)
+        records = read_any(file, kind=resolved)  # type: ignore[arg-type]
+    except DataFileError as exc:
+        for problem in exc.problems:
+            typer.echo(str(problem), err=True)
+        raise typer.Exit(2) from None
+    except (ValueError, OSError) as exc:
+        raise exit_with(f"{file}: {exc}") from None
+    typer.echo(f"{file}: {len(records)} {resolved} records, valid")
+
+
+def register(app: typer.Typer) -> None:
+    app.command(rich_help_panel="Data")(validate)

@@ -1,0 +1,52 @@
+"""Exceptions raised by storyeval.
+
+Every error a user can cause derives from :class:`StoryevalError`, so the CLI can print a
+one-line message and exit with status 2 instead of a traceback.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class StoryevalError(Exception):
+    """Base class for errors caused by the user's input or environment."""
+
+
+@dataclass(frozen=True)
+class DataProblem:
+    """One problem found in a data file: where it is and what is wrong."""
+
+    path: str
+    line: int
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}: {self.reason}"
+
+
+class DataFileError(StoryevalError, ValueError):
+    """A data file is unusable; ``problems`` lists every problem found, in file order."""
+
+    def __init__(self, problems: list[DataProblem]) -> None:
+        if not problems:
+            raise ValueError("DataFileError needs at least one problem")
+        self.problems = list(problems)
+        shown = "\n".join(str(p) for p in self.problems[:10])
+        more = len(self.problems) - 10
+        if more > 0:
+            shown += f"\n... and {more} more problem(s)"
+        super().__init__(shown)
+
+    @classmethod
+    def single(cls, path: str | Path, line: int, reason: str) -> DataFileError:
+        return cls([DataProblem(str(path), line, reason)])
+
+
+class ModelLoadError(StoryevalError, OSError):
+    """A model or language resource could not be found or loaded."""
+
+
+class MissingInputError(StoryevalError, ValueError):
+    """A record lacks a field that an operation needs (e.g. a reference for BLEU)."""

@@ -1,0 +1,97 @@
+"""Atomic file writing: an interrupted or failed run never leaves a half-written file."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TextIO
+
+
+@contextlib.contextmanager
+def atomic_write(
+    path: str | Path, *, encoding: str = "utf-8", newline: str | None = None
+) -> Iterator[TextIO]:
+    """Open a text file for writing through a temporary file, renamed into place at the end.
+
+    The rename is atomic on POSIX, so readers see either the old file or the complete new
+    one. If the body raises (or the process is interrupted), ``path`` is left untouched and
+    the temporary file is removed.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> target = pathlib.Path(tempfile.mkdtemp()) / "out.txt"
+    >>> with atomic_write(target) as fh:
+    ...     _ = fh.write("hello")
+    >>> target.read_text()
+    'hello'
+    """
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "w", encoding=encoding, newline=newline) as fh:
+            yield fh
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp_name, 0o644)
+        os.replace(tmp_name, target)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp_name)
+        raise
+
+
+def write_text_atomic(path: str | Path, text: str) -> None:
+    """Write a whole text file atomically."""
+    with atomic_write(path) as fh:
+        fh.write(text)
+
+
+def write_bytes_atomic(path: str | Path, data: bytes) -> None:
+    """Write a whole binary file atomically."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp_name, 0o644)
+        os.replace(tmp_name, target)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp_name)
+        raise
+
+
+@contextlib.contextmanager
+def atomic_directory(path: str | Path) -> Iterator[Path]:
+    """Build a directory under a temporary name and move it to ``path`` when the body succeeds.
+
+    An existing directory at ``path`` is replaced only after the new one is complete, so a
+    failure leaves the old directory (or nothing) in place, never a partial one.
+    """
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+    try:
+        yield tmp
+        if target.exists():
+            old = Path(
+                tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".old", dir=target.parent)
+            )
+            old.rmdir()
+            os.replace(target, old)
+            os.replace(tmp, target)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

@@ -1,0 +1,148 @@
+"""Sentence splitting, word tokenization and truncation at sentence ends.
+
+Sentence splitting uses pysbd (rule-based, no model) by default, or a spaCy pipeline when
+``method="spacy"``. Both are loaded once per process.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import warnings
+from typing import Any, Literal
+
+SplitMethod = Literal["pysbd", "spacy"]
+SPLIT_METHODS: tuple[str, ...] = ("pysbd", "spacy")
+
+_WORD_RE = re.compile(r"[A-Za-z0-9]+(?:['’][A-Za-z]+)*|[^\sA-Za-z0-9]", re.UNICODE)
+_ALNUM_RE = re.compile(r"\w", re.UNICODE)
+
+
+class TruncationWarning(UserWarning):
+    """A text could not be cut at a sentence end within the cap and was cut inside a sentence."""
+
+
+@functools.lru_cache(maxsize=1)
+def _pysbd_segmenter() -> Any:
+    import pysbd
+
+    return pysbd.Segmenter(language="en", clean=False)
+
+
+def split_sentences(
+    text: str, *, method: SplitMethod = "pysbd", spacy_model: str | None = None
+) -> list[str]:
+    """Split a text into sentences, stripped of surrounding whitespace; empty text gives ``[]``.
+
+    Parameters
+    ----------
+    text : str
+        The text to split.
+    method : {"pysbd", "spacy"}
+        ``pysbd`` is rule-based and fast; ``spacy`` uses the parser of a spaCy pipeline
+        (``spacy_model``, or the offline default from :func:`storyeval.models.load_spacy`).
+
+    Examples
+    --------
+    >>> split_sentences("Mara opened the door. It was dark! Was anyone there?")
+    ['Mara opened the door.', 'It was dark!', 'Was anyone there?']
+    >>> split_sentences("   ")
+    []
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str; got {type(text).__name__}")
+    if method not in SPLIT_METHODS:
+        raise ValueError(f"method must be one of {', '.join(SPLIT_METHODS)}; got {method!r}")
+    if not text.strip():
+        return []
+    if method == "spacy":
+        from storyeval.models import load_spacy
+
+        doc = load_spacy(spacy_model)(text)
+        pieces = [sent.text for sent in doc.sents]
+    else:
+        pieces = _pysbd_segmenter().segment(text)
+    return [piece.strip() for piece in pieces if piece.strip()]
+
+
+def tokenize_words(text: str, *, lowercase: bool = False, punctuation: bool = True) -> list[str]:
+    """Split a text into word tokens (contractions kept whole) and punctuation marks.
+
+    Examples
+    --------
+    >>> tokenize_words("Don't go, Ana!")
+    ["Don't", 'go', ',', 'Ana', '!']
+    >>> tokenize_words("Don't go, Ana!", lowercase=True, punctuation=False)
+    ["don't", 'go', 'ana']
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str; got {type(text).__name__}")
+    tokens = _WORD_RE.findall(text)
+    if not punctuation:
+        tokens = [tok for tok in tokens if _ALNUM_RE.search(tok)]
+    if lowercase:
+        tokens = [tok.lower() for tok in tokens]
+    return tokens
+
+
+def count_words(text: str) -> int:
+    """Number of whitespace-separated words, the unit the source papers truncate by.
+
+    >>> count_words("One two  three.")
+    3
+    """
+    return len(text.split())
+
+
+def truncate(
+    text: str,
+    *,
+    max_words: int | None = None,
+    max_chars: int | None = None,
+    method: SplitMethod = "pysbd",
+) -> str:
+    """Keep the longest run of whole leading sentences within ``max_words`` words or
+    ``max_chars`` characters (Karpinska et al. cut at 150 words, Callan & Foster at 400
+    characters, both at a full sentence).
+
+    If even the first sentence exceeds the cap, it is cut at the last word that fits and a
+    :class:`TruncationWarning` says so: nothing is truncated silently.
+
+    Examples
+    --------
+    >>> truncate("One two three. Four five six. Seven.", max_words=6)
+    'One two three. Four five six.'
+    >>> truncate("One two three. Four five six.", max_chars=20)
+    'One two three.'
+    """
+    if (max_words is None) == (max_chars is None):
+        raise ValueError("give exactly one of max_words or max_chars")
+    cap = max_words if max_words is not None else max_chars
+    assert cap is not None  # for mypy: exactly one is set
+    if not isinstance(cap, int) or isinstance(cap, bool) or cap < 1:
+        raise ValueError(f"the cap must be a positive integer; got {cap!r}")
+
+    def size(piece: str) -> int:
+        return count_words(piece) if max_words is not None else len(piece)
+
+    if size(text.strip()) <= cap:
+        return text.strip()
+    kept: list[str] = []
+    for sentence in split_sentences(text, method=method):
+        candidate = " ".join([*kept, sentence])
+        if size(candidate) > cap:
+            break
+        kept.append(sentence)
+    if kept:
+        return " ".join(kept)
+    first = split_sentences(text, method=method)[0]
+    warnings.warn(
+        f"the first sentence is longer than the cap ({cap} {'words' if max_words else 'characters'}); "
+        "it was cut inside the sentence",
+        TruncationWarning,
+        stacklevel=2,
+    )
+    if max_words is not None:
+        return " ".join(first.split()[:cap])
+    cut = first[:cap]
+    return cut.rsplit(" ", 1)[0] if " " in cut else cut
