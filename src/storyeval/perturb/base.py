@@ -1,0 +1,252 @@
+"""Records, the technique registry and per-story random generators for perturbations.
+
+A *technique* turns the sentences of a story into a perturbed list of sentences and says
+what it changed (a list of :class:`Edit`). Techniques register themselves in
+:data:`TECHNIQUES` with :func:`register_technique`; the CLI's choices, the mixing weights and
+the tests are read from the registry.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from storyeval.errors import StoryevalError
+
+if TYPE_CHECKING:
+    from storyeval.perturb.corpus import PerturbationCorpus
+
+
+class NotApplicableError(StoryevalError, ValueError):
+    """A technique cannot change this story (too few sentences, no verb to negate, ...).
+
+    ``technique`` names the technique and ``story_id`` the story (when known).
+    """
+
+    def __init__(self, technique: str, reason: str, story_id: str | None = None) -> None:
+        self.technique = technique
+        self.reason = reason
+        self.story_id = story_id
+        where = f"story {story_id!r}: " if story_id is not None else ""
+        super().__init__(f"{where}{technique} cannot be applied: {reason}")
+
+    def for_story(self, story_id: str) -> NotApplicableError:
+        """The same error, naming the story."""
+        return NotApplicableError(self.technique, self.reason, story_id)
+
+
+@dataclass(frozen=True)
+class Edit:
+    """One change a technique made.
+
+    Attributes
+    ----------
+    technique : str
+        The registered technique name.
+    operation : str
+        What was done, e.g. ``ngram_repetition``, ``sentence_repetition``, ``antonym``,
+        ``keyword``, ``sentence_substitution``, ``reorder``, ``add_negation``,
+        ``remove_negation``.
+    sentence : int or None
+        Index of the sentence changed, counted in the story as it was when this technique ran
+        (techniques run in registry order; ``reordering`` runs last, so earlier indices refer
+        to the original sentence order). ``None`` for whole-story operations.
+    before, after : str or None
+        The text replaced and the text that replaced it (a word, an n-gram or a sentence).
+    detail : mapping
+        Technique-specific facts: the n-gram size, the Table 8 rule, the WordNet antonym,
+        the source story of a substituted sentence, the new sentence order, ...
+    """
+
+    technique: str
+    operation: str
+    sentence: int | None
+    before: str | None = None
+    after: str | None = None
+    detail: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        record: dict[str, Any] = {
+            "technique": self.technique,
+            "operation": self.operation,
+            "sentence": self.sentence,
+        }
+        if self.before is not None:
+            record["before"] = self.before
+        if self.after is not None:
+            record["after"] = self.after
+        record.update(dict(self.detail))
+        return record
+
+
+@dataclass(frozen=True)
+class PerturbOptions:
+    """Knobs of the techniques (defaults follow Guan & Huang 2020, section 3.2).
+
+    Attributes
+    ----------
+    keyword_rate : float
+        Share of a story's keywords that word-level substitution replaces (15 %).
+    sentence_substitution_probability : float
+        Probability that substitution replaces a whole sentence instead of keywords.
+    sentence_repetition_probability : float
+        Probability that repetition repeats a sentence instead of an n-gram.
+    max_ngram : int
+        Longest n-gram repetition repeats (N = 1..4).
+    contraction_probability : float
+        Probability that an added negation is written "n't" where the verb allows it.
+    """
+
+    keyword_rate: float = 0.15
+    sentence_substitution_probability: float = 0.5
+    sentence_repetition_probability: float = 0.5
+    max_ngram: int = 4
+    contraction_probability: float = 0.5
+
+    def __post_init__(self) -> None:
+        for name in (
+            "keyword_rate",
+            "sentence_substitution_probability",
+            "sentence_repetition_probability",
+            "contraction_probability",
+        ):
+            value = getattr(self, name)
+            if not isinstance(value, int | float) or not 0.0 <= value <= 1.0:
+                raise ValueError(f"{name} must be a number in [0, 1]; got {value!r}")
+        if not isinstance(self.max_ngram, int) or self.max_ngram < 1:
+            raise ValueError(f"max_ngram must be a positive integer; got {self.max_ngram!r}")
+
+    def signature_fields(self) -> dict[str, float | int]:
+        return {
+            "keyword_rate": self.keyword_rate,
+            "sentence_substitution": self.sentence_substitution_probability,
+            "sentence_repetition": self.sentence_repetition_probability,
+            "max_ngram": self.max_ngram,
+            "contraction": self.contraction_probability,
+        }
+
+
+class TechniqueFunction(Protocol):
+    def __call__(
+        self,
+        sentences: list[str],
+        rng: random.Random,
+        corpus: PerturbationCorpus,
+        *,
+        story_id: str,
+        options: PerturbOptions,
+    ) -> tuple[list[str], list[Edit]]: ...
+
+
+@dataclass(frozen=True)
+class Technique:
+    """A registered perturbation technique.
+
+    Attributes
+    ----------
+    name : str
+        The name used on the command line and in output records.
+    apply : callable
+        ``apply(sentences, rng, corpus, *, story_id, options) -> (new_sentences, edits)``;
+        raises
+        :class:`NotApplicableError` when it cannot change the story.
+    min_sentences : int
+        The fewest sentences a story needs (reordering needs 2).
+    mix_weight : float
+        Weight when techniques are sampled for a UNION negative (Guan & Huang 2020, 3.2).
+    error_type : str
+        The error of generated stories it mimics (repeated plots, poor coherence, ...).
+    description : str
+        One line for help texts and docs.
+    """
+
+    name: str
+    apply: TechniqueFunction
+    min_sentences: int
+    mix_weight: float
+    error_type: str
+    description: str
+
+
+#: The registry, in the order techniques are applied when several are combined.
+TECHNIQUES: dict[str, Technique] = {}
+
+#: Distribution of the number of techniques combined in one UNION negative sample
+#: (Guan & Huang 2020, section 3.2): 1, 2, 3 or 4 with probabilities 50/20/20/10 %.
+UNION_COUNT_PROBABILITIES: dict[int, float] = {1: 0.5, 2: 0.2, 3: 0.2, 4: 0.1}
+
+
+def register_technique(
+    name: str, *, min_sentences: int, mix_weight: float, error_type: str, description: str
+) -> Callable[[TechniqueFunction], TechniqueFunction]:
+    """Register a technique function under ``name`` (a decorator)."""
+
+    def decorator(function: TechniqueFunction) -> TechniqueFunction:
+        if name in TECHNIQUES:
+            raise ValueError(f"technique {name!r} is already registered")
+        TECHNIQUES[name] = Technique(
+            name, function, min_sentences, mix_weight, error_type, description
+        )
+        return function
+
+    return decorator
+
+
+def technique_names() -> tuple[str, ...]:
+    """Registered technique names in application order.
+
+    >>> technique_names()
+    ('repetition', 'substitution', 'reordering', 'negation')
+    """
+    _ensure_registered()
+    return tuple(TECHNIQUES)
+
+
+def get_technique(name: str) -> Technique:
+    """The registered technique ``name``; an unknown name raises ``ValueError``."""
+    _ensure_registered()
+    if name not in TECHNIQUES:
+        raise ValueError(f"technique must be one of {', '.join(TECHNIQUES)}; got {name!r}")
+    return TECHNIQUES[name]
+
+
+def parse_techniques(names: str | Sequence[str] | None) -> tuple[str, ...]:
+    """Validate a comma-separated string or a list of technique names; ``None`` means all.
+
+    Duplicates are dropped and the registry order is kept.
+
+    >>> parse_techniques("negation,reordering")
+    ('reordering', 'negation')
+    """
+    _ensure_registered()
+    if names is None:
+        return tuple(TECHNIQUES)
+    items = names.split(",") if isinstance(names, str) else list(names)
+    cleaned = [item.strip() for item in items if item.strip()]
+    if not cleaned:
+        raise ValueError(
+            f"give at least one technique; they must be one of {', '.join(TECHNIQUES)}"
+        )
+    for item in cleaned:
+        get_technique(item)
+    return tuple(name for name in TECHNIQUES if name in cleaned)
+
+
+def _ensure_registered() -> None:
+    if not TECHNIQUES:
+        import storyeval.perturb.techniques  # noqa: F401  (registers the built-in techniques)
+
+
+def story_rng(seed: int, *keys: object) -> random.Random:
+    """A random generator determined by ``seed`` and ``keys`` alone (e.g. a story id), so a
+    story's perturbation does not depend on the order or number of other stories.
+
+    >>> story_rng(1, "s001").random() == story_rng(1, "s001").random()
+    True
+    """
+    text = "|".join([str(seed), *(str(key) for key in keys)])
+    digest = hashlib.sha256(text.encode("utf-8")).digest()
+    return random.Random(int.from_bytes(digest[:8], "big"))

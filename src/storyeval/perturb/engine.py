@@ -1,0 +1,386 @@
+"""Applying techniques to stories: one story, a whole corpus, or UNION's random mixture."""
+
+from __future__ import annotations
+
+import random
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from storyeval.corpus import Story
+from storyeval.errors import StoryevalError
+from storyeval.perturb.base import (
+    TECHNIQUES,
+    UNION_COUNT_PROBABILITIES,
+    Edit,
+    NotApplicableError,
+    PerturbOptions,
+    get_technique,
+    parse_techniques,
+    story_rng,
+)
+from storyeval.perturb.corpus import PerturbationCorpus
+from storyeval.signature import Signature
+
+Mode = Literal["all", "mix", "each"]
+MODES: tuple[str, ...] = ("all", "mix", "each")
+
+
+class SkippedStoriesWarning(UserWarning):
+    """Some stories could not be perturbed and were left out (their ids are in the message)."""
+
+
+@dataclass
+class PerturbedStory:
+    """A perturbed story and how it was made.
+
+    Attributes
+    ----------
+    id : str
+        ``SOURCE-pK`` (one output per story, K counting samples) or ``SOURCE-TECHNIQUE``
+        (mode ``each``).
+    source_id : str
+        The id of the story it was made from.
+    prompt : str
+        The source story's prompt (unchanged).
+    story : str
+        The perturbed text.
+    techniques : list of str
+        The techniques applied, in the order they ran.
+    edits : list of Edit
+        Where and how each technique changed the story.
+    original : str
+        The source text (after delexicalization, when asked for).
+    """
+
+    id: str
+    source_id: str
+    prompt: str
+    story: str
+    techniques: list[str]
+    edits: list[Edit] = field(default_factory=list)
+    original: str = ""
+
+    def to_record(self, signature: Signature | None = None) -> dict[str, Any]:
+        """The output record: ``id``, ``source_id``, ``prompt``, ``story``, ``techniques``,
+        ``edits``, ``system`` (``perturbed``) and the run's ``signature``."""
+        record: dict[str, Any] = {
+            "id": self.id,
+            "source_id": self.source_id,
+            "prompt": self.prompt,
+            "story": self.story,
+            "techniques": list(self.techniques),
+            "edits": [edit.to_dict() for edit in self.edits],
+            "system": "perturbed",
+        }
+        if signature is not None:
+            record["signature"] = signature.render()
+        return record
+
+
+def sample_mixture(rng: random.Random, techniques: Sequence[str]) -> list[str]:
+    """Draw the techniques for one UNION negative sample (Guan & Huang 2020, 3.2).
+
+    The number of techniques is drawn from {1, 2, 3, 4} with probabilities
+    {0.5, 0.2, 0.2, 0.1} (restricted to the number available and renormalized, for
+    ablations that leave techniques out); the techniques are then drawn without
+    replacement with weights repetition 0.1, substitution 0.3, reordering 0.4, negation 0.2.
+    They are returned in application order (registry order).
+
+    >>> sample_mixture(random.Random(0), ["repetition", "substitution", "reordering", "negation"])
+    ['reordering']
+    """
+    names = parse_techniques(list(techniques))
+    sizes = [n for n in UNION_COUNT_PROBABILITIES if n <= len(names)]
+    size = rng.choices(sizes, weights=[UNION_COUNT_PROBABILITIES[n] for n in sizes], k=1)[0]
+    pool = list(names)
+    chosen: list[str] = []
+    while len(chosen) < size:
+        pick = rng.choices(pool, weights=[TECHNIQUES[name].mix_weight for name in pool], k=1)[0]
+        chosen.append(pick)
+        pool.remove(pick)
+    return [name for name in TECHNIQUES if name in chosen]
+
+
+def apply_techniques(
+    text: str,
+    techniques: Sequence[str],
+    rng: random.Random,
+    corpus: PerturbationCorpus,
+    *,
+    story_id: str,
+    options: PerturbOptions | None = None,
+) -> tuple[str, list[str], list[Edit]]:
+    """Apply every technique in ``techniques`` (in registry order) to ``text``.
+
+    Returns the new text, the techniques applied and the edits. Raises
+    :class:`NotApplicableError` (naming the story) when one cannot be applied.
+    """
+    options = options or PerturbOptions()
+    split = corpus.split(story_id, text)
+    sentences = list(split.sentences)
+    if not sentences:
+        raise NotApplicableError("perturbation", "the story is empty", story_id)
+    applied: list[str] = []
+    edits: list[Edit] = []
+    for name in parse_techniques(list(techniques)):
+        technique = get_technique(name)
+        if len(sentences) < technique.min_sentences:
+            raise NotApplicableError(
+                name,
+                f"the story has {len(sentences)} sentence(s) and {name} needs at least "
+                f"{technique.min_sentences}",
+                story_id,
+            )
+        try:
+            sentences, new_edits = technique.apply(
+                sentences, rng, corpus, story_id=story_id, options=options
+            )
+        except NotApplicableError as exc:
+            raise exc.for_story(story_id) from None
+        applied.append(name)
+        edits += new_edits
+    result = split.join(sentences)
+    if result == text.strip() or result == split.join(split.sentences):
+        raise NotApplicableError(
+            "+".join(applied), "the techniques gave back the original text", story_id
+        )
+    return result, applied, edits
+
+
+def apply_mixture(
+    text: str,
+    techniques: Sequence[str],
+    rng: random.Random,
+    corpus: PerturbationCorpus,
+    *,
+    story_id: str,
+    options: PerturbOptions | None = None,
+) -> tuple[str, list[str], list[Edit]]:
+    """Apply a UNION mixture (:func:`sample_mixture`) drawn from ``techniques``.
+
+    A drawn technique that cannot change this story (reordering a one-sentence story,
+    negating a story without verbs) is dropped; when none of the drawn ones applies, the
+    remaining techniques are tried in weighted random order until one does. Raises
+    :class:`NotApplicableError` when no technique applies at all.
+    """
+    options = options or PerturbOptions()
+    drawn = sample_mixture(rng, techniques)
+    usable: list[str] = []
+    for name in drawn:
+        try:  # try each alone on a copy of the random state, to keep draws reproducible
+            apply_techniques(
+                text,
+                [name],
+                random.Random(rng.random()),
+                corpus,
+                story_id=story_id,
+                options=options,
+            )
+        except NotApplicableError:
+            continue
+        usable.append(name)
+    if not usable:
+        remaining = [name for name in parse_techniques(list(techniques)) if name not in drawn]
+        while remaining and not usable:
+            pick = rng.choices(
+                remaining, weights=[TECHNIQUES[n].mix_weight for n in remaining], k=1
+            )[0]
+            remaining.remove(pick)
+            try:
+                apply_techniques(
+                    text,
+                    [pick],
+                    random.Random(rng.random()),
+                    corpus,
+                    story_id=story_id,
+                    options=options,
+                )
+            except NotApplicableError:
+                continue
+            usable.append(pick)
+    if not usable:
+        raise NotApplicableError("every technique", "none of them can change this story", story_id)
+    return apply_techniques(text, usable, rng, corpus, story_id=story_id, options=options)
+
+
+@dataclass
+class PerturbationRun:
+    """The result of :func:`perturb_stories`: the perturbed stories, the stories skipped
+    (id -> reason) and the run's signature."""
+
+    stories: list[PerturbedStory]
+    skipped: dict[str, str]
+    signature: Signature
+
+    def records(self) -> list[dict[str, Any]]:
+        return [story.to_record(self.signature) for story in self.stories]
+
+
+def perturbation_signature(
+    techniques: Sequence[str],
+    *,
+    mode: str,
+    seed: int,
+    samples: int,
+    options: PerturbOptions,
+    delexicalize: bool,
+    nlp: Any,
+) -> Signature:
+    from storyeval.models import spacy_identity
+
+    return Signature(
+        "perturb",
+        {
+            "techniques": ",".join(techniques),
+            "mode": mode,
+            "samples": samples,
+            "seed": seed,
+            **options.signature_fields(),
+            "delex": delexicalize,
+            "spacy": spacy_identity(nlp),
+            "wordnet": "3.0",
+        },
+    )
+
+
+def perturb_stories(
+    stories: Sequence[Story],
+    techniques: str | Sequence[str] | None = None,
+    *,
+    mode: Mode = "all",
+    seed: int = 0,
+    samples: int = 1,
+    options: PerturbOptions | None = None,
+    delexicalize: bool = False,
+    skip_inapplicable: bool = False,
+    nlp: Any = None,
+    corpus: PerturbationCorpus | None = None,
+    progress: bool = False,
+) -> PerturbationRun:
+    """Perturb every story of a corpus.
+
+    Parameters
+    ----------
+    stories : sequence of Story
+        The source stories; their ``story`` text is perturbed, the ``prompt`` kept.
+    techniques : str or sequence of str, optional
+        Technique names (comma-separated string or list); default all registered ones.
+    mode : {"all", "mix", "each"}
+        ``all`` applies every listed technique to every story (one output per sample);
+        ``mix`` draws a UNION mixture from the listed techniques for each sample;
+        ``each`` makes one output per story and technique.
+    seed : int
+        Seed; each story's draws depend only on the seed, its id and the sample number.
+    samples : int
+        Outputs per story (per technique, in mode ``each``).
+    options : PerturbOptions, optional
+        Technique knobs (keyword rate, probabilities); defaults follow the paper.
+    delexicalize : bool
+        Replace character names by ``[MALE]``/``[FEMALE]``/``[NEUTRAL]`` first.
+    skip_inapplicable : bool
+        Leave out (and report in ``skipped``, with a :class:`SkippedStoriesWarning`) stories
+        a technique cannot change; by default they raise :class:`NotApplicableError`.
+    nlp : spaCy Language, optional
+        The pipeline for POS tags, parses and names (default
+        :func:`storyeval.models.load_spacy`).
+    corpus : PerturbationCorpus, optional
+        A prepared corpus (built from ``stories`` when absent).
+
+    Returns
+    -------
+    PerturbationRun
+
+    Examples
+    --------
+    >>> from storyeval.corpus import Story
+    >>> stories = [Story("a", "", "Ken went jogging. The air was cold. He ran two miles."),
+    ...            Story("b", "", "Mia baked bread. It rose well. She ate it warm.")]
+    >>> run = perturb_stories(stories, "reordering", seed=1)
+    >>> [(s.id, s.techniques) for s in run.stories]
+    [('a-p0', ['reordering']), ('b-p0', ['reordering'])]
+    """
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)}; got {mode!r}")
+    if not isinstance(samples, int) or isinstance(samples, bool) or samples < 1:
+        raise ValueError(f"samples must be a positive integer; got {samples!r}")
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise ValueError(f"seed must be an integer; got {seed!r}")
+    names = parse_techniques(techniques)
+    options = options or PerturbOptions()
+    if nlp is None:
+        from storyeval.models import load_spacy
+
+        nlp = corpus.nlp if corpus is not None else load_spacy()
+    if not stories:
+        raise StoryevalError("there are no stories to perturb")
+    sources = list(stories)
+    if delexicalize:
+        from storyeval.perturb.delex import Delexicalizer
+
+        delex = Delexicalizer(nlp=nlp)
+        sources = [delex.story(story) for story in sources]
+    if corpus is None:
+        corpus = PerturbationCorpus(
+            ((story.id, story.story) for story in sources), nlp=nlp, progress=progress
+        )
+    signature = perturbation_signature(
+        names,
+        mode=mode,
+        seed=seed,
+        samples=samples,
+        options=options,
+        delexicalize=delexicalize,
+        nlp=nlp,
+    )
+    jobs: list[tuple[Story, str, list[str], int]] = []
+    for story in sources:
+        for sample in range(samples):
+            if mode == "each":
+                for name in names:
+                    suffix = name if samples == 1 else f"{name}{sample}"
+                    jobs.append((story, f"{story.id}-{suffix}", [name], sample))
+            else:
+                jobs.append((story, f"{story.id}-p{sample}", list(names), sample))
+    iterator: Any = jobs
+    if progress:
+        from tqdm import tqdm
+
+        iterator = tqdm(jobs, desc="perturbing", unit="story", leave=False)
+    results: list[PerturbedStory] = []
+    skipped: dict[str, str] = {}
+    seen = {story.id for story in sources}
+    for story, new_id, chosen, sample in iterator:
+        if new_id in seen:
+            raise StoryevalError(
+                f"the output id {new_id!r} is also a source story id; rename the source story"
+            )
+        seen.add(new_id)
+        rng = story_rng(seed, story.id, mode, ",".join(chosen), sample)
+        try:
+            if mode == "mix":
+                text, applied, edits = apply_mixture(
+                    story.story, chosen, rng, corpus, story_id=story.id, options=options
+                )
+            else:
+                text, applied, edits = apply_techniques(
+                    story.story, chosen, rng, corpus, story_id=story.id, options=options
+                )
+        except NotApplicableError as exc:
+            if not skip_inapplicable:
+                raise
+            skipped[new_id] = str(exc)
+            continue
+        results.append(
+            PerturbedStory(new_id, story.id, story.prompt, text, applied, edits, story.story)
+        )
+    if skipped:
+        shown = ", ".join(list(skipped)[:5]) + (" ..." if len(skipped) > 5 else "")
+        warnings.warn(
+            f"{len(skipped)} output(s) skipped because a technique could not change the story: "
+            f"{shown}",
+            SkippedStoriesWarning,
+            stacklevel=2,
+        )
+    return PerturbationRun(results, skipped, signature)
