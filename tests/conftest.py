@@ -63,3 +63,25 @@ def write_file(tmp_path: Path) -> Callable[[str, str | bytes], Path]:
         return path
 
     return _write
+
+
+@pytest.fixture
+def run_cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Callable[..., Any]:
+    """Run the ``storyeval`` command in this process (models already loaded stay loaded);
+    returns ``(exit code, stdout, stderr)``, with user errors mapped to exit 2 as in main()."""
+    import sys
+
+    from storyeval.cli import main
+
+    def _run(*args: str) -> tuple[int, str, str]:
+        capsys.readouterr()
+        monkeypatch.setattr(sys, "argv", ["storyeval", *args])
+        try:
+            main()
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        captured = capsys.readouterr()
+        return code, captured.out, captured.err
+
+    return _run

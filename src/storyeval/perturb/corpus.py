@@ -129,9 +129,9 @@ class PerturbationCorpus:
         for story_id, text in stories:
             self.splits[str(story_id)] = split_text(text)
         self.keyword_counts: dict[str, Counter[str]] = {}
-        self._sentence_pool: list[tuple[str, str]] = [
+        self._sentence_pool: list[tuple[str, str]] = [  # sorted: independent of input order
             (story_id, sentence)
-            for story_id, split in self.splits.items()
+            for story_id, split in sorted(self.splits.items())
             for sentence in split.sentences
         ]
         self._parse = functools.lru_cache(maxsize=8192)(self._parse_uncached)

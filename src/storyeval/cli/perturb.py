@@ -1,0 +1,97 @@
+"""``storyeval perturb``: negative samples and robustness probes from human stories."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from storyeval.cli._common import exit_with
+
+# The help text lists the registry; it is kept in step with it by a test.
+_TECHNIQUES_HELP = (
+    "Comma-separated techniques: repetition, substitution, reordering, negation "
+    "(default: all)."
+)
+
+
+def perturb(
+    stories: Path = typer.Argument(..., help="A story file (.jsonl or .csv)."),
+    output: Path = typer.Option(..., "-o", "--output", help="Where to write the perturbed stories."),
+    techniques: str = typer.Option(None, "--techniques", "-t", help=_TECHNIQUES_HELP),
+    mix: bool = typer.Option(
+        False,
+        "--mix",
+        help="Draw a UNION mixture from the listed techniques for each story (number of "
+        "techniques 1-4 with p=.5/.2/.2/.1; weights repetition .1, substitution .3, "
+        "reordering .4, negation .2). Without it every listed technique is applied to every story.",
+    ),
+    each: bool = typer.Option(
+        False, "--each", help="One output per story and technique (instead of all combined)."
+    ),
+    seed: int = typer.Option(0, "--seed", help="Random seed (outputs depend on it and the story id only)."),
+    samples: int = typer.Option(1, "--samples", min=1, help="Outputs per story (and technique)."),
+    delex: bool = typer.Option(
+        False, "--delex", help="Replace character names by [MALE]/[FEMALE]/[NEUTRAL] first."
+    ),
+    keyword_rate: float = typer.Option(
+        0.15, "--keyword-rate", help="Share of keywords replaced by word-level substitution."
+    ),
+    skip_inapplicable: bool = typer.Option(
+        False,
+        "--skip-inapplicable",
+        help="Leave out stories a technique cannot change (e.g. one sentence for reordering) "
+        "instead of stopping with an error.",
+    ),
+    quiet: bool = typer.Option(
+        False, "--quiet", "-q", help="No progress bar (shown only on a terminal anyway)."
+    ),
+) -> None:
+    """Perturb stories (Guan & Huang 2020): repetition, substitution, reordering, negation.
+
+    Each output record has id, source_id, prompt, story, techniques, edits (what changed and
+    where) and the run's signature.
+    """
+    import sys
+    import warnings
+
+    from storyeval.corpus import read_stories, write_records
+    from storyeval.perturb import PerturbOptions, perturb_stories
+
+    if mix and each:
+        raise exit_with("error: --mix and --each cannot be combined")
+    try:
+        options = PerturbOptions(keyword_rate=keyword_rate)
+    except ValueError as exc:
+        raise exit_with(f"error: --keyword-rate: {exc}") from None
+    try:
+        from storyeval.perturb import parse_techniques
+
+        names = parse_techniques(techniques)
+    except ValueError as exc:
+        raise exit_with(f"error: --techniques: {exc}") from None
+    records = read_stories(stories)
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        run = perturb_stories(
+            records,
+            names,
+            mode="mix" if mix else "each" if each else "all",
+            seed=seed,
+            samples=samples,
+            options=options,
+            delexicalize=delex,
+            skip_inapplicable=skip_inapplicable,
+            progress=not quiet and sys.stderr.isatty(),
+        )
+    write_records(output, run.records())
+    typer.echo(f"wrote {len(run.stories)} perturbed stories to {output}")
+    if run.skipped:
+        typer.echo(f"skipped {len(run.skipped)} (a technique could not change them):", err=True)
+        for story_id, reason in list(run.skipped.items())[:10]:
+            typer.echo(f"  {story_id}: {reason}", err=True)
+    typer.echo(f"signature: {run.signature.render()}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command(rich_help_panel="Learned metrics")(perturb)

@@ -1,0 +1,234 @@
+"""``storyeval train``: train learned metrics (UNION, an NSP head) on your own stories."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from storyeval.cli._common import exit_with
+
+train_app = typer.Typer(
+    help="Train learned metrics on human-written stories (CPU is fine). Re-running the same "
+    "command resumes an interrupted run.",
+    no_args_is_help=True,
+)
+
+_STORIES = typer.Option(..., "--stories", help="Human-written stories (.jsonl or .csv).")
+_OUTPUT = typer.Option(..., "-o", "--output", help="The model directory to write.")
+_DEV = typer.Option(
+    None, "--dev", help="A separate dev story file (default: hold out --dev-fraction)."
+)
+
+
+def _training_config(**values: Any) -> Any:
+    from storyeval.learn.trainer import TrainingConfig
+
+    try:
+        return TrainingConfig(**values)
+    except ValueError as exc:
+        raise exit_with(f"error: {exc}") from None
+
+
+def _set_threads(threads: int | None) -> None:
+    if threads is not None:
+        import torch
+
+        torch.set_num_threads(threads)
+
+
+def _report(result: Any) -> None:
+    training = result.metadata["training"]
+    if result.reused:
+        typer.echo(f"{result.directory}: already trained with these settings; nothing to do")
+    else:
+        verb = "resumed and finished" if result.resumed else "trained"
+        rate = training.get("examples_per_second")
+        typer.echo(
+            f"{verb} in {training['seconds']:.1f} s: {training['steps']} steps"
+            + (f", {rate:.2f} examples/s" if rate else "")
+            + (", stopped early" if training["stopped_early"] else "")
+        )
+    dev = training["best_dev"]
+    shown = ", ".join(f"{key} {value:.4f}" for key, value in dev.items())
+    typer.echo(f"dev (best, step {training['best_step']}): {shown}")
+    typer.echo(f"model: {result.directory}")
+    typer.echo(f"signature: {result.signature.render()}")
+
+
+@train_app.command("union")
+def union(
+    stories: Path = _STORIES,
+    output: Path = _OUTPUT,
+    epochs: int = typer.Option(3, "--epochs", min=1, help="Passes over the data (at most)."),
+    seed: int = typer.Option(42, "--seed", help="Seed for the split, negatives and training."),
+    model: str = typer.Option(
+        None,
+        "--model",
+        help="Base encoder: a local directory or a BERT-like hub name "
+        "(default: the offline all-MiniLM-L6-v2).",
+    ),
+    learning_rate: float = typer.Option(5e-5, "--lr", help="Peak learning rate."),
+    batch_size: int = typer.Option(10, "--batch-size", min=1, help="Examples per step."),
+    lam: float = typer.Option(0.1, "--lambda", help="Weight of the reconstruction loss."),
+    no_recon: bool = typer.Option(
+        False, "--no-recon", help="Ablation: train without the reconstruction head."
+    ),
+    techniques: str = typer.Option(
+        None,
+        "--techniques",
+        help="Techniques negatives are drawn from (comma-separated; default all four).",
+    ),
+    without: str = typer.Option(
+        None, "--without", help="Ablation: leave out these techniques (comma-separated)."
+    ),
+    max_length: int = typer.Option(256, "--max-length", help="Longest input in tokens."),
+    window: int = typer.Option(
+        None, "--window", help="Train on windows of this many sentences instead of whole stories."
+    ),
+    no_prompt: bool = typer.Option(False, "--no-prompt", help="Ignore the prompt field."),
+    delex: bool = typer.Option(
+        False, "--delex", help="Mask character names as [MALE]/[FEMALE]/[NEUTRAL]."
+    ),
+    negatives: int = typer.Option(1, "--negatives", min=1, help="Negative samples per story."),
+    dev: Path = _DEV,
+    dev_fraction: float = typer.Option(0.1, "--dev-fraction", help="Share held out for dev."),
+    patience: int = typer.Option(2, "--patience", min=1, help="Evaluations without improvement."),
+    eval_every: int = typer.Option(
+        None, "--eval-every", min=1, help="Evaluate every N steps (default: every epoch)."
+    ),
+    max_steps: int = typer.Option(None, "--max-steps", min=1, help="Stop after N steps."),
+    threads: int = typer.Option(None, "--threads", min=1, help="CPU threads for torch."),
+    overwrite: bool = typer.Option(
+        False, "--overwrite", help="Replace a model trained with other settings."
+    ),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
+) -> None:
+    """Train UNION (Guan & Huang 2020) on human-written stories.
+
+    Negatives are made from your stories by repetition, substitution, reordering and
+    negation; the model learns to tell them apart and to reconstruct the originals. Score
+    with `storyeval score STORIES --metrics union --option union.model=DIR`.
+    """
+    from storyeval.corpus import read_stories
+    from storyeval.learn.union import UnionConfig, train_union
+    from storyeval.perturb import parse_techniques, technique_names
+
+    try:
+        chosen = list(parse_techniques(techniques))
+        if without:
+            dropped = set(parse_techniques(without))
+            chosen = [name for name in chosen if name not in dropped]
+            if not chosen:
+                raise ValueError(
+                    f"--without leaves no technique (all of {', '.join(technique_names())})"
+                )
+        config = UnionConfig(
+            encoder=model,
+            techniques=tuple(chosen),
+            reconstruction=not no_recon,
+            lam=lam,
+            max_length=max_length,
+            use_prompt=not no_prompt,
+            delexicalize=delex,
+            negatives=negatives,
+            window=window,
+            dev_fraction=dev_fraction,
+        )
+    except ValueError as exc:
+        raise exit_with(f"error: {exc}") from None
+    training = _training_config(
+        epochs=epochs,
+        learning_rate=learning_rate,
+        batch_size=batch_size,
+        seed=seed,
+        patience=patience,
+        eval_every=eval_every,
+        max_steps=max_steps,
+    )
+    _set_threads(threads)
+    result = train_union(
+        read_stories(stories),
+        output,
+        config=config,
+        training=training,
+        dev_stories=read_stories(dev) if dev is not None else None,
+        overwrite=overwrite,
+        progress=not quiet,
+    )
+    _report(result)
+
+
+@train_app.command("nsp")
+def nsp(
+    stories: Path = _STORIES,
+    output: Path = _OUTPUT,
+    epochs: int = typer.Option(2, "--epochs", min=1, help="Passes over the data (at most)."),
+    seed: int = typer.Option(42, "--seed", help="Seed for the split, pairs and training."),
+    model: str = typer.Option(
+        None,
+        "--model",
+        help="Base BERT model: a local directory or a hub name "
+        "(default: the offline all-MiniLM-L6-v2).",
+    ),
+    learning_rate: float = typer.Option(5e-5, "--lr", help="Peak learning rate."),
+    batch_size: int = typer.Option(16, "--batch-size", min=1, help="Pairs per step."),
+    max_length: int = typer.Option(128, "--max-length", help="Longest pair in tokens."),
+    no_prompt: bool = typer.Option(
+        False, "--no-prompt", help="Do not pair the prompt with the story."
+    ),
+    dev: Path = _DEV,
+    dev_fraction: float = typer.Option(0.1, "--dev-fraction", help="Share held out for dev."),
+    patience: int = typer.Option(2, "--patience", min=1, help="Evaluations without improvement."),
+    eval_every: int = typer.Option(
+        None, "--eval-every", min=1, help="Evaluate every N steps (default: every epoch)."
+    ),
+    max_steps: int = typer.Option(None, "--max-steps", min=1, help="Stop after N steps."),
+    threads: int = typer.Option(None, "--threads", min=1, help="CPU threads for torch."),
+    overwrite: bool = typer.Option(
+        False, "--overwrite", help="Replace a model trained with other settings."
+    ),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
+) -> None:
+    """Train a next-sentence-prediction head (BERT's NSP objective) on a story corpus.
+
+    The directory loads with BertForNextSentencePrediction.from_pretrained(DIR); the
+    nsp_prompt / nsp_prev metrics use it with --option nsp.model=DIR.
+    """
+    from storyeval.corpus import read_stories
+    from storyeval.learn.nsp import NspConfig, train_nsp
+
+    try:
+        config = NspConfig(
+            encoder=model,
+            max_length=max_length,
+            use_prompt=not no_prompt,
+            dev_fraction=dev_fraction,
+        )
+    except ValueError as exc:
+        raise exit_with(f"error: {exc}") from None
+    training = _training_config(
+        epochs=epochs,
+        learning_rate=learning_rate,
+        batch_size=batch_size,
+        seed=seed,
+        patience=patience,
+        eval_every=eval_every,
+        max_steps=max_steps,
+    )
+    _set_threads(threads)
+    result = train_nsp(
+        read_stories(stories),
+        output,
+        config=config,
+        training=training,
+        dev_stories=read_stories(dev) if dev is not None else None,
+        overwrite=overwrite,
+        progress=not quiet,
+    )
+    _report(result)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(train_app, name="train", rich_help_panel="Learned metrics")

@@ -1,0 +1,80 @@
+"""Encoding (prompt, text) pairs for BERT-like models with explicit, reported truncation."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Encoded:
+    """Token ids of one input; ``truncated`` says whether anything was cut."""
+
+    input_ids: list[int]
+    token_type_ids: list[int]
+    special: list[bool]
+    truncated: bool
+
+
+def encode_pair(tokenizer: Any, first: str | None, second: str, max_length: int) -> Encoded:
+    """``[CLS] first [SEP] second [SEP]`` (or ``[CLS] second [SEP]`` without ``first``; the
+    model's own special tokens), at most ``max_length`` tokens.
+
+    ``first`` (a prompt or a previous sentence) keeps at most its last ``max_length // 2``
+    tokens, the ones nearest to ``second``; ``second`` is then cut at the end to fit.
+
+    >>> from storyeval.models import load_encoder
+    >>> tok = load_encoder().tokenizer
+    >>> e = encode_pair(tok, "A cat sat.", "It slept all day long.", 10)
+    >>> tok.convert_ids_to_tokens(e.input_ids), e.truncated
+    (['[CLS]', 'a', 'cat', 'sat', '.', '[SEP]', 'it', 'slept', 'all', '[SEP]'], True)
+    """
+    if max_length < 5:
+        raise ValueError(f"max_length must be at least 5; got {max_length}")
+    truncated = False
+    first_count = 0
+    if first:
+        pieces = tokenizer(first, add_special_tokens=False, return_offsets_mapping=True)
+        cap = max(1, max_length // 2 - 2)
+        if len(pieces["input_ids"]) > cap:
+            first = first[pieces["offset_mapping"][-cap][0] :]
+            truncated = True
+        first_count = len(tokenizer(first, add_special_tokens=False)["input_ids"])
+    second_count = len(tokenizer(second, add_special_tokens=False)["input_ids"])
+    encoded = tokenizer(
+        first if first else second,
+        second if first else None,
+        truncation="only_second" if first else True,
+        max_length=max_length,
+        return_special_tokens_mask=True,
+        return_token_type_ids=True,
+    )
+    input_ids = list(encoded["input_ids"])
+    special = [bool(x) for x in encoded["special_tokens_mask"]]
+    kept_second = sum(not x for x in special) - first_count
+    if kept_second < second_count:
+        truncated = True
+    token_types = list(encoded.get("token_type_ids") or [0] * len(input_ids))
+    return Encoded(input_ids, token_types, special, truncated)
+
+
+def pad_batch(encoded: Sequence[Encoded], pad_id: int) -> dict[str, Any]:
+    """Tensors ``input_ids``, ``token_type_ids``, ``attention_mask`` padded to the longest."""
+    import torch
+
+    width = max(len(item.input_ids) for item in encoded)
+    ids = torch.full((len(encoded), width), pad_id, dtype=torch.long)
+    types = torch.zeros((len(encoded), width), dtype=torch.long)
+    mask = torch.zeros((len(encoded), width), dtype=torch.long)
+    for row, item in enumerate(encoded):
+        n = len(item.input_ids)
+        ids[row, :n] = torch.tensor(item.input_ids)
+        types[row, :n] = torch.tensor(item.token_type_ids)
+        mask[row, :n] = 1
+    return {"input_ids": ids, "token_type_ids": types, "attention_mask": mask}
+
+
+def pad_id(tokenizer: Any) -> int:
+    value = tokenizer.pad_token_id
+    return int(value) if value is not None else 0

@@ -1,0 +1,354 @@
+"""A trainable next-sentence-prediction (NSP) head, so the seed-004 coherence metrics
+(``nsp_prompt``, ``nsp_prev``) work with an encoder that ships without one.
+
+Training pairs follow BERT's NSP objective: for every pair of consecutive sentences
+``(A, B)`` of a story (the prompt's sentences come first), the true pair is labelled
+``IsNext`` and ``A`` with a sentence drawn at random from another story is labelled
+``NotNext``, so the classes are balanced. The model is a transformers
+``BertForNextSentencePrediction`` (label 0 = B follows A, as in transformers); the output
+directory is a standard ``save_pretrained`` directory (model and tokenizer) plus
+``storyeval.json`` with the signature, so
+``BertForNextSentencePrediction.from_pretrained(DIR)`` loads it.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from storyeval.corpus import Story
+from storyeval.errors import ModelLoadError
+from storyeval.learn.data import InsufficientDataError, check_sizes, corpus_hash, split_dev
+from storyeval.learn.encoding import Encoded, encode_pair, pad_batch, pad_id
+from storyeval.learn.trainer import TrainingConfig, TrainingResult, existing_model, fit
+from storyeval.perturb.base import story_rng
+from storyeval.signature import Signature
+
+IS_NEXT = 0
+NOT_NEXT = 1
+
+
+@dataclass(frozen=True)
+class NspConfig:
+    """What defines an NSP model besides the optimization settings.
+
+    Attributes
+    ----------
+    encoder : str or None
+        Base model: ``None`` for the offline all-MiniLM-L6-v2, a local directory or a BERT
+        hub name. It must be a BERT model (``model_type`` ``bert``).
+    max_length : int
+        Longest pair in tokens.
+    use_prompt : bool
+        Include the prompt's sentences before the story's (so the pair (last prompt
+        sentence, first story sentence) is trained too).
+    dev_fraction : float
+        Share of the stories held out for early stopping.
+    """
+
+    encoder: str | None = None
+    max_length: int = 128
+    use_prompt: bool = True
+    dev_fraction: float = 0.1
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.max_length, int) or not 16 <= self.max_length <= 4096:
+            raise ValueError(f"max_length must be an integer in [16, 4096]; got {self.max_length!r}")
+        if not 0.0 < self.dev_fraction < 1.0:
+            raise ValueError(f"dev_fraction must be in (0, 1); got {self.dev_fraction!r}")
+
+
+@dataclass(frozen=True)
+class NspExample:
+    """A sentence pair; ``label`` is 0 (IsNext) or 1 (NotNext)."""
+
+    first: str
+    second: str
+    label: int
+
+
+def nsp_pairs(
+    stories: Sequence[Story],
+    *,
+    seed: int,
+    use_prompt: bool = True,
+    others: Sequence[Story] = (),
+) -> list[NspExample]:
+    """Consecutive sentence pairs (IsNext) and, for each, the same first sentence with a
+    random sentence of another story (NotNext). ``others`` adds stories whose sentences
+    only serve as random second sentences (e.g. the training stories for the dev pairs).
+
+    Raises
+    ------
+    InsufficientDataError
+        When there are fewer than two stories or no story has two sentences.
+
+    Examples
+    --------
+    >>> from storyeval.corpus import Story
+    >>> pairs = nsp_pairs([Story("a", "", "A1. A2."), Story("b", "", "B1. B2.")], seed=0)
+    >>> [(p.first, p.second, p.label) for p in pairs]
+    [('A1.', 'A2.', 0), ('A1.', 'B2.', 1), ('B1.', 'B2.', 0), ('B1.', 'A1.', 1)]
+    """
+    from storyeval.text import split_sentences
+
+    def sentences_of(story: Story) -> list[str]:
+        parts = split_sentences(story.prompt) if use_prompt and story.prompt else []
+        return parts + split_sentences(story.story)
+
+    sentences = {story.id: sentences_of(story) for story in stories}
+    pool = [(sid, s) for sid, items in sentences.items() for s in items]
+    pool += [(f"other:{o.id}", s) for o in others for s in sentences_of(o)]
+    if len({sid for sid, _ in pool}) < 2:
+        raise InsufficientDataError("NSP training needs at least 2 stories (for random pairs)")
+    examples: list[NspExample] = []
+    for story_id, items in sentences.items():
+        others = [s for sid, s in pool if sid != story_id]
+        rng: random.Random = story_rng(seed, "nsp", story_id)
+        for first, second in zip(items, items[1:], strict=False):
+            examples.append(NspExample(first, second, IS_NEXT))
+            examples.append(NspExample(first, rng.choice(others), NOT_NEXT))
+    if not examples:
+        raise InsufficientDataError(
+            "no story has two consecutive sentences: NSP training needs sentence pairs"
+        )
+    return examples
+
+
+class NspTask:
+    """Loss and evaluation of the NSP head for :func:`storyeval.learn.trainer.fit`."""
+
+    kind = "nsp"
+
+    def __init__(self, model: Any, tokenizer: Any, config: NspConfig) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.config = config
+        self._pad = pad_id(tokenizer)
+        self._cache: dict[tuple[str, str], Encoded] = {}
+
+    def _tensors(self, batch: Sequence[NspExample]) -> dict[str, Any]:
+        import torch
+
+        encoded = []
+        for example in batch:
+            key = (example.first, example.second)
+            if key not in self._cache:
+                self._cache[key] = encode_pair(
+                    self.tokenizer, example.first, example.second, self.config.max_length
+                )
+            encoded.append(self._cache[key])
+        tensors = pad_batch(encoded, self._pad)
+        tensors["labels"] = torch.tensor([e.label for e in batch], dtype=torch.long)
+        return tensors
+
+    def batch_loss(self, batch: Sequence[NspExample]) -> tuple[Any, dict[str, float]]:
+        output = self.model(**self._tensors(batch))
+        return output.loss, {"loss": float(output.loss.detach())}
+
+    def evaluate(self, examples: Sequence[NspExample]) -> dict[str, float]:
+        import torch.nn.functional as F
+
+        total = correct = 0.0
+        for start in range(0, len(examples), 64):
+            batch = examples[start : start + 64]
+            tensors = self._tensors(batch)
+            logits = self.model(
+                input_ids=tensors["input_ids"],
+                attention_mask=tensors["attention_mask"],
+                token_type_ids=tensors["token_type_ids"],
+            ).logits
+            total += float(F.cross_entropy(logits, tensors["labels"], reduction="sum"))
+            correct += float((logits.argmax(dim=-1) == tensors["labels"]).sum())
+        return {"loss": total / len(examples), "accuracy": correct / len(examples)}
+
+    def save(self, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        self.model.save_pretrained(directory)
+        self.tokenizer.save_pretrained(directory)
+
+
+def _base_nsp_model(name: str | None) -> tuple[Any, Any, str]:
+    """A fresh ``BertForNextSentencePrediction`` from the base encoder, its tokenizer and
+    the base identity."""
+    import warnings
+
+    import torch
+    from transformers import AutoModel, BertForNextSentencePrediction
+
+    from storyeval.models import load_pretrained
+
+    loaded = load_pretrained(name, "encoder", AutoModel)
+    model_type = getattr(loaded.model.config, "model_type", None)
+    if model_type != "bert":
+        raise ModelLoadError(
+            f"{loaded.name}: the NSP head needs a BERT model (model_type 'bert'); this one is "
+            f"{model_type!r}. Use the default encoder or a BERT such as bert-base-uncased"
+        )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = BertForNextSentencePrediction.from_pretrained(loaded.path, dtype=torch.float32)
+    return model, loaded.tokenizer, loaded.identity
+
+
+def nsp_signature(
+    config: NspConfig, training: TrainingConfig, *, encoder_identity: str, data: str, n: int, dev: str
+) -> Signature:
+    return Signature(
+        "nsp",
+        {
+            "encoder": encoder_identity,
+            "max_length": config.max_length,
+            "prompt": config.use_prompt,
+            **training.signature_fields(),
+            "data": data,
+            "stories": n,
+            "dev": dev,
+        },
+    )
+
+
+def train_nsp(
+    stories: Sequence[Story],
+    output: str | Path,
+    *,
+    config: NspConfig | None = None,
+    training: TrainingConfig | None = None,
+    dev_stories: Sequence[Story] | None = None,
+    overwrite: bool = False,
+    progress: bool = True,
+    on_step: Callable[[int], None] | None = None,
+) -> TrainingResult:
+    """Train an NSP head (and fine-tune the encoder under it) on a story corpus.
+
+    Parameters mirror :func:`storyeval.learn.union.train_union`. The result directory loads
+    with ``transformers.BertForNextSentencePrediction.from_pretrained(output)``.
+
+    Raises
+    ------
+    InsufficientDataError
+        When the corpus is too small to split or has no sentence pairs.
+    storyeval.errors.ModelLoadError
+        When the base model is not a BERT model.
+    """
+    config = config or NspConfig()
+    training = training or TrainingConfig()
+    stories = list(stories)
+    if dev_stories is None:
+        train_stories, dev_list = split_dev(
+            stories, dev_fraction=config.dev_fraction, seed=training.seed
+        )
+        dev_tag = f"split:{config.dev_fraction}"
+    else:
+        train_stories, dev_list = stories, list(dev_stories)
+        check_sizes(train_stories, dev_list)
+        dev_tag = f"file:{corpus_hash(dev_list)}"
+    model, tokenizer, identity = _base_nsp_model(config.encoder)
+    signature = nsp_signature(
+        config,
+        training,
+        encoder_identity=identity,
+        data=corpus_hash(stories if dev_stories is None else [*stories, *dev_list]),
+        n=len(train_stories),
+        dev=dev_tag,
+    )
+    reused = existing_model(output, signature, overwrite=overwrite)
+    if reused is not None:
+        return reused
+    train_pairs = nsp_pairs(train_stories, seed=training.seed, use_prompt=config.use_prompt)
+    dev_pairs = nsp_pairs(
+        dev_list, seed=training.seed + 1, use_prompt=config.use_prompt, others=train_stories
+    )
+    import torch
+
+    torch.manual_seed(training.seed)
+    task = NspTask(model, tokenizer, config)
+    return fit(
+        task,
+        train_pairs,
+        dev_pairs,
+        training,
+        output,
+        signature,
+        task_config=asdict(config) | {"base_identity": identity, "is_next_label": IS_NEXT},
+        data_summary={
+            "train_stories": len(train_stories),
+            "dev_stories": len(dev_list),
+            "train_pairs": len(train_pairs),
+            "dev_pairs": len(dev_pairs),
+            "hash": signature.fields["data"],
+        },
+        overwrite=overwrite,
+        progress=progress,
+        on_step=on_step,
+    )
+
+
+def has_nsp_head(directory: str | Path) -> bool:
+    """Whether a model directory holds trained NSP weights (``cls.seq_relationship``)."""
+    path = Path(directory)
+    for file in sorted(path.glob("*.safetensors")):
+        from safetensors import safe_open
+
+        with safe_open(str(file), "pt") as handle:
+            if any(key.endswith("seq_relationship.weight") for key in handle.keys()):  # noqa: SIM118
+                return True
+    for file in sorted(path.glob("*.bin")):
+        import torch
+
+        state = torch.load(file, map_location="cpu", weights_only=True)
+        if any(key.endswith("seq_relationship.weight") for key in state):
+            return True
+    return False
+
+
+class NspScorer:
+    """A trained NSP model: the probability that a sentence follows a context.
+
+    Raises
+    ------
+    storyeval.errors.ModelLoadError
+        When the directory has no trained NSP head (a bare encoder, a UNION model).
+    """
+
+    def __init__(self, directory: str | Path) -> None:
+        import torch
+        from transformers import AutoTokenizer, BertForNextSentencePrediction
+
+        from storyeval.learn.trainer import read_metadata
+        from storyeval.models import file_identity
+
+        path = Path(directory).expanduser().resolve()
+        if not path.is_dir():
+            raise ModelLoadError(f"{directory}: no such NSP model directory")
+        if not has_nsp_head(path):
+            raise ModelLoadError(
+                f"{directory}: has no next-sentence-prediction head (cls.seq_relationship); "
+                "train one with `storyeval train nsp --stories HUMAN.jsonl -o DIR`"
+            )
+        self.metadata = read_metadata(path) if (path / "storyeval.json").is_file() else None
+        self.tokenizer = AutoTokenizer.from_pretrained(str(path))
+        self.model = BertForNextSentencePrediction.from_pretrained(str(path), dtype=torch.float32)
+        self.model.eval()
+        self.max_length = int(
+            (self.metadata or {}).get("config", {}).get("max_length", 0) or 512
+        )
+        self.identity = f"{path.name}@{file_identity(str(path))}"
+
+    def probabilities(
+        self, pairs: Sequence[tuple[str, str]], *, batch_size: int = 64
+    ) -> list[float]:
+        """P(IsNext) for each ``(context, sentence)`` pair."""
+        import torch
+
+        encoded = [encode_pair(self.tokenizer, a, b, self.max_length) for a, b in pairs]
+        values: list[float] = []
+        with torch.no_grad():
+            for start in range(0, len(encoded), batch_size):
+                tensors = pad_batch(encoded[start : start + batch_size], pad_id(self.tokenizer))
+                logits = self.model(**tensors).logits
+                values += torch.softmax(logits, dim=-1)[:, IS_NEXT].tolist()
+        return values

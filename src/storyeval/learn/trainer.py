@@ -1,0 +1,552 @@
+"""The training loop shared by UNION and the NSP head.
+
+:func:`fit` fine-tunes a task's model with AdamW (linear warm-up, then linear decay),
+evaluates on the dev set after every epoch (or every ``eval_every`` steps), keeps the weights
+with the lowest dev loss, stops early after ``patience`` evaluations without improvement, shows
+a progress bar, and writes a resumable checkpoint to ``OUTPUT/checkpoint/`` every
+``save_every`` steps, after every evaluation and when interrupted. Running the same training
+again into the same directory resumes from the checkpoint (the signature must match); the
+finished model directory holds the task's files plus ``storyeval.json`` (written last, so
+a directory without it is an unfinished run).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import random
+import shutil
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from storyeval.errors import StoryevalError
+from storyeval.io import write_text_atomic
+from storyeval.signature import Signature
+
+METADATA_FILE = "storyeval.json"
+CHECKPOINT_DIR = "checkpoint"
+FORMAT_VERSION = 1
+
+
+class TrainingInterrupted(StoryevalError):
+    """Training stopped before the end; the checkpoint lets the same command resume."""
+
+
+class OutputDirectoryError(StoryevalError, ValueError):
+    """The output directory holds something training must not overwrite."""
+
+
+@dataclass(frozen=True)
+class TrainingConfig:
+    """Optimization settings (defaults: Guan & Huang 2020, section 4.1, and BERT fine-tuning).
+
+    Attributes
+    ----------
+    epochs : int
+        Passes over the training data (at most; early stopping may end sooner).
+    learning_rate : float
+        Peak AdamW learning rate (5e-5).
+    batch_size : int
+        Examples per step (10).
+    seed : int
+        Seed for initialization, data order and dropout.
+    patience : int
+        Evaluations without a lower dev loss before stopping.
+    warmup : float
+        Share of the steps with a linearly rising learning rate (then linear decay to 0).
+    weight_decay : float
+        AdamW weight decay (not applied to biases and LayerNorm weights).
+    max_grad_norm : float
+        Gradient clipping norm.
+    eval_every : int or None
+        Evaluate every this many steps (``None``: after every epoch).
+    save_every : int
+        Write a resumable checkpoint every this many steps.
+    max_steps : int or None
+        Stop after this many steps in total.
+    """
+
+    epochs: int = 3
+    learning_rate: float = 5e-5
+    batch_size: int = 10
+    seed: int = 42
+    patience: int = 2
+    warmup: float = 0.1
+    weight_decay: float = 0.01
+    max_grad_norm: float = 1.0
+    eval_every: int | None = None
+    save_every: int = 200
+    max_steps: int | None = None
+
+    def __post_init__(self) -> None:
+        positive_ints = {"epochs": self.epochs, "batch_size": self.batch_size}
+        positive_ints["patience"] = self.patience
+        positive_ints["save_every"] = self.save_every
+        for name, value in positive_ints.items():
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be a positive integer; got {value!r}")
+        for name in ("eval_every", "max_steps"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise ValueError(f"{name} must be a positive integer or None; got {value!r}")
+        if not (isinstance(self.learning_rate, int | float) and self.learning_rate > 0):
+            raise ValueError(f"learning_rate must be positive; got {self.learning_rate!r}")
+        if not 0.0 <= self.warmup < 1.0:
+            raise ValueError(f"warmup must be in [0, 1); got {self.warmup!r}")
+        if self.weight_decay < 0 or self.max_grad_norm <= 0:
+            raise ValueError("weight_decay must be >= 0 and max_grad_norm > 0")
+        if not isinstance(self.seed, int) or isinstance(self.seed, bool):
+            raise ValueError(f"seed must be an integer; got {self.seed!r}")
+
+    def signature_fields(self) -> dict[str, int | float | None]:
+        return {
+            "lr": self.learning_rate,
+            "batch": self.batch_size,
+            "epochs": self.epochs,
+            "max_steps": self.max_steps,
+            "warmup": self.warmup,
+            "weight_decay": self.weight_decay,
+            "patience": self.patience,
+            "eval_every": self.eval_every,
+            "seed": self.seed,
+        }
+
+
+class TrainingTask(Protocol):
+    """What :func:`fit` needs from a learned metric."""
+
+    kind: str
+    model: Any  # torch.nn.Module
+
+    def batch_loss(self, batch: Sequence[Any]) -> tuple[Any, dict[str, float]]:
+        """The mean loss of a batch (a scalar tensor) and numbers for the progress bar."""
+        ...
+
+    def evaluate(self, examples: Sequence[Any]) -> dict[str, float]:
+        """Dev metrics; must include ``loss`` (lower is better) and ``accuracy``."""
+        ...
+
+    def save(self, directory: Path) -> None:
+        """Write the trained model's files (not the metadata) into ``directory``."""
+        ...
+
+
+@dataclass
+class TrainingResult:
+    """What a training run produced.
+
+    Attributes
+    ----------
+    directory : Path
+        The finished model directory.
+    signature : Signature
+        The model's signature (stored in ``storyeval.json``).
+    metadata : dict
+        The contents of ``storyeval.json``: kind, signature, task config, training summary.
+    resumed : bool
+        Whether this run continued an interrupted one.
+    reused : bool
+        Whether a finished model with the same signature was already there (nothing trained).
+    """
+
+    directory: Path
+    signature: Signature
+    metadata: dict[str, Any]
+    resumed: bool = False
+    reused: bool = False
+
+    @property
+    def dev(self) -> dict[str, float]:
+        """Dev metrics of the kept (best) weights."""
+        return dict(self.metadata["training"]["best_dev"])
+
+
+@dataclass
+class _State:
+    epoch: int = 0
+    step_in_epoch: int = 0
+    global_step: int = 0
+    best_loss: float = math.inf
+    best_step: int = 0
+    best_dev: dict[str, float] = field(default_factory=dict)
+    bad_evaluations: int = 0
+    history: list[dict[str, Any]] = field(default_factory=list)
+    finished: bool = False
+    stopped_early: bool = False
+    seconds: float = 0.0
+
+
+def read_metadata(directory: str | Path) -> dict[str, Any]:
+    """The ``storyeval.json`` of a finished model directory.
+
+    Raises
+    ------
+    storyeval.errors.ModelLoadError
+        When the directory is missing, unfinished or not a storyeval model.
+    """
+    from storyeval.errors import ModelLoadError
+
+    path = Path(directory)
+    if not path.is_dir():
+        raise ModelLoadError(f"{path}: no such model directory")
+    meta = path / METADATA_FILE
+    if not meta.is_file():
+        hint = (
+            "its training has not finished (run the same train command again to resume)"
+            if (path / CHECKPOINT_DIR).is_dir()
+            else "it was not written by `storyeval train`"
+        )
+        raise ModelLoadError(f"{path}: not a finished storyeval model ({METADATA_FILE} missing): {hint}")
+    try:
+        data = json.loads(meta.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ModelLoadError(f"{meta}: unreadable metadata: {exc}") from exc
+    if not isinstance(data, dict) or "kind" not in data or "signature" not in data:
+        raise ModelLoadError(f"{meta}: not storyeval model metadata (no kind or signature)")
+    return data
+
+
+def _prepare_directory(output: Path, signature: Signature, overwrite: bool) -> str:
+    """Decide what to do with ``output``: ``fresh``, ``resume`` or ``reuse``."""
+    if not output.exists():
+        return "fresh"
+    if not output.is_dir():
+        raise OutputDirectoryError(f"{output}: exists and is not a directory")
+    meta = output / METADATA_FILE
+    checkpoint = output / CHECKPOINT_DIR
+    if meta.is_file():
+        try:
+            existing = Signature.from_dict(json.loads(meta.read_text())["signature"])
+        except (ValueError, KeyError, TypeError):
+            existing = None
+        if existing == signature and not overwrite:
+            return "reuse"
+        if not overwrite:
+            raise OutputDirectoryError(
+                f"{output}: holds a model trained with other settings ({_difference(existing, signature)}); "
+                "pass --overwrite to replace it or choose another directory"
+            )
+        shutil.rmtree(output)
+        return "fresh"
+    if checkpoint.is_dir():
+        try:
+            saved = Signature.from_json((checkpoint / "signature.json").read_text())
+        except (OSError, ValueError):
+            saved = None
+        if saved == signature and not overwrite:
+            return "resume"
+        if not overwrite:
+            raise OutputDirectoryError(
+                f"{output}: holds an unfinished run with other settings ({_difference(saved, signature)}); "
+                "run it again with the same settings to resume, or pass --overwrite to start over"
+            )
+        shutil.rmtree(output)
+        return "fresh"
+    if any(output.iterdir()):
+        raise OutputDirectoryError(
+            f"{output}: exists and is not a storyeval model directory; choose a new or empty one"
+        )
+    return "fresh"
+
+
+def existing_model(
+    output: str | Path, signature: Signature, *, overwrite: bool = False
+) -> TrainingResult | None:
+    """The finished model in ``output`` when it has this signature (so training can be
+    skipped), else ``None``. Raises :class:`OutputDirectoryError` early when ``output``
+    holds a model or run with other settings and ``overwrite`` is false."""
+    path = Path(output)
+    if _prepare_directory(path, signature, overwrite) == "reuse":
+        return TrainingResult(path, signature, read_metadata(path), reused=True)
+    return None
+
+
+def _difference(old: Signature | None, new: Signature) -> str:
+    if old is None:
+        return "unreadable signature"
+    keys = [k for k in {**old.fields, **new.fields} if old.fields.get(k) != new.fields.get(k)]
+    if old.name != new.name:
+        keys.insert(0, "kind")
+    if old.version != new.version:
+        keys.append("version")
+    return "differs in " + ", ".join(keys) if keys else "differs"
+
+
+def _batches(n: int, batch_size: int, seed: int, epoch: int) -> list[list[int]]:
+    order = list(range(n))
+    random.Random(f"{seed}|epoch|{epoch}").shuffle(order)
+    return [order[i : i + batch_size] for i in range(0, n, batch_size)]
+
+
+def _optimizer(model: Any, config: TrainingConfig) -> Any:
+    import torch
+
+    decay, no_decay = [], []
+    for name, parameter in model.named_parameters():
+        if not parameter.requires_grad:
+            continue
+        lowered = name.lower()
+        (no_decay if name.endswith("bias") or "layernorm" in lowered else decay).append(parameter)
+    groups = [
+        {"params": decay, "weight_decay": config.weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+    return torch.optim.AdamW(groups, lr=config.learning_rate)
+
+
+def _schedule(optimizer: Any, total_steps: int, warmup: float) -> Any:
+    import torch
+
+    warmup_steps = int(total_steps * warmup)
+
+    def factor(step: int) -> float:
+        if warmup_steps and step < warmup_steps:
+            return (step + 1) / warmup_steps
+        remaining = total_steps - step
+        return max(0.0, remaining / max(1, total_steps - warmup_steps))
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+def _save_torch(obj: Any, path: Path) -> None:
+    import torch
+
+    tmp = path.with_name(f".{path.name}.tmp")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+def _cpu_state(model: Any) -> dict[str, Any]:
+    return {key: value.detach().clone() for key, value in model.state_dict().items()}
+
+
+@contextlib.contextmanager
+def _progress(total: int, initial: int, enabled: bool, description: str) -> Iterator[Any]:
+    from tqdm import tqdm
+
+    bar = tqdm(
+        total=total,
+        initial=initial,
+        disable=not enabled,
+        desc=description,
+        unit="step",
+        dynamic_ncols=True,
+        leave=True,
+    )
+    try:
+        yield bar
+    finally:
+        bar.close()
+
+
+def fit(
+    task: TrainingTask,
+    train: Sequence[Any],
+    dev: Sequence[Any],
+    config: TrainingConfig,
+    output: str | Path,
+    signature: Signature,
+    *,
+    task_config: dict[str, Any] | None = None,
+    data_summary: dict[str, Any] | None = None,
+    overwrite: bool = False,
+    progress: bool = True,
+    on_step: Callable[[int], None] | None = None,
+) -> TrainingResult:
+    """Train ``task.model`` on ``train`` with early stopping on ``dev``; write the finished
+    model into ``output``.
+
+    Parameters
+    ----------
+    task : TrainingTask
+        Supplies the model, the batch loss, the dev evaluation and the saving.
+    train, dev : sequence
+        Training and dev examples (whatever the task's ``batch_loss`` takes).
+    config : TrainingConfig
+        Optimization settings.
+    output : path
+        The model directory. If it holds an unfinished run with the same signature, training
+        resumes from its checkpoint; if it holds a finished model with the same signature,
+        nothing is trained and that model is returned (``reused``).
+    signature : Signature
+        Identifies the model (base model, task settings, optimization, seed, data hash).
+    task_config, data_summary : dict, optional
+        Stored in ``storyeval.json`` (``config`` and ``training.data``).
+    overwrite : bool
+        Replace a model or run with another signature instead of refusing.
+    progress : bool
+        Show a progress bar on stderr.
+    on_step : callable, optional
+        Called with the global step number after every optimizer step (tests use it to
+        interrupt a run).
+
+    Raises
+    ------
+    TrainingInterrupted
+        On ``KeyboardInterrupt``, after writing the checkpoint.
+    OutputDirectoryError
+        When ``output`` holds something else.
+    """
+    import torch
+
+    output = Path(output)
+    action = _prepare_directory(output, signature, overwrite)
+    if action == "reuse":
+        metadata = read_metadata(output)
+        return TrainingResult(output, signature, metadata, reused=True)
+    if not train:
+        raise StoryevalError("there are no training examples")
+    if not dev:
+        raise StoryevalError("there are no dev examples")
+    checkpoint = output / CHECKPOINT_DIR
+    checkpoint.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(checkpoint / "signature.json", signature.to_json() + "\n")
+
+    model = task.model
+    steps_per_epoch = math.ceil(len(train) / config.batch_size)
+    total_steps = steps_per_epoch * config.epochs
+    if config.max_steps is not None:
+        total_steps = min(total_steps, config.max_steps)
+    optimizer = _optimizer(model, config)
+    scheduler = _schedule(optimizer, total_steps, config.warmup)
+    state = _State()
+    best_weights: dict[str, Any] | None = None
+    resumed = action == "resume" and (checkpoint / "state.pt").is_file()
+    if resumed:
+        saved = torch.load(checkpoint / "state.pt", map_location="cpu", weights_only=False)
+        model.load_state_dict(saved["model"])
+        optimizer.load_state_dict(saved["optimizer"])
+        scheduler.load_state_dict(saved["scheduler"])
+        torch.set_rng_state(saved["torch_rng"])
+        state = _State(**saved["state"])
+        if (checkpoint / "best.pt").is_file():
+            best_weights = torch.load(checkpoint / "best.pt", map_location="cpu")
+    else:
+        torch.manual_seed(config.seed)
+
+    def save_checkpoint() -> None:
+        _save_torch(
+            {
+                "model": model.state_dict(),
+                "optimizer": optimizer.state_dict(),
+                "scheduler": scheduler.state_dict(),
+                "torch_rng": torch.get_rng_state(),
+                "state": asdict(state),
+            },
+            checkpoint / "state.pt",
+        )
+
+    def evaluate() -> bool:
+        """Evaluate on dev; return True when training should stop early."""
+        nonlocal best_weights
+        model.eval()
+        with torch.no_grad():
+            metrics = task.evaluate(dev)
+        model.train()
+        entry = {"step": state.global_step, "epoch": state.epoch, **metrics}
+        entry["seconds"] = round(time.perf_counter() - started, 3)
+        state.history.append(entry)
+        if metrics["loss"] < state.best_loss - 1e-9:
+            state.best_loss = float(metrics["loss"])
+            state.best_step = state.global_step
+            state.best_dev = {k: float(v) for k, v in metrics.items()}
+            state.bad_evaluations = 0
+            best_weights = _cpu_state(model)
+            _save_torch(best_weights, checkpoint / "best.pt")
+        else:
+            state.bad_evaluations += 1
+        save_checkpoint()
+        return state.bad_evaluations >= config.patience
+
+    started = time.perf_counter() - state.seconds
+    model.train()
+    updating = False  # True while the optimizer changes weights the counters do not count yet
+    try:
+        with _progress(total_steps, state.global_step, progress, f"training {task.kind}") as bar:
+            while not state.finished:
+                if state.epoch >= config.epochs or state.global_step >= total_steps:
+                    state.finished = True
+                    break
+                batches = _batches(len(train), config.batch_size, config.seed, state.epoch)
+                while state.step_in_epoch < len(batches) and state.global_step < total_steps:
+                    batch = [train[i] for i in batches[state.step_in_epoch]]
+                    loss, shown = task.batch_loss(batch)
+                    loss.backward()
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
+                    updating = True
+                    optimizer.step()
+                    scheduler.step()
+                    optimizer.zero_grad(set_to_none=True)
+                    state.step_in_epoch += 1
+                    state.global_step += 1
+                    updating = False
+                    state.seconds = time.perf_counter() - started
+                    bar.update(1)
+                    bar.set_postfix({k: f"{v:.3f}" for k, v in shown.items()}, refresh=False)
+                    if on_step is not None:
+                        on_step(state.global_step)
+                    if config.eval_every and state.global_step % config.eval_every == 0:
+                        if evaluate():
+                            state.stopped_early = state.global_step < total_steps
+                            state.finished = True
+                            break
+                    elif state.global_step % config.save_every == 0:
+                        save_checkpoint()
+                if state.finished:
+                    break
+                if state.step_in_epoch >= len(batches):
+                    state.epoch += 1
+                    state.step_in_epoch = 0
+                at_end = state.epoch >= config.epochs or state.global_step >= total_steps
+                evaluated = bool(state.history) and state.history[-1]["step"] == state.global_step
+                if (not config.eval_every or at_end) and not evaluated and evaluate():
+                    state.stopped_early = not at_end
+                    state.finished = True
+            state.seconds = time.perf_counter() - started
+            save_checkpoint()
+    except KeyboardInterrupt:
+        state.seconds = time.perf_counter() - started
+        if not updating:  # else keep the last checkpoint, which is consistent
+            save_checkpoint()
+        raise TrainingInterrupted(
+            f"training interrupted at step {state.global_step} of {total_steps}; the checkpoint "
+            f"is in {checkpoint}: run the same command again to resume"
+        ) from None
+
+    if best_weights is None:  # no evaluation happened (cannot occur with a non-empty dev set)
+        best_weights = _cpu_state(model)
+    model.load_state_dict(best_weights)
+    model.eval()
+    task.save(output)
+    metadata = {
+        "format": FORMAT_VERSION,
+        "kind": task.kind,
+        "signature": signature.to_dict(),
+        "signature_text": signature.render(),
+        "config": dict(task_config or {}),
+        "optimization": asdict(config),
+        "training": {
+            "steps": state.global_step,
+            "total_steps": total_steps,
+            "epochs_completed": state.epoch,
+            "best_step": state.best_step,
+            "best_dev": state.best_dev,
+            "stopped_early": state.stopped_early,
+            "seconds": round(state.seconds, 3),
+            "train_examples": len(train),
+            "dev_examples": len(dev),
+            "examples_per_second": round(state.global_step * config.batch_size / state.seconds, 3)
+            if state.seconds > 0
+            else None,
+            "history": state.history,
+            "data": dict(data_summary or {}),
+        },
+    }
+    write_text_atomic(output / METADATA_FILE, json.dumps(metadata, indent=2) + "\n")
+    shutil.rmtree(checkpoint, ignore_errors=True)
+    return TrainingResult(output, signature, metadata, resumed=resumed)

@@ -1,0 +1,737 @@
+"""UNION (Guan & Huang 2020): an unreferenced story metric learned from perturbed stories.
+
+The model is a BERT-like encoder with two heads:
+
+* a classifier on the ``[CLS]`` vector, ``y = sigmoid(W_c v_CLS + b_c)``, the probability that
+  the story was written by a human (Eq. 2), trained with binary cross-entropy (Eq. 3);
+* a reconstruction head, a linear layer over the vocabulary on every token,
+  ``P(r_i | s) = softmax(W_r v_i + b_r)`` (Eq. 4), trained to recover the original story
+  ``r`` token by token from the perturbed story ``s`` (Eq. 5, the mean negative
+  log-likelihood over the story's tokens; positions where the original has no token are
+  left out).
+
+The loss is ``mean_n (L_C + lambda * L_R)`` with lambda = 0.1 (Eq. 6). Training data are the
+human stories (label 1, reconstructing themselves) and one negative sample per story
+(label 0) made by a random mixture of repetition, substitution, reordering and negation
+(:func:`storyeval.perturb.sample_mixture`). The score of a story is ``y`` in [0, 1].
+
+Implementation choices the paper leaves open are documented where they are made: the
+reconstruction head starts from a copy of the encoder's input word embeddings; the leading
+context (prompt), when present, is the first segment of a pair input
+(``[CLS] prompt [SEP] story [SEP]``) and only the story is perturbed.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from storyeval.corpus import Story
+from storyeval.errors import ModelLoadError, StoryevalError
+from storyeval.learn.data import check_sizes, corpus_hash, split_dev
+from storyeval.learn.encoding import Encoded, encode_pair, pad_batch, pad_id
+from storyeval.learn.trainer import (
+    TrainingConfig,
+    TrainingResult,
+    fit,
+    read_metadata,
+)
+from storyeval.perturb.base import PerturbOptions, parse_techniques
+from storyeval.signature import Signature
+
+HEADS_FILE = "union_heads.safetensors"
+
+
+@dataclass(frozen=True)
+class UnionConfig:
+    """What defines a UNION model besides the optimization settings.
+
+    Attributes
+    ----------
+    encoder : str or None
+        Base encoder: ``None`` for the offline all-MiniLM-L6-v2, a local directory or any
+        BERT-like hub name (``bert-base-uncased`` is the paper's).
+    techniques : tuple of str
+        Techniques negatives are drawn from (leave some out for the paper's ablations).
+    reconstruction : bool
+        Train the reconstruction head (``False`` is the paper's "-Recon" ablation).
+    lam : float
+        Weight of the reconstruction loss (lambda, 0.1).
+    max_length : int
+        Longest input in tokens (prompt and story); longer inputs are cut, with a warning
+        when scoring.
+    use_prompt : bool
+        Give the prompt as the first segment of the input.
+    delexicalize : bool
+        Mask character names as ``[MALE]``/``[FEMALE]``/``[NEUTRAL]`` (training and scoring).
+    negatives : int
+        Negative samples per human story (1 in the paper).
+    window : int or None
+        Train on consecutive windows of this many sentences instead of whole stories (more,
+        shorter examples: useful with a short ``max_length``, where perturbations past the
+        cut would be invisible; the first window keeps the prompt). Scoring always reads the
+        whole story.
+    dev_fraction : float
+        Share of the stories held out for early stopping (when no dev file is given).
+    perturb : PerturbOptions
+        Knobs of the techniques.
+    """
+
+    encoder: str | None = None
+    techniques: tuple[str, ...] = ("repetition", "substitution", "reordering", "negation")
+    reconstruction: bool = True
+    lam: float = 0.1
+    max_length: int = 256
+    use_prompt: bool = True
+    delexicalize: bool = False
+    negatives: int = 1
+    window: int | None = None
+    dev_fraction: float = 0.1
+    perturb: PerturbOptions = field(default_factory=PerturbOptions)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "techniques", parse_techniques(list(self.techniques)))
+        if not (isinstance(self.lam, int | float) and self.lam >= 0 and math.isfinite(self.lam)):
+            raise ValueError(f"lam must be a finite number >= 0; got {self.lam!r}")
+        if not isinstance(self.max_length, int) or not 16 <= self.max_length <= 4096:
+            raise ValueError(f"max_length must be an integer in [16, 4096]; got {self.max_length!r}")
+        if not isinstance(self.negatives, int) or self.negatives < 1:
+            raise ValueError(f"negatives must be a positive integer; got {self.negatives!r}")
+        if not 0.0 < self.dev_fraction < 1.0:
+            raise ValueError(f"dev_fraction must be in (0, 1); got {self.dev_fraction!r}")
+        if self.window is not None and (not isinstance(self.window, int) or self.window < 2):
+            raise ValueError(f"window must be an integer >= 2 or None; got {self.window!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["techniques"] = list(self.techniques)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> UnionConfig:
+        values = dict(data)
+        values["techniques"] = tuple(values.get("techniques", cls.techniques))
+        values["perturb"] = PerturbOptions(**values.get("perturb", {}))
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class UnionExample:
+    """One training or dev input: ``text`` (label 1: human, 0: perturbed) and the original
+    it should be reconstructed into."""
+
+    id: str
+    prompt: str
+    text: str
+    original: str
+    label: int
+    techniques: tuple[str, ...] = ()
+
+
+# --------------------------------------------------------------------------- model
+
+
+def _union_model_class() -> Any:
+    import torch
+
+    class UnionModel(torch.nn.Module):  # type: ignore[misc]
+        """Encoder + classifier on [CLS] + optional reconstruction head over the vocabulary."""
+
+        def __init__(self, encoder: Any, reconstruction: bool) -> None:
+            super().__init__()
+            hidden = encoder.config.hidden_size
+            vocab = encoder.config.vocab_size
+            self.encoder = encoder
+            self.classifier = torch.nn.Linear(hidden, 1)
+            std = getattr(encoder.config, "initializer_range", 0.02)
+            torch.nn.init.normal_(self.classifier.weight, std=std)
+            torch.nn.init.zeros_(self.classifier.bias)
+            self.reconstructor: Any = None
+            if reconstruction:
+                self.reconstructor = torch.nn.Linear(hidden, vocab)
+                embeddings = encoder.get_input_embeddings().weight
+                if tuple(embeddings.shape) == (vocab, hidden):
+                    with torch.no_grad():
+                        self.reconstructor.weight.copy_(embeddings)
+                torch.nn.init.zeros_(self.reconstructor.bias)
+
+        def forward(
+            self,
+            input_ids: Any,
+            attention_mask: Any,
+            token_type_ids: Any = None,
+            positions: Any = None,
+        ) -> tuple[Any, Any]:
+            """Classifier logits (batch,) and, for ``positions`` (a boolean mask), the
+            reconstruction logits of those tokens (count, vocab)."""
+            kwargs = {"input_ids": input_ids, "attention_mask": attention_mask}
+            if token_type_ids is not None and _accepts_token_types(self.encoder):
+                kwargs["token_type_ids"] = token_type_ids
+            hidden = self.encoder(**kwargs).last_hidden_state
+            logits = self.classifier(hidden[:, 0]).squeeze(-1)
+            recon = None
+            if positions is not None and self.reconstructor is not None:
+                recon = self.reconstructor(hidden[positions])
+            return logits, recon
+
+    return UnionModel
+
+
+def _accepts_token_types(encoder: Any) -> bool:
+    return int(getattr(encoder.config, "type_vocab_size", 0) or 0) > 1
+
+
+def _base_encoder(name: str | None) -> tuple[Any, Any, str]:
+    """A fresh trainable copy of the base encoder, its tokenizer and identity."""
+    import copy
+
+    from transformers import AutoModel
+
+    from storyeval.models import load_pretrained
+
+    loaded = load_pretrained(name, "encoder", AutoModel)
+    return copy.deepcopy(loaded.model), loaded.tokenizer, loaded.identity
+
+
+# --------------------------------------------------------------------------- task
+
+
+class UnionTask:
+    """Loss and evaluation of UNION for :func:`storyeval.learn.trainer.fit`."""
+
+    kind = "union"
+
+    def __init__(self, model: Any, tokenizer: Any, config: UnionConfig) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.config = config
+        self._pad = pad_id(tokenizer)
+        self._cache: dict[tuple[str, str], Encoded] = {}
+
+    def _encode(self, prompt: str, text: str) -> Encoded:
+        key = (prompt, text)
+        found = self._cache.get(key)
+        if found is None:
+            first = prompt if self.config.use_prompt and prompt.strip() else None
+            found = encode_pair(self.tokenizer, first, text, self.config.max_length)
+            self._cache[key] = found
+        return found
+
+    def _tensors(self, batch: Sequence[UnionExample]) -> dict[str, Any]:
+        import torch
+
+        inputs = [self._encode(example.prompt, example.text) for example in batch]
+        tensors = pad_batch(inputs, self._pad)
+        targets = torch.full_like(tensors["input_ids"], -100)
+        if self.model.reconstructor is not None:
+            for row, (example, encoded) in enumerate(zip(batch, inputs, strict=True)):
+                original = self._encode(example.prompt, example.original)
+                for position, special in enumerate(encoded.special):
+                    if special or position >= len(original.input_ids):
+                        continue
+                    if original.special[position]:
+                        continue
+                    targets[row, position] = original.input_ids[position]
+        tensors["targets"] = targets
+        tensors["labels"] = torch.tensor([float(e.label) for e in batch])
+        return tensors
+
+    def _losses(self, batch: Sequence[UnionExample]) -> tuple[Any, Any, Any, Any]:
+        """Per-example classification loss, reconstruction loss and probability, plus the
+        mean total loss."""
+        import torch
+        import torch.nn.functional as F
+
+        tensors = self._tensors(batch)
+        targets = tensors["targets"]
+        positions = targets != -100 if self.model.reconstructor is not None else None
+        logits, recon = self.model(
+            tensors["input_ids"],
+            tensors["attention_mask"],
+            tensors["token_type_ids"],
+            positions,
+        )
+        cls_loss = F.binary_cross_entropy_with_logits(logits, tensors["labels"], reduction="none")
+        recon_loss = torch.zeros_like(cls_loss)
+        if recon is not None and positions is not None:
+            token_loss = F.cross_entropy(recon, targets[positions], reduction="none")
+            rows = positions.nonzero(as_tuple=True)[0]
+            sums = torch.zeros_like(cls_loss).index_add(0, rows, token_loss)
+            counts = positions.sum(dim=1).clamp(min=1).to(sums.dtype)
+            recon_loss = sums / counts
+        total = (cls_loss + self.config.lam * recon_loss).mean()
+        return cls_loss, recon_loss, torch.sigmoid(logits), total
+
+    def batch_loss(self, batch: Sequence[UnionExample]) -> tuple[Any, dict[str, float]]:
+        cls_loss, recon_loss, _, total = self._losses(batch)
+        shown = {"loss": float(total.detach()), "bce": float(cls_loss.detach().mean())}
+        if self.model.reconstructor is not None:
+            shown["nll"] = float(recon_loss.detach().mean())
+        return total, shown
+
+    def evaluate(self, examples: Sequence[UnionExample]) -> dict[str, float]:
+        total = bce = nll = correct = 0.0
+        for start in range(0, len(examples), 32):
+            batch = examples[start : start + 32]
+            cls_loss, recon_loss, probability, _ = self._losses(batch)
+            total += float((cls_loss + self.config.lam * recon_loss).sum())
+            bce += float(cls_loss.sum())
+            nll += float(recon_loss.sum())
+            labels = [example.label for example in batch]
+            correct += sum(
+                int((p >= 0.5) == bool(y)) for p, y in zip(probability.tolist(), labels, strict=True)
+            )
+        n = len(examples)
+        metrics = {"loss": total / n, "bce": bce / n, "accuracy": correct / n}
+        if self.model.reconstructor is not None:
+            metrics["nll"] = nll / n
+        return metrics
+
+    def save(self, directory: Path) -> None:
+        from safetensors.torch import save_file
+
+        directory.mkdir(parents=True, exist_ok=True)
+        self.model.encoder.save_pretrained(directory)
+        self.tokenizer.save_pretrained(directory)
+        heads = {
+            f"classifier.{k}": v.contiguous() for k, v in self.model.classifier.state_dict().items()
+        }
+        if self.model.reconstructor is not None:
+            heads.update(
+                {
+                    f"reconstructor.{k}": v.contiguous()
+                    for k, v in self.model.reconstructor.state_dict().items()
+                }
+            )
+        save_file(heads, str(directory / HEADS_FILE))
+
+
+# --------------------------------------------------------------------------- data
+
+
+def _delexicalized(stories: Sequence[Story], nlp: Any) -> list[Story]:
+    from storyeval.perturb.delex import Delexicalizer
+
+    delex = Delexicalizer(nlp=nlp)
+    return [delex.story(story) for story in stories]
+
+
+def sentence_windows(stories: Sequence[Story], size: int) -> list[Story]:
+    """Cut each story into consecutive windows of ``size`` sentences (ids ``ID@K``); a last
+    window shorter than 2 sentences joins the one before. The first window keeps the prompt.
+
+    >>> from storyeval.corpus import Story
+    >>> [(w.id, w.prompt, w.story) for w in sentence_windows(
+    ...     [Story("a", "P.", "One. Two. Three. Four. Five.")], 2)]
+    [('a@0', 'P.', 'One. Two.'), ('a@1', '', 'Three. Four. Five.')]
+    """
+    from storyeval.text import split_sentences
+
+    windows: list[Story] = []
+    for story in stories:
+        sentences = split_sentences(story.story)
+        groups = [sentences[i : i + size] for i in range(0, len(sentences), size)]
+        if len(groups) > 1 and len(groups[-1]) < 2:
+            groups[-2] += groups.pop()
+        for k, group in enumerate(groups):
+            windows.append(
+                Story(f"{story.id}@{k}", story.prompt if k == 0 else "", " ".join(group))
+            )
+    return windows
+
+
+def build_examples(
+    stories: Sequence[Story],
+    config: UnionConfig,
+    *,
+    seed: int,
+    corpus: Any = None,
+    nlp: Any = None,
+    progress: bool = False,
+) -> tuple[list[UnionExample], dict[str, str]]:
+    """The human stories (label 1) and ``config.negatives`` UNION negatives of each
+    (label 0). Returns the examples and the stories no technique could perturb (id ->
+    reason); those keep their positive example only."""
+    from storyeval.perturb.engine import perturb_stories
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        run = perturb_stories(
+            stories,
+            config.techniques,
+            mode="mix",
+            seed=seed,
+            samples=config.negatives,
+            options=config.perturb,
+            skip_inapplicable=True,
+            nlp=nlp,
+            corpus=corpus,
+            progress=progress,
+        )
+    by_id = {story.id: story for story in stories}
+    examples = [UnionExample(s.id, s.prompt, s.story, s.story, 1) for s in stories]
+    for negative in run.stories:
+        source = by_id[negative.source_id]
+        examples.append(
+            UnionExample(
+                negative.id,
+                source.prompt,
+                negative.story,
+                source.story,
+                0,
+                tuple(negative.techniques),
+            )
+        )
+    return examples, run.skipped
+
+
+def union_signature(
+    config: UnionConfig,
+    training: TrainingConfig,
+    *,
+    encoder_identity: str,
+    data: str,
+    n_stories: int,
+    dev: str,
+) -> Signature:
+    """The signature of a UNION model: everything that changes its scores."""
+    return Signature(
+        "union",
+        {
+            "encoder": encoder_identity,
+            "techniques": ",".join(config.techniques),
+            "recon": config.reconstruction,
+            "lambda": config.lam if config.reconstruction else None,
+            "max_length": config.max_length,
+            "prompt": config.use_prompt,
+            "delex": config.delexicalize,
+            "negatives": config.negatives,
+            "window": config.window,
+            **config.perturb.signature_fields(),
+            **training.signature_fields(),
+            "data": data,
+            "stories": n_stories,
+            "dev": dev,
+        },
+    )
+
+
+def train_union(
+    stories: Sequence[Story],
+    output: str | Path,
+    *,
+    config: UnionConfig | None = None,
+    training: TrainingConfig | None = None,
+    dev_stories: Sequence[Story] | None = None,
+    overwrite: bool = False,
+    progress: bool = True,
+    nlp: Any = None,
+    on_step: Callable[[int], None] | None = None,
+) -> TrainingResult:
+    """Train UNION on human-written stories and write the model to ``output``.
+
+    Parameters
+    ----------
+    stories : sequence of Story
+        Human-written stories (``prompt`` is the leading context, ``story`` the text).
+    output : path
+        The model directory (see :func:`storyeval.learn.trainer.fit` for resuming).
+    config : UnionConfig, optional
+        Model, negative sampling and input settings (defaults follow the paper).
+    training : TrainingConfig, optional
+        Optimization settings (learning rate 5e-5, batch size 10, ...).
+    dev_stories : sequence of Story, optional
+        A separate dev set; by default ``config.dev_fraction`` of ``stories`` is held out.
+    overwrite : bool
+        Replace a model trained with other settings in ``output``.
+    progress : bool
+        Show progress bars.
+    nlp : spaCy Language, optional
+        Pipeline for the perturbations (default :func:`storyeval.models.load_spacy`).
+    on_step : callable, optional
+        Called after every optimizer step with the step number.
+
+    Returns
+    -------
+    TrainingResult
+        ``result.dev`` has the dev ``loss``, ``bce``, ``nll`` and ``accuracy`` of the kept
+        weights.
+
+    Raises
+    ------
+    storyeval.learn.data.InsufficientDataError
+        When the corpus is too small to split or to train on.
+    """
+    from storyeval.learn.trainer import existing_model
+
+    config = config or UnionConfig()
+    training = training or TrainingConfig()
+    if nlp is None and (config.delexicalize or True):
+        from storyeval.models import load_spacy
+
+        nlp = load_spacy()
+    stories = list(stories)
+    if dev_stories is None:
+        train_stories, dev_list = split_dev(
+            stories, dev_fraction=config.dev_fraction, seed=training.seed
+        )
+        dev_tag = f"split:{config.dev_fraction}"
+    else:
+        train_stories, dev_list = stories, list(dev_stories)
+        check_sizes(train_stories, dev_list)
+        dev_tag = f"file:{corpus_hash(dev_list)}"
+    encoder, tokenizer, identity = _base_encoder(config.encoder)
+    signature = union_signature(
+        config,
+        training,
+        encoder_identity=identity,
+        data=corpus_hash(stories if dev_stories is None else [*stories, *dev_list]),
+        n_stories=len(train_stories),
+        dev=dev_tag,
+    )
+    reused = existing_model(output, signature, overwrite=overwrite)
+    if reused is not None:
+        return reused
+    if config.delexicalize:
+        train_stories = _delexicalized(train_stories, nlp)
+        dev_list = _delexicalized(dev_list, nlp)
+    if config.window is not None:
+        train_stories = sentence_windows(train_stories, config.window)
+        dev_list = sentence_windows(dev_list, config.window)
+    from storyeval.perturb.corpus import PerturbationCorpus
+
+    corpus = PerturbationCorpus(
+        ((s.id, s.story) for s in [*train_stories, *dev_list]), nlp=nlp, progress=progress
+    )
+    train_examples, skipped_train = build_examples(
+        train_stories, config, seed=training.seed, corpus=corpus, nlp=nlp, progress=progress
+    )
+    dev_examples, skipped_dev = build_examples(
+        dev_list, config, seed=training.seed + 1, corpus=corpus, nlp=nlp
+    )
+    skipped = {**skipped_train, **skipped_dev}
+    if skipped:
+        warnings.warn(
+            f"{len(skipped)} stor{'y' if len(skipped) == 1 else 'ies'} could not be perturbed "
+            f"and have no negative sample (first: {next(iter(skipped.values()))})",
+            UserWarning,
+            stacklevel=2,
+        )
+    import torch
+
+    torch.manual_seed(training.seed)
+    model = _union_model_class()(encoder, config.reconstruction)
+    task = UnionTask(model, tokenizer, config)
+    techniques_used: dict[str, int] = {}
+    for example in train_examples:
+        for name in example.techniques:
+            techniques_used[name] = techniques_used.get(name, 0) + 1
+    return fit(
+        task,
+        train_examples,
+        dev_examples,
+        training,
+        output,
+        signature,
+        task_config=config.to_dict() | {"base_identity": identity},
+        data_summary={
+            "train_texts": len(train_stories),
+            "dev_texts": len(dev_list),
+            "negatives_without_source": sorted(skipped),
+            "technique_counts": techniques_used,
+            "hash": signature.fields["data"],
+        },
+        overwrite=overwrite,
+        progress=progress,
+        on_step=on_step,
+    )
+
+
+# --------------------------------------------------------------------------- scoring
+
+
+class UnionScorer:
+    """A trained UNION model, ready to score stories.
+
+    Parameters
+    ----------
+    directory : path
+        A directory written by :func:`train_union` (``storyeval train union``).
+
+    Raises
+    ------
+    storyeval.errors.ModelLoadError
+        When the directory is not a finished UNION model (e.g. an NSP model or a bare
+        encoder without the UNION heads).
+    """
+
+    def __init__(self, directory: str | Path) -> None:
+        import torch
+        from safetensors.torch import load_file
+        from transformers import AutoModel, AutoTokenizer
+
+        from storyeval.models import file_identity
+
+        path = Path(directory).expanduser().resolve()
+        heads_file = path / HEADS_FILE
+        if path.is_dir() and not heads_file.is_file():
+            raise ModelLoadError(
+                f"{directory}: has no UNION heads ({HEADS_FILE}); it is not a UNION model. "
+                "Train one with `storyeval train union --stories HUMAN.jsonl -o DIR`"
+            )
+        metadata = read_metadata(path)
+        if metadata.get("kind") != "union":
+            raise ModelLoadError(
+                f"{directory}: is a {metadata.get('kind')!r} model, not a UNION model"
+            )
+        self.directory = path
+        self.metadata = metadata
+        self.config = UnionConfig.from_dict(
+            {k: v for k, v in metadata["config"].items() if k != "base_identity"}
+        )
+        self.training_signature = Signature.from_dict(metadata["signature"])
+        self.tokenizer = AutoTokenizer.from_pretrained(str(path))
+        encoder = AutoModel.from_pretrained(str(path), dtype=torch.float32)
+        heads = load_file(str(heads_file))
+        model = _union_model_class()(encoder, "reconstructor.weight" in heads)
+        model.classifier.load_state_dict(
+            {k.split(".", 1)[1]: v for k, v in heads.items() if k.startswith("classifier.")}
+        )
+        if model.reconstructor is not None:
+            model.reconstructor.load_state_dict(
+                {k.split(".", 1)[1]: v for k, v in heads.items() if k.startswith("reconstructor.")}
+            )
+        model.eval()
+        self.model = model
+        self.identity = f"{path.name}@{file_identity(str(path))}"
+        self._delex: Any = None
+
+    @property
+    def signature(self) -> Signature:
+        """The signature of scores from this model."""
+        fields = self.training_signature.fields
+        return Signature(
+            "union",
+            {
+                "model": self.identity,
+                "encoder": fields.get("encoder"),
+                "techniques": fields.get("techniques"),
+                "recon": fields.get("recon"),
+                "max_length": self.config.max_length,
+                "prompt": self.config.use_prompt,
+                "delex": self.config.delexicalize,
+                "seed": fields.get("seed"),
+                "data": fields.get("data"),
+            },
+        )
+
+    def _prepare(self, stories: Sequence[Story]) -> list[Story]:
+        if not self.config.delexicalize:
+            return list(stories)
+        if self._delex is None:
+            from storyeval.perturb.delex import Delexicalizer
+
+            self._delex = Delexicalizer()
+        return [self._delex.story(story) for story in stories]
+
+    def score(
+        self, stories: Sequence[Story], *, batch_size: int = 32, progress: bool = False
+    ) -> list[float]:
+        """The UNION score (probability of being human-written, in [0, 1]) of each story.
+
+        Inputs longer than the model's ``max_length`` tokens are cut at that length and a
+        :class:`storyeval.text.TruncationWarning` says how many were.
+        """
+        import torch
+
+        from storyeval.text import TruncationWarning
+
+        prepared = self._prepare(stories)
+        task = UnionTask(self.model, self.tokenizer, replace(self.config))
+        encoded = [task._encode(story.prompt, story.story) for story in prepared]
+        order = sorted(range(len(encoded)), key=lambda i: len(encoded[i].input_ids))
+        scores = [math.nan] * len(encoded)
+        batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+        iterator: Any = batches
+        if progress:
+            from tqdm import tqdm
+
+            iterator = tqdm(batches, desc="union", unit="batch", leave=False)
+        with torch.no_grad():
+            for batch in iterator:
+                tensors = pad_batch([encoded[i] for i in batch], pad_id(self.tokenizer))
+                logits, _ = self.model(
+                    tensors["input_ids"], tensors["attention_mask"], tensors["token_type_ids"]
+                )
+                for index, value in zip(batch, torch.sigmoid(logits).tolist(), strict=True):
+                    scores[index] = float(value)
+        truncated = sum(item.truncated for item in encoded)
+        if truncated:
+            warnings.warn(
+                f"{truncated} of {len(encoded)} inputs were longer than the model's "
+                f"max_length ({self.config.max_length} tokens) and were scored on their first "
+                f"{self.config.max_length} tokens",
+                TruncationWarning,
+                stacklevel=2,
+            )
+        return scores
+
+
+@functools.lru_cache(maxsize=8)
+def _cached_scorer(path: str, stamp: float) -> UnionScorer:
+    return UnionScorer(path)
+
+
+def load_union(directory: str | Path) -> UnionScorer:
+    """Load a trained UNION model once per process (reloaded when the directory changes)."""
+    path = Path(directory).expanduser()
+    meta = path / "storyeval.json"
+    stamp = meta.stat().st_mtime if meta.is_file() else 0.0
+    if not path.exists():
+        raise ModelLoadError(f"{directory}: no such UNION model directory")
+    return _cached_scorer(str(path.resolve()), stamp)
+
+
+def discrimination(
+    scorer: UnionScorer,
+    stories: Sequence[Story],
+    *,
+    seed: int = 0,
+    techniques: Sequence[str] | None = None,
+    nlp: Any = None,
+) -> dict[str, float]:
+    """How well a UNION model tells ``stories`` (human) from UNION negatives of them.
+
+    Returns ``accuracy`` (threshold 0.5 over originals and negatives), ``pairwise`` (share of
+    pairs where the original scores higher than its negative), ``mean_human``,
+    ``mean_perturbed`` and ``n`` (number of pairs). Use stories the model was not trained on.
+    """
+    config = scorer.config
+    if techniques is not None:
+        config = replace(config, techniques=tuple(techniques))
+    examples, _ = build_examples(stories, config, seed=seed, nlp=nlp)
+    positives = [e for e in examples if e.label == 1]
+    negatives = [e for e in examples if e.label == 0]
+    if not negatives:
+        raise StoryevalError("no story could be perturbed; cannot measure discrimination")
+    by_id = {e.id: e for e in positives}
+    to_score = [Story(e.id, e.prompt, e.text) for e in positives + negatives]
+    values = scorer.score(to_score)
+    score_of = {story.id: value for story, value in zip(to_score, values, strict=True)}
+    correct = sum(score_of[e.id] >= 0.5 for e in positives) + sum(
+        score_of[e.id] < 0.5 for e in negatives
+    )
+    source_of = {e.id: e.id.rsplit("-p", 1)[0] for e in negatives}
+    pairs = [(score_of[source_of[e.id]], score_of[e.id]) for e in negatives if source_of[e.id] in by_id]
+    return {
+        "accuracy": correct / (len(positives) + len(negatives)),
+        "pairwise": sum(h > p for h, p in pairs) / len(pairs),
+        "mean_human": sum(score_of[e.id] for e in positives) / len(positives),
+        "mean_perturbed": sum(score_of[e.id] for e in negatives) / len(negatives),
+        "n": float(len(pairs)),
+    }
