@@ -193,8 +193,8 @@ def agreement(
     ...                      "criterion": "q", "value": [1, 1, 2, 2, 3, 3, 1, 2]})
     >>> out = agreement(long, statistics=["alpha", "full_agreement"], n_boot=0)
     >>> out.set_index("method")["estimate"].round(3).to_dict()  # doctest: +NORMALIZE_WHITESPACE
-    {'krippendorff_alpha_nominal': 0.644, 'krippendorff_alpha_ordinal': 0.81,
-     'krippendorff_alpha_interval': 0.839, 'percent_full_agreement': 75.0}
+    {'krippendorff_alpha_nominal': 0.667, 'krippendorff_alpha_ordinal': 0.79,
+     'krippendorff_alpha_interval': 0.821, 'percent_full_agreement': 75.0}
     """
     for name in statistics:
         if name not in AGREEMENT_STATISTICS:
