@@ -418,7 +418,7 @@ def correlation_signature(
     fields["level"] = level
     if aggregation is not None:
         fields["raters"] = aggregation
-    fields["p"] = "signflip" if level == "story" else "scipy"
+    fields["p"] = "signflip" if level == "story" else "scipy;exact<=8"
     fields["ci"] = "percentile"
     fields["confidence"] = confidence
     fields["bootstrap"] = n_boot

@@ -82,7 +82,8 @@ def correlation(
     estimate : float
         The coefficient, or nan when undefined.
     p_value : float
-        Two-sided p-value of scipy's test of no association, or nan.
+        Two-sided p-value of scipy's test of no association (for n <= 8, exact, from all
+        n! pairings), or nan.
     n : int
         The number of finite pairs used.
 
@@ -130,7 +131,50 @@ def correlation(
             estimate, p_value = float(result.statistic), float(result.pvalue)
     if n == 2:  # a p-value from two points means nothing
         p_value = float("nan")
+    elif n <= EXACT_P_MAX_N:
+        p_value = exact_permutation_p(xa, ya, method=method, kendall_variant=kendall_variant)
     return estimate, p_value, n
+
+
+EXACT_P_MAX_N = 8
+"""Up to this many pairs, p-values come from all n! pairings (scipy's asymptotic p-values
+are far too small there: Pearson's or Spearman's r = 1 from 3 points gets p = 0)."""
+
+
+def exact_permutation_p(
+    x: FloatArray, y: FloatArray, *, method: str, kendall_variant: str = "b"
+) -> float:
+    """Two-sided p-value of a correlation from every pairing of ``x`` with ``y``.
+
+    Uses ``scipy.stats.permutation_test`` (``permutation_type="pairings"``), which enumerates
+    all n! pairings when n is small.
+
+    Examples
+    --------
+    >>> exact_permutation_p([1.0, 2, 3], [1.0, 2, 3], method="spearman")  # 2 of 6 pairings
+    0.3333333333333333
+    """
+    from scipy import stats
+
+    ya = np.asarray(y, dtype=float)
+
+    def statistic(xs: FloatArray, axis: int = -1) -> FloatArray:
+        xs = np.moveaxis(np.asarray(xs, dtype=float), axis, -1)
+        shape = xs.shape[:-1]
+        flat = xs.reshape(-1, xs.shape[-1])
+        ys = np.broadcast_to(ya, flat.shape)
+        values = rows_correlation(flat, np.array(ys), method=method, kendall_variant=kendall_variant)
+        return values.reshape(shape)
+
+    result = stats.permutation_test(
+        (np.asarray(x, dtype=float),),
+        statistic,
+        permutation_type="pairings",
+        vectorized=True,
+        n_resamples=np.inf,
+        alternative="two-sided",
+    )
+    return float(min(1.0, result.pvalue))
 
 
 # --------------------------------------------------------------------------- row estimators
