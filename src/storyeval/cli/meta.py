@@ -125,7 +125,7 @@ def correlate_command(
             )
             if adjust != "none":
                 result = adjust_pvalues(result, method=adjust, by=["level", "method"])
-    except ValueError as exc:
+    except (ValueError, OSError) as exc:
         raise user_error(exc) from None
     write_table(result, output)
     print_table(result, ["metric", "criterion", "level", "method", "estimate [ci]", "p", "n"])
@@ -171,7 +171,7 @@ def compare_command(
                 alternative=alternative,
                 correction=None if adjust == "none" else adjust,
             )
-    except ValueError as exc:
+    except (ValueError, OSError) as exc:
         raise user_error(exc) from None
     write_table(result, output)
     columns = ["criterion", "metric_a", "metric_b", "r_a", "r_b", "statistic", "p", "n"]
@@ -224,7 +224,7 @@ def agreement_command(
                 seed=seed,
             )
             summary = describe_ratings(records)
-    except ValueError as exc:
+    except (ValueError, OSError) as exc:
         raise user_error(exc) from None
     write_table(result, output)
     typer.echo(summary.round(3).to_string(index=False))
@@ -277,7 +277,7 @@ def ceiling_command(
                 n_boot=n_boot,
                 seed=seed,
             )
-    except ValueError as exc:
+    except (ValueError, OSError) as exc:
         raise user_error(exc) from None
     write_table(result, output)
     print_table(result, ["rater", "criterion", "level", "method", "estimate [ci]", "n"], limit=60)
@@ -336,7 +336,7 @@ def discriminate_command(
                 confidence=confidence,
                 tie_tolerance=tie_tolerance,
             )
-    except ValueError as exc:
+    except (ValueError, OSError) as exc:
         raise user_error(exc) from None
     write_table(result, output)
     print_table(
@@ -390,7 +390,7 @@ def drift_quality(
                 repeats=repeats,
                 seed=seed,
             )
-    except ValueError as exc:
+    except (ValueError, OSError) as exc:
         raise user_error(exc) from None
     write_table(result, output)
     if composition is not None:
@@ -448,7 +448,7 @@ def drift_subsets(
                 n_boot=n_boot,
                 seed=seed,
             )
-    except ValueError as exc:
+    except (ValueError, OSError) as exc:
         raise user_error(exc) from None
     write_table(result, output)
     print_table(result, ["subset", "metric", "criterion", "level", "method", "estimate [ci]", "p", "n"], limit=60)
@@ -476,7 +476,7 @@ def drift_dataset(
         with reported_warnings():
             runs = load_drift_runs(spec, aggregation=aggregate, criteria=criterion or None)
             result = dataset_drift(runs, methods=methods, n_boot=n_boot, seed=seed, criteria=criterion or None)
-    except ValueError as exc:
+    except (ValueError, OSError) as exc:
         raise user_error(exc) from None
     write_table(result, output)
     print_table(

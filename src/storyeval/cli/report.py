@@ -77,7 +77,7 @@ def report_command(
                 "stories": [stories] if stories else [],
             },
         )
-    except ValueError as exc:
+    except (ValueError, OSError) as exc:
         raise user_error(exc) from None
     typer.echo(f"wrote {result.directory / 'index.html'} and {result.directory / 'report.md'}")
     csvs = sorted(name for name in result.files if name.endswith(".csv"))
