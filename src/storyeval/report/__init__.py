@@ -379,6 +379,14 @@ def build_report(
         shown["sd"] = shown["sd"].map(_fmt)
         human.tables.append(Table(shown, "Ratings per criterion (all ratings)"))
     if agreement_table is not None:
+        human.paragraphs.append(
+            "Agreement per criterion: Krippendorff's alpha at the nominal, ordinal and interval "
+            "levels (krippendorff package), Fleiss' kappa (statsmodels; items with the modal "
+            "number of ratings), intraclass correlations (pingouin; icc1 one-way random, icc2 "
+            "two-way random absolute agreement, icc3 two-way mixed consistency, k = the mean of "
+            "k raters; items rated by every rater) and the percentage of items on which all "
+            "ratings agree, as Karpinska et al. (2021) report beside alpha."
+        )
         save_csv("agreement.csv", agreement_table)
         pivot = agreement_table.assign(cell=[_estimate_cell(r, stars=False) for r in agreement_table.to_dict("records")])
         pivot.loc[pivot["method"] == "percent_full_agreement", "cell"] = agreement_table.loc[

@@ -47,8 +47,7 @@ def _annotated_heatmap(
 ) -> Any:
     from matplotlib import colormaps
 
-    cmap = colormaps["RdBu_r"].copy()
-    cmap.set_bad("#dddddd")
+    cmap = colormaps["RdBu_r"].with_extremes(bad="#dddddd")
     masked = np.ma.masked_invalid(values)
     image = ax.imshow(masked, cmap=cmap, vmin=-1, vmax=1, aspect="auto")
     ax.set_xticks(range(len(columns)))
