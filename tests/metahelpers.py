@@ -10,6 +10,7 @@ human stories, which have no reference). Each record carries the story's ``syste
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 from pathlib import Path
 
@@ -31,7 +32,7 @@ def example_scores() -> tuple[Score, ...]:
     records: list[Score] = []
     for story in read_stories(STORIES):
         words = tokenize_words(story.story, lowercase=True, punctuation=False)
-        bigrams = list(zip(words, words[1:], strict=False))
+        bigrams = list(itertools.pairwise(words))
         distinct = len(set(bigrams)) / len(bigrams) if bigrams else math.nan
         bleu = (
             sacrebleu.sentence_bleu(story.story, story.references).score
@@ -40,18 +41,38 @@ def example_scores() -> tuple[Score, ...]:
         )
         extra = {"system": story.system, "prompt_id": story.extra["prompt_id"]}
         records.append(
-            Score(story.id, "distinct2", distinct, Signature("distinct2", {"n": 2}).render(), dict(extra))
+            Score(
+                story.id,
+                "distinct2",
+                distinct,
+                Signature("distinct2", {"n": 2}).render(),
+                dict(extra),
+            )
         )
         records.append(
-            Score(story.id, "length", float(len(words)), Signature("length", {"unit": "words"}).render(), dict(extra))
+            Score(
+                story.id,
+                "length",
+                float(len(words)),
+                Signature("length", {"unit": "words"}).render(),
+                dict(extra),
+            )
         )
         records.append(
-            Score(story.id, "bleu", bleu, Signature("bleu", {"tokenize": "13a", "smooth": "exp"}).render(), dict(extra))
+            Score(
+                story.id,
+                "bleu",
+                bleu,
+                Signature("bleu", {"tokenize": "13a", "smooth": "exp"}).render(),
+                dict(extra),
+            )
         )
     return tuple(records)
 
 
-def write_example_scores(path: Path, *, with_groups: bool = True, metrics: tuple[str, ...] = METRICS) -> Path:
+def write_example_scores(
+    path: Path, *, with_groups: bool = True, metrics: tuple[str, ...] = METRICS
+) -> Path:
     """Write the example scores (optionally without system/prompt_id) and return the path."""
     records = []
     for score in example_scores():

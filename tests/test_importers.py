@@ -47,7 +47,9 @@ def test_union_judgments_feed_agreement_and_quality_drift(tmp_path):
     assert nominal["n"].iloc[0] == 5 and -1 <= nominal["estimate"].iloc[0] <= 1
     from storyeval.corpus import Score, write_scores
 
-    scores = [Score(s.id, "length", float(len(s.story.split()))) for s in read_stories(written["stories"])]
+    scores = [
+        Score(s.id, "length", float(len(s.story.split()))) for s in read_stories(written["stories"])
+    ]
     write_scores(tmp_path / "scores.jsonl", scores)
     table = load_meta_table([tmp_path / "scores.jsonl"], [written["judgments"]])
     with warnings.catch_warnings():
@@ -84,11 +86,17 @@ def test_hanna_keeps_metric_names_verbatim_and_imports_raters(tmp_path):
     assert math.isnan(value["Δ perplexity"]) and value["BLEU"] == pytest.approx(10.828)
     coherence = [j for j in result.judgments if j.criterion == "Coherence" and j.item_id == item]
     assert sorted((j.rater_id, j.value) for j in coherence) == [
-        ("Human 1", 3.0), ("Human 2", 3.0), ("Human 3", 3.0)]
+        ("Human 1", 3.0),
+        ("Human 2", 3.0),
+        ("Human 3", 3.0),
+    ]
     relevance = [j for j in result.judgments if j.criterion == "Relevance" and j.item_id == item]
-    assert [(j.rater_id, j.value, j.extra["aggregate"]) for j in relevance] == [("mean", 2.9955, "mean")]
-    assert all(j.extra["system"] == "Fusion" and j.extra["prompt_id"] == "prompt-2"
-               for j in coherence)
+    assert [(j.rater_id, j.value, j.extra["aggregate"]) for j in relevance] == [
+        ("mean", 2.9955, "mean")
+    ]
+    assert all(
+        j.extra["system"] == "Fusion" and j.extra["prompt_id"] == "prompt-2" for j in coherence
+    )
     written = write_import(result, tmp_path)
     assert set(written) == {"judgments", "scores"}  # no story texts in this file
     assert any("stories.jsonl is not written" in note for note in result.notes)
@@ -102,7 +110,7 @@ def test_hanna_keeps_metric_names_verbatim_and_imports_raters(tmp_path):
 def test_hanna_errors_name_file_and_line(write_file):
     bad = write_file(
         "bad.csv",
-        'Model,Coherence,BLEU\n'
+        "Model,Coherence,BLEU\n"
         'A,"[1, 2]","[0.1, 0.2]"\n'
         'B,"[1, 2]","[0.1]"\n'
         'C,"[1, ""x""]","[0.1, 0.2]"\n'
@@ -128,7 +136,12 @@ def test_deltascore_string_ratings_and_prompts(tmp_path):
     assert ratings[("d00001", "fluency")] == pytest.approx(4.33)
     assert ratings[("d00002", "relatedness")] == pytest.approx(2.33)
     assert {j.criterion for j in result.judgments} == {
-        "fluency", "coherence", "relatedness", "logicality", "interestingness"}
+        "fluency",
+        "coherence",
+        "relatedness",
+        "logicality",
+        "interestingness",
+    }
     assert {j.rater_id for j in result.judgments} == {"mean"}
     written = write_import(result, tmp_path)
     assert len(read_stories(written["stories"])) == 4
@@ -155,23 +168,50 @@ def test_deltascore_errors(write_file):
 
 def test_cli_import_then_correlate_at_system_level(tmp_path):
     out = tmp_path / "hanna"
-    result = runner.invoke(app, ["import", "hanna", str(DATA / "hanna_sample.csv"), "--out-dir", str(out)])
+    result = runner.invoke(
+        app, ["import", "hanna", str(DATA / "hanna_sample.csv"), "--out-dir", str(out)]
+    )
     assert result.exit_code == 0, result.output
     assert "wrote 60 scores" in result.output and "Mover’s Score" in result.output
     table = tmp_path / "corr.csv"
-    result = runner.invoke(app, [
-        "correlate", "-s", str(out / "scores.jsonl"), "-j", str(out / "judgments.jsonl"),
-        "--level", "system", "--level", "story", "--method", "kendall", "--n-boot", "50",
-        "-o", str(table),
-    ])
+    result = runner.invoke(
+        app,
+        [
+            "correlate",
+            "-s",
+            str(out / "scores.jsonl"),
+            "-j",
+            str(out / "judgments.jsonl"),
+            "--level",
+            "system",
+            "--level",
+            "story",
+            "--method",
+            "kendall",
+            "--n-boot",
+            "50",
+            "-o",
+            str(table),
+        ],
+    )
     assert result.exit_code == 0, result.output
     import pandas as pd
 
     frame = pd.read_csv(table)
-    assert set(frame["metric"]) == {"BLEU", "BERTScore‑F", "Mover’s Score", "chrF++", "Δ perplexity"}
-    system = frame[(frame.level == "system") & (frame.metric == "BLEU") & (frame.criterion == "Coherence")]
+    assert set(frame["metric"]) == {
+        "BLEU",
+        "BERTScore‑F",
+        "Mover’s Score",
+        "chrF++",
+        "Δ perplexity",
+    }
+    system = frame[
+        (frame.level == "system") & (frame.metric == "BLEU") & (frame.criterion == "Coherence")
+    ]
     assert system["n"].iloc[0] == 3
-    story = frame[(frame.level == "story") & (frame.metric == "BLEU") & (frame.criterion == "Coherence")]
+    story = frame[
+        (frame.level == "story") & (frame.metric == "BLEU") & (frame.criterion == "Coherence")
+    ]
     assert story["n_groups"].iloc[0] + story["skipped"].iloc[0] == 4
 
 
@@ -181,13 +221,22 @@ def test_cli_import_errors_exit_2_with_file_line(tmp_path, write_file):
     assert result.exit_code == 2
     assert f"{bad}:1: labels must be 0 or 1; got 'yes'" in result.output
     result = runner.invoke(app, ["import", "bogus", str(bad), "--out-dir", str(tmp_path / "o")])
-    assert result.exit_code == 2 and "must be one of union, hanna, deltascore, judgments" in result.output
+    assert (
+        result.exit_code == 2
+        and "must be one of union, hanna, deltascore, judgments" in result.output
+    )
 
 
 def test_cli_import_long_judgments(tmp_path):
-    result = runner.invoke(app, ["import", "judgments", str(DATA / "judgments_sample.csv"),
-                                 "--out-dir", str(tmp_path)])
+    result = runner.invoke(
+        app, ["import", "judgments", str(DATA / "judgments_sample.csv"), "--out-dir", str(tmp_path)]
+    )
     assert result.exit_code == 0, result.output
     lines = [json.loads(x) for x in (tmp_path / "judgments.jsonl").read_text().splitlines()]
-    assert lines[0] == {"item_id": "s001", "rater_id": "t1", "criterion": "coherence", "value": 5.0,
-                        "time_s": 41.5}
+    assert lines[0] == {
+        "item_id": "s001",
+        "rater_id": "t1",
+        "criterion": "coherence",
+        "value": 5.0,
+        "time_s": 41.5,
+    }

@@ -11,10 +11,10 @@ import numpy as np
 import pandas as pd
 import pingouin
 import pytest
-from metahelpers import JUDGMENTS, STORIES
 from scipy import stats
 from statsmodels.stats.inter_rater import fleiss_kappa
 
+from metahelpers import JUDGMENTS, STORIES
 from storyeval.corpus import read_judgments
 from storyeval.meta import (
     DataCoverageWarning,
@@ -37,12 +37,27 @@ KRIPPENDORFF_2011 = [
 # Fleiss (1971) as worked in Wikipedia's "Fleiss' kappa" article: 10 subjects, 14 raters,
 # 5 categories (counts per category); kappa = 0.210.
 FLEISS_EXAMPLE = [
-    [0, 0, 0, 0, 14], [0, 2, 6, 4, 2], [0, 0, 3, 5, 6], [0, 3, 9, 2, 0], [2, 2, 8, 1, 1],
-    [7, 7, 0, 0, 0], [3, 2, 6, 3, 0], [2, 5, 3, 2, 2], [6, 5, 2, 1, 0], [0, 2, 2, 3, 7],
+    [0, 0, 0, 0, 14],
+    [0, 2, 6, 4, 2],
+    [0, 0, 3, 5, 6],
+    [0, 3, 9, 2, 0],
+    [2, 2, 8, 1, 1],
+    [7, 7, 0, 0, 0],
+    [3, 2, 6, 3, 0],
+    [2, 5, 3, 2, 2],
+    [6, 5, 2, 1, 0],
+    [0, 2, 2, 3, 7],
 ]
 # Shrout & Fleiss (1979), Table 2: 6 targets rated by 4 judges; their Table 4 gives
 # ICC(1,1) = .17, ICC(2,1) = .29, ICC(3,1) = .71, ICC(1,4) = .44, ICC(2,4) = .62, ICC(3,4) = .91.
-SHROUT_FLEISS = [[9, 2, 5, 8], [6, 1, 3, 2], [8, 4, 6, 8], [7, 1, 2, 6], [10, 5, 6, 9], [6, 2, 4, 7]]
+SHROUT_FLEISS = [
+    [9, 2, 5, 8],
+    [6, 1, 3, 2],
+    [8, 4, 6, 8],
+    [7, 1, 2, 6],
+    [10, 5, 6, 9],
+    [6, 2, 4, 7],
+]
 
 
 def _long(matrix, criterion="q"):
@@ -50,8 +65,14 @@ def _long(matrix, criterion="q"):
     for r, values in enumerate(matrix):
         for i, value in enumerate(values):
             if not (isinstance(value, float) and math.isnan(value)):
-                rows.append({"item_id": f"u{i:02d}", "rater_id": f"c{r}", "criterion": criterion,
-                             "value": value})
+                rows.append(
+                    {
+                        "item_id": f"u{i:02d}",
+                        "rater_id": f"c{r}",
+                        "criterion": criterion,
+                        "value": value,
+                    }
+                )
     return pd.DataFrame(rows)
 
 
@@ -84,8 +105,12 @@ def test_vectorised_alpha_bootstrap_matches_the_package(level):
     weights = np.zeros((20, data.shape[1]))
     np.add.at(weights, (np.repeat(np.arange(20), data.shape[1]), idx.ravel()), 1.0)
     ours = alpha_resampled(data, weights, level=level, domain=domain)
-    ref = [krippendorff.alpha(reliability_data=data[:, i], level_of_measurement=level,
-                              value_domain=domain) for i in idx]
+    ref = [
+        krippendorff.alpha(
+            reliability_data=data[:, i], level_of_measurement=level, value_domain=domain
+        )
+        for i in idx
+    ]
     np.testing.assert_allclose(ours, ref, atol=1e-12)
 
 
@@ -93,8 +118,10 @@ def test_fleiss_kappa_reproduces_the_worked_example():
     rows = []
     for i, counts in enumerate(FLEISS_EXAMPLE):
         values = [c + 1 for c, k in enumerate(counts) for _ in range(k)]
-        rows += [{"item_id": f"s{i}", "rater_id": f"r{r}", "criterion": "q", "value": v}
-                 for r, v in enumerate(values)]
+        rows += [
+            {"item_id": f"s{i}", "rater_id": f"r{r}", "criterion": "q", "value": v}
+            for r, v in enumerate(values)
+        ]
     out = agreement(pd.DataFrame(rows), statistics=["fleiss"], n_boot=200)
     row = out.iloc[0]
     assert row["method"] == "fleiss_kappa"
@@ -112,16 +139,37 @@ def test_fleiss_kappa_reproduces_the_worked_example():
 
 
 def test_icc_reproduces_shrout_and_fleiss_and_pingouin():
-    long = pd.DataFrame([{"item_id": f"t{i}", "rater_id": f"j{j}", "criterion": "q", "value": v}
-                         for i, row in enumerate(SHROUT_FLEISS) for j, v in enumerate(row)])
+    long = pd.DataFrame(
+        [
+            {"item_id": f"t{i}", "rater_id": f"j{j}", "criterion": "q", "value": v}
+            for i, row in enumerate(SHROUT_FLEISS)
+            for j, v in enumerate(row)
+        ]
+    )
     out = agreement(long, statistics=["icc"]).set_index("method")
-    published = {"icc1": 0.17, "icc2": 0.29, "icc3": 0.71, "icc1k": 0.44, "icc2k": 0.62, "icc3k": 0.91}
+    published = {
+        "icc1": 0.17,
+        "icc2": 0.29,
+        "icc3": 0.71,
+        "icc1k": 0.44,
+        "icc2k": 0.62,
+        "icc3k": 0.91,
+    }
     for name, value in published.items():
         assert out.loc[name, "estimate"] == pytest.approx(value, abs=0.005)
-    reference = pingouin.intraclass_corr(data=long, targets="item_id", raters="rater_id",
-                                         ratings="value").set_index("Type")
-    names = {"ICC(1,1)": "icc1", "ICC(A,1)": "icc2", "ICC(C,1)": "icc3", "ICC(1,k)": "icc1k",
-             "ICC(A,k)": "icc2k", "ICC(C,k)": "icc3k"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # pingouin's own pandas deprecation warning
+        reference = pingouin.intraclass_corr(
+            data=long, targets="item_id", raters="rater_id", ratings="value"
+        ).set_index("Type")
+    names = {
+        "ICC(1,1)": "icc1",
+        "ICC(A,1)": "icc2",
+        "ICC(C,1)": "icc3",
+        "ICC(1,k)": "icc1k",
+        "ICC(A,k)": "icc2k",
+        "ICC(C,k)": "icc3k",
+    }
     for type_, name in names.items():
         assert out.loc[name, "estimate"] == pytest.approx(reference.loc[type_, "ICC"], abs=1e-12)
         assert out.loc[name, "p_value"] == pytest.approx(reference.loc[type_, "pval"], rel=1e-9)
@@ -133,8 +181,14 @@ def test_icc_reproduces_shrout_and_fleiss_and_pingouin():
 
 
 def test_percent_full_agreement_hand_worked():
-    long = pd.DataFrame({"item_id": list("aabbccdd"), "rater_id": ["r1", "r2"] * 4,
-                         "criterion": "q", "value": [1, 1, 2, 2, 3, 3, 1, 2]})
+    long = pd.DataFrame(
+        {
+            "item_id": list("aabbccdd"),
+            "rater_id": ["r1", "r2"] * 4,
+            "criterion": "q",
+            "value": [1, 1, 2, 2, 3, 3, 1, 2],
+        }
+    )
     out = agreement(long, statistics=["full_agreement"])
     assert out["estimate"].iloc[0] == 75.0  # 3 of 4 items
 
@@ -142,21 +196,29 @@ def test_percent_full_agreement_hand_worked():
 def test_example_judgments_agreement_per_criterion():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        out = agreement(read_judgments(JUDGMENTS), statistics=["alpha"], alpha_levels=["ordinal"],
-                        n_boot=100)
+        out = agreement(
+            read_judgments(JUDGMENTS), statistics=["alpha"], alpha_levels=["ordinal"], n_boot=100
+        )
     assert list(out["criterion"]) == ["coherence", "grammar", "likability", "relevance"]
     assert (out["n"] == 180).all() and (out["n_raters"] == 3).all()
     assert out["estimate"].between(0, 1).all()
 
 
 def test_degenerate_agreement_is_nan_with_a_warning():
-    long = pd.DataFrame({"item_id": list("aabb"), "rater_id": ["r1", "r2"] * 2,
-                         "criterion": "q", "value": [4, 4, 4, 4]})
+    long = pd.DataFrame(
+        {
+            "item_id": list("aabb"),
+            "rater_id": ["r1", "r2"] * 2,
+            "criterion": "q",
+            "value": [4, 4, 4, 4],
+        }
+    )
     with pytest.warns(DegenerateInputWarning, match="same value"):
         out = agreement(long, statistics=["alpha", "fleiss", "icc"])
     assert out["estimate"].isna().all()
-    single = pd.DataFrame({"item_id": list("abc"), "rater_id": "r1", "criterion": "q",
-                           "value": [1, 2, 3]})
+    single = pd.DataFrame(
+        {"item_id": list("abc"), "rater_id": "r1", "criterion": "q", "value": [1, 2, 3]}
+    )
     with pytest.warns(DegenerateInputWarning, match="no item has 2 or more ratings"):
         assert agreement(single, statistics=["alpha"])["estimate"].isna().all()
 
@@ -169,8 +231,14 @@ def test_fleiss_leaves_out_items_with_another_number_of_ratings():
 
 
 def test_aggregation_mean_and_majority():
-    long = pd.DataFrame({"item_id": ["a"] * 3 + ["b"] * 4, "rater_id": list("xyzwxyz"),
-                         "criterion": "ok", "value": [1, 1, 0, 1, 1, 0, 0]})
+    long = pd.DataFrame(
+        {
+            "item_id": ["a"] * 3 + ["b"] * 4,
+            "rater_id": list("xyzwxyz"),
+            "criterion": "ok",
+            "value": [1, 1, 0, 1, 1, 0, 0],
+        }
+    )
     with pytest.warns(DataCoverageWarning, match="tied"):
         majority = aggregate_ratings(long, method="majority")["ok"]
     assert majority["a"] == 1.0 and math.isnan(majority["b"])
@@ -185,13 +253,21 @@ def test_human_ceiling_each_rater_against_the_others():
     from storyeval.meta.data import story_prompt_id
 
     stories = read_stories(STORIES)
-    items = pd.DataFrame({"system": [s.system for s in stories],
-                          "prompt_id": [story_prompt_id(s) for s in stories]},
-                         index=pd.Index([s.id for s in stories], name="item_id"))
-    out = human_ceiling(judgments, items=items, criteria=["coherence"], levels=["pooled", "system"],
-                        methods=["pearson"], n_boot=100)
-    wide = judgments[judgments.criterion == "coherence"].pivot(index="item_id", columns="rater_id",
-                                                                values="value")
+    items = pd.DataFrame(
+        {"system": [s.system for s in stories], "prompt_id": [story_prompt_id(s) for s in stories]},
+        index=pd.Index([s.id for s in stories], name="item_id"),
+    )
+    out = human_ceiling(
+        judgments,
+        items=items,
+        criteria=["coherence"],
+        levels=["pooled", "system"],
+        methods=["pearson"],
+        n_boot=100,
+    )
+    wide = judgments[judgments.criterion == "coherence"].pivot(
+        index="item_id", columns="rater_id", values="value"
+    )
     expected = stats.pearsonr(wide["r1"], wide[["r2", "r3"]].mean(axis=1)).statistic
     row = out[(out.rater == "r1") & (out.level == "pooled")].iloc[0]
     assert row["estimate"] == pytest.approx(expected, abs=1e-12)
@@ -205,9 +281,14 @@ def test_human_ceiling_each_rater_against_the_others():
 
 
 def test_human_ceiling_skips_raters_with_few_items():
-    long = pd.DataFrame({"item_id": ["a", "b", "c", "a", "b", "c", "a"],
-                         "rater_id": ["r1"] * 3 + ["r2"] * 3 + ["r3"],
-                         "criterion": "q", "value": [1, 2, 3, 1, 3, 2, 2]})
+    long = pd.DataFrame(
+        {
+            "item_id": ["a", "b", "c", "a", "b", "c", "a"],
+            "rater_id": ["r1"] * 3 + ["r2"] * 3 + ["r3"],
+            "criterion": "q",
+            "value": [1, 2, 3, 1, 3, 2, 2],
+        }
+    )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         out = human_ceiling(long, min_items=3, methods=["spearman"], n_boot=0)

@@ -9,9 +9,9 @@ import warnings
 import numpy as np
 import pandas as pd
 import pytest
-from metahelpers import JUDGMENTS, STORIES, example_scores, write_example_scores
 from scipy import stats
 
+from metahelpers import JUDGMENTS, STORIES, example_scores, write_example_scores
 from storyeval.corpus import Score, read_judgments, read_stories
 from storyeval.meta import (
     DegenerateInputWarning,
@@ -57,7 +57,9 @@ def test_table_shape_columns_and_signatures(table, result):
     assert list(result.columns[: len(CORRELATION_COLUMNS)]) == list(CORRELATION_COLUMNS)
     assert len(result) == 3 * 4 * 3 * 3  # metrics x criteria x levels x methods
     assert set(result["level"]) == {"pooled", "story", "system"}
-    row = result[(result.metric == "bleu") & (result.level == "story") & (result.method == "kendall")].iloc[0]
+    row = result[
+        (result.metric == "bleu") & (result.level == "story") & (result.method == "kendall")
+    ].iloc[0]
     sig = Signature.parse(row["signature"])
     assert sig.name == "correlation"
     assert sig.fields["level"] == "story" and sig.fields["tau"] == "b"
@@ -70,8 +72,12 @@ def test_table_shape_columns_and_signatures(table, result):
 @pytest.mark.parametrize("method", ["pearson", "spearman", "kendall"])
 def test_pooled_level_equals_scipy_on_an_independent_join(result, merged, method):
     for metric in ("distinct2", "bleu"):
-        row = result[(result.metric == metric) & (result.criterion == "coherence")
-                     & (result.level == "pooled") & (result.method == method)].iloc[0]
+        row = result[
+            (result.metric == metric)
+            & (result.criterion == "coherence")
+            & (result.level == "pooled")
+            & (result.method == method)
+        ].iloc[0]
         data = merged[[metric, "coherence"]].dropna()
         reference = SCIPY[method](data[metric], data["coherence"])
         assert row["estimate"] == pytest.approx(reference.statistic, abs=1e-12)
@@ -84,8 +90,12 @@ def test_pooled_level_equals_scipy_on_an_independent_join(result, merged, method
 def test_story_level_is_the_mean_of_within_prompt_correlations(result, merged, method):
     """Hand computation: per prompt, correlate across its systems with scipy; skip prompts
     with fewer than 2 stories or without variance; average."""
-    row = result[(result.metric == "distinct2") & (result.criterion == "likability")
-                 & (result.level == "story") & (result.method == method)].iloc[0]
+    row = result[
+        (result.metric == "distinct2")
+        & (result.criterion == "likability")
+        & (result.level == "story")
+        & (result.method == method)
+    ].iloc[0]
     values, skipped, items = [], 0, 0
     for _, group in merged.groupby("prompt_id"):
         group = group[["distinct2", "likability"]].dropna()
@@ -102,8 +112,12 @@ def test_story_level_is_the_mean_of_within_prompt_correlations(result, merged, m
 
 @pytest.mark.parametrize("method", ["pearson", "spearman", "kendall"])
 def test_system_level_correlates_system_means(result, merged, method):
-    row = result[(result.metric == "length") & (result.criterion == "grammar")
-                 & (result.level == "system") & (result.method == method)].iloc[0]
+    row = result[
+        (result.metric == "length")
+        & (result.criterion == "grammar")
+        & (result.level == "system")
+        & (result.method == method)
+    ].iloc[0]
     means = merged.groupby("system")[["length", "grammar"]].mean()
     reference = SCIPY[method](means["length"], means["grammar"])
     assert row["estimate"] == pytest.approx(reference.statistic, abs=1e-12)
@@ -115,8 +129,14 @@ def test_system_level_correlates_system_means(result, merged, method):
 def test_bleu_at_system_level_is_nan_with_a_warning(table):
     """Human stories have no reference, so BLEU exists for 2 systems: undefined, not invented."""
     with pytest.warns(DegenerateInputWarning, match="2 complete pair"):
-        out = correlate(table, levels=["system"], methods=["pearson"], metrics=["bleu"],
-                        criteria=["coherence"], n_boot=50)
+        out = correlate(
+            table,
+            levels=["system"],
+            methods=["pearson"],
+            metrics=["bleu"],
+            criteria=["coherence"],
+            n_boot=50,
+        )
     assert math.isnan(out["estimate"].iloc[0]) and math.isnan(out["ci_low"].iloc[0])
 
 
@@ -128,7 +148,9 @@ def test_seeded_bootstrap_is_reproducible_and_independent_of_other_rows(table):
         full = correlate(table, n_boot=150, seed=3)
         other = correlate(table, metrics=["distinct2"], criteria=["coherence"], n_boot=150, seed=4)
     pd.testing.assert_frame_equal(one, again)
-    sub = full[(full.metric == "distinct2") & (full.criterion == "coherence")].reset_index(drop=True)
+    sub = full[(full.metric == "distinct2") & (full.criterion == "coherence")].reset_index(
+        drop=True
+    )
     pd.testing.assert_frame_equal(one, sub)
     assert not np.allclose(one["ci_low"], other["ci_low"])
 
@@ -145,8 +167,11 @@ def test_input_order_does_not_change_the_table():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         a = correlate(build_meta_table(scores, judgments), n_boot=100, criteria=["relevance"])
-        b = correlate(build_meta_table(shuffled_scores, shuffled_judgments), n_boot=100,
-                      criteria=["relevance"])
+        b = correlate(
+            build_meta_table(shuffled_scores, shuffled_judgments),
+            n_boot=100,
+            criteria=["relevance"],
+        )
     keys = ["metric", "criterion", "level", "method"]
     pd.testing.assert_frame_equal(
         a.sort_values(keys).reset_index(drop=True), b.sort_values(keys).reset_index(drop=True)
@@ -173,19 +198,23 @@ def test_systems_and_prompts_come_from_the_story_file(tmp_path):
 
 def test_story_level_skips_and_counts_prompts():
     # Prompt p1: 3 systems; p2: one story only; p3: no variance in the human rating.
-    scores = pd.DataFrame({
-        "item_id": ["a1", "b1", "c1", "a2", "a3", "b3"],
-        "metric": "m",
-        "value": [0.1, 0.5, 0.9, 0.3, 0.2, 0.8],
-        "system": ["A", "B", "C", "A", "A", "B"],
-        "prompt_id": ["p1", "p1", "p1", "p2", "p3", "p3"],
-    })
-    judgments = pd.DataFrame({
-        "item_id": ["a1", "b1", "c1", "a2", "a3", "b3"],
-        "rater_id": "r",
-        "criterion": "q",
-        "value": [1, 3, 2, 4, 3, 3],
-    })
+    scores = pd.DataFrame(
+        {
+            "item_id": ["a1", "b1", "c1", "a2", "a3", "b3"],
+            "metric": "m",
+            "value": [0.1, 0.5, 0.9, 0.3, 0.2, 0.8],
+            "system": ["A", "B", "C", "A", "A", "B"],
+            "prompt_id": ["p1", "p1", "p1", "p2", "p3", "p3"],
+        }
+    )
+    judgments = pd.DataFrame(
+        {
+            "item_id": ["a1", "b1", "c1", "a2", "a3", "b3"],
+            "rater_id": "r",
+            "criterion": "q",
+            "value": [1, 3, 2, 4, 3, 3],
+        }
+    )
     table = build_meta_table(scores, judgments)
     with pytest.warns(DegenerateInputWarning, match="only one prompt contributes"):
         row = correlate(table, levels=["story"], methods=["spearman"], n_boot=50).iloc[0]
@@ -195,10 +224,18 @@ def test_story_level_skips_and_counts_prompts():
 
 
 def test_all_undefined_story_level_warns():
-    scores = pd.DataFrame({"item_id": ["a", "b"], "metric": "m", "value": [1.0, 2.0],
-                           "prompt_id": ["p1", "p2"], "system": ["A", "B"]})
-    judgments = pd.DataFrame({"item_id": ["a", "b"], "rater_id": "r", "criterion": "q",
-                              "value": [1, 2]})
+    scores = pd.DataFrame(
+        {
+            "item_id": ["a", "b"],
+            "metric": "m",
+            "value": [1.0, 2.0],
+            "prompt_id": ["p1", "p2"],
+            "system": ["A", "B"],
+        }
+    )
+    judgments = pd.DataFrame(
+        {"item_id": ["a", "b"], "rater_id": "r", "criterion": "q", "value": [1, 2]}
+    )
     with pytest.warns(DegenerateInputWarning, match="none of the 2 prompts"):
         out = level_correlation([1.0, 2.0], [1.0, 2.0], level="story", prompts=["p1", "p2"])
     assert math.isnan(out["estimate"]) and out["skipped"] == 2
@@ -225,8 +262,9 @@ def test_system_level_bootstrap_resamples_prompts():
     quality = {"A": 0.0, "B": 1.0, "C": 2.0, "D": 3.0}
     x = np.array([quality[s] for s in systems]) + rng.normal(0, 1, 120)
     y = np.array([quality[s] for s in systems]) + rng.normal(0, 1, 120)
-    out = level_correlation(x, y, level="system", prompts=prompts, systems=systems,
-                            method="pearson", n_boot=300)
+    out = level_correlation(
+        x, y, level="system", prompts=prompts, systems=systems, method="pearson", n_boot=300
+    )
     assert out["resample"] == "prompts" and out["n"] == 4
     assert out["ci_low"] <= out["estimate"] <= out["ci_high"]
     without = level_correlation(x, y, level="system", systems=systems, n_boot=300)

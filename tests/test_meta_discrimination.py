@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 
 import pandas as pd
 import pytest
-from metahelpers import EXAMPLES
 from scipy import stats
 
+from metahelpers import EXAMPLES
 from storyeval.corpus import Score, read_stories, write_scores
 from storyeval.errors import DataFileError
 from storyeval.meta import (
@@ -25,20 +26,23 @@ from storyeval.text import split_sentences, tokenize_words
 
 def _distinct2(text: str) -> float:
     words = tokenize_words(text, lowercase=True, punctuation=False)
-    bigrams = list(zip(words, words[1:], strict=False))
+    bigrams = list(itertools.pairwise(words))
     return len(set(bigrams)) / len(bigrams)
 
 
 def test_hand_worked_counts_test_and_interval():
     """8 pairs: 6 wins, 1 tie, 1 loss. Estimate 6/8; sign test P(X >= 6 | 7, .5) = 8/128;
     Clopper-Pearson interval of 6/8 from scipy; ties counted as half: 6.5/8."""
-    scores = pd.DataFrame({
-        "item_id": [f"o{i}" for i in range(8)] + [f"a{i}" for i in range(8)],
-        "metric": "m",
-        "value": [5, 5, 5, 5, 5, 5, 3, 1] + [1, 2, 3, 4, 4.5, 4.9, 3, 2],
-    })
-    pairs = pd.DataFrame({"original_id": [f"o{i}" for i in range(8)],
-                          "altered_id": [f"a{i}" for i in range(8)]})
+    scores = pd.DataFrame(
+        {
+            "item_id": [*(f"o{i}" for i in range(8)), *(f"a{i}" for i in range(8))],
+            "metric": "m",
+            "value": [5, 5, 5, 5, 5, 5, 3, 1, 1, 2, 3, 4, 4.5, 4.9, 3, 2],
+        }
+    )
+    pairs = pd.DataFrame(
+        {"original_id": [f"o{i}" for i in range(8)], "altered_id": [f"a{i}" for i in range(8)]}
+    )
     row = discrimination(scores, pairs).iloc[0]
     assert (row["wins"], row["ties"], row["losses"], row["n_pairs"]) == (6, 1, 1, 8)
     assert row["estimate"] == pytest.approx(6 / 8)
@@ -55,8 +59,15 @@ def test_lower_is_better_flips_the_direction():
     assert discrimination(scores, pairs).iloc[0]["wins"] == 0
     flipped = discrimination(scores, pairs, lower_is_better=["perplexity"]).iloc[0]
     assert flipped["wins"] == 1 and flipped["direction"] == "lower"
-    signed = [Score(s.item_id, s.metric, s.value,
-                    Signature("perplexity", {"higher_is_better": False}).render()) for s in scores]
+    signed = [
+        Score(
+            s.item_id,
+            s.metric,
+            s.value,
+            Signature("perplexity", {"higher_is_better": False}).render(),
+        )
+        for s in scores
+    ]
     assert metric_direction(signed[0].signature) is False
     assert discrimination(signed, pairs).iloc[0]["wins"] == 1
 
@@ -71,12 +82,27 @@ def test_pairs_from_perturbation_output_by_technique(tmp_path):
         sentences = split_sentences(story.story)
         reordered = " ".join(reversed(sentences))
         repeated = " ".join([sentences[0], *sentences[:-1]])
-        records.append({"id": f"{story.id}-reo", "source_id": story.id, "story": reordered,
-                        "techniques": ["reordering"]})
-        records.append({"id": f"{story.id}-rep", "source_id": story.id, "story": repeated,
-                        "techniques": [{"name": "repetition", "where": [0]}]})
-        for item, text in ((story.id, story.story), (f"{story.id}-reo", reordered),
-                           (f"{story.id}-rep", repeated)):
+        records.append(
+            {
+                "id": f"{story.id}-reo",
+                "source_id": story.id,
+                "story": reordered,
+                "techniques": ["reordering"],
+            }
+        )
+        records.append(
+            {
+                "id": f"{story.id}-rep",
+                "source_id": story.id,
+                "story": repeated,
+                "techniques": [{"name": "repetition", "where": [0]}],
+            }
+        )
+        for item, text in (
+            (story.id, story.story),
+            (f"{story.id}-reo", reordered),
+            (f"{story.id}-rep", repeated),
+        ):
             scores.append(Score(item, "distinct2", _distinct2(text)))
     path = tmp_path / "perturbed.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
@@ -115,10 +141,14 @@ def test_pair_file_and_its_errors(write_file):
 
 
 def test_two_score_files(tmp_path):
-    write_scores(tmp_path / "orig.jsonl", [Score("s1", "m", 0.9), Score("s2", "m", 0.8),
-                                           Score("s3", "m", 0.4)])
-    write_scores(tmp_path / "alt.jsonl", [Score("s1", "m", 0.2), Score("s2", "m", 0.8),
-                                          Score("s3", "m", float("nan"))])
+    write_scores(
+        tmp_path / "orig.jsonl",
+        [Score("s1", "m", 0.9), Score("s2", "m", 0.8), Score("s3", "m", 0.4)],
+    )
+    write_scores(
+        tmp_path / "alt.jsonl",
+        [Score("s1", "m", 0.2), Score("s2", "m", 0.8), Score("s3", "m", float("nan"))],
+    )
     pairs, scores = pairs_from_score_files(tmp_path / "orig.jsonl", tmp_path / "alt.jsonl")
     with pytest.warns(Warning, match="lack a score"):
         row = discrimination(scores, pairs).iloc[0]

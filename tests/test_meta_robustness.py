@@ -8,14 +8,13 @@ import warnings
 import numpy as np
 import pandas as pd
 import pytest
-from metahelpers import JUDGMENTS, STORIES, example_scores, write_example_scores
 from scipy import stats
 
+from metahelpers import JUDGMENTS, STORIES, example_scores, write_example_scores
 from storyeval.corpus import read_judgments
 from storyeval.errors import DataFileError
 from storyeval.meta import (
     build_meta_table,
-    correlate,
     dataset_drift,
     load_drift_runs,
     load_meta_table,
@@ -34,8 +33,10 @@ def _union_like_table(n: int = 400, seed: int = 0):
     judgments = []
     for item, level in zip(items, k, strict=True):
         labels = [1] * int(level) + [0] * (7 - int(level))
-        judgments += [{"item_id": item, "rater_id": f"a{j + 1}", "criterion": "reasonable",
-                       "value": v} for j, v in enumerate(labels)]
+        judgments += [
+            {"item_id": item, "rater_id": f"a{j + 1}", "criterion": "reasonable", "value": v}
+            for j, v in enumerate(labels)
+        ]
     metric = k / 7 + rng.normal(0, 0.3, n)
     scores = pd.DataFrame({"item_id": items, "metric": "union", "value": metric})
     return build_meta_table(scores, pd.DataFrame(judgments)), k
@@ -54,9 +55,10 @@ def test_levels_and_sampling_probability_follow_the_paper():
 
 
 def test_quality_drift_sets_have_the_specified_composition():
-    table, k = _union_like_table()
-    results, composition = quality_drift(table, criterion="reasonable", low=0, high=1, repeats=200,
-                                         seed=1)
+    table, _ = _union_like_table()
+    results, composition = quality_drift(
+        table, criterion="reasonable", low=0, high=1, repeats=200, seed=1
+    )
     assert sorted(results["set"].unique()) == list(range(1, 9))
     assert list(composition.columns) == ["set", "level", "probability", "items", "expected"]
     # Expected set sizes against the mean sampled sizes (200 repeats): within 3 %.
@@ -75,10 +77,22 @@ def test_quality_drift_sets_have_the_specified_composition():
 
 def test_quality_drift_is_seeded_and_uses_the_requested_sets():
     table, _ = _union_like_table(seed=3)
-    a, _ = quality_drift(table, criterion="reasonable", sets=[1, 8], repeats=5, seed=9,
-                         methods=["pearson", "kendall"])
-    b, _ = quality_drift(table, criterion="reasonable", sets=[1, 8], repeats=5, seed=9,
-                         methods=["pearson", "kendall"])
+    a, _ = quality_drift(
+        table,
+        criterion="reasonable",
+        sets=[1, 8],
+        repeats=5,
+        seed=9,
+        methods=["pearson", "kendall"],
+    )
+    b, _ = quality_drift(
+        table,
+        criterion="reasonable",
+        sets=[1, 8],
+        repeats=5,
+        seed=9,
+        methods=["pearson", "kendall"],
+    )
     pd.testing.assert_frame_equal(a, b)
     assert len(a) == 4
     c, _ = quality_drift(table, criterion="reasonable", sets=[1, 8], repeats=5, seed=10)
@@ -111,12 +125,25 @@ def test_subsets_with_a_fixed_part_like_union_table_7(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         table = load_meta_table([scores], [JUDGMENTS], stories=path, item_fields=["error_type"])
-        out = subset_correlations(table, "error_type", include_with_each="none", n_boot=50,
-                                  metrics=["distinct2"], criteria=["coherence"])
-    assert list(out["subset"]) == ["(all)", "coherence + none", "conflict + none", "repetition + none"]
+        out = subset_correlations(
+            table,
+            "error_type",
+            include_with_each="none",
+            n_boot=50,
+            metrics=["distinct2"],
+            criteria=["coherence"],
+        )
+    assert list(out["subset"]) == [
+        "(all)",
+        "coherence + none",
+        "conflict + none",
+        "repetition + none",
+    ]
     row = out[out["subset"] == "conflict + none"].iloc[0]
     mask = table.items["error_type"].isin(["conflict", "none"])
-    expected = stats.pearsonr(table.metrics.loc[mask, "distinct2"], table.human.loc[mask, "coherence"])
+    expected = stats.pearsonr(
+        table.metrics.loc[mask, "distinct2"], table.human.loc[mask, "coherence"]
+    )
     assert row["estimate"] == pytest.approx(expected.statistic)
     assert row["n"] == int(mask.sum())
     assert row["subset_column"] == "error_type"
@@ -128,8 +155,9 @@ def test_subsets_by_system():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         table = build_meta_table(list(example_scores()), read_judgments(JUDGMENTS))
-        out = subset_correlations(table, "system", include_all=False, n_boot=0,
-                                  methods=["spearman"], metrics=["length"])
+        out = subset_correlations(
+            table, "system", include_all=False, n_boot=0, methods=["spearman"], metrics=["length"]
+        )
     assert set(out["subset"]) == {"human", "smollm2-k40-t0.7", "smollm2-p0.9"}
     assert (out["n"] == 60).all()
 
@@ -138,9 +166,17 @@ def _write_run(tmp_path, name, noise, seed):
     rng = np.random.default_rng(seed)
     items = [f"{name}{i}" for i in range(60)]
     quality = rng.normal(0, 1, 60)
-    scores = pd.DataFrame({"item_id": items, "metric": "union", "value": quality + rng.normal(0, noise, 60)})
-    judg = pd.DataFrame({"item_id": items, "rater_id": "mean", "criterion": "overall",
-                         "value": np.round(quality, 1)})
+    scores = pd.DataFrame(
+        {"item_id": items, "metric": "union", "value": quality + rng.normal(0, noise, 60)}
+    )
+    judg = pd.DataFrame(
+        {
+            "item_id": items,
+            "rater_id": "mean",
+            "criterion": "overall",
+            "value": np.round(quality, 1),
+        }
+    )
     scores.to_csv(tmp_path / f"{name}_scores.csv", index=False)
     judg.to_csv(tmp_path / f"{name}_judgments.csv", index=False)
 

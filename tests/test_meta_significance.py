@@ -8,9 +8,9 @@ import warnings
 import numpy as np
 import pandas as pd
 import pytest
-from metahelpers import JUDGMENTS, example_scores
 from scipy import stats
 
+from metahelpers import JUDGMENTS, example_scores
 from storyeval.corpus import read_judgments
 from storyeval.meta import (
     DegenerateInputWarning,
@@ -68,8 +68,9 @@ def test_compare_metrics_uses_the_shared_items():
         warnings.simplefilter("ignore")
         table = build_meta_table(list(example_scores()), read_judgments(JUDGMENTS))
         out = compare_metrics(table, criterion="coherence", method="spearman")
-        corr = correlate(table, levels=["pooled"], methods=["spearman"], n_boot=0,
-                         criteria=["coherence"])
+        corr = correlate(
+            table, levels=["pooled"], methods=["spearman"], n_boot=0, criteria=["coherence"]
+        )
     assert len(out) == 6  # ordered pairs of 3 metrics
     row = out[(out.metric_a == "distinct2") & (out.metric_b == "length")].iloc[0]
     r_distinct = corr.set_index("metric").loc["distinct2", "estimate"]

@@ -88,7 +88,8 @@ def _file_digest(path: Path) -> str:
 
 def _import_signature(fmt: str, path: Path, column: str) -> str:
     return Signature(
-        "imported", {"format": fmt, "file": path.name, "sha256": _file_digest(path), "column": column}
+        "imported",
+        {"format": fmt, "file": path.name, "sha256": _file_digest(path), "column": column},
     ).render()
 
 
@@ -148,7 +149,11 @@ def import_union(
             line = line_bytes.decode("utf-8").rstrip("\r")
         except UnicodeDecodeError as exc:
             problems.append(
-                DataProblem(str(file_path), number, f"undecodable byte at column {exc.start + 1}; the file must be UTF-8")
+                DataProblem(
+                    str(file_path),
+                    number,
+                    f"undecodable byte at column {exc.start + 1}; the file must be UTF-8",
+                )
             )
             continue
         if not line.strip():
@@ -178,13 +183,19 @@ def import_union(
         if bad:
             problems.append(
                 DataProblem(
-                    str(file_path), number, f"labels must be 0 or 1; got {', '.join(map(repr, bad[:3]))}"
+                    str(file_path),
+                    number,
+                    f"labels must be 0 or 1; got {', '.join(map(repr, bad[:3]))}",
                 )
             )
             continue
         if item_id in seen:
             problems.append(
-                DataProblem(str(file_path), number, f"duplicate ID {item_id!r} (first on line {seen[item_id]})")
+                DataProblem(
+                    str(file_path),
+                    number,
+                    f"duplicate ID {item_id!r} (first on line {seen[item_id]})",
+                )
             )
             continue
         seen[item_id] = number
@@ -197,9 +208,7 @@ def import_union(
             if context_sentences:
                 whole_text += 1
             prompt, story = "", text
-        result.stories.append(
-            Story(item_id, prompt, story, system=system, extra={"text": text})
-        )
+        result.stories.append(Story(item_id, prompt, story, system=system, extra={"text": text}))
         for slot, label in enumerate(labels, start=1):
             extra = {"system": system} if system else {}
             result.judgments.append(
@@ -284,7 +293,9 @@ def import_hanna(path: str | Path, *, mean_tolerance: float = 0.01) -> ImportRes
     mean_columns = [c for c in columns if c in HANNA_CRITERIA]
     text_columns = [c for c in columns if c in _HANNA_TEXT_COLUMNS]
     metric_columns = [
-        c for c in columns if c not in mean_columns and c not in text_columns and not rater_columns[c]
+        c
+        for c in columns
+        if c not in mean_columns and c not in text_columns and not rater_columns[c]
     ]
     rated = {m.group(2) for m in rater_columns.values() if m}
     signatures = {c: _import_signature("hanna", file_path, c) for c in metric_columns}
@@ -295,7 +306,11 @@ def import_hanna(path: str | Path, *, mean_tolerance: float = 0.01) -> ImportRes
             continue
         if model in seen:
             problems.append(
-                DataProblem(str(file_path), number, f"duplicate Model {model!r} (first on line {seen[model]})")
+                DataProblem(
+                    str(file_path),
+                    number,
+                    f"duplicate Model {model!r} (first on line {seen[model]})",
+                )
             )
             continue
         seen[model] = number
@@ -313,7 +328,11 @@ def import_hanna(path: str | Path, *, mean_tolerance: float = 0.01) -> ImportRes
         if len(lengths) > 1:
             detail = ", ".join(f"{c!r}: {len(v)}" for c, v in list(lists.items())[:6])
             problems.append(
-                DataProblem(str(file_path), number, f"the lists of one row must have the same length; got {detail}")
+                DataProblem(
+                    str(file_path),
+                    number,
+                    f"the lists of one row must have the same length; got {detail}",
+                )
             )
             continue
         size = lengths.pop() if lengths else 0
@@ -347,7 +366,9 @@ def import_hanna(path: str | Path, *, mean_tolerance: float = 0.01) -> ImportRes
                     )
             for column in metric_columns:
                 result.scores.append(
-                    Score(item_id, column, numeric[column][position], signatures[column], dict(where))
+                    Score(
+                        item_id, column, numeric[column][position], signatures[column], dict(where)
+                    )
                 )
             for column, match in rater_columns.items():
                 if not match:
@@ -355,7 +376,13 @@ def import_hanna(path: str | Path, *, mean_tolerance: float = 0.01) -> ImportRes
                 value = numeric[column][position]
                 if math.isfinite(value):
                     result.judgments.append(
-                        Judgment(item_id, f"Human {match.group(1)}", match.group(2), value, extra=dict(where))
+                        Judgment(
+                            item_id,
+                            f"Human {match.group(1)}",
+                            match.group(2),
+                            value,
+                            extra=dict(where),
+                        )
                     )
             for criterion in mean_columns:
                 value = numeric[criterion][position]
@@ -365,18 +392,26 @@ def import_hanna(path: str | Path, *, mean_tolerance: float = 0.01) -> ImportRes
                         for c, m in rater_columns.items()
                         if m and m.group(2) == criterion and math.isfinite(numeric[c][position])
                     ]
-                    if raters and math.isfinite(value) and abs(sum(raters) / len(raters) - value) > mean_tolerance:
+                    if (
+                        raters
+                        and math.isfinite(value)
+                        and abs(sum(raters) / len(raters) - value) > mean_tolerance
+                    ):
                         mismatched += 1
                     continue
                 if math.isfinite(value):
                     result.judgments.append(
-                        Judgment(item_id, "mean", criterion, value, extra={**where, "aggregate": "mean"})
+                        Judgment(
+                            item_id, "mean", criterion, value, extra={**where, "aggregate": "mean"}
+                        )
                     )
     if problems:
         raise DataFileError(problems)
     if not result.judgments:
         raise DataFileError.single(
-            file_path, 1, f"no human rating column found (expected some of {', '.join(HANNA_CRITERIA)})"
+            file_path,
+            1,
+            f"no human rating column found (expected some of {', '.join(HANNA_CRITERIA)})",
         )
     if not result.stories:
         result.notes.append(
@@ -462,12 +497,18 @@ def import_deltascore(path: str | Path, *, aspects: Sequence[str] | None = None)
     for ordinal, (number, record) in enumerate(records, start=1):
         missing = [k for k in ("title", "story", "model") if not str(record.get(k) or "").strip()]
         if missing:
-            problems.append(DataProblem(str(file_path), number, f"missing field(s) {', '.join(missing)}"))
+            problems.append(
+                DataProblem(str(file_path), number, f"missing field(s) {', '.join(missing)}")
+            )
             continue
         item_id = str(record["id"]) if record.get("id") not in (None, "") else f"d{ordinal:05d}"
         if item_id in seen:
             problems.append(
-                DataProblem(str(file_path), number, f"duplicate id {item_id!r} (first on line {seen[item_id]})")
+                DataProblem(
+                    str(file_path),
+                    number,
+                    f"duplicate id {item_id!r} (first on line {seen[item_id]})",
+                )
             )
             continue
         seen[item_id] = number
@@ -480,20 +521,22 @@ def import_deltascore(path: str | Path, *, aspects: Sequence[str] | None = None)
             except ValueError:
                 problems.append(
                     DataProblem(
-                        str(file_path), number, f"aspect {aspect!r} must be a number; got {record[aspect]!r}"
+                        str(file_path),
+                        number,
+                        f"aspect {aspect!r} must be a number; got {record[aspect]!r}",
                     )
                 )
                 continue
             if not math.isfinite(value):
-                problems.append(DataProblem(str(file_path), number, f"aspect {aspect!r} is not finite"))
+                problems.append(
+                    DataProblem(str(file_path), number, f"aspect {aspect!r} is not finite")
+                )
                 continue
             ratings[aspect] = value
         title = str(record["title"])
         prompt_id = prompt_key(title)
         model = str(record["model"])
-        extra = {
-            k: v for k, v in record.items() if k not in _DELTASCORE_TEXT and k not in chosen
-        }
+        extra = {k: v for k, v in record.items() if k not in _DELTASCORE_TEXT and k not in chosen}
         extra["prompt_id"] = prompt_id
         reference = record.get("reference")
         result.stories.append(
@@ -501,7 +544,9 @@ def import_deltascore(path: str | Path, *, aspects: Sequence[str] | None = None)
                 item_id,
                 title,
                 str(record["story"]),
-                reference=str(reference) if isinstance(reference, str) and reference.strip() else None,
+                reference=str(reference)
+                if isinstance(reference, str) and reference.strip()
+                else None,
                 system=model,
                 extra=extra,
             )
@@ -518,9 +563,7 @@ def import_deltascore(path: str | Path, *, aspects: Sequence[str] | None = None)
             )
     if problems:
         raise DataFileError(problems)
-    result.notes.append(
-        f"aspects imported as mean ratings (rater_id 'mean'): {', '.join(chosen)}"
-    )
+    result.notes.append(f"aspects imported as mean ratings (rater_id 'mean'): {', '.join(chosen)}")
     return result
 
 

@@ -33,7 +33,7 @@ def write_table(frame: Any, path: Path) -> None:
     if path.suffix.lower() == ".jsonl":
         lines = []
         for record in frame.to_dict("records"):
-            clean = {}
+            clean: dict[str, Any] = {}
             for key, value in record.items():
                 if value is None or (isinstance(value, float) and math.isnan(value)):
                     clean[str(key)] = None

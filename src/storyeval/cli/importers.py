@@ -12,13 +12,19 @@ from storyeval.cli._common import user_error
 def import_command(
     fmt: str = typer.Argument(..., metavar="FORMAT", help="union, hanna, deltascore or judgments."),
     file: Path = typer.Argument(..., help="The file to import."),
-    out_dir: Path = typer.Option(..., "--out-dir", help="Directory for stories/judgments/scores.jsonl."),
+    out_dir: Path = typer.Option(
+        ..., "--out-dir", help="Directory for stories/judgments/scores.jsonl."
+    ),
     context_sentences: int = typer.Option(
         1, "--context-sentences", help="union: leading sentences that form the prompt (0: none)."
     ),
-    criterion: str = typer.Option("reasonable", "--criterion", help="union: the criterion of the 0/1 labels."),
+    criterion: str = typer.Option(
+        "reasonable", "--criterion", help="union: the criterion of the 0/1 labels."
+    ),
     system: str = typer.Option(None, "--system", help="union: the system that wrote the stories."),
-    aspect: list[str] = typer.Option(None, "--aspect", help="deltascore: rating fields (repeat; default: every numeric field)."),
+    aspect: list[str] = typer.Option(
+        None, "--aspect", help="deltascore: rating fields (repeat; default: every numeric field)."
+    ),
 ) -> None:
     """Convert a UNION, HANNA, DeltaScore or long-format judgment file to canonical files.
 
@@ -29,7 +35,9 @@ def import_command(
     from storyeval.importers import IMPORTERS, import_file, write_import
 
     if fmt not in IMPORTERS:
-        raise typer.BadParameter(f"must be one of {', '.join(IMPORTERS)}; got {fmt!r}", param_hint="FORMAT")
+        raise typer.BadParameter(
+            f"must be one of {', '.join(IMPORTERS)}; got {fmt!r}", param_hint="FORMAT"
+        )
     options: dict[str, object] = {}
     if fmt == "union":
         options = {"context_sentences": context_sentences, "criterion": criterion, "system": system}

@@ -85,7 +85,9 @@ def correlate_command(
         None, "--method", "-m", help="pearson, spearman or kendall (repeat; default: all three)."
     ),
     kendall_variant: str = typer.Option("b", "--kendall-variant", help="Kendall tau-b or tau-c."),
-    aggregate: str = typer.Option("mean", "--aggregate", help="Rater aggregation: mean, median, majority."),
+    aggregate: str = typer.Option(
+        "mean", "--aggregate", help="Rater aggregation: mean, median, majority."
+    ),
     metric: list[str] = typer.Option(None, "--metric", help="Only these metrics (repeat)."),
     criterion: list[str] = typer.Option(None, "--criterion", help="Only these criteria (repeat)."),
     n_boot: int = typer.Option(1000, "--n-boot", help="Bootstrap replicates (0: no interval)."),
@@ -113,7 +115,9 @@ def correlate_command(
     _check_choices([adjust], ("none", *CORRECTIONS), "--adjust")
     try:
         with reported_warnings():
-            table = _load(scores, judgments, stories, aggregate, metric, criterion, study, condition)
+            table = _load(
+                scores, judgments, stories, aggregate, metric, criterion, study, condition
+            )
             result = correlate(
                 table,
                 levels=levels,
@@ -148,8 +152,12 @@ def compare_command(
     alternative: str = typer.Option(
         "greater", "--alternative", help="greater (A correlates more than B), two-sided, less."
     ),
-    adjust: str = typer.Option("bh", "--adjust", help="Correction per criterion: none, bh, bonferroni, holm."),
-    aggregate: str = typer.Option("mean", "--aggregate", help="Rater aggregation: mean, median, majority."),
+    adjust: str = typer.Option(
+        "bh", "--adjust", help="Correction per criterion: none, bh, bonferroni, holm."
+    ),
+    aggregate: str = typer.Option(
+        "mean", "--aggregate", help="Rater aggregation: mean, median, majority."
+    ),
 ) -> None:
     """Williams tests: does metric A correlate with people more strongly than metric B?"""
     from storyeval.meta import METHODS, compare_metrics
@@ -206,7 +214,9 @@ def agreement_command(
     from storyeval.meta.data import filter_judgments
 
     check_table_path(output)
-    stats = _check_choices(statistic or list(AGREEMENT_STATISTICS), AGREEMENT_STATISTICS, "--statistic")
+    stats = _check_choices(
+        statistic or list(AGREEMENT_STATISTICS), AGREEMENT_STATISTICS, "--statistic"
+    )
     levels = _check_choices(alpha_level or list(ALPHA_LEVELS), ALPHA_LEVELS, "--alpha-level")
     try:
         with reported_warnings():
@@ -236,10 +246,16 @@ def ceiling_command(
     judgments: list[Path] = _judgments_opt(),
     output: Path = _output_opt(),
     stories: Path = _stories_opt(),
-    level: list[str] = typer.Option(None, "--level", "-l", help="pooled, story, system (repeat; default: pooled)."),
-    method: list[str] = typer.Option(None, "--method", "-m", help="pearson, spearman, kendall (repeat; default: all)."),
+    level: list[str] = typer.Option(
+        None, "--level", "-l", help="pooled, story, system (repeat; default: pooled)."
+    ),
+    method: list[str] = typer.Option(
+        None, "--method", "-m", help="pearson, spearman, kendall (repeat; default: all)."
+    ),
     criterion: list[str] = typer.Option(None, "--criterion", help="Only these criteria (repeat)."),
-    min_items: int = typer.Option(10, "--min-items", help="Skip raters sharing fewer items with the others."),
+    min_items: int = typer.Option(
+        10, "--min-items", help="Skip raters sharing fewer items with the others."
+    ),
     n_boot: int = typer.Option(1000, "--n-boot"),
     seed: int = typer.Option(0, "--seed"),
 ) -> None:
@@ -288,7 +304,9 @@ def discriminate_command(
     scores: list[Path] = _scores_opt(),
     output: Path = _output_opt(),
     pairs: Path = typer.Option(
-        None, "--pairs", help="Pair file (.jsonl/.csv) with original_id, altered_id [, other columns]."
+        None,
+        "--pairs",
+        help="Pair file (.jsonl/.csv) with original_id, altered_id [, other columns].",
     ),
     perturbed: Path = typer.Option(
         None, "--perturbed", help="Output of `storyeval perturb` (id, source_id, techniques)."
@@ -302,11 +320,18 @@ def discriminate_command(
     ),
     metric: list[str] = typer.Option(None, "--metric", help="Only these metrics (repeat)."),
     confidence: float = typer.Option(0.95, "--confidence"),
-    tie_tolerance: float = typer.Option(0.0, "--tie-tolerance", help="Score differences up to this are ties."),
+    tie_tolerance: float = typer.Option(
+        0.0, "--tie-tolerance", help="Score differences up to this are ties."
+    ),
 ) -> None:
     """Discrimination test: how often does each metric score the original above the altered story?"""
     from storyeval.corpus import read_scores
-    from storyeval.meta import discrimination, pairs_from_perturbations, pairs_from_score_files, read_pairs
+    from storyeval.meta import (
+        discrimination,
+        pairs_from_perturbations,
+        pairs_from_score_files,
+        read_pairs,
+    )
 
     check_table_path(output)
     sources = [x for x in (pairs, perturbed, altered_scores) if x is not None]
@@ -323,7 +348,9 @@ def discriminate_command(
             if altered_scores is not None:
                 pair_frame, records = pairs_from_score_files(scores[0], altered_scores)
             else:
-                pair_frame = read_pairs(pairs) if pairs is not None else pairs_from_perturbations(perturbed)
+                pair_frame = (
+                    read_pairs(pairs) if pairs is not None else pairs_from_perturbations(perturbed)
+                )
                 records = []
                 for path in scores:
                     records.extend(read_scores(path))
@@ -359,12 +386,22 @@ def drift_quality(
         None, "--composition", help="Also write the set composition (set, level, probability) here."
     ),
     stories: Path = _stories_opt(),
-    levels: int = typer.Option(None, "--levels", help="K: quality levels 0..K (default: inferred)."),
-    low: float = typer.Option(None, "--low", help="Low end of the human scale (default: observed min)."),
-    high: float = typer.Option(None, "--high", help="High end of the human scale (default: observed max)."),
-    sets: str = typer.Option(None, "--sets", help="Set indices, e.g. 1-8 or 1,3,5 (default: 1..K+1)."),
+    levels: int = typer.Option(
+        None, "--levels", help="K: quality levels 0..K (default: inferred)."
+    ),
+    low: float = typer.Option(
+        None, "--low", help="Low end of the human scale (default: observed min)."
+    ),
+    high: float = typer.Option(
+        None, "--high", help="High end of the human scale (default: observed max)."
+    ),
+    sets: str = typer.Option(
+        None, "--sets", help="Set indices, e.g. 1-8 or 1,3,5 (default: 1..K+1)."
+    ),
     repeats: int = typer.Option(20, "--repeats", help="Independent samplings of each set."),
-    method: list[str] = typer.Option(None, "--method", "-m", help="Correlation (repeat; default pearson)."),
+    method: list[str] = typer.Option(
+        None, "--method", "-m", help="Correlation (repeat; default pearson)."
+    ),
     aggregate: str = typer.Option("mean", "--aggregate"),
     seed: int = typer.Option(0, "--seed"),
 ) -> None:
@@ -396,7 +433,11 @@ def drift_quality(
     if composition is not None:
         write_table(comp, composition)
     shown = result.round({"estimate": 3, "sd": 3, "min": 3, "max": 3, "n": 1})
-    typer.echo(shown[["metric", "set", "method", "estimate", "sd", "min", "max", "n"]].to_string(index=False))
+    typer.echo(
+        shown[["metric", "set", "method", "estimate", "sd", "min", "max", "n"]].to_string(
+            index=False
+        )
+    )
     typer.echo(f"wrote {len(result)} rows to {output}")
     typer.echo(f"signature: {result['signature'].iloc[0]}")
 
@@ -408,21 +449,27 @@ def _parse_sets(text: str) -> list[int]:
             return list(range(first, last + 1))
         return [int(p) for p in text.split(",") if p.strip()]
     except ValueError:
-        raise typer.BadParameter(f"expected e.g. 1-8 or 1,3,5; got {text!r}", param_hint="--sets") from None
+        raise typer.BadParameter(
+            f"expected e.g. 1-8 or 1,3,5; got {text!r}", param_hint="--sets"
+        ) from None
 
 
 @drift_app.command("subsets")
 def drift_subsets(
     scores: list[Path] = _scores_opt(),
     judgments: list[Path] = _judgments_opt(),
-    by: str = typer.Option(..., "--by", help="An item column: system, prompt_id, or a story field."),
+    by: str = typer.Option(
+        ..., "--by", help="An item column: system, prompt_id, or a story field."
+    ),
     output: Path = _output_opt(),
     stories: Path = _stories_opt(),
     include_with_each: str = typer.Option(
         None, "--include-with-each", help="A value whose items join every other subset."
     ),
     level: list[str] = typer.Option(None, "--level", "-l", help="Levels (repeat; default pooled)."),
-    method: list[str] = typer.Option(None, "--method", "-m", help="Methods (repeat; default pearson)."),
+    method: list[str] = typer.Option(
+        None, "--method", "-m", help="Methods (repeat; default pearson)."
+    ),
     min_items: int = typer.Option(3, "--min-items"),
     aggregate: str = typer.Option("mean", "--aggregate"),
     n_boot: int = typer.Option(1000, "--n-boot"),
@@ -451,7 +498,11 @@ def drift_subsets(
     except (ValueError, OSError) as exc:
         raise user_error(exc) from None
     write_table(result, output)
-    print_table(result, ["subset", "metric", "criterion", "level", "method", "estimate [ci]", "p", "n"], limit=60)
+    print_table(
+        result,
+        ["subset", "metric", "criterion", "level", "method", "estimate [ci]", "p", "n"],
+        limit=60,
+    )
     typer.echo(f"wrote {len(result)} rows to {output}")
 
 
@@ -461,7 +512,9 @@ def drift_dataset(
         ..., help="CSV/JSONL listing runs: train, test, scores, judgments [, stories]."
     ),
     output: Path = _output_opt(),
-    method: list[str] = typer.Option(None, "--method", "-m", help="Methods (repeat; default: all)."),
+    method: list[str] = typer.Option(
+        None, "--method", "-m", help="Methods (repeat; default: all)."
+    ),
     criterion: list[str] = typer.Option(None, "--criterion", help="Only these criteria (repeat)."),
     aggregate: str = typer.Option("mean", "--aggregate"),
     n_boot: int = typer.Option(1000, "--n-boot"),
@@ -475,7 +528,9 @@ def drift_dataset(
     try:
         with reported_warnings():
             runs = load_drift_runs(spec, aggregation=aggregate, criteria=criterion or None)
-            result = dataset_drift(runs, methods=methods, n_boot=n_boot, seed=seed, criteria=criterion or None)
+            result = dataset_drift(
+                runs, methods=methods, n_boot=n_boot, seed=seed, criteria=criterion or None
+            )
     except (ValueError, OSError) as exc:
         raise user_error(exc) from None
     write_table(result, output)

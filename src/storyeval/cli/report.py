@@ -11,17 +11,25 @@ from storyeval.cli._common import user_error
 
 def report_command(
     scores: list[Path] = typer.Option(..., "--scores", "-s", help="Score file(s) (repeat)."),
-    judgments: list[Path] = typer.Option(..., "--judgments", "-j", help="Judgment file(s) (repeat)."),
+    judgments: list[Path] = typer.Option(
+        ..., "--judgments", "-j", help="Judgment file(s) (repeat)."
+    ),
     output: Path = typer.Option(..., "-o", "--output", help="Output directory."),
-    stories: Path = typer.Option(None, "--stories", help="Story file: system and prompt_id per item."),
+    stories: Path = typer.Option(
+        None, "--stories", help="Story file: system and prompt_id per item."
+    ),
     method: list[str] = typer.Option(
         None, "--method", "-m", help="pearson, spearman, kendall (repeat; default: all three)."
     ),
     level: list[str] = typer.Option(
         None, "--level", "-l", help="pooled, story, system (repeat; default: all the data allow)."
     ),
-    matrix_method: str = typer.Option("pearson", "--matrix-method", help="Method of the criteria x metrics matrix."),
-    aggregate: str = typer.Option("mean", "--aggregate", help="Rater aggregation: mean, median, majority."),
+    matrix_method: str = typer.Option(
+        "pearson", "--matrix-method", help="Method of the criteria x metrics matrix."
+    ),
+    aggregate: str = typer.Option(
+        "mean", "--aggregate", help="Rater aggregation: mean, median, majority."
+    ),
     metric: list[str] = typer.Option(None, "--metric", help="Only these metrics (repeat)."),
     criterion: list[str] = typer.Option(None, "--criterion", help="Only these criteria (repeat)."),
     n_boot: int = typer.Option(1000, "--n-boot", help="Bootstrap replicates."),
@@ -42,7 +50,9 @@ def report_command(
         (aggregate, AGGREGATIONS, "--aggregate"),
     ):
         if value not in choices:
-            raise typer.BadParameter(f"must be one of {', '.join(choices)}; got {value!r}", param_hint=hint)
+            raise typer.BadParameter(
+                f"must be one of {', '.join(choices)}; got {value!r}", param_hint=hint
+            )
     if output.exists() and not output.is_dir():
         raise typer.BadParameter(f"{output} exists and is not a directory", param_hint="-o")
     try:

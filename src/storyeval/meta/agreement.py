@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -91,7 +91,9 @@ def _alpha(matrix: np.ndarray, level: str, domain: np.ndarray) -> float:
             warnings.simplefilter("ignore", RuntimeWarning)
             value = float(
                 krippendorff.alpha(
-                    reliability_data=matrix, level_of_measurement=level, value_domain=domain
+                    reliability_data=matrix,
+                    level_of_measurement=cast(Any, level),
+                    value_domain=domain,
                 )
             )
     except (ValueError, ZeroDivisionError):
@@ -116,11 +118,11 @@ def alpha_resampled(
     v = values.size
     n_items = matrix.shape[1]
     if n_items * v * v > 20_000_000:
-        out = []
+        looped = []
         for w in weights:
             idx = np.repeat(np.arange(n_items), w.astype(int))
-            out.append(_alpha(matrix[:, idx], level, values))
-        return np.array(out)
+            looped.append(_alpha(matrix[:, idx], level, values))
+        return np.array(looped)
     codes = np.searchsorted(values, np.nan_to_num(matrix, nan=values[0]))
     present = np.isfinite(matrix)
     counts = np.zeros((n_items, v))
@@ -307,7 +309,7 @@ def _criterion_agreement(
     matrix = pairable.to_numpy(dtype=float)
     domain = np.unique(matrix[np.isfinite(matrix)])
     rows: list[dict[str, Any]] = []
-    common = {"n": n_items, "n_raters": n_raters, "n_ratings": n_ratings}
+    common: dict[str, Any] = {"n": n_items, "n_raters": n_raters, "n_ratings": n_ratings}
     degenerate = n_items == 0 or domain.size < 2
     if degenerate:
         reason = (
@@ -334,7 +336,9 @@ def _criterion_agreement(
         for level in alpha_levels:
             sig = boot_sig("krippendorff_alpha", level=level)
             if degenerate:
-                rows.append(_row(criterion, f"krippendorff_alpha_{level}", np.nan, signature=sig, **common))
+                rows.append(
+                    _row(criterion, f"krippendorff_alpha_{level}", np.nan, signature=sig, **common)
+                )
                 continue
             estimate = _alpha(matrix, level, domain)
             ci = (float("nan"), float("nan"))
@@ -348,7 +352,14 @@ def _criterion_agreement(
                     replicates, confidence=confidence, label=f"alpha {level}, {criterion}"
                 )
             rows.append(
-                _row(criterion, f"krippendorff_alpha_{level}", estimate, ci=ci, signature=sig, **common)
+                _row(
+                    criterion,
+                    f"krippendorff_alpha_{level}",
+                    estimate,
+                    ci=ci,
+                    signature=sig,
+                    **common,
+                )
             )
     if "fleiss" in statistics:
         rows.append(
@@ -435,7 +446,9 @@ def _fleiss_row(
     )
 
 
-def icc_intervals(matrix: np.ndarray, *, confidence: float = 0.95) -> dict[str, tuple[float, float]]:
+def icc_intervals(
+    matrix: np.ndarray, *, confidence: float = 0.95
+) -> dict[str, tuple[float, float]]:
     """F-distribution confidence intervals of the six ICCs of a complete items x raters matrix.
 
     The formulas of McGraw & Wong (1996) as implemented in ``pingouin.intraclass_corr``

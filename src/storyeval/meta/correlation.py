@@ -93,10 +93,9 @@ def _nan_result(n: int = 0, n_items: int = 0, **extra: Any) -> dict[str, Any]:
 def _labels(values: ArrayLike | None, size: int) -> np.ndarray | None:
     if values is None:
         return None
-    arr = np.array(
-        [None if v is None or (isinstance(v, float) and np.isnan(v)) else v for v in values],
-        dtype=object,
-    )
+    raw = np.asarray(values, dtype=object).ravel().tolist()
+    arr: np.ndarray = np.empty(len(raw), dtype=object)
+    arr[:] = [None if v is None or (isinstance(v, float) and np.isnan(v)) else v for v in raw]
     if arr.shape != (size,):
         raise ValueError(f"group labels must have one value per item ({size}); got {arr.shape}")
     return arr
@@ -170,7 +169,7 @@ def level_correlation(
     xa, ya = xa[keep], ya[keep]
     p_arr = None if p_arr is None else p_arr[keep]
     s_arr = None if s_arr is None else s_arr[keep]
-    common = {
+    common: dict[str, Any] = {
         "method": method,
         "kendall_variant": kendall_variant,
         "n_boot": n_boot,

@@ -279,9 +279,7 @@ def build_meta_table(
 
     human = aggregate_ratings(judgment_frame, method=aggregation)
     human = human.reindex(columns=chosen_criteria)
-    counts = (
-        judgment_frame.groupby(["item_id", "criterion"])["value"].count().unstack("criterion")
-    )
+    counts = judgment_frame.groupby(["item_id", "criterion"])["value"].count().unstack("criterion")
     counts = counts.reindex(columns=chosen_criteria)
     wide = score_frame.pivot(index="item_id", columns="metric", values="value")
     wide = wide.reindex(columns=chosen_metrics).astype(float)

@@ -82,15 +82,17 @@ def read_pairs(path: str | Path) -> pd.DataFrame:
         if len(ids) < 2:
             continue
         if ids[0] == ids[1]:
-            problems.append(DataProblem(str(path), line, f"a story is paired with itself ({ids[0]!r})"))
-            continue
-        key = (ids[0], ids[1])
-        if key in seen:
             problems.append(
-                DataProblem(str(path), line, f"duplicate pair {key} (first on line {seen[key]})")
+                DataProblem(str(path), line, f"a story is paired with itself ({ids[0]!r})")
             )
             continue
-        seen[key] = line
+        pair = (ids[0], ids[1])
+        if pair in seen:
+            problems.append(
+                DataProblem(str(path), line, f"duplicate pair {pair} (first on line {seen[pair]})")
+            )
+            continue
+        seen[pair] = line
         row = {"original_id": ids[0], "altered_id": ids[1]}
         for name, value in record.items():
             if name in PAIR_COLUMNS:
@@ -129,24 +131,29 @@ def pairs_from_perturbations(path: str | Path) -> pd.DataFrame:
             continue
         if source is None or not str(source).strip():
             problems.append(
-                DataProblem(str(path), line, "required field 'source_id' is missing (is this "
-                            "the output of `storyeval perturb`?)")
+                DataProblem(
+                    str(path),
+                    line,
+                    "required field 'source_id' is missing (is this "
+                    "the output of `storyeval perturb`?)",
+                )
             )
             continue
         if str(item) in seen:
             problems.append(
-                DataProblem(str(path), line, f"duplicate id {item!r} (first on line {seen[str(item)]})")
+                DataProblem(
+                    str(path), line, f"duplicate id {item!r} (first on line {seen[str(item)]})"
+                )
             )
             continue
         seen[str(item)] = line
         techniques = record.get("techniques")
         if isinstance(techniques, str) and techniques.strip().startswith("["):
+            import contextlib
             import json
 
-            try:
+            with contextlib.suppress(json.JSONDecodeError):
                 techniques = json.loads(techniques)
-            except json.JSONDecodeError:
-                pass
         rows.append(
             {
                 "original_id": str(source),
@@ -275,7 +282,9 @@ def discrimination(
         if name not in available:
             raise ValueError(f"lower_is_better names an unknown metric {name!r}")
     ids = set(frame["item_id"])
-    unscored = ~pairs["original_id"].astype(str).isin(ids) & ~pairs["altered_id"].astype(str).isin(ids)
+    unscored = ~pairs["original_id"].astype(str).isin(ids) & ~pairs["altered_id"].astype(str).isin(
+        ids
+    )
     if unscored.all():
         raise MetaInputError(
             "no story of any pair has a score: the score file must score the original and the "
@@ -285,7 +294,9 @@ def discrimination(
     groups: list[tuple[str, np.ndarray]] = [("(all)", np.ones(len(pairs), dtype=bool))]
     if by is not None:
         parts = pairs[by].map(
-            lambda v: [] if v is None or (isinstance(v, float) and math.isnan(v)) else str(v).split("|")
+            lambda v: (
+                [] if v is None or (isinstance(v, float) and math.isnan(v)) else str(v).split("|")
+            )
         )
         for value in sorted({p for ps in parts for p in ps}):
             groups.append((value, parts.map(lambda ps, v=value: v in ps).to_numpy(dtype=bool)))
@@ -294,7 +305,9 @@ def discrimination(
     altered = pairs["altered_id"].astype(str).to_numpy()
     missing_total = 0
     for metric in names:
-        signature = "; ".join(sorted({s for s in frame.loc[frame["metric"] == metric, "signature"] if s}))
+        signature = "; ".join(
+            sorted({s for s in frame.loc[frame["metric"] == metric, "signature"] if s})
+        )
         declared = metric_direction(signature)
         higher = not (metric in lower or declared is False)
         column = wide[metric]

@@ -297,8 +297,9 @@ def subset_correlations(
             "(story fields must be asked for with item_fields / --field)"
         )
     raw = table.items[column]
-    parts = raw.map(lambda v: [] if v is None or (isinstance(v, float) and math.isnan(v))
-                    else str(v).split("|"))
+    parts = raw.map(
+        lambda v: [] if v is None or (isinstance(v, float) and math.isnan(v)) else str(v).split("|")
+    )
     values = sorted({p for ps in parts for p in ps})
     if include_with_each is not None and include_with_each not in values:
         raise ValueError(
@@ -454,7 +455,9 @@ def load_drift_runs(
             if not path.is_absolute():
                 path = spec_path.parent / path
             if not path.exists():
-                problems.append(DataProblem(str(spec_path), line, f"{key} file {path} does not exist"))
+                problems.append(
+                    DataProblem(str(spec_path), line, f"{key} file {path} does not exist")
+                )
             paths[key] = path
         if problems:
             continue

@@ -79,7 +79,9 @@ def williams_test(
     from scipy import stats
 
     if alternative not in ALTERNATIVES:
-        raise ValueError(f"alternative must be one of {', '.join(ALTERNATIVES)}; got {alternative!r}")
+        raise ValueError(
+            f"alternative must be one of {', '.join(ALTERNATIVES)}; got {alternative!r}"
+        )
     nan = {"statistic": math.nan, "df": math.nan, "p_value": math.nan, "estimate": math.nan}
     values = (r12, r13, r23)
     if not all(isinstance(v, int | float) and math.isfinite(v) for v in values):
@@ -248,7 +250,11 @@ def compare_metrics(
                     means = frame.groupby("s")[["h", "a", "b"]].mean()
                     h, va, vb = (means[c].to_numpy() for c in ("h", "a", "b"))
                 label = f"{a} vs {b} ~ {crit}, {level}"
-                kw = {"method": method, "kendall_variant": kendall_variant, "label": label}
+                kw: dict[str, Any] = {
+                    "method": method,
+                    "kendall_variant": kendall_variant,
+                    "label": label,
+                }
                 r_a, _, n = correlation(h, va, **kw)
                 r_b, _, _ = correlation(h, vb, **kw)
                 r_ab, _, _ = correlation(va, vb, **kw)

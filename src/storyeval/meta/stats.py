@@ -163,7 +163,9 @@ def exact_permutation_p(
         shape = xs.shape[:-1]
         flat = xs.reshape(-1, xs.shape[-1])
         ys = np.broadcast_to(ya, flat.shape)
-        values = rows_correlation(flat, np.array(ys), method=method, kendall_variant=kendall_variant)
+        values = rows_correlation(
+            flat, np.array(ys), method=method, kendall_variant=kendall_variant
+        )
         return values.reshape(shape)
 
     result = stats.permutation_test(
@@ -285,7 +287,9 @@ def kendall_resampled(
         return out
     if n > 2500:  # the n x n matrices would be too large: one scipy call per replicate
         idx = [np.repeat(np.arange(n), w.astype(int)) for w in weights]
-        return np.array([kendall_rows(x[i][None, :], y[i][None, :], variant=variant)[0] for i in idx])
+        return np.array(
+            [kendall_rows(x[i][None, :], y[i][None, :], variant=variant)[0] for i in idx]
+        )
     sx = np.sign(x[:, None] - x[None, :])
     sy = np.sign(y[:, None] - y[None, :])
     s2 = np.einsum("ki,ki->k", weights @ (sx * sy), weights)

@@ -18,7 +18,6 @@ level; one metric: no Williams test) are replaced by a sentence that says why.
 from __future__ import annotations
 
 import hashlib
-import html
 import math
 import re
 import warnings
@@ -123,6 +122,7 @@ def _sha256(path: Path) -> str:
 
 def _markdown_table(table: Table) -> str:
     frame = table.frame
+
     def cell(value: Any) -> str:
         return str(value).replace("|", "\\|").replace("\n", " ")
 
@@ -219,7 +219,9 @@ def render_html(title: str, sections: Sequence[Section]) -> str:
 # --------------------------------------------------------------------------- building
 
 
-def _available_levels(table: MetaTable, wanted: Sequence[str] | None) -> tuple[list[str], list[str]]:
+def _available_levels(
+    table: MetaTable, wanted: Sequence[str] | None
+) -> tuple[list[str], list[str]]:
     levels = list(wanted) if wanted else list(LEVELS)
     notes = []
     keep = []
@@ -388,7 +390,9 @@ def build_report(
             "ratings agree, as Karpinska et al. (2021) report beside alpha."
         )
         save_csv("agreement.csv", agreement_table)
-        pivot = agreement_table.assign(cell=[_estimate_cell(r, stars=False) for r in agreement_table.to_dict("records")])
+        pivot = agreement_table.assign(
+            cell=[_estimate_cell(r, stars=False) for r in agreement_table.to_dict("records")]
+        )
         pivot.loc[pivot["method"] == "percent_full_agreement", "cell"] = agreement_table.loc[
             agreement_table["method"] == "percent_full_agreement", "estimate"
         ].map(lambda v: _fmt(v, 1) + "%")
@@ -449,7 +453,9 @@ def build_report(
         corr_section.figures.append(Figure(name, f"{method} correlation heatmap"))
     for level in use_levels:
         for method in methods:
-            sub = correlations[(correlations["level"] == level) & (correlations["method"] == method)]
+            sub = correlations[
+                (correlations["level"] == level) & (correlations["method"] == method)
+            ]
             if sub.empty:
                 continue
             cells = sub.assign(cell=[_estimate_cell(r) for r in sub.to_dict("records")])
@@ -485,13 +491,19 @@ def build_report(
 
     # --- scatter plots
     scatter = Section("Metric scores against human ratings")
-    stats_lookup = {
-        (r["metric"], r["criterion"]): r
-        for r in correlations[
-            (correlations["level"] == "pooled") & (correlations["method"] == methods[0])
-        ].to_dict("records")
-    } if "pooled" in use_levels else {}
-    chunks = [metrics[i : i + max_scatter_metrics] for i in range(0, len(metrics), max_scatter_metrics)]
+    stats_lookup = (
+        {
+            (r["metric"], r["criterion"]): r
+            for r in correlations[
+                (correlations["level"] == "pooled") & (correlations["method"] == methods[0])
+            ].to_dict("records")
+        }
+        if "pooled" in use_levels
+        else {}
+    )
+    chunks = [
+        metrics[i : i + max_scatter_metrics] for i in range(0, len(metrics), max_scatter_metrics)
+    ]
     counter = 0
     for criterion in criteria:
         for chunk in chunks:
@@ -500,7 +512,9 @@ def build_report(
             for metric in chunk:
                 record = stats_lookup.get((metric, criterion))
                 labels[metric] = (
-                    f"{methods[0]} {_fmt(record['estimate'], 2)} (n={record['n']})" if record else ""
+                    f"{methods[0]} {_fmt(record['estimate'], 2)} (n={record['n']})"
+                    if record
+                    else ""
                 )
             name = save_png(
                 f"scatter_{counter:02d}_{_slug(criterion)}.png",
@@ -528,18 +542,32 @@ def build_report(
         )
         if not significant.empty:
             shown = significant[
-                ["criterion", "metric_a", "metric_b", "r_a", "r_b", "r_ab", "statistic", "p_adjusted", "n"]
+                [
+                    "criterion",
+                    "metric_a",
+                    "metric_b",
+                    "r_a",
+                    "r_b",
+                    "r_ab",
+                    "statistic",
+                    "p_adjusted",
+                    "n",
+                ]
             ].copy()
             for column in ("r_a", "r_b", "r_ab", "statistic"):
                 shown[column] = shown[column].map(_fmt)
             shown["p_adjusted"] = shown["p_adjusted"].map(_fmt_p)
             comparison.tables.append(Table(shown, "Significant differences (adjusted p < .05)"))
     else:
-        comparison.paragraphs.append("The Williams test compares two or more metrics; there is one.")
+        comparison.paragraphs.append(
+            "The Williams test compares two or more metrics; there is one."
+        )
     sections.append(comparison)
 
     # --- signatures
-    sig_rows = [{"what": f"metric {m}", "signature": table.metric_signature(m) or "(none)"} for m in metrics]
+    sig_rows = [
+        {"what": f"metric {m}", "signature": table.metric_signature(m) or "(none)"} for m in metrics
+    ]
     stat_sigs = list(dict.fromkeys(correlations["signature"]))
     for frame in (agreement_table, ceiling, williams):
         if frame is not None and not frame.empty:
@@ -550,7 +578,9 @@ def build_report(
             for path in paths:
                 p = Path(path)
                 if p.exists():
-                    sig_rows.append({"what": f"input {kind}", "signature": f"{p} sha256:{_sha256(p)}"})
+                    sig_rows.append(
+                        {"what": f"input {kind}", "signature": f"{p} sha256:{_sha256(p)}"}
+                    )
     sig_rows.append({"what": "storyeval", "signature": __version__})
     signatures = pd.DataFrame(sig_rows)
     save_csv("signatures.csv", signatures)

@@ -108,7 +108,9 @@ def correlation_heatmaps(
             for record in summary.to_dict("records"):
                 if record["criterion"] in criteria:
                     values[-1, list(criteria).index(record["criterion"])] = record["estimate"]
-        image = _annotated_heatmap(ax, values, rows, criteria, notes=notes, title=f"{method}, {level}")
+        image = _annotated_heatmap(
+            ax, values, rows, criteria, notes=notes, title=f"{method}, {level}"
+        )
         if ax is not axes[0]:
             ax.set_yticklabels([])
         if with_ceiling:
@@ -168,7 +170,13 @@ def scatter_grid(
         axes[k // cols][k % cols].set_visible(False)
     handles, names = axes[0][0].get_legend_handles_labels()
     if len(groups) > 1:
-        fig.legend(handles, names, loc="upper center", ncol=min(5, len(groups)), fontsize=8,
-                   bbox_to_anchor=(0.5, 1.04))
+        fig.legend(
+            handles,
+            names,
+            loc="upper center",
+            ncol=min(5, len(groups)),
+            fontsize=8,
+            bbox_to_anchor=(0.5, 1.04),
+        )
     fig.tight_layout()
     return _png(fig)
