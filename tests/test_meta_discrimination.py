@@ -153,3 +153,11 @@ def test_two_score_files(tmp_path):
     with pytest.warns(Warning, match="lack a score"):
         row = discrimination(scores, pairs).iloc[0]
     assert (row["wins"], row["ties"], row["missing"], row["n_pairs"]) == (1, 1, 1, 2)
+
+
+def test_direction_comes_from_the_metric_registry():
+    """repeated_ngram_rate is registered with higher_is_better=False (storyeval metrics)."""
+    scores = [Score("o", "repeated_ngram_rate", 0.0), Score("a", "repeated_ngram_rate", 0.3)]
+    pairs = pd.DataFrame({"original_id": ["o"], "altered_id": ["a"]})
+    row = discrimination(scores, pairs).iloc[0]
+    assert row["direction"] == "lower" and row["wins"] == 1

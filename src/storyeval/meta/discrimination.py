@@ -211,6 +211,19 @@ def metric_direction(signature: str) -> bool | None:
     return None
 
 
+def registered_direction(metric: str) -> bool | None:
+    """``higher_is_better`` of a metric in storyeval's metric registry (None if unknown or
+    if the metric declares no direction)."""
+    try:
+        from storyeval.metrics.registry import get_metric
+    except ImportError:  # pragma: no cover - the registry ships with storyeval
+        return None
+    try:
+        return get_metric(metric).higher_is_better
+    except KeyError:
+        return None
+
+
 def discrimination(
     scores: Sequence[Score] | pd.DataFrame,
     pairs: pd.DataFrame,
@@ -231,8 +244,9 @@ def discrimination(
         ``original_id``, ``altered_id`` and optional grouping columns.
     metrics : sequence of str, optional
     lower_is_better : iterable of str
-        Metrics where a lower score is better (perplexity...). A metric whose signature has
-        ``higher_is_better:no`` is treated so too.
+        Metrics where a lower score is better (perplexity...). Otherwise the direction is a
+        ``higher_is_better`` field of the score signature, else the metric registry's
+        declaration (``storyeval metrics``), else higher is better.
     by : str, optional
         A pair column to break the results down by (e.g. ``techniques``); ``|``-joined
         values count for each part; an ``(all)`` group is always included.
@@ -309,6 +323,8 @@ def discrimination(
             sorted({s for s in frame.loc[frame["metric"] == metric, "signature"] if s})
         )
         declared = metric_direction(signature)
+        if declared is None:
+            declared = registered_direction(metric)
         higher = not (metric in lower or declared is False)
         column = wide[metric]
         a = column.reindex(originals).to_numpy(dtype=float)
