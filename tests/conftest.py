@@ -66,7 +66,9 @@ def write_file(tmp_path: Path) -> Callable[[str, str | bytes], Path]:
 
 
 @pytest.fixture
-def run_cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Callable[..., Any]:
+def run_cli(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> Callable[..., Any]:
     """Run the ``storyeval`` command in this process (models already loaded stay loaded);
     returns ``(exit code, stdout, stderr)``, with user errors mapped to exit 2 as in main()."""
     import sys

@@ -36,7 +36,12 @@ from storyeval.text import split_sentences
 TABLE_8 = [
     ("be", "Failure was an option.", "Failure was not an option.", "Failure wasn't an option."),
     ("modal", "I can walk well.", "I can not walk well.", "I can't walk well."),
-    ("base", "I go through the park.", "I do not go through the park.", "I don't go through the park."),
+    (
+        "base",
+        "I go through the park.",
+        "I do not go through the park.",
+        "I don't go through the park.",
+    ),
     (
         "third_singular_present",
         "He goes through the park.",
@@ -240,7 +245,7 @@ def test_techniques_that_cannot_apply_raise_clear_errors(corpus):
         _apply(corpus, "reordering", STORIES[2])
     same = Story("same", "", "Again. Again.")
     small = PerturbationCorpus([(same.id, same.story)], nlp=corpus.nlp)
-    with pytest.raises(NotApplicableError, match="reordering.*identical"):
+    with pytest.raises(NotApplicableError, match=r"reordering.*identical"):
         _apply(small, "reordering", same)
     verbless = Story("v", "", "Oh. Hm.")
     small = PerturbationCorpus([(verbless.id, verbless.story)], nlp=corpus.nlp)
@@ -320,7 +325,12 @@ def test_modes_all_and_each(nlp):
     combined = perturb_stories(stories, ["reordering", "negation"], seed=2, nlp=nlp)
     assert [s.techniques for s in combined.stories] == [["reordering", "negation"]] * 2
     each = perturb_stories(stories, ["reordering", "negation"], mode="each", seed=2, nlp=nlp)
-    assert [s.id for s in each.stories] == ["ken-reordering", "ken-negation", "mia-reordering", "mia-negation"]
+    assert [s.id for s in each.stories] == [
+        "ken-reordering",
+        "ken-negation",
+        "mia-reordering",
+        "mia-negation",
+    ]
     with pytest.raises(ValueError, match="must be one of"):
         perturb_stories(stories, "shuffle", nlp=nlp)
 
@@ -355,7 +365,10 @@ def test_delexicalization_masks_names_by_gender(nlp):
     table = Delexicalizer(nlp=nlp, names={"james": "neutral"})
     assert table("James smiled at his dog.") == "[NEUTRAL] smiled at his dog."
     story = delex.story(Story("x", "Clara woke early.", "She made coffee. Clara sang."))
-    assert (story.prompt, story.story) == ("[FEMALE] woke early.", "She made coffee. [FEMALE] sang.")
+    assert (story.prompt, story.story) == (
+        "[FEMALE] woke early.",
+        "She made coffee. [FEMALE] sang.",
+    )
 
 
 # --------------------------------------------------------------------------- CLI
@@ -388,30 +401,54 @@ def test_cli_perturb_end_to_end(tmp_path, examples_dir, run_cli):
     assert run_cli(*args, "-o", str(again))[0] == 0
     assert again.read_text() == out.read_text()
     mixed = tmp_path / "mix.jsonl"
-    code, _, stderr = run_cli("perturb", str(source), "--mix", "--seed", "1", "-o", str(mixed), "-q")
+    code, _, stderr = run_cli(
+        "perturb", str(source), "--mix", "--seed", "1", "-o", str(mixed), "-q"
+    )
     assert code == 0, stderr
     drawn = [json.loads(line)["techniques"] for line in mixed.read_text().splitlines()]
     assert len({tuple(t) for t in drawn}) > 2 and all(1 <= len(t) <= 4 for t in drawn)
 
 
 def test_cli_perturb_errors(write_file, run_cli):
-    one = write_file("one.jsonl", json.dumps({"id": "s1", "story": "Only one sentence here."}) + "\n")
-    code, _, stderr = run_cli("perturb", str(one), "-t", "reordering", "-o", str(one) + ".out.jsonl")
+    one = write_file(
+        "one.jsonl", json.dumps({"id": "s1", "story": "Only one sentence here."}) + "\n"
+    )
+    code, _, stderr = run_cli(
+        "perturb", str(one), "-t", "reordering", "-o", str(one) + ".out.jsonl"
+    )
     assert code == 2
     assert "story 's1'" in stderr and "needs at least 2" in stderr
     code, _, stderr = run_cli("perturb", str(one), "-t", "shuffle", "-o", str(one) + ".o.jsonl")
     assert code == 2 and "must be one of repetition, substitution" in stderr
     code, stdout, stderr = run_cli(
-        "perturb", str(one), "-t", "reordering,negation", "--skip-inapplicable", "-o", str(one) + ".s.jsonl"
+        "perturb",
+        str(one),
+        "-t",
+        "reordering,negation",
+        "--skip-inapplicable",
+        "-o",
+        str(one) + ".s.jsonl",
     )
     assert code == 0 and "wrote 0 perturbed stories" in stdout and "s1-p0" in stderr
 
 
 @pytest.mark.slow
 def test_cli_perturb_in_a_fresh_process_exits_2_on_bad_input(write_file):
-    one = write_file("one.jsonl", json.dumps({"id": "s1", "story": "Only one sentence here."}) + "\n")
+    one = write_file(
+        "one.jsonl", json.dumps({"id": "s1", "story": "Only one sentence here."}) + "\n"
+    )
     result = subprocess.run(
-        [sys.executable, "-m", "storyeval", "perturb", str(one), "-t", "reordering", "-o", str(one) + ".x.jsonl"],
+        [
+            sys.executable,
+            "-m",
+            "storyeval",
+            "perturb",
+            str(one),
+            "-t",
+            "reordering",
+            "-o",
+            str(one) + ".x.jsonl",
+        ],
         capture_output=True,
         text=True,
         check=False,

@@ -10,14 +10,15 @@ from storyeval.cli._common import exit_with
 
 # The help text lists the registry; it is kept in step with it by a test.
 _TECHNIQUES_HELP = (
-    "Comma-separated techniques: repetition, substitution, reordering, negation "
-    "(default: all)."
+    "Comma-separated techniques: repetition, substitution, reordering, negation (default: all)."
 )
 
 
 def perturb(
     stories: Path = typer.Argument(..., help="A story file (.jsonl or .csv)."),
-    output: Path = typer.Option(..., "-o", "--output", help="Where to write the perturbed stories."),
+    output: Path = typer.Option(
+        ..., "-o", "--output", help="Where to write the perturbed stories."
+    ),
     techniques: str = typer.Option(None, "--techniques", "-t", help=_TECHNIQUES_HELP),
     mix: bool = typer.Option(
         False,
@@ -29,7 +30,9 @@ def perturb(
     each: bool = typer.Option(
         False, "--each", help="One output per story and technique (instead of all combined)."
     ),
-    seed: int = typer.Option(0, "--seed", help="Random seed (outputs depend on it and the story id only)."),
+    seed: int = typer.Option(
+        0, "--seed", help="Random seed (outputs depend on it and the story id only)."
+    ),
     samples: int = typer.Option(1, "--samples", min=1, help="Outputs per story (and technique)."),
     delex: bool = typer.Option(
         False, "--delex", help="Replace character names by [MALE]/[FEMALE]/[NEUTRAL] first."

@@ -13,6 +13,7 @@ directory is a standard ``save_pretrained`` directory (model and tokenizer) plus
 
 from __future__ import annotations
 
+import itertools
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -56,7 +57,9 @@ class NspConfig:
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_length, int) or not 16 <= self.max_length <= 4096:
-            raise ValueError(f"max_length must be an integer in [16, 4096]; got {self.max_length!r}")
+            raise ValueError(
+                f"max_length must be an integer in [16, 4096]; got {self.max_length!r}"
+            )
         if not 0.0 < self.dev_fraction < 1.0:
             raise ValueError(f"dev_fraction must be in (0, 1); got {self.dev_fraction!r}")
 
@@ -106,11 +109,11 @@ def nsp_pairs(
         raise InsufficientDataError("NSP training needs at least 2 stories (for random pairs)")
     examples: list[NspExample] = []
     for story_id, items in sentences.items():
-        others = [s for sid, s in pool if sid != story_id]
+        candidates = [s for sid, s in pool if sid != story_id]
         rng: random.Random = story_rng(seed, "nsp", story_id)
-        for first, second in zip(items, items[1:], strict=False):
+        for first, second in itertools.pairwise(items):
             examples.append(NspExample(first, second, IS_NEXT))
-            examples.append(NspExample(first, rng.choice(others), NOT_NEXT))
+            examples.append(NspExample(first, rng.choice(candidates), NOT_NEXT))
     if not examples:
         raise InsufficientDataError(
             "no story has two consecutive sentences: NSP training needs sentence pairs"
@@ -195,7 +198,13 @@ def _base_nsp_model(name: str | None) -> tuple[Any, Any, str]:
 
 
 def nsp_signature(
-    config: NspConfig, training: TrainingConfig, *, encoder_identity: str, data: str, n: int, dev: str
+    config: NspConfig,
+    training: TrainingConfig,
+    *,
+    encoder_identity: str,
+    data: str,
+    n: int,
+    dev: str,
 ) -> Signature:
     return Signature(
         "nsp",
@@ -333,9 +342,7 @@ class NspScorer:
         self.tokenizer = AutoTokenizer.from_pretrained(str(path))
         self.model = BertForNextSentencePrediction.from_pretrained(str(path), dtype=torch.float32)
         self.model.eval()
-        self.max_length = int(
-            (self.metadata or {}).get("config", {}).get("max_length", 0) or 512
-        )
+        self.max_length = int((self.metadata or {}).get("config", {}).get("max_length", 0) or 512)
         self.identity = f"{path.name}@{file_identity(str(path))}"
 
     def probabilities(

@@ -152,6 +152,8 @@ class TrainingResult:
         Whether this run continued an interrupted one.
     reused : bool
         Whether a finished model with the same signature was already there (nothing trained).
+    model : torch.nn.Module or None
+        The trained model in memory, with the kept (best) weights (``None`` when reused).
     """
 
     directory: Path
@@ -159,6 +161,7 @@ class TrainingResult:
     metadata: dict[str, Any]
     resumed: bool = False
     reused: bool = False
+    model: Any = None
 
     @property
     def dev(self) -> dict[str, float]:
@@ -201,7 +204,9 @@ def read_metadata(directory: str | Path) -> dict[str, Any]:
             if (path / CHECKPOINT_DIR).is_dir()
             else "it was not written by `storyeval train`"
         )
-        raise ModelLoadError(f"{path}: not a finished storyeval model ({METADATA_FILE} missing): {hint}")
+        raise ModelLoadError(
+            f"{path}: not a finished storyeval model ({METADATA_FILE} missing): {hint}"
+        )
     try:
         data = json.loads(meta.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
@@ -286,7 +291,8 @@ def _batches(n: int, batch_size: int, seed: int, epoch: int) -> list[list[int]]:
 def _optimizer(model: Any, config: TrainingConfig) -> Any:
     import torch
 
-    decay, no_decay = [], []
+    decay: list[Any] = []
+    no_decay: list[Any] = []
     for name, parameter in model.named_parameters():
         if not parameter.requires_grad:
             continue
@@ -549,4 +555,4 @@ def fit(
     }
     write_text_atomic(output / METADATA_FILE, json.dumps(metadata, indent=2) + "\n")
     shutil.rmtree(checkpoint, ignore_errors=True)
-    return TrainingResult(output, signature, metadata, resumed=resumed)
+    return TrainingResult(output, signature, metadata, resumed=resumed, model=model)

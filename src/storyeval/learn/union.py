@@ -76,6 +76,9 @@ class UnionConfig:
         shorter examples: useful with a short ``max_length``, where perturbations past the
         cut would be invisible; the first window keeps the prompt). Scoring always reads the
         whole story.
+    stride : int or None
+        Sentences between the starts of consecutive windows (default: ``window``, no
+        overlap; 1 gives every window, the most training examples).
     dev_fraction : float
         Share of the stories held out for early stopping (when no dev file is given).
     perturb : PerturbOptions
@@ -91,6 +94,7 @@ class UnionConfig:
     delexicalize: bool = False
     negatives: int = 1
     window: int | None = None
+    stride: int | None = None
     dev_fraction: float = 0.1
     perturb: PerturbOptions = field(default_factory=PerturbOptions)
 
@@ -99,13 +103,21 @@ class UnionConfig:
         if not (isinstance(self.lam, int | float) and self.lam >= 0 and math.isfinite(self.lam)):
             raise ValueError(f"lam must be a finite number >= 0; got {self.lam!r}")
         if not isinstance(self.max_length, int) or not 16 <= self.max_length <= 4096:
-            raise ValueError(f"max_length must be an integer in [16, 4096]; got {self.max_length!r}")
+            raise ValueError(
+                f"max_length must be an integer in [16, 4096]; got {self.max_length!r}"
+            )
         if not isinstance(self.negatives, int) or self.negatives < 1:
             raise ValueError(f"negatives must be a positive integer; got {self.negatives!r}")
         if not 0.0 < self.dev_fraction < 1.0:
             raise ValueError(f"dev_fraction must be in (0, 1); got {self.dev_fraction!r}")
         if self.window is not None and (not isinstance(self.window, int) or self.window < 2):
             raise ValueError(f"window must be an integer >= 2 or None; got {self.window!r}")
+        if self.stride is not None and (
+            self.window is None or not isinstance(self.stride, int) or self.stride < 1
+        ):
+            raise ValueError(
+                f"stride must be a positive integer used with window; got {self.stride!r}"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -139,7 +151,7 @@ class UnionExample:
 def _union_model_class() -> Any:
     import torch
 
-    class UnionModel(torch.nn.Module):  # type: ignore[misc]
+    class UnionModel(torch.nn.Module):
         """Encoder + classifier on [CLS] + optional reconstruction head over the vocabulary."""
 
         def __init__(self, encoder: Any, reconstruction: bool) -> None:
@@ -284,7 +296,8 @@ class UnionTask:
             nll += float(recon_loss.sum())
             labels = [example.label for example in batch]
             correct += sum(
-                int((p >= 0.5) == bool(y)) for p, y in zip(probability.tolist(), labels, strict=True)
+                int((p >= 0.5) == bool(y))
+                for p, y in zip(probability.tolist(), labels, strict=True)
             )
         n = len(examples)
         metrics = {"loss": total / n, "bce": bce / n, "accuracy": correct / n}
@@ -321,23 +334,32 @@ def _delexicalized(stories: Sequence[Story], nlp: Any) -> list[Story]:
     return [delex.story(story) for story in stories]
 
 
-def sentence_windows(stories: Sequence[Story], size: int) -> list[Story]:
-    """Cut each story into consecutive windows of ``size`` sentences (ids ``ID@K``); a last
-    window shorter than 2 sentences joins the one before. The first window keeps the prompt.
+def sentence_windows(stories: Sequence[Story], size: int, stride: int | None = None) -> list[Story]:
+    """Cut each story into windows of ``size`` consecutive sentences, starting every
+    ``stride`` sentences (default ``size``: no overlap), with ids ``ID@K``. Without overlap,
+    a last window shorter than 2 sentences joins the one before; a story shorter than
+    ``size`` is one window. The first window keeps the prompt.
 
     >>> from storyeval.corpus import Story
-    >>> [(w.id, w.prompt, w.story) for w in sentence_windows(
-    ...     [Story("a", "P.", "One. Two. Three. Four. Five.")], 2)]
+    >>> story = Story("a", "P.", "One. Two. Three. Four. Five.")
+    >>> [(w.id, w.prompt, w.story) for w in sentence_windows([story], 2)]
     [('a@0', 'P.', 'One. Two.'), ('a@1', '', 'Three. Four. Five.')]
+    >>> [w.story for w in sentence_windows([story], 3, stride=1)]
+    ['One. Two. Three.', 'Two. Three. Four.', 'Three. Four. Five.']
     """
     from storyeval.text import split_sentences
 
+    step = stride or size
     windows: list[Story] = []
     for story in stories:
         sentences = split_sentences(story.story)
-        groups = [sentences[i : i + size] for i in range(0, len(sentences), size)]
-        if len(groups) > 1 and len(groups[-1]) < 2:
-            groups[-2] += groups.pop()
+        if step == size:
+            groups = [sentences[i : i + size] for i in range(0, len(sentences), size)]
+            if len(groups) > 1 and len(groups[-1]) < 2:
+                groups[-2] += groups.pop()
+        else:
+            starts = range(0, max(1, len(sentences) - size + 1), step)
+            groups = [sentences[i : i + size] for i in starts]
         for k, group in enumerate(groups):
             windows.append(
                 Story(f"{story.id}@{k}", story.prompt if k == 0 else "", " ".join(group))
@@ -412,6 +434,7 @@ def union_signature(
             "delex": config.delexicalize,
             "negatives": config.negatives,
             "window": config.window,
+            "stride": config.stride,
             **config.perturb.signature_fields(),
             **training.signature_fields(),
             "data": data,
@@ -471,7 +494,7 @@ def train_union(
 
     config = config or UnionConfig()
     training = training or TrainingConfig()
-    if nlp is None and (config.delexicalize or True):
+    if nlp is None:
         from storyeval.models import load_spacy
 
         nlp = load_spacy()
@@ -501,8 +524,8 @@ def train_union(
         train_stories = _delexicalized(train_stories, nlp)
         dev_list = _delexicalized(dev_list, nlp)
     if config.window is not None:
-        train_stories = sentence_windows(train_stories, config.window)
-        dev_list = sentence_windows(dev_list, config.window)
+        train_stories = sentence_windows(train_stories, config.window, config.stride)
+        dev_list = sentence_windows(dev_list, config.window, config.stride)
     from storyeval.perturb.corpus import PerturbationCorpus
 
     corpus = PerturbationCorpus(
@@ -727,7 +750,9 @@ def discrimination(
         score_of[e.id] < 0.5 for e in negatives
     )
     source_of = {e.id: e.id.rsplit("-p", 1)[0] for e in negatives}
-    pairs = [(score_of[source_of[e.id]], score_of[e.id]) for e in negatives if source_of[e.id] in by_id]
+    pairs = [
+        (score_of[source_of[e.id]], score_of[e.id]) for e in negatives if source_of[e.id] in by_id
+    ]
     return {
         "accuracy": correct / (len(positives) + len(negatives)),
         "pairwise": sum(h > p for h, p in pairs) / len(pairs),

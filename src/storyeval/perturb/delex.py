@@ -73,7 +73,11 @@ def census_first_names() -> dict[str, str]:
             continue
         share = male / (male + female)
         table[name] = (
-            "male" if share >= CENSUS_SHARE else "female" if share <= 1 - CENSUS_SHARE else "neutral"
+            "male"
+            if share >= CENSUS_SHARE
+            else "female"
+            if share <= 1 - CENSUS_SHARE
+            else "neutral"
         )
     return table
 

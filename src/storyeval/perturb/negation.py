@@ -222,7 +222,7 @@ def _removal_site(negation: Any) -> NegationSite | None:
         return None  # "ain't" has no single affirmative form
     contracted = negation.lower_ != "not"
     lemma = previous.lemma_.lower()
-    if previous.tag_ == "MD" or lemma in ("be", "have", "do") and previous.pos_ == "AUX":
+    if previous.tag_ == "MD" or (lemma in ("be", "have", "do") and previous.pos_ == "AUX"):
         if previous.tag_ == "MD":
             rule = "modal"
         elif lemma == "be":
@@ -269,7 +269,9 @@ def _add(doc: Any, tokens: _Tokens, site: NegationSite, contract: bool) -> None:
     if site.rule in ("past_participle", "gerund"):
         phrase = "not " + anchor.text
         if _is_first_word(anchor):
-            phrase = match_case(anchor.text, "not") + " " + anchor.text[:1].lower() + anchor.text[1:]
+            phrase = (
+                match_case(anchor.text, "not") + " " + anchor.text[:1].lower() + anchor.text[1:]
+            )
         item[0] = phrase
         return
     # do-support: "went" -> "did not go", "goes" -> "does not go", "go" -> "do not go"

@@ -28,11 +28,11 @@ def _ngram_spans(sentence: str, max_n: int) -> list[tuple[int, int, int]]:
     words = list(_WORD_RE.finditer(sentence))
     runs: list[list[re.Match[str]]] = []
     for word in words:
-        if runs and not sentence[runs[-1][-1].end() : word.start()].strip():
-            if sentence[runs[-1][-1].end() : word.start()]:
-                runs[-1].append(word)
-                continue
-        runs.append([word])
+        gap = sentence[runs[-1][-1].end() : word.start()] if runs else ""
+        if runs and gap and not gap.strip():
+            runs[-1].append(word)
+        else:
+            runs.append([word])
     spans = []
     for run in runs:
         for n in range(1, max_n + 1):
@@ -293,8 +293,7 @@ def negation(
     from storyeval.perturb.negation import apply_site
 
     contract = site.direction == "add" and (
-        site.must_contract
-        or (site.can_contract and rng.random() < options.contraction_probability)
+        site.must_contract or (site.can_contract and rng.random() < options.contraction_probability)
     )
     altered = apply_site(doc, site, contract=contract)
     new = list(sentences)

@@ -1,0 +1,64 @@
+"""Learned metrics trained with ``storyeval train``: UNION (Guan & Huang 2020).
+
+``union`` scores each story with a UNION model trained on human-written stories
+(``storyeval train union --stories HUMAN.jsonl -o DIR``): the probability, in [0, 1], that the
+story is human-written rather than a perturbation. It needs the trained model directory
+(``--option union.model=DIR``), so it is not in the default suite.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
+from storyeval.metrics.registry import MetricBatch, MetricOption, MetricOutput, register_metric
+
+
+@register_metric(
+    "union",
+    description="UNION: probability that the story is human-written, from a model trained on "
+    "human stories and their perturbations (Guan & Huang 2020)",
+    families=("union", "learned"),
+    model="checkpoint",
+    higher_is_better=True,
+    value_range=(0.0, 1.0),
+    options=[
+        MetricOption(
+            "model",
+            str,
+            None,
+            "directory written by `storyeval train union`",
+            required=True,
+        ),
+        MetricOption(
+            "batch_size", int, 32, "stories per forward pass", minimum=1, in_signature=False
+        ),
+    ],
+    unavailable_offline="needs a trained UNION model: storyeval train union --stories HUMAN.jsonl -o DIR",
+)
+def union(batch: MetricBatch, options: Mapping[str, Any]) -> MetricOutput:
+    """Score stories with a trained UNION model (prompt and story, as it was trained)."""
+    import numpy as np
+
+    from storyeval.learn.union import load_union
+    from storyeval.text import TruncationWarning
+
+    scorer = load_union(options["model"])
+    notes: list[str] = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", TruncationWarning)
+        values = scorer.score(batch.stories, batch_size=int(options.get("batch_size") or 32))
+    for warning in caught:
+        if issubclass(warning.category, TruncationWarning):
+            notes.append(str(warning.message))
+        else:
+            warnings.warn(warning.message, warning.category, stacklevel=2)
+    signature = scorer.signature
+    fields = {k: v for k, v in signature.fields.items() if k != "model"}
+    return MetricOutput(
+        np.asarray(values, dtype=float),
+        models={"model": scorer.identity},
+        fields=fields,
+        notes=notes,
+    )

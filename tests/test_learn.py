@@ -1,0 +1,328 @@
+"""Learned metrics: UNION trained on the example stories, the NSP head, the shared training
+machinery (dev split, early stopping, checkpoints with signatures, resuming), the `union`
+metric through `storyeval score`, and clear errors.
+
+Training is kept short (short inputs, sentence windows, one model per session)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import warnings
+
+import pytest
+
+from storyeval.corpus import Story, read_stories
+from storyeval.errors import ModelLoadError
+from storyeval.learn import (
+    InsufficientDataError,
+    OutputDirectoryError,
+    TrainingConfig,
+    TrainingInterrupted,
+    read_metadata,
+)
+from storyeval.signature import Signature
+
+pytestmark = pytest.mark.slow
+
+# UNION in the tests: windows of 2 consecutive sentences (every window: stride 1) of 45
+# example stories, 48-token inputs, full model (classifier + reconstruction head).
+UNION_SETTINGS = {"max_length": 48, "window": 2, "stride": 1}
+UNION_TRAINING = {"epochs": 2, "learning_rate": 1e-4, "batch_size": 10, "seed": 1, "patience": 3}
+NSP_SETTINGS = {"max_length": 32}
+NSP_TRAINING = {"epochs": 1, "max_steps": 6, "batch_size": 16, "seed": 3, "eval_every": 3}
+
+
+@pytest.fixture(scope="session")
+def human(examples_dir):
+    return read_stories(examples_dir / "human.jsonl")
+
+
+@pytest.fixture(scope="session")
+def union_model(tmp_path_factory, human, nlp):
+    from storyeval.learn.union import UnionConfig, train_union
+
+    directory = tmp_path_factory.mktemp("union") / "model"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = train_union(
+            human[:45],
+            directory,
+            config=UnionConfig(**UNION_SETTINGS),
+            training=TrainingConfig(**UNION_TRAINING),
+            progress=False,
+            nlp=nlp,
+        )
+    return result
+
+
+@pytest.fixture(scope="session")
+def nsp_model(tmp_path_factory, human):
+    from storyeval.learn.nsp import NspConfig, train_nsp
+
+    directory = tmp_path_factory.mktemp("nsp") / "model"
+    return train_nsp(
+        human[:12],
+        directory,
+        config=NspConfig(**NSP_SETTINGS),
+        training=TrainingConfig(**NSP_TRAINING),
+        progress=False,
+    )
+
+
+def test_union_separates_unseen_perturbed_stories(union_model, human, nlp):
+    """Held-out stories (never seen in training) against UNION negatives of them, drawn
+    with the paper's mixture under a seed the training never used."""
+    from storyeval.learn.union import discrimination, load_union, sentence_windows
+
+    scorer = load_union(union_model.directory)
+    heldout = sentence_windows(human[45:], 2)
+    result = discrimination(scorer, heldout, seed=2024, nlp=nlp)
+    print(f"\nUNION held-out discrimination: {result}")
+    assert result["n"] >= 40
+    assert result["pairwise"] >= 0.75, result
+    assert result["accuracy"] >= 0.65, result
+    assert result["mean_human"] > result["mean_perturbed"] + 0.1
+
+
+def test_union_training_metadata_and_checkpoint_round_trip(union_model, tmp_path, human):
+    from storyeval.learn.union import HEADS_FILE, UnionScorer, UnionTask
+
+    directory = union_model.directory
+    meta = read_metadata(directory)
+    assert meta["kind"] == "union"
+    assert Signature.from_dict(meta["signature"]) == union_model.signature
+    fields = union_model.signature.fields
+    assert fields["encoder"].startswith("all-MiniLM-L6-v2@")
+    assert fields["techniques"] == "repetition,substitution,reordering,negation"
+    assert fields["recon"] is True and fields["lambda"] == 0.1 and fields["seed"] == 1
+    assert len(fields["data"]) == 12 and fields["stories"] == 40  # 5 of 45 held out for dev
+    training = meta["training"]
+    assert training["best_dev"]["loss"] == min(h["loss"] for h in training["history"])
+    assert not (directory / "checkpoint").exists() and (directory / HEADS_FILE).is_file()
+    # the saved model scores exactly like the trained model in memory
+    stories = [Story(s.id, s.prompt, s.story) for s in human[50:55]]
+    reloaded = UnionScorer(directory)
+    task = UnionTask(union_model.model, reloaded.tokenizer, reloaded.config)
+    import torch
+
+    with torch.no_grad():
+        examples = [
+            __import__("storyeval.learn.union", fromlist=["UnionExample"]).UnionExample(
+                s.id, s.prompt, s.story, s.story, 1
+            )
+            for s in stories
+        ]
+        _, _, in_memory, _ = task._losses(examples)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        scores = reloaded.score(stories)
+    assert scores == pytest.approx(in_memory.tolist(), abs=1e-5)
+    copy = tmp_path / "copy"
+    shutil.copytree(directory, copy)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert UnionScorer(copy).score(stories) == pytest.approx(scores, abs=1e-6)
+    assert all(0.0 <= s <= 1.0 for s in scores)
+
+
+def test_union_retraining_reuses_or_refuses(union_model, human, nlp):
+    from storyeval.learn.union import UnionConfig, train_union
+
+    again = train_union(
+        human[:45],
+        union_model.directory,
+        config=UnionConfig(**UNION_SETTINGS),
+        training=TrainingConfig(**UNION_TRAINING),
+        progress=False,
+        nlp=nlp,
+    )
+    assert again.reused and again.signature == union_model.signature
+    with pytest.raises(OutputDirectoryError, match=r"other settings \(differs in lr\)"):
+        train_union(
+            human[:45],
+            union_model.directory,
+            config=UnionConfig(**UNION_SETTINGS),
+            training=TrainingConfig(**{**UNION_TRAINING, "learning_rate": 3e-5}),
+            progress=False,
+            nlp=nlp,
+        )
+
+
+def test_score_cli_with_union_metric(union_model, examples_dir, tmp_path, run_cli):
+    out = tmp_path / "scores.jsonl"
+    stories = examples_dir / "stories.jsonl"
+    code, _, stderr = run_cli(
+        "score",
+        str(stories),
+        "--metrics",
+        "union",
+        "--option",
+        f"union.model={union_model.directory}",
+        "-o",
+        str(out),
+        "--bootstrap",
+        "100",
+        "--no-progress",
+    )
+    assert code == 0, stderr
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == 180 and {r["metric"] for r in rows} == {"union"}
+    assert all(0.0 <= r["value"] <= 1.0 for r in rows)
+    signature = rows[0]["signature"]
+    assert signature.startswith("union|model:model@") and "|techniques:" in signature
+    code, _, stderr = run_cli("score", str(stories), "--metrics", "union", "-o", str(out))
+    assert code == 2 and "union.model" in stderr
+
+
+def test_union_metric_is_registered_with_its_metadata():
+    from storyeval.metrics import get_metric
+
+    spec = get_metric("union")
+    assert spec.higher_is_better is True and spec.value_range == (0.0, 1.0)
+    assert "model" in spec.option_map and spec.option_map["model"].required
+    assert spec.runnable_offline()[0] is False  # needs a trained model: not in the default suite
+
+
+def test_loaders_refuse_models_without_the_needed_head(union_model, nsp_model, encoder):
+    from storyeval.learn.nsp import NspScorer, has_nsp_head
+    from storyeval.learn.union import UnionScorer
+
+    with pytest.raises(ModelLoadError, match="no UNION heads"):
+        UnionScorer(nsp_model.directory)
+    with pytest.raises(ModelLoadError, match="no UNION heads"):
+        UnionScorer(encoder.path)
+    with pytest.raises(ModelLoadError, match="no next-sentence-prediction head"):
+        NspScorer(union_model.directory)
+    with pytest.raises(ModelLoadError, match="no next-sentence-prediction head"):
+        NspScorer(encoder.path)
+    assert has_nsp_head(nsp_model.directory) and not has_nsp_head(encoder.path)
+
+
+def test_nsp_directory_loads_with_transformers(nsp_model, human):
+    from transformers import BertForNextSentencePrediction
+
+    from storyeval.learn.nsp import NspScorer
+
+    model = BertForNextSentencePrediction.from_pretrained(str(nsp_model.directory))
+    assert model.cls.seq_relationship.out_features == 2
+    meta = read_metadata(nsp_model.directory)
+    assert meta["kind"] == "nsp" and meta["config"]["is_next_label"] == 0
+    assert Signature.from_dict(meta["signature"]).fields["max_steps"] == 6
+    probabilities = NspScorer(nsp_model.directory).probabilities(
+        [("He opened the door.", "It was dark inside."), ("He opened the door.", "Stocks rose.")]
+    )
+    assert all(0.0 <= p <= 1.0 for p in probabilities)
+
+
+def test_training_resumes_after_interruption(nsp_model, human, tmp_path):
+    """Interrupt at step 3, resume: the result equals an uninterrupted run exactly."""
+    import torch
+    from safetensors.torch import load_file
+
+    from storyeval.learn.nsp import NspConfig, train_nsp
+
+    directory = tmp_path / "resumed"
+
+    def interrupt(step: int) -> None:
+        if step == 3:
+            raise KeyboardInterrupt
+
+    args = {
+        "config": NspConfig(**NSP_SETTINGS),
+        "training": TrainingConfig(**NSP_TRAINING),
+        "progress": False,
+    }
+    with pytest.raises(TrainingInterrupted, match=r"step 3 of 6.*run the same command again"):
+        train_nsp(human[:12], directory, on_step=interrupt, **args)
+    assert (directory / "checkpoint" / "state.pt").is_file()
+    with pytest.raises(ModelLoadError, match="has not finished"):
+        read_metadata(directory)
+    result = train_nsp(human[:12], directory, **args)
+    assert result.resumed and result.metadata["training"]["steps"] == 6
+    assert result.signature == nsp_model.signature
+    resumed = load_file(str(directory / "model.safetensors"))
+    straight = load_file(str(nsp_model.directory / "model.safetensors"))
+    assert resumed.keys() == straight.keys()
+    for key in straight:
+        assert torch.allclose(resumed[key], straight[key], atol=1e-6), key
+    assert result.metadata["training"]["history"] == [
+        {**h, "seconds": result.metadata["training"]["history"][i]["seconds"]}
+        for i, h in enumerate(nsp_model.metadata["training"]["history"])
+    ]
+
+
+def test_corpus_too_small_to_split(write_file, run_cli):
+    from storyeval.learn.nsp import train_nsp
+    from storyeval.learn.union import train_union
+
+    few = [Story(str(i), "", f"Sentence {i}. Another one {i}.") for i in range(3)]
+    with pytest.raises(InsufficientDataError, match="3 stories is too small to split"):
+        train_union(few, "/nonexistent/never-written", progress=False)
+    with pytest.raises(InsufficientDataError, match="too small"):
+        train_nsp(few, "/nonexistent/never-written", progress=False)
+    path = write_file(
+        "few.jsonl", "".join(json.dumps({"id": s.id, "story": s.story}) + "\n" for s in few)
+    )
+    code, _, stderr = run_cli("train", "union", "--stories", str(path), "-o", str(path) + ".d")
+    assert code == 2 and "too small to split" in stderr and "at least 6" in stderr
+
+
+def test_cli_train_union_and_nsp_end_to_end(human, tmp_path, run_cli):
+    source = tmp_path / "human.jsonl"
+    source.write_text("".join(json.dumps(s.to_dict()) + "\n" for s in human[:8]))
+    union_dir = tmp_path / "union"
+    args = ["--stories", str(source), "-o", str(union_dir), "--max-steps", "2", "--epochs", "1"]
+    code, stdout, stderr = run_cli(
+        "train",
+        "union",
+        *args,
+        "--max-length",
+        "32",
+        "--window",
+        "3",
+        "--no-recon",
+        "--without",
+        "negation",
+        "--seed",
+        "5",
+        "-q",
+    )
+    assert code == 0, stderr
+    assert "signature: union|encoder:all-MiniLM-L6-v2@" in stdout
+    assert "|techniques:repetition,substitution,reordering|recon:no|" in stdout
+    meta = read_metadata(union_dir)
+    assert meta["training"]["steps"] == 2 and meta["config"]["reconstruction"] is False
+    code, stdout, _ = run_cli(
+        "train",
+        "union",
+        *args,
+        "--max-length",
+        "32",
+        "--window",
+        "3",
+        "--no-recon",
+        "--without",
+        "negation",
+        "--seed",
+        "5",
+        "-q",
+    )
+    assert code == 0 and "already trained with these settings" in stdout
+    nsp_dir = tmp_path / "nsp"
+    code, stdout, stderr = run_cli(
+        "train",
+        "nsp",
+        "--stories",
+        str(source),
+        "-o",
+        str(nsp_dir),
+        "--max-steps",
+        "2",
+        "--max-length",
+        "32",
+        "-q",
+    )
+    assert code == 0, stderr
+    assert "signature: nsp|encoder:all-MiniLM-L6-v2@" in stdout
+    assert (nsp_dir / "model.safetensors").is_file() and (nsp_dir / "storyeval.json").is_file()
