@@ -87,6 +87,9 @@ def union(
     window: int = typer.Option(
         None, "--window", help="Train on windows of this many sentences instead of whole stories."
     ),
+    stride: int = typer.Option(
+        None, "--stride", help="Sentences between window starts (default: --window; 1 = all)."
+    ),
     no_prompt: bool = typer.Option(False, "--no-prompt", help="Ignore the prompt field."),
     delex: bool = typer.Option(
         False, "--delex", help="Mask character names as [MALE]/[FEMALE]/[NEUTRAL]."
@@ -134,6 +137,7 @@ def union(
             delexicalize=delex,
             negatives=negatives,
             window=window,
+            stride=stride,
             dev_fraction=dev_fraction,
         )
     except ValueError as exc:

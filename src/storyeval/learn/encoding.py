@@ -21,14 +21,15 @@ def encode_pair(tokenizer: Any, first: str | None, second: str, max_length: int)
     """``[CLS] first [SEP] second [SEP]`` (or ``[CLS] second [SEP]`` without ``first``; the
     model's own special tokens), at most ``max_length`` tokens.
 
-    ``first`` (a prompt or a previous sentence) keeps at most its last ``max_length // 2``
-    tokens, the ones nearest to ``second``; ``second`` is then cut at the end to fit.
+    ``first`` (a prompt or a previous sentence) keeps at most its last
+    ``max_length // 2 - 2`` tokens, the ones nearest to ``second``; ``second`` is then cut at
+    the end to fit. ``truncated`` says whether either was cut.
 
     >>> from storyeval.models import load_encoder
     >>> tok = load_encoder().tokenizer
     >>> e = encode_pair(tok, "A cat sat.", "It slept all day long.", 10)
     >>> tok.convert_ids_to_tokens(e.input_ids), e.truncated
-    (['[CLS]', 'a', 'cat', 'sat', '.', '[SEP]', 'it', 'slept', 'all', '[SEP]'], True)
+    (['[CLS]', 'cat', 'sat', '.', '[SEP]', 'it', 'slept', 'all', 'day', '[SEP]'], True)
     """
     if max_length < 5:
         raise ValueError(f"max_length must be at least 5; got {max_length}")

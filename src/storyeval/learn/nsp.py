@@ -94,7 +94,7 @@ def nsp_pairs(
     >>> from storyeval.corpus import Story
     >>> pairs = nsp_pairs([Story("a", "", "A1. A2."), Story("b", "", "B1. B2.")], seed=0)
     >>> [(p.first, p.second, p.label) for p in pairs]
-    [('A1.', 'A2.', 0), ('A1.', 'B2.', 1), ('B1.', 'B2.', 0), ('B1.', 'A1.', 1)]
+    [('A1.', 'A2.', 0), ('A1.', 'B1.', 1), ('B1.', 'B2.', 0), ('B1.', 'A2.', 1)]
     """
     from storyeval.text import split_sentences
 

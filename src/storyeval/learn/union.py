@@ -143,6 +143,7 @@ class UnionExample:
     original: str
     label: int
     techniques: tuple[str, ...] = ()
+    source_id: str = ""
 
 
 # --------------------------------------------------------------------------- model
@@ -356,7 +357,8 @@ def sentence_windows(stories: Sequence[Story], size: int, stride: int | None = N
         if step == size:
             groups = [sentences[i : i + size] for i in range(0, len(sentences), size)]
             if len(groups) > 1 and len(groups[-1]) < 2:
-                groups[-2] += groups.pop()
+                last = groups.pop()
+                groups[-1] = groups[-1] + last
         else:
             starts = range(0, max(1, len(sentences) - size + 1), step)
             groups = [sentences[i : i + size] for i in starts]
@@ -407,6 +409,7 @@ def build_examples(
                 source.story,
                 0,
                 tuple(negative.techniques),
+                negative.source_id,
             )
         )
     return examples, run.skipped
@@ -749,10 +752,7 @@ def discrimination(
     correct = sum(score_of[e.id] >= 0.5 for e in positives) + sum(
         score_of[e.id] < 0.5 for e in negatives
     )
-    source_of = {e.id: e.id.rsplit("-p", 1)[0] for e in negatives}
-    pairs = [
-        (score_of[source_of[e.id]], score_of[e.id]) for e in negatives if source_of[e.id] in by_id
-    ]
+    pairs = [(score_of[e.source_id], score_of[e.id]) for e in negatives if e.source_id in by_id]
     return {
         "accuracy": correct / (len(positives) + len(negatives)),
         "pairwise": sum(h > p for h, p in pairs) / len(pairs),

@@ -48,7 +48,7 @@ def census_first_names() -> dict[str, str]:
     male (female) frequency is at least 80 % of the sum of both, otherwise neutral.
 
     >>> census = census_first_names()
-    >>> census["james"], census["mary"], census["jordan"]
+    >>> census["james"], census["mary"], census["casey"]
     ('male', 'female', 'neutral')
     """
     spec = importlib.util.find_spec("names")

@@ -89,7 +89,7 @@ def sample_mixture(rng: random.Random, techniques: Sequence[str]) -> list[str]:
     They are returned in application order (registry order).
 
     >>> sample_mixture(random.Random(0), ["repetition", "substitution", "reordering", "negation"])
-    ['reordering']
+    ['repetition', 'substitution', 'reordering']
     """
     names = parse_techniques(list(techniques))
     sizes = [n for n in UNION_COUNT_PROBABILITIES if n <= len(names)]
