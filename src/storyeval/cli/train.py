@@ -70,6 +70,12 @@ def union(
         "(default: the offline all-MiniLM-L6-v2).",
     ),
     learning_rate: float = typer.Option(5e-5, "--lr", help="Peak learning rate."),
+    head_lr: float = typer.Option(
+        None,
+        "--head-lr",
+        help="Peak learning rate of the new heads (default: --lr, as in the paper); a higher "
+        "one shortens the start-up plateau of short CPU runs.",
+    ),
     batch_size: int = typer.Option(10, "--batch-size", min=1, help="Examples per step."),
     lam: float = typer.Option(0.1, "--lambda", help="Weight of the reconstruction loss."),
     no_recon: bool = typer.Option(
@@ -145,6 +151,7 @@ def union(
     training = _training_config(
         epochs=epochs,
         learning_rate=learning_rate,
+        head_learning_rate=head_lr,
         batch_size=batch_size,
         seed=seed,
         patience=patience,

@@ -125,6 +125,7 @@ class NspTask:
     """Loss and evaluation of the NSP head for :func:`storyeval.learn.trainer.fit`."""
 
     kind = "nsp"
+    head_prefixes = ("cls.",)
 
     def __init__(self, model: Any, tokenizer: Any, config: NspConfig) -> None:
         self.model = model
@@ -255,6 +256,9 @@ def train_nsp(
         train_stories, dev_list = stories, list(dev_stories)
         check_sizes(train_stories, dev_list)
         dev_tag = f"file:{corpus_hash(dev_list)}"
+    import torch
+
+    torch.manual_seed(training.seed)  # the new NSP head is initialized while loading
     model, tokenizer, identity = _base_nsp_model(config.encoder)
     signature = nsp_signature(
         config,
@@ -271,9 +275,6 @@ def train_nsp(
     dev_pairs = nsp_pairs(
         dev_list, seed=training.seed + 1, use_prompt=config.use_prompt, others=train_stories
     )
-    import torch
-
-    torch.manual_seed(training.seed)
     task = NspTask(model, tokenizer, config)
     return fit(
         task,
@@ -329,7 +330,9 @@ class NspScorer:
 
         from storyeval.learn.trainer import read_metadata
         from storyeval.models import file_identity
+        from storyeval.models.loading import _quiet_transformers
 
+        _quiet_transformers()
         path = Path(directory).expanduser().resolve()
         if not path.is_dir():
             raise ModelLoadError(f"{directory}: no such NSP model directory")

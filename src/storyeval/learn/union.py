@@ -218,6 +218,7 @@ class UnionTask:
     """Loss and evaluation of UNION for :func:`storyeval.learn.trainer.fit`."""
 
     kind = "union"
+    head_prefixes = ("classifier.", "reconstructor.")
 
     def __init__(self, model: Any, tokenizer: Any, config: UnionConfig) -> None:
         self.model = model
@@ -602,7 +603,9 @@ class UnionScorer:
         from transformers import AutoModel, AutoTokenizer
 
         from storyeval.models import file_identity
+        from storyeval.models.loading import _quiet_transformers
 
+        _quiet_transformers()
         path = Path(directory).expanduser().resolve()
         heads_file = path / HEADS_FILE
         if path.is_dir() and not heads_file.is_file():
@@ -729,15 +732,20 @@ def discrimination(
     *,
     seed: int = 0,
     techniques: Sequence[str] | None = None,
+    samples: int = 1,
     nlp: Any = None,
 ) -> dict[str, float]:
     """How well a UNION model tells ``stories`` (human) from UNION negatives of them.
 
     Returns ``accuracy`` (threshold 0.5 over originals and negatives), ``pairwise`` (share of
-    pairs where the original scores higher than its negative), ``mean_human``,
-    ``mean_perturbed`` and ``n`` (number of pairs). Use stories the model was not trained on.
+    (original, negative) pairs where the original scores higher), ``p_value`` (one-sided
+    binomial test of ``pairwise`` against 0.5), ``mean_human``, ``mean_perturbed`` and ``n``
+    (number of pairs; ``samples`` negatives per story). Use stories the model was not
+    trained on.
     """
-    config = scorer.config
+    from scipy.stats import binomtest
+
+    config = replace(scorer.config, negatives=samples)
     if techniques is not None:
         config = replace(config, techniques=tuple(techniques))
     examples, _ = build_examples(stories, config, seed=seed, nlp=nlp)
@@ -753,9 +761,11 @@ def discrimination(
         score_of[e.id] < 0.5 for e in negatives
     )
     pairs = [(score_of[e.source_id], score_of[e.id]) for e in negatives if e.source_id in by_id]
+    wins = sum(h > p for h, p in pairs)
     return {
         "accuracy": correct / (len(positives) + len(negatives)),
-        "pairwise": sum(h > p for h, p in pairs) / len(pairs),
+        "pairwise": wins / len(pairs),
+        "p_value": float(binomtest(wins, len(pairs), 0.5, alternative="greater").pvalue),
         "mean_human": sum(score_of[e.id] for e in positives) / len(positives),
         "mean_perturbed": sum(score_of[e.id] for e in negatives) / len(negatives),
         "n": float(len(pairs)),
