@@ -17,6 +17,12 @@ demo: setup
 	$(BIN)/storyeval validate examples/judgments.jsonl
 	$(BIN)/storyeval describe examples/stories.jsonl -o $(OUT)/describe.csv
 	$(BIN)/storyeval agreement --judgments examples/judgments.jsonl -o $(OUT)/agreement.csv
+	$(BIN)/storyeval perturb examples/human.jsonl --mix --seed 1 -o $(OUT)/union-negatives.jsonl
+	$(BIN)/storyeval train union --stories examples/human.jsonl -o $(OUT)/union --epochs 3 \
+		--max-length 48 --window 2 --stride 1 --lr 1e-4 --head-lr 2e-3 --seed 1 -q
+	$(BIN)/storyeval score examples/stories.jsonl --metrics union --option union.model=$(OUT)/union \
+		-o $(OUT)/union-scores.jsonl --per-system $(OUT)/union-per-system.csv --no-progress
+	$(BIN)/storyeval train nsp --stories examples/human.jsonl -o $(OUT)/nsp --epochs 1 -q
 
 ## test: set up (with Chromium and PostgreSQL), then run the whole test suite
 test: setup-test

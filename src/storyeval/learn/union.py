@@ -737,7 +737,8 @@ def discrimination(
 ) -> dict[str, float]:
     """How well a UNION model tells ``stories`` (human) from UNION negatives of them.
 
-    Returns ``accuracy`` (threshold 0.5 over originals and negatives), ``pairwise`` (share of
+    Returns ``accuracy`` (balanced accuracy at threshold 0.5: the mean of the shares of
+    originals scored >= 0.5 and of negatives scored < 0.5), ``pairwise`` (share of
     (original, negative) pairs where the original scores higher), ``p_value`` (one-sided
     binomial test of ``pairwise`` against 0.5), ``mean_human``, ``mean_perturbed`` and ``n``
     (number of pairs; ``samples`` negatives per story). Use stories the model was not
@@ -757,13 +758,12 @@ def discrimination(
     to_score = [Story(e.id, e.prompt, e.text) for e in positives + negatives]
     values = scorer.score(to_score)
     score_of = {story.id: value for story, value in zip(to_score, values, strict=True)}
-    correct = sum(score_of[e.id] >= 0.5 for e in positives) + sum(
-        score_of[e.id] < 0.5 for e in negatives
-    )
+    true_positive = sum(score_of[e.id] >= 0.5 for e in positives) / len(positives)
+    true_negative = sum(score_of[e.id] < 0.5 for e in negatives) / len(negatives)
     pairs = [(score_of[e.source_id], score_of[e.id]) for e in negatives if e.source_id in by_id]
     wins = sum(h > p for h, p in pairs)
     return {
-        "accuracy": correct / (len(positives) + len(negatives)),
+        "accuracy": (true_positive + true_negative) / 2,
         "pairwise": wins / len(pairs),
         "p_value": float(binomtest(wins, len(pairs), 0.5, alternative="greater").pvalue),
         "mean_human": sum(score_of[e.id] for e in positives) / len(positives),
