@@ -16,6 +16,7 @@ demo: setup
 	$(BIN)/storyeval validate examples/stories.jsonl
 	$(BIN)/storyeval validate examples/judgments.jsonl
 	$(BIN)/storyeval describe examples/stories.jsonl -o $(OUT)/describe.csv
+	$(BIN)/storyeval agreement --judgments examples/judgments.jsonl -o $(OUT)/agreement.csv
 
 ## test: set up (with Chromium and PostgreSQL), then run the whole test suite
 test: setup-test
