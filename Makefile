@@ -17,6 +17,8 @@ demo: setup
 	$(BIN)/storyeval validate examples/judgments.jsonl
 	$(BIN)/storyeval describe examples/stories.jsonl -o $(OUT)/describe.csv
 	$(BIN)/storyeval agreement --judgments examples/judgments.jsonl -o $(OUT)/agreement.csv
+	$(BIN)/storyeval generate examples/human.jsonl --limit 3 --top-p 0.9 --max-new-tokens 80 --max-words 60 --seed 1 --no-progress -o $(OUT)/generated.jsonl
+	$(BIN)/storyeval cyoa analyse examples/cyoa/sessions.jsonl -o $(OUT)/cyoa
 
 ## test: set up (with Chromium and PostgreSQL), then run the whole test suite
 test: setup-test

@@ -138,7 +138,10 @@ def test_copy_filter_drops_regenerates_and_counts(causal_lm):
     for story in stories:
         overlap = copy_overlap(story.story, PIRATE)
         assert overlap <= 0.8 and story.extra["copy_overlap"] == pytest.approx(overlap, abs=1e-4)
-        dropped = sum(story.extra[k] for k in ("dropped_empty", "dropped_long", "dropped_copy"))
+        dropped = sum(
+            story.extra[k]
+            for k in ("dropped_empty", "dropped_unfinished", "dropped_long", "dropped_copy")
+        )
         assert story.extra["attempts"] == 1 + dropped
     sig = Signature.parse(stories[0].extra["signature"])
     assert sig.fields["priming_n"] == "3" and sig.fields["copy_threshold"] == "0.8"

@@ -81,5 +81,45 @@ def analyse(
     typer.echo(f"signature: {result.signature}")
 
 
+@cyoa_app.command("export")
+def export(
+    session_file: Path = typer.Argument(
+        ..., help="The CYOA or MIL session file (YAML) that was served."
+    ),
+    db: str = typer.Option(
+        None,
+        "--db",
+        help="Database URL of the server (default: <session>.sqlite3 here, as storyeval serve).",
+    ),
+    output: Path = typer.Option(..., "-o", "--output", help="Write the sessions here (JSONL)."),
+    complete_only: bool = typer.Option(
+        False, "--complete-only", help="Leave out unfinished sessions."
+    ),
+) -> None:
+    """Export the writing sessions of a session file from the server's database (the same
+    records as the admin page's sessions.jsonl), without running the server."""
+    from storyeval.collab.config import load_writing_config
+    from storyeval.collab.records import write_sessions
+    from storyeval.errors import StoryevalError
+    from storyeval.server import writing_store
+    from storyeval.server.db import Database
+
+    try:
+        config = load_writing_config(session_file)
+        database = Database(db or f"sqlite:///{session_file.with_suffix('.sqlite3').name}")
+        database.create_all()
+        with database.read() as conn:
+            records = writing_store.export(conn, config)
+    except (StoryevalError, ValueError, OSError) as exc:
+        raise user_error(exc) from None
+    if complete_only:
+        records = [r for r in records if r["status"] == "complete"]
+    count = write_sessions(output, records)
+    done = sum(1 for r in records if r["status"] == "complete")
+    typer.echo(
+        f"wrote {count} session(s) ({done} complete) of {config.kind} {config.name!r} to {output}"
+    )
+
+
 def register(app: typer.Typer) -> None:
     app.add_typer(cyoa_app, name="cyoa", rich_help_panel="Collaborative writing")

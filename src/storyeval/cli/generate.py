@@ -71,13 +71,21 @@ def generate(
     max_attempts: int = typer.Option(
         10, "--max-attempts", min=1, help="Generations allowed per story before giving up."
     ),
+    limit: int = typer.Option(
+        None, "--limit", min=1, help="Only the first N prompts (a quick try)."
+    ),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
 ) -> None:
-    """Generate stories from prompts; every story records a signature of the model and every
-    decoding setting, so the run can be repeated exactly."""
+    """Generate stories from prompts with any causal LM and decoding setting.
+
+    Every story records a signature of the model and every setting, so the run can be repeated
+    exactly. Outputs copying a priming text (> 80% overlap) or containing a listed offensive
+    word are dropped, generated again and counted.
+    """
     from storyeval.corpus import detect_format, write_stories
     from storyeval.errors import StoryevalError
     from storyeval.generate import (
+        DROP_FIELDS,
         DecodingConfig,
         WordListFilter,
         generate_stories,
@@ -103,6 +111,8 @@ def generate(
             max_new_tokens=max_new_tokens,
         )
         records = read_prompts(prompts)
+        if limit is not None:
+            records = records[:limit]
         priming_texts = read_priming_texts(priming, count=priming_count) if priming else []
         word_filter = None
         if offensive_words is not None:
@@ -142,10 +152,7 @@ def generate(
         raise user_error(exc) from None
     write_stories(output, stories)
     summary = generation_summary(stories)
-    dropped = ", ".join(
-        f"{summary[key]} {key.removeprefix('dropped_')}"
-        for key in ("dropped_empty", "dropped_long", "dropped_copy", "dropped_offensive")
-    )
+    dropped = ", ".join(f"{summary[key]} {key.removeprefix('dropped_')}" for key in DROP_FIELDS)
     typer.echo(
         f"wrote {summary['stories']} stories to {output} ({summary['generations']} generations; "
         f"dropped and regenerated: {dropped})"

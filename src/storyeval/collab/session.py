@@ -100,6 +100,7 @@ class SuggestionResult:
     attempts: int = 1
     dropped: Mapping[str, int] = field(default_factory=dict)
     error: str | None = None
+    complete: bool = True
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -264,6 +265,29 @@ class WritingSession:
     def _set_phase(self, phase: str, now: float) -> None:
         self.data["phase"] = phase
         self.data["phase_since"] = now
+        self.data["served_at"] = None
+
+    def needs_serving_note(self) -> bool:
+        """Whether the page of the current phase has not been served yet."""
+        return self.data.get("served_at") is None
+
+    def note_served(self, now: float) -> None:
+        """Note when the page of the current phase was first delivered to the writer: the
+        writer's time on a turn runs from then to the submission."""
+        if self.data.get("served_at") is None:
+            self.data["served_at"] = now
+            turn = self.current_turn()
+            if (
+                turn is not None
+                and self.phase in ("choose", "edit")
+                and turn.get("shown_at") is None
+            ):
+                turn["shown_at"] = now
+
+    def step_token(self) -> str:
+        """Identifies the step a page was rendered for; a form posted with an older token (a
+        double submission, a stale tab) is not applied twice."""
+        return f"{len(self.turns)}-{self.phase}"
 
     def _check_length(self, text: str) -> str:
         cleaned = _clean(text)
@@ -292,7 +316,7 @@ class WritingSession:
                     "round": self.round,
                     "author": "writer",
                     "text": cleaned,
-                    "shown_at": self.data["phase_since"],
+                    "shown_at": self.data.get("served_at") or self.data["phase_since"],
                     "submitted_at": now,
                 }
             )
@@ -381,6 +405,7 @@ class WritingSession:
             attempts=result.attempts,
             dropped=dict(result.dropped),
             error=result.error,
+            complete=result.complete,
         )
         if all(s["finished_at"] is not None for s in turn["suggestions"]):
             turn["ready_at"] = now
@@ -389,23 +414,11 @@ class WritingSession:
             elif isinstance(self.config, MilConfig):
                 only = turn["suggestions"][0]
                 turn["chosen"] = only["generator"]
-                turn["shown_at"] = now
                 turn["events"].append({"t": now, "action": "push", "generator": only["generator"]})
                 self._set_phase("edit", now)
             else:
-                turn["shown_at"] = now
                 self._set_phase("choose", now)
         return True
-
-    def mark_shown(self, now: float) -> None:
-        """Note when the suggestions were first displayed (the page after they were ready)."""
-        turn = self.current_turn()
-        if (
-            turn is not None
-            and turn.get("ready_at") is not None
-            and turn.get("displayed_at") is None
-        ):
-            turn["displayed_at"] = now
 
     def retry(self, *, now: float) -> list[SuggestionRequest]:
         """After a failure, discard the failed turn's suggestions and generate again."""
@@ -416,8 +429,10 @@ class WritingSession:
         self.data.setdefault("failed_generations", []).append(failed)
         return self._open_suggestion_turn(now, attempt=int(turn["attempt"]) + 1)
 
-    def choose(self, generator: str, *, now: float) -> None:
+    def choose(self, generator: str, *, now: float, draft: str | None = None) -> None:
         """Choose (phase ``choose``) or switch to (phase ``edit``) a generator's suggestion.
+
+        ``draft`` is what the edit box held when the writer switched (kept in the log).
 
         Raises
         ------
@@ -437,7 +452,10 @@ class WritingSession:
             return  # re-selecting the suggestion being edited is not a switch
         else:
             action = "switch"
-        turn["events"].append({"t": now, "action": action, "generator": generator})
+        event: dict[str, Any] = {"t": now, "action": action, "generator": generator}
+        if action == "switch" and draft is not None:
+            event["draft"] = _clean(draft)[:5000]
+        turn["events"].append(event)
         turn["chosen"] = generator
         if self.phase == "choose":
             self._set_phase("edit", now)
@@ -524,6 +542,7 @@ class WritingSession:
                     "wait_s": _duration(s["requested_at"], s["finished_at"]),
                     "attempts": s["attempts"],
                     "dropped": s["dropped"],
+                    "complete": s.get("complete", True),
                     "error": s["error"],
                 }
                 for s in sorted(turn["suggestions"], key=lambda s: s["position"])
@@ -545,7 +564,10 @@ class WritingSession:
                     "requested_at": turn["requested_at"],
                     "ready_at": turn["ready_at"],
                     "submitted_at": turn["submitted_at"],
-                    "choice_s": _duration(turn.get("ready_at"), first_choice),
+                    "shown_at": turn.get("shown_at"),
+                    "choice_s": _duration(
+                        turn.get("shown_at") or turn.get("ready_at"), first_choice
+                    ),
                     "edit_s": _duration(first_choice, turn["submitted_at"]),
                 }
             )

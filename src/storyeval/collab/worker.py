@@ -10,10 +10,10 @@ it computes, and model calls hold only :data:`storyeval.generate.GENERATION_LOCK
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +30,11 @@ class SuggestionEngine:
     """Turns the generators of a session file into suggestions.
 
     Each generator continues the context with its model and decoding settings, keeps whole
-    sentences within its character cap, and (optionally) regenerates texts with offensive
-    words; the result carries the signature of the model and every setting, and the seed.
+    sentences within its character cap, and generates again when the text is empty, has no
+    complete sentence, or (optionally) contains an offensive word. When every attempt stopped
+    before a sentence ended (``max_new_tokens`` too small), the last unfinished text is offered
+    rather than nothing (``complete`` False in the log). The result carries the signature of the
+    model and every setting, and the seed.
     """
 
     def __init__(self, config: CyoaConfig | MilConfig, *, config_path: str | Path | None = None):
@@ -74,6 +77,7 @@ class SuggestionEngine:
                 word_filter=self._filters.get(spec.name),
                 max_attempts=spec.max_attempts,
                 name="suggest",
+                accept_unfinished=True,
             )
         except Exception as exc:  # reported to the writer as a failed suggestion
             log.warning("generator %s failed on %s: %s", spec.name, request.request_id, exc)
@@ -93,11 +97,12 @@ class SuggestionEngine:
             finished_at=time.time(),
             attempts=result.attempts,
             dropped=result.dropped,
+            complete=result.complete,
         )
 
 
 class GenerationWorker:
-    """A small thread pool that runs suggestion requests and reports each result.
+    """Daemon threads that run suggestion requests from a queue and report each result.
 
     Parameters
     ----------
@@ -108,7 +113,13 @@ class GenerationWorker:
         caller passed to :meth:`submit` (e.g. the participant id).
     workers : int
         Threads. Model calls are serialised by the generation lock, so more than one thread
-        helps only when generators load or write results slowly.
+        helps only when results are slow to store or generators are slow to load.
+
+    Notes
+    -----
+    The threads are daemons: stopping the server abandons a generation in progress. The
+    session state still says the suggestion is pending, so the server queues it again when
+    it starts (:meth:`WritingSession.pending_requests`).
     """
 
     def __init__(self, engine: Engine, on_result: ResultCallback, *, workers: int = 1) -> None:
@@ -116,16 +127,23 @@ class GenerationWorker:
             raise ValueError(f"workers must be >= 1; got {workers}")
         self._engine = engine
         self._on_result = on_result
-        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="storyeval-gen")
+        self._queue: queue.Queue[tuple[str, SuggestionRequest] | None] = queue.Queue()
         self._lock = threading.Lock()
-        self._in_flight: set[tuple[str, str]] = set()
         self._idle = threading.Condition(self._lock)
+        self._in_flight: set[tuple[str, str]] = set()
         self._closed = False
         self.completed = 0
         self.failed = 0
+        self._threads = [
+            threading.Thread(target=self._loop, name=f"storyeval-gen-{i}", daemon=True)
+            for i in range(workers)
+        ]
+        for thread in self._threads:
+            thread.start()
 
     @property
     def in_flight(self) -> int:
+        """Requests queued or running."""
         with self._lock:
             return len(self._in_flight)
 
@@ -138,9 +156,21 @@ class GenerationWorker:
             if marker in self._in_flight:
                 return False
             self._in_flight.add(marker)
-        future: Future[None] = self._pool.submit(self._run, key, request)
-        future.add_done_callback(lambda _f: self._done(marker))
+        self._queue.put((key, request))
         return True
+
+    def _loop(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            key, request = item
+            try:
+                self._run(key, request)
+            finally:
+                with self._lock:
+                    self._in_flight.discard((key, request.request_id))
+                    self._idle.notify_all()
 
     def _run(self, key: str, request: SuggestionRequest) -> None:
         try:
@@ -150,17 +180,13 @@ class GenerationWorker:
             result = SuggestionResult(None, "", request.seed, now, now, error=str(exc) or repr(exc))
         try:
             self._on_result(key, request, result)
-            with self._lock:
-                self.completed += 1
-                if result.text is None:
-                    self.failed += 1
         except Exception:
             log.exception("could not store the suggestion %s for %s", request.request_id, key)
-
-    def _done(self, marker: tuple[str, str]) -> None:
+            return
         with self._lock:
-            self._in_flight.discard(marker)
-            self._idle.notify_all()
+            self.completed += 1
+            if result.text is None:
+                self.failed += 1
 
     def wait_idle(self, timeout: float | None = None) -> bool:
         """Block until nothing is queued or running; returns False on timeout."""
@@ -173,8 +199,11 @@ class GenerationWorker:
                 self._idle.wait(remaining)
         return True
 
-    def close(self, *, wait: bool = True) -> None:
-        """Stop accepting requests; with ``wait``, finish the queued ones first."""
+    def close(self, *, wait: bool = True, timeout: float | None = None) -> None:
+        """Stop accepting requests; with ``wait``, let the queued ones finish first."""
         with self._lock:
             self._closed = True
-        self._pool.shutdown(wait=wait, cancel_futures=not wait)
+        if wait:
+            self.wait_idle(timeout)
+        for _ in self._threads:
+            self._queue.put(None)

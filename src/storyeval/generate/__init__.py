@@ -2,6 +2,7 @@
 
 from storyeval.generate.core import (
     DEFAULT_MAX_ATTEMPTS,
+    DROP_FIELDS,
     GENERATION_LOCK,
     Continuation,
     DecodingConfig,
@@ -24,6 +25,7 @@ from storyeval.generate.prompts import read_priming_texts, read_prompts
 __all__ = [
     "COPY_THRESHOLD",
     "DEFAULT_MAX_ATTEMPTS",
+    "DROP_FIELDS",
     "GENERATION_LOCK",
     "Continuation",
     "DecodingConfig",

@@ -26,6 +26,13 @@ from storyeval.signature import Signature
 from storyeval.text import count_words, split_sentences, truncate
 
 DEFAULT_MAX_ATTEMPTS = 10
+DROP_FIELDS = (
+    "dropped_empty",
+    "dropped_unfinished",
+    "dropped_long",
+    "dropped_copy",
+    "dropped_offensive",
+)
 _TERMINAL = re.compile(r"[.!?…][\"'”’)\]]*$")
 #: Model calls that seed torch's global generator hold this lock, so concurrent callers (the
 #: study server's generation worker, tests) cannot interleave seeding and sampling.
@@ -268,7 +275,7 @@ class _Job:
     context: str
     attempts: int = 0
     dropped: dict[str, int] = field(
-        default_factory=lambda: {"empty": 0, "long": 0, "copy": 0, "offensive": 0}
+        default_factory=lambda: {"empty": 0, "unfinished": 0, "long": 0, "copy": 0, "offensive": 0}
     )
     last_reason: str = ""
     text: str | None = None
@@ -287,8 +294,10 @@ def _judge(
 ) -> tuple[str | None, str, float | None]:
     """Clean one raw output and return ``(text or None, drop reason, copy overlap)``."""
     text = clean_continuation(raw, max_sentences=max_sentences)
-    if not re.search(r"\w", text) or not _TERMINAL.search(text):
-        return None, "empty", None  # nothing, or not one complete sentence
+    if not re.search(r"\w", text):
+        return None, "empty", None
+    if not _TERMINAL.search(text):
+        return None, "unfinished", None  # not one complete sentence
     if max_words is not None or max_chars is not None:
         first = split_sentences(text)[0]
         size = count_words(first) if max_words is not None else len(first)
@@ -347,7 +356,7 @@ def generate_stories(
         Cut each story to the longest run of whole sentences within the cap (seed 003 cuts
         at 150 words, seed 004 at 400 characters). An unfinished last sentence is always
         dropped, and a story without one complete sentence is generated again (counted in
-        ``dropped_empty``); a story whose first sentence alone exceeds the cap is dropped and
+        ``dropped_unfinished``); a story whose first sentence alone exceeds the cap is dropped and
         generated again (counted in ``dropped_long``), so every story ends at a full
         sentence.
     priming : sequence of str
@@ -369,8 +378,8 @@ def generate_stories(
         One per continuation, prompt-major, with ``id`` ``{prompt_id}-{system}-{n}``
         (``-{n}`` only when ``num_stories > 1``), the prompt, the prompt record's reference,
         ``system``, and extra fields ``prompt_id``, ``signature`` (the model identity and
-        every setting above), ``attempts``, ``dropped_empty``, ``dropped_long``,
-        ``dropped_copy``, ``dropped_offensive`` and, with priming, ``copy_overlap`` of the kept story.
+        every setting above), ``attempts``, ``dropped_empty``, ``dropped_unfinished``,
+        ``dropped_long``, ``dropped_copy``, ``dropped_offensive`` and, with priming, ``copy_overlap`` of the kept story.
 
     Raises
     ------
@@ -486,6 +495,7 @@ def generate_stories(
             signature=signature,
             attempts=job.attempts,
             dropped_empty=job.dropped["empty"],
+            dropped_unfinished=job.dropped["unfinished"],
             dropped_long=job.dropped["long"],
             dropped_copy=job.dropped["copy"],
             dropped_offensive=job.dropped["offensive"],
@@ -505,40 +515,59 @@ def generate_stories(
     return results
 
 
+def _cut_words(text: str, max_words: int | None, max_chars: int | None) -> str:
+    """Cut an unfinished text at a word boundary within the cap."""
+    words = text.split()
+    if max_words is not None:
+        words = words[:max_words]
+    kept: list[str] = []
+    for word in words:
+        if max_chars is not None and len(" ".join([*kept, word])) > max_chars:
+            break
+        kept.append(word)
+    return " ".join(kept)
+
+
 def generation_summary(stories: Sequence[Story]) -> dict[str, int]:
     """Totals of the per-story generation counts: stories, generations, and texts dropped as
-    empty (no complete sentence), as too long (a first sentence over the cap), as copies of a priming text, and for
-    offensive words.
+    empty, unfinished (no complete sentence), too long (a first sentence over the cap),
+    copies of a priming text, and for offensive words.
 
     >>> s = Story("a", "p", "t", extra={"attempts": 3, "dropped_copy": 2, "dropped_empty": 0,
     ...                                "dropped_offensive": 0})
-    >>> generation_summary([s])
-    {'stories': 1, 'generations': 3, 'dropped_empty': 0, 'dropped_long': 0, 'dropped_copy': 2, 'dropped_offensive': 0}
+    >>> generation_summary([s])["dropped_copy"], generation_summary([s])["generations"]
+    (2, 3)
     """
     summary = {
         "stories": len(stories),
         "generations": 0,
         "dropped_empty": 0,
+        "dropped_unfinished": 0,
         "dropped_long": 0,
         "dropped_copy": 0,
         "dropped_offensive": 0,
     }
     for story in stories:
         summary["generations"] += int(story.extra.get("attempts", 1))
-        for key in ("dropped_empty", "dropped_long", "dropped_copy", "dropped_offensive"):
+        for key in DROP_FIELDS:
             summary[key] += int(story.extra.get(key, 0))
     return summary
 
 
 @dataclass(frozen=True)
 class Continuation:
-    """One suggestion for a writer: the text, its signature, and what was dropped first."""
+    """One suggestion for a writer: the text, its signature, and what was dropped first.
+
+    ``complete`` is False when the text is the fallback of ``accept_unfinished``: no attempt
+    reached the end of a sentence within ``max_new_tokens``.
+    """
 
     text: str
     signature: str
     attempts: int
     dropped: dict[str, int]
     raw: str
+    complete: bool = True
 
 
 def continue_text(
@@ -553,13 +582,17 @@ def continue_text(
     word_filter: WordListFilter | None = None,
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     name: str = "continue",
+    accept_unfinished: bool = False,
 ) -> Continuation:
     """Generate one continuation of ``context`` (the whole story so far), as a collaborative
     writing system suggests the next line.
 
     The continuation is cut to whole sentences within the caps (an unfinished last sentence
-    is dropped) and is generated again when empty or when it contains a listed term. Thread-safe:
-    seeding and sampling happen under :data:`GENERATION_LOCK`.
+    is dropped) and is generated again when it is empty, has no complete sentence, or contains
+    a listed term. With ``accept_unfinished``, if every attempt stopped before the end of a
+    sentence, the last such text (cut at a word within the caps, free of listed terms) is
+    returned with ``complete=False`` rather than failing: a writer can still edit it.
+    Thread-safe: seeding and sampling happen under :data:`GENERATION_LOCK`.
 
     Raises
     ------
@@ -587,8 +620,9 @@ def continue_text(
         },
     ).render()
     _check_context_length(lm, [("the story so far", context)], decoding.max_new_tokens)
-    dropped = {"empty": 0, "long": 0, "copy": 0, "offensive": 0}
+    dropped = {"empty": 0, "unfinished": 0, "long": 0, "copy": 0, "offensive": 0}
     raw = ""
+    fallback: tuple[str, str, int] | None = None
     with GENERATION_LOCK:
         torch.manual_seed(seed)
         for attempt in range(1, max_attempts + 1):
@@ -605,8 +639,17 @@ def continue_text(
             if text is not None:
                 return Continuation(text, signature, attempt, dropped, raw)
             dropped[reason] += 1
+            if reason == "unfinished" and accept_unfinished:
+                candidate = _cut_words(
+                    clean_continuation(raw, max_sentences=max_sentences), max_words, max_chars
+                )
+                if candidate and not (word_filter and word_filter.find(candidate)):
+                    fallback = (candidate, raw, attempt)
             if not decoding.do_sample:
                 break
+    if fallback is not None:
+        text, raw, attempt = fallback
+        return Continuation(text, signature, attempt, dropped, raw, complete=False)
     raise GenerationError(
         f"no usable continuation after {sum(dropped.values())} attempt(s) "
         f"(dropped: {', '.join(f'{k} {v}' for k, v in dropped.items() if v)})"

@@ -29,6 +29,7 @@ RESERVED_FIELDS = frozenset(
         "signature",
         "attempts",
         "dropped_empty",
+        "dropped_unfinished",
         "dropped_long",
         "dropped_copy",
         "dropped_offensive",
