@@ -796,15 +796,21 @@ def _resolve_training(
         if texts and len(texts) != expected:
             problem(loc, f"protocol {protocol!r} shows {expected} text(s) per page; got {len(texts)}")
         if protocol in ("likert", "side_by_side"):
+            keys = answer_keys(config)
+            what = (
+                "the reference ratings by criterion"
+                if protocol == "likert"
+                else "the reference ratings as criterion@1 (the model story, shown as Story A) and "
+                "criterion@2 (the reference, Story B)"
+            )
             if example.answers is None:
-                problem((*loc, "answers"), "required: the reference ratings by criterion")
+                problem((*loc, "answers"), f"required: {what}")
             else:
-                keys = {c.name: c.scale or 5 for c in config.criteria}
                 for key, value in example.answers.items():
                     if key not in keys:
-                        problem((*loc, "answers", key), f"unknown criterion {key!r}")
-                    elif not 1 <= value <= keys[key]:
-                        problem((*loc, "answers", key), f"must be between 1 and {keys[key]}; got {value}")
+                        problem((*loc, "answers", key), f"unknown answer {key!r}; expected {what}")
+                    elif value not in keys[key]:
+                        problem((*loc, "answers", key), f"must be between 1 and {max(keys[key])}; got {value}")
         else:
             allowed = {"detection": (1, 2, 3, 4), "pairwise": (1, 2), "triangle": (1, 2, 3)}[protocol]
             if example.answer is None or example.answer not in allowed:
