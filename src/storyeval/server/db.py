@@ -129,7 +129,12 @@ class Database:
         return self.url.render_as_string(hide_password=True)
 
     def create_all(self) -> None:
-        """Create every registered table that does not exist yet."""
+        """Create every registered table that does not exist yet (the core's and those of every
+        registered session type)."""
+        from storyeval.server import participants  # noqa: F401  (core tables)
+        from storyeval.server.sessions import registered_kinds
+
+        registered_kinds()  # imports the built-in session types, which define their tables
         try:
             metadata.create_all(self.engine)
         except OperationalError as exc:
