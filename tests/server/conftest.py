@@ -33,7 +33,9 @@ def postgres_server() -> Iterator[object]:
     try:
         server = TemporaryPostgres(fsync=False).start()
     except PostgresUnavailable as exc:
-        pytest.fail(f"PostgreSQL is required for these tests and could not start: {exc}", pytrace=False)
+        pytest.fail(
+            f"PostgreSQL is required for these tests and could not start: {exc}", pytrace=False
+        )
     yield server
     server.stop()
 
@@ -89,8 +91,12 @@ assignment:
 
 @pytest.fixture
 def make_likert(study_dir: Path):  # type: ignore[no-untyped-def]
-    def make(name: str = "likert-test", *, per_system: int = 4, per_participant: int = 3, raters: int = 2) -> Study:
-        text = LIKERT.format(name=name, per_system=per_system, per_participant=per_participant, raters=raters)
+    def make(
+        name: str = "likert-test", *, per_system: int = 4, per_participant: int = 3, raters: int = 2
+    ) -> Study:
+        text = LIKERT.format(
+            name=name, per_system=per_system, per_participant=per_participant, raters=raters
+        )
         return write_study(study_dir, text, f"{name}.yaml")
 
     return make
@@ -110,9 +116,23 @@ class LiveServer:
         self.log = open(tmp_path / f"server-{self.port}.log", "w")  # noqa: SIM115
         self.process = subprocess.Popen(
             [
-                sys.executable, "-m", "storyeval", "serve", str(study_path), "--db", db_url,
-                "--port", str(self.port), "--admin-token", LIVE_ADMIN, "--links", str(links),
-                "--links-file", str(self.links_file), "--base-url", self.base,
+                sys.executable,
+                "-m",
+                "storyeval",
+                "serve",
+                str(study_path),
+                "--db",
+                db_url,
+                "--port",
+                str(self.port),
+                "--admin-token",
+                LIVE_ADMIN,
+                "--links",
+                str(links),
+                "--links-file",
+                str(self.links_file),
+                "--base-url",
+                self.base,
             ],
             stdout=self.log,
             stderr=subprocess.STDOUT,
@@ -145,6 +165,7 @@ class LiveServer:
             except subprocess.TimeoutExpired:
                 self.kill()
         self.log.close()
+
 
 @pytest.fixture
 def live_server(tmp_path: Path):  # type: ignore[no-untyped-def]

@@ -72,12 +72,26 @@ def test_a_participant_completes_a_study_in_chromium(study_dir, tmp_path, live_s
     from playwright.sync_api import sync_playwright
 
     with open(study_dir / "stories.jsonl", "a", encoding="utf-8") as fh:
-        fh.write(json.dumps({"id": "xss", "prompt": "A <i>hostile</i> prompt.", "story": HOSTILE, "system": "human"}) + "\n")
+        fh.write(
+            json.dumps(
+                {
+                    "id": "xss",
+                    "prompt": "A <i>hostile</i> prompt.",
+                    "story": HOSTILE,
+                    "system": "human",
+                }
+            )
+            + "\n"
+        )
     (study_dir / "browser.yaml").write_text(STUDY, encoding="utf-8")
-    server = live_server(study_dir / "browser.yaml", f"sqlite:///{tmp_path / 'browser.sqlite3'}", links=1)
+    server = live_server(
+        study_dir / "browser.yaml", f"sqlite:///{tmp_path / 'browser.sqlite3'}", links=1
+    )
     dialogs: list[str] = []
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+        browser = playwright.chromium.launch(
+            executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS
+        )
         try:
             page = browser.new_page()
             page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
@@ -92,7 +106,9 @@ def test_a_participant_completes_a_study_in_chromium(study_dir, tmp_path, live_s
             page.check("input[name=coherence][value='4']")
             page.check("input[name=relevance][value='5']")
             page.click("button[type=submit]")
-            assert "A coherent continuation that answers its prompt." in page.inner_text(".explanation")
+            assert "A coherent continuation that answers its prompt." in page.inner_text(
+                ".explanation"
+            )
             page.click("text=Got it, next")
 
             seen = []
@@ -102,12 +118,20 @@ def test_a_participant_completes_a_study_in_chromium(study_dir, tmp_path, live_s
                 value = "1" if "please select 1" in text else "4"
                 if "The end" in text:
                     story = page.inner_text(".story")
-                    assert story.startswith('<script>window.__pwned = 1; document.title = "pwned";</script>')
-                    assert '<img src=x onerror="window.__pwned = 2">' in story and "<b>really</b>" in story
+                    assert story.startswith(
+                        '<script>window.__pwned = 1; document.title = "pwned";</script>'
+                    )
+                    assert (
+                        '<img src=x onerror="window.__pwned = 2">' in story
+                        and "<b>really</b>" in story
+                    )
                     assert page.inner_text(".prompt") == "A <i>hostile</i> prompt."
                     assert page.evaluate("() => window.__pwned") is None
                     assert page.title() == "Browser study"
-                    assert page.locator("main script").count() == 0 and page.locator("main img").count() == 0
+                    assert (
+                        page.locator("main script").count() == 0
+                        and page.locator("main img").count() == 0
+                    )
                 page.wait_for_timeout(300)  # the participant reads
                 page.check(f"input[name=coherence][value='{value}']")
                 page.check(f"input[name=relevance][value='{value}']")
@@ -125,12 +149,18 @@ def test_a_participant_completes_a_study_in_chromium(study_dir, tmp_path, live_s
             browser.close()
 
     base = f"{server.base}/admin/{server.admin}/study/browser-study/export"
-    judgments = [json.loads(line) for line in httpx.get(f"{base}/judgments.jsonl").text.splitlines()]
+    judgments = [
+        json.loads(line) for line in httpx.get(f"{base}/judgments.jsonl").text.splitlines()
+    ]
     assert len(judgments) == 4 * 2
     assert {j["item_id"] for j in judgments} == {"xss", "s001", "s002-smollm2-p0.9", "check:check"}
     assert all(j["time_s"] >= 0.3 for j in judgments), [j["time_s"] for j in judgments]
     assert all(j["check_passed"] for j in judgments if j.get("check"))
-    responses = [json.loads(line) for line in httpx.get(f"{base}/responses.jsonl").text.splitlines()]
+    responses = [
+        json.loads(line) for line in httpx.get(f"{base}/responses.jsonl").text.splitlines()
+    ]
     assert [r["text"] for r in responses] == ["Nothing to add <script>alert(1)</script>"]
-    people = [json.loads(line) for line in httpx.get(f"{base}/participants.jsonl").text.splitlines()]
+    people = [
+        json.loads(line) for line in httpx.get(f"{base}/participants.jsonl").text.splitlines()
+    ]
     assert people[0]["completion_code"] == code and people[0]["finished_at"]

@@ -4,6 +4,7 @@ acknowledged judgment must be in the database."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
@@ -23,7 +24,9 @@ from storyeval.server.simulate import StudyBrowser
 pytestmark = pytest.mark.slow
 
 
-def study_file(folder: Path, name: str, *, per_system: int, per_participant: int, raters: int) -> Path:
+def study_file(
+    folder: Path, name: str, *, per_system: int, per_participant: int, raters: int
+) -> Path:
     path = folder / f"{name}.yaml"
     path.write_text(
         f"name: {name}\ntitle: Load\nprotocol: likert\nstories: stories.jsonl\n"
@@ -37,10 +40,14 @@ def study_file(folder: Path, name: str, *, per_system: int, per_participant: int
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
-def test_many_simultaneous_participants_lose_nothing_and_exceed_no_quota(backend, study_dir, tmp_path, request, live_server):
+def test_many_simultaneous_participants_lose_nothing_and_exceed_no_quota(
+    backend, study_dir, tmp_path, request, live_server
+):
     from storyeval.human.study import load_study
 
-    path = study_file(study_dir, f"load-{backend}", per_system=10, per_participant=3, raters=2)  # 60 slots
+    path = study_file(
+        study_dir, f"load-{backend}", per_system=10, per_participant=3, raters=2
+    )  # 60 slots
     study = load_study(path)
     if backend == "sqlite":
         url = f"sqlite:///{tmp_path / 'live.sqlite3'}"
@@ -48,6 +55,7 @@ def test_many_simultaneous_participants_lose_nothing_and_exceed_no_quota(backend
         url = request.getfixturevalue("postgres_server").create_database(f"live_{os.getpid()}")
     server = live_server(path, url, links=30)  # 30 participants x 3 > 60 slots
     try:
+
         def participant(i: int):  # type: ignore[no-untyped-def]
             with httpx.Client(base_url=server.base, timeout=30) as client:
                 return StudyBrowser(client, study, seed=i).run(server.links[i])
@@ -58,7 +66,9 @@ def test_many_simultaneous_participants_lose_nothing_and_exceed_no_quota(backend
         assert len(acknowledged) == 60, "every slot was answered exactly once"
         assert sum(o.full for o in outcomes) == 30 - sum(1 for o in outcomes if o.acknowledged)
         with httpx.Client(base_url=server.base) as client:
-            lines = client.get(f"/admin/{server.admin}/study/{study.name}/export/judgments.jsonl").text.splitlines()
+            lines = client.get(
+                f"/admin/{server.admin}/study/{study.name}/export/judgments.jsonl"
+            ).text.splitlines()
             progress = client.get(f"/admin/{server.admin}/study/{study.name}/progress.json").json()
     finally:
         server.stop()
@@ -95,11 +105,12 @@ def test_sigkill_under_load_loses_no_acknowledged_judgment(study_dir, tmp_path, 
             acknowledged.append(ack.slot_id)
 
     def participant(i: int) -> None:
-        with httpx.Client(base_url=server.base, timeout=10) as client:
-            try:
-                StudyBrowser(client, study, seed=i, on_acknowledged=record).run(server.links[i])
-            except (httpx.HTTPError, RuntimeError):
-                pass  # the server was killed under this participant
+        # the server is killed under these participants: their last request fails
+        with (
+            httpx.Client(base_url=server.base, timeout=10) as client,
+            contextlib.suppress(httpx.HTTPError, RuntimeError),
+        ):
+            StudyBrowser(client, study, seed=i, on_acknowledged=record).run(server.links[i])
 
     try:
         threads = [threading.Thread(target=participant, args=(i,)) for i in range(12)]
@@ -117,7 +128,9 @@ def test_sigkill_under_load_loses_no_acknowledged_judgment(study_dir, tmp_path, 
     db = Database(url)
     with db.read() as conn:
         stored = set(conn.execute(select(store.judgments.c.slot_id)).scalars())
-        done = set(conn.execute(select(store.slots.c.id).where(store.slots.c.status == "done")).scalars())
+        done = set(
+            conn.execute(select(store.slots.c.id).where(store.slots.c.status == "done")).scalars()
+        )
     db.dispose()
     missing = set(acknowledged) - stored
     assert not missing, f"{len(missing)} acknowledged pages are not in the database"

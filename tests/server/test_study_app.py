@@ -29,7 +29,9 @@ def make_client(study, tmp_path: Path, *, db_name: str = "app.sqlite3") -> TestC
 
 
 def new_links(client: TestClient, study, count: int) -> list[str]:  # type: ignore[no-untyped-def]
-    response = client.post(f"/admin/{ADMIN}/links", data={"kind": "study", "name": study.name, "count": str(count)})
+    response = client.post(
+        f"/admin/{ADMIN}/links", data={"kind": "study", "name": study.name, "count": str(count)}
+    )
     assert response.status_code == 200
     links = re.findall(r"<code>(http[^<]+)</code>", response.text)
     assert len(links) == count
@@ -46,14 +48,23 @@ def export(client: TestClient, study, tmp_path: Path, fmt: str = "jsonl"):  # ty
     return read_judgments(path)
 
 
-EXPECTED_ROWS_PER_PAGE = {"likert": 4, "side_by_side": 6, "pairwise": 2, "detection": 1, "triangle": 1}
+EXPECTED_ROWS_PER_PAGE = {
+    "likert": 4,
+    "side_by_side": 6,
+    "pairwise": 2,
+    "detection": 1,
+    "triangle": 1,
+}
 
 
 @pytest.mark.parametrize("name", ["likert", "side_by_side", "pairwise", "detection", "triangle"])
 def test_every_example_study_can_be_completed(name, examples_dir, tmp_path):
     study = load_study(examples_dir / "studies" / f"{name}.yaml")
     client = make_client(study, tmp_path)
-    outcomes = [StudyBrowser(client, study, seed=i).run(link) for i, link in enumerate(new_links(client, study, 2))]
+    outcomes = [
+        StudyBrowser(client, study, seed=i).run(link)
+        for i, link in enumerate(new_links(client, study, 2))
+    ]
     assert all(o.completion_code for o in outcomes)
     judgments = export(client, study, tmp_path)
     pages = sum(len(o.acknowledged) for o in outcomes)
@@ -64,14 +75,23 @@ def test_every_example_study_can_be_completed(name, examples_dir, tmp_path):
     per_rater = Counter(j.rater_id for j in judgments)
     assert len(per_rater) == 2
     # the free-text answers of detection and the end questions are exported separately
-    responses = client.get(f"/admin/{ADMIN}/study/{study.name}/export/responses.jsonl").text.splitlines()
-    expected = (2 * study.items_per_participant if name == "detection" else 0) + 2 * len(study.config.questions)
+    responses = client.get(
+        f"/admin/{ADMIN}/study/{study.name}/export/responses.jsonl"
+    ).text.splitlines()
+    expected = (2 * study.items_per_participant if name == "detection" else 0) + 2 * len(
+        study.config.questions
+    )
     assert len(responses) == expected
     if name == "pairwise":
         assert {j.value for j in judgments} <= {0.0, 1.0}
-        assert all(j.extra["chosen"] in (j.extra["system_a"], j.extra["system_b"]) for j in judgments)
+        assert all(
+            j.extra["chosen"] in (j.extra["system_a"], j.extra["system_b"]) for j in judgments
+        )
     if name == "triangle":
-        assert all(j.value == float(j.extra["chosen_position"] == j.extra["odd_position"]) for j in judgments)
+        assert all(
+            j.value == float(j.extra["chosen_position"] == j.extra["odd_position"])
+            for j in judgments
+        )
 
 
 def test_time_per_item_is_measured_by_the_server(make_likert, tmp_path):
@@ -90,7 +110,9 @@ def test_time_per_item_is_measured_by_the_server(make_likert, tmp_path):
 def test_html_in_a_story_is_shown_as_text(study_dir, tmp_path):
     hostile = '<script>document.title="pwned"</script><img src=x onerror="alert(1)"> & <b>bold</b>'
     (study_dir / "hostile.jsonl").write_text(
-        json.dumps({"id": "x1", "prompt": "<i>prompt</i>", "story": hostile, "system": "human"}) + "\n", encoding="utf-8"
+        json.dumps({"id": "x1", "prompt": "<i>prompt</i>", "story": hostile, "system": "human"})
+        + "\n",
+        encoding="utf-8",
     )
     path = study_dir / "hostile.yaml"
     path.write_text(
@@ -107,7 +129,9 @@ def test_html_in_a_story_is_shown_as_text(study_dir, tmp_path):
     page = client.post(f"/study/{token}/start", data={"consent": "yes"}, follow_redirects=True)
     assert "/item/" in str(page.url)
     html = page.text
-    assert "<script>" not in html and "<img" not in html and "<b>" not in html and "<em>" not in html
+    assert (
+        "<script>" not in html and "<img" not in html and "<b>" not in html and "<em>" not in html
+    )
     assert "&lt;script&gt;document.title=&#34;pwned&#34;&lt;/script&gt;" in html
     assert "&lt;img src=x onerror=&#34;alert(1)&#34;&gt; &amp; &lt;b&gt;bold&lt;/b&gt;" in html
     csp = page.headers["content-security-policy"]
@@ -123,20 +147,39 @@ def test_a_token_cannot_read_or_write_another_participants_items(make_likert, tm
     for who, link in (("alice", alice_link), ("bob", bob_link)):
         response = client.get(link.split("testserver")[1], follow_redirects=True)
         token = str(response.url).split("/")[4]
-        response = client.post(f"/study/{token}/start", data={"consent": "yes"}, follow_redirects=True)
+        response = client.post(
+            f"/study/{token}/start", data={"consent": "yes"}, follow_redirects=True
+        )
         pages[who] = (token, int(str(response.url).rstrip("/").split("/")[-1]))
     (alice, alice_slot), (bob, _) = pages["alice"], pages["bob"]
     answers = {c.name: "3" for c in study.criteria}
-    assert client.get(f"/study/{bob}/item/{alice_slot}", follow_redirects=False).status_code == 303  # to bob's own page
-    assert client.post(f"/study/{bob}/item/{alice_slot}", data=answers, follow_redirects=False).status_code == 404
-    assert client.post(f"/study/{bob}/item/{alice_slot}/explain", data={"explanation": "x"}).status_code == 404
+    assert (
+        client.get(f"/study/{bob}/item/{alice_slot}", follow_redirects=False).status_code == 303
+    )  # to bob's own page
+    assert (
+        client.post(
+            f"/study/{bob}/item/{alice_slot}", data=answers, follow_redirects=False
+        ).status_code
+        == 404
+    )
+    assert (
+        client.post(
+            f"/study/{bob}/item/{alice_slot}/explain", data={"explanation": "x"}
+        ).status_code
+        == 404
+    )
     forged = "A" * 43
     assert client.get(f"/study/{forged}/").status_code == 404
     assert client.get(f"/p/{forged}").status_code == 404
     assert client.post(f"/study/{forged}/item/{alice_slot}", data=answers).status_code == 404
     assert export(client, study, tmp_path) == []
     # alice's own page is untouched and still answerable
-    assert client.post(f"/study/{alice}/item/{alice_slot}", data=answers, follow_redirects=False).status_code == 303
+    assert (
+        client.post(
+            f"/study/{alice}/item/{alice_slot}", data=answers, follow_redirects=False
+        ).status_code
+        == 303
+    )
     assert len(export(client, study, tmp_path)) == len(study.criteria)
 
 
@@ -161,14 +204,21 @@ def test_admin_pages_refuse_without_the_admin_token(path, make_likert, tmp_path)
         response = client.get(path.format(t=wrong))
         assert response.status_code in (403, 404), (wrong, response.status_code)
         assert "likert-test" not in response.text or response.status_code == 404
-    assert client.post(f"/admin/{ADMIN[:-1]}/links", data={"kind": "study", "name": study.name, "count": "3"}).status_code == 403
+    assert (
+        client.post(
+            f"/admin/{ADMIN[:-1]}/links", data={"kind": "study", "name": study.name, "count": "3"}
+        ).status_code
+        == 403
+    )
     assert client.get(path.format(t=ADMIN)).status_code == 200
 
 
 def test_double_submission_is_stored_once(make_likert, tmp_path):
     study = make_likert()
     client = make_client(study, tmp_path)
-    response = client.get(new_links(client, study, 1)[0].split("testserver")[1], follow_redirects=True)
+    response = client.get(
+        new_links(client, study, 1)[0].split("testserver")[1], follow_redirects=True
+    )
     token = str(response.url).split("/")[4]
     item = client.post(f"/study/{token}/start", data={"consent": "yes"}, follow_redirects=True)
     path = str(item.url).split("testserver")[1]
@@ -182,7 +232,9 @@ def test_double_submission_is_stored_once(make_likert, tmp_path):
 def test_incomplete_answers_are_refused_and_the_page_keeps_its_time(make_likert, tmp_path):
     study = make_likert()
     client = make_client(study, tmp_path)
-    response = client.get(new_links(client, study, 1)[0].split("testserver")[1], follow_redirects=True)
+    response = client.get(
+        new_links(client, study, 1)[0].split("testserver")[1], follow_redirects=True
+    )
     token = str(response.url).split("/")[4]
     item = client.post(f"/study/{token}/start", data={"consent": "yes"}, follow_redirects=True)
     path = str(item.url).split("testserver")[1]
@@ -191,12 +243,19 @@ def test_incomplete_answers_are_refused_and_the_page_keeps_its_time(make_likert,
     assert 'value="4" checked' in partial.text, "the given answer is kept"
     assert client.post(path, data={study.criteria[0].name: "4"}).status_code == 422
     assert export(client, study, tmp_path) == []
-    assert client.post(path, data={c.name: "4" for c in study.criteria}, follow_redirects=False).status_code == 303
-    assert client.get(f"/study/{token}/welcome", follow_redirects=False).status_code == 303, "no going back"
+    assert (
+        client.post(
+            path, data={c.name: "4" for c in study.criteria}, follow_redirects=False
+        ).status_code
+        == 303
+    )
+    assert client.get(f"/study/{token}/welcome", follow_redirects=False).status_code == 303, (
+        "no going back"
+    )
 
 
 def test_open_enrollment_keeps_one_participant_per_external_id(study_dir, tmp_path):
-    text = (study_dir / "x.yaml")
+    text = study_dir / "x.yaml"
     text.write_text(
         "name: open-study\ntitle: Open\nprotocol: detection\nstories: stories.jsonl\n"
         "select: {systems: [human, smollm2-p0.9], per_system: 2}\n"
@@ -215,7 +274,9 @@ def test_open_enrollment_keeps_one_participant_per_external_id(study_dir, tmp_pa
     client.get("/join/study/open-study", follow_redirects=False)
     full = client.get("/join/study/open-study?PROLIFIC_PID=zzz", follow_redirects=False)
     assert full.status_code == 200 and "full" in full.text
-    people = client.get(f"/admin/{ADMIN}/study/open-study/export/participants.jsonl").text.splitlines()
+    people = client.get(
+        f"/admin/{ADMIN}/study/open-study/export/participants.jsonl"
+    ).text.splitlines()
     assert sorted(json.loads(p)["external_id"] or "" for p in people) == ["", "abc", "def"]
 
 
@@ -230,15 +291,21 @@ def test_a_changed_study_file_cannot_reuse_the_database(make_likert, tmp_path):
 def test_training_shows_the_answer_and_the_explanation(examples_dir, tmp_path):
     study = load_study(examples_dir / "studies" / "detection.yaml")
     client = make_client(study, tmp_path)
-    response = client.get(new_links(client, study, 1)[0].split("testserver")[1], follow_redirects=True)
+    response = client.get(
+        new_links(client, study, 1)[0].split("testserver")[1], follow_redirects=True
+    )
     token = str(response.url).split("/")[4]
     page = client.post(f"/study/{token}/start", data={"consent": "yes"}, follow_redirects=True)
     assert str(page.url).endswith("/training/0") and "Training example 1 of 3" in page.text
-    feedback = client.post(f"/study/{token}/training/0", data={"source": "4"}, follow_redirects=True)
+    feedback = client.post(
+        f"/study/{token}/training/0", data={"source": "4"}, follow_redirects=True
+    )
     assert "Nice! You chose the correct answer." in feedback.text
     assert "Definitely machine-generated" in feedback.text and "said to have been" in feedback.text
     second = client.get(f"/study/{token}/", follow_redirects=True)
-    feedback = client.post(str(second.url).split("testserver")[1], data={"source": "4"}, follow_redirects=True)
+    feedback = client.post(
+        str(second.url).split("testserver")[1], data={"source": "4"}, follow_redirects=True
+    )
     assert "Not quite." in feedback.text and "Definitely human-written" in feedback.text
     rows = client.get(f"/admin/{ADMIN}/study/{study.name}/export/training.jsonl").text.splitlines()
     assert [json.loads(r)["correct"] for r in rows] == [True, False]
@@ -248,7 +315,9 @@ def test_failed_attention_checks_are_exported_and_excluded(examples_dir, tmp_pat
     study = load_study(examples_dir / "studies" / "likert.yaml")
     client = make_client(study, tmp_path)
     careful, careless = new_links(client, study, 2)
-    StudyBrowser(client, study, answer=lambda kind, keys, rng: {k: 1 if kind == "check" else 3 for k in keys}).run(careful)
+    StudyBrowser(
+        client, study, answer=lambda kind, keys, rng: {k: 1 if kind == "check" else 3 for k in keys}
+    ).run(careful)
     StudyBrowser(client, study, answer=lambda kind, keys, rng: {k: 5 for k in keys}).run(careless)
     judgments = export(client, study, tmp_path)
     checks = {(j.rater_id, j.extra["check_passed"]) for j in judgments if j.extra.get("check")}

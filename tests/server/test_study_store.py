@@ -53,7 +53,11 @@ def test_concurrent_participants_never_exceed_the_quota(db_url, make_likert):
 
     def begin(person):  # type: ignore[no-untyped-def]
         barrier.wait(timeout=30) if person.id % 2 == 0 else None
-        return db.run(lambda conn: store.start(conn, study, participant_by_token(conn, person.token), time.time()))
+        return db.run(
+            lambda conn: store.start(
+                conn, study, participant_by_token(conn, person.token), time.time()
+            )
+        )
 
     with ThreadPoolExecutor(max_workers=12) as pool:
         started = list(pool.map(begin, people))
@@ -64,7 +68,9 @@ def test_concurrent_participants_never_exceed_the_quota(db_url, make_likert):
     assert len(held) == 16, "every slot is claimed exactly once"
     per_item = Counter(r.item_key for r in held)
     assert max(per_item.values()) == 2 and len(per_item) == 8
-    assert len({(r.item_key, r.participant_id) for r in held}) == len(held), "nobody gets an item twice"
+    assert len({(r.item_key, r.participant_id) for r in held}) == len(held), (
+        "nobody gets an item twice"
+    )
     assert max(Counter(r.participant_id for r in held).values()) <= 3
 
     def answer_all(person):  # type: ignore[no-untyped-def]
@@ -74,7 +80,12 @@ def test_concurrent_participants_never_exceed_the_quota(db_url, make_likert):
         for slot in mine:
             result = db.run(
                 lambda conn, s=slot: store.submit_page(
-                    conn, study, participant_by_token(conn, person.token), s.id, _answers(study), time.time()
+                    conn,
+                    study,
+                    participant_by_token(conn, person.token),
+                    s.id,
+                    _answers(study),
+                    time.time(),
                 )
             )
             saved.append(result.status)
@@ -101,7 +112,9 @@ def test_submissions_are_idempotent_even_when_concurrent(db_url, make_likert):
 
     def submit(slot_id, answers):  # type: ignore[no-untyped-def]
         return db.run(
-            lambda conn: store.submit_page(conn, study, participant_by_token(conn, person.token), slot_id, answers, 5.0)
+            lambda conn: store.submit_page(
+                conn, study, participant_by_token(conn, person.token), slot_id, answers, 5.0
+            )
         ).status
 
     assert submit(first.id, _answers(study)) == "saved"
@@ -122,12 +135,18 @@ def test_a_participant_cannot_read_or_write_another_participants_items(db_url, m
     store.register_study(db, study, now=0.0)
     alice, bob = db.run(lambda conn: create_participants(conn, "study", study.name, 2, now=0.0))
     for person in (alice, bob):
-        db.run(lambda conn, p=person: store.start(conn, study, participant_by_token(conn, p.token), 1.0))
+        db.run(
+            lambda conn, p=person: store.start(
+                conn, study, participant_by_token(conn, p.token), 1.0
+            )
+        )
     with db.read() as conn:
         alices = store.participant_slots(conn, alice.id)
         assert store.slot_of(conn, bob.id, alices[0].id) is None
     result = db.run(
-        lambda conn: store.submit_page(conn, study, participant_by_token(conn, bob.token), alices[0].id, _answers(study), 2.0)
+        lambda conn: store.submit_page(
+            conn, study, participant_by_token(conn, bob.token), alices[0].id, _answers(study), 2.0
+        )
     )
     assert result.status == "missing"
     with db.read() as conn:
@@ -141,20 +160,37 @@ def test_reservations_of_participants_who_left_are_released(db_url, make_likert)
     minutes = study.config.assignment.reservation_minutes
     db = _db(db_url)
     store.register_study(db, study, now=0.0)
-    leaver, newcomer = db.run(lambda conn: create_participants(conn, "study", study.name, 2, now=0.0))
+    leaver, newcomer = db.run(
+        lambda conn: create_participants(conn, "study", study.name, 2, now=0.0)
+    )
     db.run(lambda conn: store.start(conn, study, participant_by_token(conn, leaver.token), 10.0))
     with db.read() as conn:
         first = store.participant_slots(conn, leaver.id)[0]
-    db.run(lambda conn: store.submit_page(conn, study, participant_by_token(conn, leaver.token), first.id, _answers(study), 20.0))
+    db.run(
+        lambda conn: store.submit_page(
+            conn, study, participant_by_token(conn, leaver.token), first.id, _answers(study), 20.0
+        )
+    )
     later = 20.0 + minutes * 60 + 1
-    assert db.run(lambda conn: store.start(conn, study, participant_by_token(conn, newcomer.token), later))
+    assert db.run(
+        lambda conn: store.start(conn, study, participant_by_token(conn, newcomer.token), later)
+    )
     with db.read() as conn:
         kept = store.participant_slots(conn, leaver.id)
         taken = store.participant_slots(conn, newcomer.id)
-    assert [s.id for s in kept] == [first.id] and kept[0].status == "done", "answered work is never released"
+    assert [s.id for s in kept] == [first.id] and kept[0].status == "done", (
+        "answered work is never released"
+    )
     assert len(taken) == 3 and first.item_key not in {s.item_key for s in taken}
     late = db.run(
-        lambda conn: store.submit_page(conn, study, participant_by_token(conn, leaver.token), taken[0].id, _answers(study), later + 5)
+        lambda conn: store.submit_page(
+            conn,
+            study,
+            participant_by_token(conn, leaver.token),
+            taken[0].id,
+            _answers(study),
+            later + 5,
+        )
     )
     assert late.status == "missing"
     db.dispose()
@@ -170,7 +206,11 @@ def test_time_from_page_delivery_and_gap_between_submissions(db_url, make_likert
         a, b = store.participant_slots(conn, person.id)[:2]
     for slot, served, submitted in ((a, 105.0, 147.5), (b, 150.0, 171.0)):
         db.run(lambda conn, s=slot, t=served: record_view(conn, person.id, store.page_key(s.id), t))
-        db.run(lambda conn, t=served + 60: record_view(conn, person.id, store.page_key(slot.id), t))  # a reload
+        db.run(
+            lambda conn, s=slot, t=served + 60: record_view(
+                conn, person.id, store.page_key(s.id), t
+            )
+        )  # a reload
         db.run(
             lambda conn, s=slot, t=submitted: store.submit_page(
                 conn, study, participant_by_token(conn, person.token), s.id, _answers(study), t
@@ -191,14 +231,23 @@ def test_export_writes_the_long_format_and_the_definition(db_url, make_likert, t
     db.run(lambda conn: store.start(conn, study, participant_by_token(conn, person.token), 1.0))
     with db.read() as conn:
         slot = store.participant_slots(conn, person.id)[0]
-    db.run(lambda conn: store.submit_page(conn, study, participant_by_token(conn, person.token), slot.id, _answers(study), 9.0))
+    db.run(
+        lambda conn: store.submit_page(
+            conn, study, participant_by_token(conn, person.token), slot.id, _answers(study), 9.0
+        )
+    )
     counts = store.export_to_directory(db, study, tmp_path / "export")
     judgments = read_judgments(tmp_path / "export" / "judgments.jsonl")
     assert counts["judgments.jsonl"] == len(judgments) == len(study.criteria)
     assert {j.study for j in judgments} == {study.name}
-    assert all(j.extra["study_version"] == study.version and j.rater_id == "p00001" for j in judgments)
+    assert all(
+        j.extra["study_version"] == study.version and j.rater_id == "p00001" for j in judgments
+    )
     definition = json.loads((tmp_path / "export" / "study.json").read_text())
     assert definition["version"] == study.version and definition["protocol"] == "likert"
-    people = [json.loads(line) for line in (tmp_path / "export" / "participants.jsonl").read_text().splitlines()]
+    people = [
+        json.loads(line)
+        for line in (tmp_path / "export" / "participants.jsonl").read_text().splitlines()
+    ]
     assert people[0]["items"] == 1 and people[0]["reserved"] == 2 and "token" not in people[0]
     db.dispose()

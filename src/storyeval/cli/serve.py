@@ -16,18 +16,30 @@ def _default_db(path: Path) -> str:
 def serve(
     files: list[Path] = typer.Argument(..., help="Study files (YAML)."),
     db: str = typer.Option(
-        None, "--db", help="Database URL: sqlite:///FILE (default: <study>.sqlite3 here) or postgresql://..."
+        None,
+        "--db",
+        help="Database URL: sqlite:///FILE (default: <study>.sqlite3 here) or postgresql://...",
     ),
-    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on (0.0.0.0 for every interface)."),
+    host: str = typer.Option(
+        "127.0.0.1", "--host", help="Address to listen on (0.0.0.0 for every interface)."
+    ),
     port: int = typer.Option(8000, "--port", help="Port to listen on."),
     admin_token: str = typer.Option(
-        None, "--admin-token", envvar="STORYEVAL_ADMIN_TOKEN",
+        None,
+        "--admin-token",
+        envvar="STORYEVAL_ADMIN_TOKEN",
         help="Secret of the admin pages (default: the one stored in the database, or a new one).",
     ),
     base_url: str = typer.Option(None, "--base-url", help="Public address used in printed links."),
-    links: int = typer.Option(0, "--links", help="Create this many participant links before starting."),
-    links_file: Path = typer.Option(None, "--links-file", help="Write the created links here (one per line)."),
-    access_log: bool = typer.Option(False, "--access-log", help="Log every request (URLs contain secret tokens)."),
+    links: int = typer.Option(
+        0, "--links", help="Create this many participant links before starting."
+    ),
+    links_file: Path = typer.Option(
+        None, "--links-file", help="Write the created links here (one per line)."
+    ),
+    access_log: bool = typer.Option(
+        False, "--access-log", help="Log every request (URLs contain secret tokens)."
+    ),
 ) -> None:
     """Serve human evaluation studies: participant pages, admin view, exports."""
     import uvicorn
@@ -46,10 +58,14 @@ def serve(
         )
     except ValidationError as exc:
         first = exc.errors()[0]
-        raise exit_with(f"error: {'.'.join(str(p) for p in first['loc'])}: {first['msg']}") from None
+        raise exit_with(
+            f"error: {'.'.join(str(p) for p in first['loc'])}: {first['msg']}"
+        ) from None
     app = create_app(settings, sessions)
     state = app.state.storyeval
-    root = settings.base_url or f"http://{'localhost' if host in ('0.0.0.0', '::') else host}:{port}"
+    root = (
+        settings.base_url or f"http://{'localhost' if host in ('0.0.0.0', '::') else host}:{port}"
+    )
     typer.echo(f"database: {state.db.describe()}")
     for session in sessions:
         typer.echo(f"{session.kind} {session.name!r}: {session.title}")
@@ -61,11 +77,15 @@ def serve(
             )
         policy = session.enrollment()
         if policy.open:
-            typer.echo(f"  open enrollment: {root}/join/{session.kind}/{session.name}?{policy.external_id_param}=ID")
+            typer.echo(
+                f"  open enrollment: {root}/join/{session.kind}/{session.name}?{policy.external_id_param}=ID"
+            )
         if links > 0:
             now = state.clock()
             created = state.db.run(
-                lambda conn, s=session: create_participants(conn, s.kind, s.name, links, now=now)
+                lambda conn, s=session, t=now: create_participants(
+                    conn, s.kind, s.name, links, now=t
+                )
             )
             urls = [f"{root}/p/{p.token}" for p in created]
             if links_file is not None:

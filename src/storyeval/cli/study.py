@@ -8,7 +8,9 @@ import typer
 
 from storyeval.cli._common import exit_with
 
-study_app = typer.Typer(help="Human evaluation studies: check, links, export, analyse, statement.", no_args_is_help=True)
+study_app = typer.Typer(
+    help="Human evaluation studies: check, links, export, analyse, statement.", no_args_is_help=True
+)
 
 
 def _load(path: Path):  # type: ignore[no-untyped-def]
@@ -51,16 +53,27 @@ def _warnings(study) -> list[str]:  # type: ignore[no-untyped-def]
     notes = []
     machine = any((t.system or "") != "human" for item in study.items for t in item.texts)
     if machine and not config.content_warning:
-        notes.append("machine-generated texts but no content_warning (seed 003 advises warning raters)")
+        notes.append(
+            "machine-generated texts but no content_warning (seed 003 advises warning raters)"
+        )
     if not study.training:
         notes.append("no training examples (seed 000 found example-based training the most useful)")
     if study.protocol not in ("triangle",) and study.raters_per_item < 3:
         notes.append("fewer than 3 raters per item")
-    if study.protocol in ("likert", "side_by_side") and not all(c.definition for c in config.criteria):
+    if study.protocol in ("likert", "side_by_side") and not all(
+        c.definition for c in config.criteria
+    ):
         notes.append("some criteria have no definition shown to raters")
-    if study.protocol == "likert" and not any(t.system == "human" for i in study.items for t in i.texts):
-        notes.append("no human-written stories are rated: seed 003 rates references on the same scale, or use side_by_side")
-    if config.assignment.max_items_per_participant is None and len(study.items) > 4 * study.items_per_participant:
+    if study.protocol == "likert" and not any(
+        t.system == "human" for i in study.items for t in i.texts
+    ):
+        notes.append(
+            "no human-written stories are rated: seed 003 rates references on the same scale, or use side_by_side"
+        )
+    if (
+        config.assignment.max_items_per_participant is None
+        and len(study.items) > 4 * study.items_per_participant
+    ):
         pass
     return notes
 
@@ -70,8 +83,12 @@ def links(
     file: Path = typer.Argument(..., help="The study file."),
     db: str = typer.Option(..., "--db", help="Database URL (as given to storyeval serve)."),
     count: int = typer.Option(..., "-n", "--count", help="Number of links to create."),
-    base_url: str = typer.Option("http://localhost:8000", "--base-url", help="Public address of the server."),
-    output: Path = typer.Option(None, "-o", "--output", help="Write the links here (one per line)."),
+    base_url: str = typer.Option(
+        "http://localhost:8000", "--base-url", help="Public address of the server."
+    ),
+    output: Path = typer.Option(
+        None, "-o", "--output", help="Write the links here (one per line)."
+    ),
 ) -> None:
     """Create participant links in the study's database (the server need not be running)."""
     import time
@@ -86,7 +103,9 @@ def links(
     database.create_all()
     now = time.time()
     register_study(database, study, now=now)
-    created = database.run(lambda conn: create_participants(conn, "study", study.name, count, now=now))
+    created = database.run(
+        lambda conn: create_participants(conn, "study", study.name, count, now=now)
+    )
     urls = [f"{base_url.rstrip('/')}/p/{p.token}" for p in created]
     if output is not None:
         write_text_atomic(output, "".join(u + "\n" for u in urls))
@@ -117,19 +136,36 @@ def export(
 
 @study_app.command("analyse")
 def analyse(
-    judgments: Path = typer.Option(..., "--judgments", help="Long-format judgments (.jsonl or .csv)."),
+    judgments: Path = typer.Option(
+        ..., "--judgments", help="Long-format judgments (.jsonl or .csv)."
+    ),
     output: Path = typer.Option(..., "-o", "--output", help="Output directory for the CSV tables."),
     min_median_time: float = typer.Option(
-        None, "--min-median-time",
+        None,
+        "--min-median-time",
         help="Remove raters whose median time per item is below this many seconds (default 40, seed 003; "
         "or the study's quality.min_median_time_s with --study); 0 disables.",
     ),
-    study_file: Path = typer.Option(None, "--study", help="Take the exclusion rules from this study file."),
-    keep_failed_checks: bool = typer.Option(False, "--keep-failed-checks", help="Keep raters who failed an attention check."),
-    alpha: float = typer.Option(0.05, "--alpha", help="Triangle test: significance level of the test of difference."),
-    beta: float = typer.Option(None, "--beta", help="Triangle test: beta of the test of similarity (with --pd)."),
-    pd: float = typer.Option(None, "--pd", help="Triangle test: largest proportion of discriminators for similarity."),
-    bootstrap: int = typer.Option(1000, "--bootstrap", help="Bootstrap resamples for the CI of Krippendorff's alpha (0: none)."),
+    study_file: Path = typer.Option(
+        None, "--study", help="Take the exclusion rules from this study file."
+    ),
+    keep_failed_checks: bool = typer.Option(
+        False, "--keep-failed-checks", help="Keep raters who failed an attention check."
+    ),
+    alpha: float = typer.Option(
+        0.05, "--alpha", help="Triangle test: significance level of the test of difference."
+    ),
+    beta: float = typer.Option(
+        None, "--beta", help="Triangle test: beta of the test of similarity (with --pd)."
+    ),
+    pd: float = typer.Option(
+        None, "--pd", help="Triangle test: largest proportion of discriminators for similarity."
+    ),
+    bootstrap: int = typer.Option(
+        1000,
+        "--bootstrap",
+        help="Bootstrap resamples for the CI of Krippendorff's alpha (0: none).",
+    ),
     seed: int = typer.Option(0, "--seed", help="Seed of the bootstrap."),
 ) -> None:
     """Summaries, agreement and tests: writes DIR/summary.csv, agreement.csv, tests.csv,
@@ -172,18 +208,43 @@ def analyse(
     for column in ("criterion", "condition", "n", "mean", "sd"):
         view.add_column(column)
     for _, row in result.summary.iterrows():
-        view.add_row(row["criterion"], row["condition"], str(row["n"]), f"{row['mean']:.2f}", f"{row['sd']:.2f}")
+        view.add_row(
+            row["criterion"],
+            row["condition"],
+            str(row["n"]),
+            f"{row['mean']:.2f}",
+            f"{row['sd']:.2f}",
+        )
     console.print(view)
     if len(result.tests):
         tests = Table(title="tests")
-        for column in ("criterion", "comparison", "estimate", "statistic", "df", "p_value", "95% CI", "method"):
+        for column in (
+            "criterion",
+            "comparison",
+            "estimate",
+            "statistic",
+            "df",
+            "p_value",
+            "95% CI",
+            "method",
+        ):
             tests.add_column(column)
         for _, row in result.tests.iterrows():
-            ci = f"[{row['ci_low']:.2f}, {row['ci_high']:.2f}]" if row["ci_low"] == row["ci_low"] else ""
+            ci = (
+                f"[{row['ci_low']:.2f}, {row['ci_high']:.2f}]"
+                if row["ci_low"] == row["ci_low"]
+                else ""
+            )
             df = f"{row['df']:.1f}" if row["df"] == row["df"] else ""
             tests.add_row(
-                row["criterion"], row["comparison"], f"{row['estimate']:.3f}", f"{row['statistic']:.2f}", df,
-                f"{row['p_value']:.3g}", ci, row["method"].split(" (")[0],
+                row["criterion"],
+                row["comparison"],
+                f"{row['estimate']:.3f}",
+                f"{row['statistic']:.2f}",
+                df,
+                f"{row['p_value']:.3g}",
+                ci,
+                row["method"].split(" (")[0],
             )
         console.print(tests)
     console.print(f"signature: {result.signature}")
@@ -205,17 +266,36 @@ def analyze(
     seed: int = typer.Option(0, "--seed"),
 ) -> None:
     """Alias of ``analyse``."""
-    analyse(judgments, output, min_median_time, study_file, keep_failed_checks, alpha, beta, pd, bootstrap, seed)
+    analyse(
+        judgments,
+        output,
+        min_median_time,
+        study_file,
+        keep_failed_checks,
+        alpha,
+        beta,
+        pd,
+        bootstrap,
+        seed,
+    )
 
 
 @study_app.command("statement")
 def statement(
     file: Path = typer.Argument(..., help="The study file that was run."),
     output: Path = typer.Option(..., "-o", "--output", help="Markdown file to write."),
-    export_dir: Path = typer.Option(None, "--export", help="A folder written by 'storyeval study export'."),
-    judgments: Path = typer.Option(None, "--judgments", help="The collected judgments (long format)."),
-    participants: Path = typer.Option(None, "--participants", help="participants.jsonl from the export."),
-    min_median_time: float = typer.Option(None, "--min-median-time", help="Exclusion threshold (default: the study's)."),
+    export_dir: Path = typer.Option(
+        None, "--export", help="A folder written by 'storyeval study export'."
+    ),
+    judgments: Path = typer.Option(
+        None, "--judgments", help="The collected judgments (long format)."
+    ),
+    participants: Path = typer.Option(
+        None, "--participants", help="participants.jsonl from the export."
+    ),
+    min_median_time: float = typer.Option(
+        None, "--min-median-time", help="Exclusion threshold (default: the study's)."
+    ),
 ) -> None:
     """Write the design statement (question wording, scales, order, training, checks, exclusions...)."""
     from storyeval.human.statement import write_statement
@@ -225,13 +305,19 @@ def statement(
         candidates = [export_dir / "judgments.jsonl", export_dir / "judgments.csv"]
         found = next((p for p in candidates if p.exists()), None)
         if found is None:
-            raise exit_with(f"error: {export_dir}: no judgments.jsonl or judgments.csv (run 'storyeval study export')")
+            raise exit_with(
+                f"error: {export_dir}: no judgments.jsonl or judgments.csv (run 'storyeval study export')"
+            )
         if found.stat().st_size > 0:
             judgments = judgments or found
         if (export_dir / "participants.jsonl").exists():
             participants = participants or export_dir / "participants.jsonl"
     write_statement(
-        study, output, judgments_path=judgments, participants_path=participants, min_median_time_s=min_median_time
+        study,
+        output,
+        judgments_path=judgments,
+        participants_path=participants,
+        min_median_time_s=min_median_time,
     )
     typer.echo(f"wrote {output}")
 

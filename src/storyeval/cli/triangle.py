@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -22,9 +24,13 @@ def _check_tests(test: str) -> None:
 
 @triangle_app.command("plan")
 def plan(
-    alpha: float = typer.Option(..., "--alpha", help="Risk of concluding there is a difference when there is none."),
+    alpha: float = typer.Option(
+        ..., "--alpha", help="Risk of concluding there is a difference when there is none."
+    ),
     beta: float = typer.Option(..., "--beta", help="Risk of missing a difference of size --pd."),
-    pd: float = typer.Option(..., "--pd", help="Proportion of discriminators to detect (0.5 = 50%)."),
+    pd: float = typer.Option(
+        ..., "--pd", help="Proportion of discriminators to detect (0.5 = 50%)."
+    ),
     test: str = typer.Option("difference", "--test", help="difference or similarity."),
     as_json: bool = typer.Option(False, "--json", help="Print the whole plan as JSON."),
 ) -> None:
@@ -62,10 +68,16 @@ def plan(
 @triangle_app.command("analyse")
 def analyse(
     judges: int = typer.Option(..., "--judges", help="Number of evaluations (triads judged)."),
-    correct: int = typer.Option(..., "--correct", help="Number of correct answers (odd text identified)."),
-    alpha: float = typer.Option(0.05, "--alpha", help="Significance level of the test of difference."),
+    correct: int = typer.Option(
+        ..., "--correct", help="Number of correct answers (odd text identified)."
+    ),
+    alpha: float = typer.Option(
+        0.05, "--alpha", help="Significance level of the test of difference."
+    ),
     beta: float = typer.Option(None, "--beta", help="Risk for the test of similarity (with --pd)."),
-    pd: float = typer.Option(None, "--pd", help="Largest proportion of discriminators still called similar."),
+    pd: float = typer.Option(
+        None, "--pd", help="Largest proportion of discriminators still called similar."
+    ),
 ) -> None:
     """Print the analysis as JSON: min_correct, significant, p_value, pd_lower, pd_upper, and
     for a test of similarity (with --beta and --pd) max_correct and similar."""
@@ -94,26 +106,37 @@ def analyze(
 
 @triangle_app.command("table")
 def table(
-    which: str = typer.Argument(..., help="judges (Table 1), min-correct (Table 2) or max-correct (Table 3)."),
+    which: str = typer.Argument(
+        ..., help="judges (Table 1), min-correct (Table 2) or max-correct (Table 3)."
+    ),
     output: Path = typer.Option(None, "-o", "--output", help="Also write the table as CSV."),
 ) -> None:
     """Recompute one of the tables of seed 002 from the exact binomial distribution."""
     from storyeval.human import triangle as tri
     from storyeval.io import atomic_write
 
-    builders = {"judges": tri.judges_table, "min-correct": tri.min_correct_table, "max-correct": tri.max_correct_table}
+    builders: dict[str, Callable[[], Any]] = {
+        "judges": tri.judges_table,
+        "min-correct": tri.min_correct_table,
+        "max-correct": tri.max_correct_table,
+    }
     if which not in builders:
         raise exit_with(f"error: the table must be one of {', '.join(builders)}; got {which!r}")
     frame = builders[which]()
     if which == "judges":
-        wide = frame.pivot_table(index=["pd", "alpha"], columns="beta", values="judges").sort_index(ascending=[False, False])
+        wide = frame.pivot_table(
+            index=["pd", "alpha"], columns="beta", values="judges", aggfunc="first"
+        ).sort_index(ascending=[False, False])
         wide = wide[sorted(wide.columns, reverse=True)]
     elif which == "min-correct":
         wide = frame.pivot(index="judges", columns="alpha", values="min_correct")
         wide = wide[sorted(wide.columns, reverse=True)]
     else:
-        wide = frame.pivot_table(index=["judges", "beta"], columns="pd", values="max_correct")
-    typer.echo(wide.to_string(na_rep="-"))
+        wide = frame.pivot_table(
+            index=["judges", "beta"], columns="pd", values="max_correct", aggfunc="first"
+        )
+    wide = wide.astype("object").where(wide.notna(), "-")
+    typer.echo(wide.to_string())
     if output is not None:
         with atomic_write(output, newline="") as fh:
             frame.to_csv(fh, index=False)
@@ -122,7 +145,9 @@ def table(
 @triangle_app.command("orders")
 def orders(
     judges: int = typer.Option(..., "--judges", help="Number of judges (evaluations)."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the random permutation within each group of six."),
+    seed: int = typer.Option(
+        0, "--seed", help="Seed of the random permutation within each group of six."
+    ),
 ) -> None:
     """Print the order of the triad for each judge, balanced in groups of six, and the counts."""
     from collections import Counter

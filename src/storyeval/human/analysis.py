@@ -77,7 +77,10 @@ def judgments_table(judgments: Sequence[Judgment]) -> Any:
         frame["check_passed"] = frame["check_passed"].fillna(True).astype(bool)
     else:
         frame["check_passed"] = True
-    frame["page"] = frame["page"].astype(str) if "page" in frame else frame["item_id"].astype(str)
+    if "page" in frame:
+        frame["page"] = frame["page"].where(frame["page"].notna(), frame["item_id"]).astype(str)
+    else:
+        frame["page"] = frame["item_id"].astype(str)
     frame["time_s"] = pd.to_numeric(frame["time_s"], errors="coerce")
     frame["value"] = frame["value"].astype(float)
     return frame
@@ -101,7 +104,8 @@ def rater_times(frame: Any) -> Any:
 
     items = frame[~frame["check"]]
     per_page = items.groupby(["rater_id", "study", "page"], sort=False).agg(
-        time_s=("time_s", "first"), gap_s=("gap_s", "first") if "gap_s" in items else ("time_s", "first")
+        time_s=("time_s", "first"),
+        gap_s=("gap_s", "first") if "gap_s" in items else ("time_s", "first"),
     )
     if "gap_s" not in items:
         per_page["gap_s"] = np.nan
@@ -124,7 +128,10 @@ def rater_times(frame: Any) -> Any:
 
 
 def filter_raters(
-    frame: Any, *, min_median_time_s: float | None = DEFAULT_MIN_MEDIAN_TIME_S, exclude_failed_checks: bool = True
+    frame: Any,
+    *,
+    min_median_time_s: float | None = DEFAULT_MIN_MEDIAN_TIME_S,
+    exclude_failed_checks: bool = True,
 ) -> tuple[Any, Any, Any]:
     """Apply the quality filters; return the kept judgments (check rows removed), the
     per-step report and the per-rater table.
@@ -136,7 +143,9 @@ def filter_raters(
     """
     import pandas as pd
 
-    if min_median_time_s is not None and (not math.isfinite(min_median_time_s) or min_median_time_s < 0):
+    if min_median_time_s is not None and (
+        not math.isfinite(min_median_time_s) or min_median_time_s < 0
+    ):
         raise ValueError(f"min_median_time_s must be >= 0 or None; got {min_median_time_s}")
     raters = rater_times(frame)
     raters["kept"] = True
@@ -144,7 +153,9 @@ def filter_raters(
     steps = []
     current = frame
 
-    def record(step: str, threshold: Any, removed: set[str], extra: dict[str, Any] | None = None) -> None:
+    def record(
+        step: str, threshold: Any, removed: set[str], extra: dict[str, Any] | None = None
+    ) -> None:
         nonlocal current
         body = current[~current["check"]]
         before_raters = body["rater_id"].nunique()
@@ -167,7 +178,10 @@ def filter_raters(
 
     if exclude_failed_checks:
         failed = set(raters.loc[raters["failed_checks"] > 0, "rater_id"])
-        raters.loc[raters["rater_id"].isin(failed), ["kept", "reason"]] = [False, "failed attention check"]
+        raters.loc[raters["rater_id"].isin(failed), ["kept", "reason"]] = [
+            False,
+            "failed attention check",
+        ]
         record("attention checks", "all passed", failed)
     else:
         record("attention checks", "disabled", set())
@@ -182,7 +196,9 @@ def filter_raters(
             f"median time per item < {min_median_time_s:g} s",
         ]
         untimed = int((~known & raters["kept"] & (raters["pages"] > 0)).sum())
-        record("median time per item", min_median_time_s, too_fast, {"raters_without_time": untimed})
+        record(
+            "median time per item", min_median_time_s, too_fast, {"raters_without_time": untimed}
+        )
     kept = current[~current["check"]].copy()
     report = pd.DataFrame(steps)
     return kept, report, raters
@@ -221,7 +237,9 @@ def summarize(frame: Any) -> Any:
                 "n": len(values),
                 "mean": float(np.mean(values)),
                 "sd": float(np.std(values, ddof=1)) if len(values) > 1 else math.nan,
-                "sem": float(np.std(values, ddof=1) / math.sqrt(len(values))) if len(values) > 1 else math.nan,
+                "sem": float(np.std(values, ddof=1) / math.sqrt(len(values)))
+                if len(values) > 1
+                else math.nan,
                 "ci_low": low,
                 "ci_high": high,
                 "median": float(np.median(values)),
@@ -245,14 +263,22 @@ def krippendorff_alpha(frame: Any, *, level: str) -> tuple[float, int, int]:
     counts = pivot.notna().sum(axis=0)
     pairable = int((counts >= 2).sum())
     if pairable == 0:
-        warnings.warn("Krippendorff's alpha is undefined: no item has two ratings", AgreementWarning, stacklevel=2)
+        warnings.warn(
+            "Krippendorff's alpha is undefined: no item has two ratings",
+            AgreementWarning,
+            stacklevel=2,
+        )
         return math.nan, 0, int(pivot.shape[0])
     data = pivot.loc[:, counts >= 2].to_numpy(dtype=float)
     observed = data[~np.isnan(data)]
     if np.unique(observed).size < 2:
-        warnings.warn("Krippendorff's alpha is undefined: every rating is the same", AgreementWarning, stacklevel=2)
+        warnings.warn(
+            "Krippendorff's alpha is undefined: every rating is the same",
+            AgreementWarning,
+            stacklevel=2,
+        )
         return math.nan, pairable, int(pivot.shape[0])
-    value = float(krippendorff.alpha(reliability_data=data, level_of_measurement=level))
+    value = float(krippendorff.alpha(reliability_data=data, level_of_measurement=level))  # type: ignore[arg-type]
     return value, pairable, int(pivot.shape[0])
 
 
@@ -284,7 +310,8 @@ def _bootstrap_alpha(frame: Any, level: str, n_boot: int, seed: int) -> tuple[fl
             continue
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            values.append(float(krippendorff.alpha(reliability_data=sample, level_of_measurement=level)))
+            alpha = krippendorff.alpha(reliability_data=sample, level_of_measurement=level)  # type: ignore[arg-type]
+            values.append(float(alpha))
     if len(values) < n_boot // 2:
         return math.nan, math.nan
     return float(np.percentile(values, 2.5)), float(np.percentile(values, 97.5))
@@ -366,7 +393,9 @@ def _cohens_d(a: np.ndarray, b: np.ndarray) -> float:
     na, nb = len(a), len(b)
     if na < 2 or nb < 2:
         return math.nan
-    pooled = math.sqrt(((na - 1) * np.var(a, ddof=1) + (nb - 1) * np.var(b, ddof=1)) / (na + nb - 2))
+    pooled = math.sqrt(
+        ((na - 1) * np.var(a, ddof=1) + (nb - 1) * np.var(b, ddof=1)) / (na + nb - 2)
+    )
     return math.nan if pooled == 0 else float((np.mean(a) - np.mean(b)) / pooled)
 
 
@@ -536,7 +565,9 @@ def detection_metrics(frame: Any) -> Any:
     subsets = [("all", data)]
     if len(machines) > 1:
         for system in machines:
-            subsets.append((system, data[(data["truth"] == "human") | (data["condition"] == system)]))
+            subsets.append(
+                (system, data[(data["truth"] == "human") | (data["condition"] == system)])
+            )
     rows = []
     for label, part in subsets:
         tp = int(((part["guess"] == "machine") & (part["truth"] == "machine")).sum())
@@ -580,7 +611,9 @@ def detection_metrics(frame: Any) -> Any:
     return pd.DataFrame(rows)
 
 
-def triangle_results(frame: Any, *, alpha: float = 0.05, beta: float | None = None, pd_max: float | None = None) -> Any:
+def triangle_results(
+    frame: Any, *, alpha: float = 0.05, beta: float | None = None, pd_max: float | None = None
+) -> Any:
     """The triangle test per system pair (see :func:`storyeval.human.triangle.analyse`)."""
     import pandas as pd
 
@@ -711,7 +744,8 @@ def analyse_judgments(
     )
     if kept.empty:
         steps = "; ".join(
-            f"{r['step']}: removed {r['raters_removed']} of {r['raters_before']} raters" for _, r in report.iterrows()
+            f"{r['step']}: removed {r['raters_removed']} of {r['raters_before']} raters"
+            for _, r in report.iterrows()
         )
         hint = (
             f" Pass a lower --min-median-time (0 disables the time filter; it is {min_median_time_s:g} s now)."
@@ -729,7 +763,7 @@ def analyse_judgments(
     }
     protocols = set(kept["protocol"])
     test_rows: list[dict[str, Any]] = []
-    rating_like = kept[kept["protocol"].isin(RATING_PROTOCOLS + ("detection",))]
+    rating_like = kept[kept["protocol"].isin((*RATING_PROTOCOLS, "detection"))]
     detection = pairwise = triangle = None
     if not rating_like.empty:
         test_rows += welch_tests(rating_like)
@@ -758,9 +792,18 @@ def analyse_judgments(
                 }
             )
     if "triangle" in protocols:
-        fields.update({"triangle_alpha": triangle_alpha, "triangle_beta": triangle_beta, "triangle_pd": triangle_pd})
+        fields.update(
+            {
+                "triangle_alpha": triangle_alpha,
+                "triangle_beta": triangle_beta,
+                "triangle_pd": triangle_pd,
+            }
+        )
         triangle = triangle_results(
-            kept[kept["protocol"] == "triangle"], alpha=triangle_alpha, beta=triangle_beta, pd_max=triangle_pd
+            kept[kept["protocol"] == "triangle"],
+            alpha=triangle_alpha,
+            beta=triangle_beta,
+            pd_max=triangle_pd,
         )
         for _, row in triangle.iterrows():
             test_rows.append(

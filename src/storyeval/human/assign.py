@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from storyeval.human.study import Item, Study
 
+
 @dataclass(frozen=True)
 class SlotSpec:
     """One (item, rater) assignment unit before anyone claims it.

@@ -319,7 +319,9 @@ class Text:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Text:
-        return cls(str(data["id"]), data.get("system"), str(data.get("prompt", "")), str(data["story"]))
+        return cls(
+            str(data["id"]), data.get("system"), str(data.get("prompt", "")), str(data["story"])
+        )
 
 
 @dataclass(frozen=True)
@@ -567,7 +569,10 @@ def load_study(path: str | Path) -> Study:
         config = StudyConfig.model_validate(data)
     except ValidationError as exc:
         found = sorted(
-            ((_yaml_line(root, loc) or 1, f"{where(loc)}: {msg}") for loc, msg in _format_validation(exc)),
+            (
+                (_yaml_line(root, loc) or 1, f"{where(loc)}: {msg}")
+                for loc, msg in _format_validation(exc)
+            ),
             key=lambda pair: pair[0],
         )
         raise StudyFileError([text for _, text in found]) from None
@@ -656,12 +661,13 @@ def _check_protocol(config: StudyConfig, problem: Any) -> None:
                 problem(("criteria", i, "scale"), "required: the number of points (5 or 7)")
             else:
                 _check_labels(criterion, ("criteria", i, "labels"), problem)
-        elif protocol == "pairwise":
-            if criterion.scale is not None or criterion.labels is not None:
-                problem(
-                    ("criteria", i),
-                    "a pairwise criterion is a choice between two texts: remove 'scale' and 'labels'",
-                )
+        elif protocol == "pairwise" and (
+            criterion.scale is not None or criterion.labels is not None
+        ):
+            problem(
+                ("criteria", i),
+                "a pairwise criterion is a choice between two texts: remove 'scale' and 'labels'",
+            )
     assignment = config.assignment
     cap = assignment.max_items_per_participant
     if cap is not None and cap < assignment.items_per_participant:
@@ -672,7 +678,10 @@ def _check_protocol(config: StudyConfig, problem: Any) -> None:
     if protocol == "triangle" and config.triangle is not None:
         tri = config.triangle
         if (tri.judges is None) == (tri.plan is None):
-            problem(("triangle",), "give exactly one of 'judges' (evaluations to collect) or 'plan' (alpha, beta, pd)")
+            problem(
+                ("triangle",),
+                "give exactly one of 'judges' (evaluations to collect) or 'plan' (alpha, beta, pd)",
+            )
         if tri.systems[0] == tri.systems[1]:
             problem(("triangle", "systems"), "the two systems must differ")
         if tri.test == "similarity" and assignment.items_per_participant != 1:
@@ -681,10 +690,12 @@ def _check_protocol(config: StudyConfig, problem: Any) -> None:
                 "a triangle test of similarity allows no repeated evaluations: must be 1",
             )
         if tri.test == "similarity" and cap not in (None, 1):
-            problem(("assignment", "max_items_per_participant"), "must be 1 for a test of similarity")
-    if protocol == "pairwise" and config.pairwise is not None:
-        if config.pairwise.systems[0] == config.pairwise.systems[1]:
-            problem(("pairwise", "systems"), "the two systems must differ")
+            problem(
+                ("assignment", "max_items_per_participant"), "must be 1 for a test of similarity"
+            )
+    pair = config.pairwise
+    if protocol == "pairwise" and pair is not None and pair.systems[0] == pair.systems[1]:
+        problem(("pairwise", "systems"), "the two systems must differ")
     if protocol == "detection" and config.detection is not None:
         bad = [v for v in config.detection.why_for if v not in (1, 2, 3, 4)]
         if bad:
@@ -708,13 +719,19 @@ def _check_protocol(config: StudyConfig, problem: Any) -> None:
     for i, check in enumerate(config.attention_checks):
         if ids.count(check.id) > 1:
             problem(("attention_checks", i, "id"), f"attention-check id {check.id!r} is used twice")
-        if check.position is not None and check.position > assignment.items_per_participant + len(ids):
-            problem(("attention_checks", i, "position"), "is after the end of a participant's batch")
+        if check.position is not None and check.position > assignment.items_per_participant + len(
+            ids
+        ):
+            problem(
+                ("attention_checks", i, "position"), "is after the end of a participant's batch"
+            )
     qnames = [q.name for q in config.questions]
     for i, question in enumerate(config.questions):
         if qnames.count(question.name) > 1:
             problem(("questions", i, "name"), f"question name {question.name!r} is used twice")
-    if config.completion.url is not None and not config.completion.url.startswith(("https://", "http://")):
+    if config.completion.url is not None and not config.completion.url.startswith(
+        ("https://", "http://")
+    ):
         problem(("completion", "url"), "must be an http(s) URL")
 
 
@@ -725,7 +742,9 @@ def _check_labels(criterion: Criterion, loc: tuple[str | int, ...], problem: Any
         return
     if isinstance(criterion.labels, list):
         if len(criterion.labels) != scale:
-            problem(loc, f"a list of labels must name all {scale} points; got {len(criterion.labels)}")
+            problem(
+                loc, f"a list of labels must name all {scale} points; got {len(criterion.labels)}"
+            )
         return
     points = set(criterion.labels)
     outside = sorted(p for p in points if not 1 <= p <= scale)
@@ -756,7 +775,10 @@ def _texts_from(
     texts: list[Text] = []
     given = [k for k in ("story", "stories", "text", "texts") if getattr(spec, k) is not None]
     if len(given) != 1:
-        problem(loc, "give exactly one of 'story' / 'stories' (ids in the story file) or 'text' / 'texts' (inline)")
+        problem(
+            loc,
+            "give exactly one of 'story' / 'stories' (ids in the story file) or 'text' / 'texts' (inline)",
+        )
         return ()
     ids: list[str] = []
     if spec.story is not None:
@@ -794,7 +816,9 @@ def _resolve_training(
                 texts = (texts[0], _reference_text(story, by_id, config))
         expected = _TEXTS_PER_PAGE[protocol]
         if texts and len(texts) != expected:
-            problem(loc, f"protocol {protocol!r} shows {expected} text(s) per page; got {len(texts)}")
+            problem(
+                loc, f"protocol {protocol!r} shows {expected} text(s) per page; got {len(texts)}"
+            )
         if protocol in ("likert", "side_by_side"):
             keys = answer_keys(config)
             what = (
@@ -810,9 +834,14 @@ def _resolve_training(
                     if key not in keys:
                         problem((*loc, "answers", key), f"unknown answer {key!r}; expected {what}")
                     elif value not in keys[key]:
-                        problem((*loc, "answers", key), f"must be between 1 and {max(keys[key])}; got {value}")
+                        problem(
+                            (*loc, "answers", key),
+                            f"must be between 1 and {max(keys[key])}; got {value}",
+                        )
         else:
-            allowed = {"detection": (1, 2, 3, 4), "pairwise": (1, 2), "triangle": (1, 2, 3)}[protocol]
+            allowed = {"detection": (1, 2, 3, 4), "pairwise": (1, 2), "triangle": (1, 2, 3)}[
+                protocol
+            ]
             if example.answer is None or example.answer not in allowed:
                 what = {
                     "detection": "the correct rating, 1-4",
@@ -820,7 +849,9 @@ def _resolve_training(
                     "triangle": "the position of the odd text, 1-3",
                 }[protocol]
                 problem((*loc, "answer"), f"required: {what}; got {example.answer!r}")
-        resolved.append(ResolvedTraining(texts, example.answer, example.answers, example.explanation))
+        resolved.append(
+            ResolvedTraining(texts, example.answer, example.answers, example.explanation)
+        )
     return tuple(resolved)
 
 
@@ -833,7 +864,10 @@ def _resolve_checks(
         loc: tuple[str | int, ...] = ("attention_checks", i)
         texts = _texts_from(check, by_id, loc, problem)
         if texts and len(texts) != expected:
-            problem(loc, f"protocol {config.protocol!r} shows {expected} text(s) per page; got {len(texts)}")
+            problem(
+                loc,
+                f"protocol {config.protocol!r} shows {expected} text(s) per page; got {len(texts)}",
+            )
         expect = {key: tuple(values) for key, values in check.expect.items()}
         resolved.append(ResolvedCheck(check.id, texts, expect, check.position))
     return tuple(resolved)
@@ -852,18 +886,25 @@ def _reference_text(story: Story, by_id: Mapping[str, Story], config: StudyConfi
         if candidate.story.strip() != reference.strip():
             continue
         if prompt_id is None or candidate.extra.get("prompt_id", candidate.id) == prompt_id:
-            return Text(candidate.id, candidate.system or ref_system, candidate.prompt, candidate.story)
+            return Text(
+                candidate.id, candidate.system or ref_system, candidate.prompt, candidate.story
+            )
     return Text(f"{story.id}:reference", ref_system, story.prompt, reference)
 
 
-def _select(config: StudyConfig, stories: Sequence[Story], excluded: set[str], problem: Any) -> list[Story]:
+def _select(
+    config: StudyConfig, stories: Sequence[Story], excluded: set[str], problem: Any
+) -> list[Story]:
     sel = config.select
     pool = [s for s in stories if s.id not in excluded and s.id not in set(sel.exclude_ids)]
     known_systems = {s.system for s in stories}
     if sel.systems is not None:
         for j, system in enumerate(sel.systems):
             if system not in known_systems:
-                problem(("select", "systems", j), f"no story has system {system!r}; the file has {sorted(str(s) for s in known_systems)}")
+                problem(
+                    ("select", "systems", j),
+                    f"no story has system {system!r}; the file has {sorted(str(s) for s in known_systems)}",
+                )
         pool = [s for s in pool if s.system in set(sel.systems)]
     if sel.ids is not None:
         by_id = {s.id: s for s in pool}
@@ -877,9 +918,11 @@ def _select(config: StudyConfig, stories: Sequence[Story], excluded: set[str], p
         for s in pool:
             groups.setdefault(s.system, []).append(s)
         chosen: set[str] = set()
-        for system in sorted(groups, key=str):
-            members = groups[system]
-            picked = members if len(members) <= sel.per_system else rng.sample(members, sel.per_system)
+        for group_key in sorted(groups, key=str):
+            members = groups[group_key]
+            picked = (
+                members if len(members) <= sel.per_system else rng.sample(members, sel.per_system)
+            )
             chosen.update(s.id for s in picked)
         pool = [s for s in pool if s.id in chosen]
     if sel.limit is not None and len(pool) > sel.limit:
@@ -1020,8 +1063,14 @@ def _triangle_items(
                 f"triad-{k + 1:0{width}d}",
                 f"{a} vs {b}",
                 tuple(texts),
-                {"order": order, "odd_position": odd, "odd_system": odd_system,
-                 "system_a": a, "system_b": b, "test": config.triangle.test},
+                {
+                    "order": order,
+                    "odd_position": odd,
+                    "odd_system": odd_system,
+                    "system_a": a,
+                    "system_b": b,
+                    "test": config.triangle.test,
+                },
             )
         )
     return items

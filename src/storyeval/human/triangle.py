@@ -168,7 +168,7 @@ def judges_needed(alpha: float, beta: float, pd: float, *, max_judges: int = 100
     d = _check_probability("pd", pd)
     pc = p_correct(d)
     start = 1
-    chunk = 2048
+    chunk = 64
     while start <= max_judges:
         n = np.arange(start, min(start + chunk, max_judges + 1))
         x = _min_correct_array(n, a)
@@ -177,6 +177,7 @@ def judges_needed(alpha: float, beta: float, pd: float, *, max_judges: int = 100
         if len(hits):
             return int(n[hits[0]])
         start += chunk
+        chunk *= 2
     raise ValueError(
         f"more than {max_judges} judges would be needed for alpha={a}, beta={b}, pd={d}"
     )
@@ -306,7 +307,9 @@ class TrianglePlan:
         return asdict(self)
 
 
-def plan(alpha: float, beta: float, pd: float, *, test: TriangleTest = "difference") -> TrianglePlan:
+def plan(
+    alpha: float, beta: float, pd: float, *, test: TriangleTest = "difference"
+) -> TrianglePlan:
     """Plan a triangle test: judges needed (Table 1), and the decision rule at that size.
 
     ``minimum_recommended`` is the number of judges the standard asks for whatever the
@@ -336,8 +339,13 @@ def plan(alpha: float, beta: float, pd: float, *, test: TriangleTest = "differen
         order_counts={order: counts.get(order, 0) for order in TRIANGLE_ORDERS},
         signature=Signature(
             "triangle_plan",
-            {"test": test, "alpha": float(alpha), "beta": float(beta), "pd": float(pd),
-             "method": "exact-binomial"},
+            {
+                "test": test,
+                "alpha": float(alpha),
+                "beta": float(beta),
+                "pd": float(pd),
+                "method": "exact-binomial",
+            },
         ).render(),
     )
 
@@ -501,7 +509,9 @@ def min_correct_table(
     """Table 2 of seed 002: columns ``judges``, ``alpha``, ``min_correct`` (``<NA>`` = "-")."""
     import pandas as pd_
 
-    rows = [{"judges": n, "alpha": a, "min_correct": min_correct(n, a)} for n in judges for a in alphas]
+    rows = [
+        {"judges": n, "alpha": a, "min_correct": min_correct(n, a)} for n in judges for a in alphas
+    ]
     frame = pd_.DataFrame(rows)
     frame["min_correct"] = frame["min_correct"].astype("Int64")
     return frame

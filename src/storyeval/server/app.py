@@ -38,7 +38,9 @@ class ServerState:
         return self.sessions.get((kind, name))
 
     def page(self, name: str, context: dict[str, Any], *, status_code: int = 200) -> Response:
-        return render(self.templates, name, {"version": __version__, **context}, status_code=status_code)
+        return render(
+            self.templates, name, {"version": __version__, **context}, status_code=status_code
+        )
 
 
 def _admin_token(db: Database, settings: Settings) -> str:
@@ -122,7 +124,11 @@ def create_app(
         titles = {403: "Forbidden", 404: "Not found", 409: "Conflict", 422: "Invalid answer"}
         return state.page(
             "message.html",
-            {"title": titles.get(exc.status_code, "Error"), "message": str(exc.detail), "links": []},
+            {
+                "title": titles.get(exc.status_code, "Error"),
+                "message": str(exc.detail),
+                "links": [],
+            },
             status_code=exc.status_code,
         )
 

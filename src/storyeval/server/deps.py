@@ -29,7 +29,9 @@ def participant_of(kind: str) -> Callable[[Request, str], tuple[Participant, Ses
             raise HTTPException(status_code=404, detail=NOT_FOUND)
         session = state.session(kind, participant.session)
         if session is None:
-            raise HTTPException(status_code=404, detail="This study is not being served at the moment.")
+            raise HTTPException(
+                status_code=404, detail="This study is not being served at the moment."
+            )
         return participant, session
 
     return dependency

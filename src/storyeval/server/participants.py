@@ -115,12 +115,14 @@ def create_participants(
     for _ in range(count):
         token = new_token()
         result = conn.execute(
-            insert(participants).values(
-                token=token, kind=kind, session=session, created_at=now
-            )
+            insert(participants).values(token=token, kind=kind, session=session, created_at=now)
         )
-        pid = int(result.inserted_primary_key[0])
-        created.append(Participant(pid, token, kind, session, None, now, None, None, None, None, None))
+        key = result.inserted_primary_key
+        assert key is not None
+        pid = int(key[0])
+        created.append(
+            Participant(pid, token, kind, session, None, now, None, None, None, None, None)
+        )
     return created
 
 
@@ -255,7 +257,9 @@ def note_submission(conn: Connection, participant: Participant, now: float) -> f
 
 
 def get_meta(conn: Connection, key: str) -> str | None:
-    return conn.execute(select(server_meta.c.value).where(server_meta.c.key == key)).scalar_one_or_none()
+    return conn.execute(
+        select(server_meta.c.value).where(server_meta.c.key == key)
+    ).scalar_one_or_none()
 
 
 def set_meta(conn: Connection, key: str, value: str) -> None:

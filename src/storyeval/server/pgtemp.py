@@ -33,13 +33,19 @@ def find_postgres_bin() -> Path | None:
     explicit = os.environ.get("STORYEVAL_PG_BIN")
     candidates = [explicit] if explicit else []
     candidates += sorted(
-        glob.glob("/usr/lib/postgresql/*/bin"), key=lambda p: int(Path(p).parent.name) if Path(p).parent.name.isdigit() else 0, reverse=True
+        glob.glob("/usr/lib/postgresql/*/bin"),
+        key=lambda p: int(Path(p).parent.name) if Path(p).parent.name.isdigit() else 0,
+        reverse=True,
     )
     on_path = shutil.which("initdb")
     if on_path:
         candidates.append(str(Path(on_path).parent))
     for candidate in candidates:
-        if candidate and (Path(candidate) / "initdb").exists() and (Path(candidate) / "pg_ctl").exists():
+        if (
+            candidate
+            and (Path(candidate) / "initdb").exists()
+            and (Path(candidate) / "pg_ctl").exists()
+        ):
             return Path(candidate)
     return None
 
@@ -95,7 +101,7 @@ class TemporaryPostgres:
     def _run(self, args: list[str], *, timeout: float = 60) -> subprocess.CompletedProcess[str]:
         prefix = self._as_owner()
         if prefix and prefix[0] == "su":
-            command = prefix + [" ".join(_quote(a) for a in args)]
+            command = [*prefix, " ".join(_quote(a) for a in args)]
         else:
             command = prefix + args
         return subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
@@ -108,22 +114,51 @@ class TemporaryPostgres:
             os.chown(self.root, entry.pw_uid, entry.pw_gid)
         data = self.root / "data"
         init = self._run(
-            [str(self.bin / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres", "-E", "UTF8", "--no-sync"]
+            [
+                str(self.bin / "initdb"),
+                "-D",
+                str(data),
+                "-A",
+                "trust",
+                "-U",
+                "postgres",
+                "-E",
+                "UTF8",
+                "--no-sync",
+            ]
         )
         if init.returncode != 0:
             self.cleanup()
-            raise PostgresUnavailable(f"initdb failed: {init.stderr.strip() or init.stdout.strip()}")
+            raise PostgresUnavailable(
+                f"initdb failed: {init.stderr.strip() or init.stdout.strip()}"
+            )
         options = (
             f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 "
             f"-c max_connections={self.max_connections} -c fsync={'on' if self.fsync else 'off'} "
             f"-c full_page_writes={'on' if self.fsync else 'off'}"
         )
         start = self._run(
-            [str(self.bin / "pg_ctl"), "-D", str(data), "-o", options, "-l", str(self.root / "server.log"), "-w", "-t", "60", "start"],
+            [
+                str(self.bin / "pg_ctl"),
+                "-D",
+                str(data),
+                "-o",
+                options,
+                "-l",
+                str(self.root / "server.log"),
+                "-w",
+                "-t",
+                "60",
+                "start",
+            ],
             timeout=90,
         )
         if start.returncode != 0:
-            log = (self.root / "server.log").read_text(errors="replace") if (self.root / "server.log").exists() else ""
+            log = (
+                (self.root / "server.log").read_text(errors="replace")
+                if (self.root / "server.log").exists()
+                else ""
+            )
             self.cleanup()
             raise PostgresUnavailable(f"pg_ctl start failed: {start.stderr.strip()}\n{log[-2000:]}")
         self._started = True
@@ -144,13 +179,25 @@ class TemporaryPostgres:
         """Create a database and return its URL."""
         import psycopg
 
-        with psycopg.connect(f"host=127.0.0.1 port={self.port} user=postgres dbname=postgres", autocommit=True) as conn:
+        with psycopg.connect(
+            f"host=127.0.0.1 port={self.port} user=postgres dbname=postgres", autocommit=True
+        ) as conn:
             conn.execute(f'CREATE DATABASE "{name}"')
         return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/{name}"
 
     def stop(self) -> None:
         if self._started and self.root is not None and self.bin is not None:
-            self._run([str(self.bin / "pg_ctl"), "-D", str(self.root / "data"), "-m", "immediate", "-w", "stop"])
+            self._run(
+                [
+                    str(self.bin / "pg_ctl"),
+                    "-D",
+                    str(self.root / "data"),
+                    "-m",
+                    "immediate",
+                    "-w",
+                    "stop",
+                ]
+            )
             self._started = False
         self.cleanup()
 

@@ -23,7 +23,9 @@ _ITEM = re.compile(r"^/study/[^/]+/item/(\d+)$")
 _TRAINING = re.compile(r"^/study/[^/]+/training/(\d+)$")
 
 
-def random_answers(_page: str, keys: Mapping[str, tuple[int, ...]], rng: random.Random) -> dict[str, int]:
+def random_answers(
+    _page: str, keys: Mapping[str, tuple[int, ...]], rng: random.Random
+) -> dict[str, int]:
     """Answer every question at random."""
     return {key: rng.choice(values) for key, values in keys.items()}
 
@@ -120,7 +122,9 @@ class StudyBrowser:
                 answers = self.answer("training", self.keys, self.rng)
                 response = self._follow(self._post(path, {k: str(v) for k, v in answers.items()}))
             elif path.endswith("/explain"):
-                response = self._follow(self._post(path, {"explanation": "It reads like that to me."}))
+                response = self._follow(
+                    self._post(path, {"explanation": "It reads like that to me."})
+                )
             elif (match := _ITEM.match(path)) is not None:
                 if self.think_time_s:
                     time.sleep(self.think_time_s)

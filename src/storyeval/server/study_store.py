@@ -44,7 +44,8 @@ from sqlalchemy import (
 from storyeval.corpus import Judgment
 from storyeval.errors import StoryevalError
 from storyeval.human.assign import build_slots, check_positions, condition_preferences, order_batch
-from storyeval.human.study import Item, Study, Text as StoryText, detection_settings
+from storyeval.human.study import Item, Study
+from storyeval.human.study import Text as StoryText
 from storyeval.server.db import Database, metadata
 from storyeval.server.participants import (
     Participant,
@@ -242,7 +243,9 @@ def register_study(db: Database, study: Study, *, now: float) -> bool:
 
 
 def stored_definition(conn: Connection, name: str) -> dict[str, Any] | None:
-    value = conn.execute(select(studies.c.definition).where(studies.c.name == name)).scalar_one_or_none()
+    value = conn.execute(
+        select(studies.c.definition).where(studies.c.name == name)
+    ).scalar_one_or_none()
     return None if value is None else dict(json.loads(value))
 
 
@@ -304,7 +307,11 @@ def get_member(conn: Connection, participant_id: int) -> Member | None:
     if row is None:
         return None
     return Member(
-        int(row.participant_id), int(row.seq), int(row.batches), bool(row.items_closed), bool(row.questions_done)
+        int(row.participant_id),
+        int(row.seq),
+        int(row.batches),
+        bool(row.items_closed),
+        bool(row.questions_done),
     )
 
 
@@ -325,7 +332,9 @@ def participant_slots(conn: Connection, participant_id: int) -> list[SlotRow]:
     return [SlotRow.from_row(r) for r in rows]
 
 
-def slot_of(conn: Connection, participant_id: int, slot_id: int, *, lock: bool = False) -> SlotRow | None:
+def slot_of(
+    conn: Connection, participant_id: int, slot_id: int, *, lock: bool = False
+) -> SlotRow | None:
     """The slot ``slot_id`` if (and only if) it belongs to this participant."""
     query = select(slots).where(slots.c.id == slot_id, slots.c.participant_id == participant_id)
     if lock:
@@ -339,7 +348,11 @@ def items_done(conn: Connection, participant_id: int) -> int:
         conn.execute(
             select(func.count())
             .select_from(slots)
-            .where(slots.c.participant_id == participant_id, slots.c.kind == "item", slots.c.status == "done")
+            .where(
+                slots.c.participant_id == participant_id,
+                slots.c.kind == "item",
+                slots.c.status == "done",
+            )
         ).scalar_one()
     )
 
@@ -347,11 +360,15 @@ def items_done(conn: Connection, participant_id: int) -> int:
 def _pending_explanation(conn: Connection, study: Study, participant_id: int) -> int | None:
     if study.protocol != "detection":
         return None
-    done = conn.execute(
-        select(slots.c.id)
-        .where(slots.c.participant_id == participant_id, slots.c.status == "done")
-        .order_by(slots.c.batch_pos)
-    ).scalars().all()
+    done = (
+        conn.execute(
+            select(slots.c.id)
+            .where(slots.c.participant_id == participant_id, slots.c.status == "done")
+            .order_by(slots.c.batch_pos)
+        )
+        .scalars()
+        .all()
+    )
     if not done:
         return None
     answered = set(
@@ -377,7 +394,9 @@ def next_step(conn: Connection, study: Study, participant: Participant) -> Step:
             return Step("full")
         return Step("welcome")
     n_training = conn.execute(
-        select(func.count()).select_from(training_answers).where(training_answers.c.participant_id == participant.id)
+        select(func.count())
+        .select_from(training_answers)
+        .where(training_answers.c.participant_id == participant.id)
     ).scalar_one()
     if n_training < len(study.training):
         return Step("training", index=int(n_training))
@@ -389,7 +408,11 @@ def next_step(conn: Connection, study: Study, participant: Participant) -> Step:
     if pending:
         return Step("item", slot_id=pending[0].id)
     done = sum(1 for s in mine if s.kind == "item" and s.status == "done")
-    if not member.items_closed and done < study.max_items_per_participant and open_slot_count(conn, study) > 0:
+    if (
+        not member.items_closed
+        and done < study.max_items_per_participant
+        and open_slot_count(conn, study) > 0
+    ):
         return Step("more")  # also after reservations were released while the participant was away
     if done == 0 and not member.items_closed:
         return Step("full")
@@ -427,8 +450,12 @@ def release_expired(conn: Connection, study: Study, now: float) -> int:
     return int(result.rowcount or 0)
 
 
-def _claim_one(conn: Connection, study: Study, participant_id: int, condition: str | None) -> SlotRow | None:
-    mine = select(slots.c.item_key).where(slots.c.participant_id == participant_id, slots.c.study == study.name)
+def _claim_one(
+    conn: Connection, study: Study, participant_id: int, condition: str | None
+) -> SlotRow | None:
+    mine = select(slots.c.item_key).where(
+        slots.c.participant_id == participant_id, slots.c.study == study.name
+    )
     query = select(slots).where(
         slots.c.study == study.name,
         slots.c.status == "open",
@@ -437,7 +464,9 @@ def _claim_one(conn: Connection, study: Study, participant_id: int, condition: s
     )
     if condition is not None:
         query = query.where(slots.c.condition == condition)
-    row = conn.execute(query.order_by(slots.c.seq).limit(1).with_for_update(skip_locked=True)).first()
+    row = conn.execute(
+        query.order_by(slots.c.seq).limit(1).with_for_update(skip_locked=True)
+    ).first()
     return None if row is None else SlotRow.from_row(row)
 
 
@@ -500,7 +529,9 @@ def claim_batch(conn: Connection, study: Study, participant: Participant, now: f
             sequence.insert(min(place, len(sequence)), ("check", check))
     start = int(
         conn.execute(
-            select(func.coalesce(func.max(slots.c.batch_pos), 0)).where(slots.c.participant_id == participant.id)
+            select(func.coalesce(func.max(slots.c.batch_pos), 0)).where(
+                slots.c.participant_id == participant.id
+            )
         ).scalar_one()
     )
     batch = member.batches + 1
@@ -528,7 +559,9 @@ def claim_batch(conn: Connection, study: Study, participant: Participant, now: f
                     reserved_at=now,
                 )
             )
-    conn.execute(update(members).where(members.c.participant_id == participant.id).values(batches=batch))
+    conn.execute(
+        update(members).where(members.c.participant_id == participant.id).values(batches=batch)
+    )
     return len(claimed)
 
 
@@ -547,11 +580,18 @@ def start(conn: Connection, study: Study, participant: Participant, now: float) 
         if open_slot_count(conn, study) == 0:
             return False
     seq = int(
-        conn.execute(select(func.count()).select_from(members).where(members.c.study == study.name)).scalar_one()
+        conn.execute(
+            select(func.count()).select_from(members).where(members.c.study == study.name)
+        ).scalar_one()
     )
     conn.execute(
         insert(members).values(
-            participant_id=participant.id, study=study.name, seq=seq, batches=0, items_closed=0, questions_done=0
+            participant_id=participant.id,
+            study=study.name,
+            seq=seq,
+            batches=0,
+            items_closed=0,
+            questions_done=0,
         )
     )
     conn.execute(
@@ -571,7 +611,9 @@ def claim_more(conn: Connection, study: Study, participant: Participant, now: fl
 
 
 def close_items(conn: Connection, participant: Participant) -> None:
-    conn.execute(update(members).where(members.c.participant_id == participant.id).values(items_closed=1))
+    conn.execute(
+        update(members).where(members.c.participant_id == participant.id).values(items_closed=1)
+    )
 
 
 def finish(conn: Connection, study: Study, participant: Participant, now: float) -> str:
@@ -648,12 +690,12 @@ def _judgment_rows(
     if page.kind == "check":
         check = next(c for c in study.checks if c.id == page.item_key.split(":", 1)[1])
         check_passed = all(answers.get(key) in values for key, values in check.expect.items())
-        for key, value in answers.items():
+        for key, given in answers.items():
             rows.append(
                 {
                     "item_id": page.item_key,
                     "criterion": key,
-                    "value": float(value),
+                    "value": float(given),
                     "condition": "attention-check",
                     "extra": {**common, "check": True, "check_passed": check_passed},
                 }
@@ -666,8 +708,13 @@ def _judgment_rows(
         for criterion in study.criteria:
             if criterion.name in answers:
                 rows.append(
-                    {"item_id": text.id, "criterion": criterion.name, "value": float(answers[criterion.name]),
-                     "condition": item.condition, "extra": {**common, "system": text.system}}
+                    {
+                        "item_id": text.id,
+                        "criterion": criterion.name,
+                        "value": float(answers[criterion.name]),
+                        "condition": item.condition,
+                        "extra": {**common, "system": text.system},
+                    }
                 )
     elif protocol == "side_by_side":
         for criterion in study.criteria:
@@ -678,10 +725,19 @@ def _judgment_rows(
                 text = texts[pos - 1]
                 role = "model" if text.id == item.texts[0].id else "reference"
                 rows.append(
-                    {"item_id": text.id, "criterion": criterion.name, "value": float(answers[key]),
-                     "condition": text.system or role,
-                     "extra": {**common, "system": text.system, "role": role, "position": pos,
-                               "pair_item": item.key}}
+                    {
+                        "item_id": text.id,
+                        "criterion": criterion.name,
+                        "value": float(answers[key]),
+                        "condition": text.system or role,
+                        "extra": {
+                            **common,
+                            "system": text.system,
+                            "role": role,
+                            "position": pos,
+                            "pair_item": item.key,
+                        },
+                    }
                 )
     elif protocol == "pairwise":
         a, b = item.meta["system_a"], item.meta["system_b"]
@@ -690,34 +746,63 @@ def _judgment_rows(
             if criterion.name not in answers:
                 continue
             choice = answers[criterion.name]
+            value: float
+            chosen: str
             if choice == 0:
                 value, chosen = 0.5, "tie"
             else:
                 index = page.slot.layout[choice - 1]
                 value, chosen = (1.0, a) if index == 0 else (0.0, b)
             rows.append(
-                {"item_id": item.key, "criterion": criterion.name, "value": value, "condition": item.condition,
-                 "extra": {**common, "system_a": a, "system_b": b, "story_a": item.texts[0].id,
-                           "story_b": item.texts[1].id, "left": left_system, "chosen": chosen,
-                           "chosen_position": choice}}
+                {
+                    "item_id": item.key,
+                    "criterion": criterion.name,
+                    "value": value,
+                    "condition": item.condition,
+                    "extra": {
+                        **common,
+                        "system_a": a,
+                        "system_b": b,
+                        "story_a": item.texts[0].id,
+                        "story_b": item.texts[1].id,
+                        "left": left_system,
+                        "chosen": chosen,
+                        "chosen_position": choice,
+                    },
+                }
             )
     elif protocol == "detection":
         text = texts[0]
         rows.append(
-            {"item_id": text.id, "criterion": "source", "value": float(answers["source"]),
-             "condition": item.condition,
-             "extra": {**common, "system": text.system, "truth": item.meta.get("truth")}}
+            {
+                "item_id": text.id,
+                "criterion": "source",
+                "value": float(answers["source"]),
+                "condition": item.condition,
+                "extra": {**common, "system": text.system, "truth": item.meta.get("truth")},
+            }
         )
     else:  # triangle
-        chosen = answers["odd"]
+        picked = answers["odd"]
         odd = int(item.meta["odd_position"])
         rows.append(
-            {"item_id": item.key, "criterion": "odd_one_out", "value": 1.0 if chosen == odd else 0.0,
-             "condition": item.condition,
-             "extra": {**common, "order": item.meta["order"], "odd_position": odd, "chosen_position": chosen,
-                       "odd_system": item.meta["odd_system"], "system_a": item.meta["system_a"],
-                       "system_b": item.meta["system_b"], "test": item.meta["test"],
-                       "texts": [t.id for t in texts]}}
+            {
+                "item_id": item.key,
+                "criterion": "odd_one_out",
+                "value": 1.0 if picked == odd else 0.0,
+                "condition": item.condition,
+                "extra": {
+                    **common,
+                    "order": item.meta["order"],
+                    "odd_position": odd,
+                    "chosen_position": picked,
+                    "odd_system": item.meta["odd_system"],
+                    "system_a": item.meta["system_a"],
+                    "system_b": item.meta["system_b"],
+                    "test": item.meta["test"],
+                    "texts": [t.id for t in texts],
+                },
+            }
         )
     return rows, check_passed
 
@@ -748,7 +833,9 @@ def submit_page(
     time_s = max(0.0, now - served)
     for row in rows:
         extra = dict(row.pop("extra"))
-        extra.update({"page": slot_id, "batch_position": page.position, "layout": list(slot.layout)})
+        extra.update(
+            {"page": slot_id, "batch_position": page.position, "layout": list(slot.layout)}
+        )
         conn.execute(
             insert(judgments).values(
                 study=study.name,
@@ -805,7 +892,9 @@ def submit_response(
 
 
 def mark_questions_done(conn: Connection, participant: Participant) -> None:
-    conn.execute(update(members).where(members.c.participant_id == participant.id).values(questions_done=1))
+    conn.execute(
+        update(members).where(members.c.participant_id == participant.id).values(questions_done=1)
+    )
 
 
 def submit_training(
@@ -820,7 +909,9 @@ def submit_training(
     """Store a training answer once (``False`` if already stored or out of order)."""
     lock_participant(conn, participant.id)
     done = conn.execute(
-        select(func.count()).select_from(training_answers).where(training_answers.c.participant_id == participant.id)
+        select(func.count())
+        .select_from(training_answers)
+        .where(training_answers.c.participant_id == participant.id)
     ).scalar_one()
     if index != done:
         return False
@@ -872,7 +963,9 @@ def rater_id(participant_id: int) -> str:
     return f"p{participant_id:05d}"
 
 
-def export_judgments(conn: Connection, study_name: str, *, version: str | None = None) -> list[Judgment]:
+def export_judgments(
+    conn: Connection, study_name: str, *, version: str | None = None
+) -> list[Judgment]:
     """Every stored judgment of a study as long-format records (foundation ``Judgment``).
 
     ``time_s`` is the time from the page's first delivery to its submission; ``extra`` holds
@@ -880,7 +973,9 @@ def export_judgments(conn: Connection, study_name: str, *, version: str | None =
     ``study_version``, ``served_at`` / ``submitted_at`` (ISO 8601 UTC) and protocol details.
     """
     if version is None:
-        version = conn.execute(select(studies.c.version).where(studies.c.name == study_name)).scalar_one_or_none()
+        version = conn.execute(
+            select(studies.c.version).where(studies.c.name == study_name)
+        ).scalar_one_or_none()
     rows = conn.execute(
         select(judgments).where(judgments.c.study == study_name).order_by(judgments.c.id)
     ).all()
@@ -941,7 +1036,9 @@ def export_training(conn: Connection, study_name: str) -> list[dict[str, Any]]:
             "example": int(r.idx) + 1,
             "answer": json.loads(r.answer),
             "correct": None if r.correct is None else bool(r.correct),
-            "time_s": None if r.served_at is None else round(float(r.submitted_at - r.served_at), 3),
+            "time_s": None
+            if r.served_at is None
+            else round(float(r.submitted_at - r.served_at), 3),
         }
         for r in rows
     ]
@@ -958,19 +1055,25 @@ def participant_summaries(conn: Connection, study: Study) -> list[dict[str, Any]
     pages: dict[int, dict[int, tuple[float, float | None, str]]] = {}
     checks: dict[int, list[bool]] = {}
     for row in conn.execute(
-        select(judgments.c.participant_id, judgments.c.slot_id, judgments.c.time_s, judgments.c.gap_s,
-               judgments.c.extra)
-        .where(judgments.c.study == study.name)
+        select(
+            judgments.c.participant_id,
+            judgments.c.slot_id,
+            judgments.c.time_s,
+            judgments.c.gap_s,
+            judgments.c.extra,
+        ).where(judgments.c.study == study.name)
     ).all():
         pages.setdefault(int(row.participant_id), {})[int(row.slot_id)] = (
-            float(row.time_s), None if row.gap_s is None else float(row.gap_s), row.extra
+            float(row.time_s),
+            None if row.gap_s is None else float(row.gap_s),
+            row.extra,
         )
     for pid, by_slot in pages.items():
         for _, (_, _, extra) in by_slot.items():
             data = json.loads(extra)
             if data.get("check"):
                 checks.setdefault(pid, []).append(bool(data.get("check_passed")))
-    reserved = dict(
+    reserved: dict[Any, Any] = dict(
         conn.execute(
             select(slots.c.participant_id, func.count())
             .where(slots.c.study == study.name, slots.c.status == "reserved")
@@ -980,7 +1083,11 @@ def participant_summaries(conn: Connection, study: Study) -> list[dict[str, Any]
     training = {
         int(pid): (int(total), int(right or 0))
         for pid, total, right in conn.execute(
-            select(training_answers.c.participant_id, func.count(), func.sum(training_answers.c.correct))
+            select(
+                training_answers.c.participant_id,
+                func.count(),
+                func.sum(training_answers.c.correct),
+            )
             .where(training_answers.c.study == study.name)
             .group_by(training_answers.c.participant_id)
         ).all()
@@ -1018,7 +1125,7 @@ def participant_summaries(conn: Connection, study: Study) -> list[dict[str, Any]
 
 def progress(conn: Connection, study: Study) -> dict[str, Any]:
     """Counts for the admin view: participants, slots by status, judgments, per-item coverage."""
-    by_status = dict(
+    by_status: dict[Any, Any] = dict(
         conn.execute(
             select(slots.c.status, func.count())
             .where(slots.c.study == study.name, slots.c.kind == "item")
@@ -1042,7 +1149,9 @@ def progress(conn: Connection, study: Study) -> dict[str, Any]:
     ).all()
     coverage: dict[str, dict[str, Any]] = {}
     for key, condition, status, count in coverage_rows:
-        entry = coverage.setdefault(key, {"item": key, "condition": condition, "done": 0, "reserved": 0, "open": 0})
+        entry = coverage.setdefault(
+            key, {"item": key, "condition": condition, "done": 0, "reserved": 0, "open": 0}
+        )
         entry[str(status)] = int(count)
     quota = study.raters_per_item
     return {
@@ -1072,7 +1181,9 @@ def max_raters_per_item(conn: Connection, study_name: str) -> int:
     return max((int(c) for _, c in counts), default=0)
 
 
-def export_to_directory(db: Database, study: Study, out_dir: str | Any, *, fmt: str = "jsonl") -> dict[str, int]:
+def export_to_directory(
+    db: Database, study: Study, out_dir: str | Any, *, fmt: str = "jsonl"
+) -> dict[str, int]:
     """Write a study's data to ``out_dir`` (atomically, all files or none).
 
     Files: ``judgments.<fmt>`` (long format, readable by
@@ -1091,7 +1202,9 @@ def export_to_directory(db: Database, study: Study, out_dir: str | Any, *, fmt: 
     with db.read() as conn:
         definition = stored_definition(conn, study.name)
         if definition is None:
-            raise StoryevalError(f"the database {db.describe()} holds no study named {study.name!r}")
+            raise StoryevalError(
+                f"the database {db.describe()} holds no study named {study.name!r}"
+            )
         if definition.get("version") != study.version:
             raise StudyVersionError(
                 f"the database holds study {study.name!r} version {definition.get('version')}, "
@@ -1104,12 +1217,16 @@ def export_to_directory(db: Database, study: Study, out_dir: str | Any, *, fmt: 
     target = Path(out_dir)
     counts = {}
     with atomic_directory(target) as tmp:
-        counts[f"judgments.{fmt}"] = write_judgments(tmp / f"judgments.{fmt}", records) if records else 0
+        counts[f"judgments.{fmt}"] = (
+            write_judgments(tmp / f"judgments.{fmt}", records) if records else 0
+        )
         if not records:
             (tmp / f"judgments.{fmt}").write_text("", encoding="utf-8")
         counts["responses.jsonl"] = write_records(tmp / "responses.jsonl", answers)
         counts["participants.jsonl"] = write_records(tmp / "participants.jsonl", people)
         counts["training.jsonl"] = write_records(tmp / "training.jsonl", training)
-        (tmp / "study.json").write_text(json.dumps(definition, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        (tmp / "study.json").write_text(
+            json.dumps(definition, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+        )
         counts["study.json"] = 1
     return counts

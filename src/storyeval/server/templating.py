@@ -19,7 +19,9 @@ def make_environment(extra_packages: Sequence[tuple[str, str]] = ()) -> jinja2.E
 
     ``extra_packages`` are ``(package, folder)`` pairs searched before the core templates.
     """
-    loaders: list[jinja2.BaseLoader] = [jinja2.PackageLoader(pkg, folder) for pkg, folder in extra_packages]
+    loaders: list[jinja2.BaseLoader] = [
+        jinja2.PackageLoader(pkg, folder) for pkg, folder in extra_packages
+    ]
     loaders.append(jinja2.PackageLoader("storyeval.server", "templates"))
     env = jinja2.Environment(
         loader=jinja2.ChoiceLoader(loaders),
@@ -31,6 +33,8 @@ def make_environment(extra_packages: Sequence[tuple[str, str]] = ()) -> jinja2.E
     return env
 
 
-def render(env: jinja2.Environment, name: str, context: dict[str, Any], *, status_code: int = 200) -> HTMLResponse:
+def render(
+    env: jinja2.Environment, name: str, context: dict[str, Any], *, status_code: int = 200
+) -> HTMLResponse:
     """Render a template into an HTML response."""
     return HTMLResponse(env.get_template(name).render(**context), status_code=status_code)

@@ -9,7 +9,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Form, HTTPException, Request
 from fastapi.responses import RedirectResponse, Response
 from pydantic import BaseModel
-from sqlalchemy import select
+from sqlalchemy import Connection, select
 
 from storyeval import __version__
 from storyeval.server.app import ServerState, server_state
@@ -85,9 +85,9 @@ def join(request: Request, kind: str, name: str) -> Response:
         external = external.strip()[:256] or None
     now = state.clock()
 
-    def work(conn: object) -> str | None:
+    def work(conn: Connection) -> str | None:
         if external is not None:
-            found = conn.execute(  # type: ignore[attr-defined]
+            found = conn.execute(
                 select(participants.c.token).where(
                     participants.c.kind == kind,
                     participants.c.session == name,
@@ -96,21 +96,28 @@ def join(request: Request, kind: str, name: str) -> Response:
             ).scalar_one_or_none()
             if found is not None:
                 return str(found)
-        if policy.max_participants is not None and count_participants(conn, kind, name) >= policy.max_participants:  # type: ignore[arg-type]
+        if (
+            policy.max_participants is not None
+            and count_participants(conn, kind, name) >= policy.max_participants
+        ):
             return None
-        if not session.can_enroll(conn):  # type: ignore[arg-type]
+        if not session.can_enroll(conn):
             return None
         if external is not None:
-            participant, _ = participant_for_external_id(conn, kind, name, external, now=now)  # type: ignore[arg-type]
+            participant, _ = participant_for_external_id(conn, kind, name, external, now=now)
         else:
-            participant = create_participants(conn, kind, name, 1, now=now)[0]  # type: ignore[arg-type]
+            participant = create_participants(conn, kind, name, 1, now=now)[0]
         return participant.token
 
-    token = state.db.run(work)  # type: ignore[arg-type]
+    token = state.db.run(work)
     if token is None:
         return state.page(
             "message.html",
-            {"title": "The study is full", "message": "Thank you for your interest: all places are taken.", "links": []},
+            {
+                "title": "The study is full",
+                "message": "Thank you for your interest: all places are taken.",
+                "links": [],
+            },
             status_code=200,
         )
     return RedirectResponse(f"/p/{token}", status_code=303)
@@ -130,7 +137,9 @@ def dashboard(state: Annotated[ServerState, Depends(require_admin)]) -> Response
             }
             for s in state.sessions.values()
         ]
-    return state.page("admin/dashboard.html", {"sessions": entries, "admin_token": state.admin_token})
+    return state.page(
+        "admin/dashboard.html", {"sessions": entries, "admin_token": state.admin_token}
+    )
 
 
 @admin_router.post("/links")
@@ -145,7 +154,9 @@ def new_links(
     if session is None:
         raise HTTPException(status_code=404, detail=f"No session {kind}/{name} is served here.")
     if not 1 <= count <= MAX_LINKS_PER_REQUEST:
-        raise HTTPException(status_code=422, detail=f"count must be between 1 and {MAX_LINKS_PER_REQUEST}")
+        raise HTTPException(
+            status_code=422, detail=f"count must be between 1 and {MAX_LINKS_PER_REQUEST}"
+        )
     now = state.clock()
     created = state.db.run(lambda conn: create_participants(conn, kind, name, count, now=now))
     root = base_url(state, request)
@@ -168,8 +179,13 @@ def links_csv(
         raise HTTPException(status_code=404, detail=f"No session {kind}/{name} is served here.")
     with state.db.read() as conn:
         rows = conn.execute(
-            select(participants.c.id, participants.c.token, participants.c.external_id,
-                   participants.c.started_at, participants.c.finished_at)
+            select(
+                participants.c.id,
+                participants.c.token,
+                participants.c.external_id,
+                participants.c.started_at,
+                participants.c.finished_at,
+            )
             .where(participants.c.kind == kind, participants.c.session == name)
             .order_by(participants.c.id)
         ).all()
@@ -179,8 +195,13 @@ def links_csv(
     writer.writerow(["rater_id", "link", "external_id", "started", "finished"])
     for row in rows:
         writer.writerow(
-            [f"p{row.id:05d}", f"{root}/p/{row.token}", row.external_id or "",
-             "yes" if row.started_at else "no", "yes" if row.finished_at else "no"]
+            [
+                f"p{row.id:05d}",
+                f"{root}/p/{row.token}",
+                row.external_id or "",
+                "yes" if row.started_at else "no",
+                "yes" if row.finished_at else "no",
+            ]
         )
     return Response(
         buffer.getvalue(),

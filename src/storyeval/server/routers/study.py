@@ -56,7 +56,9 @@ def _fresh(conn: Connection, participant: Participant) -> Participant:
     return current
 
 
-def _step(state: ServerState, participant: Participant, study: Study) -> tuple[Participant, study_store.Step]:
+def _step(
+    state: ServerState, participant: Participant, study: Study
+) -> tuple[Participant, study_store.Step]:
     now = state.clock()
 
     def work(conn: Connection) -> tuple[Participant, study_store.Step]:
@@ -131,7 +133,11 @@ def welcome(request: Request, token: str, who: Who) -> Response:
         return _redirect(_url(token, step))
     return state.page(
         "study/welcome.html",
-        {**_base_context(study, participant), "n_items": study.items_per_participant, "error": None},
+        {
+            **_base_context(study, participant),
+            "n_items": study.items_per_participant,
+            "error": None,
+        },
     )
 
 
@@ -221,7 +227,9 @@ async def training_submit(request: Request, token: str, index: int, who: Who) ->
         from storyeval.server.participants import first_view
 
         served = first_view(conn, participant.id, f"training:{index}")
-        return study_store.submit_training(conn, study, _fresh(conn, participant), index, answers, served, now)
+        return study_store.submit_training(
+            conn, study, _fresh(conn, participant), index, answers, served, now
+        )
 
     state.db.run(work)
     return _redirect(f"/study/{token}/training/{index}/feedback")
@@ -310,7 +318,9 @@ async def item_submit(request: Request, token: str, slot_id: int, who: Who) -> R
         return state.page(f"study/{study.protocol}.html", context, status_code=422)
     now = state.clock()
     result = state.db.run(
-        lambda conn: study_store.submit_page(conn, study, _fresh(conn, participant), slot_id, answers, now)
+        lambda conn: study_store.submit_page(
+            conn, study, _fresh(conn, participant), slot_id, answers, now
+        )
     )
     if result.status == "missing":
         raise HTTPException(status_code=404, detail="This item is not assigned to you.")
@@ -327,11 +337,18 @@ def explain(request: Request, token: str, slot_id: int, who: Who) -> Response:
         return _redirect(_url(token, step))
     now = state.clock()
     state.db.run(lambda conn: record_view(conn, participant.id, f"explain:{slot_id}", now))
-    return state.page("study/explain.html", _explain_context(state, study, participant, slot_id, None, ""))
+    return state.page(
+        "study/explain.html", _explain_context(state, study, participant, slot_id, None, "")
+    )
 
 
 def _explain_context(
-    state: ServerState, study: Study, participant: Participant, slot_id: int, error: str | None, value: str
+    state: ServerState,
+    study: Study,
+    participant: Participant,
+    slot_id: int,
+    error: str | None,
+    value: str,
 ) -> dict[str, Any]:
     settings = detection_settings(study.config)
     with state.db.read() as conn:
@@ -357,12 +374,16 @@ def _explain_context(
 def _rating_of(conn: Connection, participant_id: int, slot_id: int) -> int:
     from sqlalchemy import select
 
-    value = conn.execute(
-        select(study_store.judgments.c.value).where(
-            study_store.judgments.c.slot_id == slot_id,
-            study_store.judgments.c.participant_id == participant_id,
+    value = (
+        conn.execute(
+            select(study_store.judgments.c.value).where(
+                study_store.judgments.c.slot_id == slot_id,
+                study_store.judgments.c.participant_id == participant_id,
+            )
         )
-    ).scalars().first()
+        .scalars()
+        .first()
+    )
     return int(value) if value is not None else 0
 
 
@@ -374,7 +395,9 @@ async def explain_submit(request: Request, token: str, slot_id: int, who: Who) -
     form = await _form(request)
     text = form.get("explanation", "").strip()[:MAX_TEXT]
     if settings.explanation_required and not text:
-        context = _explain_context(state, study, participant, slot_id, "Please answer the question.", text)
+        context = _explain_context(
+            state, study, participant, slot_id, "Please answer the question.", text
+        )
         return state.page("study/explain.html", context, status_code=422)
     now = state.clock()
 
@@ -431,7 +454,9 @@ async def more_submit(request: Request, token: str, who: Who) -> Response:
     form = await _form(request)
     now = state.clock()
     if form.get("action") == "continue":
-        state.db.run(lambda conn: study_store.claim_more(conn, study, _fresh(conn, participant), now))
+        state.db.run(
+            lambda conn: study_store.claim_more(conn, study, _fresh(conn, participant), now)
+        )
     else:
         state.db.run(lambda conn: study_store.close_items(conn, participant))
     return _redirect(f"/study/{token}/")
@@ -446,7 +471,9 @@ def questions(request: Request, token: str, who: Who) -> Response:
         return _redirect(_url(token, step))
     now = state.clock()
     state.db.run(lambda conn: record_view(conn, participant.id, "questions", now))
-    return state.page("study/questions.html", {**_base_context(study, participant), "errors": [], "values": {}})
+    return state.page(
+        "study/questions.html", {**_base_context(study, participant), "errors": [], "values": {}}
+    )
 
 
 @router.post("/questions")
@@ -471,8 +498,15 @@ async def questions_submit(request: Request, token: str, who: Who) -> Response:
         for question in study.config.questions:
             if values[question.name]:
                 study_store.submit_response(
-                    conn, study, participant, scope="end", question=question.name,
-                    text=values[question.name], item_id=None, served_at=served, now=now,
+                    conn,
+                    study,
+                    participant,
+                    scope="end",
+                    question=question.name,
+                    text=values[question.name],
+                    item_id=None,
+                    served_at=served,
+                    now=now,
                 )
         study_store.mark_questions_done(conn, participant)
 
@@ -488,5 +522,7 @@ def done(request: Request, token: str, who: Who) -> Response:
     if step.kind not in ("done",):
         return _redirect(_url(token, step))
     now = state.clock()
-    code = state.db.run(lambda conn: study_store.finish(conn, study, _fresh(conn, participant), now))
+    code = state.db.run(
+        lambda conn: study_store.finish(conn, study, _fresh(conn, participant), now)
+    )
     return state.page("study/done.html", {**_base_context(study, participant), "code": code})

@@ -109,7 +109,9 @@ def export_judgments(state: Admin, name: str, fmt: str) -> Response:
             write_judgments(path, records)
             body = path.read_text(encoding="utf-8")
         else:
-            body = io.StringIO("item_id,rater_id,criterion,value,time_s,study,condition\n").getvalue()
+            body = io.StringIO(
+                "item_id,rater_id,criterion,value,time_s,study,condition\n"
+            ).getvalue()
     return Response(
         body,
         media_type="text/csv; charset=utf-8",
