@@ -112,6 +112,12 @@ class Database:
             event.listen(self.engine, "connect", _sqlite_on_connect)
             event.listen(self.engine, "begin", _sqlite_on_begin)
         else:
+            try:
+                import psycopg  # noqa: F401
+            except ImportError:
+                raise DatabaseError(
+                    "PostgreSQL needs the psycopg driver: pip install 'storyeval[postgres]'"
+                ) from None
             self.engine = create_engine(
                 self.url,
                 pool_size=pool_size,

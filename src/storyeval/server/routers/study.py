@@ -317,15 +317,20 @@ async def item_submit(request: Request, token: str, slot_id: int, who: Who) -> R
         context.update({"errors": problems, "values": form})
         return state.page(f"study/{study.protocol}.html", context, status_code=422)
     now = state.clock()
-    result = state.db.run(
-        lambda conn: study_store.submit_page(
-            conn, study, _fresh(conn, participant), slot_id, answers, now
-        )
-    )
-    if result.status == "missing":
+
+    def work(conn: Connection) -> tuple[study_store.SubmitResult, study_store.Step | None]:
+        current = _fresh(conn, participant)
+        result = study_store.submit_page(conn, study, current, slot_id, answers, now)
+        if result.status == "missing":
+            return result, None
+        return result, study_store.next_step(conn, study, current)
+
+    result, step = state.db.run(work)
+    if step is None:
         raise HTTPException(status_code=404, detail="This item is not assigned to you.")
-    # committed (or already stored by an earlier identical request): acknowledge
-    return _redirect(f"/study/{token}/")
+    # committed (or already stored by an earlier identical request): acknowledge, and send the
+    # browser straight to its next page
+    return _redirect(_url(token, step))
 
 
 @router.get("/item/{slot_id}/explain")
