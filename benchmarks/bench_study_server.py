@@ -53,13 +53,32 @@ assignment: {items_per_participant: 10, raters_per_item: 3, order: balanced}
 """
 
 
-def start_server(study_path: Path, url: str, links: int, log: Path) -> tuple[subprocess.Popen[bytes], str, list[str]]:
+def start_server(
+    study_path: Path, url: str, links: int, log: Path
+) -> tuple[subprocess.Popen[bytes], str, list[str]]:
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     links_file = log.with_suffix(".links")
     process = subprocess.Popen(
-        [sys.executable, "-m", "storyeval", "serve", str(study_path), "--db", url, "--port", str(port),
-         "--admin-token", ADMIN, "--links", str(links), "--links-file", str(links_file), "--base-url", base],
+        [
+            sys.executable,
+            "-m",
+            "storyeval",
+            "serve",
+            str(study_path),
+            "--db",
+            url,
+            "--port",
+            str(port),
+            "--admin-token",
+            ADMIN,
+            "--links",
+            str(links),
+            "--links-file",
+            str(links_file),
+            "--base-url",
+            base,
+        ],
         stdout=log.open("w"),
         stderr=subprocess.STDOUT,
         env={**os.environ, "OMP_NUM_THREADS": "1"},
@@ -77,8 +96,14 @@ def start_server(study_path: Path, url: str, links: int, log: Path) -> tuple[sub
 
 
 def run_load(
-    base: str, links: list[str], study_path: Path, *, concurrency: int, max_seconds: float,
-    stop_after: int | None = None, on_stop: threading.Event | None = None,
+    base: str,
+    links: list[str],
+    study_path: Path,
+    *,
+    concurrency: int,
+    max_seconds: float,
+    stop_after: int | None = None,
+    on_stop: threading.Event | None = None,
 ) -> tuple[list[Acknowledged], float]:
     study = load_study(study_path)
     work: queue.Queue[int] = queue.Queue()
@@ -96,13 +121,17 @@ def run_load(
 
     def worker(seed: int) -> None:
         with httpx.Client(base_url=base, timeout=30) as client:
-            while time.monotonic() < deadline and not (on_stop is not None and on_stop.is_set() and stop_after is None):
+            while time.monotonic() < deadline and not (
+                on_stop is not None and on_stop.is_set() and stop_after is None
+            ):
                 try:
                     i = work.get_nowait()
                 except queue.Empty:
                     return
                 try:
-                    StudyBrowser(client, study, seed=seed * 1000 + i, on_acknowledged=record).run(links[i])
+                    StudyBrowser(client, study, seed=seed * 1000 + i, on_acknowledged=record).run(
+                        links[i]
+                    )
                 except (httpx.HTTPError, RuntimeError):
                     return  # the server went away (crash phase)
 
@@ -121,7 +150,9 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[index]
 
 
-def bench(backend: str, args: argparse.Namespace, folder: Path, pg: TemporaryPostgres | None) -> dict[str, object]:
+def bench(
+    backend: str, args: argparse.Namespace, folder: Path, pg: TemporaryPostgres | None
+) -> dict[str, object]:
     study_path = folder / "bench.yaml"
     criteria = len(load_study(study_path).criteria)
 
@@ -133,9 +164,13 @@ def bench(backend: str, args: argparse.Namespace, folder: Path, pg: TemporaryPos
 
     # 1. throughput
     url = fresh_url("load")
-    process, base, links = start_server(study_path, url, args.participants, folder / f"{backend}-load.log")
+    process, base, links = start_server(
+        study_path, url, args.participants, folder / f"{backend}-load.log"
+    )
     try:
-        acked, elapsed = run_load(base, links, study_path, concurrency=args.concurrency, max_seconds=args.max_seconds)
+        acked, elapsed = run_load(
+            base, links, study_path, concurrency=args.concurrency, max_seconds=args.max_seconds
+        )
     finally:
         process.terminate()
         process.wait(timeout=30)
@@ -159,7 +194,9 @@ def bench(backend: str, args: argparse.Namespace, folder: Path, pg: TemporaryPos
     }
     # 2. SIGKILL in the middle of the load
     url = fresh_url("kill")
-    process, base, links = start_server(study_path, url, args.participants, folder / f"{backend}-kill.log")
+    process, base, links = start_server(
+        study_path, url, args.participants, folder / f"{backend}-kill.log"
+    )
     reached = threading.Event()
     killer_acked: list[Acknowledged] = []
 
@@ -170,15 +207,22 @@ def bench(backend: str, args: argparse.Namespace, folder: Path, pg: TemporaryPos
     killer = threading.Thread(target=kill_when_reached)
     killer.start()
     killer_acked, _ = run_load(
-        base, links, study_path, concurrency=args.concurrency, max_seconds=args.max_seconds,
-        stop_after=args.kill_after, on_stop=reached,
+        base,
+        links,
+        study_path,
+        concurrency=args.concurrency,
+        max_seconds=args.max_seconds,
+        stop_after=args.kill_after,
+        on_stop=reached,
     )
     killer.join()
     process.wait(timeout=30)
     db = Database(url)
     with db.read() as conn:
         stored = set(conn.execute(select(store.judgments.c.slot_id)).scalars())
-        done = set(conn.execute(select(store.slots.c.id).where(store.slots.c.status == "done")).scalars())
+        done = set(
+            conn.execute(select(store.slots.c.id).where(store.slots.c.status == "done")).scalars()
+        )
     db.dispose()
     acked_ids = {a.slot_id for a in killer_acked}
     result.update(
@@ -194,12 +238,18 @@ def bench(backend: str, args: argparse.Namespace, folder: Path, pg: TemporaryPos
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--backends", default="sqlite,postgresql")
-    parser.add_argument("--participants", type=int, default=54, help="54 x 10 pages = every slot of the study")
+    parser.add_argument(
+        "--participants", type=int, default=54, help="54 x 10 pages = every slot of the study"
+    )
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--max-seconds", type=float, default=60.0)
-    parser.add_argument("--kill-after", type=int, default=150, help="acknowledged pages before SIGKILL")
+    parser.add_argument(
+        "--kill-after", type=int, default=150, help="acknowledged pages before SIGKILL"
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="storyeval-bench-"))
@@ -241,7 +291,11 @@ def main() -> int:
                     f"pages lost, {result['kill_stored_but_unacknowledged']} stored but not acknowledged "
                     f"(committed, the reply was cut); slots consistent: {result['kill_consistent']}"
                 )
-            failed |= bool(result["lost_in_load"]) or bool(result["kill_lost_acknowledged"]) or not result["kill_consistent"]
+            failed |= (
+                bool(result["lost_in_load"])
+                or bool(result["kill_lost_acknowledged"])
+                or not result["kill_consistent"]
+            )
     finally:
         if pg is not None:
             pg.stop()

@@ -251,4 +251,28 @@ def test_cli_writes_the_tables(tmp_path):
     )
     summary = pd.read_csv(tmp_path / "out" / "summary.csv")
     assert summary.set_index("condition").loc["human", "mean"] == pytest.approx(25 / 6)
-    assert summary["signature"].iloc[0].startswith("study_analysis|min_median_time_s:40.0")
+    assert summary["signature"].iloc[0].startswith("study_analysis|min_median_time_s:none")
+    filtering = pd.read_csv(tmp_path / "out" / "filtering.csv").set_index("step")
+    assert filtering.loc["median time per item", "threshold"] == "disabled"
+    assert filtering.loc["median time per item", "note"].startswith("not applied; 0 rater(s)")
+    strict = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "storyeval",
+            "study",
+            "analyse",
+            "--judgments",
+            str(path),
+            "--min-median-time",
+            "90",
+            "--bootstrap",
+            "0",
+            "-o",
+            str(tmp_path / "strict"),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert strict.returncode == 2 and "removed 3 of 3 raters" in strict.stderr

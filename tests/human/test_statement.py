@@ -152,6 +152,8 @@ def test_study_commands_from_check_to_statement(examples_dir, corpus_dir, tmp_pa
         "analyse",
         "--judgments",
         str(tmp_path / "export" / "judgments.jsonl"),
+        "--study",
+        str(study_path),
         "-o",
         str(tmp_path / "a2"),
     )

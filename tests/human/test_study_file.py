@@ -182,3 +182,13 @@ def test_malformed_yaml_reports_the_line(corpus_dir):
     path = write(corpus_dir, BASE + "criteria: [unclosed\n")
     found = problems(path)
     assert len(found) == 1 and found[0].startswith(f"{path}:") and "malformed YAML" in found[0]
+
+
+def test_seed_004_questions_on_seven_points(examples_dir):
+    study = load_study(examples_dir / "studies" / "likert7.yaml")
+    assert [c.name for c in study.criteria] == ["Q1", "Q2", "Q3", "Q4"]
+    assert (
+        study.criteria[3].question == "How interesting is the STORY to you? (Would you read more?)"
+    )
+    assert all(c.scale == 7 and c.labelling == "endpoints" for c in study.criteria)
+    assert answer_keys(study.config)["Q2"] == (1, 2, 3, 4, 5, 6, 7)

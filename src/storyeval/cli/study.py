@@ -143,8 +143,9 @@ def analyse(
     min_median_time: float = typer.Option(
         None,
         "--min-median-time",
-        help="Remove raters whose median time per item is below this many seconds (default 40, seed 003; "
-        "or the study's quality.min_median_time_s with --study); 0 disables.",
+        help="Remove raters whose median time per item is below this many seconds (seed 003 used 40). "
+        "Default: the study's quality.min_median_time_s with --study, otherwise no time filter "
+        "(the report then counts the raters below 40 s).",
     ),
     study_file: Path = typer.Option(
         None, "--study", help="Take the exclusion rules from this study file."
@@ -173,7 +174,7 @@ def analyse(
     from rich.console import Console
     from rich.table import Table
 
-    from storyeval.human.analysis import DEFAULT_MIN_MEDIAN_TIME_S, analyse_judgments
+    from storyeval.human.analysis import analyse_judgments
 
     threshold = min_median_time
     exclude = not keep_failed_checks
@@ -183,8 +184,6 @@ def analyse(
             threshold = study.config.quality.min_median_time_s
         if not keep_failed_checks:
             exclude = study.config.quality.exclude_failed_checks
-    if threshold is None:
-        threshold = DEFAULT_MIN_MEDIAN_TIME_S
     if (beta is None) != (pd is None):
         raise exit_with("error: the triangle test of similarity needs both --beta and --pd")
     result = analyse_judgments(
@@ -200,9 +199,10 @@ def analyse(
     paths = result.write(output)
     console = Console()
     for _, row in result.filtering.iterrows():
+        note = f"; {row['note']}" if isinstance(row.get("note"), str) else ""
         console.print(
             f"{row['step']} ({row['threshold']}): removed {row['raters_removed']} of {row['raters_before']} raters "
-            f"and {row['judgments_removed']} of {row['judgments_before']} judgments"
+            f"and {row['judgments_removed']} of {row['judgments_before']} judgments{note}"
         )
     view = Table(title="summary")
     for column in ("criterion", "condition", "n", "mean", "sd"):

@@ -7,7 +7,8 @@ Steps (:func:`analyse_judgments`):
    default), then the check rows themselves.
 2. **Median time per item** (seed 003, section 3.2): raters whose median time per page is
    below ``min_median_time_s`` (seed 003 used 40 s) are removed with all their judgments. The
-   report says how many raters and judgments each step removed.
+   report says how many raters and judgments each step removed; without a threshold nothing is
+   removed and the report counts the raters below 40 s.
 3. **Summary** per criterion and condition: n, mean, sd, 95% t interval of the mean, median,
    items and raters.
 4. **Agreement**: Krippendorff's alpha per criterion, pooled and per condition (ordinal for
@@ -41,7 +42,8 @@ from storyeval.errors import StoryevalError
 from storyeval.signature import Signature
 
 RATING_PROTOCOLS = ("likert", "side_by_side")
-DEFAULT_MIN_MEDIAN_TIME_S = 40.0
+SEED_003_MIN_MEDIAN_TIME_S = 40.0
+"""The median time per item below which Karpinska et al. (seed 003) removed raters."""
 
 
 class AnalysisError(StoryevalError, ValueError):
@@ -130,7 +132,7 @@ def rater_times(frame: Any) -> Any:
 def filter_raters(
     frame: Any,
     *,
-    min_median_time_s: float | None = DEFAULT_MIN_MEDIAN_TIME_S,
+    min_median_time_s: float | None = None,
     exclude_failed_checks: bool = True,
 ) -> tuple[Any, Any, Any]:
     """Apply the quality filters; return the kept judgments (check rows removed), the
@@ -186,7 +188,15 @@ def filter_raters(
     else:
         record("attention checks", "disabled", set())
     if min_median_time_s is None or min_median_time_s == 0:
-        record("median time per item", "disabled", set())
+        known = raters["median_time_s"].notna()
+        below = int(
+            (known & (raters["median_time_s"] < SEED_003_MIN_MEDIAN_TIME_S) & raters["kept"]).sum()
+        )
+        note = (
+            f"not applied; {below} rater(s) have a median time per item below "
+            f"{SEED_003_MIN_MEDIAN_TIME_S:g} s, the threshold of seed 003"
+        )
+        record("median time per item", "disabled", set(), {"note": note})
     else:
         known = raters["median_time_s"].notna()
         fast = raters["median_time_s"] < min_median_time_s
@@ -197,7 +207,10 @@ def filter_raters(
         ]
         untimed = int((~known & raters["kept"] & (raters["pages"] > 0)).sum())
         record(
-            "median time per item", min_median_time_s, too_fast, {"raters_without_time": untimed}
+            "median time per item",
+            min_median_time_s,
+            too_fast,
+            {"raters_without_time": untimed, "note": f"{untimed} rater(s) without times kept"},
         )
     kept = current[~current["check"]].copy()
     report = pd.DataFrame(steps)
@@ -706,7 +719,7 @@ class StudyAnalysis:
 def analyse_judgments(
     judgments: Sequence[Judgment] | str | Path,
     *,
-    min_median_time_s: float | None = DEFAULT_MIN_MEDIAN_TIME_S,
+    min_median_time_s: float | None = None,
     exclude_failed_checks: bool = True,
     triangle_alpha: float = 0.05,
     triangle_beta: float | None = None,

@@ -325,7 +325,7 @@ async def item_submit(request: Request, token: str, slot_id: int, who: Who) -> R
             return result, None
         return result, study_store.next_step(conn, study, current)
 
-    result, step = state.db.run(work)
+    _, step = state.db.run(work)
     if step is None:
         raise HTTPException(status_code=404, detail="This item is not assigned to you.")
     # committed (or already stored by an earlier identical request): acknowledge, and send the
