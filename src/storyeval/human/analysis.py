@@ -296,13 +296,14 @@ def krippendorff_alpha(frame: Any, *, level: str) -> tuple[float, int, int]:
 
 
 def percent_agreement(frame: Any) -> float:
-    """Share of items with two or more ratings on which every rater gave the same value."""
+    """Percentage (0-100) of the items with two or more ratings on which every rater gave the
+    same value."""
     groups = frame.groupby("item_id")["value"]
     multi = groups.count() >= 2
     if not multi.any():
         return math.nan
     same = groups.nunique()[multi] == 1
-    return float(same.mean())
+    return 100.0 * float(same.mean())
 
 
 def _bootstrap_alpha(frame: Any, level: str, n_boot: int, seed: int) -> tuple[float, float]:
