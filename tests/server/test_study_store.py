@@ -251,3 +251,36 @@ def test_export_writes_the_long_format_and_the_definition(db_url, make_likert, t
     ]
     assert people[0]["items"] == 1 and people[0]["reserved"] == 2 and "token" not in people[0]
     db.dispose()
+
+
+def test_a_participant_never_gets_two_stories_of_one_prompt(db_url, study_dir):
+    """Human and model continuations of the same prompt (and, side by side, the same reference
+    beside two systems) go to different participants, so the export has no duplicate ratings."""
+    from tests.server.conftest import write_study
+
+    study = write_study(
+        study_dir,
+        "name: prompts\ntitle: T\nprotocol: side_by_side\nstories: stories.jsonl\n"
+        "select: {ids: [s001-smollm2-p0.9, s001-smollm2-k40-t0.7, s002-smollm2-p0.9, s002-smollm2-k40-t0.7,"
+        " s003-smollm2-p0.9, s003-smollm2-k40-t0.7]}\n"
+        "criteria: [{name: c, question: q, scale: 5, labels: {1: low, 5: high}}]\n"
+        "assignment: {items_per_participant: 3, raters_per_item: 2}\n",
+        "prompts.yaml",
+    )
+    db = _db(db_url)
+    store.register_study(db, study, now=0.0)
+    people = db.run(lambda conn: create_participants(conn, "study", study.name, 5, now=0.0))
+    started = [
+        db.run(lambda conn, p=p: store.start(conn, study, participant_by_token(conn, p.token), 1.0))
+        for p in people
+    ]
+    assert started == [True, True, True, True, False]  # 3 prompts x 4 slots: 4 people, one each
+    with db.read() as conn:
+        rows = conn.execute(
+            select(store.slots).where(store.slots.c.participant_id.is_not(None))
+        ).all()
+    assert len(rows) == 12
+    for person in people[:4]:
+        mine = [r for r in rows if r.participant_id == person.id]
+        assert len({r.group_key for r in mine}) == len(mine) == 3
+    db.dispose()

@@ -37,6 +37,7 @@ class SlotSpec:
     condition: str
     replicate: int
     layout: tuple[int, ...]
+    group: str
 
 
 def williams_square(n: int) -> list[list[int]]:
@@ -80,7 +81,9 @@ def build_slots(study: Study) -> list[SlotSpec]:
     slots: list[SlotSpec] = []
     if study.protocol == "triangle":
         for item in items:  # already in balanced groups of six orders
-            slots.append(SlotSpec(len(slots) + 1, item.key, item.condition, 0, (0, 1, 2)))
+            slots.append(
+                SlotSpec(len(slots) + 1, item.key, item.condition, 0, (0, 1, 2), item.group)
+            )
         return slots
     for replicate in range(study.raters_per_item):
         order = list(items)
@@ -91,7 +94,9 @@ def build_slots(study: Study) -> list[SlotSpec]:
                 layout: tuple[int, ...] = (1, 0) if swap else (0, 1)
             else:
                 layout = tuple(range(n_texts))
-            slots.append(SlotSpec(len(slots) + 1, item.key, item.condition, replicate, layout))
+            slots.append(
+                SlotSpec(len(slots) + 1, item.key, item.condition, replicate, layout, item.group)
+            )
     return slots
 
 

@@ -332,6 +332,8 @@ def design_statement(
         add(
             "- Left/right position of the two texts alternates over items and over the raters of an item."
         )
+    if study.protocol != "triangle":
+        add("- A participant never gets two items continuing the same prompt.")
     add(f"- Prompt shown: {'yes' if config.show_prompt else 'no'}; system names shown: no.")
     per_person = study.items_per_participant
     cap = study.max_items_per_participant

@@ -332,13 +332,19 @@ class Item:
     assignment balances over (the system for Likert and detection, the system pair for pairwise
     and triangle); ``texts`` are in canonical order (for side-by-side: model story, reference;
     pairwise: the two systems in the configured order; triangle: the triad in its order);
-    ``meta`` holds protocol details (the triad order, the odd position...).
+    ``meta`` holds protocol details (the triad order, the odd position...). Items of one
+    ``group`` (the stories continuing one prompt) never go to the same participant.
     """
 
     key: str
     condition: str
     texts: tuple[Text, ...]
     meta: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def group(self) -> str:
+        """The prompt this item continues (the item itself when it mixes prompts)."""
+        return str(self.meta.get("prompt_group", self.key))
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -944,7 +950,7 @@ def _build_items(
     if protocol in ("likert", "detection"):
         selected = _select(config, stories, excluded, problem)
         for s in selected:
-            meta: dict[str, Any] = {}
+            meta: dict[str, Any] = {"prompt_group": _prompt_key(s)}
             if protocol == "detection":
                 humans = set(detection_settings(config).human_systems)
                 meta["truth"] = "human" if s.system in humans else "machine"
@@ -967,7 +973,11 @@ def _build_items(
                 problem(("select",), f"story {s.id!r} has no reference to show beside it")
                 continue
             ref = _reference_text(s, by_id, config)
-            items.append(Item(s.id, s.system or "(none)", (_text_of(s), ref), {}))
+            items.append(
+                Item(
+                    s.id, s.system or "(none)", (_text_of(s), ref), {"prompt_group": _prompt_key(s)}
+                )
+            )
     elif protocol == "pairwise":
         assert config.pairwise is not None
         a, b = config.pairwise.systems

@@ -85,6 +85,7 @@ slots = Table(
     Column("seq", Integer, nullable=False),
     Column("kind", String(8), nullable=False),
     Column("item_key", String(160), nullable=False),
+    Column("group_key", String(160), nullable=False),
     Column("condition", String(256), nullable=False),
     Column("replicate", Integer, nullable=False),
     Column("layout", String(32), nullable=False),
@@ -229,6 +230,7 @@ def register_study(db: Database, study: Study, *, now: float) -> bool:
                     "seq": spec.seq,
                     "kind": "item",
                     "item_key": spec.item_key,
+                    "group_key": spec.group,
                     "condition": spec.condition,
                     "replicate": spec.replicate,
                     "layout": ",".join(str(i) for i in spec.layout),
@@ -453,14 +455,15 @@ def release_expired(conn: Connection, study: Study, now: float) -> int:
 def _claim_one(
     conn: Connection, study: Study, participant_id: int, condition: str | None
 ) -> SlotRow | None:
-    mine = select(slots.c.item_key).where(
+    # never the same item twice, nor two stories continuing the same prompt
+    mine = select(slots.c.group_key).where(
         slots.c.participant_id == participant_id, slots.c.study == study.name
     )
     query = select(slots).where(
         slots.c.study == study.name,
         slots.c.status == "open",
         slots.c.kind == "item",
-        slots.c.item_key.not_in(mine),
+        slots.c.group_key.not_in(mine),
     )
     if condition is not None:
         query = query.where(slots.c.condition == condition)
@@ -491,10 +494,9 @@ def claim_batch(conn: Connection, study: Study, participant: Participant, now: f
     conditions = study.conditions
     preferences = condition_preferences(conditions, member.seq + member.batches, room)
     claimed: list[SlotRow] = []
-    taken: set[str] = set()
     for preferred in preferences:
         row = _claim_one(conn, study, participant.id, preferred)
-        if row is None or row.item_key in taken:
+        if row is None:
             row = _claim_one(conn, study, participant.id, None)
         if row is None:
             break
@@ -504,7 +506,6 @@ def claim_batch(conn: Connection, study: Study, participant: Participant, now: f
             .where(slots.c.id == row.id, slots.c.status == "open")
             .values(status="reserved", participant_id=participant.id, reserved_at=now)
         )
-        taken.add(row.item_key)
         claimed.append(row)
     if not claimed:
         return 0
@@ -549,6 +550,7 @@ def claim_batch(conn: Connection, study: Study, participant: Participant, now: f
                     seq=0,
                     kind="check",
                     item_key=f"check:{entry.id}",
+                    group_key=f"check:{entry.id}",
                     condition="attention-check",
                     replicate=0,
                     layout=",".join(str(i) for i in range(len(entry.texts))),
