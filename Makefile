@@ -16,11 +16,11 @@ demo: setup
 	$(BIN)/storyeval validate examples/stories.jsonl
 	$(BIN)/storyeval validate examples/judgments.jsonl
 	$(BIN)/storyeval describe examples/stories.jsonl -o $(OUT)/describe.csv
+	$(BIN)/storyeval agreement --judgments examples/judgments.jsonl -o $(OUT)/agreement.csv
 	$(BIN)/storyeval study check examples/studies
 	$(BIN)/storyeval study statement examples/studies/likert.yaml -o $(OUT)/study-likert-statement.md
 	$(BIN)/storyeval triangle plan --alpha 0.05 --beta 0.05 --pd 0.5
-	@if [ -f examples/judgments.jsonl ]; then \
-	  $(BIN)/storyeval study analyse --judgments examples/judgments.jsonl --min-median-time 0 -o $(OUT)/study-analysis; fi
+	$(BIN)/storyeval study analyse --judgments examples/judgments.jsonl --stories examples/stories.jsonl -o $(OUT)/study-analysis
 
 ## test: set up (with Chromium and PostgreSQL), then run the whole test suite
 test: setup-test

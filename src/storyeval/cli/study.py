@@ -147,6 +147,11 @@ def analyse(
         "Default: the study's quality.min_median_time_s with --study, otherwise no time filter "
         "(the report then counts the raters below 40 s).",
     ),
+    stories: Path = typer.Option(
+        None,
+        "--stories",
+        help="Story file: its systems become the condition of judgments without one.",
+    ),
     study_file: Path = typer.Option(
         None, "--study", help="Take the exclusion rules from this study file."
     ),
@@ -186,8 +191,14 @@ def analyse(
             exclude = study.config.quality.exclude_failed_checks
     if (beta is None) != (pd is None):
         raise exit_with("error: the triangle test of similarity needs both --beta and --pd")
+    conditions = None
+    if stories is not None:
+        from storyeval.corpus import read_stories
+
+        conditions = {s.id: s.system for s in read_stories(stories) if s.system}
     result = analyse_judgments(
         judgments,
+        conditions=conditions,
         min_median_time_s=threshold,
         exclude_failed_checks=exclude,
         triangle_alpha=alpha,
@@ -257,6 +268,7 @@ def analyze(
     judgments: Path = typer.Option(..., "--judgments"),
     output: Path = typer.Option(..., "-o", "--output"),
     min_median_time: float = typer.Option(None, "--min-median-time"),
+    stories: Path = typer.Option(None, "--stories"),
     study_file: Path = typer.Option(None, "--study"),
     keep_failed_checks: bool = typer.Option(False, "--keep-failed-checks"),
     alpha: float = typer.Option(0.05, "--alpha"),
@@ -267,16 +279,17 @@ def analyze(
 ) -> None:
     """Alias of ``analyse``."""
     analyse(
-        judgments,
-        output,
-        min_median_time,
-        study_file,
-        keep_failed_checks,
-        alpha,
-        beta,
-        pd,
-        bootstrap,
-        seed,
+        judgments=judgments,
+        output=output,
+        min_median_time=min_median_time,
+        stories=stories,
+        study_file=study_file,
+        keep_failed_checks=keep_failed_checks,
+        alpha=alpha,
+        beta=beta,
+        pd=pd,
+        bootstrap=bootstrap,
+        seed=seed,
     )
 
 

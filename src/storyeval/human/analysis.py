@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import combinations
 from pathlib import Path
@@ -57,11 +57,15 @@ class AgreementWarning(UserWarning):
 # ----------------------------------------------------------------------------- the frame
 
 
-def judgments_table(judgments: Sequence[Judgment]) -> Any:
+def judgments_table(
+    judgments: Sequence[Judgment], *, conditions: Mapping[str, str] | None = None
+) -> Any:
     """A DataFrame with one row per judgment and every extra field as a column.
 
     Adds ``protocol`` (``likert`` when absent), ``check`` / ``check_passed`` (False when
     absent), and ``page`` (the unit a time applies to: the server's page id, else the item).
+    ``conditions`` maps item ids to a condition (e.g. the system of each story) for judgments
+    that have none.
     """
     import pandas as pd
 
@@ -72,6 +76,8 @@ def judgments_table(judgments: Sequence[Judgment]) -> Any:
         if column not in frame.columns:
             frame[column] = None
     frame["protocol"] = frame["protocol"].fillna("likert").astype(str)
+    if conditions:
+        frame["condition"] = frame["condition"].fillna(frame["item_id"].map(dict(conditions)))
     frame["condition"] = frame["condition"].fillna("(none)").astype(str)
     frame["study"] = frame["study"].fillna("(none)").astype(str)
     frame["check"] = frame["check"].fillna(False).astype(bool) if "check" in frame else False
@@ -727,8 +733,12 @@ def analyse_judgments(
     triangle_pd: float | None = None,
     n_boot: int = 1000,
     seed: int = 0,
+    conditions: Mapping[str, str] | None = None,
 ) -> StudyAnalysis:
     """Run the whole analysis (module docstring) on long-format judgments or a file of them.
+
+    ``conditions`` maps item ids to conditions for judgments without one (the CLI's
+    ``--stories`` uses each story's system).
 
     Raises
     ------
@@ -752,7 +762,7 @@ def analyse_judgments(
 
     if isinstance(judgments, str | Path):
         judgments = read_judgments(judgments)
-    frame = judgments_table(judgments)
+    frame = judgments_table(judgments, conditions=conditions)
     kept, report, raters = filter_raters(
         frame, min_median_time_s=min_median_time_s, exclude_failed_checks=exclude_failed_checks
     )

@@ -1,0 +1,201 @@
+"""``storyeval score`` and ``storyeval metrics``: automatic metrics over a story file."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import typer
+
+from storyeval.cli._common import user_error
+from storyeval.errors import StoryevalError
+
+
+def score(
+    stories: Path = typer.Argument(..., help="A story file (.jsonl or .csv)."),
+    metrics: str = typer.Option(
+        None,
+        "--metrics",
+        "-m",
+        help="Comma-separated metric names (see `storyeval metrics`). Default: every metric "
+        "that can run with the offline defaults on the fields present.",
+    ),
+    output: Path = typer.Option(
+        None, "-o", "--output", help="Write one score per story and metric here (.jsonl or .csv)."
+    ),
+    per_system: Path = typer.Option(
+        None, "--per-system", help="Write the per-system table here (.csv or .jsonl)."
+    ),
+    option: list[str] = typer.Option(
+        None,
+        "--option",
+        "-O",
+        help="NAME.KEY=VALUE for a metric or a family, e.g. bertscore.layer=4 (repeatable).",
+    ),
+    skip_missing: bool = typer.Option(
+        False,
+        "--skip-missing",
+        help="Skip (and count) stories lacking an input a metric needs, instead of failing. "
+        "Always on for the default suite.",
+    ),
+    bootstrap: int = typer.Option(1000, "--bootstrap", help="Bootstrap resamples for the CIs."),
+    confidence: float = typer.Option(0.95, "--confidence", help="Coverage of the CIs."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the bootstrap."),
+    progress: bool = typer.Option(
+        True, "--progress/--no-progress", help="Show progress bars (on a terminal)."
+    ),
+) -> None:
+    """Score every story with automatic metrics; print and write per-system aggregates."""
+    from storyeval.metrics.pipeline import score_file
+    from storyeval.metrics.registry import parse_option_assignments
+
+    try:
+        options = parse_option_assignments(option or [])
+        run = score_file(
+            stories,
+            metrics,
+            options=options,
+            missing="skip" if skip_missing else None,
+            bootstrap=bootstrap,
+            confidence=confidence,
+            seed=seed,
+            progress=progress and sys.stderr.isatty(),
+        )
+    except (StoryevalError, FileNotFoundError, IsADirectoryError, ValueError) as exc:
+        raise user_error(exc) from None
+    from storyeval.corpus import write_records, write_scores
+
+    try:
+        if output is not None:
+            write_scores(output, run.scores)
+        if per_system is not None:
+            write_records(per_system, _system_records(run.systems))
+    except ValueError as exc:
+        raise user_error(exc) from None
+    _report(run, stories, output, per_system)
+
+
+def _system_records(frame: object) -> list[dict[str, object]]:
+    records = []
+    for row in frame.to_dict(orient="records"):  # type: ignore[attr-defined]
+        clean = {}
+        for key, value in row.items():
+            if isinstance(value, float) and not math.isfinite(value):
+                value = None
+            clean[key] = value
+        records.append(clean)
+    return records
+
+
+def _report(run: object, stories: Path, output: Path | None, per_system: Path | None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from storyeval.metrics.pipeline import ScoreRun
+
+    assert isinstance(run, ScoreRun)
+    console = Console(stderr=False)
+    err = Console(stderr=True)
+    for name, why in run.skipped.items():
+        err.print(f"skipped {name}: {why}", style="dim", markup=False, highlight=False)
+    for name, info in run.metrics.items():
+        if info.n_missing:
+            err.print(
+                f"{name}: skipped {info.n_missing} stories without {info.missing_reason}; "
+                f"scored {info.n_scored}",
+                markup=False,
+                highlight=False,
+            )
+        for note in info.notes:
+            err.print(f"{name}: {note}", markup=False, highlight=False)
+    frame = run.systems
+    table = Table(title=f"{stories}: per-system scores (mean of stories; corpus statistics)")
+    for column in ("metric", "statistic", "system", "estimate", "95% CI", "n"):
+        table.add_column(
+            column, justify="left" if column in ("metric", "statistic", "system") else "right"
+        )
+    for row in frame.itertuples(index=False):
+        ci = "" if math.isnan(row.ci_low) else f"[{row.ci_low:.4g}, {row.ci_high:.4g}]"
+        estimate = "undefined" if math.isnan(row.estimate) else f"{row.estimate:.4g}"
+        table.add_row(row.metric, row.statistic, str(row.system), estimate, ci, str(row.n))
+    console.print(table)
+    console.print("signatures:", markup=False)
+    for name, info in run.metrics.items():
+        console.print(f"  {info.signature.render()}", markup=False, highlight=False)
+    written = [str(p) for p in (output, per_system) if p is not None]
+    if written:
+        console.print(f"wrote {', '.join(written)}", markup=False, highlight=False)
+
+
+def metrics(
+    as_json: bool = typer.Option(False, "--json", help="Print the registry as JSON."),
+    show_options: bool = typer.Option(False, "--options", help="List every metric's options."),
+) -> None:
+    """List the registered metrics: inputs, direction, range, level and options."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from storyeval.metrics.registry import all_metrics
+
+    specs = all_metrics()
+    if as_json:
+        payload = [
+            {
+                "name": s.name,
+                "description": s.description,
+                "families": list(s.families),
+                "inputs": list(s.inputs),
+                "model": s.model,
+                "higher_is_better": s.higher_is_better,
+                "range": list(s.value_range),
+                "level": s.level,
+                "default_suite": s.default and s.runnable_offline()[0],
+                "corpus_statistics": [c.name for c in s.corpus],
+                "options": [
+                    {
+                        "name": o.name,
+                        "type": o.type.__name__,
+                        "default": o.default,
+                        "choices": list(o.choices) if o.choices else None,
+                        "required": o.required,
+                        "help": o.help,
+                    }
+                    for o in s.options
+                ],
+            }
+            for s in specs
+        ]
+        typer.echo(json.dumps(payload, indent=2))
+        return
+    table = Table(title="storyeval metrics")
+    for column in ("name", "inputs", "model", "better", "range", "level", "default suite"):
+        table.add_column(column)
+    for spec in specs:
+        ok, why = spec.runnable_offline()
+        suite = "yes" if spec.default and ok else ("no: " + (why or "ask for it by name"))
+        table.add_row(
+            spec.name,
+            ", ".join(spec.inputs),
+            spec.model or "-",
+            spec.direction,
+            spec.range_text,
+            spec.level,
+            suite,
+        )
+    console = Console()
+    console.print(table)
+    if show_options:
+        for spec in specs:
+            console.print(
+                f"\n{spec.name} ({', '.join(spec.families) or 'no family'}): {spec.description}",
+                markup=False,
+            )
+            for option in spec.options:
+                console.print(f"  {spec.name}.{option.describe()}", markup=False, highlight=False)
+
+
+def register(app: typer.Typer) -> None:
+    app.command(rich_help_panel="Metrics")(score)
+    app.command(name="metrics", rich_help_panel="Metrics")(metrics)

@@ -1,0 +1,66 @@
+"""Automatic metrics: a registry of metric functions and the pipeline that scores stories.
+
+>>> from storyeval.metrics import available_metrics
+>>> {"bleu", "bertscore_f", "wms", "perplexity", "distinct2"} <= set(available_metrics())
+True
+
+Importing this package is light: metric modules (and torch) load on first use.
+"""
+
+from storyeval.metrics.pipeline import (
+    SYSTEM_COLUMNS,
+    MetricRun,
+    ScoreRun,
+    aggregate,
+    default_suite,
+    prompt_id,
+    score_file,
+    score_stories,
+    story_lines,
+)
+from storyeval.metrics.registry import (
+    CorpusStatistic,
+    MetricBatch,
+    MetricOption,
+    MetricOutput,
+    MetricSpec,
+    OptionError,
+    UnknownMetricError,
+    all_metrics,
+    available_metrics,
+    families,
+    get_metric,
+    parse_metric_list,
+    parse_option_assignments,
+    register_metric,
+    resolve_options,
+    unregister_metric,
+)
+
+__all__ = [
+    "SYSTEM_COLUMNS",
+    "CorpusStatistic",
+    "MetricBatch",
+    "MetricOption",
+    "MetricOutput",
+    "MetricRun",
+    "MetricSpec",
+    "OptionError",
+    "ScoreRun",
+    "UnknownMetricError",
+    "aggregate",
+    "all_metrics",
+    "available_metrics",
+    "default_suite",
+    "families",
+    "get_metric",
+    "parse_metric_list",
+    "parse_option_assignments",
+    "prompt_id",
+    "register_metric",
+    "resolve_options",
+    "score_file",
+    "score_stories",
+    "story_lines",
+    "unregister_metric",
+]

@@ -1,0 +1,524 @@
+"""Scoring stories with registered metrics: per-item scores, then per-system aggregates.
+
+:func:`score_stories` is the library call behind ``storyeval score``. It
+
+1. chooses the metrics (the default suite, or the names given) and validates the options;
+2. checks each story has the inputs each metric needs (a reference, a prompt, a field named
+   by an option): missing inputs raise :class:`~storyeval.errors.MissingInputError` naming the
+   metric and the first offending line, or, with ``missing="skip"``, are skipped and counted;
+3. lets every embedding metric announce the texts and layers it will read, encodes each
+   distinct text once per encoder (one pass, batches sorted by length), then runs the metrics;
+4. aggregates per system: mean, sd and a seeded bootstrap confidence interval of the item
+   values, plus corpus-level statistics (corpus BLEU, corpus perplexity, ...) computed from
+   per-item sufficient statistics, with bootstrap intervals that resample those statistics.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import time
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from storyeval.corpus import Score, Story
+from storyeval.errors import MissingInputError
+from storyeval.metrics.context import ScoringContext
+from storyeval.metrics.registry import (
+    MetricBatch,
+    MetricOutput,
+    MetricSpec,
+    all_metrics,
+    get_metric,
+    parse_metric_list,
+    resolve_options,
+    unused_options,
+)
+from storyeval.signature import Signature
+
+MissingPolicy = Literal["error", "skip"]
+NO_SYSTEM = "(none)"
+
+#: Columns of the per-system table, in order.
+SYSTEM_COLUMNS = (
+    "system",
+    "metric",
+    "statistic",
+    "estimate",
+    "ci_low",
+    "ci_high",
+    "sd",
+    "n",
+    "n_undefined",
+    "n_missing",
+    "method",
+    "higher_is_better",
+    "signature",
+)
+
+
+def prompt_id(story: Story) -> str:
+    """The story's ``prompt_id`` field, or a stable id derived from its prompt text
+    (``p-`` and 10 hex digits of a SHA-1), so stories sharing a prompt share it.
+
+    >>> from storyeval.corpus import Story
+    >>> a, b = Story("a", "Once upon a time.", "x"), Story("b", "Once upon a time.", "y")
+    >>> prompt_id(a) == prompt_id(b), prompt_id(a)[:2]
+    (True, 'p-')
+    >>> prompt_id(Story("c", "Once.", "z", extra={"prompt_id": "s001"}))
+    's001'
+    """
+    given = story.extra.get("prompt_id")
+    if given is not None and str(given).strip():
+        return str(given)
+    digest = hashlib.sha1(" ".join(story.prompt.split()).encode("utf-8")).hexdigest()
+    return f"p-{digest[:10]}"
+
+
+@dataclass
+class MetricRun:
+    """What happened to one metric in a run."""
+
+    name: str
+    signature: Signature
+    n_scored: int
+    n_missing: int
+    missing_reason: str
+    seconds: float
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ScoreRun:
+    """The result of :func:`score_stories`.
+
+    Attributes
+    ----------
+    scores : list of Score
+        One per story and metric (value NaN where undefined), with ``system`` and
+        ``prompt_id`` in ``extra``.
+    systems : pandas.DataFrame
+        Per-system aggregates; columns :data:`SYSTEM_COLUMNS`.
+    metrics : dict of str to MetricRun
+        Per metric: signature, number scored, number skipped for a missing input, seconds.
+    skipped : dict of str to str
+        Metrics of the default suite that were not run, and why.
+    timings : dict of str to float
+        Seconds spent encoding (``encoder``) and loading/computing each metric.
+    """
+
+    scores: list[Score]
+    systems: Any
+    metrics: dict[str, MetricRun]
+    skipped: dict[str, str]
+    timings: dict[str, float]
+    context: ScoringContext | None = None
+
+    def frame(self) -> Any:
+        """The per-item scores as a tidy DataFrame (item_id, metric, value, signature,
+        system, prompt_id)."""
+        import pandas as pd
+
+        return pd.DataFrame(
+            [{**s.to_dict(), "value": s.value} for s in self.scores],
+            columns=["item_id", "metric", "value", "signature", "system", "prompt_id"],
+        )
+
+
+def default_suite(stories: Sequence[Story]) -> tuple[list[str], dict[str, str]]:
+    """The metrics that can run with the offline defaults on the fields present in
+    ``stories``, and the reasons the others are left out.
+
+    A metric needing a reference (prompt, field) runs when at least one story has one; the
+    stories without it are then skipped and counted.
+    """
+    chosen: list[str] = []
+    skipped: dict[str, str] = {}
+    for spec in all_metrics():
+        if not spec.default:
+            skipped[spec.name] = "not in the default suite (ask for it with --metrics)"
+            continue
+        ok, why = spec.runnable_offline()
+        if not ok:
+            skipped[spec.name] = why
+            continue
+        lacking = _missing_everywhere(spec, stories, spec.defaults())
+        if lacking:
+            skipped[spec.name] = lacking
+            continue
+        chosen.append(spec.name)
+    return chosen, skipped
+
+
+def _missing_everywhere(
+    spec: MetricSpec, stories: Sequence[Story], options: Mapping[str, Any]
+) -> str:
+    if spec.needs_reference and not any(s.references for s in stories):
+        return "no story has a reference"
+    if spec.needs_prompt and not any(s.prompt.strip() for s in stories):
+        return "no story has a prompt"
+    for key in spec.field_options:
+        name = options.get(key)
+        if not any(_field_text(s, name) for s in stories):
+            return f"no story has the field {name!r} (set {spec.name}.{key})"
+    return ""
+
+
+def _field_text(story: Story, name: Any) -> str:
+    if not name:
+        return ""
+    value = story.to_dict().get(str(name))
+    return value if isinstance(value, str) and value.strip() else ""
+
+
+def _lacks(spec: MetricSpec, story: Story, options: Mapping[str, Any]) -> str:
+    if spec.needs_reference and not story.references:
+        return "has no 'reference'"
+    if spec.needs_prompt and not story.prompt.strip():
+        return "has an empty 'prompt'"
+    for key in spec.field_options:
+        name = options.get(key)
+        if not _field_text(story, name):
+            return f"has no field {name!r}"
+    return ""
+
+
+def score_stories(
+    stories: Sequence[Story],
+    metrics: str | Sequence[str] | None = None,
+    *,
+    options: Mapping[str, Any] | None = None,
+    missing: MissingPolicy | None = None,
+    bootstrap: int = 1000,
+    confidence: float = 0.95,
+    seed: int = 0,
+    progress: bool = False,
+    source: str | Path | None = None,
+    lines: Mapping[str, int] | None = None,
+    context: ScoringContext | None = None,
+) -> ScoreRun:
+    """Score stories with registered metrics.
+
+    Parameters
+    ----------
+    stories : sequence of Story
+        The stories (e.g. from :func:`storyeval.corpus.read_stories`).
+    metrics : str, sequence of str, or None
+        Metric names (``"bleu,rougeL"`` or a list). ``None`` runs the default suite: every
+        registered metric that can run with the offline defaults on the fields present.
+    options : mapping, optional
+        ``{"NAME.KEY": value}`` where NAME is a metric or a family; see
+        :func:`storyeval.metrics.registry.resolve_options`.
+    missing : {"error", "skip"}, optional
+        What to do with a story lacking an input a metric needs. Default: ``"error"`` when
+        metrics are named, ``"skip"`` for the default suite. Skipped stories are counted.
+    bootstrap : int
+        Bootstrap resamples for the per-system confidence intervals (0 for none).
+    confidence : float
+        Coverage of the intervals.
+    seed : int
+        Seed of the bootstrap (recorded in the aggregate signatures).
+    progress : bool
+        Show progress bars.
+    source, lines : optional
+        The file the stories came from and each story id's line, for error messages.
+    context : ScoringContext, optional
+        Reuse loaded models and encoded texts across calls.
+
+    Returns
+    -------
+    ScoreRun
+
+    Raises
+    ------
+    UnknownMetricError, OptionError, MissingInputError, ModelLoadError
+
+    Examples
+    --------
+    >>> from storyeval.corpus import Story
+    >>> stories = [Story("a", "", "the cat sat on the mat", reference="the cat sat on a mat", system="x"),
+    ...            Story("b", "", "a dog ran", reference="a dog ran away", system="x")]
+    >>> run = score_stories(stories, "bleu,distinct1", bootstrap=0)
+    >>> [(s.item_id, s.metric, round(s.value, 2)) for s in run.scores][:2]
+    [('a', 'bleu', 53.73), ('b', 'bleu', 71.65)]
+    >>> run.systems.set_index(["metric", "statistic"]).loc[("bleu", "corpus_bleu"), "estimate"].round(2)
+    np.float64(61.48)
+    """
+    if not stories:
+        raise ValueError("stories must not be empty")
+    if missing is not None and missing not in ("error", "skip"):
+        raise ValueError(f"missing must be one of error, skip; got {missing!r}")
+    if bootstrap < 0:
+        raise ValueError(f"bootstrap must be >= 0; got {bootstrap}")
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be between 0 and 1; got {confidence}")
+    skipped: dict[str, str] = {}
+    if metrics is None:
+        names, skipped = default_suite(stories)
+        policy: MissingPolicy = missing or "skip"
+    else:
+        names = parse_metric_list(metrics)
+        policy = missing or "error"
+    resolved = resolve_options(names, options)
+    for target in unused_options(names, options):
+        warnings.warn(f"option {target} applies to none of the metrics run", stacklevel=2)
+    context = context or ScoringContext(progress=progress)
+    specs = {name: get_metric(name) for name in names}
+    where = str(source) if source is not None else "<stories>"
+
+    # 1. eligible stories per metric
+    eligible: dict[str, list[int]] = {}
+    missing_count: dict[str, tuple[int, str]] = {}
+    for name, spec in specs.items():
+        keep: list[int] = []
+        first: tuple[int, str] | None = None
+        count = 0
+        for index, story in enumerate(stories):
+            reason = _lacks(spec, story, resolved[name])
+            if reason:
+                count += 1
+                if first is None:
+                    first = (index, reason)
+            else:
+                keep.append(index)
+        if count and policy == "error":
+            assert first is not None
+            index, reason = first
+            line = (lines or {}).get(stories[index].id, index + 1)
+            raise MissingInputError(
+                f"metric {name} needs {_needs_text(spec, resolved[name])}: {where}:{line}: story "
+                f"{stories[index].id!r} {reason} ({count} of {len(stories)} stories lack it); "
+                "skip and count them with --skip-missing, or leave the metric out"
+            )
+        eligible[name] = keep
+        missing_count[name] = (count, _needs_text(spec, resolved[name]) if count else "")
+
+    # 2. every embedding metric announces what it will read; encode once per encoder
+    timings: dict[str, float] = {}
+    batches = {
+        name: MetricBatch([stories[i] for i in eligible[name]], context, list(stories))
+        for name in names
+    }
+    started = time.perf_counter()
+    for name, spec in specs.items():
+        if spec.plan is None or not batches[name].stories:
+            continue
+        for encoder_name, texts, layers in spec.plan(batches[name], resolved[name]):
+            context.cache(encoder_name).request(texts, layers)
+    for cache in context.caches:
+        cache.run()
+    timings["encoder"] = time.perf_counter() - started
+
+    # 3. run the metrics
+    scores: list[Score] = []
+    runs: dict[str, MetricRun] = {}
+    outputs: dict[str, MetricOutput] = {}
+    bar = context.progress_bar(len(names), "metrics")
+    for name, spec in specs.items():
+        batch = batches[name]
+        started = time.perf_counter()
+        if batch.stories:
+            output = spec.compute(batch, resolved[name])
+            values = np.asarray(output.values, dtype=np.float64)
+            if values.shape != (len(batch.stories),):
+                raise RuntimeError(
+                    f"metric {name} returned {values.shape} values for {len(batch.stories)} stories"
+                )
+            output.values = values
+        else:
+            output = MetricOutput(np.zeros(0))
+        timings[name] = time.perf_counter() - started
+        outputs[name] = output
+        signature = spec.signature(resolved[name], output.models, output.fields)
+        rendered = signature.render()
+        for story, value in zip(batch.stories, output.values, strict=True):
+            scores.append(
+                Score(
+                    story.id,
+                    name,
+                    float(value),
+                    rendered,
+                    {"system": story.system, "prompt_id": prompt_id(story)},
+                )
+            )
+        count, reason = missing_count[name]
+        runs[name] = MetricRun(
+            name, signature, len(batch.stories), count, reason, timings[name], output.notes
+        )
+        bar.update(1)
+    bar.close()
+
+    systems = aggregate(
+        specs,
+        batches,
+        outputs,
+        runs,
+        resolved,
+        bootstrap=bootstrap,
+        confidence=confidence,
+        seed=seed,
+    )
+    return ScoreRun(scores, systems, runs, skipped, timings, context)
+
+
+def _needs_text(spec: MetricSpec, options: Mapping[str, Any]) -> str:
+    needs = []
+    if spec.needs_reference:
+        needs.append("a reference")
+    if spec.needs_prompt:
+        needs.append("a prompt")
+    needs += [f"the field {options.get(key)!r}" for key in spec.field_options]
+    return " and ".join(needs) or "nothing"
+
+
+# --------------------------------------------------------------------------- aggregation
+
+
+def bootstrap_indices(n: int, resamples: int, seed: int) -> np.ndarray:
+    """``resamples`` rows of ``n`` indices drawn with replacement (numpy PCG64, ``seed``)."""
+    rng = np.random.default_rng(seed)
+    return rng.integers(0, n, size=(resamples, n))
+
+
+def _interval(samples: np.ndarray, confidence: float) -> tuple[float, float]:
+    finite = samples[np.isfinite(samples)]
+    if len(finite) == 0:
+        return math.nan, math.nan
+    alpha = (1 - confidence) / 2
+    low, high = np.quantile(finite, [alpha, 1 - alpha])
+    return float(low), float(high)
+
+
+def aggregate(
+    specs: Mapping[str, MetricSpec],
+    batches: Mapping[str, MetricBatch],
+    outputs: Mapping[str, MetricOutput],
+    runs: Mapping[str, MetricRun],
+    options: Mapping[str, Mapping[str, Any]],
+    *,
+    bootstrap: int,
+    confidence: float,
+    seed: int,
+) -> Any:
+    """Per-system aggregates of a run (see :data:`SYSTEM_COLUMNS`).
+
+    For each system and metric: the mean of the defined item values (statistic ``mean``, or
+    the metric's ``item_statistic`` such as ``mean_item_perplexity``) with its sd and a
+    percentile bootstrap interval over items, and each corpus statistic of the metric
+    computed from summed sufficient statistics, with an interval from the same resamples.
+    """
+    import pandas as pd
+
+    rows: list[dict[str, Any]] = []
+    method = f"percentile bootstrap, {bootstrap} resamples, seed {seed}" if bootstrap else "none"
+    for name, spec in specs.items():
+        batch, output, run = batches[name], outputs[name], runs[name]
+        systems = [s.system or NO_SYSTEM for s in batch.stories]
+        missing_by_system: dict[str, int] = {}
+        if run.n_missing:
+            eligible_ids = {s.id for s in batch.stories}
+            for story in batch.all_stories:
+                if story.id not in eligible_ids:
+                    key = story.system or NO_SYSTEM
+                    missing_by_system[key] = missing_by_system.get(key, 0) + 1
+        base = run.signature
+        names_in_order = sorted(set(systems) | set(missing_by_system))
+        for system in names_in_order:
+            index = np.array([i for i, s in enumerate(systems) if s == system], dtype=np.int64)
+            values = output.values[index] if len(index) else np.zeros(0)
+            defined = np.isfinite(values)
+            n = int(defined.sum())
+            boot_fields = {
+                "statistic": spec.item_statistic,
+                "n": n,
+                "bootstrap": bootstrap,
+                "seed": seed,
+            }
+            estimate = float(values[defined].mean()) if n else math.nan
+            sd = float(values[defined].std(ddof=1)) if n > 1 else math.nan
+            low = high = math.nan
+            sample_index = None
+            if bootstrap and len(index) > 1:
+                sample_index = bootstrap_indices(len(index), bootstrap, seed)
+                if n > 1:
+                    resampled = values[sample_index]
+                    with np.errstate(invalid="ignore"):
+                        finite = np.isfinite(resampled)
+                        sums = np.where(finite, resampled, 0).sum(axis=1)
+                        counts = finite.sum(axis=1)
+                        means = np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
+                    low, high = _interval(means, confidence)
+            common = {
+                "system": system,
+                "metric": name,
+                "n_undefined": int(len(values) - n),
+                "n_missing": missing_by_system.get(system, 0),
+                "higher_is_better": spec.higher_is_better,
+            }
+            rows.append(
+                {
+                    **common,
+                    "statistic": spec.item_statistic,
+                    "estimate": estimate,
+                    "ci_low": low,
+                    "ci_high": high,
+                    "sd": sd,
+                    "n": n,
+                    "method": method if not math.isnan(low) else "none",
+                    "signature": base.with_fields(**boot_fields).render(),
+                }
+            )
+            if output.stats is None or not len(index):
+                continue
+            stats = np.asarray(output.stats, dtype=np.float64)[index]
+            for corpus in spec.corpus:
+                value = float(corpus.compute(stats, options[name]))
+                low = high = math.nan
+                if sample_index is not None:
+                    samples = np.array(
+                        [corpus.compute(stats[row], options[name]) for row in sample_index]
+                    )
+                    low, high = _interval(samples, confidence)
+                rows.append(
+                    {
+                        **common,
+                        "statistic": corpus.name,
+                        "estimate": value,
+                        "ci_low": low,
+                        "ci_high": high,
+                        "sd": math.nan,
+                        "n": len(index),
+                        "method": method if not math.isnan(low) else "none",
+                        "signature": base.with_fields(
+                            statistic=corpus.name, n=len(index), bootstrap=bootstrap, seed=seed
+                        ).render(),
+                    }
+                )
+    frame = pd.DataFrame(rows, columns=list(SYSTEM_COLUMNS))
+    return frame
+
+
+def story_lines(path: str | Path) -> dict[str, int]:
+    """Map each story id of a JSONL/CSV file to the line it starts on (for error messages)."""
+    from storyeval.corpus import iter_raw_records
+
+    lines: dict[str, int] = {}
+    for number, record in iter_raw_records(path, required=("id", "story")):
+        if isinstance(record, dict) and record.get("id") is not None:
+            lines.setdefault(str(record["id"]), number)
+    return lines
+
+
+def score_file(
+    path: str | Path, metrics: str | Sequence[str] | None = None, **kwargs: Any
+) -> ScoreRun:
+    """Read a story file and :func:`score_stories` it (errors name the file and line)."""
+    from storyeval.corpus import read_stories
+
+    stories = read_stories(path)
+    return score_stories(stories, metrics, source=path, lines=story_lines(path), **kwargs)

@@ -1,0 +1,627 @@
+"""The metric registry: metadata, option schemas, option parsing and signatures.
+
+Every metric is a function registered with :func:`register_metric`, which records what the
+metric needs (a reference, a prompt, a model, story fields named by an option), its direction
+and range, whether it is defined per item or per system, and a typed option schema. The CLI's
+choices, ``storyeval metrics``, the metric cards and the all-metrics tests are generated from
+this registry.
+
+Modules that register metrics are discovered lazily, on the first lookup:
+
+* every public module of the :mod:`storyeval.metrics` package (so another part of storyeval
+  adds a metric by adding a module there, e.g. ``storyeval/metrics/learned.py``; keep its
+  top-level imports light and import torch or your training code inside the metric function);
+* every module named by an entry point in the group ``storyeval.metrics`` (third-party
+  packages).
+
+Registering a metric
+--------------------
+>>> from storyeval.metrics.registry import MetricOption, MetricOutput, register_metric
+>>> @register_metric(
+...     "toy_length", families=("toy",), higher_is_better=True, value_range=(0.0, None),
+...     options=[MetricOption("scale", float, 1.0, "multiply the word count by this")],
+...     description="Words in the story, scaled.", replace=True,
+... )
+... def toy_length(batch, options):
+...     import numpy as np
+...     return MetricOutput(np.array([len(s.story.split()) * options["scale"] for s in batch.stories]))
+>>> spec = get_metric("toy_length")
+>>> resolved = resolve_options(["toy_length"], {"toy.scale": "2"})
+>>> resolved["toy_length"]
+{'scale': 2.0}
+>>> spec.signature(resolved["toy_length"]).render().rsplit("|", 1)[0]
+'toy_length|scale:2.0'
+>>> unregister_metric("toy_length")
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from storyeval.errors import StoryevalError
+from storyeval.signature import Signature, SignatureValue
+
+if TYPE_CHECKING:  # pragma: no cover
+    import numpy as np
+
+    from storyeval.corpus import Story
+    from storyeval.metrics.context import ScoringContext
+
+Level = Literal["item", "system"]
+ModelRole = Literal["encoder", "causal-lm", "glove", "spacy", "nsp", "checkpoint"]
+
+_TRUE = {"1", "true", "yes", "y", "on"}
+_FALSE = {"0", "false", "no", "n", "off"}
+_NONE = {"none", "null", "auto"}
+
+
+class UnknownMetricError(StoryevalError, KeyError):
+    """A metric or option name that the registry does not know."""
+
+    def __str__(self) -> str:  # KeyError quotes its message; keep it readable
+        return str(self.args[0]) if self.args else ""
+
+
+class OptionError(StoryevalError, ValueError):
+    """An option that is unknown, malformed, or has an invalid value."""
+
+
+@dataclass(frozen=True)
+class MetricOption:
+    """One typed option of a metric.
+
+    Parameters
+    ----------
+    name : str
+        The key users write after the dot (``bertscore.layer``).
+    type : {int, float, bool, str}
+        Values given as text on the command line are converted to this type.
+    default : object
+        The value when the user gives none. ``None`` means "decided at run time" (e.g. the
+        model's recommended layer); write ``none`` or ``auto`` to ask for it explicitly.
+    help : str
+        One line for ``storyeval metrics --options`` and the metric cards.
+    choices : tuple, optional
+        The allowed values.
+    minimum, maximum : float, optional
+        Inclusive bounds for numbers.
+    in_signature : bool
+        Whether the value changes the number (``batch_size`` does not).
+    required : bool
+        The metric cannot run without it (then it is never in the default suite).
+    """
+
+    name: str
+    type: type
+    default: Any
+    help: str
+    choices: tuple[Any, ...] | None = None
+    minimum: float | None = None
+    maximum: float | None = None
+    in_signature: bool = True
+    required: bool = False
+
+    def __post_init__(self) -> None:
+        if self.type not in (int, float, bool, str):
+            raise TypeError(f"option {self.name!r}: type must be int, float, bool or str")
+        if not self.name or "." in self.name or "=" in self.name:
+            raise ValueError(f"option name must be non-empty without '.' or '='; got {self.name!r}")
+
+    def parse(self, raw: Any, *, where: str = "") -> Any:
+        """Convert ``raw`` (text or a Python value) to this option's type and validate it."""
+        label = where or self.name
+        if raw is None or (isinstance(raw, str) and raw.strip().lower() in _NONE):
+            if self.required:
+                raise OptionError(f"option {label} needs a value")
+            if self.default is None or self.type is str:
+                return None
+            raise OptionError(f"option {label} cannot be empty; give a {self.type.__name__}")
+        value: Any
+        if self.type is bool:
+            if isinstance(raw, bool):
+                value = raw
+            elif isinstance(raw, str) and raw.strip().lower() in _TRUE | _FALSE:
+                value = raw.strip().lower() in _TRUE
+            else:
+                raise OptionError(f"option {label} must be true or false; got {raw!r}")
+        elif self.type is int:
+            try:
+                if isinstance(raw, bool):
+                    raise ValueError
+                value = int(raw) if not isinstance(raw, float) or raw.is_integer() else None
+                if value is None:
+                    raise ValueError
+            except (TypeError, ValueError):
+                raise OptionError(f"option {label} must be an integer; got {raw!r}") from None
+        elif self.type is float:
+            try:
+                if isinstance(raw, bool):
+                    raise ValueError
+                value = float(raw)
+            except (TypeError, ValueError):
+                raise OptionError(f"option {label} must be a number; got {raw!r}") from None
+            if value != value:
+                raise OptionError(f"option {label} must be a number; got NaN")
+        else:
+            value = str(raw)
+        if self.choices is not None and value not in self.choices:
+            shown = ", ".join(str(c) for c in self.choices)
+            raise OptionError(f"option {label} must be one of {shown}; got {raw!r}")
+        if self.minimum is not None and value < self.minimum:
+            raise OptionError(f"option {label} must be >= {self.minimum}; got {value!r}")
+        if self.maximum is not None and value > self.maximum:
+            raise OptionError(f"option {label} must be <= {self.maximum}; got {value!r}")
+        return value
+
+    def describe(self) -> str:
+        """``name (type, default X): help``."""
+        kind = self.type.__name__
+        if self.choices:
+            kind = "|".join(str(c) for c in self.choices)
+        default = "required" if self.required else f"default {_show(self.default)}"
+        return f"{self.name} ({kind}, {default}): {self.help}"
+
+
+def _show(value: Any) -> str:
+    if value is None:
+        return "auto"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+@dataclass
+class MetricBatch:
+    """What a metric function receives.
+
+    Attributes
+    ----------
+    stories : list of Story
+        The stories to score (only those that have every input the metric needs).
+    context : ScoringContext
+        Shared models and the encoder cache (one load and one encoder pass per run).
+    all_stories : list of Story
+        Every story of the run (for metrics that compare a story with its system's others).
+    """
+
+    stories: list[Story]
+    context: ScoringContext
+    all_stories: list[Story] = field(default_factory=list)
+
+
+@dataclass
+class MetricOutput:
+    """What a metric function returns.
+
+    Attributes
+    ----------
+    values : numpy array, shape (n_items,)
+        One value per story of the batch, in batch order; NaN where undefined.
+    stats : numpy array, shape (n_items, n_stats), optional
+        Per-item sufficient statistics for the corpus statistics of the spec.
+    models : dict of str to str
+        Identities of the models used (``{"model": "all-MiniLM-L6-v2@cc8b698c9c1f"}``),
+        written into the signature.
+    fields : dict
+        Further settings resolved at run time (e.g. the layer chosen for a model), written
+        into the signature.
+    notes : list of str
+        Things the user should know (e.g. texts split because they were too long).
+    """
+
+    values: np.ndarray
+    stats: np.ndarray | None = None
+    models: dict[str, str] = field(default_factory=dict)
+    fields: dict[str, SignatureValue] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class CorpusStatistic:
+    """A corpus-level value computed from summed (or stacked) per-item statistics.
+
+    ``compute(stats, options)`` receives the stacked statistics of one system's items (shape
+    ``(n_items, n_stats)``) and the metric's options, and returns one number; bootstrap
+    intervals resample those rows.
+    """
+
+    name: str
+    compute: Callable[[np.ndarray, Mapping[str, Any]], float]
+    description: str = ""
+
+
+EncoderPlan = Callable[
+    ["MetricBatch", Mapping[str, Any]], Iterable[tuple[str | None, Sequence[str], Sequence[int]]]
+]
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    """A registered metric and its metadata (see :func:`register_metric`)."""
+
+    name: str
+    compute: Callable[[MetricBatch, Mapping[str, Any]], MetricOutput]
+    description: str
+    families: tuple[str, ...] = ()
+    needs_reference: bool = False
+    needs_prompt: bool = False
+    field_options: tuple[str, ...] = ()
+    model: ModelRole | None = None
+    higher_is_better: bool | None = True
+    value_range: tuple[float | None, float | None] = (None, None)
+    level: Level = "item"
+    options: tuple[MetricOption, ...] = ()
+    corpus: tuple[CorpusStatistic, ...] = ()
+    item_statistic: str = "mean"
+    offline: bool = True
+    default: bool = True
+    unavailable_offline: str = ""
+    plan: EncoderPlan | None = None
+    module: str = ""
+
+    @property
+    def option_map(self) -> dict[str, MetricOption]:
+        return {option.name: option for option in self.options}
+
+    def defaults(self) -> dict[str, Any]:
+        """The option values when the user sets none (required options are absent)."""
+        return {o.name: o.default for o in self.options if not o.required}
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        """The record fields the metric reads, for listings."""
+        names = ["story"]
+        if self.needs_prompt:
+            names.append("prompt")
+        if self.needs_reference:
+            names.append("reference")
+        names += [f"<{name} field>" for name in self.field_options]
+        if self.level == "system":
+            names.append("system")
+        return tuple(names)
+
+    @property
+    def direction(self) -> str:
+        if self.higher_is_better is None:
+            return "neither"
+        return "higher" if self.higher_is_better else "lower"
+
+    @property
+    def range_text(self) -> str:
+        low, high = self.value_range
+        show = lambda v, inf: inf if v is None else f"{v:g}"  # noqa: E731
+        return f"[{show(low, '-inf')}, {show(high, 'inf')}]"
+
+    def runnable_offline(self) -> tuple[bool, str]:
+        """Whether the metric can run with the offline defaults, and if not, why."""
+        if not self.offline:
+            return False, self.unavailable_offline or "needs a model that is not available offline"
+        required = [o.name for o in self.options if o.required]
+        if required:
+            return False, f"needs option(s) {', '.join(f'{self.name}.{r}' for r in required)}"
+        return True, ""
+
+    def signature(
+        self,
+        options: Mapping[str, Any],
+        models: Mapping[str, str] | None = None,
+        fields: Mapping[str, SignatureValue] | None = None,
+    ) -> Signature:
+        """The signature of this metric's values: model identities first, then every option
+        that changes the number (in schema order), then run-time settings.
+
+        >>> spec = MetricSpec("m", lambda b, o: None, "d", options=(MetricOption("k", int, 1, "h"),))
+        >>> spec.signature({"k": 3}, {"model": "enc@abc"}).render().rsplit("|", 1)[0]
+        'm|model:enc@abc|k:3'
+        """
+        values: dict[str, SignatureValue] = {}
+        for key, identity in (models or {}).items():
+            values[key] = identity
+        for option in self.options:
+            if not option.in_signature or option.name in values:
+                continue
+            value = options.get(option.name, option.default)
+            values[option.name] = value if value is not None else "auto"
+        for key, value in (fields or {}).items():
+            values[key] = value
+        return Signature(self.name, values)
+
+
+# --------------------------------------------------------------------------- the registry
+
+_REGISTRY: dict[str, MetricSpec] = {}
+_LOCK = threading.RLock()
+_DISCOVERED = False
+_NOT_METRIC_MODULES = {"registry", "pipeline", "context", "aggregate", "encoder"}
+ENTRY_POINT_GROUP = "storyeval.metrics"
+
+
+def register_metric(
+    name: str,
+    *,
+    description: str,
+    families: Sequence[str] = (),
+    needs_reference: bool = False,
+    needs_prompt: bool = False,
+    field_options: Sequence[str] = (),
+    model: ModelRole | None = None,
+    higher_is_better: bool | None = True,
+    value_range: tuple[float | None, float | None] = (None, None),
+    level: Level = "item",
+    options: Sequence[MetricOption] = (),
+    corpus: Sequence[CorpusStatistic] = (),
+    item_statistic: str = "mean",
+    offline: bool = True,
+    default: bool = True,
+    unavailable_offline: str = "",
+    plan: EncoderPlan | None = None,
+    replace: bool = False,
+) -> Callable[
+    [Callable[[MetricBatch, Mapping[str, Any]], MetricOutput]], Callable[..., MetricOutput]
+]:
+    """Decorator that registers a metric function.
+
+    Parameters
+    ----------
+    name : str
+        The registered name (``[A-Za-z0-9_]``, lower case except established names such as
+        ``rougeL``).
+    description : str
+        One line: what the metric measures.
+    families : sequence of str
+        Groups whose options a user can set at once (``--option bertscore.layer=4`` sets
+        ``layer`` for every member of ``bertscore`` that has it).
+    needs_reference, needs_prompt : bool
+        Stories without them are an error (or, when asked, skipped and counted).
+    field_options : sequence of str
+        Names of options whose value is a story field the metric reads (e.g. the field
+        holding the original text for edit metrics); stories without it count as missing.
+    model : {"encoder", "causal-lm", "glove", "spacy", "nsp", "checkpoint"}, optional
+        The kind of model the metric loads.
+    higher_is_better : bool or None
+        Direction; ``None`` for descriptive measures (e.g. sentence length).
+    value_range : (low, high)
+        Bounds (``None`` for unbounded).
+    level : {"item", "system"}
+        ``"system"`` for values that only make sense across a system's stories (self-BLEU).
+    options : sequence of MetricOption
+        The option schema; unknown keys are rejected.
+    corpus : sequence of CorpusStatistic
+        Corpus-level statistics computed from the per-item sufficient statistics.
+    item_statistic : str
+        The name of the mean of item values in per-system tables (e.g.
+        ``mean_item_perplexity``).
+    offline, unavailable_offline : bool, str
+        Whether the metric runs with the offline defaults, and if not, why.
+    default : bool
+        Whether the metric belongs to the default suite (when it can run).
+    plan : callable, optional
+        ``plan(batch, options)`` yields ``(encoder_name, texts, layers)`` the metric will read
+        from the encoder cache, so that the run encodes every text once, in one pass.
+    replace : bool
+        Allow replacing an already registered metric of the same name.
+    """
+    if not name or not name.replace("_", "").isalnum() or not name.isascii():
+        raise ValueError(f"metric names are made of [A-Za-z0-9_]; got {name!r}")
+    if level not in ("item", "system"):
+        raise ValueError(f"level must be item or system; got {level!r}")
+    option_names = [o.name for o in options]
+    if len(set(option_names)) != len(option_names):
+        raise ValueError(f"metric {name}: duplicate option names in {option_names}")
+    for key in field_options:
+        if key not in option_names:
+            raise ValueError(f"metric {name}: field option {key!r} is not in its options")
+
+    def decorator(
+        function: Callable[[MetricBatch, Mapping[str, Any]], MetricOutput],
+    ) -> Callable[..., MetricOutput]:
+        spec = MetricSpec(
+            name=name,
+            compute=function,
+            description=description,
+            families=tuple(families),
+            needs_reference=needs_reference,
+            needs_prompt=needs_prompt,
+            field_options=tuple(field_options),
+            model=model,
+            higher_is_better=higher_is_better,
+            value_range=value_range,
+            level=level,
+            options=tuple(options),
+            corpus=tuple(corpus),
+            item_statistic=item_statistic,
+            offline=offline,
+            default=default,
+            unavailable_offline=unavailable_offline,
+            plan=plan,
+            module=getattr(function, "__module__", ""),
+        )
+        with _LOCK:
+            existing = _REGISTRY.get(name)
+            if existing is not None and not replace and existing.module != spec.module:
+                raise ValueError(
+                    f"metric {name!r} is already registered by {existing.module}; pass replace=True"
+                )
+            _REGISTRY[name] = spec
+        return function
+
+    return decorator
+
+
+def unregister_metric(name: str) -> None:
+    """Remove a metric (for tests and interactive experiments)."""
+    with _LOCK:
+        _REGISTRY.pop(name, None)
+
+
+def discover(*, force: bool = False) -> None:
+    """Import every metric module once (see the module docstring)."""
+    global _DISCOVERED
+    with _LOCK:
+        if _DISCOVERED and not force:
+            return
+        _DISCOVERED = True
+        import storyeval.metrics as package
+
+        for module in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
+            if module.name.startswith("_") or module.name in _NOT_METRIC_MODULES:
+                continue
+            importlib.import_module(f"{package.__name__}.{module.name}")
+        from importlib.metadata import entry_points
+
+        for entry in entry_points(group=ENTRY_POINT_GROUP):
+            try:
+                entry.load()
+            except Exception as exc:  # a broken plug-in must not break storyeval
+                import warnings
+
+                warnings.warn(
+                    f"metric plug-in {entry.name} ({entry.value}) failed to load: {exc}",
+                    stacklevel=2,
+                )
+
+
+def available_metrics() -> list[str]:
+    """Every registered metric name, sorted."""
+    discover()
+    return sorted(_REGISTRY)
+
+
+def all_metrics() -> list[MetricSpec]:
+    """Every registered metric spec, sorted by name."""
+    discover()
+    return [_REGISTRY[name] for name in sorted(_REGISTRY)]
+
+
+def families() -> dict[str, list[str]]:
+    """Family name -> member metric names."""
+    result: dict[str, list[str]] = {}
+    for spec in all_metrics():
+        for family in spec.families:
+            result.setdefault(family, []).append(spec.name)
+    return result
+
+
+def get_metric(name: str) -> MetricSpec:
+    """The spec of a registered metric; unknown names raise "must be one of ..."."""
+    discover()
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise UnknownMetricError(
+            f"unknown metric {name!r}; must be one of {', '.join(sorted(_REGISTRY))}"
+        ) from None
+
+
+def parse_metric_list(text: str | Sequence[str]) -> list[str]:
+    """Split ``"bleu,rougeL"`` (or a list) into validated names, keeping order, no duplicates."""
+    items = text.split(",") if isinstance(text, str) else list(text)
+    names: list[str] = []
+    for item in items:
+        name = item.strip()
+        if not name:
+            continue
+        get_metric(name)
+        if name not in names:
+            names.append(name)
+    if not names:
+        raise UnknownMetricError(
+            "no metric named; give one or more of " + ", ".join(available_metrics())
+        )
+    return names
+
+
+def parse_option_assignments(assignments: Iterable[str]) -> dict[str, str]:
+    """Turn ``["bertscore.layer=4", ...]`` into ``{"bertscore.layer": "4", ...}``.
+
+    >>> parse_option_assignments(["bertscore.layer=4", "nsp.model=/tmp/nsp"])
+    {'bertscore.layer': '4', 'nsp.model': '/tmp/nsp'}
+    """
+    result: dict[str, str] = {}
+    for text in assignments:
+        target, sep, value = text.partition("=")
+        name, dot, key = target.strip().partition(".")
+        if not sep or not dot or not name or not key:
+            raise OptionError(
+                f"option {text!r} must look like NAME.KEY=VALUE (e.g. bertscore.layer=4)"
+            )
+        result[f"{name}.{key}"] = value.strip()
+    return result
+
+
+def resolve_options(
+    metrics: Sequence[str], options: Mapping[str, Any] | None = None
+) -> dict[str, dict[str, Any]]:
+    """Validate ``{"NAME.KEY": value}`` settings and return each metric's full option dict.
+
+    ``NAME`` is a metric or a family. A family setting applies to every member that declares
+    the key (and the key must belong to at least one member); a metric setting overrides a
+    family setting. Unknown names and keys are errors, never ignored. Settings for
+    registered metrics that are not in ``metrics`` are validated but have no effect.
+
+    Raises
+    ------
+    OptionError
+        For a malformed, unknown or invalid setting, naming the valid keys.
+    """
+    discover()
+    options = dict(options or {})
+    family_map = families()
+    selected = {name: get_metric(name) for name in metrics}
+    resolved = {name: spec.defaults() for name, spec in selected.items()}
+    explicit: dict[str, set[str]] = {name: set() for name in selected}
+
+    # family settings first, then metric settings override
+    def specific(target: str) -> bool:
+        name = target.split(".", 1)[0]
+        return name in _REGISTRY and name not in family_map
+
+    for target, raw in sorted(options.items(), key=lambda item: specific(str(item[0]))):
+        name, dot, key = str(target).partition(".")
+        if not dot or not name or not key:
+            raise OptionError(f"option {target!r} must look like NAME.KEY (e.g. bertscore.layer)")
+        is_metric = specific(str(target))
+        members = ([name] if name in _REGISTRY else []) + [
+            m for m in family_map.get(name, []) if m != name
+        ]
+        if not members:
+            choices = sorted(set(_REGISTRY) | set(family_map))
+            raise OptionError(
+                f"option {target!r}: {name!r} is neither a metric nor a family; must be one of "
+                + ", ".join(choices)
+            )
+        declaring = [m for m in members if key in _REGISTRY[m].option_map]
+        if not declaring:
+            keys = sorted({k for m in members for k in _REGISTRY[m].option_map})
+            raise OptionError(
+                f"unknown option {target!r}: {name} has "
+                + (f"options {', '.join(keys)}" if keys else "no options")
+            )
+        for member in declaring:
+            value = _REGISTRY[member].option_map[key].parse(raw, where=str(target))
+            if member in resolved and (is_metric or key not in explicit[member]):
+                resolved[member][key] = value
+                if is_metric:
+                    explicit[member].add(key)
+    for name, spec in selected.items():
+        for option in spec.options:
+            if option.required and option.name not in resolved[name]:
+                raise OptionError(f"metric {name} needs option {name}.{option.name}: {option.help}")
+    return resolved
+
+
+def unused_options(metrics: Sequence[str], options: Mapping[str, Any] | None) -> list[str]:
+    """Settings that apply to none of ``metrics`` (worth a warning)."""
+    family_map = families()
+    unused = []
+    for target in options or {}:
+        name, _, key = str(target).partition(".")
+        members = ([name] if name in _REGISTRY else []) + family_map.get(name, [])
+        if not any(m in metrics and key in _REGISTRY[m].option_map for m in members):
+            unused.append(str(target))
+    return unused
