@@ -276,3 +276,33 @@ def test_cli_writes_the_tables(tmp_path):
         check=False,
     )
     assert strict.returncode == 2 and "removed 3 of 3 raters" in strict.stderr
+
+
+def test_cli_takes_conditions_from_the_story_file(examples_dir, tmp_path):
+    """The example judgments have no condition: --stories gives each its story's system."""
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "storyeval",
+            "study",
+            "analyse",
+            "--judgments",
+            str(examples_dir / "judgments.jsonl"),
+            "--stories",
+            str(examples_dir / "stories.jsonl"),
+            "--bootstrap",
+            "0",
+            "-o",
+            str(tmp_path / "out"),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    summary = pd.read_csv(tmp_path / "out" / "summary.csv")
+    assert set(summary["condition"]) == {"human", "smollm2-p0.9", "smollm2-k40-t0.7"}
+    assert summary.groupby("criterion")["n"].sum().eq(540).all()
+    tests = pd.read_csv(tmp_path / "out" / "tests.csv")
+    assert (tests["method"].str.startswith("Tukey")).sum() == 4 * 3
