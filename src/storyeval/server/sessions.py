@@ -99,6 +99,8 @@ def registered_kinds() -> list[str]:
 def _ensure_builtin() -> None:
     if "study" not in _KINDS:
         from storyeval.server import study_session  # noqa: F401  (registers "study")
+    if "cyoa" not in _KINDS:
+        from storyeval.server import writing_session  # noqa: F401  (registers "cyoa", "mil")
 
 
 def load_session(path: str | Path) -> SessionPlugin:
