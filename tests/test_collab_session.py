@@ -235,10 +235,10 @@ def test_worker_generates_off_the_calling_thread_with_the_real_model(causal_lm):
     config = _cyoa(
         rounds=1,
         generators=[
-            {"name": "nucleus", "decoding": {"top_p": 0.9, "max_new_tokens": 24}},
+            {"name": "nucleus", "decoding": {"top_p": 0.9, "max_new_tokens": 16}},
             {
                 "name": "top-k",
-                "decoding": {"top_k": 40, "max_new_tokens": 24},
+                "decoding": {"top_k": 40, "max_new_tokens": 16},
                 "offensive_filter": True,
             },
         ],

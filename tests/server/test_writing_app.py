@@ -89,7 +89,7 @@ def export(client, plugin):
 
 @pytest.mark.slow
 def test_cyoa_writer_completes_a_story_in_process(tmp_path):
-    app, plugin = make_app(tmp_path, write_config(tmp_path, rounds=2))
+    app, plugin = make_app(tmp_path, write_config(tmp_path, rounds=1))
     client = TestClient(app)
     token = new_writer(app, plugin)
     base = f"/cyoa/{token}"
@@ -99,7 +99,7 @@ def test_cyoa_writer_completes_a_story_in_process(tmp_path):
     page = client.post(f"{base}/start", data={"consent": "yes"})
     assert page.url.path == f"{base}/write" and 'src="' + base + '/image"' in page.text
     assert client.get(f"{base}/image").headers["content-type"] == "image/png"
-    for round_number in (1, 2):
+    for round_number in (1,):  # the browser test writes all five rounds
         token_step = step(page)
         short = client.post(f"{base}/write", data={"step": token_step, "text": "Too short."})
         assert short.status_code == 422
@@ -137,9 +137,9 @@ def test_cyoa_writer_completes_a_story_in_process(tmp_path):
     code = re.search(r'id="completion-code">([^<]+)<', page.text).group(1)
     [record] = export(client, plugin)
     assert record["status"] == "complete" and record["completion_code"] == code
-    assert record["story"].count("The lamp went out.") == 2
+    assert record["story"].count("The lamp went out.") == 1
     suggestion_turns = [t for t in record["turns"] if t["author"] == "suggestion"]
-    assert len(suggestion_turns) == 2 and len(record["turns"]) == 4
+    assert len(suggestion_turns) == 1 and len(record["turns"]) == 2
     for turn in suggestion_turns:
         assert {s["generator"] for s in turn["suggestions"]} == {"nucleus", "top-k"}
         assert sorted(s["position"] for s in turn["suggestions"]) == [1, 2]
@@ -307,12 +307,12 @@ def test_pending_suggestions_are_generated_after_a_restart(tmp_path):
 
 @pytest.mark.slow
 def test_a_slow_model_never_blocks_other_writers(tmp_path):
-    """Writer A's suggestions take seconds (up to 60 new tokens each); meanwhile writer B's
+    """Writer A's suggestions take seconds (up to 40 new tokens each); meanwhile writer B's
     pages and A's waiting page answer at once, because generation runs in the worker."""
     config = write_config(tmp_path, rounds=1)
     data = yaml.safe_load(config.read_text())
     for spec in data["generators"]:
-        spec["decoding"]["max_new_tokens"] = 60
+        spec["decoding"]["max_new_tokens"] = 40
         spec["max_sentences"] = None
     config.write_text(yaml.safe_dump(data))
     app, plugin = make_app(tmp_path, config)

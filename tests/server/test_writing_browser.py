@@ -45,7 +45,7 @@ def test_a_writer_completes_a_cyoa_story_in_chromium(tmp_path, live_server):
     data = yaml.safe_load((EXAMPLE / "cyoa.yaml").read_text())
     data["name"] = "browser-cyoa"
     for spec in data["generators"]:  # short suggestions keep the test quick
-        spec["decoding"]["max_new_tokens"] = 16
+        spec["decoding"]["max_new_tokens"] = 12
         spec["max_attempts"] = 1
     shutil.copy(EXAMPLE / "lighthouse.png", tmp_path / "lighthouse.png")
     config = tmp_path / "cyoa.yaml"
