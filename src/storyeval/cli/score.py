@@ -122,7 +122,7 @@ def _report(run: object, stories: Path, output: Path | None, per_system: Path | 
         table.add_row(row.metric, row.statistic, str(row.system), estimate, ci, str(row.n))
     console.print(table)
     console.print("signatures:", markup=False)
-    for name, info in run.metrics.items():
+    for info in run.metrics.values():
         console.print(f"  {info.signature.render()}", markup=False, highlight=False)
     written = [str(p) for p in (output, per_system) if p is not None]
     if written:

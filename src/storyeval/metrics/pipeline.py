@@ -334,7 +334,7 @@ def score_stories(
             output = MetricOutput(np.zeros(0))
         timings[name] = time.perf_counter() - started
         outputs[name] = output
-        signature = spec.signature(resolved[name], output.models, output.fields)
+        signature = spec.signature(resolved[name], output.models, output.fields, output.omit)
         rendered = signature.render()
         for story, value in zip(batch.stories, output.values, strict=True):
             scores.append(
@@ -433,7 +433,7 @@ def aggregate(
             values = output.values[index] if len(index) else np.zeros(0)
             defined = np.isfinite(values)
             n = int(defined.sum())
-            boot_fields = {
+            boot_fields: dict[str, Any] = {
                 "statistic": spec.item_statistic,
                 "n": n,
                 "bootstrap": bootstrap,

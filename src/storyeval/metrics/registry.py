@@ -212,6 +212,9 @@ class MetricOutput:
         into the signature.
     notes : list of str
         Things the user should know (e.g. texts split because they were too long).
+    omit : tuple of str
+        Options that played no part in this run (e.g. the baseline when rescaling is off),
+        left out of the signature.
     """
 
     values: np.ndarray
@@ -219,6 +222,7 @@ class MetricOutput:
     models: dict[str, str] = field(default_factory=dict)
     fields: dict[str, SignatureValue] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    omit: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -311,6 +315,7 @@ class MetricSpec:
         options: Mapping[str, Any],
         models: Mapping[str, str] | None = None,
         fields: Mapping[str, SignatureValue] | None = None,
+        omit: Sequence[str] = (),
     ) -> Signature:
         """The signature of this metric's values: model identities first, then every option
         that changes the number (in schema order), then run-time settings.
@@ -323,7 +328,7 @@ class MetricSpec:
         for key, identity in (models or {}).items():
             values[key] = identity
         for option in self.options:
-            if not option.in_signature or option.name in values:
+            if not option.in_signature or option.name in values or option.name in omit:
                 continue
             value = options.get(option.name, option.default)
             values[option.name] = value if value is not None else "auto"
