@@ -32,7 +32,9 @@ def _score(text, metrics, **options):
 def test_distinct_and_repetition_hand_worked():
     # words: the cat saw the cat . the cat saw the dog  -> 10 words
     text = "The cat saw the cat. The cat saw the dog."
-    values = _score(text, "distinct1,distinct2,distinct3,repeated_ngram_rate,repeated_sentence_rate")
+    values = _score(
+        text, "distinct1,distinct2,distinct3,repeated_ngram_rate,repeated_sentence_rate"
+    )
     assert values["distinct1"] == pytest.approx(4 / 10)  # the, cat, saw, dog
     # bigrams: the-cat saw-the cat-the (the-cat, cat-saw x2, saw-the x2, the-cat x3, cat-the, the-dog)
     assert values["distinct2"] == pytest.approx(5 / 9)
@@ -67,9 +69,7 @@ def test_concreteness_uses_spacy_pos_and_brysbaert_lemmas(nlp):
     doc = nlp(text)
     for pos, metric in (("NOUN", "concreteness_noun"), ("VERB", "concreteness_verb")):
         found = [
-            ratings.get(t.lemma_.lower(), ratings.get(t.text.lower()))
-            for t in doc
-            if t.pos_ == pos
+            ratings.get(t.lemma_.lower(), ratings.get(t.text.lower())) for t in doc if t.pos_ == pos
         ]
         found = [x for x in found if x is not None]
         assert len(found) >= 2
@@ -100,7 +100,7 @@ def test_user_hand_worked():
     assert (score.precision, score.recall) == (4 / 5, 4 / 6)
     assert score.f1 == pytest.approx(2 * 0.8 * (4 / 6) / (0.8 + 4 / 6))
     # a moved block counts once: the longest run wins, the crossing one cannot match
-    assert matched_tokens("a b c d".split(), "c d a b".split()) == 2
+    assert matched_tokens(["a", "b", "c", "d"], ["c", "d", "a", "b"]) == 2
     assert math.isnan(user("", "").f1) and user("x", "y").f1 == 0.0
 
 
@@ -111,14 +111,24 @@ def test_jaccard_hand_worked():
 
 def test_edit_metrics_read_the_original_field():
     stories = [
-        Story("a", "", "The dog ran home quickly.", system="x", extra={"suggestion": "The dog ran away."}),
-        Story("b", "", "Nothing kept here.", system="x", extra={"suggestion": "Entirely new words."}),
+        Story(
+            "a",
+            "",
+            "The dog ran home quickly.",
+            system="x",
+            extra={"suggestion": "The dog ran away."},
+        ),
+        Story(
+            "b", "", "Nothing kept here.", system="x", extra={"suggestion": "Entirely new words."}
+        ),
     ]
     run = score_stories(
         stories, "levenshtein,jaccard,user", options={"edits.original": "suggestion"}, bootstrap=0
     )
     values = {(s.item_id, s.metric): s.value for s in run.scores}
-    assert values[("a", "levenshtein")] == levenshtein("The dog ran away.", "The dog ran home quickly.")
+    assert values[("a", "levenshtein")] == levenshtein(
+        "The dog ran away.", "The dog ran home quickly."
+    )
     assert values[("a", "user")] == pytest.approx(user(stories[0].story, "The dog ran away.").f1)
     assert values[("b", "jaccard")] == 0.0
     assert "original:suggestion" in run.scores[0].signature

@@ -55,17 +55,25 @@ def test_bertscore_matches_the_bert_score_package(referenced, encoder, tmp_path)
             context=context,
         )
         expected = _bert_score(cands, refs, encoder, num_layers=layer, idf=idf)
-        for metric, column in zip(("bertscore_p", "bertscore_r", "bertscore_f"), expected, strict=True):
+        for metric, column in zip(
+            ("bertscore_p", "bertscore_r", "bertscore_f"), expected, strict=True
+        ):
             assert np.abs(_values(run, metric) - column).max() < 1e-4
         # each distinct text is encoded once per layer asked for, whatever reads it
         assert context.cache(None).stats.texts == encoded
     # rescaling with a user-given baseline file gives bert-score's rescaled numbers
     baseline = tmp_path / "baseline.csv"
-    baseline.write_text("LAYER,P,R,F\n0,0.1,0.1,0.1\n1,0.2,0.2,0.2\n2,0.3,0.3,0.3\n3,0.35,0.36,0.37\n4,0.4,0.41,0.42\n")
+    baseline.write_text(
+        "LAYER,P,R,F\n0,0.1,0.1,0.1\n1,0.2,0.2,0.2\n2,0.3,0.3,0.3\n3,0.35,0.36,0.37\n4,0.4,0.41,0.42\n"
+    )
     run = score_stories(
         referenced,
         "bertscore_f,bertscore_p",
-        options={"bertscore.layer": 4, "bertscore.rescale": True, "bertscore.baseline": str(baseline)},
+        options={
+            "bertscore.layer": 4,
+            "bertscore.rescale": True,
+            "bertscore.baseline": str(baseline),
+        },
         bootstrap=0,
         context=context,
     )
@@ -106,7 +114,9 @@ def test_shipped_baseline_rescales_and_is_named_in_the_signature(referenced):
     )
     raw = score_stories(referenced[:4], "bertscore_f", bootstrap=0)
     base = 0.47010276  # layer 4 F of src/storyeval/metrics/data/bertscore_baseline_all-MiniLM-L6-v2.csv
-    assert np.allclose(_values(run, "bertscore_f"), (_values(raw, "bertscore_f") - base) / (1 - base))
+    assert np.allclose(
+        _values(run, "bertscore_f"), (_values(raw, "bertscore_f") - base) / (1 - base)
+    )
     assert "baseline:storyeval:bertscore_baseline_all-MiniLM-L6-v2.csv" in run.scores[0].signature
 
 
@@ -135,7 +145,9 @@ def test_long_texts_are_windowed_never_truncated(encoder):
     covered = []
     for piece in pieces:
         assert len(piece.ids) <= 12
-        covered += list(range(piece.target_from, piece.target_from + piece.keep_to - piece.keep_from))
+        covered += list(
+            range(piece.target_from, piece.target_from + piece.keep_to - piece.keep_from)
+        )
     assert covered == list(range(40))  # every token (special ones included) exactly once
     text = " ".join(["The lighthouse keeper counted the ships that passed in the night."] * 60)
     with pytest.warns(LongTextWarning, match="overlapping windows"):
@@ -204,5 +216,7 @@ def test_embedding_coherence_matches_sentence_transformers(encoder):
     vectors = model.encode(split_sentences(text), normalize_embeddings=True)
     expected = float(np.mean([vectors[i] @ vectors[i + 1] for i in range(len(vectors) - 1)]))
     assert run.scores[0].value == pytest.approx(expected, abs=1e-5)
-    single = score_stories([Story("b", "", "Only one sentence.", system="x")], "embedding_coherence", bootstrap=0)
+    single = score_stories(
+        [Story("b", "", "Only one sentence.", system="x")], "embedding_coherence", bootstrap=0
+    )
     assert np.isnan(single.scores[0].value)

@@ -19,6 +19,10 @@ import numpy as np
 from storyeval.errors import ModelLoadError
 
 
+class UndefinedScoreWarning(UserWarning):
+    """Some scores are undefined (NaN) for a reason the user can act on."""
+
+
 class LongTextWarning(UserWarning):
     """A text was longer than the model's input and was encoded in overlapping windows."""
 

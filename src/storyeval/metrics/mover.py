@@ -29,6 +29,7 @@ from __future__ import annotations
 import functools
 import math
 import string
+import warnings
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -36,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from storyeval.metrics.context import resolve_layer
+from storyeval.metrics.context import UndefinedScoreWarning, resolve_layer
 from storyeval.metrics.embedding import default_layer, idf_weights
 from storyeval.metrics.registry import MetricBatch, MetricOption, MetricOutput, register_metric
 
@@ -364,8 +365,15 @@ def moverscore(batch: MetricBatch, options: Mapping[str, Any]) -> MetricOutput:
         ]
         finite = [s for s in scores if not math.isnan(s)]
         values.append(max(finite) if finite else math.nan)
+    array = np.asarray(values, dtype=np.float64)
+    notes = []
+    if np.isnan(array).any():
+        notes.append(
+            f"{int(np.isnan(array).sum())} stories are undefined: no token with a non-zero weight "
+            "(with idf, a token found in every story or reference weighs 0, so idf needs at "
+            "least two distinct stories and references; set moverscore.idf=false otherwise)"
+        )
+        warnings.warn(f"moverscore: {notes[-1]}", UndefinedScoreWarning, stacklevel=2)
     return MetricOutput(
-        np.asarray(values, dtype=np.float64),
-        models={"model": cache.identity},
-        fields={"layer": layer},
+        array, models={"model": cache.identity}, fields={"layer": layer}, notes=notes
     )

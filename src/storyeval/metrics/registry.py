@@ -115,7 +115,8 @@ class MetricOption:
     def parse(self, raw: Any, *, where: str = "") -> Any:
         """Convert ``raw`` (text or a Python value) to this option's type and validate it."""
         label = where or self.name
-        if raw is None or (isinstance(raw, str) and raw.strip().lower() in _NONE):
+        is_choice = self.choices is not None and raw in self.choices
+        if raw is None or (isinstance(raw, str) and raw.strip().lower() in _NONE and not is_choice):
             if self.required:
                 raise OptionError(f"option {label} needs a value")
             if self.default is None or self.type is str:
