@@ -59,7 +59,7 @@ def test_metadata_is_complete_and_defaults_validate(spec):
 
 
 def test_unknown_metric_names_the_choices():
-    with pytest.raises(UnknownMetricError, match="must be one of .*bleu"):
+    with pytest.raises(UnknownMetricError, match=r"must be one of .*bleu"):
         get_metric("blue")
 
 
@@ -101,9 +101,9 @@ def test_bad_options_are_errors_not_ignored(options, message):
 
 def test_option_assignment_parsing():
     assert parse_option_assignments(["perplexity.model=/a=b"]) == {"perplexity.model": "/a=b"}
-    with pytest.raises(OptionError, match="NAME.KEY=VALUE"):
+    with pytest.raises(OptionError, match=r"NAME\.KEY=VALUE"):
         parse_option_assignments(["bertscore.layer"])
-    with pytest.raises(OptionError, match="NAME.KEY=VALUE"):
+    with pytest.raises(OptionError, match=r"NAME\.KEY=VALUE"):
         parse_option_assignments(["layer=4"])
 
 
@@ -169,7 +169,7 @@ def test_another_package_can_register_a_metric_with_a_required_checkpoint_option
         stories = [Story("a", "", "abcd", system="x"), Story("b", "", "abcdefgh", system="x")]
         chosen, skipped = default_suite(stories)
         assert "toy_learned" not in chosen and "toy_learned" in skipped
-        with pytest.raises(OptionError, match="needs option toy_learned.model"):
+        with pytest.raises(OptionError, match=r"needs option toy_learned\.model"):
             score_stories(stories, "toy_learned")
         run = score_stories(
             stories, "toy_learned", options={"learned.model": str(tmp_path)}, bootstrap=0
