@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 OUT := out
 
-.PHONY: setup setup-test demo test test-fast lint format typecheck bench examples clean
+.PHONY: setup setup-test demo test test-fast lint format typecheck bench examples cards clean
 
 setup:
 	@scripts/setup.sh
@@ -16,6 +16,7 @@ demo: setup
 	$(BIN)/storyeval validate examples/stories.jsonl
 	$(BIN)/storyeval validate examples/judgments.jsonl
 	$(BIN)/storyeval describe examples/stories.jsonl -o $(OUT)/describe.csv
+	$(BIN)/storyeval score examples/stories.jsonl -o $(OUT)/scores.jsonl --per-system $(OUT)/systems.csv
 
 ## test: set up (with Chromium and PostgreSQL), then run the whole test suite
 test: setup-test
@@ -38,6 +39,15 @@ typecheck:
 
 examples: setup
 	$(BIN)/python scripts/make_examples.py
+
+## bench: speed benchmarks (ratios measured in one run)
+bench: setup
+	$(BIN)/python benchmarks/bench_bertscore.py
+	$(BIN)/python benchmarks/bench_suite.py
+
+## cards: regenerate the metric cards docs/metrics/*.md from the registry
+cards:
+	$(BIN)/python scripts/metric_cards.py
 
 clean:
 	rm -rf $(OUT) .pytest_cache .mypy_cache .ruff_cache

@@ -216,3 +216,16 @@ def test_every_registered_metric_has_a_card(spec):
     assert f"| range | {spec.range_text} |" in text
     for option in spec.options:
         assert f"`{spec.name}.{option.name}`" in text or f"`{option.name}`" in text
+
+
+def test_generated_cards_are_up_to_date():
+    """docs/metrics is generated from the registry by scripts/metric_cards.py (`make cards`):
+    a registry change (option, range, direction) must be followed by regenerating the cards."""
+    import subprocess
+    import sys
+
+    script = DOCS.parent.parent / "scripts" / "metric_cards.py"
+    result = subprocess.run(
+        [sys.executable, str(script), "--check"], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stdout + result.stderr

@@ -118,7 +118,7 @@ class EncoderCache:
 
     encoder: Any
     batch_tokens: int = 16384
-    max_batch: int = 128
+    max_batch: int = 64
     progress: bool = False
     stats: CacheStats = field(default_factory=CacheStats)
 

@@ -155,9 +155,10 @@ class Greedy:
     def normed(self, text: str) -> np.ndarray:
         key = text.strip()
         if key not in self._normed:
-            states = self.cache.embeddings(key, self.layer).astype(np.float64)
+            states = self.cache.embeddings(key, self.layer)
             norms = np.linalg.norm(states, axis=1, keepdims=True)
-            self._normed[key] = states / np.where(norms > 0, norms, 1.0)
+            # float32 like bert-score's own matching; sums below are taken in float64
+            self._normed[key] = (states / np.where(norms > 0, norms, 1.0)).astype(np.float32)
         return self._normed[key]
 
     def weights(self, text: str) -> np.ndarray:
@@ -182,8 +183,8 @@ class Greedy:
         if wc.sum() <= 0 or wr.sum() <= 0:
             return math.nan, math.nan, math.nan
         sim = c @ r.T
-        precision = float((sim.max(axis=1) * wc).sum() / wc.sum())
-        recall = float((sim.max(axis=0) * wr).sum() / wr.sum())
+        precision = float((sim.max(axis=1).astype(np.float64) * wc).sum() / wc.sum())
+        recall = float((sim.max(axis=0).astype(np.float64) * wr).sum() / wr.sum())
         f1 = 2 * precision * recall / (precision + recall) if precision + recall else math.nan
         return precision, recall, f1
 

@@ -271,7 +271,7 @@ for _kind, _what in (
 ):
     register_metric(
         _kind,
-        description=f"{_what.capitalize()} of the story and its reference(s) (Clark et al. 2019)",
+        description=f"{_what[0].upper()}{_what[1:]} of the story and its reference(s) (Clark et al. 2019)",
         families=("mover",),
         needs_reference=True,
         model="glove",
