@@ -100,13 +100,13 @@ NARRATIVE: dict[str, dict[str, str]] = {
     },
     "bleu1": {
         "measures": "Unigram BLEU: clipped unigram precision with the brevity penalty, the "
-        "\"1-gram BLEU\" Callan & Foster report beside BERTScore. Corpus value `corpus_bleu1` "
+        '"1-gram BLEU" Callan & Foster report beside BERTScore. Corpus value `corpus_bleu1` '
         "in the per-system table.",
         "read": "0-100 (Callan & Foster write 0-1: their 0.1226 is 12.26 here). It measures "
         "shared words, not coherence: their example prompt/sentence pair has a low BLEU-1 but a "
         "high rescaled BERTScore.",
-        "papers": f"{CF}: the prompt \"You are born with the ability to stop time...\" and the "
-        "story sentence \"Your brain takes over and tells you to move, but you cannot.\" have "
+        "papers": f'{CF}: the prompt "You are born with the ability to stop time..." and the '
+        'story sentence "Your brain takes over and tells you to move, but you cannot." have '
         "1-gram BLEU 0.1226 (12.26 on this scale) and rescaled BERTScore 0.287.",
         "limits": BLEU_LIMITS,
         "refs": f"{CF}; Papineni et al. (2002).",
@@ -499,9 +499,19 @@ def render(spec) -> str:  # type: ignore[no-untyped-def]
         "|---|---|---|---|",
     ]
     for option in spec.options:
-        kind = " \\| ".join(str(c) for c in option.choices) if option.choices else option.type.__name__
-        default = "required" if option.required else (
-            "auto" if option.default is None else str(option.default).lower() if isinstance(option.default, bool) else str(option.default)
+        kind = (
+            " \\| ".join(str(c) for c in option.choices) if option.choices else option.type.__name__
+        )
+        default = (
+            "required"
+            if option.required
+            else (
+                "auto"
+                if option.default is None
+                else str(option.default).lower()
+                if isinstance(option.default, bool)
+                else str(option.default)
+            )
         )
         lines.append(f"| `{spec.name}.{option.name}` | {kind} | {default} | {option.help} |")
     if not spec.options:

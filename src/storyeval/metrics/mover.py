@@ -133,6 +133,14 @@ def bags(document: Document, kind: str) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(vectors, dtype=np.float64), np.asarray(weights) / scale
 
 
+def euclidean(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Pairwise Euclidean distances between the rows of ``a`` and ``b`` (float64)."""
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    squared = (a * a).sum(1)[:, None] + (b * b).sum(1)[None, :] - 2.0 * (a @ b.T)
+    return np.sqrt(np.maximum(squared, 0.0))
+
+
 def mover_similarity(a: Document, b: Document, kind: str) -> float:
     """``exp(-EMD)`` between the bags of two documents (NaN if either is empty)."""
     import ot
@@ -141,7 +149,7 @@ def mover_similarity(a: Document, b: Document, kind: str) -> float:
         return math.nan
     xa, wa = bags(a, kind)
     xb, wb = bags(b, kind)
-    cost = np.sqrt(np.maximum(((xa[:, None, :] - xb[None, :, :]) ** 2).sum(-1), 0.0))
+    cost = euclidean(xa, xb)
     wa, wb = wa / wa.sum(), wb / wb.sum()  # guard rounding: both sum to 1 exactly
     distance = float(ot.emd2(wa, wb, cost))
     return math.exp(-distance)
@@ -298,7 +306,7 @@ def moverscore_pair(
         return math.nan
     a = ref_states / np.maximum(np.linalg.norm(ref_states, axis=1, keepdims=True), 1e-30)
     b = hyp_states / np.maximum(np.linalg.norm(hyp_states, axis=1, keepdims=True), 1e-30)
-    cost = np.sqrt(np.maximum(((a[:, None, :] - b[None, :, :]) ** 2).sum(-1), 0.0))
+    cost = euclidean(a, b)
     distance = float(
         ot.emd2(ref_weights / ref_weights.sum(), hyp_weights / hyp_weights.sum(), cost)
     )
