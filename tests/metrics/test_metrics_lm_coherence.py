@@ -170,3 +170,15 @@ def test_nsp_with_a_trained_head_checkpoint(short_stories, nsp_checkpoint):
         bootstrap=0,
     )
     assert labels.scores[0].value in {k / len(split_sentences(stories[0].story)) for k in range(4)}
+
+
+def test_nsp_hub_model_without_network_names_the_nsp_option(short_stories, monkeypatch):
+    from storyeval.models import loading
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    loading._hub_reachable.cache_clear()
+    try:
+        with pytest.raises(ModelLoadError, match=r"--option nsp\.model=/path/to/model"):
+            score_stories(short_stories[:1], "nsp_prev", options={"nsp.model": "bert-base-uncased"})
+    finally:
+        loading._hub_reachable.cache_clear()

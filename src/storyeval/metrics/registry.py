@@ -343,7 +343,7 @@ class MetricSpec:
 _REGISTRY: dict[str, MetricSpec] = {}
 _LOCK = threading.RLock()
 _DISCOVERED = False
-_NOT_METRIC_MODULES = {"registry", "pipeline", "context", "aggregate", "encoder"}
+_NOT_METRIC_MODULES = {"registry", "pipeline", "context", "data"}
 ENTRY_POINT_GROUP = "storyeval.metrics"
 
 
