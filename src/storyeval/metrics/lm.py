@@ -75,7 +75,7 @@ def token_nll(
     window: int | None = None,
     stride: int | None = None,
     batch_tokens: int = 4096,
-    progress: Any = None,
+    progress: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Summed negative log-likelihood (nats) and number of scored tokens of each
     ``(context_ids, target_ids)`` pair under ``lm`` (a :class:`~storyeval.models.LoadedModel`).
@@ -107,6 +107,9 @@ def token_nll(
         batches.append(current)
     pad = lm.tokenizer.pad_token_id
     pad = int(pad) if pad is not None else 0
+    from storyeval.metrics.context import _progress
+
+    bar = _progress(len(batches), "perplexity", progress)
     with torch.inference_mode():
         for batch in batches:
             width = max(len(rows[i].ids) for i in batch)
@@ -125,8 +128,8 @@ def token_nll(
                 scored = picked[r, row.score_from - 1 : len(row.ids) - 1]
                 nll[row.text] += float(scored.sum())
                 count[row.text] += len(scored)
-            if progress is not None:
-                progress.update(1)
+            bar.update(1)
+    bar.close()
     return nll, count
 
 
@@ -151,7 +154,7 @@ def perplexity_stats(
     window: int | None = None,
     stride: int | None = None,
     batch_tokens: int = 4096,
-    progress: Any = None,
+    progress: bool = False,
 ) -> np.ndarray:
     """Per-text sufficient statistics ``[nll_sum, n_tokens]`` (shape ``(n, 2)``) of ``texts``
     scored after the start token and (when given) their prompts.
@@ -237,7 +240,6 @@ def perplexity(batch: MetricBatch, options: Mapping[str, Any]) -> MetricOutput:
         )
     texts = [s.story for s in batch.stories]
     prompts = [s.prompt for s in batch.stories] if options["context"] == "prompt" else None
-    bar = batch.context.progress_bar(max(1, len(texts) // 8), "perplexity")
     stats = perplexity_stats(
         lm,
         texts,
@@ -245,9 +247,8 @@ def perplexity(batch: MetricBatch, options: Mapping[str, Any]) -> MetricOutput:
         window=window,
         stride=stride,
         batch_tokens=options["batch_tokens"],
-        progress=bar,
+        progress=batch.context.progress,
     )
-    bar.close()
     with np.errstate(divide="ignore", invalid="ignore"):
         values = np.where(stats[:, 1] > 0, np.exp(stats[:, 0] / np.maximum(stats[:, 1], 1)), np.nan)
     first = start_token(lm)
