@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 OUT := out
 
-.PHONY: setup setup-test demo test test-fast lint format typecheck bench examples cards clean
+.PHONY: setup setup-test demo test test-fast lint format typecheck bench bench-study examples cards clean
 
 setup:
 	@scripts/setup.sh
@@ -17,6 +17,11 @@ demo: setup
 	$(BIN)/storyeval validate examples/judgments.jsonl
 	$(BIN)/storyeval describe examples/stories.jsonl -o $(OUT)/describe.csv
 	$(BIN)/storyeval score examples/stories.jsonl -o $(OUT)/scores.jsonl --per-system $(OUT)/systems.csv
+	$(BIN)/storyeval agreement --judgments examples/judgments.jsonl -o $(OUT)/agreement.csv
+	$(BIN)/storyeval study check examples/studies
+	$(BIN)/storyeval study statement examples/studies/likert.yaml -o $(OUT)/study-likert-statement.md
+	$(BIN)/storyeval triangle plan --alpha 0.05 --beta 0.05 --pd 0.5
+	$(BIN)/storyeval study analyse --judgments examples/judgments.jsonl --stories examples/stories.jsonl -o $(OUT)/study-analysis
 
 ## test: set up (with Chromium and PostgreSQL), then run the whole test suite
 test: setup-test
@@ -36,6 +41,9 @@ format:
 
 typecheck:
 	$(BIN)/mypy
+
+bench-study: setup-test
+	$(BIN)/python benchmarks/bench_study_server.py
 
 examples: setup
 	$(BIN)/python scripts/make_examples.py

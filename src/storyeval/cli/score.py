@@ -121,12 +121,12 @@ def _report(run: object, stories: Path, output: Path | None, per_system: Path | 
         estimate = "undefined" if math.isnan(row.estimate) else f"{row.estimate:.4g}"
         table.add_row(row.metric, row.statistic, str(row.system), estimate, ci, str(row.n))
     console.print(table)
-    console.print("signatures:", markup=False)
+    typer.echo("signatures:")
     for info in run.metrics.values():
-        console.print(f"  {info.signature.render()}", markup=False, highlight=False)
+        typer.echo(f"  {info.signature.render()}")
     written = [str(p) for p in (output, per_system) if p is not None]
     if written:
-        console.print(f"wrote {', '.join(written)}", markup=False, highlight=False)
+        typer.echo(f"wrote {', '.join(written)}")
 
 
 def metrics(

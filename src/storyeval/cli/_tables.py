@@ -1,0 +1,100 @@
+"""Helpers for the meta-evaluation commands: writing tables, surfacing warnings, printing."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import warnings
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import typer
+
+TABLE_SUFFIXES = (".csv", ".jsonl")
+
+
+def check_table_path(path: Path) -> Path:
+    """The output path of a table must end in .csv or .jsonl."""
+    if path.suffix.lower() not in TABLE_SUFFIXES:
+        raise typer.BadParameter(
+            f"the output file must end in {' or '.join(TABLE_SUFFIXES)}; got {path.name!r}"
+        )
+    return path
+
+
+def write_table(frame: Any, path: Path) -> None:
+    """Write a DataFrame atomically as CSV (full precision, empty cells for missing values)
+    or JSONL (one object per row, null for missing values)."""
+    import json
+
+    from storyeval.io import write_text_atomic
+
+    if path.suffix.lower() == ".jsonl":
+        lines = []
+        for record in frame.to_dict("records"):
+            clean: dict[str, Any] = {}
+            for key, value in record.items():
+                if value is None or (isinstance(value, float) and math.isnan(value)):
+                    clean[str(key)] = None
+                elif hasattr(value, "item"):
+                    clean[str(key)] = value.item()
+                elif str(value) == "<NA>":
+                    clean[str(key)] = None
+                else:
+                    clean[str(key)] = value
+            lines.append(json.dumps(clean, ensure_ascii=False, allow_nan=False))
+        write_text_atomic(path, "\n".join(lines) + ("\n" if lines else ""))
+    else:
+        write_text_atomic(path, frame.to_csv(index=False))
+
+
+@contextlib.contextmanager
+def reported_warnings(limit: int = 8) -> Iterator[None]:
+    """Collect the warnings raised inside and print each distinct one once to stderr."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield
+    from storyeval.meta import MetaEvaluationWarning
+
+    seen: dict[str, int] = {}
+    for item in caught:
+        if not issubclass(item.category, MetaEvaluationWarning):
+            continue
+        text = f"{item.category.__name__}: {item.message}"
+        seen[text] = seen.get(text, 0) + 1
+    for text, count in list(seen.items())[:limit]:
+        suffix = f" (x{count})" if count > 1 else ""
+        typer.echo(f"warning: {text}{suffix}", err=True)
+    if len(seen) > limit:
+        typer.echo(f"warning: ... and {len(seen) - limit} more distinct warning(s)", err=True)
+
+
+def format_estimate(row: Any) -> str:
+    est = row["estimate"]
+    if est is None or (isinstance(est, float) and math.isnan(est)):
+        return "nan"
+    text = f"{est:+.3f}"
+    low, high = row.get("ci_low"), row.get("ci_high")
+    if low is not None and high is not None and not (math.isnan(low) or math.isnan(high)):
+        text += f" [{low:+.3f}, {high:+.3f}]"
+    return text
+
+
+def print_table(frame: Any, columns: Sequence[str], *, limit: int = 40) -> None:
+    """Print the first rows of a table with the estimate and its interval in one column."""
+    if frame.empty:
+        typer.echo("(no rows)")
+        return
+    shown = frame.head(limit).copy()
+    if "estimate" in shown.columns:
+        shown["estimate [ci]"] = [format_estimate(r) for r in shown.to_dict("records")]
+    if "p_value" in shown.columns:
+        shown["p"] = [
+            "nan" if p is None or (isinstance(p, float) and math.isnan(p)) else f"{p:.3g}"
+            for p in shown["p_value"]
+        ]
+    keep = [c for c in columns if c in shown.columns]
+    typer.echo(shown[keep].to_string(index=False))
+    if len(frame) > limit:
+        typer.echo(f"... {len(frame) - limit} more row(s) in the output file")

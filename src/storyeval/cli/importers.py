@@ -1,0 +1,73 @@
+"""``storyeval import FORMAT FILE --out-dir DIR``: public benchmark formats to canonical files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from storyeval.cli._common import user_error
+
+
+def import_command(
+    fmt: str = typer.Argument(..., metavar="FORMAT", help="union, hanna, deltascore or judgments."),
+    file: Path = typer.Argument(..., help="The file to import."),
+    out_dir: Path = typer.Option(
+        ..., "--out-dir", help="Directory for stories/judgments/scores.jsonl."
+    ),
+    context_sentences: int = typer.Option(
+        1, "--context-sentences", help="union: leading sentences that form the prompt (0: none)."
+    ),
+    criterion: str = typer.Option(
+        "reasonable", "--criterion", help="union: the criterion of the 0/1 labels."
+    ),
+    system: str = typer.Option(None, "--system", help="union: the system that wrote the stories."),
+    aspect: list[str] = typer.Option(
+        None, "--aspect", help="deltascore: rating fields (repeat; default: every numeric field)."
+    ),
+) -> None:
+    """Convert a UNION, HANNA, DeltaScore or long-format judgment file to canonical files.
+
+    Writes DIR/stories.jsonl, DIR/judgments.jsonl and, when the file carries metric values,
+    DIR/scores.jsonl. Bad input exits 2 with FILE:LINE: reason lines.
+    """
+    from storyeval.errors import DataFileError
+    from storyeval.importers import IMPORTERS, import_file, write_import
+
+    if fmt not in IMPORTERS:
+        raise typer.BadParameter(
+            f"must be one of {', '.join(IMPORTERS)}; got {fmt!r}", param_hint="FORMAT"
+        )
+    options: dict[str, object] = {}
+    if fmt == "union":
+        options = {"context_sentences": context_sentences, "criterion": criterion, "system": system}
+    elif fmt == "deltascore" and aspect:
+        options = {"aspects": aspect}
+    try:
+        result = import_file(fmt, file, **options)
+        written = write_import(result, out_dir)
+    except DataFileError as exc:
+        for problem in exc.problems:
+            typer.echo(str(problem), err=True)
+        raise typer.Exit(2) from None
+    except (ValueError, OSError) as exc:
+        raise user_error(exc) from None
+    counts = {
+        "stories": len(result.stories),
+        "judgments": len(result.judgments),
+        "scores": len(result.scores),
+    }
+    for kind, path in written.items():
+        typer.echo(f"wrote {counts[kind]} {kind} to {path}")
+    if result.scores:
+        metrics = sorted({s.metric for s in result.scores})
+        typer.echo(f"metrics ({len(metrics)}): {', '.join(metrics)}")
+    criteria = sorted({j.criterion for j in result.judgments})
+    raters = sorted({j.rater_id for j in result.judgments})
+    typer.echo(f"criteria: {', '.join(criteria)}; raters: {len(raters)}")
+    for note in result.notes:
+        typer.echo(f"note: {note}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("import", rich_help_panel="Data")(import_command)

@@ -1,0 +1,552 @@
+"""Meta-evaluation commands: correlate, compare, agreement, ceiling, discriminate, drift."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from storyeval.cli._common import user_error
+from storyeval.cli._tables import check_table_path, print_table, reported_warnings, write_table
+
+SCORES_HELP = "A score file from `storyeval score` (repeat for several)."
+JUDGMENTS_HELP = "A long-format judgment file (repeat for several)."
+STORIES_HELP = "A story file to look up the system and prompt_id of each item."
+
+drift_app = typer.Typer(
+    help="Robustness of correlations: quality drift, subsets, dataset drift (seed 001, 4.4).",
+    no_args_is_help=True,
+)
+
+
+def _scores_opt() -> Any:
+    return typer.Option(..., "--scores", "-s", help=SCORES_HELP)
+
+
+def _judgments_opt() -> Any:
+    return typer.Option(..., "--judgments", "-j", help=JUDGMENTS_HELP)
+
+
+def _stories_opt() -> Any:
+    return typer.Option(None, "--stories", help=STORIES_HELP)
+
+
+def _output_opt(help_text: str = "Output table (.csv or .jsonl).") -> Any:
+    return typer.Option(..., "-o", "--output", help=help_text)
+
+
+def _check_choices(values: list[str], choices: tuple[str, ...], option: str) -> list[str]:
+    for value in values:
+        if value not in choices:
+            raise typer.BadParameter(
+                f"must be one of {', '.join(choices)}; got {value!r}", param_hint=option
+            )
+    return list(dict.fromkeys(values))
+
+
+def _load(
+    scores: list[Path],
+    judgments: list[Path],
+    stories: Path | None,
+    aggregate: str,
+    metric: list[str] | None,
+    criterion: list[str] | None,
+    study: str | None,
+    condition: str | None,
+    fields: list[str] | None = None,
+) -> Any:
+    from storyeval.meta import load_meta_table
+    from storyeval.meta.data import AGGREGATIONS
+
+    _check_choices([aggregate], AGGREGATIONS, "--aggregate")
+    return load_meta_table(
+        scores,
+        judgments,
+        stories=stories,
+        aggregation=aggregate,
+        metrics=metric or None,
+        criteria=criterion or None,
+        study=study,
+        condition=condition,
+        item_fields=fields or (),
+    )
+
+
+def correlate_command(
+    scores: list[Path] = _scores_opt(),
+    judgments: list[Path] = _judgments_opt(),
+    output: Path = _output_opt(),
+    stories: Path = _stories_opt(),
+    level: list[str] = typer.Option(
+        None, "--level", "-l", help="pooled, story or system (repeat; default: all three)."
+    ),
+    method: list[str] = typer.Option(
+        None, "--method", "-m", help="pearson, spearman or kendall (repeat; default: all three)."
+    ),
+    kendall_variant: str = typer.Option("b", "--kendall-variant", help="Kendall tau-b or tau-c."),
+    aggregate: str = typer.Option(
+        "mean", "--aggregate", help="Rater aggregation: mean, median, majority."
+    ),
+    metric: list[str] = typer.Option(None, "--metric", help="Only these metrics (repeat)."),
+    criterion: list[str] = typer.Option(None, "--criterion", help="Only these criteria (repeat)."),
+    n_boot: int = typer.Option(1000, "--n-boot", help="Bootstrap replicates (0: no interval)."),
+    confidence: float = typer.Option(0.95, "--confidence", help="Interval coverage."),
+    seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
+    adjust: str = typer.Option(
+        "none", "--adjust", help="Multiple-comparison correction: none, bh, bonferroni, holm."
+    ),
+    study: str = typer.Option(None, "--study", help="Only judgments of this study."),
+    condition: str = typer.Option(None, "--condition", help="Only judgments of this condition."),
+) -> None:
+    """Correlate every metric with every human criterion at the pooled, story and system levels.
+
+    Story level: within each prompt across its systems, averaged over prompts (the bootstrap
+    resamples prompts). System level: over per-system means. Writes one row per
+    metric x criterion x level x method with estimate, p_value, ci_low, ci_high, n.
+    """
+    from storyeval.meta import LEVELS, METHODS, adjust_pvalues, correlate
+    from storyeval.meta.significance import CORRECTIONS
+
+    check_table_path(output)
+    levels = _check_choices(level or list(LEVELS), LEVELS, "--level")
+    methods = _check_choices(method or list(METHODS), METHODS, "--method")
+    _check_choices([kendall_variant], ("b", "c"), "--kendall-variant")
+    _check_choices([adjust], ("none", *CORRECTIONS), "--adjust")
+    try:
+        with reported_warnings():
+            table = _load(
+                scores, judgments, stories, aggregate, metric, criterion, study, condition
+            )
+            result = correlate(
+                table,
+                levels=levels,
+                methods=methods,
+                kendall_variant=kendall_variant,
+                n_boot=n_boot,
+                confidence=confidence,
+                seed=seed,
+            )
+            if adjust != "none":
+                result = adjust_pvalues(result, method=adjust, by=["level", "method"])
+    except (ValueError, OSError) as exc:
+        raise user_error(exc) from None
+    write_table(result, output)
+    print_table(result, ["metric", "criterion", "level", "method", "estimate [ci]", "p", "n"])
+    typer.echo(f"wrote {len(result)} rows to {output}")
+    for sig in dict.fromkeys(result["signature"]):
+        typer.echo(f"signature: {sig}")
+    for name, sigs in table.metric_signatures.items():
+        typer.echo(f"metric {name}: {'; '.join(sigs) or '(no signature)'}")
+
+
+def compare_command(
+    scores: list[Path] = _scores_opt(),
+    judgments: list[Path] = _judgments_opt(),
+    output: Path = _output_opt(),
+    stories: Path = _stories_opt(),
+    criterion: list[str] = typer.Option(None, "--criterion", help="Only these criteria (repeat)."),
+    metric: list[str] = typer.Option(None, "--metric", help="Only these metrics (repeat, >= 2)."),
+    method: str = typer.Option("spearman", "--method", "-m", help="pearson, spearman or kendall."),
+    level: str = typer.Option("pooled", "--level", "-l", help="pooled or system."),
+    alternative: str = typer.Option(
+        "greater", "--alternative", help="greater (A correlates more than B), two-sided, less."
+    ),
+    adjust: str = typer.Option(
+        "bh", "--adjust", help="Correction per criterion: none, bh, bonferroni, holm."
+    ),
+    aggregate: str = typer.Option(
+        "mean", "--aggregate", help="Rater aggregation: mean, median, majority."
+    ),
+) -> None:
+    """Williams tests: does metric A correlate with people more strongly than metric B?"""
+    from storyeval.meta import METHODS, compare_metrics
+    from storyeval.meta.significance import ALTERNATIVES, CORRECTIONS
+
+    check_table_path(output)
+    _check_choices([method], METHODS, "--method")
+    _check_choices([level], ("pooled", "system"), "--level")
+    _check_choices([alternative], ALTERNATIVES, "--alternative")
+    _check_choices([adjust], ("none", *CORRECTIONS), "--adjust")
+    try:
+        with reported_warnings():
+            table = _load(scores, judgments, stories, aggregate, None, criterion, None, None)
+            result = compare_metrics(
+                table,
+                metrics=metric or None,
+                method=method,
+                level=level,
+                alternative=alternative,
+                correction=None if adjust == "none" else adjust,
+            )
+    except (ValueError, OSError) as exc:
+        raise user_error(exc) from None
+    write_table(result, output)
+    columns = ["criterion", "metric_a", "metric_b", "r_a", "r_b", "statistic", "p", "n"]
+    if "p_adjusted" in result.columns:
+        columns.append("p_adjusted")
+    print_table(result.round({"r_a": 3, "r_b": 3, "statistic": 3, "p_adjusted": 4}), columns)
+    typer.echo(f"wrote {len(result)} rows to {output}")
+    if not result.empty:
+        typer.echo(f"signature: {result['signature'].iloc[0]}")
+
+
+def agreement_command(
+    judgments: list[Path] = _judgments_opt(),
+    output: Path = _output_opt(),
+    criterion: list[str] = typer.Option(None, "--criterion", help="Only these criteria (repeat)."),
+    statistic: list[str] = typer.Option(
+        None, "--statistic", help="alpha, fleiss, icc, full_agreement (repeat; default: all)."
+    ),
+    alpha_level: list[str] = typer.Option(
+        None, "--alpha-level", help="nominal, ordinal, interval (repeat; default: all)."
+    ),
+    n_boot: int = typer.Option(1000, "--n-boot", help="Bootstrap replicates for alpha and kappa."),
+    confidence: float = typer.Option(0.95, "--confidence"),
+    seed: int = typer.Option(0, "--seed"),
+    study: str = typer.Option(None, "--study", help="Only judgments of this study."),
+    condition: str = typer.Option(None, "--condition", help="Only judgments of this condition."),
+) -> None:
+    """Inter-rater agreement per criterion: Krippendorff's alpha, Fleiss' kappa, ICC, % full agreement."""
+    from storyeval.corpus import read_judgments
+    from storyeval.meta import agreement, describe_ratings
+    from storyeval.meta.agreement import AGREEMENT_STATISTICS, ALPHA_LEVELS
+    from storyeval.meta.data import filter_judgments
+
+    check_table_path(output)
+    stats = _check_choices(
+        statistic or list(AGREEMENT_STATISTICS), AGREEMENT_STATISTICS, "--statistic"
+    )
+    levels = _check_choices(alpha_level or list(ALPHA_LEVELS), ALPHA_LEVELS, "--alpha-level")
+    try:
+        with reported_warnings():
+            records = []
+            for path in judgments:
+                records.extend(read_judgments(path))
+            records = filter_judgments(records, study=study, condition=condition)
+            result = agreement(
+                records,
+                criteria=criterion or None,
+                statistics=stats,
+                alpha_levels=levels,
+                n_boot=n_boot,
+                confidence=confidence,
+                seed=seed,
+            )
+            summary = describe_ratings(records)
+    except (ValueError, OSError) as exc:
+        raise user_error(exc) from None
+    write_table(result, output)
+    typer.echo(summary.round(3).to_string(index=False))
+    print_table(result, ["criterion", "method", "estimate [ci]", "n", "n_raters"], limit=60)
+    typer.echo(f"wrote {len(result)} rows to {output}")
+
+
+def ceiling_command(
+    judgments: list[Path] = _judgments_opt(),
+    output: Path = _output_opt(),
+    stories: Path = _stories_opt(),
+    level: list[str] = typer.Option(
+        None, "--level", "-l", help="pooled, story, system (repeat; default: pooled)."
+    ),
+    method: list[str] = typer.Option(
+        None, "--method", "-m", help="pearson, spearman, kendall (repeat; default: all)."
+    ),
+    criterion: list[str] = typer.Option(None, "--criterion", help="Only these criteria (repeat)."),
+    min_items: int = typer.Option(
+        10, "--min-items", help="Skip raters sharing fewer items with the others."
+    ),
+    n_boot: int = typer.Option(1000, "--n-boot"),
+    seed: int = typer.Option(0, "--seed"),
+) -> None:
+    """The human ceiling: each rater against the mean of the other raters."""
+    from storyeval.corpus import read_judgments, read_stories
+    from storyeval.meta import LEVELS, METHODS, human_ceiling
+    from storyeval.meta.data import _item_info, _judgments_to_frame
+
+    check_table_path(output)
+    levels = _check_choices(level or ["pooled"], LEVELS, "--level")
+    methods = _check_choices(method or list(METHODS), METHODS, "--method")
+    try:
+        with reported_warnings():
+            records = []
+            for path in judgments:
+                records.extend(read_judgments(path))
+            frame = _judgments_to_frame(records)
+            story_records = read_stories(stories) if stories is not None else None
+            import pandas as pd
+
+            items = _item_info(
+                pd.DataFrame(columns=["item_id"]),
+                frame,
+                story_records,
+                sorted(set(frame["item_id"])),
+                (),
+            )
+            result = human_ceiling(
+                frame,
+                items=items,
+                criteria=criterion or None,
+                levels=levels,
+                methods=methods,
+                min_items=min_items,
+                n_boot=n_boot,
+                seed=seed,
+            )
+    except (ValueError, OSError) as exc:
+        raise user_error(exc) from None
+    write_table(result, output)
+    print_table(result, ["rater", "criterion", "level", "method", "estimate [ci]", "n"], limit=60)
+    typer.echo(f"wrote {len(result)} rows to {output}")
+
+
+def discriminate_command(
+    scores: list[Path] = _scores_opt(),
+    output: Path = _output_opt(),
+    pairs: Path = typer.Option(
+        None,
+        "--pairs",
+        help="Pair file (.jsonl/.csv) with original_id, altered_id [, other columns].",
+    ),
+    perturbed: Path = typer.Option(
+        None, "--perturbed", help="Output of `storyeval perturb` (id, source_id, techniques)."
+    ),
+    altered_scores: Path = typer.Option(
+        None, "--altered-scores", help="Scores of the altered stories under the original ids."
+    ),
+    by: str = typer.Option(None, "--by", help="Break down by this pair column (e.g. techniques)."),
+    lower_is_better: list[str] = typer.Option(
+        None, "--lower-is-better", help="A metric where lower is better (repeat)."
+    ),
+    metric: list[str] = typer.Option(None, "--metric", help="Only these metrics (repeat)."),
+    confidence: float = typer.Option(0.95, "--confidence"),
+    tie_tolerance: float = typer.Option(
+        0.0, "--tie-tolerance", help="Score differences up to this are ties."
+    ),
+) -> None:
+    """Discrimination test: how often does each metric score the original above the altered story?"""
+    from storyeval.corpus import read_scores
+    from storyeval.meta import (
+        discrimination,
+        pairs_from_perturbations,
+        pairs_from_score_files,
+        read_pairs,
+    )
+
+    check_table_path(output)
+    sources = [x for x in (pairs, perturbed, altered_scores) if x is not None]
+    if len(sources) != 1:
+        raise typer.BadParameter(
+            "give exactly one of --pairs, --perturbed, --altered-scores", param_hint="--pairs"
+        )
+    if altered_scores is not None and len(scores) != 1:
+        raise typer.BadParameter("--altered-scores pairs with exactly one --scores file")
+    if perturbed is not None and by is None:
+        by = "techniques"
+    try:
+        with reported_warnings():
+            if altered_scores is not None:
+                pair_frame, records = pairs_from_score_files(scores[0], altered_scores)
+            else:
+                pair_frame = (
+                    read_pairs(pairs) if pairs is not None else pairs_from_perturbations(perturbed)
+                )
+                records = []
+                for path in scores:
+                    records.extend(read_scores(path))
+            result = discrimination(
+                records,
+                pair_frame,
+                metrics=metric or None,
+                lower_is_better=lower_is_better or (),
+                by=by,
+                confidence=confidence,
+                tie_tolerance=tie_tolerance,
+            )
+    except (ValueError, OSError) as exc:
+        raise user_error(exc) from None
+    write_table(result, output)
+    print_table(
+        result,
+        ["metric", "group", "direction", "n_pairs", "wins", "ties", "losses", "estimate [ci]", "p"],
+        limit=60,
+    )
+    typer.echo(f"wrote {len(result)} rows to {output}")
+    if not result.empty:
+        typer.echo(f"signature: {result['signature'].iloc[0]}")
+
+
+@drift_app.command("quality")
+def drift_quality(
+    scores: list[Path] = _scores_opt(),
+    judgments: list[Path] = _judgments_opt(),
+    criterion: str = typer.Option(..., "--criterion", help="The human score that defines quality."),
+    output: Path = _output_opt(),
+    composition: Path = typer.Option(
+        None, "--composition", help="Also write the set composition (set, level, probability) here."
+    ),
+    stories: Path = _stories_opt(),
+    levels: int = typer.Option(
+        None, "--levels", help="K: quality levels 0..K (default: inferred)."
+    ),
+    low: float = typer.Option(
+        None, "--low", help="Low end of the human scale (default: observed min)."
+    ),
+    high: float = typer.Option(
+        None, "--high", help="High end of the human scale (default: observed max)."
+    ),
+    sets: str = typer.Option(
+        None, "--sets", help="Set indices, e.g. 1-8 or 1,3,5 (default: 1..K+1)."
+    ),
+    repeats: int = typer.Option(20, "--repeats", help="Independent samplings of each set."),
+    method: list[str] = typer.Option(
+        None, "--method", "-m", help="Correlation (repeat; default pearson)."
+    ),
+    aggregate: str = typer.Option("mean", "--aggregate"),
+    seed: int = typer.Option(0, "--seed"),
+) -> None:
+    """Quality drift: correlations on biased sets, set I keeping level k with p = 1/(|I-k|+1)."""
+    from storyeval.meta import METHODS, quality_drift
+
+    check_table_path(output)
+    if composition is not None:
+        check_table_path(composition)
+    methods = _check_choices(method or ["pearson"], METHODS, "--method")
+    set_list = _parse_sets(sets) if sets else None
+    try:
+        with reported_warnings():
+            table = _load(scores, judgments, stories, aggregate, None, [criterion], None, None)
+            result, comp = quality_drift(
+                table,
+                criterion=criterion,
+                methods=methods,
+                n_levels=levels,
+                low=low,
+                high=high,
+                sets=set_list,
+                repeats=repeats,
+                seed=seed,
+            )
+    except (ValueError, OSError) as exc:
+        raise user_error(exc) from None
+    write_table(result, output)
+    if composition is not None:
+        write_table(comp, composition)
+    shown = result.round({"estimate": 3, "sd": 3, "min": 3, "max": 3, "n": 1})
+    typer.echo(
+        shown[["metric", "set", "method", "estimate", "sd", "min", "max", "n"]].to_string(
+            index=False
+        )
+    )
+    typer.echo(f"wrote {len(result)} rows to {output}")
+    typer.echo(f"signature: {result['signature'].iloc[0]}")
+
+
+def _parse_sets(text: str) -> list[int]:
+    try:
+        if "-" in text and "," not in text:
+            first, last = (int(p) for p in text.split("-", 1))
+            return list(range(first, last + 1))
+        return [int(p) for p in text.split(",") if p.strip()]
+    except ValueError:
+        raise typer.BadParameter(
+            f"expected e.g. 1-8 or 1,3,5; got {text!r}", param_hint="--sets"
+        ) from None
+
+
+@drift_app.command("subsets")
+def drift_subsets(
+    scores: list[Path] = _scores_opt(),
+    judgments: list[Path] = _judgments_opt(),
+    by: str = typer.Option(
+        ..., "--by", help="An item column: system, prompt_id, or a story field."
+    ),
+    output: Path = _output_opt(),
+    stories: Path = _stories_opt(),
+    include_with_each: str = typer.Option(
+        None, "--include-with-each", help="A value whose items join every other subset."
+    ),
+    level: list[str] = typer.Option(None, "--level", "-l", help="Levels (repeat; default pooled)."),
+    method: list[str] = typer.Option(
+        None, "--method", "-m", help="Methods (repeat; default pearson)."
+    ),
+    min_items: int = typer.Option(3, "--min-items"),
+    aggregate: str = typer.Option("mean", "--aggregate"),
+    n_boot: int = typer.Option(1000, "--n-boot"),
+    seed: int = typer.Option(0, "--seed"),
+) -> None:
+    """Correlations within the subsets defined by a column (error type, system, dataset...)."""
+    from storyeval.meta import LEVELS, METHODS, subset_correlations
+
+    check_table_path(output)
+    levels = _check_choices(level or ["pooled"], LEVELS, "--level")
+    methods = _check_choices(method or ["pearson"], METHODS, "--method")
+    fields = [] if by in ("system", "prompt_id") else [by]
+    try:
+        with reported_warnings():
+            table = _load(scores, judgments, stories, aggregate, None, None, None, None, fields)
+            result = subset_correlations(
+                table,
+                by,
+                include_with_each=include_with_each,
+                levels=levels,
+                methods=methods,
+                min_items=min_items,
+                n_boot=n_boot,
+                seed=seed,
+            )
+    except (ValueError, OSError) as exc:
+        raise user_error(exc) from None
+    write_table(result, output)
+    print_table(
+        result,
+        ["subset", "metric", "criterion", "level", "method", "estimate [ci]", "p", "n"],
+        limit=60,
+    )
+    typer.echo(f"wrote {len(result)} rows to {output}")
+
+
+@drift_app.command("dataset")
+def drift_dataset(
+    spec: Path = typer.Argument(
+        ..., help="CSV/JSONL listing runs: train, test, scores, judgments [, stories]."
+    ),
+    output: Path = _output_opt(),
+    method: list[str] = typer.Option(
+        None, "--method", "-m", help="Methods (repeat; default: all)."
+    ),
+    criterion: list[str] = typer.Option(None, "--criterion", help="Only these criteria (repeat)."),
+    aggregate: str = typer.Option("mean", "--aggregate"),
+    n_boot: int = typer.Option(1000, "--n-boot"),
+    seed: int = typer.Option(0, "--seed"),
+) -> None:
+    """Dataset drift: metrics trained on one corpus and tested on another, beside in-domain."""
+    from storyeval.meta import METHODS, dataset_drift, load_drift_runs
+
+    check_table_path(output)
+    methods = _check_choices(method or list(METHODS), METHODS, "--method")
+    try:
+        with reported_warnings():
+            runs = load_drift_runs(spec, aggregation=aggregate, criteria=criterion or None)
+            result = dataset_drift(
+                runs, methods=methods, n_boot=n_boot, seed=seed, criteria=criterion or None
+            )
+    except (ValueError, OSError) as exc:
+        raise user_error(exc) from None
+    write_table(result, output)
+    print_table(
+        result,
+        ["train", "test", "metric", "criterion", "method", "estimate [ci]", "p", "n"],
+        limit=60,
+    )
+    typer.echo(f"wrote {len(result)} rows to {output}")
+
+
+def register(app: typer.Typer) -> None:
+    panel = "Meta-evaluation"
+    app.command("correlate", rich_help_panel=panel)(correlate_command)
+    app.command("compare", rich_help_panel=panel)(compare_command)
+    app.command("agreement", rich_help_panel=panel)(agreement_command)
+    app.command("ceiling", rich_help_panel=panel)(ceiling_command)
+    app.command("discriminate", rich_help_panel=panel)(discriminate_command)
+    app.add_typer(drift_app, name="drift", rich_help_panel=panel)

@@ -1,0 +1,616 @@
+"""Importers for public story-evaluation benchmark formats.
+
+Each importer reads one file and returns canonical records (:class:`~storyeval.corpus.Story`,
+:class:`~storyeval.corpus.Judgment`, :class:`~storyeval.corpus.Score`); :func:`write_import`
+writes them as ``stories.jsonl``, ``judgments.jsonl`` and (when the file carries metric
+values) ``scores.jsonl``. Judgment and score records carry the story's ``system`` and
+``prompt_id`` so that the meta-evaluation can group them without the story file. Every
+problem is reported as ``FILE:LINE: reason``.
+
+Formats
+-------
+``union``
+    UNION's annotated stories (Guan & Huang 2020): one story per line,
+    ``ID ||| story text ||| 0/1 labels separated by spaces, one per annotator``. The text
+    includes the leading context: its first ``context_sentences`` sentences become the
+    ``prompt`` and the rest the ``story`` (the full text is kept as ``text``). Each label is a
+    binary judgment on the criterion ``reasonable`` by annotator slot ``a1``, ``a2``... (the
+    slots are positions, not people: use Krippendorff's alpha, not ICC, on them).
+``hanna``
+    A CSV with one row per system (column ``Model``; the human-written stories are the row
+    ``Human``) whose other cells are JSON lists of per-story values, the list position being
+    the prompt (``prompt_id`` = ``prompt-<position>``, from 0). ``Relevance``, ``Coherence``,
+    ``Empathy``, ``Surprise``, ``Engagement``, ``Complexity`` hold the mean human rating per
+    story; ``Human <n> <Criterion>`` columns, when present, one rater's ratings (then these
+    are imported and the mean column is checked against them). Every other column is a metric,
+    its name kept verbatim. Columns ``Story`` and ``Prompt`` holding lists of strings, when
+    present, give the texts; without them no story file is written (the metric and judgment
+    files carry ``system`` and ``prompt_id``).
+``deltascore``
+    JSONL with ``title`` (the prompt), ``story``, ``model``, ``reference`` and the mean rating
+    of each aspect (numbers or numeric strings); every other field with a numeric value is an
+    aspect. The ratings are means, imported with ``rater_id`` ``mean``.
+``judgments``
+    Our own long-format judgments (JSONL or CSV), validated and written as JSONL.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from storyeval.corpus import (
+    Judgment,
+    Score,
+    Story,
+    iter_raw_records,
+    read_judgments,
+    write_judgments,
+    write_scores,
+    write_stories,
+)
+from storyeval.errors import DataFileError, DataProblem
+from storyeval.signature import Signature
+
+HANNA_CRITERIA: tuple[str, ...] = (
+    "Relevance",
+    "Coherence",
+    "Empathy",
+    "Surprise",
+    "Engagement",
+    "Complexity",
+)
+_HANNA_RATER = re.compile(r"^Human\s+(\d+)\s+(" + "|".join(HANNA_CRITERIA) + r")$")
+_HANNA_TEXT_COLUMNS = ("Story", "Prompt")
+
+
+@dataclass
+class ImportResult:
+    """What an importer read: canonical records and notes for the user."""
+
+    format: str
+    source: str
+    stories: list[Story] = field(default_factory=list)
+    judgments: list[Judgment] = field(default_factory=list)
+    scores: list[Score] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def _file_digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:12]
+
+
+def _import_signature(fmt: str, path: Path, column: str) -> str:
+    return Signature(
+        "imported",
+        {"format": fmt, "file": path.name, "sha256": _file_digest(path), "column": column},
+    ).render()
+
+
+def _require_file(path: str | Path) -> Path:
+    file_path = Path(path)
+    if not file_path.exists():
+        raise FileNotFoundError(f"{file_path}: no such file")
+    if file_path.is_dir():
+        raise IsADirectoryError(f"{file_path}: is a directory, expected a file")
+    return file_path
+
+
+# --------------------------------------------------------------------------- UNION
+
+
+def import_union(
+    path: str | Path,
+    *,
+    context_sentences: int = 1,
+    criterion: str = "reasonable",
+    system: str | None = None,
+) -> ImportResult:
+    """Import UNION's ``ID ||| story ||| labels`` annotation file.
+
+    Parameters
+    ----------
+    path : str or Path
+    context_sentences : int
+        Leading sentences that form the prompt (UNION's ROC stories start with one). 0 keeps
+        the whole text as the story with an empty prompt.
+    criterion : str
+        The criterion name of the binary labels.
+    system : str, optional
+        Recorded as every story's ``system``.
+
+    Raises
+    ------
+    DataFileError
+        ``FILE:LINE: reason`` for a line without three ``|||`` fields, an empty id or text, a
+        label other than 0 or 1, or a duplicate id.
+    """
+    from storyeval.text import split_sentences
+
+    file_path = _require_file(path)
+    if context_sentences < 0:
+        raise ValueError(f"context_sentences must be >= 0; got {context_sentences}")
+    result = ImportResult("union", str(file_path))
+    problems: list[DataProblem] = []
+    seen: dict[str, int] = {}
+    annotator_counts: set[int] = set()
+    whole_text = 0
+    raw = file_path.read_bytes()
+    if raw.startswith(b"\xef\xbb\xbf"):
+        raw = raw[3:]
+    for number, line_bytes in enumerate(raw.split(b"\n"), start=1):
+        try:
+            line = line_bytes.decode("utf-8").rstrip("\r")
+        except UnicodeDecodeError as exc:
+            problems.append(
+                DataProblem(
+                    str(file_path),
+                    number,
+                    f"undecodable byte at column {exc.start + 1}; the file must be UTF-8",
+                )
+            )
+            continue
+        if not line.strip():
+            continue
+        parts = line.split("|||")
+        if len(parts) != 3:
+            problems.append(
+                DataProblem(
+                    str(file_path),
+                    number,
+                    f"expected 3 fields 'ID ||| story ||| labels', found {len(parts)}",
+                )
+            )
+            continue
+        item_id, text, labels_text = (p.strip() for p in parts)
+        if not item_id:
+            problems.append(DataProblem(str(file_path), number, "the ID field is empty"))
+            continue
+        if not text:
+            problems.append(DataProblem(str(file_path), number, "the story text is empty"))
+            continue
+        labels = labels_text.split()
+        if not labels:
+            problems.append(DataProblem(str(file_path), number, "no annotator labels"))
+            continue
+        bad = [label for label in labels if label not in ("0", "1")]
+        if bad:
+            problems.append(
+                DataProblem(
+                    str(file_path),
+                    number,
+                    f"labels must be 0 or 1; got {', '.join(map(repr, bad[:3]))}",
+                )
+            )
+            continue
+        if item_id in seen:
+            problems.append(
+                DataProblem(
+                    str(file_path),
+                    number,
+                    f"duplicate ID {item_id!r} (first on line {seen[item_id]})",
+                )
+            )
+            continue
+        seen[item_id] = number
+        annotator_counts.add(len(labels))
+        sentences = split_sentences(text) if context_sentences else []
+        if context_sentences and len(sentences) > context_sentences:
+            prompt = " ".join(sentences[:context_sentences])
+            story = " ".join(sentences[context_sentences:])
+        else:
+            if context_sentences:
+                whole_text += 1
+            prompt, story = "", text
+        result.stories.append(Story(item_id, prompt, story, system=system, extra={"text": text}))
+        for slot, label in enumerate(labels, start=1):
+            extra = {"system": system} if system else {}
+            result.judgments.append(
+                Judgment(item_id, f"a{slot}", criterion, float(label), extra=extra)
+            )
+    if problems:
+        raise DataFileError(problems)
+    if not result.stories:
+        raise DataFileError.single(file_path, 1, "the file holds no stories")
+    if len(annotator_counts) > 1:
+        result.notes.append(
+            f"stories have different numbers of labels ({', '.join(map(str, sorted(annotator_counts)))})"
+        )
+    if whole_text:
+        result.notes.append(
+            f"{whole_text} stories have no more than {context_sentences} sentence(s): kept whole "
+            "as the story with an empty prompt"
+        )
+    return result
+
+
+# --------------------------------------------------------------------------- HANNA
+
+
+def _parse_list(cell: Any) -> list[Any]:
+    if cell is None:
+        raise ValueError("the cell is empty")
+    value = json.loads(cell) if isinstance(cell, str) else cell
+    if not isinstance(value, list):
+        raise ValueError(f"expected a JSON list, got {type(value).__name__}")
+    return value
+
+
+def _number(value: Any) -> float:
+    if value is None:
+        return math.nan
+    if isinstance(value, bool):
+        raise ValueError(f"expected a number, got {value!r}")
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, str):
+        text = value.strip()
+        if text.lower() in ("", "nan", "null", "none"):
+            return math.nan
+        return float(text)
+    raise ValueError(f"expected a number, got {type(value).__name__} {value!r}")
+
+
+def import_hanna(path: str | Path, *, mean_tolerance: float = 0.01) -> ImportResult:
+    """Import a HANNA-style per-system CSV (see the module docstring).
+
+    Parameters
+    ----------
+    path : str or Path
+    mean_tolerance : float
+        When per-rater columns exist, a mean column differing from the raters' mean by more
+        than this is reported in the notes.
+
+    Raises
+    ------
+    DataFileError
+        ``FILE:LINE: reason`` for a missing or duplicate ``Model``, a cell that is not a JSON
+        list of numbers, or lists of different lengths in one row.
+    """
+    file_path = _require_file(path)
+    result = ImportResult("hanna", str(file_path))
+    problems: list[DataProblem] = []
+    seen: dict[str, int] = {}
+    mismatched = 0
+    rows: list[tuple[int, dict[str, Any]]] = []
+    for number, record in iter_raw_records(file_path, fmt="csv", required=("Model",)):
+        if isinstance(record, DataProblem):
+            problems.append(record)
+            continue
+        rows.append((number, record))
+    if problems:
+        raise DataFileError(problems)
+    if not rows:
+        raise DataFileError.single(file_path, 1, "the file holds no system rows")
+    columns = [c for c in rows[0][1] if c != "Model"]
+    rater_columns = {c: _HANNA_RATER.match(c) for c in columns}
+    mean_columns = [c for c in columns if c in HANNA_CRITERIA]
+    text_columns = [c for c in columns if c in _HANNA_TEXT_COLUMNS]
+    metric_columns = [
+        c
+        for c in columns
+        if c not in mean_columns and c not in text_columns and not rater_columns[c]
+    ]
+    rated = {m.group(2) for m in rater_columns.values() if m}
+    signatures = {c: _import_signature("hanna", file_path, c) for c in metric_columns}
+    for number, record in rows:
+        model = (record.get("Model") or "").strip()
+        if not model:
+            problems.append(DataProblem(str(file_path), number, "the Model cell is empty"))
+            continue
+        if model in seen:
+            problems.append(
+                DataProblem(
+                    str(file_path),
+                    number,
+                    f"duplicate Model {model!r} (first on line {seen[model]})",
+                )
+            )
+            continue
+        seen[model] = number
+        lists: dict[str, list[Any]] = {}
+        row_ok = True
+        for column in columns:
+            try:
+                lists[column] = _parse_list(record.get(column))
+            except (ValueError, json.JSONDecodeError) as exc:
+                problems.append(DataProblem(str(file_path), number, f"column {column!r}: {exc}"))
+                row_ok = False
+        if not row_ok:
+            continue
+        lengths = {len(v) for v in lists.values()}
+        if len(lengths) > 1:
+            detail = ", ".join(f"{c!r}: {len(v)}" for c, v in list(lists.items())[:6])
+            problems.append(
+                DataProblem(
+                    str(file_path),
+                    number,
+                    f"the lists of one row must have the same length; got {detail}",
+                )
+            )
+            continue
+        size = lengths.pop() if lengths else 0
+        numeric: dict[str, list[float]] = {}
+        for column in columns:
+            if column in text_columns:
+                continue
+            try:
+                numeric[column] = [_number(v) for v in lists[column]]
+            except ValueError as exc:
+                problems.append(DataProblem(str(file_path), number, f"column {column!r}: {exc}"))
+                row_ok = False
+        if not row_ok:
+            continue
+        for position in range(size):
+            prompt_id = f"prompt-{position}"
+            item_id = f"{prompt_id}:{model}"
+            where = {"system": model, "prompt_id": prompt_id}
+            if "Story" in text_columns:
+                story_text = lists["Story"][position]
+                prompt_text = lists["Prompt"][position] if "Prompt" in text_columns else ""
+                if isinstance(story_text, str) and story_text.strip():
+                    result.stories.append(
+                        Story(
+                            item_id,
+                            str(prompt_text or ""),
+                            story_text,
+                            system=model,
+                            extra={"prompt_id": prompt_id},
+                        )
+                    )
+            for column in metric_columns:
+                result.scores.append(
+                    Score(
+                        item_id, column, numeric[column][position], signatures[column], dict(where)
+                    )
+                )
+            for column, match in rater_columns.items():
+                if not match:
+                    continue
+                value = numeric[column][position]
+                if math.isfinite(value):
+                    result.judgments.append(
+                        Judgment(
+                            item_id,
+                            f"Human {match.group(1)}",
+                            match.group(2),
+                            value,
+                            extra=dict(where),
+                        )
+                    )
+            for criterion in mean_columns:
+                value = numeric[criterion][position]
+                if criterion in rated:
+                    raters = [
+                        numeric[c][position]
+                        for c, m in rater_columns.items()
+                        if m and m.group(2) == criterion and math.isfinite(numeric[c][position])
+                    ]
+                    if (
+                        raters
+                        and math.isfinite(value)
+                        and abs(sum(raters) / len(raters) - value) > mean_tolerance
+                    ):
+                        mismatched += 1
+                    continue
+                if math.isfinite(value):
+                    result.judgments.append(
+                        Judgment(
+                            item_id, "mean", criterion, value, extra={**where, "aggregate": "mean"}
+                        )
+                    )
+    if problems:
+        raise DataFileError(problems)
+    if not result.judgments:
+        raise DataFileError.single(
+            file_path,
+            1,
+            f"no human rating column found (expected some of {', '.join(HANNA_CRITERIA)})",
+        )
+    if not result.stories:
+        result.notes.append(
+            "no story texts in the file (no Story column): stories.jsonl is not written; the "
+            "score and judgment records carry system and prompt_id"
+        )
+    if mismatched:
+        result.notes.append(
+            f"{mismatched} mean rating(s) differ from the mean of the per-rater columns by more "
+            f"than {mean_tolerance}; the per-rater ratings were imported"
+        )
+    only_means = [c for c in mean_columns if c not in rated]
+    if only_means:
+        result.notes.append(
+            f"criteria {', '.join(only_means)} have only mean ratings (rater_id 'mean'): no "
+            "agreement can be computed for them"
+        )
+    return result
+
+
+# --------------------------------------------------------------------------- DeltaScore
+
+_DELTASCORE_TEXT = ("title", "story", "model", "reference", "id")
+
+
+def _is_numeric(value: Any) -> bool:
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int | float):
+        return True
+    if isinstance(value, str):
+        try:
+            float(value.strip())
+        except ValueError:
+            return False
+        return bool(value.strip())
+    return False
+
+
+def import_deltascore(path: str | Path, *, aspects: Sequence[str] | None = None) -> ImportResult:
+    """Import DeltaScore-style JSONL (``title``, ``story``, ``model``, ``reference``, aspects).
+
+    Parameters
+    ----------
+    path : str or Path
+    aspects : sequence of str, optional
+        The rating fields; by default every field other than ``title``, ``story``, ``model``,
+        ``reference`` and ``id`` whose value is a number or a numeric string in some record.
+
+    Raises
+    ------
+    DataFileError
+        ``FILE:LINE: reason`` for malformed JSON, a missing ``story``, ``title`` or ``model``,
+        a non-numeric rating, or a duplicate ``id``.
+    """
+    from storyeval.meta.data import prompt_key
+
+    file_path = _require_file(path)
+    result = ImportResult("deltascore", str(file_path))
+    problems: list[DataProblem] = []
+    records: list[tuple[int, dict[str, Any]]] = []
+    for number, record in iter_raw_records(file_path, fmt="jsonl"):
+        if isinstance(record, DataProblem):
+            problems.append(record)
+        else:
+            records.append((number, record))
+    if problems:
+        raise DataFileError(problems)
+    if not records:
+        raise DataFileError.single(file_path, 1, "the file holds no records")
+    if aspects is None:
+        found: dict[str, None] = {}
+        for _, record in records:
+            for key, value in record.items():
+                if key not in _DELTASCORE_TEXT and _is_numeric(value):
+                    found[key] = None
+        chosen = list(found)
+    else:
+        chosen = list(aspects)
+    if not chosen:
+        raise DataFileError.single(file_path, records[0][0], "no numeric rating field found")
+    seen: dict[str, int] = {}
+    for ordinal, (number, record) in enumerate(records, start=1):
+        missing = [k for k in ("title", "story", "model") if not str(record.get(k) or "").strip()]
+        if missing:
+            problems.append(
+                DataProblem(str(file_path), number, f"missing field(s) {', '.join(missing)}")
+            )
+            continue
+        item_id = str(record["id"]) if record.get("id") not in (None, "") else f"d{ordinal:05d}"
+        if item_id in seen:
+            problems.append(
+                DataProblem(
+                    str(file_path),
+                    number,
+                    f"duplicate id {item_id!r} (first on line {seen[item_id]})",
+                )
+            )
+            continue
+        seen[item_id] = number
+        ratings: dict[str, float] = {}
+        for aspect in chosen:
+            if aspect not in record or record[aspect] is None or record[aspect] == "":
+                continue
+            try:
+                value = _number(record[aspect])
+            except ValueError:
+                problems.append(
+                    DataProblem(
+                        str(file_path),
+                        number,
+                        f"aspect {aspect!r} must be a number; got {record[aspect]!r}",
+                    )
+                )
+                continue
+            if not math.isfinite(value):
+                problems.append(
+                    DataProblem(str(file_path), number, f"aspect {aspect!r} is not finite")
+                )
+                continue
+            ratings[aspect] = value
+        title = str(record["title"])
+        prompt_id = prompt_key(title)
+        model = str(record["model"])
+        extra = {k: v for k, v in record.items() if k not in _DELTASCORE_TEXT and k not in chosen}
+        extra["prompt_id"] = prompt_id
+        reference = record.get("reference")
+        result.stories.append(
+            Story(
+                item_id,
+                title,
+                str(record["story"]),
+                reference=str(reference)
+                if isinstance(reference, str) and reference.strip()
+                else None,
+                system=model,
+                extra=extra,
+            )
+        )
+        for aspect, value in ratings.items():
+            result.judgments.append(
+                Judgment(
+                    item_id,
+                    "mean",
+                    aspect,
+                    value,
+                    extra={"system": model, "prompt_id": prompt_id, "aggregate": "mean"},
+                )
+            )
+    if problems:
+        raise DataFileError(problems)
+    result.notes.append(f"aspects imported as mean ratings (rater_id 'mean'): {', '.join(chosen)}")
+    return result
+
+
+# --------------------------------------------------------------------------- judgments
+
+
+def import_judgments(path: str | Path) -> ImportResult:
+    """Validate long-format judgments (JSONL or CSV) for writing as canonical JSONL."""
+    file_path = _require_file(path)
+    result = ImportResult("judgments", str(file_path))
+    result.judgments = read_judgments(file_path)
+    return result
+
+
+IMPORTERS: dict[str, Callable[..., ImportResult]] = {
+    "union": import_union,
+    "hanna": import_hanna,
+    "deltascore": import_deltascore,
+    "judgments": import_judgments,
+}
+
+
+def import_file(fmt: str, path: str | Path, **options: Any) -> ImportResult:
+    """Run the importer registered as ``fmt``."""
+    if fmt not in IMPORTERS:
+        raise ValueError(f"format must be one of {', '.join(IMPORTERS)}; got {fmt!r}")
+    return IMPORTERS[fmt](path, **options)
+
+
+def write_import(result: ImportResult, out_dir: str | Path) -> dict[str, Path]:
+    """Write the records to ``out_dir`` (created if needed); returns the paths written.
+
+    Every file is written atomically. ``stories.jsonl`` is written when there are stories,
+    ``judgments.jsonl`` when there are judgments and ``scores.jsonl`` when there are scores.
+    """
+    directory = Path(out_dir)
+    if directory.exists() and not directory.is_dir():
+        raise NotADirectoryError(f"{directory}: exists and is not a directory")
+    directory.mkdir(parents=True, exist_ok=True)
+    written: dict[str, Path] = {}
+    if result.stories:
+        written["stories"] = directory / "stories.jsonl"
+        write_stories(written["stories"], result.stories)
+    if result.judgments:
+        written["judgments"] = directory / "judgments.jsonl"
+        write_judgments(written["judgments"], result.judgments)
+    if result.scores:
+        written["scores"] = directory / "scores.jsonl"
+        write_scores(written["scores"], result.scores)
+    return written

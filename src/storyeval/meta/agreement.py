@@ -1,0 +1,746 @@
+"""The human side: inter-rater agreement and the human ceiling.
+
+Agreement per criterion (seed 003 reports Krippendorff's alpha with the percentage of items
+on which all raters agree, beside the mean and sd of the ratings):
+
+- Krippendorff's alpha (the ``krippendorff`` package) at the nominal, ordinal and interval
+  levels; it handles missing ratings and any number of raters per item. The interval is a
+  seeded bootstrap over items (units).
+- Fleiss' kappa (``statsmodels``), for categorical ratings with the same number of ratings per
+  item (items with another number are left out, with a warning); bootstrap interval over items.
+- Intraclass correlations (``pingouin``): ICC1 (one-way random), ICC2 (two-way random,
+  absolute agreement), ICC3 (two-way mixed, consistency), single and average (``k``) forms,
+  with pingouin's estimates and F-test p-values and F-distribution intervals (McGraw & Wong
+  1996, computed here at full precision and any confidence); they need every item rated by the same raters
+  (items with a missing rating are left out).
+- ``percent_full_agreement``: the percentage of items (with 2 or more ratings) on which every
+  rating is the same.
+
+The human ceiling correlates each rater with the mean of the other raters, at the same levels
+as the metrics, so that a metric's correlation with the mean rating can be read against how
+well one person predicts the others. (The metric is compared with the mean of all k raters, a
+rater with the mean of k - 1, so the ceiling is a reference point, not a strict bound.)
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from typing import Any, cast
+
+import numpy as np
+import pandas as pd
+
+from storyeval.corpus import Judgment
+from storyeval.meta._warnings import DataCoverageWarning, DegenerateInputWarning, warn
+from storyeval.meta.correlation import (
+    LEVELS,
+    check_level,
+    correlation_signature,
+    level_correlation,
+    tidy_correlations,
+)
+from storyeval.meta.data import MetaInputError, _judgments_to_frame
+from storyeval.meta.stats import (
+    check_confidence,
+    check_method,
+    check_n_boot,
+    percentile_interval,
+)
+from storyeval.signature import Signature
+
+ALPHA_LEVELS: tuple[str, ...] = ("nominal", "ordinal", "interval")
+AGREEMENT_STATISTICS: tuple[str, ...] = ("alpha", "fleiss", "icc", "full_agreement")
+AGREEMENT_COLUMNS: tuple[str, ...] = (
+    "criterion",
+    "method",
+    "estimate",
+    "ci_low",
+    "ci_high",
+    "p_value",
+    "n",
+    "n_raters",
+    "n_ratings",
+    "signature",
+)
+ICC_TYPES: dict[str, str] = {
+    "ICC(1,1)": "icc1",
+    "ICC(A,1)": "icc2",
+    "ICC(C,1)": "icc3",
+    "ICC(1,k)": "icc1k",
+    "ICC(A,k)": "icc2k",
+    "ICC(C,k)": "icc3k",
+}
+MAX_CATEGORIES = 20
+
+
+def reliability_matrix(judgments: pd.DataFrame, criterion: str) -> pd.DataFrame:
+    """Raters x items matrix of one criterion's ratings (nan where a rater did not rate).
+
+    A rater who rated an item twice (in two conditions) contributes the mean.
+    """
+    sub = judgments[judgments["criterion"] == criterion]
+    return sub.pivot_table(index="rater_id", columns="item_id", values="value", aggfunc="mean")
+
+
+def _alpha(matrix: np.ndarray, level: str, domain: np.ndarray) -> float:
+    import krippendorff
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            value = float(
+                krippendorff.alpha(
+                    reliability_data=matrix,
+                    level_of_measurement=cast(Any, level),
+                    value_domain=domain,
+                )
+            )
+    except (ValueError, ZeroDivisionError):
+        return float("nan")
+    return value
+
+
+def alpha_resampled(
+    matrix: np.ndarray, weights: np.ndarray, *, level: str, domain: np.ndarray
+) -> np.ndarray:
+    """Krippendorff's alpha of item resamples given as multiplicity weights.
+
+    ``matrix`` is raters x items (nan = missing; every item has 2 or more ratings);
+    ``weights`` is (replicates, items). With the per-item coincidences
+    o_u[c, k] = (n_uc n_uk - [c = k] n_uc) / (m_u - 1), a resample's coincidence matrix is the
+    weighted sum over items, and alpha = 1 - (n - 1) sum(o d2) / sum(n_c n_k d2) with the
+    nominal, interval or ordinal distance d2 (the ordinal one from the resample's marginals),
+    as in Krippendorff (2011) and the ``krippendorff`` package; parity with that package is
+    tested. Falls back to one package call per replicate when the tensor would be large.
+    """
+    values = np.asarray(domain, dtype=float)
+    v = values.size
+    n_items = matrix.shape[1]
+    if n_items * v * v > 20_000_000:
+        looped = []
+        for w in weights:
+            idx = np.repeat(np.arange(n_items), w.astype(int))
+            looped.append(_alpha(matrix[:, idx], level, values))
+        return np.array(looped)
+    codes = np.searchsorted(values, np.nan_to_num(matrix, nan=values[0]))
+    present = np.isfinite(matrix)
+    counts = np.zeros((n_items, v))
+    for r in range(matrix.shape[0]):
+        np.add.at(counts, (np.arange(n_items)[present[r]], codes[r][present[r]]), 1.0)
+    m = counts.sum(axis=1)
+    per_item = (counts[:, :, None] * counts[:, None, :]) - np.einsum(
+        "uc,ck->uck", counts, np.eye(v)
+    )
+    per_item /= (m - 1.0)[:, None, None]
+    o = (weights @ per_item.reshape(n_items, v * v)).reshape(-1, v, v)
+    n_c = o.sum(axis=2)
+    n_total = n_c.sum(axis=1)
+    if level == "nominal":
+        d2 = np.broadcast_to(1.0 - np.eye(v), o.shape)
+    elif level == "interval":
+        d2 = np.broadcast_to((values[:, None] - values[None, :]) ** 2, o.shape)
+    elif level == "ordinal":
+        cum = np.cumsum(n_c, axis=1)
+        lo = np.minimum.outer(np.arange(v), np.arange(v))
+        hi = np.maximum.outer(np.arange(v), np.arange(v))
+        between = cum[:, hi] - cum[:, lo] + n_c[:, lo]
+        d2 = (between - (n_c[:, :, None] + n_c[:, None, :]) / 2.0) ** 2
+    else:
+        raise ValueError(f"level must be one of {', '.join(ALPHA_LEVELS)}; got {level!r}")
+    observed = (o * d2).sum(axis=(1, 2))
+    expected = (n_c[:, :, None] * n_c[:, None, :] * d2).sum(axis=(1, 2))
+    out = np.full(weights.shape[0], np.nan)
+    ok = expected > 0
+    out[ok] = 1.0 - (n_total[ok] - 1.0) * observed[ok] / expected[ok]
+    return out
+
+
+def _fleiss_from_counts(counts: np.ndarray) -> float:
+    from statsmodels.stats.inter_rater import fleiss_kappa
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return float(fleiss_kappa(counts, method="fleiss"))
+
+
+def fleiss_kappa_resampled(counts: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """Fleiss' kappa of item resamples given as multiplicity weights (one row per replicate).
+
+    ``counts`` is the items x categories table of how many raters chose each category; every
+    item has the same number m of ratings. kappa = (P - Pe) / (1 - Pe) with P the mean over
+    items of (sum_j n_ij^2 - m) / (m (m - 1)) and Pe = sum_j p_j^2.
+    """
+    m = counts.sum(axis=1)[0]
+    per_item = ((counts**2).sum(axis=1) - m) / (m * (m - 1))
+    total = weights.sum(axis=1)
+    p_bar = (weights @ per_item) / total
+    p_j = (weights @ counts) / (total[:, None] * m)
+    pe = (p_j**2).sum(axis=1)
+    out = np.full(weights.shape[0], np.nan)
+    ok = pe < 1
+    out[ok] = (p_bar[ok] - pe[ok]) / (1 - pe[ok])
+    return out
+
+
+def _row(
+    criterion: str,
+    method: str,
+    estimate: float,
+    *,
+    ci: tuple[float, float] = (float("nan"), float("nan")),
+    p_value: float = float("nan"),
+    n: int,
+    n_raters: int,
+    n_ratings: int,
+    signature: str,
+) -> dict[str, Any]:
+    return {
+        "criterion": criterion,
+        "method": method,
+        "estimate": estimate,
+        "ci_low": ci[0],
+        "ci_high": ci[1],
+        "p_value": p_value,
+        "n": n,
+        "n_raters": n_raters,
+        "n_ratings": n_ratings,
+        "signature": signature,
+    }
+
+
+def agreement(
+    judgments: pd.DataFrame | Sequence[Judgment],
+    *,
+    criteria: Sequence[str] | None = None,
+    statistics: Sequence[str] = AGREEMENT_STATISTICS,
+    alpha_levels: Sequence[str] = ALPHA_LEVELS,
+    n_boot: int = 1000,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> pd.DataFrame:
+    """Inter-rater agreement per criterion, as a tidy table.
+
+    Parameters
+    ----------
+    judgments : DataFrame or sequence of Judgment
+        Long format (``item_id``, ``rater_id``, ``criterion``, ``value``).
+    criteria : sequence of str, optional
+        Default: every criterion, sorted.
+    statistics : sequence of {"alpha", "fleiss", "icc", "full_agreement"}
+    alpha_levels : sequence of {"nominal", "ordinal", "interval"}
+    n_boot : int
+        Bootstrap replicates (items resampled) for the alpha and kappa intervals.
+    confidence : float
+    seed : int
+
+    Returns
+    -------
+    DataFrame
+        One row per criterion x statistic with ``criterion, method, estimate, ci_low,
+        ci_high, p_value, n, n_raters, n_ratings, signature``. ``method`` is
+        ``krippendorff_alpha_<level>``, ``fleiss_kappa``, ``icc1`` ... ``icc3k`` or
+        ``percent_full_agreement``; ``n`` is the number of items the statistic used (items
+        with 2 or more ratings). Undefined statistics are nan with a warning.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> long = pd.DataFrame({"item_id": list("aabbccdd"), "rater_id": ["r1", "r2"] * 4,
+    ...                      "criterion": "q", "value": [1, 1, 2, 2, 3, 3, 1, 2]})
+    >>> out = agreement(long, statistics=["alpha", "full_agreement"], n_boot=0)
+    >>> out.set_index("method")["estimate"].round(3).to_dict()  # doctest: +NORMALIZE_WHITESPACE
+    {'krippendorff_alpha_nominal': 0.667, 'krippendorff_alpha_ordinal': 0.79,
+     'krippendorff_alpha_interval': 0.821, 'percent_full_agreement': 75.0}
+    """
+    for name in statistics:
+        if name not in AGREEMENT_STATISTICS:
+            raise ValueError(
+                f"statistics must be among {', '.join(AGREEMENT_STATISTICS)}; got {name!r}"
+            )
+    for level in alpha_levels:
+        if level not in ALPHA_LEVELS:
+            raise ValueError(f"alpha levels must be among {', '.join(ALPHA_LEVELS)}; got {level!r}")
+    n_boot = check_n_boot(n_boot)
+    check_confidence(confidence)
+    frame = _judgments_to_frame(judgments)
+    if frame.empty:
+        raise MetaInputError("no judgments given")
+    available = sorted(set(frame["criterion"]))
+    chosen = list(criteria) if criteria is not None else available
+    for name in chosen:
+        if name not in available:
+            raise ValueError(f"unknown criterion {name!r}; available: {', '.join(available)}")
+    rows: list[dict[str, Any]] = []
+    for criterion in chosen:
+        rows.extend(
+            _criterion_agreement(
+                frame,
+                criterion,
+                statistics=statistics,
+                alpha_levels=alpha_levels,
+                n_boot=n_boot,
+                confidence=confidence,
+                seed=seed,
+            )
+        )
+    out = pd.DataFrame(rows, columns=list(AGREEMENT_COLUMNS))
+    for column in ("estimate", "ci_low", "ci_high", "p_value"):
+        out[column] = out[column].astype(float)
+    return out
+
+
+def _criterion_agreement(
+    frame: pd.DataFrame,
+    criterion: str,
+    *,
+    statistics: Sequence[str],
+    alpha_levels: Sequence[str],
+    n_boot: int,
+    confidence: float,
+    seed: int,
+) -> list[dict[str, Any]]:
+    wide = reliability_matrix(frame, criterion)
+    per_item = wide.notna().sum(axis=0)
+    pairable = wide.loc[:, per_item >= 2]
+    n_items = int(pairable.shape[1])
+    n_raters = int(wide.shape[0])
+    n_ratings = int(wide.notna().to_numpy().sum())
+    matrix = pairable.to_numpy(dtype=float)
+    domain = np.unique(matrix[np.isfinite(matrix)])
+    rows: list[dict[str, Any]] = []
+    common: dict[str, Any] = {"n": n_items, "n_raters": n_raters, "n_ratings": n_ratings}
+    degenerate = n_items == 0 or domain.size < 2
+    if degenerate:
+        reason = (
+            "no item has 2 or more ratings"
+            if n_items == 0
+            else f"every rating has the same value ({domain[0]:g})"
+        )
+        warn(DegenerateInputWarning, f"agreement on {criterion!r} is undefined: {reason}")
+
+    def boot_sig(name: str, **fields: Any) -> str:
+        return Signature(
+            name,
+            {
+                **fields,
+                "ci": "percentile",
+                "confidence": confidence,
+                "bootstrap": n_boot,
+                "resample": "items",
+                "seed": seed,
+            },
+        ).render()
+
+    if "alpha" in statistics:
+        for level in alpha_levels:
+            sig = boot_sig("krippendorff_alpha", level=level)
+            if degenerate:
+                rows.append(
+                    _row(criterion, f"krippendorff_alpha_{level}", np.nan, signature=sig, **common)
+                )
+                continue
+            estimate = _alpha(matrix, level, domain)
+            ci = (float("nan"), float("nan"))
+            if n_boot and np.isfinite(estimate):
+                rng = np.random.default_rng(seed)
+                idx = rng.integers(0, n_items, size=(n_boot, n_items))
+                weights = np.zeros((n_boot, n_items))
+                np.add.at(weights, (np.repeat(np.arange(n_boot), n_items), idx.ravel()), 1.0)
+                replicates = alpha_resampled(matrix, weights, level=level, domain=domain)
+                ci = percentile_interval(
+                    replicates, confidence=confidence, label=f"alpha {level}, {criterion}"
+                )
+            rows.append(
+                _row(
+                    criterion,
+                    f"krippendorff_alpha_{level}",
+                    estimate,
+                    ci=ci,
+                    signature=sig,
+                    **common,
+                )
+            )
+    if "fleiss" in statistics:
+        rows.append(
+            _fleiss_row(criterion, pairable, degenerate, domain, n_boot, confidence, seed, boot_sig)
+        )
+    if "icc" in statistics:
+        rows.extend(_icc_rows(criterion, frame, degenerate, n_raters, n_ratings, confidence))
+    if "full_agreement" in statistics:
+        sig = Signature("percent_full_agreement", {"unit": "items with 2+ ratings"}).render()
+        if n_items == 0:
+            rows.append(_row(criterion, "percent_full_agreement", np.nan, signature=sig, **common))
+        else:
+            spread = np.nanmax(matrix, axis=0) - np.nanmin(matrix, axis=0)
+            rows.append(
+                _row(
+                    criterion,
+                    "percent_full_agreement",
+                    float(100.0 * np.mean(spread == 0)),
+                    signature=sig,
+                    **common,
+                )
+            )
+    return rows
+
+
+def _fleiss_row(
+    criterion: str,
+    pairable: pd.DataFrame,
+    degenerate: bool,
+    domain: np.ndarray,
+    n_boot: int,
+    confidence: float,
+    seed: int,
+    boot_sig: Any,
+) -> dict[str, Any]:
+    sig = boot_sig("fleiss_kappa")
+    counts_per_item = pairable.notna().sum(axis=0)
+    if degenerate:
+        return _row(criterion, "fleiss_kappa", np.nan, signature=sig, n=0, n_raters=0, n_ratings=0)
+    if domain.size > MAX_CATEGORIES:
+        warn(
+            DegenerateInputWarning,
+            f"Fleiss' kappa for {criterion!r} is not computed: {domain.size} distinct values "
+            f"(more than {MAX_CATEGORIES}) do not look like categories",
+        )
+        return _row(criterion, "fleiss_kappa", np.nan, signature=sig, n=0, n_raters=0, n_ratings=0)
+    modal = int(counts_per_item.mode().max())
+    keep = counts_per_item == modal
+    if not keep.all():
+        warn(
+            DataCoverageWarning,
+            f"Fleiss' kappa for {criterion!r} needs the same number of ratings per item: used "
+            f"the {int(keep.sum())} items with {modal} ratings, left out {int((~keep).sum())}",
+        )
+    used = pairable.loc[:, keep].to_numpy(dtype=float)
+    codes = np.searchsorted(domain, used)
+    counts = np.zeros((used.shape[1], domain.size))
+    for item in range(used.shape[1]):
+        column = codes[:, item][np.isfinite(used[:, item])]
+        counts[item] = np.bincount(column, minlength=domain.size)
+    estimate = _fleiss_from_counts(counts)
+    ci = (float("nan"), float("nan"))
+    n = counts.shape[0]
+    if n_boot and np.isfinite(estimate):
+        rng = np.random.default_rng(seed)
+        idx = rng.integers(0, n, size=(n_boot, n))
+        weights = np.zeros((n_boot, n))
+        np.add.at(weights, (np.repeat(np.arange(n_boot), n), idx.ravel()), 1.0)
+        ci = percentile_interval(
+            fleiss_kappa_resampled(counts, weights),
+            confidence=confidence,
+            label=f"Fleiss' kappa, {criterion}",
+        )
+    raters_used = int(pairable.loc[:, keep].notna().any(axis=1).sum())
+    return _row(
+        criterion,
+        "fleiss_kappa",
+        estimate,
+        ci=ci,
+        signature=sig,
+        n=n,
+        n_raters=raters_used,
+        n_ratings=int(n * modal),
+    )
+
+
+def icc_intervals(
+    matrix: np.ndarray, *, confidence: float = 0.95
+) -> dict[str, tuple[float, float]]:
+    """F-distribution confidence intervals of the six ICCs of a complete items x raters matrix.
+
+    The formulas of McGraw & Wong (1996) as implemented in ``pingouin.intraclass_corr``
+    (which reports them at 95% and rounded to two decimals); here at any confidence and at
+    full precision. ICC2 uses the Satterthwaite approximation for its degrees of freedom.
+    """
+    from scipy.stats import f
+
+    y = np.asarray(matrix, dtype=float)
+    n, k = y.shape
+    grand = y.mean()
+    ss_rows = k * ((y.mean(axis=1) - grand) ** 2).sum()
+    ss_cols = n * ((y.mean(axis=0) - grand) ** 2).sum()
+    ss_total = ((y - grand) ** 2).sum()
+    ss_error = ss_total - ss_rows - ss_cols
+    msb = ss_rows / (n - 1)
+    msj = ss_cols / (k - 1)
+    mse = ss_error / ((n - 1) * (k - 1))
+    msw = (ss_cols + ss_error) / (n * (k - 1))
+    a = 1.0 - confidence
+    df1, df1kd, df2kd = n - 1, n * (k - 1), (n - 1) * (k - 1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        f1k = msb / msw
+        f3k = msb / mse
+        f1l = f1k / f.ppf(1 - a / 2, df1, df1kd)
+        f1u = f1k * f.ppf(1 - a / 2, df1kd, df1)
+        f3l = f3k / f.ppf(1 - a / 2, df1, df2kd)
+        f3u = f3k * f.ppf(1 - a / 2, df2kd, df1)
+        icc2 = (msb - mse) / (msb + (k - 1) * mse + k * (msj - mse) / n)
+        fj = msj / mse
+        vn = df2kd * (k * icc2 * fj + n * (1 + (k - 1) * icc2) - k * icc2) ** 2
+        vd = df1 * k**2 * icc2**2 * fj**2 + (n * (1 + (k - 1) * icc2) - k * icc2) ** 2
+        v = vn / vd
+        f2u = f.ppf(1 - a / 2, n - 1, v)
+        f2l = f.ppf(1 - a / 2, v, n - 1)
+        l2 = n * (msb - f2u * mse) / (f2u * (k * msj + (k * n - k - n) * mse) + n * msb)
+        u2 = n * (f2l * msb - mse) / (k * msj + (k * n - k - n) * mse + n * f2l * msb)
+        out = {
+            "icc1": ((f1l - 1) / (f1l + k - 1), (f1u - 1) / (f1u + k - 1)),
+            "icc2": (l2, u2),
+            "icc3": ((f3l - 1) / (f3l + k - 1), (f3u - 1) / (f3u + k - 1)),
+            "icc1k": (1 - 1 / f1l, 1 - 1 / f1u),
+            "icc2k": (l2 * k / (1 + l2 * (k - 1)), u2 * k / (1 + u2 * (k - 1))),
+            "icc3k": (1 - 1 / f3l, 1 - 1 / f3u),
+        }
+    return {key: (float(lo), float(hi)) for key, (lo, hi) in out.items()}
+
+
+def _icc_rows(
+    criterion: str,
+    frame: pd.DataFrame,
+    degenerate: bool,
+    n_raters: int,
+    n_ratings: int,
+    confidence: float,
+) -> list[dict[str, Any]]:
+    import pingouin
+
+    sig = Signature("icc", {"anova": "two-way", "ci": "F", "confidence": confidence}).render()
+    sub = frame[frame["criterion"] == criterion]
+    sub = sub.groupby(["item_id", "rater_id"], as_index=False)["value"].mean()
+    wide = sub.pivot(index="item_id", columns="rater_id", values="value")
+    complete = wide.dropna(axis=0, how="any")
+    n = int(complete.shape[0])
+    nan_rows = [
+        _row(criterion, name, np.nan, signature=sig, n=n, n_raters=n_raters, n_ratings=n_ratings)
+        for name in ICC_TYPES.values()
+    ]
+    if degenerate:
+        return nan_rows
+    if n < len(wide):
+        warn(
+            DataCoverageWarning,
+            f"ICC for {criterion!r} needs every item rated by the same raters: used the {n} of "
+            f"{len(wide)} items rated by all {wide.shape[1]} raters",
+        )
+    if n < 3 or wide.shape[1] < 2 or np.ptp(complete.to_numpy()) == 0:
+        warn(
+            DegenerateInputWarning,
+            f"ICC for {criterion!r} is undefined: {n} complete item(s) and {wide.shape[1]} raters",
+        )
+        return nan_rows
+    long = complete.reset_index().melt(id_vars="item_id", var_name="rater_id", value_name="value")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        table = pingouin.intraclass_corr(
+            data=long, targets="item_id", raters="rater_id", ratings="value"
+        )
+    intervals = icc_intervals(complete.to_numpy(dtype=float), confidence=confidence)
+    rows = []
+    for _, record in table.iterrows():
+        low, high = intervals[ICC_TYPES[str(record["Type"])]]
+        rows.append(
+            _row(
+                criterion,
+                ICC_TYPES[str(record["Type"])],
+                float(record["ICC"]),
+                ci=(low, high),
+                p_value=float(record["pval"]),
+                signature=sig,
+                n=n,
+                n_raters=int(complete.shape[1]),
+                n_ratings=int(complete.size),
+            )
+        )
+    return rows
+
+
+def describe_ratings(judgments: pd.DataFrame | Sequence[Judgment]) -> pd.DataFrame:
+    """Mean and sd of the ratings per criterion (over all ratings), with the counts.
+
+    Returns
+    -------
+    DataFrame
+        ``criterion, mean, sd, n_items, n_raters, n_ratings``.
+    """
+    frame = _judgments_to_frame(judgments)
+    grouped = frame.groupby("criterion")
+    out = pd.DataFrame(
+        {
+            "mean": grouped["value"].mean(),
+            "sd": grouped["value"].std(ddof=1),
+            "n_items": grouped["item_id"].nunique(),
+            "n_raters": grouped["rater_id"].nunique(),
+            "n_ratings": grouped["value"].count(),
+        }
+    )
+    return out.reset_index()
+
+
+def human_ceiling(
+    judgments: pd.DataFrame | Sequence[Judgment],
+    *,
+    items: pd.DataFrame | None = None,
+    criteria: Sequence[str] | None = None,
+    levels: Sequence[str] = ("pooled",),
+    methods: Sequence[str] = ("pearson", "spearman", "kendall"),
+    kendall_variant: str = "b",
+    min_items: int = 10,
+    n_boot: int = 1000,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> pd.DataFrame:
+    """Each rater against the mean of the other raters, at the metric levels.
+
+    Parameters
+    ----------
+    judgments : DataFrame or sequence of Judgment
+    items : DataFrame, optional
+        Index ``item_id`` with ``system`` and ``prompt_id`` columns (``MetaTable.items``);
+        needed for the story and system levels.
+    criteria : sequence of str, optional
+    levels, methods, kendall_variant, n_boot, confidence, seed
+        As in :func:`~storyeval.meta.correlate`.
+    min_items : int
+        Raters who share fewer items with the others are skipped (counted in a warning).
+
+    Returns
+    -------
+    DataFrame
+        The correlation columns with ``rater`` and ``criterion`` (``metric`` is
+        ``rater:<id>``), one row per rater x criterion x level x method, followed by one
+        summary row per criterion x level x method with ``rater`` = ``mean``: the mean of
+        the raters' estimates (``n`` = the number of raters averaged; no interval).
+    """
+    frame = _judgments_to_frame(judgments)
+    if frame.empty:
+        raise MetaInputError("no judgments given")
+    levels = [check_level(level) for level in levels]
+    methods = [check_method(m) for m in methods]
+    available = sorted(set(frame["criterion"]))
+    chosen = list(criteria) if criteria is not None else available
+    for name in chosen:
+        if name not in available:
+            raise ValueError(f"unknown criterion {name!r}; available: {', '.join(available)}")
+    rows: list[dict[str, Any]] = []
+    skipped_raters: set[str] = set()
+    for criterion in chosen:
+        wide = reliability_matrix(frame, criterion)
+        if wide.shape[0] < 2:
+            warn(
+                DegenerateInputWarning,
+                f"the human ceiling for {criterion!r} needs 2 or more raters; found {wide.shape[0]}",
+            )
+            continue
+        item_ids = list(wide.columns)
+        prompts = systems = None
+        if items is not None:
+            info = items.reindex(item_ids)
+            prompts = info["prompt_id"].to_numpy(dtype=object)
+            systems = info["system"].to_numpy(dtype=object)
+        for level in levels:
+            if level == "story" and (prompts is None or all(p is None for p in prompts)):
+                raise MetaInputError("the story level of the human ceiling needs prompt ids")
+            if level == "system" and (systems is None or all(s is None for s in systems)):
+                raise MetaInputError("the system level of the human ceiling needs systems")
+        values = wide.to_numpy(dtype=float)
+        for r, rater in enumerate(wide.index):
+            mine = values[r]
+            others = np.delete(values, r, axis=0)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                rest = np.nanmean(others, axis=0)
+            shared = int((np.isfinite(mine) & np.isfinite(rest)).sum())
+            if shared < min_items:
+                skipped_raters.add(str(rater))
+                continue
+            for level in levels:
+                for method in methods:
+                    result = level_correlation(
+                        mine,
+                        rest,
+                        level=level,
+                        prompts=prompts,
+                        systems=systems,
+                        method=method,
+                        kendall_variant=kendall_variant,
+                        n_boot=n_boot,
+                        confidence=confidence,
+                        seed=seed,
+                        label=f"rater {rater} ~ others, {criterion}, {level}, {method}",
+                    )
+                    rows.append(
+                        {
+                            "rater": str(rater),
+                            "metric": f"rater:{rater}",
+                            "criterion": criterion,
+                            "level": level,
+                            "method": method,
+                            **result,
+                            "signature": correlation_signature(
+                                method=method,
+                                level=level,
+                                kendall_variant=kendall_variant,
+                                n_boot=n_boot,
+                                confidence=confidence,
+                                seed=seed,
+                                resample=str(result["resample"]),
+                                aggregation="leave-one-rater-out",
+                            ),
+                            "metric_signature": "",
+                        }
+                    )
+    if skipped_raters:
+        warn(
+            DataCoverageWarning,
+            f"{len(skipped_raters)} rater(s) share fewer than {min_items} items with the other "
+            "raters and were left out of the human ceiling",
+        )
+    if not rows:
+        warn(DegenerateInputWarning, "the human ceiling is undefined: no rater qualifies")
+        return tidy_correlations([], extra=("rater",))
+    per_rater = tidy_correlations(rows, extra=("rater",))
+    summary_rows = []
+    for (criterion, level, method), group in per_rater.groupby(
+        ["criterion", "level", "method"], sort=False
+    ):
+        finite = group["estimate"].dropna()
+        summary_rows.append(
+            {
+                "rater": "mean",
+                "metric": "human ceiling",
+                "criterion": criterion,
+                "level": level,
+                "method": method,
+                "estimate": float(finite.mean()) if len(finite) else float("nan"),
+                "p_value": float("nan"),
+                "ci_low": float("nan"),
+                "ci_high": float("nan"),
+                "n": len(finite),
+                "n_items": int(group["n_items"].max()),
+                "n_groups": pd.NA,
+                "skipped": pd.NA,
+                "resample": "none",
+                "signature": Signature(
+                    "human_ceiling",
+                    {"method": method, "level": level, "summary": "mean over raters"},
+                ).render(),
+                "metric_signature": "",
+            }
+        )
+    summary = tidy_correlations(summary_rows, extra=("rater",))
+    return pd.concat([per_rater, summary], ignore_index=True)
+
+
+__all__ = [
+    "AGREEMENT_COLUMNS",
+    "ALPHA_LEVELS",
+    "LEVELS",
+    "agreement",
+    "describe_ratings",
+    "fleiss_kappa_resampled",
+    "human_ceiling",
+    "reliability_matrix",
+]

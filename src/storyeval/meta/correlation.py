@@ -1,0 +1,621 @@
+"""Correlation of metrics with human judgments at the pooled, story and system levels.
+
+Levels
+------
+``pooled``
+    One correlation over all items (stories). The bootstrap resamples items.
+``story``
+    Within each prompt, the correlation across the stories that answer it (one per system,
+    usually), then the mean over prompts. Prompts with fewer than 2 stories, or where the
+    metric or the human rating does not vary, are skipped and counted (``skipped``). The
+    bootstrap resamples prompts (clusters): each replicate draws the contributing prompts
+    with replacement and averages their correlations. The p-value is a two-sided sign-flip
+    randomization test of the mean per-prompt correlation (prompts are the independent units).
+``system``
+    The correlation between per-system means. The p-value is scipy's with n = the number of
+    systems. The bootstrap resamples prompts (all the stories of a drawn prompt come along)
+    and recomputes the system means; without prompt ids it resamples items.
+
+Every row carries a signature with the method, level, aggregation, bootstrap count,
+confidence, what was resampled and the seed; with the same seed, a row's interval does not
+depend on the other rows of the table or on the order of the input records.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from numpy.typing import ArrayLike
+
+from storyeval.meta._warnings import DegenerateInputWarning, warn
+from storyeval.meta.data import MetaInputError, MetaTable
+from storyeval.meta.stats import (
+    FloatArray,
+    check_confidence,
+    check_method,
+    check_n_boot,
+    check_variant,
+    correlation,
+    kendall_resampled,
+    percentile_interval,
+    rows_correlation,
+    sign_flip_test,
+)
+from storyeval.signature import Signature
+
+LEVELS: tuple[str, ...] = ("pooled", "story", "system")
+
+CORRELATION_COLUMNS: tuple[str, ...] = (
+    "metric",
+    "criterion",
+    "level",
+    "method",
+    "estimate",
+    "p_value",
+    "ci_low",
+    "ci_high",
+    "n",
+    "n_items",
+    "n_groups",
+    "skipped",
+    "resample",
+    "signature",
+    "metric_signature",
+)
+
+
+def check_level(level: str) -> str:
+    if level not in LEVELS:
+        raise ValueError(f"level must be one of {', '.join(LEVELS)}; got {level!r}")
+    return level
+
+
+def _nan_result(n: int = 0, n_items: int = 0, **extra: Any) -> dict[str, Any]:
+    result: dict[str, Any] = {
+        "estimate": float("nan"),
+        "p_value": float("nan"),
+        "ci_low": float("nan"),
+        "ci_high": float("nan"),
+        "n": n,
+        "n_items": n_items,
+        "n_groups": pd.NA,
+        "skipped": pd.NA,
+        "resample": "none",
+    }
+    result.update(extra)
+    return result
+
+
+def _labels(values: ArrayLike | None, size: int) -> np.ndarray | None:
+    if values is None:
+        return None
+    raw = np.asarray(values, dtype=object).ravel().tolist()
+    arr: np.ndarray = np.empty(len(raw), dtype=object)
+    arr[:] = [None if v is None or (isinstance(v, float) and np.isnan(v)) else v for v in raw]
+    if arr.shape != (size,):
+        raise ValueError(f"group labels must have one value per item ({size}); got {arr.shape}")
+    return arr
+
+
+def level_correlation(
+    x: ArrayLike,
+    y: ArrayLike,
+    *,
+    level: str = "pooled",
+    prompts: ArrayLike | None = None,
+    systems: ArrayLike | None = None,
+    method: str = "pearson",
+    kendall_variant: str = "b",
+    n_boot: int = 1000,
+    confidence: float = 0.95,
+    seed: int = 0,
+    label: str = "",
+) -> dict[str, Any]:
+    """Correlation of ``x`` and ``y`` at one level, with p-value and bootstrap interval.
+
+    Parameters
+    ----------
+    x, y : array-like of shape (n,)
+        Item values (nan = missing; such items are dropped).
+    level : {"pooled", "story", "system"}
+        See the module docstring.
+    prompts : array-like of shape (n,), optional
+        Prompt id of each item; required for ``story``; used for resampling at ``system``.
+    systems : array-like of shape (n,), optional
+        System of each item; required for ``system``.
+    method : {"pearson", "spearman", "kendall"}
+    kendall_variant : {"b", "c"}
+    n_boot : int
+        Bootstrap replicates (0: no interval).
+    confidence : float
+        Coverage of the percentile interval.
+    seed : int
+        Seeds the bootstrap (and the story-level sign-flip test).
+    label : str
+        Named in warnings.
+
+    Returns
+    -------
+    dict
+        ``estimate``, ``p_value``, ``ci_low``, ``ci_high``, ``n`` (items at the pooled and
+        story levels, systems at the system level), ``n_items``, ``n_groups`` (prompts used
+        at the story level, systems at the system level), ``skipped`` (prompts skipped at the
+        story level), ``resample`` (what the bootstrap resampled).
+
+    Examples
+    --------
+    >>> out = level_correlation([1, 2, 3, 4, 5, 6], [1, 3, 2, 5, 4, 6], n_boot=200, seed=1)
+    >>> round(out["estimate"], 4), out["n"]
+    (0.8857, 6)
+    >>> out["ci_low"] <= out["estimate"] <= out["ci_high"]
+    True
+    """
+    check_level(level)
+    check_method(method)
+    check_variant(kendall_variant)
+    n_boot = check_n_boot(n_boot)
+    check_confidence(confidence)
+    xa = np.asarray(x, dtype=float).ravel()
+    ya = np.asarray(y, dtype=float).ravel()
+    if xa.shape != ya.shape:
+        raise ValueError(f"x and y must have the same length; got {xa.size} and {ya.size}")
+    p_arr = _labels(prompts, xa.size)
+    s_arr = _labels(systems, xa.size)
+    keep = np.isfinite(xa) & np.isfinite(ya)
+    xa, ya = xa[keep], ya[keep]
+    p_arr = None if p_arr is None else p_arr[keep]
+    s_arr = None if s_arr is None else s_arr[keep]
+    common: dict[str, Any] = {
+        "method": method,
+        "kendall_variant": kendall_variant,
+        "n_boot": n_boot,
+        "confidence": confidence,
+        "seed": seed,
+        "label": label,
+    }
+    if level == "pooled":
+        return _pooled(xa, ya, **common)
+    if level == "story":
+        if p_arr is None:
+            raise MetaInputError("the story level needs the prompt id of every item")
+        return _story(xa, ya, p_arr, **common)
+    if s_arr is None:
+        raise MetaInputError("the system level needs the system of every item")
+    return _system(xa, ya, s_arr, p_arr, **common)
+
+
+def _pooled(
+    x: FloatArray,
+    y: FloatArray,
+    *,
+    method: str,
+    kendall_variant: str,
+    n_boot: int,
+    confidence: float,
+    seed: int,
+    label: str,
+) -> dict[str, Any]:
+    estimate, p_value, n = correlation(
+        x, y, method=method, kendall_variant=kendall_variant, label=label
+    )
+    result = _nan_result(n=n, n_items=n, resample="items")
+    result.update(estimate=estimate, p_value=p_value)
+    if n_boot and np.isfinite(estimate):
+        rng = np.random.default_rng(seed)
+        idx = rng.integers(0, n, size=(n_boot, n))
+        if method == "kendall":
+            weights = np.zeros((n_boot, n))
+            np.add.at(weights, (np.repeat(np.arange(n_boot), n), idx.ravel()), 1.0)
+            replicates = kendall_resampled(x, y, weights, variant=kendall_variant)
+        else:
+            replicates = rows_correlation(
+                x[idx], y[idx], method=method, kendall_variant=kendall_variant
+            )
+        result["ci_low"], result["ci_high"] = percentile_interval(
+            replicates, confidence=confidence, label=label
+        )
+    return result
+
+
+def _group_correlations(
+    x: FloatArray,
+    y: FloatArray,
+    groups: np.ndarray,
+    *,
+    method: str,
+    kendall_variant: str,
+) -> tuple[list[Any], FloatArray, FloatArray, list[str]]:
+    """Per-group correlations. Returns group keys, values (nan = skipped), sizes, reasons."""
+    keys = list(dict.fromkeys(groups.tolist()))
+    position = {k: i for i, k in enumerate(keys)}
+    codes = np.array([position[g] for g in groups.tolist()], dtype=int)
+    sizes = np.bincount(codes, minlength=len(keys)).astype(float)
+    values = np.full(len(keys), np.nan)
+    reasons = [""] * len(keys)
+    order = np.argsort(codes, kind="stable")
+    starts = np.concatenate([[0], np.cumsum(sizes.astype(int))])
+    by_size: dict[int, list[int]] = {}
+    for g, size in enumerate(sizes.astype(int)):
+        if size < 2:
+            reasons[g] = "fewer than 2 stories"
+            continue
+        by_size.setdefault(size, []).append(g)
+    for size, members in by_size.items():
+        rows = np.array([order[starts[g] : starts[g] + size] for g in members])
+        xs, ys = x[rows], y[rows]
+        varied = (np.ptp(xs, axis=1) > 0) & (np.ptp(ys, axis=1) > 0)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            vals = rows_correlation(xs, ys, method=method, kendall_variant=kendall_variant)
+        for g, ok, val in zip(members, varied, vals, strict=True):
+            if not ok:
+                reasons[g] = "no variance"
+            elif np.isfinite(val):
+                values[g] = val
+            else:
+                reasons[g] = "undefined"
+    return keys, values, sizes, reasons
+
+
+def _story(
+    x: FloatArray,
+    y: FloatArray,
+    prompts: np.ndarray,
+    *,
+    method: str,
+    kendall_variant: str,
+    n_boot: int,
+    confidence: float,
+    seed: int,
+    label: str,
+) -> dict[str, Any]:
+    known = np.array([p is not None for p in prompts.tolist()], dtype=bool)
+    where = f" ({label})" if label else ""
+    if not known.all():
+        warn(
+            DegenerateInputWarning,
+            f"{int((~known).sum())} item(s) without a prompt id are left out of the story "
+            f"level{where}",
+        )
+    x, y, prompts = x[known], y[known], prompts[known]
+    if x.size == 0:
+        warn(DegenerateInputWarning, f"story-level correlation is undefined{where}: no items")
+        return _nan_result(n_groups=0, skipped=0, resample="prompts")
+    keys, values, sizes, _ = _group_correlations(
+        x, y, prompts, method=method, kendall_variant=kendall_variant
+    )
+    used = np.isfinite(values)
+    n_groups = int(used.sum())
+    skipped = len(keys) - n_groups
+    n_items = int(sizes[used].sum())
+    result = _nan_result(
+        n=n_items, n_items=n_items, n_groups=n_groups, skipped=skipped, resample="prompts"
+    )
+    if n_groups == 0:
+        warn(
+            DegenerateInputWarning,
+            f"story-level {method} correlation is undefined{where}: none of the {len(keys)} "
+            "prompts has 2 or more stories with varying metric and human values",
+        )
+        return result
+    per_prompt = values[used]
+    result["estimate"] = float(per_prompt.mean())
+    result["p_value"] = sign_flip_test(per_prompt, seed=seed)
+    if n_boot:
+        if n_groups < 2:
+            warn(
+                DegenerateInputWarning,
+                f"story-level interval is undefined{where}: only one prompt contributes",
+            )
+        else:
+            rng = np.random.default_rng(seed)
+            idx = rng.integers(0, n_groups, size=(n_boot, n_groups))
+            replicates = per_prompt[idx].mean(axis=1)
+            result["ci_low"], result["ci_high"] = percentile_interval(
+                replicates, confidence=confidence, label=label
+            )
+    return result
+
+
+def _system(
+    x: FloatArray,
+    y: FloatArray,
+    systems: np.ndarray,
+    prompts: np.ndarray | None,
+    *,
+    method: str,
+    kendall_variant: str,
+    n_boot: int,
+    confidence: float,
+    seed: int,
+    label: str,
+) -> dict[str, Any]:
+    where = f" ({label})" if label else ""
+    known = np.array([s is not None for s in systems.tolist()], dtype=bool)
+    if not known.all():
+        warn(
+            DegenerateInputWarning,
+            f"{int((~known).sum())} item(s) without a system are left out of the system "
+            f"level{where}",
+        )
+    x, y, systems = x[known], y[known], systems[known]
+    prompts = None if prompts is None else prompts[known]
+    system_keys = sorted(set(systems.tolist()), key=str)
+    s_pos = {k: i for i, k in enumerate(system_keys)}
+    s_codes = np.array([s_pos[s] for s in systems.tolist()], dtype=int)
+    n_sys = len(system_keys)
+    counts = np.bincount(s_codes, minlength=n_sys).astype(float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mx = np.bincount(s_codes, weights=x, minlength=n_sys) / counts
+        my = np.bincount(s_codes, weights=y, minlength=n_sys) / counts
+    estimate, p_value, n = correlation(
+        mx, my, method=method, kendall_variant=kendall_variant, label=f"{label}, system means"
+    )
+    use_prompts = prompts is not None and all(p is not None for p in prompts.tolist())
+    result = _nan_result(
+        n=n,
+        n_items=int(x.size),
+        n_groups=n_sys,
+        resample="prompts" if use_prompts else "items",
+    )
+    result.update(estimate=estimate, p_value=p_value)
+    if not (n_boot and np.isfinite(estimate)):
+        return result
+    if use_prompts:
+        assert prompts is not None
+        keys = list(dict.fromkeys(prompts.tolist()))
+        c_pos = {k: i for i, k in enumerate(keys)}
+        c_codes = np.array([c_pos[p] for p in prompts.tolist()], dtype=int)
+    else:
+        c_codes = np.arange(x.size)
+    n_clusters = int(c_codes.max()) + 1
+    ax = np.zeros((n_clusters, n_sys))
+    ay = np.zeros((n_clusters, n_sys))
+    cc = np.zeros((n_clusters, n_sys))
+    np.add.at(ax, (c_codes, s_codes), x)
+    np.add.at(ay, (c_codes, s_codes), y)
+    np.add.at(cc, (c_codes, s_codes), 1.0)
+    rng = np.random.default_rng(seed)
+    draws = rng.integers(0, n_clusters, size=(n_boot, n_clusters))
+    weights = np.zeros((n_boot, n_clusters))
+    np.add.at(weights, (np.repeat(np.arange(n_boot), n_clusters), draws.ravel()), 1.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        wc = weights @ cc
+        bx = (weights @ ax) / wc
+        by = (weights @ ay) / wc
+    complete = np.isfinite(bx).all(axis=1) & np.isfinite(by).all(axis=1)
+    replicates = np.full(n_boot, np.nan)
+    if complete.any():
+        replicates[complete] = rows_correlation(
+            bx[complete], by[complete], method=method, kendall_variant=kendall_variant
+        )
+    result["ci_low"], result["ci_high"] = percentile_interval(
+        replicates, confidence=confidence, label=label
+    )
+    return result
+
+
+def correlation_signature(
+    *,
+    method: str,
+    level: str,
+    kendall_variant: str,
+    n_boot: int,
+    confidence: float,
+    seed: int,
+    resample: str,
+    aggregation: str | None = None,
+) -> str:
+    """The rendered signature of one correlation row."""
+    fields: dict[str, Any] = {"method": method}
+    if method == "kendall":
+        fields["tau"] = kendall_variant
+    fields["level"] = level
+    if aggregation is not None:
+        fields["raters"] = aggregation
+    fields["p"] = "signflip" if level == "story" else "scipy;exact<=8"
+    fields["ci"] = "percentile"
+    fields["confidence"] = confidence
+    fields["bootstrap"] = n_boot
+    fields["resample"] = resample
+    fields["seed"] = seed
+    return Signature("correlation", fields).render()
+
+
+def correlate(
+    table: MetaTable,
+    *,
+    levels: Sequence[str] = LEVELS,
+    methods: Sequence[str] = ("pearson", "spearman", "kendall"),
+    kendall_variant: str = "b",
+    n_boot: int = 1000,
+    confidence: float = 0.95,
+    seed: int = 0,
+    metrics: Sequence[str] | None = None,
+    criteria: Sequence[str] | None = None,
+) -> pd.DataFrame:
+    """Correlate every metric with every human criterion.
+
+    Parameters
+    ----------
+    table : MetaTable
+        From :func:`~storyeval.meta.data.build_meta_table` or ``load_meta_table``.
+    levels : sequence of {"pooled", "story", "system"}
+    methods : sequence of {"pearson", "spearman", "kendall"}
+    kendall_variant : {"b", "c"}
+        Kendall's tau-b (default) or tau-c.
+    n_boot : int
+        Bootstrap replicates for the interval (0: none).
+    confidence : float
+    seed : int
+    metrics, criteria : sequence of str, optional
+        Restrict to these.
+
+    Returns
+    -------
+    DataFrame
+        One row per metric x criterion x level x method with the columns
+        ``metric, criterion, level, method, estimate, p_value, ci_low, ci_high, n, n_items,
+        n_groups, skipped, resample, signature, metric_signature`` (see
+        :func:`level_correlation`; ``signature`` is the statistic's, ``metric_signature``
+        the metric's).
+
+    Raises
+    ------
+    MetaInputError
+        When a level needs prompt ids or systems that no item has.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> from storyeval.meta.data import build_meta_table
+    >>> scores = pd.DataFrame({"item_id": list("abcdef"), "metric": "m",
+    ...                        "value": [0.1, 0.4, 0.2, 0.9, 0.5, 0.8]})
+    >>> judg = pd.DataFrame({"item_id": list("abcdef"), "rater_id": "r1",
+    ...                      "criterion": "q", "value": [1, 3, 2, 5, 3, 4]})
+    >>> out = correlate(build_meta_table(scores, judg), levels=["pooled"],
+    ...                 methods=["spearman"], n_boot=100)
+    >>> out[["metric", "criterion", "level", "method", "n"]].to_dict("records")
+    [{'metric': 'm', 'criterion': 'q', 'level': 'pooled', 'method': 'spearman', 'n': 6}]
+    >>> round(float(out["estimate"].iloc[0]), 3)
+    0.986
+    """
+    levels = [check_level(level) for level in levels]
+    methods = [check_method(m) for m in methods]
+    if not levels or not methods:
+        raise ValueError("give at least one level and one method")
+    if "story" in levels and not table.has_prompts:
+        raise MetaInputError(
+            "the story level needs prompt ids: score records with 'prompt_id', or a story file "
+            "(--stories) whose records have 'prompt_id' or a prompt"
+        )
+    if "system" in levels and not table.has_systems:
+        raise MetaInputError(
+            "the system level needs systems: score records with 'system', or a story file "
+            "(--stories) whose records have 'system'"
+        )
+    metric_names = list(metrics) if metrics is not None else table.metric_names
+    criterion_names = list(criteria) if criteria is not None else table.criteria
+    for name in metric_names:
+        if name not in table.metrics.columns:
+            raise ValueError(f"unknown metric {name!r}; available: {', '.join(table.metric_names)}")
+    for name in criterion_names:
+        if name not in table.human.columns:
+            raise ValueError(f"unknown criterion {name!r}; available: {', '.join(table.criteria)}")
+    prompts = table.items["prompt_id"].to_numpy(dtype=object)
+    systems = table.items["system"].to_numpy(dtype=object)
+    rows: list[dict[str, Any]] = []
+    for metric in metric_names:
+        x = table.metrics[metric].to_numpy(dtype=float)
+        for criterion in criterion_names:
+            y = table.human[criterion].to_numpy(dtype=float)
+            for level in levels:
+                for method in methods:
+                    result = level_correlation(
+                        x,
+                        y,
+                        level=level,
+                        prompts=prompts,
+                        systems=systems,
+                        method=method,
+                        kendall_variant=kendall_variant,
+                        n_boot=n_boot,
+                        confidence=confidence,
+                        seed=seed,
+                        label=f"{metric} ~ {criterion}, {level}, {method}",
+                    )
+                    rows.append(
+                        {
+                            "metric": metric,
+                            "criterion": criterion,
+                            "level": level,
+                            "method": method,
+                            **result,
+                            "signature": correlation_signature(
+                                method=method,
+                                level=level,
+                                kendall_variant=kendall_variant,
+                                n_boot=n_boot,
+                                confidence=confidence,
+                                seed=seed,
+                                resample=str(result["resample"]),
+                                aggregation=table.aggregation,
+                            ),
+                            "metric_signature": table.metric_signature(metric),
+                        }
+                    )
+    return tidy_correlations(rows)
+
+
+def tidy_correlations(rows: list[dict[str, Any]], extra: Sequence[str] = ()) -> pd.DataFrame:
+    """A correlation table with the standard column order and dtypes."""
+    columns = [*extra, *CORRELATION_COLUMNS]
+    frame = pd.DataFrame(rows)
+    for column in columns:
+        if column not in frame.columns:
+            frame[column] = pd.NA if column in ("n_groups", "skipped") else ""
+    rest = [c for c in frame.columns if c not in columns]
+    frame = frame[[*columns, *rest]]
+    for column in ("estimate", "p_value", "ci_low", "ci_high"):
+        frame[column] = frame[column].astype(float)
+    for column in ("n", "n_items"):
+        frame[column] = frame[column].astype(int)
+    for column in ("n_groups", "skipped"):
+        frame[column] = frame[column].astype("Int64")
+    return frame
+
+
+def correlation_matrix(
+    table: MetaTable,
+    *,
+    method: str = "pearson",
+    level: str = "pooled",
+    kendall_variant: str = "b",
+    columns: Sequence[str] | None = None,
+) -> pd.DataFrame:
+    """The square correlation matrix of human criteria and metrics (Callan & Foster Table 2).
+
+    Rows and columns are the criteria followed by the metrics (or ``columns``, which may name
+    either; a name that is both a metric and a criterion refers to the criterion, and metrics
+    then appear as ``metric:NAME``). Entries are point estimates (no bootstrap) at ``level``;
+    the diagonal is 1 where a column varies.
+
+    Returns
+    -------
+    DataFrame
+        Square, symmetric, labelled by column name.
+    """
+    check_level(level)
+    check_method(method)
+    data: dict[str, FloatArray] = {}
+    for criterion in table.criteria:
+        data[criterion] = table.human[criterion].to_numpy(dtype=float)
+    for metric in table.metric_names:
+        key = metric if metric not in data else f"metric:{metric}"
+        data[key] = table.metrics[metric].to_numpy(dtype=float)
+    names = list(columns) if columns is not None else list(data)
+    for name in names:
+        if name not in data:
+            raise ValueError(f"unknown column {name!r}; available: {', '.join(data)}")
+    prompts = table.items["prompt_id"].to_numpy(dtype=object)
+    systems = table.items["system"].to_numpy(dtype=object)
+    matrix = pd.DataFrame(np.nan, index=names, columns=names, dtype=float)
+    for i, a in enumerate(names):
+        for b in names[i:]:
+            result = level_correlation(
+                data[a],
+                data[b],
+                level=level,
+                prompts=prompts,
+                systems=systems,
+                method=method,
+                kendall_variant=kendall_variant,
+                n_boot=0,
+                label=f"{a} ~ {b}, {level}, {method}",
+            )
+            matrix.loc[a, b] = matrix.loc[b, a] = result["estimate"]
+    return matrix

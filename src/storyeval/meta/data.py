@@ -1,0 +1,528 @@
+"""Putting scores, judgments and stories side by side for meta-evaluation.
+
+A :class:`MetaTable` holds, for every item (story), its system and prompt id, the value of
+each metric and the aggregated human rating on each criterion. Correlations, the Williams
+test, drift experiments and the report all start from one.
+
+Where the system and prompt of an item come from, in order:
+
+1. the ``system`` and ``prompt_id`` fields of the score records (``storyeval score`` writes
+   them) or of the judgment records;
+2. a story file: the story's ``system`` and its ``prompt_id`` field, else an id derived from
+   the prompt text (:func:`prompt_key`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from storyeval.corpus import Judgment, Score, Story, read_judgments, read_scores, read_stories
+from storyeval.errors import StoryevalError
+from storyeval.meta._warnings import DataCoverageWarning, MixedSignatureWarning, warn
+
+AGGREGATIONS: tuple[str, ...] = ("mean", "median", "majority")
+
+
+class MetaInputError(StoryevalError, ValueError):
+    """Scores, judgments or stories cannot be combined (no common items, conflicting ids...)."""
+
+
+def prompt_key(prompt: str) -> str | None:
+    """A stable id for a prompt text: ``p`` + 12 hex digits of the SHA-1 of the text with
+    whitespace collapsed; ``None`` for an empty prompt.
+
+    Examples
+    --------
+    >>> prompt_key("Once upon  a time") == prompt_key("Once upon a time")
+    True
+    >>> prompt_key("   ") is None
+    True
+    """
+    normalized = " ".join(prompt.split())
+    if not normalized:
+        return None
+    return "p" + hashlib.sha1(normalized.encode("utf-8")).hexdigest()[:12]
+
+
+def story_prompt_id(story: Story) -> str | None:
+    """The story's ``prompt_id`` field, else :func:`prompt_key` of its prompt."""
+    value = story.extra.get("prompt_id")
+    if value is not None and str(value).strip():
+        return str(value)
+    return prompt_key(story.prompt)
+
+
+def _as_text(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    text = str(value)
+    return text if text.strip() else None
+
+
+# --------------------------------------------------------------------------- aggregation
+
+
+def aggregate_ratings(
+    judgments: pd.DataFrame | Sequence[Judgment],
+    *,
+    method: str = "mean",
+) -> pd.DataFrame:
+    """Aggregate the raters' judgments into one value per item and criterion.
+
+    Parameters
+    ----------
+    judgments : DataFrame or sequence of Judgment
+        Long format: ``item_id``, ``rater_id``, ``criterion``, ``value``.
+    method : {"mean", "median", "majority"}
+        ``majority`` is for binary (or other categorical) labels: the most frequent value; an
+        item whose most frequent values tie gets nan (with a warning), never an arbitrary pick.
+
+    Returns
+    -------
+    DataFrame
+        Index ``item_id`` (sorted), one column per criterion (sorted); nan where an item was
+        not rated on a criterion.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> long = pd.DataFrame({"item_id": ["a", "a", "a", "b", "b", "b"],
+    ...                      "rater_id": ["r1", "r2", "r3"] * 2,
+    ...                      "criterion": ["ok"] * 6, "value": [1, 1, 0, 0, 0, 1]})
+    >>> aggregate_ratings(long, method="majority")["ok"].tolist()
+    [1.0, 0.0]
+    >>> aggregate_ratings(long)["ok"].round(3).tolist()
+    [0.667, 0.333]
+    """
+    if method not in AGGREGATIONS:
+        raise ValueError(f"method must be one of {', '.join(AGGREGATIONS)}; got {method!r}")
+    frame = _judgments_to_frame(judgments)
+    if frame.empty:
+        return pd.DataFrame(index=pd.Index([], name="item_id"))
+    grouped = frame.groupby(["item_id", "criterion"])["value"]
+    if method == "mean":
+        agg = grouped.mean()
+    elif method == "median":
+        agg = grouped.median()
+    else:
+        ties: list[str] = []
+
+        def _majority(values: pd.Series) -> float:
+            counts = values.value_counts()
+            top = counts[counts == counts.max()]
+            if len(top) > 1:
+                ties.append(str(values.name))
+                return float("nan")
+            return float(top.index[0])
+
+        agg = grouped.agg(_majority)
+        if ties:
+            warn(
+                DataCoverageWarning,
+                f"majority vote is tied for {len(ties)} item/criterion pair(s); their aggregate "
+                "is nan (use an odd number of raters, or method='mean')",
+            )
+    wide = agg.unstack("criterion")
+    wide.columns = [str(c) for c in wide.columns]
+    wide = wide.sort_index().reindex(sorted(wide.columns), axis=1)
+    wide.index.name = "item_id"
+    return wide.astype(float)
+
+
+def _judgments_to_frame(judgments: pd.DataFrame | Sequence[Judgment]) -> pd.DataFrame:
+    if isinstance(judgments, pd.DataFrame):
+        frame = judgments
+    else:
+        frame = pd.DataFrame([j.to_dict() for j in judgments])
+    missing = [c for c in ("item_id", "rater_id", "criterion", "value") if c not in frame.columns]
+    if missing and not frame.empty:
+        raise ValueError(f"judgments lack column(s) {', '.join(missing)}")
+    if frame.empty:
+        return pd.DataFrame(columns=["item_id", "rater_id", "criterion", "value"])
+    out = frame.copy()
+    out["item_id"] = out["item_id"].astype(str)
+    out["rater_id"] = out["rater_id"].astype(str)
+    out["criterion"] = out["criterion"].astype(str)
+    out["value"] = pd.to_numeric(out["value"], errors="raise").astype(float)
+    return out
+
+
+# --------------------------------------------------------------------------- the table
+
+
+@dataclass
+class MetaTable:
+    """Items with their metric values and aggregated human ratings.
+
+    Attributes
+    ----------
+    items : DataFrame
+        Index ``item_id`` (sorted, the items that have at least one metric value and one
+        rating); columns ``system`` and ``prompt_id`` (None when unknown) and any extra
+        story fields asked for.
+    metrics : DataFrame
+        Same index; one float column per metric (nan = undefined or not scored).
+    human : DataFrame
+        Same index; one float column per criterion, the aggregated rating.
+    metric_signatures : dict of str to list of str
+        The distinct signatures of each metric's scores.
+    aggregation : str
+        How raters were aggregated (``mean``, ``median``, ``majority``).
+    n_raters : DataFrame
+        Same index and columns as ``human``: the number of ratings behind each value.
+    coverage : dict
+        Counts: items scored, items judged, items in common.
+    """
+
+    items: pd.DataFrame
+    metrics: pd.DataFrame
+    human: pd.DataFrame
+    metric_signatures: dict[str, list[str]] = field(default_factory=dict)
+    aggregation: str = "mean"
+    n_raters: pd.DataFrame | None = None
+    coverage: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def metric_names(self) -> list[str]:
+        return [str(c) for c in self.metrics.columns]
+
+    @property
+    def criteria(self) -> list[str]:
+        return [str(c) for c in self.human.columns]
+
+    @property
+    def has_prompts(self) -> bool:
+        return bool(self.items["prompt_id"].notna().any())
+
+    @property
+    def has_systems(self) -> bool:
+        return bool(self.items["system"].notna().any())
+
+    def subset(self, mask: Any) -> MetaTable:
+        """The table restricted to the items where ``mask`` (aligned to ``items``) is true."""
+        keep = np.asarray(mask, dtype=bool)
+        if keep.shape != (len(self.items),):
+            raise ValueError(f"mask must have one value per item ({len(self.items)})")
+        index = self.items.index[keep]
+        return MetaTable(
+            items=self.items.loc[index],
+            metrics=self.metrics.loc[index],
+            human=self.human.loc[index],
+            metric_signatures=self.metric_signatures,
+            aggregation=self.aggregation,
+            n_raters=None if self.n_raters is None else self.n_raters.loc[index],
+            coverage={**self.coverage, "items": int(keep.sum())},
+        )
+
+    def metric_signature(self, metric: str) -> str:
+        """The signature of a metric's scores ('; '-joined when they differ)."""
+        return "; ".join(self.metric_signatures.get(metric, []))
+
+
+def build_meta_table(
+    scores: Sequence[Score] | pd.DataFrame,
+    judgments: Sequence[Judgment] | pd.DataFrame,
+    *,
+    stories: Sequence[Story] | None = None,
+    aggregation: str = "mean",
+    metrics: Sequence[str] | None = None,
+    criteria: Sequence[str] | None = None,
+    item_fields: Sequence[str] = (),
+) -> MetaTable:
+    """Join metric scores with aggregated human judgments, item by item.
+
+    Parameters
+    ----------
+    scores : sequence of Score, or DataFrame with ``item_id``, ``metric``, ``value``
+        Optional fields ``signature``, ``system``, ``prompt_id``.
+    judgments : sequence of Judgment, or long DataFrame
+        Aggregated per item and criterion with ``aggregation``.
+    stories : sequence of Story, optional
+        Looked up by id for items whose scores and judgments carry no ``system`` or
+        ``prompt_id`` (and for ``item_fields``).
+    aggregation : {"mean", "median", "majority"}
+    metrics, criteria : sequence of str, optional
+        Keep only these (in this order); an unknown name raises ``ValueError``.
+    item_fields : sequence of str
+        Extra story fields (e.g. ``genre``, ``error_type``) to copy into ``items``, for
+        subset analyses.
+
+    Raises
+    ------
+    MetaInputError
+        When the scores and judgments have no item in common, or an item is given two
+        different systems or prompts.
+    """
+    score_frame = _scores_to_frame(scores)
+    judgment_frame = _judgments_to_frame(judgments)
+    if score_frame.empty:
+        raise MetaInputError("no scores given")
+    if judgment_frame.empty:
+        raise MetaInputError("no judgments given")
+
+    all_metrics = list(dict.fromkeys(score_frame["metric"]))
+    chosen_metrics = _choose(all_metrics, metrics, "metric")
+    score_frame = score_frame[score_frame["metric"].isin(chosen_metrics)]
+    all_criteria = sorted(set(judgment_frame["criterion"]))
+    chosen_criteria = _choose(all_criteria, criteria, "criterion")
+    judgment_frame = judgment_frame[judgment_frame["criterion"].isin(chosen_criteria)]
+
+    human = aggregate_ratings(judgment_frame, method=aggregation)
+    human = human.reindex(columns=chosen_criteria)
+    counts = judgment_frame.groupby(["item_id", "criterion"])["value"].count().unstack("criterion")
+    counts = counts.reindex(columns=chosen_criteria)
+    wide = score_frame.pivot(index="item_id", columns="metric", values="value")
+    wide = wide.reindex(columns=chosen_metrics).astype(float)
+    wide.columns = [str(c) for c in wide.columns]
+
+    scored = set(wide.index)
+    judged = set(human.index)
+    common = sorted(scored & judged)
+    if not common:
+        raise MetaInputError(
+            "the scores and the judgments have no item id in common "
+            f"(scores: {_examples(scored)}; judgments: {_examples(judged)})"
+        )
+    dropped_scores = len(scored - judged)
+    dropped_judged = len(judged - scored)
+    if dropped_scores or dropped_judged:
+        warn(
+            DataCoverageWarning,
+            f"{len(common)} items have both scores and judgments; left out {dropped_scores} "
+            f"scored item(s) without judgments and {dropped_judged} judged item(s) without scores",
+        )
+
+    info = _item_info(score_frame, judgment_frame, stories, common, item_fields)
+    signatures: dict[str, list[str]] = {}
+    for metric in chosen_metrics:
+        sigs = sorted(
+            {s for s in score_frame.loc[score_frame["metric"] == metric, "signature"] if s}
+        )
+        signatures[metric] = sigs
+        if len(sigs) > 1:
+            warn(
+                MixedSignatureWarning,
+                f"the scores of metric {metric!r} carry {len(sigs)} different signatures; they "
+                "were computed with different settings and are correlated together",
+            )
+    index = pd.Index(common, name="item_id")
+    return MetaTable(
+        items=info.reindex(index),
+        metrics=wide.reindex(index),
+        human=human.reindex(index),
+        metric_signatures=signatures,
+        aggregation=aggregation,
+        n_raters=counts.reindex(index).fillna(0).astype(int),
+        coverage={
+            "items_scored": len(scored),
+            "items_judged": len(judged),
+            "items": len(common),
+            "raters": int(judgment_frame["rater_id"].nunique()),
+            "judgments": len(judgment_frame),
+        },
+    )
+
+
+def _examples(ids: Iterable[str], k: int = 3) -> str:
+    shown = sorted(ids)[:k]
+    return ", ".join(repr(i) for i in shown) + (", ..." if len(list(ids)) > k else "")
+
+
+def _choose(available: list[str], wanted: Sequence[str] | None, what: str) -> list[str]:
+    if wanted is None:
+        return available
+    unknown = [w for w in wanted if w not in available]
+    if unknown:
+        raise ValueError(
+            f"unknown {what}(s) {', '.join(map(repr, unknown))}; "
+            f"available: {', '.join(available) or 'none'}"
+        )
+    return list(dict.fromkeys(wanted))
+
+
+def _scores_to_frame(scores: Sequence[Score] | pd.DataFrame) -> pd.DataFrame:
+    if isinstance(scores, pd.DataFrame):
+        frame = scores.copy()
+    else:
+        frame = pd.DataFrame(
+            [
+                {
+                    "item_id": s.item_id,
+                    "metric": s.metric,
+                    "value": s.value,
+                    "signature": s.signature,
+                    "system": s.extra.get("system"),
+                    "prompt_id": s.extra.get("prompt_id"),
+                }
+                for s in scores
+            ]
+        )
+    if frame.empty:
+        return frame
+    missing = [c for c in ("item_id", "metric", "value") if c not in frame.columns]
+    if missing:
+        raise ValueError(f"scores lack column(s) {', '.join(missing)}")
+    for column in ("signature", "system", "prompt_id"):
+        if column not in frame.columns:
+            frame[column] = None
+    frame["item_id"] = frame["item_id"].astype(str)
+    frame["metric"] = frame["metric"].astype(str)
+    frame["value"] = pd.to_numeric(frame["value"]).astype(float)
+    frame["signature"] = frame["signature"].fillna("").astype(str)
+    duplicated = frame.duplicated(["item_id", "metric"])
+    if duplicated.any():
+        first = frame.loc[duplicated, ["item_id", "metric"]].iloc[0]
+        raise MetaInputError(
+            f"{int(duplicated.sum())} duplicate score(s) for the same item and metric, e.g. "
+            f"item {first['item_id']!r} metric {first['metric']!r} (were two score files "
+            "given for the same metric?)"
+        )
+    return frame
+
+
+def _item_info(
+    score_frame: pd.DataFrame,
+    judgment_frame: pd.DataFrame,
+    stories: Sequence[Story] | None,
+    items: list[str],
+    item_fields: Sequence[str],
+) -> pd.DataFrame:
+    wanted = set(items)
+    values: dict[str, dict[str, dict[str, str]]] = {"system": {}, "prompt_id": {}}
+
+    def _record(kind: str, item: str, value: Any, source: str) -> None:
+        text = _as_text(value)
+        if text is None or item not in wanted:
+            return
+        seen = values[kind].get(item)
+        if seen is not None and seen["value"] != text:
+            raise MetaInputError(
+                f"item {item!r} has two different {kind} values: {seen['value']!r} "
+                f"({seen['source']}) and {text!r} ({source})"
+            )
+        values[kind].setdefault(item, {"value": text, "source": source})
+
+    for frame, source in ((score_frame, "scores"), (judgment_frame, "judgments")):
+        for kind in ("system", "prompt_id"):
+            if kind in frame.columns:
+                sub = frame[["item_id", kind]].dropna()
+                for item, value in zip(sub["item_id"], sub[kind], strict=True):
+                    _record(kind, str(item), value, source)
+    extra: dict[str, dict[str, Any]] = {name: {} for name in item_fields}
+    if stories is not None:
+        by_id = {s.id: s for s in stories}
+        for item in items:
+            story = by_id.get(item)
+            if story is None:
+                continue
+            if item not in values["system"]:
+                _record("system", item, story.system, "stories")
+            if item not in values["prompt_id"]:
+                _record("prompt_id", item, story_prompt_id(story), "stories")
+            record = story.to_dict()
+            for name in item_fields:
+                if name in record:
+                    value = record[name]
+                    extra[name][item] = (
+                        "|".join(map(str, value)) if isinstance(value, list) else value
+                    )
+    for name in item_fields:
+        if not extra[name]:
+            raise MetaInputError(
+                f"no story has the field {name!r}"
+                + ("" if stories is not None else " (pass a story file)")
+            )
+    frame = pd.DataFrame(index=pd.Index(items, name="item_id"))
+    frame["system"] = [values["system"].get(i, {}).get("value") for i in items]
+    frame["prompt_id"] = [values["prompt_id"].get(i, {}).get("value") for i in items]
+    for name in item_fields:
+        frame[name] = [extra[name].get(i) for i in items]
+    return frame
+
+
+def load_meta_table(
+    scores: Sequence[str | Path],
+    judgments: Sequence[str | Path],
+    *,
+    stories: str | Path | None = None,
+    aggregation: str = "mean",
+    metrics: Sequence[str] | None = None,
+    criteria: Sequence[str] | None = None,
+    study: str | None = None,
+    condition: str | None = None,
+    item_fields: Sequence[str] = (),
+) -> MetaTable:
+    """Read score, judgment and (optionally) story files and join them.
+
+    Several score files are merged (a metric scored twice for an item is an error); several
+    judgment files are concatenated. ``study`` and ``condition`` keep only the judgments of
+    that study or condition.
+
+    Raises
+    ------
+    DataFileError
+        For an unreadable file (``FILE:LINE: reason``).
+    MetaInputError
+        When the files cannot be combined (see :func:`build_meta_table`).
+    """
+    if not scores:
+        raise MetaInputError("give at least one score file")
+    if not judgments:
+        raise MetaInputError("give at least one judgment file")
+    score_records: list[Score] = []
+    for path in scores:
+        score_records.extend(read_scores(path))
+    judgment_records: list[Judgment] = []
+    for path in judgments:
+        judgment_records.extend(read_judgments(path))
+    judgment_records = filter_judgments(judgment_records, study=study, condition=condition)
+    story_records = read_stories(stories) if stories is not None else None
+    return build_meta_table(
+        score_records,
+        judgment_records,
+        stories=story_records,
+        aggregation=aggregation,
+        metrics=metrics,
+        criteria=criteria,
+        item_fields=item_fields,
+    )
+
+
+def filter_judgments(
+    judgments: Sequence[Judgment], *, study: str | None = None, condition: str | None = None
+) -> list[Judgment]:
+    """Keep the judgments of one study and/or condition; warn when several are mixed."""
+    kept = [
+        j
+        for j in judgments
+        if (study is None or j.study == study) and (condition is None or j.condition == condition)
+    ]
+    if (study is not None or condition is not None) and not kept:
+        raise MetaInputError(
+            f"no judgment has study={study!r} condition={condition!r}; available: "
+            f"studies {sorted({str(j.study) for j in judgments})}, "
+            f"conditions {sorted({str(j.condition) for j in judgments})}"
+        )
+    conditions = {j.condition for j in kept if j.condition is not None}
+    studies = {j.study for j in kept if j.study is not None}
+    if len(conditions) > 1 or len(studies) > 1:
+        warn(
+            DataCoverageWarning,
+            f"the judgments mix {len(studies)} studies and {len(conditions)} conditions; they "
+            "are aggregated together (filter with study=/condition= to separate them)",
+        )
+    return kept
+
+
+def metric_signature_map(table: MetaTable) -> Mapping[str, str]:
+    return {m: table.metric_signature(m) for m in table.metric_names}

@@ -1,0 +1,242 @@
+"""Importers of public benchmark formats (fixtures in tests/data/importers, written for
+these tests in the formats as issue 4 describes them)."""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from storyeval.cli import app
+from storyeval.corpus import read_judgments, read_scores, read_stories
+from storyeval.errors import DataFileError
+from storyeval.importers import import_deltascore, import_hanna, import_union, write_import
+from storyeval.meta import agreement, load_meta_table, quality_drift
+
+DATA = Path(__file__).parent / "data" / "importers"
+runner = CliRunner(env={"COLUMNS": "240", "NO_COLOR": "1"})
+
+
+def test_union_stories_contexts_and_binary_judgments(tmp_path):
+    result = import_union(DATA / "union_roc_sample.txt", system="gpt2-ft")
+    assert [s.id for s in result.stories] == [f"roc-000{i}" for i in range(1, 6)]
+    first = result.stories[0]
+    assert first.prompt == "[MALE] wanted to learn to play the guitar."
+    assert first.story.startswith("he bought a cheap one")
+    assert first.extra["text"].startswith("[MALE] wanted") and first.system == "gpt2-ft"
+    assert len(result.judgments) == 35
+    labels = [j.value for j in result.judgments if j.item_id == "roc-0001"]
+    assert labels == [1, 1, 1, 1, 0, 1, 1]
+    assert {j.rater_id for j in result.judgments} == {f"a{i}" for i in range(1, 8)}
+    assert {j.criterion for j in result.judgments} == {"reasonable"}
+    written = write_import(result, tmp_path)
+    assert set(written) == {"stories", "judgments"}
+    assert len(read_judgments(written["judgments"])) == 35
+    whole = import_union(DATA / "union_roc_sample.txt", context_sentences=0)
+    assert whole.stories[0].prompt == "" and whole.stories[0].story == first.extra["text"]
+
+
+def test_union_judgments_feed_agreement_and_quality_drift(tmp_path):
+    written = write_import(import_union(DATA / "union_roc_sample.txt"), tmp_path)
+    judgments = read_judgments(written["judgments"])
+    nominal = agreement(judgments, statistics=["alpha"], alpha_levels=["nominal"], n_boot=0)
+    assert nominal["n"].iloc[0] == 5 and -1 <= nominal["estimate"].iloc[0] <= 1
+    from storyeval.corpus import Score, write_scores
+
+    scores = [
+        Score(s.id, "length", float(len(s.story.split()))) for s in read_stories(written["stories"])
+    ]
+    write_scores(tmp_path / "scores.jsonl", scores)
+    table = load_meta_table([tmp_path / "scores.jsonl"], [written["judgments"]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _, composition = quality_drift(table, criterion="reasonable", low=0, high=1, repeats=3)
+    assert composition["set"].max() == 8  # K = 7 annotators: sets 1..8 as in seed 001
+
+
+def test_union_errors_name_file_and_line(write_file):
+    bad = write_file(
+        "bad.txt",
+        "a ||| Some story. More. ||| 1 0 1\n"
+        "b ||| Two fields only\n"
+        "c ||| Text. ||| 1 2 0\n"
+        "a ||| Again. Again. ||| 1 1 1\n"
+        " ||| No id. ||| 1\n",
+    )
+    with pytest.raises(DataFileError) as info:
+        import_union(bad)
+    text = str(info.value)
+    assert f"{bad}:2: expected 3 fields" in text
+    assert f"{bad}:3: labels must be 0 or 1; got '2'" in text
+    assert f"{bad}:4: duplicate ID 'a' (first on line 1)" in text
+    assert f"{bad}:5: the ID field is empty" in text
+
+
+def test_hanna_keeps_metric_names_verbatim_and_imports_raters(tmp_path):
+    result = import_hanna(DATA / "hanna_sample.csv")
+    metrics = sorted({s.metric for s in result.scores})
+    assert metrics == sorted(["BLEU", "BERTScore‑F", "Mover’s Score", "chrF++", "Δ perplexity"])
+    assert len(result.scores) == 5 * 3 * 4
+    item = "prompt-2:Fusion"
+    value = {s.metric: s.value for s in result.scores if s.item_id == item}
+    assert math.isnan(value["Δ perplexity"]) and value["BLEU"] == pytest.approx(10.828)
+    coherence = [j for j in result.judgments if j.criterion == "Coherence" and j.item_id == item]
+    assert sorted((j.rater_id, j.value) for j in coherence) == [
+        ("Human 1", 3.0),
+        ("Human 2", 3.0),
+        ("Human 3", 3.0),
+    ]
+    relevance = [j for j in result.judgments if j.criterion == "Relevance" and j.item_id == item]
+    assert [(j.rater_id, j.value, j.extra["aggregate"]) for j in relevance] == [
+        ("mean", 2.9955, "mean")
+    ]
+    assert all(
+        j.extra["system"] == "Fusion" and j.extra["prompt_id"] == "prompt-2" for j in coherence
+    )
+    written = write_import(result, tmp_path)
+    assert set(written) == {"judgments", "scores"}  # no story texts in this file
+    assert any("stories.jsonl is not written" in note for note in result.notes)
+    raw = (tmp_path / "scores.jsonl").read_text(encoding="utf-8")
+    assert "Mover’s Score" in raw and "Δ perplexity" in raw  # not escaped, verbatim
+    back = read_scores(written["scores"])
+    assert {s.metric for s in back} == set(metrics)
+    assert back[0].signature.startswith("imported|format:hanna|file:hanna_sample.csv|sha256:")
+
+
+def test_hanna_errors_name_file_and_line(write_file):
+    bad = write_file(
+        "bad.csv",
+        "Model,Coherence,BLEU\n"
+        'A,"[1, 2]","[0.1, 0.2]"\n'
+        'B,"[1, 2]","[0.1]"\n'
+        'C,"[1, ""x""]","[0.1, 0.2]"\n'
+        'A,"[1, 2]","[0.1, 0.2]"\n'
+        'D,"{""a"": 1}","[0.1, 0.2]"\n',
+    )
+    with pytest.raises(DataFileError) as info:
+        import_hanna(bad)
+    text = str(info.value)
+    assert f"{bad}:3: the lists of one row must have the same length" in text
+    assert f"{bad}:4: column 'Coherence': could not convert string to float: 'x'" in text
+    assert f"{bad}:5: duplicate Model 'A' (first on line 2)" in text
+    assert f"{bad}:6: column 'Coherence': expected a JSON list, got dict" in text
+
+
+def test_deltascore_string_ratings_and_prompts(tmp_path):
+    result = import_deltascore(DATA / "deltascore_sample.jsonl")
+    assert [s.id for s in result.stories] == ["d00001", "d00002", "d00003", "d00004"]
+    assert result.stories[0].system == "gpt2" and result.stories[0].reference.startswith("Ada kept")
+    prompt_ids = {s.extra["prompt_id"] for s in result.stories}
+    assert len(prompt_ids) == 2
+    ratings = {(j.item_id, j.criterion): j.value for j in result.judgments}
+    assert ratings[("d00001", "fluency")] == pytest.approx(4.33)
+    assert ratings[("d00002", "relatedness")] == pytest.approx(2.33)
+    assert {j.criterion for j in result.judgments} == {
+        "fluency",
+        "coherence",
+        "relatedness",
+        "logicality",
+        "interestingness",
+    }
+    assert {j.rater_id for j in result.judgments} == {"mean"}
+    written = write_import(result, tmp_path)
+    assert len(read_stories(written["stories"])) == 4
+
+
+def test_deltascore_errors(write_file):
+    bad = write_file(
+        "bad.jsonl",
+        '{"title": "T", "story": "S", "model": "m", "fluency": "4"}\n'
+        '{"title": "T", "story": "S", "model": "m", "fluency": "very good"}\n'
+        '{"title": "T", "model": "m", "fluency": 3}\n'
+        "{not json}\n",
+    )
+    with pytest.raises(DataFileError) as info:
+        import_deltascore(bad)
+    assert f"{bad}:4: malformed JSON" in str(info.value)
+    fixed = write_file("bad2.jsonl", "\n".join(bad.read_text().splitlines()[:3]) + "\n")
+    with pytest.raises(DataFileError) as info:
+        import_deltascore(fixed)
+    text = str(info.value)
+    assert f"{fixed}:2: aspect 'fluency' must be a number; got 'very good'" in text
+    assert f"{fixed}:3: missing field(s) story" in text
+
+
+def test_cli_import_then_correlate_at_system_level(tmp_path):
+    out = tmp_path / "hanna"
+    result = runner.invoke(
+        app, ["import", "hanna", str(DATA / "hanna_sample.csv"), "--out-dir", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    assert "wrote 60 scores" in result.output and "Mover’s Score" in result.output
+    table = tmp_path / "corr.csv"
+    result = runner.invoke(
+        app,
+        [
+            "correlate",
+            "-s",
+            str(out / "scores.jsonl"),
+            "-j",
+            str(out / "judgments.jsonl"),
+            "--level",
+            "system",
+            "--level",
+            "story",
+            "--method",
+            "kendall",
+            "--n-boot",
+            "50",
+            "-o",
+            str(table),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    import pandas as pd
+
+    frame = pd.read_csv(table)
+    assert set(frame["metric"]) == {
+        "BLEU",
+        "BERTScore‑F",
+        "Mover’s Score",
+        "chrF++",
+        "Δ perplexity",
+    }
+    system = frame[
+        (frame.level == "system") & (frame.metric == "BLEU") & (frame.criterion == "Coherence")
+    ]
+    assert system["n"].iloc[0] == 3
+    story = frame[
+        (frame.level == "story") & (frame.metric == "BLEU") & (frame.criterion == "Coherence")
+    ]
+    assert story["n_groups"].iloc[0] + story["skipped"].iloc[0] == 4
+
+
+def test_cli_import_errors_exit_2_with_file_line(tmp_path, write_file):
+    bad = write_file("u.txt", "x ||| story ||| 1 0 yes\n")
+    result = runner.invoke(app, ["import", "union", str(bad), "--out-dir", str(tmp_path / "o")])
+    assert result.exit_code == 2
+    assert f"{bad}:1: labels must be 0 or 1; got 'yes'" in result.output
+    result = runner.invoke(app, ["import", "bogus", str(bad), "--out-dir", str(tmp_path / "o")])
+    assert (
+        result.exit_code == 2
+        and "must be one of union, hanna, deltascore, judgments" in result.output
+    )
+
+
+def test_cli_import_long_judgments(tmp_path):
+    result = runner.invoke(
+        app, ["import", "judgments", str(DATA / "judgments_sample.csv"), "--out-dir", str(tmp_path)]
+    )
+    assert result.exit_code == 0, result.output
+    lines = [json.loads(x) for x in (tmp_path / "judgments.jsonl").read_text().splitlines()]
+    assert lines[0] == {
+        "item_id": "s001",
+        "rater_id": "t1",
+        "criterion": "coherence",
+        "value": 5.0,
+        "time_s": 41.5,
+    }
