@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 OUT := out
 
-.PHONY: setup setup-test demo test test-fast lint format typecheck bench bench-study examples clean
+.PHONY: setup setup-test demo test test-fast lint format typecheck bench bench-study examples cards clean
 
 setup:
 	@scripts/setup.sh
@@ -16,6 +16,7 @@ demo: setup
 	$(BIN)/storyeval validate examples/stories.jsonl
 	$(BIN)/storyeval validate examples/judgments.jsonl
 	$(BIN)/storyeval describe examples/stories.jsonl -o $(OUT)/describe.csv
+	$(BIN)/storyeval score examples/stories.jsonl -o $(OUT)/scores.jsonl --per-system $(OUT)/systems.csv
 	$(BIN)/storyeval agreement --judgments examples/judgments.jsonl -o $(OUT)/agreement.csv
 	$(BIN)/storyeval study check examples/studies
 	$(BIN)/storyeval study statement examples/studies/likert.yaml -o $(OUT)/study-likert-statement.md
@@ -48,6 +49,15 @@ bench-study: setup-test
 
 examples: setup
 	$(BIN)/python scripts/make_examples.py
+
+## bench: speed benchmarks (ratios measured in one run)
+bench: setup
+	$(BIN)/python benchmarks/bench_bertscore.py
+	$(BIN)/python benchmarks/bench_suite.py
+
+## cards: regenerate the metric cards docs/metrics/*.md from the registry
+cards:
+	$(BIN)/python scripts/metric_cards.py
 
 clean:
 	rm -rf $(OUT) .pytest_cache .mypy_cache .ruff_cache
