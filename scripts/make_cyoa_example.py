@@ -6,7 +6,7 @@ settings of the file. Their lines, choice rules, edits and answers were written 
 project; they show the workflow (serve -> export -> ``storyeval cyoa analyse``) and are NOT
 the result of a study with people: do not cite them as one.
 
-Run: .venv/bin/python scripts/make_cyoa_example.py   (about two minutes on a laptop CPU)
+Run: .venv/bin/python scripts/make_cyoa_example.py   (a few minutes on a CPU)
 """
 
 from __future__ import annotations
