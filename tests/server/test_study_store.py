@@ -256,7 +256,7 @@ def test_export_writes_the_long_format_and_the_definition(db_url, make_likert, t
 def test_a_participant_never_gets_two_stories_of_one_prompt(db_url, study_dir):
     """Human and model continuations of the same prompt (and, side by side, the same reference
     beside two systems) go to different participants, so the export has no duplicate ratings."""
-    from tests.server.conftest import write_study
+    from .conftest import write_study
 
     study = write_study(
         study_dir,
