@@ -17,7 +17,9 @@ demo: setup
 	$(BIN)/storyeval validate examples/judgments.jsonl
 	$(BIN)/storyeval describe examples/stories.jsonl -o $(OUT)/describe.csv
 	$(BIN)/storyeval score examples/stories.jsonl -o $(OUT)/scores.jsonl --per-system $(OUT)/systems.csv
+	$(BIN)/storyeval correlate --scores $(OUT)/scores.jsonl --judgments examples/judgments.jsonl -o $(OUT)/correlations.csv
 	$(BIN)/storyeval agreement --judgments examples/judgments.jsonl -o $(OUT)/agreement.csv
+	$(BIN)/storyeval report --scores $(OUT)/scores.jsonl --judgments examples/judgments.jsonl --stories examples/stories.jsonl -o $(OUT)/report
 	$(BIN)/storyeval study check examples/studies
 	$(BIN)/storyeval study statement examples/studies/likert.yaml -o $(OUT)/study-likert-statement.md
 	$(BIN)/storyeval triangle plan --alpha 0.05 --beta 0.05 --pd 0.5
