@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 OUT := out
 
-.PHONY: setup setup-test demo test test-fast lint format typecheck bench examples clean
+.PHONY: setup setup-test demo test test-fast lint format typecheck bench bench-study examples cards clean
 
 setup:
 	@scripts/setup.sh
@@ -16,7 +16,16 @@ demo: setup
 	$(BIN)/storyeval validate examples/stories.jsonl
 	$(BIN)/storyeval validate examples/judgments.jsonl
 	$(BIN)/storyeval describe examples/stories.jsonl -o $(OUT)/describe.csv
+	$(BIN)/storyeval score examples/stories.jsonl -o $(OUT)/scores.jsonl --per-system $(OUT)/systems.csv
+	$(BIN)/storyeval correlate --scores $(OUT)/scores.jsonl --judgments examples/judgments.jsonl -o $(OUT)/correlations.csv
 	$(BIN)/storyeval agreement --judgments examples/judgments.jsonl -o $(OUT)/agreement.csv
+	$(BIN)/storyeval report --scores $(OUT)/scores.jsonl --judgments examples/judgments.jsonl --stories examples/stories.jsonl -o $(OUT)/report
+	$(BIN)/storyeval study check examples/studies
+	$(BIN)/storyeval study statement examples/studies/likert.yaml -o $(OUT)/study-likert-statement.md
+	$(BIN)/storyeval triangle plan --alpha 0.05 --beta 0.05 --pd 0.5
+	$(BIN)/storyeval study analyse --judgments examples/judgments.jsonl --stories examples/stories.jsonl -o $(OUT)/study-analysis
+	$(BIN)/storyeval generate examples/human.jsonl --limit 3 --top-p 0.9 --max-new-tokens 80 --max-words 60 --seed 1 --no-progress -o $(OUT)/generated.jsonl
+	$(BIN)/storyeval cyoa analyse examples/cyoa/sessions.jsonl -o $(OUT)/cyoa
 	$(BIN)/storyeval perturb examples/human.jsonl --mix --seed 1 -o $(OUT)/union-negatives.jsonl
 	$(BIN)/storyeval train union --stories examples/human.jsonl -o $(OUT)/union --epochs 3 \
 		--max-length 48 --window 2 --stride 1 --lr 1e-4 --head-lr 2e-3 --seed 1 -q
@@ -43,8 +52,20 @@ format:
 typecheck:
 	$(BIN)/mypy
 
+bench-study: setup-test
+	$(BIN)/python benchmarks/bench_study_server.py
+
 examples: setup
 	$(BIN)/python scripts/make_examples.py
+
+## bench: speed benchmarks (ratios measured in one run)
+bench: setup
+	$(BIN)/python benchmarks/bench_bertscore.py
+	$(BIN)/python benchmarks/bench_suite.py
+
+## cards: regenerate the metric cards docs/metrics/*.md from the registry
+cards:
+	$(BIN)/python scripts/metric_cards.py
 
 clean:
 	rm -rf $(OUT) .pytest_cache .mypy_cache .ruff_cache

@@ -54,22 +54,26 @@ def test_hand_worked_counts_test_and_interval():
 
 
 def test_lower_is_better_flips_the_direction():
-    scores = [Score("o", "perplexity", 20.0), Score("a", "perplexity", 35.0)]
+    # "lm_loss" is not in the metric registry, so nothing says its direction: higher wins
+    scores = [Score("o", "lm_loss", 20.0), Score("a", "lm_loss", 35.0)]
     pairs = pd.DataFrame({"original_id": ["o"], "altered_id": ["a"]})
     assert discrimination(scores, pairs).iloc[0]["wins"] == 0
-    flipped = discrimination(scores, pairs, lower_is_better=["perplexity"]).iloc[0]
+    flipped = discrimination(scores, pairs, lower_is_better=["lm_loss"]).iloc[0]
     assert flipped["wins"] == 1 and flipped["direction"] == "lower"
     signed = [
         Score(
             s.item_id,
             s.metric,
             s.value,
-            Signature("perplexity", {"higher_is_better": False}).render(),
+            Signature("lm_loss", {"higher_is_better": False}).render(),
         )
         for s in scores
     ]
     assert metric_direction(signed[0].signature) is False
     assert discrimination(signed, pairs).iloc[0]["wins"] == 1
+    # a registered metric brings its direction from the registry: perplexity is lower-is-better
+    registered = [Score("o", "perplexity", 20.0), Score("a", "perplexity", 35.0)]
+    assert discrimination(registered, pairs).iloc[0]["wins"] == 1
 
 
 def test_pairs_from_perturbation_output_by_technique(tmp_path):

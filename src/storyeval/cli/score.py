@@ -96,20 +96,18 @@ def _report(run: object, stories: Path, output: Path | None, per_system: Path | 
     from storyeval.metrics.pipeline import ScoreRun
 
     assert isinstance(run, ScoreRun)
-    console = Console(stderr=False)
-    err = Console(stderr=True)
+    console = Console(width=max(Console().width, 110))
     for name, why in run.skipped.items():
-        err.print(f"skipped {name}: {why}", style="dim", markup=False, highlight=False)
+        typer.echo(f"skipped {name}: {why}", err=True)
     for name, info in run.metrics.items():
         if info.n_missing:
-            err.print(
+            typer.echo(
                 f"{name}: skipped {info.n_missing} stories without {info.missing_reason}; "
                 f"scored {info.n_scored}",
-                markup=False,
-                highlight=False,
+                err=True,
             )
         for note in info.notes:
-            err.print(f"{name}: {note}", markup=False, highlight=False)
+            typer.echo(f"{name}: {note}", err=True)
     frame = run.systems
     table = Table(title=f"{stories}: per-system scores (mean of stories; corpus statistics)")
     for column in ("metric", "statistic", "system", "estimate", "95% CI", "n"):
@@ -117,16 +115,18 @@ def _report(run: object, stories: Path, output: Path | None, per_system: Path | 
             column, justify="left" if column in ("metric", "statistic", "system") else "right"
         )
     for row in frame.itertuples(index=False):
+        if row.n == 0:  # the metric does not apply to this system's stories
+            continue
         ci = "" if math.isnan(row.ci_low) else f"[{row.ci_low:.4g}, {row.ci_high:.4g}]"
         estimate = "undefined" if math.isnan(row.estimate) else f"{row.estimate:.4g}"
         table.add_row(row.metric, row.statistic, str(row.system), estimate, ci, str(row.n))
     console.print(table)
-    console.print("signatures:", markup=False)
-    for name, info in run.metrics.items():
-        console.print(f"  {info.signature.render()}", markup=False, highlight=False)
+    typer.echo("signatures:")
+    for info in run.metrics.values():
+        typer.echo(f"  {info.signature.render()}")
     written = [str(p) for p in (output, per_system) if p is not None]
     if written:
-        console.print(f"wrote {', '.join(written)}", markup=False, highlight=False)
+        typer.echo(f"wrote {', '.join(written)}")
 
 
 def metrics(

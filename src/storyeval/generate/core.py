@@ -2,21 +2,45 @@
 
 Every generated story carries a signature of the model and every decoding setting, so a run
 can be repeated exactly: same inputs, seed and batch size give the same stories on a CPU.
+
+Few-shot priming follows seed 000 (§6.2.2, after Brown et al. 2020): the model reads three
+in-domain human-authored texts, each followed by an end-of-text marker, then the prompt.
+Generated texts that copy a priming text (more than 80% overlap) or contain a listed offensive
+word are dropped and generated again, and each story records how often that happened.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
+import threading
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from storyeval.corpus import Story
+from storyeval.errors import StoryevalError
+from storyeval.generate.filters import COPY_THRESHOLD, WordListFilter, max_copy_overlap
+from storyeval.generate.prompts import RESERVED_FIELDS
 from storyeval.signature import Signature
-from storyeval.text import split_sentences, truncate
+from storyeval.text import count_words, split_sentences, truncate
 
-_MAX_ATTEMPTS = 3
-_TERMINAL = re.compile(r"[.!?][\"')\]]*$")
+DEFAULT_MAX_ATTEMPTS = 10
+DROP_FIELDS = (
+    "dropped_empty",
+    "dropped_unfinished",
+    "dropped_long",
+    "dropped_copy",
+    "dropped_offensive",
+)
+_TERMINAL = re.compile(r"[.!?…][\"'”’)\]]*$")
+#: Model calls that seed torch's global generator hold this lock, so concurrent callers (the
+#: study server's generation worker, tests) cannot interleave seeding and sampling.
+GENERATION_LOCK = threading.RLock()
+
+
+class GenerationError(StoryevalError, RuntimeError):
+    """No usable continuation could be generated (every attempt was empty or filtered)."""
 
 
 @dataclass(frozen=True)
@@ -25,6 +49,13 @@ class DecodingConfig:
 
     ``do_sample=False`` is greedy decoding; otherwise ``temperature``, ``top_k`` and
     ``top_p`` shape the sampling distribution (``None`` disables a filter).
+
+    Examples
+    --------
+    >>> DecodingConfig(top_k=40, temperature=0.7).describe()
+    'k40-t0.7'
+    >>> DecodingConfig.from_options(greedy=True).describe()
+    'greedy'
     """
 
     do_sample: bool = True
@@ -46,6 +77,38 @@ class DecodingConfig:
         if self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1; got {self.max_new_tokens}")
 
+    @classmethod
+    def from_options(
+        cls,
+        *,
+        greedy: bool = False,
+        temperature: float | None = None,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        repetition_penalty: float = 1.0,
+        max_new_tokens: int = 160,
+    ) -> DecodingConfig:
+        """Build a config from command-line style options, rejecting contradictory ones.
+
+        ``greedy`` cannot be combined with ``temperature``, ``top_k`` or ``top_p``.
+        """
+        if greedy and (temperature is not None or top_k is not None or top_p is not None):
+            raise ValueError("greedy decoding takes no temperature, top_k or top_p")
+        if greedy:
+            return cls(
+                do_sample=False,
+                repetition_penalty=repetition_penalty,
+                max_new_tokens=max_new_tokens,
+            )
+        return cls(
+            do_sample=True,
+            temperature=1.0 if temperature is None else temperature,
+            top_k=top_k,
+            top_p=top_p,
+            repetition_penalty=repetition_penalty,
+            max_new_tokens=max_new_tokens,
+        )
+
     def generate_kwargs(self) -> dict[str, Any]:
         kwargs: dict[str, Any] = {
             "max_new_tokens": self.max_new_tokens,
@@ -57,12 +120,16 @@ class DecodingConfig:
             kwargs["temperature"] = self.temperature
             kwargs["top_k"] = self.top_k if self.top_k is not None else 0
             kwargs["top_p"] = self.top_p if self.top_p is not None else 1.0
+        else:  # silence the model's own sampling defaults
+            kwargs.update(temperature=None, top_k=None, top_p=None)
         return kwargs
 
     def describe(self) -> str:
         """A short label such as ``greedy``, ``p0.9`` or ``k40-t0.7``."""
         if not self.do_sample:
-            return "greedy"
+            return "greedy" + (
+                f"-rp{self.repetition_penalty:g}" if self.repetition_penalty != 1.0 else ""
+            )
         parts = []
         if self.top_k is not None:
             parts.append(f"k{self.top_k}")
@@ -74,23 +141,177 @@ class DecodingConfig:
             parts.append(f"rp{self.repetition_penalty:g}")
         return "-".join(parts) or "sample"
 
+    def signature_fields(self) -> dict[str, Any]:
+        return dict(asdict(self))
+
 
 def clean_continuation(
-    text: str, *, max_words: int | None = None, max_chars: int | None = None
+    text: str,
+    *,
+    max_words: int | None = None,
+    max_chars: int | None = None,
+    max_sentences: int | None = None,
 ) -> str:
     """Normalise whitespace, cut to the cap at a sentence end, and drop an unfinished last
     sentence (generation stops mid-sentence when it runs out of tokens).
 
+    ``max_sentences`` keeps at most that many leading sentences (the machine-in-the-loop
+    writer receives one sentence at a time).
+
     >>> clean_continuation("  It rained.\\n\\nThe roof leaked and")
     'It rained.'
+    >>> clean_continuation("It rained. The roof leaked. We left.", max_sentences=2)
+    'It rained. The roof leaked.'
     """
+    if max_sentences is not None and max_sentences < 1:
+        raise ValueError(f"max_sentences must be >= 1; got {max_sentences}")
     text = re.sub(r"\s+", " ", text).strip()
-    if max_words is not None or max_chars is not None:
-        text = truncate(text, max_words=max_words, max_chars=max_chars)
     sentences = split_sentences(text)
     while len(sentences) > 1 and not _TERMINAL.search(sentences[-1]):
         sentences.pop()
-    return " ".join(sentences)
+    if max_sentences is not None:
+        sentences = sentences[:max_sentences]
+    text = " ".join(sentences)
+    if text and (max_words is not None or max_chars is not None):
+        text = truncate(text, max_words=max_words, max_chars=max_chars)
+    return text
+
+
+def default_separator(tokenizer: Any) -> str:
+    """The end-of-text marker that separates priming texts: the tokenizer's document
+    separator ``<|endoftext|>`` when it has one as a special token (GPT-2, SmolLM2), else its
+    end-of-sequence token."""
+    special = set(getattr(tokenizer, "all_special_tokens", []) or [])
+    if "<|endoftext|>" in special:
+        return "<|endoftext|>"
+    eos = getattr(tokenizer, "eos_token", None)
+    if not eos:
+        raise ValueError("the tokenizer has no end-of-text token; pass separator= explicitly")
+    return str(eos)
+
+
+def build_context(prompt: str, priming: Sequence[str] = (), separator: str = "") -> str:
+    """The text the model continues: each priming text followed by ``separator``, then the
+    prompt (seed 000 §6.2.2 delimits the texts with an end-of-sequence token).
+
+    >>> build_context("Once upon a time", ["A tale.", "Another tale."], "<|endoftext|>")
+    'A tale.<|endoftext|>Another tale.<|endoftext|>Once upon a time'
+    """
+    if priming and not separator:
+        raise ValueError("priming texts need a separator")
+    return "".join(text.strip() + separator for text in priming) + prompt.rstrip()
+
+
+def _stop_ids(tokenizer: Any, separator: str | None) -> list[int]:
+    ids = []
+    if tokenizer.eos_token_id is not None:
+        ids.append(int(tokenizer.eos_token_id))
+    if separator:
+        encoded = tokenizer(separator, add_special_tokens=False)["input_ids"]
+        if len(encoded) == 1:
+            ids.append(int(encoded[0]))
+    return sorted(set(ids))
+
+
+def _generate_raw(
+    lm: Any,
+    contexts: Sequence[str],
+    decoding: DecodingConfig,
+    *,
+    separator: str | None,
+) -> list[str]:
+    """One batch of raw continuations (no cleaning), cut at the first stop token."""
+    import torch
+
+    tokenizer, model = lm.tokenizer, lm.model
+    pad_id = (
+        tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    )
+    stop = _stop_ids(tokenizer, separator)
+    encoded = tokenizer(list(contexts), return_tensors="pt", padding=True, padding_side="left")
+    with torch.no_grad():
+        output = model.generate(
+            **encoded,
+            **decoding.generate_kwargs(),
+            pad_token_id=pad_id,
+            eos_token_id=stop or None,
+        )
+    new_tokens = output[:, encoded["input_ids"].shape[1] :].tolist()
+    texts = []
+    for tokens in new_tokens:
+        for position, token in enumerate(tokens):
+            if token in stop:
+                tokens = tokens[:position]
+                break
+        text = tokenizer.decode(tokens, skip_special_tokens=True)
+        if separator and separator in text:  # a multi-token separator string
+            text = text.split(separator, 1)[0]
+        texts.append(text)
+    return texts
+
+
+def _check_context_length(lm: Any, contexts: Sequence[tuple[str, str]], max_new: int) -> None:
+    limit = lm.max_length
+    for label, context in contexts:
+        length = len(lm.tokenizer(context, add_special_tokens=False)["input_ids"])
+        if length + max_new > limit:
+            raise ValueError(
+                f"{label}: the prompt (with priming texts) is {length} tokens and "
+                f"max_new_tokens is {max_new}; together they exceed the model's limit of {limit}"
+            )
+
+
+def _priming_identity(priming: Sequence[str]) -> str | None:
+    if not priming:
+        return None
+    digest = hashlib.sha256("\x1e".join(t.strip() for t in priming).encode()).hexdigest()
+    return digest[:12]
+
+
+@dataclass
+class _Job:
+    record: Story
+    n: int
+    context: str
+    attempts: int = 0
+    dropped: dict[str, int] = field(
+        default_factory=lambda: {"empty": 0, "unfinished": 0, "long": 0, "copy": 0, "offensive": 0}
+    )
+    last_reason: str = ""
+    text: str | None = None
+    overlap: float | None = None
+
+
+def _judge(
+    raw: str,
+    *,
+    max_words: int | None,
+    max_chars: int | None,
+    max_sentences: int | None,
+    priming: Sequence[str],
+    copy_threshold: float,
+    word_filter: WordListFilter | None,
+) -> tuple[str | None, str, float | None]:
+    """Clean one raw output and return ``(text or None, drop reason, copy overlap)``."""
+    text = clean_continuation(raw, max_sentences=max_sentences)
+    if not re.search(r"\w", text):
+        return None, "empty", None
+    if not _TERMINAL.search(text):
+        return None, "unfinished", None  # not one complete sentence
+    if max_words is not None or max_chars is not None:
+        first = split_sentences(text)[0]
+        size = count_words(first) if max_words is not None else len(first)
+        if size > (max_words if max_words is not None else max_chars):  # type: ignore[operator]
+            return None, "long", None  # cannot be cut at a sentence end within the cap
+        text = truncate(text, max_words=max_words, max_chars=max_chars)
+    overlap = max_copy_overlap(text, priming) if priming else None
+    if overlap is not None and overlap > copy_threshold:
+        return None, "copy", overlap
+    if word_filter is not None:
+        found = word_filter.find(text)
+        if found:
+            return None, "offensive", overlap
+    return text, "", overlap
 
 
 def generate_stories(
@@ -105,12 +326,68 @@ def generate_stories(
     max_chars: int | None = None,
     system: str | None = None,
     progress: bool = True,
+    priming: Sequence[str] = (),
+    separator: str | None = None,
+    copy_threshold: float = COPY_THRESHOLD,
+    word_filter: WordListFilter | None = None,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
 ) -> list[Story]:
     """Continue each prompt ``num_stories`` times.
 
-    Returns one :class:`Story` per continuation with ``id`` ``{prompt_id}-{system}-{n}``
-    (``-{n}`` only when ``num_stories > 1``), the prompt, the prompt record's reference
-    (its human continuation, if any), ``system``, and a ``signature`` field.
+    Parameters
+    ----------
+    prompts : sequence of Story
+        Records with ``id`` and a non-empty ``prompt`` (see
+        :func:`storyeval.generate.read_prompts`); ``reference`` and extra fields are carried
+        over to the generated stories.
+    model : str, optional
+        A causal LM name or local path; the offline SmolLM2 by default.
+    decoding : DecodingConfig, optional
+        Greedy or sampling settings and ``max_new_tokens``; pure sampling at temperature 1 by
+        default.
+    num_stories : int
+        Continuations per prompt.
+    seed : int
+        Seeds torch's generator once before the first batch.
+    batch_size : int
+        Prompts per ``generate`` call (left-padded). Part of the signature: padding changes
+        the arithmetic slightly, so another batch size can give other stories.
+    max_words, max_chars : int, optional
+        Cut each story to the longest run of whole sentences within the cap (seed 003 cuts
+        at 150 words, seed 004 at 400 characters). An unfinished last sentence is always
+        dropped, and a story without one complete sentence is generated again (counted in
+        ``dropped_unfinished``); a story whose first sentence alone exceeds the cap is dropped and
+        generated again (counted in ``dropped_long``), so every story ends at a full
+        sentence.
+    priming : sequence of str
+        Few-shot priming texts (seed 000 uses three), each followed by ``separator`` before
+        the prompt.
+    separator : str, optional
+        The end-of-text marker; :func:`default_separator` of the model by default.
+    copy_threshold : float
+        With priming, a story whose :func:`~storyeval.generate.copy_overlap` with a priming
+        text exceeds this is dropped and generated again (0.8 as in seed 000).
+    word_filter : WordListFilter, optional
+        A story containing a listed term is dropped and generated again.
+    max_attempts : int
+        Generations allowed per story before :class:`GenerationError` is raised.
+
+    Returns
+    -------
+    list of Story
+        One per continuation, prompt-major, with ``id`` ``{prompt_id}-{system}-{n}``
+        (``-{n}`` only when ``num_stories > 1``), the prompt, the prompt record's reference,
+        ``system``, and extra fields ``prompt_id``, ``signature`` (the model identity and
+        every setting above), ``attempts``, ``dropped_empty``, ``dropped_unfinished``,
+        ``dropped_long``, ``dropped_copy``, ``dropped_offensive`` and, with priming, ``copy_overlap`` of the kept story.
+
+    Raises
+    ------
+    GenerationError
+        If some story had no usable continuation after ``max_attempts`` generations, or
+        greedy decoding produced a filtered text (greedy regeneration repeats it).
+    ValueError
+        On empty prompts, bad settings, or a prompt too long for the model.
     """
     import torch
     from tqdm.auto import tqdm
@@ -119,68 +396,261 @@ def generate_stories(
 
     if not prompts:
         raise ValueError("prompts must not be empty")
-    if num_stories < 1 or batch_size < 1:
-        raise ValueError("num_stories and batch_size must be >= 1")
+    if num_stories < 1 or batch_size < 1 or max_attempts < 1:
+        raise ValueError("num_stories, batch_size and max_attempts must be >= 1")
+    if not 0 < copy_threshold <= 1:
+        raise ValueError(f"copy_threshold must be in (0, 1]; got {copy_threshold}")
+    if max_words is not None and max_chars is not None:
+        raise ValueError("give at most one of max_words and max_chars")
+    empty = [record.id for record in prompts if not record.prompt.strip()]
+    if empty:
+        raise ValueError(
+            f"every prompt must be non-empty to generate a continuation; empty: {', '.join(empty[:5])}"
+        )
     decoding = decoding or DecodingConfig()
     lm = load_causal_lm(model)
-    tokenizer, lm_model = lm.tokenizer, lm.model
-    tokenizer.padding_side = "left"
-    pad_id = (
-        tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    )
-    system = system or f"{lm.name}-{decoding.describe()}"
+    priming = [text.strip() for text in priming if text.strip()]
+    sep = (separator or default_separator(lm.tokenizer)) if priming else None
+    label = decoding.describe() + (f"-{len(priming)}shot" if priming else "")
+    system = system or f"{lm.name}-{label}"
     signature = Signature(
         "generate",
         {
             "model": lm.identity,
-            **{k: v for k, v in asdict(decoding).items()},
+            **decoding.signature_fields(),
             "num_stories": num_stories,
             "batch_size": batch_size,
             "max_words": max_words,
             "max_chars": max_chars,
             "seed": seed,
+            "priming": _priming_identity(priming),
+            "priming_n": len(priming),
+            "separator": sep,
+            "copy_threshold": copy_threshold if priming else None,
+            "word_filter": word_filter.identity if word_filter else None,
+            "max_attempts": max_attempts,
         },
     ).render()
-    jobs = [(record, n) for record in prompts for n in range(num_stories)]
-    torch.manual_seed(seed)
-    finished: dict[tuple[str, int], str] = {}
+    jobs = [
+        _Job(record, n, build_context(record.prompt, priming, sep or ""))
+        for record in prompts
+        for n in range(num_stories)
+    ]
+    _check_context_length(
+        lm,
+        [(record.id, build_context(record.prompt, priming, sep or "")) for record in prompts],
+        decoding.max_new_tokens,
+    )
     bar = tqdm(total=len(jobs), desc=f"generate {system}", disable=not progress, unit="story")
-    for _attempt in range(_MAX_ATTEMPTS):
-        pending = [job for job in jobs if (job[0].id, job[1]) not in finished]
-        for start in range(0, len(pending), batch_size):
-            batch = pending[start : start + batch_size]
-            texts = [record.prompt.rstrip() for record, _ in batch]
-            if any(not t for t in texts):
-                raise ValueError("every prompt must be non-empty to generate a continuation")
-            encoded = tokenizer(texts, return_tensors="pt", padding=True)
-            with torch.no_grad():
-                output = lm_model.generate(
-                    **encoded, **decoding.generate_kwargs(), pad_token_id=pad_id
-                )
-            new_tokens = output[:, encoded["input_ids"].shape[1] :]
-            for (record, n), tokens in zip(batch, new_tokens, strict=True):
-                raw = tokenizer.decode(tokens, skip_special_tokens=True)
-                story = clean_continuation(raw, max_words=max_words, max_chars=max_chars)
-                if story:  # an empty continuation is generated again
-                    finished[(record.id, n)] = story
+    with GENERATION_LOCK:
+        torch.manual_seed(seed)
+        for _attempt in range(max_attempts):
+            pending = [job for job in jobs if job.text is None]
+            if not pending:
+                break
+            if _attempt > 0 and not decoding.do_sample:
+                break  # greedy decoding would repeat the dropped texts
+            for start in range(0, len(pending), batch_size):
+                batch = pending[start : start + batch_size]
+                raws = _generate_raw(lm, [job.context for job in batch], decoding, separator=sep)
+                for job, raw in zip(batch, raws, strict=True):
+                    job.attempts += 1
+                    text, reason, overlap = _judge(
+                        raw,
+                        max_words=max_words,
+                        max_chars=max_chars,
+                        max_sentences=None,
+                        priming=priming,
+                        copy_threshold=copy_threshold,
+                        word_filter=word_filter,
+                    )
+                    if text is None:
+                        job.dropped[reason] += 1
+                        job.last_reason = reason
+                        continue
+                    job.text, job.overlap = text, overlap
                     bar.update(1)
     bar.close()
-    failed = [f"{record.id}#{n + 1}" for record, n in jobs if (record.id, n) not in finished]
+    failed = [job for job in jobs if job.text is None]
     if failed:
-        raise RuntimeError(
-            f"no usable continuation after {_MAX_ATTEMPTS} attempts for {', '.join(failed)}"
+        shown = ", ".join(f"{job.record.id}#{job.n + 1} ({job.last_reason})" for job in failed[:10])
+        if not decoding.do_sample:
+            raise GenerationError(
+                "greedy decoding produced a dropped text and would produce it again on every "
+                f"attempt; use sampling or turn the filter off: {shown}"
+            )
+        raise GenerationError(
+            f"no usable continuation after {max_attempts} attempts for {len(failed)} "
+            f"story(ies): {shown}; raise --max-attempts or check the prompts and filters"
         )
     results = []
-    for record, n in jobs:
-        suffix = f"-{n + 1}" if num_stories > 1 else ""
+    for job in jobs:
+        suffix = f"-{job.n + 1}" if num_stories > 1 else ""
+        assert job.text is not None
+        extra: dict[str, Any] = {
+            key: value for key, value in job.record.extra.items() if key not in RESERVED_FIELDS
+        }
+        extra.update(
+            prompt_id=job.record.id,
+            signature=signature,
+            attempts=job.attempts,
+            dropped_empty=job.dropped["empty"],
+            dropped_unfinished=job.dropped["unfinished"],
+            dropped_long=job.dropped["long"],
+            dropped_copy=job.dropped["copy"],
+            dropped_offensive=job.dropped["offensive"],
+        )
+        if priming:
+            extra["copy_overlap"] = round(job.overlap or 0.0, 4)
         results.append(
             Story(
-                id=f"{record.id}-{system}{suffix}",
-                prompt=record.prompt,
-                story=finished[(record.id, n)],
-                reference=record.reference,
+                id=f"{job.record.id}-{system}{suffix}",
+                prompt=job.record.prompt,
+                story=job.text,
+                reference=job.record.reference,
                 system=system,
-                extra={"prompt_id": record.id, "signature": signature},
+                extra=extra,
             )
         )
     return results
+
+
+def _cut_words(text: str, max_words: int | None, max_chars: int | None) -> str:
+    """Cut an unfinished text at a word boundary within the cap."""
+    words = text.split()
+    if max_words is not None:
+        words = words[:max_words]
+    kept: list[str] = []
+    for word in words:
+        if max_chars is not None and len(" ".join([*kept, word])) > max_chars:
+            break
+        kept.append(word)
+    return " ".join(kept)
+
+
+def generation_summary(stories: Sequence[Story]) -> dict[str, int]:
+    """Totals of the per-story generation counts: stories, generations, and texts dropped as
+    empty, unfinished (no complete sentence), too long (a first sentence over the cap),
+    copies of a priming text, and for offensive words.
+
+    >>> s = Story("a", "p", "t", extra={"attempts": 3, "dropped_copy": 2, "dropped_empty": 0,
+    ...                                "dropped_offensive": 0})
+    >>> generation_summary([s])["dropped_copy"], generation_summary([s])["generations"]
+    (2, 3)
+    """
+    summary = {
+        "stories": len(stories),
+        "generations": 0,
+        "dropped_empty": 0,
+        "dropped_unfinished": 0,
+        "dropped_long": 0,
+        "dropped_copy": 0,
+        "dropped_offensive": 0,
+    }
+    for story in stories:
+        summary["generations"] += int(story.extra.get("attempts", 1))
+        for key in DROP_FIELDS:
+            summary[key] += int(story.extra.get(key, 0))
+    return summary
+
+
+@dataclass(frozen=True)
+class Continuation:
+    """One suggestion for a writer: the text, its signature, and what was dropped first.
+
+    ``complete`` is False when the text is the fallback of ``accept_unfinished``: no attempt
+    reached the end of a sentence within ``max_new_tokens``.
+    """
+
+    text: str
+    signature: str
+    attempts: int
+    dropped: dict[str, int]
+    raw: str
+    complete: bool = True
+
+
+def continue_text(
+    context: str,
+    *,
+    model: str | None = None,
+    decoding: DecodingConfig | None = None,
+    seed: int = 0,
+    max_words: int | None = None,
+    max_chars: int | None = None,
+    max_sentences: int | None = None,
+    word_filter: WordListFilter | None = None,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    name: str = "continue",
+    accept_unfinished: bool = False,
+) -> Continuation:
+    """Generate one continuation of ``context`` (the whole story so far), as a collaborative
+    writing system suggests the next line.
+
+    The continuation is cut to whole sentences within the caps (an unfinished last sentence
+    is dropped) and is generated again when it is empty, has no complete sentence, or contains
+    a listed term. With ``accept_unfinished``, if every attempt stopped before the end of a
+    sentence, the last such text (cut at a word within the caps, free of listed terms) is
+    returned with ``complete=False`` rather than failing: a writer can still edit it.
+    Thread-safe: seeding and sampling happen under :data:`GENERATION_LOCK`.
+
+    Raises
+    ------
+    GenerationError
+        If every attempt was empty or filtered.
+    """
+    import torch
+
+    from storyeval.models import load_causal_lm
+
+    if not context.strip():
+        raise ValueError("context must not be empty")
+    decoding = decoding or DecodingConfig()
+    lm = load_causal_lm(model)
+    signature = Signature(
+        name,
+        {
+            "model": lm.identity,
+            **decoding.signature_fields(),
+            "max_words": max_words,
+            "max_chars": max_chars,
+            "max_sentences": max_sentences,
+            "seed": seed,
+            "word_filter": word_filter.identity if word_filter else None,
+        },
+    ).render()
+    _check_context_length(lm, [("the story so far", context)], decoding.max_new_tokens)
+    dropped = {"empty": 0, "unfinished": 0, "long": 0, "copy": 0, "offensive": 0}
+    raw = ""
+    fallback: tuple[str, str, int] | None = None
+    with GENERATION_LOCK:
+        torch.manual_seed(seed)
+        for attempt in range(1, max_attempts + 1):
+            raw = _generate_raw(lm, [context], decoding, separator=None)[0]
+            text, reason, _ = _judge(
+                raw,
+                max_words=max_words,
+                max_chars=max_chars,
+                max_sentences=max_sentences,
+                priming=(),
+                copy_threshold=1.0,
+                word_filter=word_filter,
+            )
+            if text is not None:
+                return Continuation(text, signature, attempt, dropped, raw)
+            dropped[reason] += 1
+            if reason == "unfinished" and accept_unfinished:
+                candidate = _cut_words(
+                    clean_continuation(raw, max_sentences=max_sentences), max_words, max_chars
+                )
+                if candidate and not (word_filter and word_filter.find(candidate)):
+                    fallback = (candidate, raw, attempt)
+            if not decoding.do_sample:
+                break
+    if fallback is not None:
+        text, raw, attempt = fallback
+        return Continuation(text, signature, attempt, dropped, raw, complete=False)
+    raise GenerationError(
+        f"no usable continuation after {sum(dropped.values())} attempt(s) "
+        f"(dropped: {', '.join(f'{k} {v}' for k, v in dropped.items() if v)})"
+    )

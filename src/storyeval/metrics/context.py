@@ -19,6 +19,10 @@ import numpy as np
 from storyeval.errors import ModelLoadError
 
 
+class UndefinedScoreWarning(UserWarning):
+    """Some scores are undefined (NaN) for a reason the user can act on."""
+
+
 class LongTextWarning(UserWarning):
     """A text was longer than the model's input and was encoded in overlapping windows."""
 
@@ -114,7 +118,7 @@ class EncoderCache:
 
     encoder: Any
     batch_tokens: int = 16384
-    max_batch: int = 128
+    max_batch: int = 64
     progress: bool = False
     stats: CacheStats = field(default_factory=CacheStats)
 
@@ -270,6 +274,11 @@ class EncoderCache:
                     mask[r, : len(row)] = 1
                 result = model(input_ids=input_ids, attention_mask=mask, output_hidden_states=True)
                 hidden = result.hidden_states
+                if hidden is None or len(hidden) <= top:
+                    raise RuntimeError(
+                        f"the encoder returned {0 if hidden is None else len(hidden)} hidden states; "
+                        f"layer {top} was asked for"
+                    )
                 self.stats.batches += 1
                 self.stats.tokens += int(mask.sum())
                 self.stats.padded_tokens += len(rows) * width
@@ -301,6 +310,23 @@ def _key(text: str) -> str:
     return key
 
 
+def _warm_up(model: Any) -> None:
+    """Run the full model once so that lazily installed hooks (transformers 5 collects hidden
+    states through forward hooks installed on the first call) cover every layer before a
+    truncated pass."""
+    if getattr(model, "_storyeval_warmed_up", False):
+        return
+    import torch
+
+    with torch.inference_mode():
+        model(
+            input_ids=torch.tensor([[0, 0]], dtype=torch.long),
+            attention_mask=torch.ones((1, 2), dtype=torch.long),
+            output_hidden_states=True,
+        )
+    model._storyeval_warmed_up = True
+
+
 class _truncated:
     """Run only the first ``top`` layers (what bert-score does with ``num_layers``)."""
 
@@ -316,6 +342,7 @@ class _truncated:
         owner, attr = self.found
         modules = getattr(owner, attr)
         if self.top < len(modules):
+            _warm_up(self.model)
             self.saved = modules
             setattr(owner, attr, modules[: max(self.top, 0)] if self.top > 0 else modules[:0])
 

@@ -143,21 +143,28 @@ register_metric(
 # --------------------------------------------------------------------------- ROUGE
 
 
-@functools.lru_cache(maxsize=8)
-def _rouge_scorer(kind: str, stemmer: bool) -> Any:
+_ROUGE_TYPES = ("rouge1", "rouge2", "rougeL")
+
+
+@functools.lru_cache(maxsize=2)
+def _rouge_scorer(stemmer: bool) -> Any:
     from rouge_score import rouge_scorer
 
-    return rouge_scorer.RougeScorer([kind], use_stemmer=stemmer)
+    return rouge_scorer.RougeScorer(list(_ROUGE_TYPES), use_stemmer=stemmer)
 
 
 def _rouge(kind: str) -> Any:
     def compute(batch: MetricBatch, options: Mapping[str, Any]) -> MetricOutput:
-        scorer = _rouge_scorer(kind, bool(options["stemmer"]))
+        # one scorer computes the three ROUGE types at once; the others of the run reuse it
+        memo = batch.context.memo.setdefault(("rouge", bool(options["stemmer"])), {})
+        scorer = _rouge_scorer(bool(options["stemmer"]))
         component = {"f": "fmeasure", "p": "precision", "r": "recall"}[options["component"]]
         values = []
         for story in batch.stories:
-            result = scorer.score_multi(story.references, story.story)[kind]
-            values.append(getattr(result, component))
+            key = (story.story, tuple(story.references))
+            if key not in memo:
+                memo[key] = scorer.score_multi(story.references, story.story)
+            values.append(getattr(memo[key][kind], component))
         return MetricOutput(np.asarray(values, dtype=np.float64))
 
     return compute
@@ -206,7 +213,7 @@ def self_bleu_values(
     for every text.
 
     >>> v = self_bleu_values(["a b c d e", "a b c d e", "v w x y z"], ["s", "s", "s"])
-    >>> [round(x, 1) for x in v]
+    >>> [round(float(x), 1) for x in v]
     [100.0, 100.0, 0.0]
     """
     from sacrebleu.metrics.helpers import extract_all_word_ngrams

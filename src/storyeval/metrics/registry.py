@@ -115,7 +115,8 @@ class MetricOption:
     def parse(self, raw: Any, *, where: str = "") -> Any:
         """Convert ``raw`` (text or a Python value) to this option's type and validate it."""
         label = where or self.name
-        if raw is None or (isinstance(raw, str) and raw.strip().lower() in _NONE):
+        is_choice = self.choices is not None and raw in self.choices
+        if raw is None or (isinstance(raw, str) and raw.strip().lower() in _NONE and not is_choice):
             if self.required:
                 raise OptionError(f"option {label} needs a value")
             if self.default is None or self.type is str:
@@ -212,6 +213,9 @@ class MetricOutput:
         into the signature.
     notes : list of str
         Things the user should know (e.g. texts split because they were too long).
+    omit : tuple of str
+        Options that played no part in this run (e.g. the baseline when rescaling is off),
+        left out of the signature.
     """
 
     values: np.ndarray
@@ -219,6 +223,7 @@ class MetricOutput:
     models: dict[str, str] = field(default_factory=dict)
     fields: dict[str, SignatureValue] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    omit: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -311,6 +316,7 @@ class MetricSpec:
         options: Mapping[str, Any],
         models: Mapping[str, str] | None = None,
         fields: Mapping[str, SignatureValue] | None = None,
+        omit: Sequence[str] = (),
     ) -> Signature:
         """The signature of this metric's values: model identities first, then every option
         that changes the number (in schema order), then run-time settings.
@@ -323,7 +329,7 @@ class MetricSpec:
         for key, identity in (models or {}).items():
             values[key] = identity
         for option in self.options:
-            if not option.in_signature or option.name in values:
+            if not option.in_signature or option.name in values or option.name in omit:
                 continue
             value = options.get(option.name, option.default)
             values[option.name] = value if value is not None else "auto"
@@ -337,7 +343,7 @@ class MetricSpec:
 _REGISTRY: dict[str, MetricSpec] = {}
 _LOCK = threading.RLock()
 _DISCOVERED = False
-_NOT_METRIC_MODULES = {"registry", "pipeline", "context", "aggregate", "encoder"}
+_NOT_METRIC_MODULES = {"registry", "pipeline", "context", "data"}
 ENTRY_POINT_GROUP = "storyeval.metrics"
 
 

@@ -1,0 +1,125 @@
+"""``storyeval cyoa``: analyse (and export) collaborative-writing sessions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from storyeval.cli._common import exit_with, user_error
+
+cyoa_app = typer.Typer(
+    help="Collaborative writing (Choose Your Own Adventure, machine-in-the-loop): analyse and "
+    "export writing sessions.",
+    no_args_is_help=True,
+)
+
+
+@cyoa_app.command("analyse")
+def analyse(
+    sessions: Path = typer.Argument(
+        ..., help="Sessions file (JSONL) exported by the study server."
+    ),
+    output: Path = typer.Option(
+        ..., "-o", "--output", help="Directory for the CSV tables and report."
+    ),
+    include_incomplete: bool = typer.Option(
+        False,
+        "--include-incomplete",
+        help="Also analyse the submitted turns of unfinished sessions.",
+    ),
+    confidence: float = typer.Option(0.95, "--confidence", help="Coverage of the intervals."),
+) -> None:
+    """Preferences (Table 4.1), edits (Table 4.2), generated vs human text (Table 4.3) and the
+    Likert answers of CYOA (and MIL) sessions: writes preferences.csv, edits.csv,
+    text_stats.csv, likert.csv, open_answers.csv, edit_items.csv and report.md."""
+    from storyeval.collab.analysis import AnalysisError, analyse_sessions, write_analysis
+    from storyeval.collab.records import read_sessions
+    from storyeval.errors import DataFileError, StoryevalError
+
+    if not 0 < confidence < 1:
+        raise exit_with(f"error: --confidence must be between 0 and 1; got {confidence}")
+    try:
+        records = read_sessions(sessions)
+    except DataFileError as exc:
+        for problem in exc.problems:
+            typer.echo(str(problem), err=True)
+        raise typer.Exit(2) from None
+    except (OSError, ValueError) as exc:
+        raise user_error(exc) from None
+    try:
+        result = analyse_sessions(
+            records, include_incomplete=include_incomplete, confidence=confidence
+        )
+    except (AnalysisError, StoryevalError) as exc:
+        raise user_error(exc) from None
+    written = write_analysis(result, output)
+    prefs = result.preferences
+    for _, row in prefs[(prefs["factor"] == "generator") & (prefs["round"] == "all")].iterrows():
+        typer.echo(
+            f"{row['session']}: {row['level']} chosen {int(row['chosen'])}/{int(row['n'])} "
+            f"({100 * row['estimate']:.1f}%), binomial p = {row['p_value']:.3g}"
+        )
+    edits = result.edits
+    tests = edits[(edits["round"] == "all") & edits["group"].str.contains(" vs ")]
+    for _, row in tests.iterrows():
+        means = edits[
+            (edits["session"] == row["session"])
+            & (edits["round"] == "all")
+            & (edits["metric"] == row["metric"])
+            & ~edits["group"].isin(["overall", row["group"]])
+        ]
+        shown = ", ".join(
+            f"{g} {v:.3g}" for g, v in zip(means["group"], means["estimate"], strict=True)
+        )
+        typer.echo(
+            f"{row['session']}: {row['metric']} {shown}; Mann-Whitney U p = {row['p_value']:.3g}"
+        )
+    typer.echo(
+        f"{result.sessions} session(s); wrote {', '.join(p.name for p in written)} to {output}"
+    )
+    typer.echo(f"signature: {result.signature}")
+
+
+@cyoa_app.command("export")
+def export(
+    session_file: Path = typer.Argument(
+        ..., help="The CYOA or MIL session file (YAML) that was served."
+    ),
+    db: str = typer.Option(
+        None,
+        "--db",
+        help="Database URL of the server (default: <session>.sqlite3 here, as storyeval serve).",
+    ),
+    output: Path = typer.Option(..., "-o", "--output", help="Write the sessions here (JSONL)."),
+    complete_only: bool = typer.Option(
+        False, "--complete-only", help="Leave out unfinished sessions."
+    ),
+) -> None:
+    """Export the writing sessions of a session file from the server's database (the same
+    records as the admin page's sessions.jsonl), without running the server."""
+    from storyeval.collab.config import load_writing_config
+    from storyeval.collab.records import write_sessions
+    from storyeval.errors import StoryevalError
+    from storyeval.server import writing_store
+    from storyeval.server.db import Database
+
+    try:
+        config = load_writing_config(session_file)
+        database = Database(db or f"sqlite:///{session_file.with_suffix('.sqlite3').name}")
+        database.create_all()
+        with database.read() as conn:
+            records = writing_store.export(conn, config)
+    except (StoryevalError, ValueError, OSError) as exc:
+        raise user_error(exc) from None
+    if complete_only:
+        records = [r for r in records if r["status"] == "complete"]
+    count = write_sessions(output, records)
+    done = sum(1 for r in records if r["status"] == "complete")
+    typer.echo(
+        f"wrote {count} session(s) ({done} complete) of {config.kind} {config.name!r} to {output}"
+    )
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(cyoa_app, name="cyoa", rich_help_panel="Collaborative writing")

@@ -1,0 +1,103 @@
+"""``storyeval serve``: run the study server for one or more study files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from storyeval.cli._common import exit_with
+
+
+def _default_db(path: Path) -> str:
+    return f"sqlite:///{path.with_suffix('.sqlite3').name}"
+
+
+def serve(
+    files: list[Path] = typer.Argument(..., help="Study files (YAML)."),
+    db: str = typer.Option(
+        None,
+        "--db",
+        help="Database URL: sqlite:///FILE (default: <study>.sqlite3 here) or postgresql://...",
+    ),
+    host: str = typer.Option(
+        "127.0.0.1", "--host", help="Address to listen on (0.0.0.0 for every interface)."
+    ),
+    port: int = typer.Option(8000, "--port", help="Port to listen on."),
+    admin_token: str = typer.Option(
+        None,
+        "--admin-token",
+        envvar="STORYEVAL_ADMIN_TOKEN",
+        help="Secret of the admin pages (default: the one stored in the database, or a new one).",
+    ),
+    base_url: str = typer.Option(None, "--base-url", help="Public address used in printed links."),
+    links: int = typer.Option(
+        0, "--links", help="Create this many participant links before starting."
+    ),
+    links_file: Path = typer.Option(
+        None, "--links-file", help="Write the created links here (one per line)."
+    ),
+    access_log: bool = typer.Option(
+        False, "--access-log", help="Log every request (URLs contain secret tokens)."
+    ),
+) -> None:
+    """Serve human evaluation studies: participant pages, admin view, exports."""
+    import uvicorn
+    from pydantic import ValidationError
+
+    from storyeval.io import write_text_atomic
+    from storyeval.server.app import create_app
+    from storyeval.server.participants import create_participants
+    from storyeval.server.sessions import load_session
+    from storyeval.server.settings import Settings
+
+    sessions = [load_session(path) for path in files]
+    try:
+        settings = Settings(
+            database_url=db or _default_db(files[0]), admin_token=admin_token, base_url=base_url
+        )
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise exit_with(
+            f"error: {'.'.join(str(p) for p in first['loc'])}: {first['msg']}"
+        ) from None
+    app = create_app(settings, sessions)
+    state = app.state.storyeval
+    root = (
+        settings.base_url or f"http://{'localhost' if host in ('0.0.0.0', '::') else host}:{port}"
+    )
+    typer.echo(f"database: {state.db.describe()}")
+    for session in sessions:
+        typer.echo(f"{session.kind} {session.name!r}: {session.title}")
+        study = getattr(session, "study", None)
+        if study is not None:
+            typer.echo(
+                f"  version {study.version}, protocol {study.protocol}, {len(study.items)} items x "
+                f"{study.raters_per_item} raters, {study.items_per_participant} per participant"
+            )
+        policy = session.enrollment()
+        if policy.open:
+            typer.echo(
+                f"  open enrollment: {root}/join/{session.kind}/{session.name}?{policy.external_id_param}=ID"
+            )
+        if links > 0:
+            now = state.clock()
+            created = state.db.run(
+                lambda conn, s=session, t=now: create_participants(
+                    conn, s.kind, s.name, links, now=t
+                )
+            )
+            urls = [f"{root}/p/{p.token}" for p in created]
+            if links_file is not None:
+                write_text_atomic(links_file, "".join(u + "\n" for u in urls))
+                typer.echo(f"  {len(urls)} participant links written to {links_file}")
+            else:
+                for url in urls:
+                    typer.echo(f"  participant link: {url}")
+    typer.echo(f"admin: {root}/admin/{state.admin_token}/")
+    typer.echo(f"listening on http://{host}:{port} (Ctrl+C to stop)", err=False)
+    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=access_log)
+
+
+def register(app: typer.Typer) -> None:
+    app.command(rich_help_panel="Human studies")(serve)

@@ -1,0 +1,339 @@
+"""``storyeval study``: check study files, create links, export, analyse, write statements."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from storyeval.cli._common import exit_with
+
+study_app = typer.Typer(
+    help="Human evaluation studies: check, links, export, analyse, statement.", no_args_is_help=True
+)
+
+
+def _load(path: Path):  # type: ignore[no-untyped-def]
+    from storyeval.human.study import load_study
+
+    return load_study(path)
+
+
+@study_app.command("check")
+def check(files: list[Path] = typer.Argument(..., help="Study files or folders of them.")) -> None:
+    """Validate study files and print what each would run (exit 2 with FILE:LINE: key: reason)."""
+    from storyeval.human.assign import participants_needed
+    from storyeval.human.study import StudyFileError, iter_study_files
+
+    failed = False
+    for path in iter_study_files(files):
+        try:
+            study = _load(path)
+        except StudyFileError as exc:
+            failed = True
+            for problem in exc.problems:
+                typer.echo(problem, err=True)
+            continue
+        conditions = ", ".join(study.conditions)
+        typer.echo(
+            f"{path}: study {study.name!r} version {study.version}, protocol {study.protocol}, "
+            f"{len(study.items)} items ({conditions}), {study.raters_per_item} rater(s) per item, "
+            f"{study.items_per_participant} per participant (cap {study.max_items_per_participant}), "
+            f"about {participants_needed(study)} participants, {len(study.training)} training example(s), "
+            f"{len(study.checks)} attention check(s)"
+        )
+        for warning in _warnings(study):
+            typer.echo(f"{path}: warning: {warning}", err=True)
+    if failed:
+        raise typer.Exit(2)
+
+
+def _warnings(study) -> list[str]:  # type: ignore[no-untyped-def]
+    config = study.config
+    notes = []
+    machine = any((t.system or "") != "human" for item in study.items for t in item.texts)
+    if machine and not config.content_warning:
+        notes.append(
+            "machine-generated texts but no content_warning (seed 003 advises warning raters)"
+        )
+    if not study.training:
+        notes.append("no training examples (seed 000 found example-based training the most useful)")
+    if study.protocol not in ("triangle",) and study.raters_per_item < 3:
+        notes.append("fewer than 3 raters per item")
+    if study.protocol in ("likert", "side_by_side") and not all(
+        c.definition for c in config.criteria
+    ):
+        notes.append("some criteria have no definition shown to raters")
+    if study.protocol == "likert" and not any(
+        t.system == "human" for i in study.items for t in i.texts
+    ):
+        notes.append(
+            "no human-written stories are rated: seed 003 rates references on the same scale, or use side_by_side"
+        )
+    if (
+        config.assignment.max_items_per_participant is None
+        and len(study.items) > 4 * study.items_per_participant
+    ):
+        pass
+    return notes
+
+
+@study_app.command("links")
+def links(
+    file: Path = typer.Argument(..., help="The study file."),
+    db: str = typer.Option(..., "--db", help="Database URL (as given to storyeval serve)."),
+    count: int = typer.Option(..., "-n", "--count", help="Number of links to create."),
+    base_url: str = typer.Option(
+        "http://localhost:8000", "--base-url", help="Public address of the server."
+    ),
+    output: Path = typer.Option(
+        None, "-o", "--output", help="Write the links here (one per line)."
+    ),
+) -> None:
+    """Create participant links in the study's database (the server need not be running)."""
+    import time
+
+    from storyeval.io import write_text_atomic
+    from storyeval.server.db import Database
+    from storyeval.server.participants import create_participants
+    from storyeval.server.study_store import register_study
+
+    study = _load(file)
+    database = Database(db)
+    database.create_all()
+    now = time.time()
+    register_study(database, study, now=now)
+    created = database.run(
+        lambda conn: create_participants(conn, "study", study.name, count, now=now)
+    )
+    urls = [f"{base_url.rstrip('/')}/p/{p.token}" for p in created]
+    if output is not None:
+        write_text_atomic(output, "".join(u + "\n" for u in urls))
+        typer.echo(f"{len(urls)} links written to {output}")
+    else:
+        for url in urls:
+            typer.echo(url)
+
+
+@study_app.command("export")
+def export(
+    file: Path = typer.Argument(..., help="The study file."),
+    db: str = typer.Option(..., "--db", help="Database URL (as given to storyeval serve)."),
+    output: Path = typer.Option(..., "-o", "--output", help="Output directory."),
+    fmt: str = typer.Option("jsonl", "--format", help="jsonl or csv for the judgments."),
+) -> None:
+    """Export judgments (long format), free-text responses, participants and the study definition."""
+    from storyeval.server.db import Database
+    from storyeval.server.study_store import export_to_directory
+
+    if fmt not in ("jsonl", "csv"):
+        raise exit_with(f"error: --format must be one of jsonl, csv; got {fmt!r}")
+    study = _load(file)
+    counts = export_to_directory(Database(db), study, output, fmt=fmt)
+    for name, count in counts.items():
+        typer.echo(f"{output / name}: {count} record(s)")
+
+
+@study_app.command("analyse")
+def analyse(
+    judgments: Path = typer.Option(
+        ..., "--judgments", help="Long-format judgments (.jsonl or .csv)."
+    ),
+    output: Path = typer.Option(..., "-o", "--output", help="Output directory for the CSV tables."),
+    min_median_time: float = typer.Option(
+        None,
+        "--min-median-time",
+        help="Remove raters whose median time per item is below this many seconds (seed 003 used 40). "
+        "Default: the study's quality.min_median_time_s with --study, otherwise no time filter "
+        "(the report then counts the raters below 40 s).",
+    ),
+    stories: Path = typer.Option(
+        None,
+        "--stories",
+        help="Story file: its systems become the condition of judgments without one.",
+    ),
+    study_file: Path = typer.Option(
+        None, "--study", help="Take the exclusion rules from this study file."
+    ),
+    keep_failed_checks: bool = typer.Option(
+        False, "--keep-failed-checks", help="Keep raters who failed an attention check."
+    ),
+    alpha: float = typer.Option(
+        0.05, "--alpha", help="Triangle test: significance level of the test of difference."
+    ),
+    beta: float = typer.Option(
+        None, "--beta", help="Triangle test: beta of the test of similarity (with --pd)."
+    ),
+    pd: float = typer.Option(
+        None, "--pd", help="Triangle test: largest proportion of discriminators for similarity."
+    ),
+    bootstrap: int = typer.Option(
+        1000,
+        "--bootstrap",
+        help="Bootstrap resamples for the CI of Krippendorff's alpha (0: none).",
+    ),
+    seed: int = typer.Option(0, "--seed", help="Seed of the bootstrap."),
+) -> None:
+    """Summaries, agreement and tests: writes DIR/summary.csv, agreement.csv, tests.csv,
+    filtering.csv, raters.csv (and detection.csv, pairwise.csv, triangle.csv when relevant)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from storyeval.human.analysis import analyse_judgments
+
+    threshold = min_median_time
+    exclude = not keep_failed_checks
+    if study_file is not None:
+        study = _load(study_file)
+        if threshold is None:
+            threshold = study.config.quality.min_median_time_s
+        if not keep_failed_checks:
+            exclude = study.config.quality.exclude_failed_checks
+    if (beta is None) != (pd is None):
+        raise exit_with("error: the triangle test of similarity needs both --beta and --pd")
+    conditions = None
+    if stories is not None:
+        from storyeval.corpus import read_stories
+
+        conditions = {s.id: s.system for s in read_stories(stories) if s.system}
+    result = analyse_judgments(
+        judgments,
+        conditions=conditions,
+        min_median_time_s=threshold,
+        exclude_failed_checks=exclude,
+        triangle_alpha=alpha,
+        triangle_beta=beta,
+        triangle_pd=pd,
+        n_boot=bootstrap,
+        seed=seed,
+    )
+    paths = result.write(output)
+    console = Console()
+    for _, row in result.filtering.iterrows():
+        note = f"; {row['note']}" if isinstance(row.get("note"), str) else ""
+        console.print(
+            f"{row['step']} ({row['threshold']}): removed {row['raters_removed']} of {row['raters_before']} raters "
+            f"and {row['judgments_removed']} of {row['judgments_before']} judgments{note}"
+        )
+    view = Table(title="summary")
+    for column in ("criterion", "condition", "n", "mean", "sd"):
+        view.add_column(column)
+    for _, row in result.summary.iterrows():
+        view.add_row(
+            row["criterion"],
+            row["condition"],
+            str(row["n"]),
+            f"{row['mean']:.2f}",
+            f"{row['sd']:.2f}",
+        )
+    console.print(view)
+    if len(result.tests):
+        tests = Table(title="tests")
+        for column in (
+            "criterion",
+            "comparison",
+            "estimate",
+            "statistic",
+            "df",
+            "p_value",
+            "95% CI",
+            "method",
+        ):
+            tests.add_column(column)
+        for _, row in result.tests.iterrows():
+            ci = (
+                f"[{row['ci_low']:.2f}, {row['ci_high']:.2f}]"
+                if row["ci_low"] == row["ci_low"]
+                else ""
+            )
+            df = f"{row['df']:.1f}" if row["df"] == row["df"] else ""
+            tests.add_row(
+                row["criterion"],
+                row["comparison"],
+                f"{row['estimate']:.3f}",
+                f"{row['statistic']:.2f}",
+                df,
+                f"{row['p_value']:.3g}",
+                ci,
+                row["method"].split(" (")[0],
+            )
+        console.print(tests)
+    console.print(f"signature: {result.signature}")
+    for path in paths:
+        console.print(f"wrote {path}")
+
+
+@study_app.command("analyze", hidden=True)
+def analyze(
+    judgments: Path = typer.Option(..., "--judgments"),
+    output: Path = typer.Option(..., "-o", "--output"),
+    min_median_time: float = typer.Option(None, "--min-median-time"),
+    stories: Path = typer.Option(None, "--stories"),
+    study_file: Path = typer.Option(None, "--study"),
+    keep_failed_checks: bool = typer.Option(False, "--keep-failed-checks"),
+    alpha: float = typer.Option(0.05, "--alpha"),
+    beta: float = typer.Option(None, "--beta"),
+    pd: float = typer.Option(None, "--pd"),
+    bootstrap: int = typer.Option(1000, "--bootstrap"),
+    seed: int = typer.Option(0, "--seed"),
+) -> None:
+    """Alias of ``analyse``."""
+    analyse(
+        judgments=judgments,
+        output=output,
+        min_median_time=min_median_time,
+        stories=stories,
+        study_file=study_file,
+        keep_failed_checks=keep_failed_checks,
+        alpha=alpha,
+        beta=beta,
+        pd=pd,
+        bootstrap=bootstrap,
+        seed=seed,
+    )
+
+
+@study_app.command("statement")
+def statement(
+    file: Path = typer.Argument(..., help="The study file that was run."),
+    output: Path = typer.Option(..., "-o", "--output", help="Markdown file to write."),
+    export_dir: Path = typer.Option(
+        None, "--export", help="A folder written by 'storyeval study export'."
+    ),
+    judgments: Path = typer.Option(
+        None, "--judgments", help="The collected judgments (long format)."
+    ),
+    participants: Path = typer.Option(
+        None, "--participants", help="participants.jsonl from the export."
+    ),
+    min_median_time: float = typer.Option(
+        None, "--min-median-time", help="Exclusion threshold (default: the study's)."
+    ),
+) -> None:
+    """Write the design statement (question wording, scales, order, training, checks, exclusions...)."""
+    from storyeval.human.statement import write_statement
+
+    study = _load(file)
+    if export_dir is not None:
+        candidates = [export_dir / "judgments.jsonl", export_dir / "judgments.csv"]
+        found = next((p for p in candidates if p.exists()), None)
+        if found is None:
+            raise exit_with(
+                f"error: {export_dir}: no judgments.jsonl or judgments.csv (run 'storyeval study export')"
+            )
+        if found.stat().st_size > 0:
+            judgments = judgments or found
+        if (export_dir / "participants.jsonl").exists():
+            participants = participants or export_dir / "participants.jsonl"
+    write_statement(
+        study,
+        output,
+        judgments_path=judgments,
+        participants_path=participants,
+        min_median_time_s=min_median_time,
+    )
+    typer.echo(f"wrote {output}")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(study_app, name="study", rich_help_panel="Human studies")

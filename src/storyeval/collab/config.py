@@ -1,0 +1,505 @@
+"""Collaborative-writing session files (YAML): Choose Your Own Adventure and machine-in-the-loop.
+
+A session file is validated when loaded; every problem is reported as
+``FILE:LINE: key.path: what is wrong``.
+
+``kind: cyoa`` (seed 000, chapter 4 and appendix A)
+    The writer writes a turn alone (20-260 characters; an optional image or text prompt),
+    then two configured generators each propose a continuation of the whole story so far,
+    shown in random order. The writer chooses one (and may switch to the other while
+    editing), edits it freely and adds it; a submitted turn cannot be edited again. Five
+    rounds, then the five Likert statements and two open questions of section 4.2.1.
+``kind: mil`` (seed 000, chapter 2)
+    A ten-sentence story: the writer writes the odd sentences, and after each one the
+    machine's next sentence is pushed into the writer's edit box, to be edited freely (or
+    replaced) before it is added. Then the 7-point questions of Table 2.2.
+
+Examples
+--------
+>>> import pathlib
+>>> config = load_writing_config(pathlib.Path(__file__).parents[3] / "examples/cyoa/cyoa.yaml")
+>>> config.kind, config.rounds, [g.name for g in config.generators]
+('cyoa', 5, ['nucleus', 'top-k'])
+>>> [s.name for s in config.likert.statements]
+['happy', 'collaborative', 'useful', 'connected', 'ideas']
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from storyeval.errors import StoryevalError
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+IMAGE_TYPES = {
+    ".png": "image/png",
+    ".jpg": "image/jpeg",
+    ".jpeg": "image/jpeg",
+    ".gif": "image/gif",
+    ".webp": "image/webp",
+}
+MAX_IMAGE_BYTES = 5_000_000
+
+AGREEMENT_LABELS = ("Strongly Disagree", "Disagree", "Neutral", "Agree", "Strongly Agree")
+"""The 5-point scale of seed 000, section 4.2.1."""
+
+CYOA_STATEMENTS: tuple[tuple[str, str], ...] = (
+    ("happy", "I'm happy with my final story."),
+    ("collaborative", "I felt the system and I were working collaboratively to write the story."),
+    ("useful", "I thought having the suggestions was useful while writing the story."),
+    ("connected", "The suggestions connected to what had happened in the story so far."),
+    ("ideas", "The suggestions helped me come up with new ideas."),
+)
+"""The five Likert statements of seed 000, section 4.2.1, in the paper's order."""
+
+CYOA_QUESTIONS: tuple[tuple[str, str], ...] = (
+    ("why_choose", "What made you choose one suggestion over another?"),
+    ("looking_for", "What were you looking for in the suggestions?"),
+)
+"""The two open questions of seed 000, section 4.2.1."""
+
+MIL_STATEMENTS: tuple[tuple[str, str], ...] = (
+    ("story_creative", "Is the final story creative?"),
+    ("story_coherent", "Is the final story coherent?"),
+    ("story_entertaining", "Is the final story entertaining?"),
+    ("story_grammatical", "Is the final story grammatical?"),
+    ("satisfied", "How satisfied are you with the final story?"),
+    ("suggestions_surprising", "Were the suggested sentences surprising?"),
+    ("suggestions_creative", "Were the suggested sentences creative?"),
+    ("suggestions_grammatical", "Were the suggested sentences grammatical?"),
+    ("liked_suggestions", "How much did you like the suggestions?"),
+    ("appreciated_suggestions", "How much did you appreciate the suggestions?"),
+    ("enjoyable", "How enjoyable was the writing process?"),
+)
+"""Seven-point questions of seed 000, chapter 2 (Table 2.2 "Writing Survey" and "Final
+Survey", satisfaction, liking and appreciating the suggestions, enjoyment)."""
+
+MIL_LABELS = ("Not at all", "", "", "", "", "", "Very much")
+MIL_QUESTIONS: tuple[tuple[str, str], ...] = (
+    ("interface", "What did you think of the writing interface?"),
+    ("difficulty", "How difficult was the task, and why?"),
+    ("improvements", "What improvements could be made to the tool?"),
+)
+"""Open questions after a machine-in-the-loop story (seed 000, §2.6.1: interface design,
+difficulty of the task, improvements)."""
+
+
+class WritingFileError(StoryevalError, ValueError):
+    """A writing-session file is invalid; ``problems`` holds one ``FILE:LINE: key: reason``
+    per problem."""
+
+    def __init__(self, problems: Sequence[str]) -> None:
+        self.problems = list(problems)
+        super().__init__("\n".join(self.problems))
+
+
+def _check_name(value: str, what: str) -> str:
+    if not _NAME.match(value):
+        raise ValueError(
+            f"{what} must start with a letter or digit and use only letters, digits, '_', '-', "
+            f"'.' (at most 64 characters); got {value!r}"
+        )
+    return value
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class DecodingSpec(_Strict):
+    """Decoding settings of one generator (see :class:`storyeval.generate.DecodingConfig`)."""
+
+    greedy: bool = False
+    temperature: float | None = Field(default=None, gt=0)
+    top_k: int | None = Field(default=None, ge=1)
+    top_p: float | None = Field(default=None, gt=0, le=1)
+    repetition_penalty: float = Field(default=1.0, gt=0)
+    max_new_tokens: int = Field(default=60, ge=1, le=1024)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> DecodingSpec:
+        if self.greedy and (
+            self.temperature is not None or self.top_k is not None or self.top_p is not None
+        ):
+            raise ValueError("greedy decoding takes no temperature, top_k or top_p")
+        return self
+
+    def config(self) -> Any:
+        from storyeval.generate import DecodingConfig
+
+        return DecodingConfig.from_options(
+            greedy=self.greedy,
+            temperature=self.temperature,
+            top_k=self.top_k,
+            top_p=self.top_p,
+            repetition_penalty=self.repetition_penalty,
+            max_new_tokens=self.max_new_tokens,
+        )
+
+
+class GeneratorSpec(_Strict):
+    """One suggestion generator: a causal LM and a decoding setting.
+
+    ``name`` identifies the generator in the logs and the analysis (writers never see it);
+    ``max_chars`` caps a suggestion at a sentence end (default: the longest turn allowed, so
+    a suggestion can be added as it is); ``max_sentences`` keeps at most that many sentences.
+    """
+
+    name: str
+    model: str | None = None
+    decoding: DecodingSpec = Field(default_factory=DecodingSpec)
+    max_chars: int | None = Field(default=None, ge=1)
+    max_sentences: int | None = Field(default=None, ge=1)
+    offensive_filter: bool = False
+    offensive_words: str | None = None
+    max_attempts: int = Field(default=5, ge=1, le=50)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        return _check_name(value, "a generator name")
+
+    def describe(self) -> dict[str, Any]:
+        """The settings as a JSON-ready mapping (for exports)."""
+        return self.model_dump(mode="json")
+
+
+class PromptSpec(_Strict):
+    """An optional prompt shown to the writer: a text, an image (a file next to the session
+    file), or both. ``in_context`` puts the text before the story in the models' context."""
+
+    id: str
+    text: str | None = None
+    image: str | None = None
+    alt: str = "A picture to inspire your story."
+    caption: str | None = None
+    in_context: bool = True
+
+    @field_validator("id")
+    @classmethod
+    def _id(cls, value: str) -> str:
+        return _check_name(value, "a prompt id")
+
+    @model_validator(mode="after")
+    def _something(self) -> PromptSpec:
+        if not (self.text and self.text.strip()) and not self.image:
+            raise ValueError("a prompt needs a text, an image, or both")
+        if self.image is not None and Path(self.image).suffix.lower() not in IMAGE_TYPES:
+            raise ValueError(
+                f"image must be one of {', '.join(sorted(IMAGE_TYPES))}; got {self.image!r}"
+            )
+        return self
+
+
+class Statement(_Strict):
+    name: str
+    statement: str = Field(min_length=1)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        return _check_name(value, "a statement name")
+
+
+class LikertSpec(_Strict):
+    """Likert statements asked after the story, on one scale with one label per point."""
+
+    scale: int = 5
+    labels: list[str] = Field(default_factory=lambda: list(AGREEMENT_LABELS))
+    statements: list[Statement] = Field(
+        default_factory=lambda: [Statement(name=n, statement=s) for n, s in CYOA_STATEMENTS]
+    )
+
+    @model_validator(mode="after")
+    def _labels(self) -> LikertSpec:
+        if self.scale not in (5, 7):
+            raise ValueError(f"scale must be 5 or 7; got {self.scale}")
+        if len(self.labels) != self.scale:
+            raise ValueError(
+                f"labels must give one label per point ({self.scale}); got {len(self.labels)}"
+            )
+        names = [s.name for s in self.statements]
+        if len(set(names)) != len(names):
+            raise ValueError(f"statement names must be unique; got {names}")
+        return self
+
+
+class OpenQuestion(_Strict):
+    name: str
+    question: str = Field(min_length=1)
+    required: bool = False
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        return _check_name(value, "a question name")
+
+
+class Completion(_Strict):
+    code: str | None = None
+    message: str = "Thank you! Your story and answers have been saved."
+
+
+class Enrollment(_Strict):
+    open: bool = False
+    external_id_param: str = "pid"
+    max_participants: int | None = Field(default=None, ge=1)
+
+
+class GenerationSettings(_Strict):
+    """How suggestions are generated off the request path."""
+
+    workers: int = Field(default=1, ge=1, le=16)
+    seed: int = 0
+    timeout_s: float = Field(default=300.0, gt=0)
+
+
+class _Common(_Strict):
+    name: str
+    title: str = Field(min_length=1)
+    instructions: str = ""
+    content_warning: str | None = None
+    prompts: list[PromptSpec] = Field(default_factory=list)
+    completion: Completion = Field(default_factory=Completion)
+    enrollment: Enrollment = Field(default_factory=Enrollment)
+    generation: GenerationSettings = Field(default_factory=GenerationSettings)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        return _check_name(value, "the session name")
+
+    @model_validator(mode="after")
+    def _unique_prompts(self) -> _Common:
+        ids = [p.id for p in self.prompts]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"prompt ids must be unique; got {ids}")
+        return self
+
+    def version(self) -> str:
+        """A short hash of the whole configuration: a changed file is a new version."""
+        text = json.dumps(self.model_dump(mode="json"), sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+class CyoaConfig(_Common):
+    """A Choose Your Own Adventure session (see the module docstring)."""
+
+    kind: Literal["cyoa"] = "cyoa"
+    rounds: int = Field(default=5, ge=1, le=50)
+    min_chars: int = Field(default=20, ge=1)
+    max_chars: int = Field(default=260, ge=1)
+    generators: list[GeneratorSpec]
+    option_labels: tuple[str, str] = ("Option 1", "Option 2")
+    likert: LikertSpec = Field(default_factory=LikertSpec)
+    questions: list[OpenQuestion] = Field(
+        default_factory=lambda: [OpenQuestion(name=n, question=q) for n, q in CYOA_QUESTIONS]
+    )
+
+    @model_validator(mode="after")
+    def _generators(self) -> CyoaConfig:
+        if len(self.generators) != 2:
+            raise ValueError(
+                f"generators: CYOA compares exactly two generators; got {len(self.generators)}"
+            )
+        if self.generators[0].name == self.generators[1].name:
+            raise ValueError("generators: the two generators need different names")
+        if self.min_chars > self.max_chars:
+            raise ValueError(f"min_chars ({self.min_chars}) exceeds max_chars ({self.max_chars})")
+        return self
+
+    @property
+    def generator_names(self) -> tuple[str, ...]:
+        return tuple(g.name for g in self.generators)
+
+    def suggestion_cap(self, spec: GeneratorSpec) -> int:
+        return spec.max_chars if spec.max_chars is not None else self.max_chars
+
+
+def _mil_likert() -> LikertSpec:
+    return LikertSpec(
+        scale=7,
+        labels=list(MIL_LABELS),
+        statements=[Statement(name=n, statement=s) for n, s in MIL_STATEMENTS],
+    )
+
+
+class MilConfig(_Common):
+    """A machine-in-the-loop story (see the module docstring)."""
+
+    kind: Literal["mil"] = "mil"
+    sentences: int = Field(default=10, ge=2, le=100)
+    min_chars: int = Field(default=2, ge=1)
+    max_chars: int = Field(default=400, ge=1)
+    generator: GeneratorSpec
+    likert: LikertSpec = Field(default_factory=_mil_likert)
+    questions: list[OpenQuestion] = Field(
+        default_factory=lambda: [OpenQuestion(name=n, question=q) for n, q in MIL_QUESTIONS]
+    )
+
+    @model_validator(mode="after")
+    def _bounds(self) -> MilConfig:
+        if self.min_chars > self.max_chars:
+            raise ValueError(f"min_chars ({self.min_chars}) exceeds max_chars ({self.max_chars})")
+        return self
+
+    @property
+    def generators(self) -> list[GeneratorSpec]:
+        return [self.generator]
+
+    @property
+    def generator_names(self) -> tuple[str, ...]:
+        return (self.generator.name,)
+
+    @property
+    def rounds(self) -> int:
+        """Suggestions per story: one after each writer sentence that has a successor."""
+        return self.sentences // 2
+
+    def suggestion_cap(self, spec: GeneratorSpec) -> int:
+        return spec.max_chars if spec.max_chars is not None else self.max_chars
+
+
+WritingConfig = Annotated[CyoaConfig | MilConfig, Field(discriminator="kind")]
+KINDS = ("cyoa", "mil")
+
+
+class _Wrapper(BaseModel):
+    config: WritingConfig
+
+
+# ----------------------------------------------------------------------------- YAML loading
+
+
+def _yaml_line(root: Any, loc: Sequence[str | int]) -> int | None:
+    """The 1-based line of the YAML node at ``loc`` (the deepest one found)."""
+    import yaml
+
+    node, line = root, (root.start_mark.line + 1 if root is not None else None)
+    for key in loc:
+        if isinstance(node, yaml.MappingNode):
+            match = next((v for k, v in node.value if getattr(k, "value", None) == key), None)
+            if match is None:
+                break
+            node = match
+        elif isinstance(node, yaml.SequenceNode) and isinstance(key, int) and key < len(node.value):
+            node = node.value[key]
+        else:
+            break
+        line = node.start_mark.line + 1
+    return line
+
+
+def _messages(exc: ValidationError) -> list[tuple[tuple[str | int, ...], str]]:
+    found = []
+    for error in exc.errors():
+        loc = tuple(part for part in error["loc"] if part not in ("config", "cyoa", "mil"))
+        message = str(error["msg"]).removeprefix("Value error, ")
+        if error["type"] == "extra_forbidden":
+            message = "unknown key (check the spelling)"
+        found.append((loc, message))
+    return found
+
+
+def _loc_text(loc: Sequence[str | int]) -> str:
+    return ".".join(str(part) for part in loc) or "(top level)"
+
+
+def parse_writing_config(
+    data: Any, *, where: str = "<config>", root: Any = None
+) -> CyoaConfig | MilConfig:
+    """Validate a mapping as a CYOA or MIL configuration.
+
+    Raises
+    ------
+    WritingFileError
+        Listing every problem as ``WHERE:LINE: key.path: reason``.
+    """
+    if not isinstance(data, dict):
+        raise WritingFileError([f"{where}:1: a writing-session file must be a YAML mapping"])
+    kind = data.get("kind")
+    if kind not in KINDS:
+        raise WritingFileError(
+            [
+                f"{where}:{_yaml_line(root, ('kind',)) or 1}: kind: must be one of {', '.join(KINDS)}; got {kind!r}"
+            ]
+        )
+    try:
+        return _Wrapper.model_validate({"config": data}).config
+    except ValidationError as exc:
+        problems = sorted(
+            (
+                (_yaml_line(root, loc) or 1, _loc_text(loc), message)
+                for loc, message in _messages(exc)
+            ),
+            key=lambda item: item[0],
+        )
+        raise WritingFileError(
+            [f"{where}:{line}: {loc}: {msg}" for line, loc, msg in problems]
+        ) from None
+
+
+def load_writing_config(path: str | Path) -> CyoaConfig | MilConfig:
+    """Read and validate a ``kind: cyoa`` or ``kind: mil`` file; image prompts and word lists
+    must exist next to it.
+
+    Raises
+    ------
+    WritingFileError
+        Listing every problem as ``FILE:LINE: key.path: reason``.
+    FileNotFoundError
+        If the file does not exist.
+    """
+    import yaml
+
+    file_path = Path(path)
+    if not file_path.exists():
+        raise FileNotFoundError(f"{file_path}: no such file")
+    text = file_path.read_text(encoding="utf-8")
+    try:
+        root = yaml.compose(text)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 if mark is not None else 1
+        raise WritingFileError(
+            [f"{file_path}:{line}: malformed YAML: {getattr(exc, 'problem', None) or exc}"]
+        ) from None
+    config = parse_writing_config(data, where=str(file_path), root=root)
+    problems = []
+    for index, prompt in enumerate(config.prompts):
+        if prompt.image is not None:
+            image = resolve_path(file_path, prompt.image)
+            if not image.is_file():
+                line = _yaml_line(root, ("prompts", index, "image")) or 1
+                problems.append(f"{file_path}:{line}: prompts.{index}.image: no such file {image}")
+            elif image.stat().st_size > MAX_IMAGE_BYTES:
+                line = _yaml_line(root, ("prompts", index, "image")) or 1
+                problems.append(f"{file_path}:{line}: prompts.{index}.image: larger than 5 MB")
+    for index, spec in enumerate(config.generators):
+        if (
+            spec.offensive_words is not None
+            and not resolve_path(file_path, spec.offensive_words).is_file()
+        ):
+            key: tuple[str | int, ...] = (
+                ("generators", index, "offensive_words")
+                if config.kind == "cyoa"
+                else ("generator", "offensive_words")
+            )
+            line = _yaml_line(root, key) or 1
+            problems.append(f"{file_path}:{line}: {_loc_text(key)}: no such file")
+    if problems:
+        raise WritingFileError(problems)
+    return config
+
+
+def resolve_path(config_path: str | Path, relative: str) -> Path:
+    """A path from a session file, relative to the file's folder."""
+    return (Path(config_path).parent / relative).resolve()

@@ -1,0 +1,289 @@
+"""The sessions file: one JSON object per writing session (JSONL), as the study server exports
+it and ``storyeval cyoa analyse`` reads it.
+
+Each record::
+
+    {"format": "storyeval-writing-session", "format_version": 1,
+     "session_id": "cyoa-example/p00001", "kind": "cyoa" | "mil", "session": "cyoa-example",
+     "participant": "p00001", "status": "complete" | "incomplete",
+     "prompt": {"id": ..., "text": ..., "image": ...} | null,
+     "generators": {"nucleus": {"model": ..., "decoding": {...}, ...}, "top-k": {...}},
+     "turns": [
+        {"index": 1, "round": 1, "author": "writer", "text": "...", "time_s": 41.2, ...},
+        {"index": 2, "round": 1, "author": "suggestion",
+         "suggestions": [{"generator": "top-k", "position": 1, "text": "...",
+                          "signature": "continue|model:...", "seed": 123, "generation_s": 2.1},
+                         {"generator": "nucleus", "position": 2, "text": "...", ...}],
+         "events": [{"t": ..., "action": "choose" | "switch" | "push" | "submit",
+                     "generator": "nucleus"}],
+         "chosen": "nucleus", "switches": 0, "text": "the edited text the writer added", ...}],
+     "story": "...", "survey": {"likert": [{"name": "happy", "statement": "...", "value": 4,
+                                            "scale": 5}],
+                                "questions": [{"name": "why_choose", "question": "...",
+                                               "answer": "..."}]}}
+
+Only the fields the analysis needs are required; timings and signatures are kept as they are.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from storyeval.corpus import iter_raw_records
+from storyeval.errors import DataFileError, DataProblem
+from storyeval.io import atomic_write
+
+FORMAT = "storyeval-writing-session"
+
+
+@dataclass(frozen=True)
+class Suggestion:
+    generator: str
+    position: int
+    text: str
+
+
+@dataclass(frozen=True)
+class SuggestionTurn:
+    """A turn that started from machine suggestions: what was offered, chosen and kept."""
+
+    round: int
+    suggestions: tuple[Suggestion, ...]
+    chosen: str
+    text: str
+    switches: int = 0
+
+    @property
+    def chosen_text(self) -> str:
+        return next(s.text for s in self.suggestions if s.generator == self.chosen)
+
+
+@dataclass(frozen=True)
+class WriterTurn:
+    round: int
+    text: str
+
+
+@dataclass(frozen=True)
+class LikertAnswer:
+    name: str
+    statement: str
+    value: int
+    scale: int
+
+
+@dataclass(frozen=True)
+class OpenAnswer:
+    name: str
+    question: str
+    answer: str
+
+
+@dataclass(frozen=True)
+class SessionRecord:
+    """One writing session read from a sessions file (submitted turns only)."""
+
+    session_id: str
+    kind: str
+    session: str
+    participant: str
+    status: str
+    generators: tuple[str, ...]
+    writer_turns: tuple[WriterTurn, ...]
+    suggestion_turns: tuple[SuggestionTurn, ...]
+    likert: tuple[LikertAnswer, ...]
+    answers: tuple[OpenAnswer, ...]
+    raw: Mapping[str, Any] = field(repr=False, compare=False, default_factory=dict)
+
+    @property
+    def complete(self) -> bool:
+        return self.status == "complete"
+
+
+class _Bad(ValueError):
+    pass
+
+
+def _need(mapping: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
+    if key not in mapping or mapping[key] is None:
+        raise _Bad(f"{where}{key}: required field is missing")
+    value = mapping[key]
+    if isinstance(value, bool) and kind is not bool:
+        raise _Bad(f"{where}{key}: must be {_names(kind)}; got {value!r}")
+    if not isinstance(value, kind):
+        raise _Bad(f"{where}{key}: must be {_names(kind)}; got {type(value).__name__}")
+    return value
+
+
+def _names(kind: type | tuple[type, ...]) -> str:
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    words = {
+        str: "a string",
+        int: "an integer",
+        list: "a list",
+        dict: "an object",
+        float: "a number",
+    }
+    return " or ".join(words.get(k, k.__name__) for k in kinds)
+
+
+def parse_session(record: Mapping[str, Any]) -> SessionRecord:
+    """Validate one sessions-file record; raises ``ValueError`` naming the field at fault."""
+    if record.get("format") != FORMAT:
+        raise _Bad(f"format: must be {FORMAT!r}; got {record.get('format')!r}")
+    session_id = _need(record, "session_id", str, "")
+    kind = _need(record, "kind", str, "")
+    if kind not in ("cyoa", "mil"):
+        raise _Bad(f"kind: must be one of cyoa, mil; got {kind!r}")
+    status = _need(record, "status", str, "")
+    if status not in ("complete", "incomplete"):
+        raise _Bad(f"status: must be one of complete, incomplete; got {status!r}")
+    generators_map = _need(record, "generators", dict, "")
+    generators = tuple(str(name) for name in generators_map)
+    expected = 2 if kind == "cyoa" else 1
+    if len(generators) != expected:
+        raise _Bad(
+            f"generators: a {kind} session has {expected} generator(s); got {len(generators)}"
+        )
+    writer: list[WriterTurn] = []
+    suggested: list[SuggestionTurn] = []
+    for index, turn in enumerate(_need(record, "turns", list, "")):
+        where = f"turns[{index}]."
+        if not isinstance(turn, dict):
+            raise _Bad(f"turns[{index}]: must be an object")
+        author = _need(turn, "author", str, where)
+        round_number = _need(turn, "round", int, where)
+        if round_number < 1:
+            raise _Bad(f"{where}round: must be >= 1; got {round_number}")
+        text = turn.get("text")
+        if text is None or turn.get("submitted_at", 0) is None:
+            continue  # an open (unsubmitted) turn of an incomplete session
+        if not isinstance(text, str):
+            raise _Bad(f"{where}text: must be a string")
+        if author == "writer":
+            writer.append(WriterTurn(round_number, text))
+            continue
+        if author != "suggestion":
+            raise _Bad(f"{where}author: must be writer or suggestion; got {author!r}")
+        items = []
+        for s_index, item in enumerate(_need(turn, "suggestions", list, where)):
+            s_where = f"{where}suggestions[{s_index}]."
+            if not isinstance(item, dict):
+                raise _Bad(f"{where}suggestions[{s_index}]: must be an object")
+            name = _need(item, "generator", str, s_where)
+            if name not in generators:
+                raise _Bad(
+                    f"{s_where}generator: {name!r} is not one of the session's generators {list(generators)}"
+                )
+            items.append(
+                Suggestion(
+                    name,
+                    int(_need(item, "position", int, s_where)),
+                    _need(item, "text", str, s_where),
+                )
+            )
+        if sorted(s.generator for s in items) != sorted(generators):
+            raise _Bad(
+                f"{where}suggestions: need one suggestion from each generator {list(generators)}"
+            )
+        chosen = _need(turn, "chosen", str, where)
+        if chosen not in generators:
+            raise _Bad(f"{where}chosen: {chosen!r} is not one of {list(generators)}")
+        switches = turn.get("switches", 0)
+        if not isinstance(switches, int) or isinstance(switches, bool) or switches < 0:
+            raise _Bad(f"{where}switches: must be a non-negative integer")
+        suggested.append(SuggestionTurn(round_number, tuple(items), chosen, text, switches))
+    likert: list[LikertAnswer] = []
+    answers: list[OpenAnswer] = []
+    survey = record.get("survey")
+    if survey is not None:
+        if not isinstance(survey, dict):
+            raise _Bad("survey: must be an object or null")
+        for index, item in enumerate(survey.get("likert") or []):
+            where = f"survey.likert[{index}]."
+            value = _need(item, "value", int, where)
+            scale = _need(item, "scale", int, where)
+            if not 1 <= value <= scale:
+                raise _Bad(f"{where}value: must be between 1 and {scale}; got {value}")
+            likert.append(
+                LikertAnswer(
+                    _need(item, "name", str, where), str(item.get("statement", "")), value, scale
+                )
+            )
+        for index, item in enumerate(survey.get("questions") or []):
+            where = f"survey.questions[{index}]."
+            answers.append(
+                OpenAnswer(
+                    _need(item, "name", str, where),
+                    str(item.get("question", "")),
+                    str(item.get("answer") or ""),
+                )
+            )
+    if status == "complete" and survey is None:
+        raise _Bad("survey: a complete session needs its survey answers")
+    return SessionRecord(
+        session_id=session_id,
+        kind=kind,
+        session=str(record.get("session", "")),
+        participant=str(record.get("participant", "")),
+        status=status,
+        generators=generators,
+        writer_turns=tuple(writer),
+        suggestion_turns=tuple(suggested),
+        likert=tuple(likert),
+        answers=tuple(answers),
+        raw=dict(record),
+    )
+
+
+def read_sessions(path: str | Path) -> list[SessionRecord]:
+    """Read and validate a sessions file (JSONL).
+
+    Raises
+    ------
+    DataFileError
+        Listing every bad line as ``FILE:LINE: field: reason`` (malformed JSON, a missing or
+        wrong field, an unknown generator, a duplicate ``session_id``).
+    """
+    problems: list[DataProblem] = []
+    records: list[SessionRecord] = []
+    first: dict[str, int] = {}
+    for number, item in iter_raw_records(path, fmt="jsonl"):
+        if isinstance(item, DataProblem):
+            problems.append(item)
+            continue
+        try:
+            record = parse_session(item)
+        except (_Bad, TypeError, ValueError) as exc:
+            problems.append(DataProblem(str(path), number, str(exc)))
+            continue
+        if record.session_id in first:
+            problems.append(
+                DataProblem(
+                    str(path),
+                    number,
+                    f"duplicate session_id {record.session_id!r} (first seen on line {first[record.session_id]})",
+                )
+            )
+            continue
+        first[record.session_id] = number
+        records.append(record)
+    if problems:
+        raise DataFileError(problems)
+    if not records:
+        raise DataFileError.single(path, 1, "the file holds no writing sessions")
+    return records
+
+
+def write_sessions(path: str | Path, records: Iterable[Mapping[str, Any]]) -> int:
+    """Write exported session records as JSONL, atomically; returns how many."""
+    count = 0
+    with atomic_write(path) as fh:
+        for record in records:
+            fh.write(json.dumps(record, ensure_ascii=False, allow_nan=False) + "\n")
+            count += 1
+    return count

@@ -1,0 +1,359 @@
+"""Unreferenced coherence metrics (Callan & Foster 2023, seed 004) and embedding coherence.
+
+* ``bertscore_prompt`` (BERTScore-1): BERTScore F1 of each story sentence against the prompt,
+  averaged over the sentences.
+* ``bertscore_prev`` (BERTScore-2): the first sentence against the prompt, then each sentence
+  against the one before it, averaged.
+* ``nsp_prompt`` / ``nsp_prev`` (BERT-NSP-1/2): the probability, under a BERT model with a
+  trained next-sentence-prediction head, that each sentence follows the prompt / the
+  previous sentence (the first: the prompt), averaged. The offline encoder has no trained
+  head: these metrics then refuse with an error naming a hub model that has one and the
+  storyeval command that trains one.
+* ``embedding_coherence``: mean cosine similarity of consecutive sentence embeddings
+  (mean-pooled last-layer token embeddings, the sentence-transformers recipe).
+
+Sentences are encoded alone (as in the paper), through the run's encoder cache.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from storyeval.errors import ModelLoadError
+from storyeval.metrics.context import resolve_layer
+from storyeval.metrics.embedding import (
+    Greedy,
+    default_layer,
+    encoder_options,
+    idf_weights,
+    rescaler,
+)
+from storyeval.metrics.registry import MetricBatch, MetricOption, MetricOutput, register_metric
+
+_SPLIT = MetricOption("split", str, "pysbd", "sentence splitter", choices=("pysbd", "spacy"))
+
+
+def sentence_pairs(prompt: str, sentences: Sequence[str], mode: str) -> list[tuple[str, str]]:
+    """``(sentence, context)`` pairs: every sentence with the prompt (``mode="prompt"``), or
+    the first with the prompt and each later one with the one before (``mode="prev"``).
+
+    >>> sentence_pairs("P.", ["A.", "B.", "C."], "prev")
+    [('A.', 'P.'), ('B.', 'A.'), ('C.', 'B.')]
+    """
+    if mode == "prompt":
+        return [(s, prompt) for s in sentences]
+    if mode == "prev":
+        return [(s, prompt if i == 0 else sentences[i - 1]) for i, s in enumerate(sentences)]
+    raise ValueError(f"mode must be prompt or prev; got {mode!r}")
+
+
+def _story_pairs(
+    batch: MetricBatch, options: Mapping[str, Any], mode: str
+) -> list[list[tuple[str, str]]]:
+    context = batch.context
+    return [
+        sentence_pairs(s.prompt.strip(), context.sentences(s.story, options["split"]), mode)
+        for s in batch.stories
+    ]
+
+
+# --------------------------------------------------------------------------- BERTScore-1/2
+
+
+def _bertscore_plan(mode: str) -> Any:
+    def plan(
+        batch: MetricBatch, options: Mapping[str, Any]
+    ) -> Iterable[tuple[str | None, list[str], list[int]]]:
+        cache = batch.context.cache(options["model"])
+        layer = default_layer(cache.encoder, options["layer"])
+        texts = [
+            text for pairs in _story_pairs(batch, options, mode) for pair in pairs for text in pair
+        ]
+        yield options["model"], texts, [layer]
+
+    return plan
+
+
+def _bertscore_coherence(mode: str) -> Any:
+    def compute(batch: MetricBatch, options: Mapping[str, Any]) -> MetricOutput:
+        cache = batch.context.cache(options["model"])
+        layer = default_layer(cache.encoder, options["layer"])
+        stories = _story_pairs(batch, options, mode)
+        idf = None
+        if options["idf"]:
+            idf = idf_weights(cache.token_ids(ref) for pairs in stories for _, ref in pairs)
+        greedy = Greedy(cache, layer, idf=idf)
+        rescale, fields = rescaler(cache.encoder, layer, options)
+        component = "prf".index(options["component"])
+        values = []
+        for pairs in stories:
+            if not pairs:
+                values.append(math.nan)
+                continue
+            scores = np.array([greedy.pair(sentence, ref) for sentence, ref in pairs])
+            p, r, f = rescale(scores[:, 0], scores[:, 1], scores[:, 2])
+            values.append(
+                float(np.nanmean((p, r, f)[component]))
+                if not np.isnan((p, r, f)[component]).all()
+                else math.nan
+            )
+        return MetricOutput(
+            np.asarray(values, dtype=np.float64),
+            models={"model": cache.identity},
+            fields={"layer": layer, **fields},
+            omit=() if options.get("rescale") else ("baseline",),
+        )
+
+    return compute
+
+
+for _mode, _name, _label, _what in (
+    ("prompt", "bertscore_prompt", "BERTScore-1", "each story sentence against the prompt"),
+    (
+        "prev",
+        "bertscore_prev",
+        "BERTScore-2",
+        "each story sentence against the previous one (the first against the prompt)",
+    ),
+):
+    register_metric(
+        _name,
+        description=f"{_label} (Callan & Foster 2023): mean BERTScore F1 of {_what}",
+        families=("bertscore", "coherence", "encoder"),
+        needs_prompt=True,
+        model="encoder",
+        higher_is_better=True,
+        value_range=(None, 1.0),
+        options=[
+            *encoder_options(),
+            _SPLIT,
+            MetricOption(
+                "component", str, "f", "BERTScore F1, precision or recall", choices=("f", "p", "r")
+            ),
+        ],
+        plan=_bertscore_plan(_mode),
+    )(_bertscore_coherence(_mode))
+
+
+# --------------------------------------------------------------------------- embedding coherence
+
+
+def _embedding_plan(
+    batch: MetricBatch, options: Mapping[str, Any]
+) -> Iterable[tuple[str | None, list[str], list[int]]]:
+    cache = batch.context.cache(options["model"])
+    layer = resolve_layer(cache.encoder.model, options["layer"])
+    texts = [t for s in batch.stories for t in batch.context.sentences(s.story, options["split"])]
+    yield options["model"], texts, [layer]
+
+
+@register_metric(
+    "embedding_coherence",
+    description="Mean cosine similarity of consecutive sentence embeddings of the story "
+    "(mean-pooled contextual token embeddings)",
+    families=("coherence", "encoder"),
+    model="encoder",
+    higher_is_better=True,
+    value_range=(-1.0, 1.0),
+    options=[
+        MetricOption(
+            "model", str, None, "encoder: hub name or local directory (default: offline MiniLM)"
+        ),
+        MetricOption("layer", int, -1, "hidden layer to mean-pool (-1 = last)"),
+        _SPLIT,
+        MetricOption(
+            "batch_tokens", int, 16384, "tokens per encoder batch", minimum=64, in_signature=False
+        ),
+    ],
+    plan=_embedding_plan,
+)
+def embedding_coherence(batch: MetricBatch, options: Mapping[str, Any]) -> MetricOutput:
+    cache = batch.context.cache(options["model"])
+    layer = resolve_layer(cache.encoder.model, options["layer"])
+    values = []
+    short = 0
+    for story in batch.stories:
+        sentences = batch.context.sentences(story.story, options["split"])
+        if len(sentences) < 2:
+            short += 1
+            values.append(math.nan)
+            continue
+        vectors = np.array(
+            [cache.sentence_embedding(s, layer) for s in sentences], dtype=np.float64
+        )
+        vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+        values.append(float((vectors[:-1] * vectors[1:]).sum(axis=1).mean()))
+    notes = [f"{short} stories have fewer than two sentences: undefined"] if short else []
+    return MetricOutput(
+        np.asarray(values, dtype=np.float64),
+        models={"model": cache.identity},
+        fields={"layer": layer, "pooling": "mean"},
+        notes=notes,
+    )
+
+
+# --------------------------------------------------------------------------- BERT-NSP-1/2
+
+NSP_HELP = (
+    "a BERT model with a trained next-sentence-prediction head: bert-base-uncased (hub; needs "
+    "network access or a local copy), or a directory written by "
+    "`storyeval train nsp --stories HUMAN.jsonl -o DIR`"
+)
+
+
+def _checkpoint_keys(path: Path) -> set[str] | None:
+    """Parameter names stored in a local checkpoint directory (None if none is found)."""
+    keys: set[str] = set()
+    found = False
+    for file in sorted(path.glob("*.safetensors")):
+        from safetensors import safe_open
+
+        found = True
+        with safe_open(str(file), framework="pt") as handle:
+            keys.update(handle.keys())
+    if not found:
+        for file in sorted(path.glob("pytorch_model*.bin")):
+            import torch
+
+            found = True
+            state = torch.load(str(file), map_location="cpu", weights_only=True, mmap=True)
+            keys.update(state.keys())
+    return keys if found else None
+
+
+def has_trained_nsp_head(path_or_name: str) -> bool | None:
+    """Whether a checkpoint stores next-sentence-prediction weights (``cls.seq_relationship``).
+
+    Returns None when the checkpoint files cannot be inspected (a hub name not cached).
+    A model whose checkpoint lacks them would get a randomly initialised head from
+    ``BertForNextSentencePrediction.from_pretrained``: meaningless scores.
+    """
+    path = Path(path_or_name).expanduser()
+    keys: set[str] | None = None
+    if path.is_dir():
+        keys = _checkpoint_keys(path)
+    else:
+        try:
+            from huggingface_hub import try_to_load_from_cache
+
+            for filename in ("model.safetensors", "pytorch_model.bin"):
+                cached = try_to_load_from_cache(path_or_name, filename)
+                if isinstance(cached, str):
+                    keys = _checkpoint_keys(Path(cached).parent)
+                    break
+        except ImportError:  # pragma: no cover
+            keys = None
+    if keys is None:
+        return None
+    return any(key.endswith("seq_relationship.weight") for key in keys)
+
+
+def load_nsp_model(name: str | None) -> Any:
+    """Load ``BertForNextSentencePrediction`` for ``name`` (None: the offline encoder), refusing
+    a model whose NSP head would be randomly initialised.
+
+    Raises
+    ------
+    ModelLoadError
+        When the checkpoint has no trained NSP head (the offline MiniLM has none).
+    """
+    from transformers import BertForNextSentencePrediction
+
+    from storyeval.models import load_pretrained, resolve_model_path
+
+    display, path, _ = resolve_model_path(name, "encoder")
+    status = has_trained_nsp_head(path)
+    if status is False:
+        raise ModelLoadError(
+            f"the encoder {display} has no trained next-sentence-prediction head (its checkpoint "
+            "lacks cls.seq_relationship, which transformers would initialise at random); the NSP "
+            f"metrics need {NSP_HELP}; pass it with --option nsp.model=NAME_OR_DIR"
+        )
+    return load_pretrained(name, "encoder", BertForNextSentencePrediction, option="nsp.model")
+
+
+def nsp_probabilities(
+    model: Any, pairs: Sequence[tuple[str, str]], *, batch_size: int = 32
+) -> np.ndarray:
+    """P(second text follows first) for ``(first, second)`` pairs, from the NSP head
+    (label 0 = "is next")."""
+    import torch
+
+    tokenizer = model.tokenizer
+    order = sorted(range(len(pairs)), key=lambda i: len(pairs[i][0]) + len(pairs[i][1]))
+    result = np.zeros(len(pairs))
+    limit = int(model.max_length)
+    with torch.inference_mode():
+        for start in range(0, len(order), batch_size):
+            chunk = order[start : start + batch_size]
+            encoded = tokenizer(
+                [pairs[i][0] for i in chunk],
+                [pairs[i][1] for i in chunk],
+                padding=True,
+                truncation="only_first",
+                max_length=limit,
+                return_tensors="pt",
+            )
+            logits = model.model(**encoded).logits.float()
+            probabilities = torch.softmax(logits, dim=-1)[:, 0].double().numpy()
+            result[chunk] = probabilities
+    return result
+
+
+def _nsp(mode: str) -> Any:
+    def compute(batch: MetricBatch, options: Mapping[str, Any]) -> MetricOutput:
+        model = load_nsp_model(options["model"])
+        stories = _story_pairs(batch, options, mode)
+        flat = [(context, sentence) for pairs in stories for sentence, context in pairs]
+        probabilities = nsp_probabilities(model, flat, batch_size=options["batch_size"])
+        if options["score"] == "label":
+            probabilities = (probabilities > 0.5).astype(np.float64)
+        values = []
+        position = 0
+        for pairs in stories:
+            chunk = probabilities[position : position + len(pairs)]
+            position += len(pairs)
+            values.append(float(chunk.mean()) if len(chunk) else math.nan)
+        return MetricOutput(np.asarray(values, dtype=np.float64), models={"model": model.identity})
+
+    return compute
+
+
+for _mode, _name, _label, _what in (
+    ("prompt", "nsp_prompt", "BERT-NSP-1", "each story sentence follows the prompt"),
+    (
+        "prev",
+        "nsp_prev",
+        "BERT-NSP-2",
+        "each story sentence follows the previous one (the first: the prompt)",
+    ),
+):
+    register_metric(
+        _name,
+        description=f"{_label} (Callan & Foster 2023): mean probability, under a BERT NSP head, "
+        f"that {_what}",
+        families=("nsp", "coherence"),
+        needs_prompt=True,
+        model="nsp",
+        higher_is_better=True,
+        value_range=(0.0, 1.0),
+        offline=False,
+        unavailable_offline="needs a trained NSP head (set nsp.model; the offline encoder has none)",
+        options=[
+            MetricOption("model", str, None, NSP_HELP),
+            _SPLIT,
+            MetricOption(
+                "score",
+                str,
+                "probability",
+                "average the probability, or the share of sentences predicted to follow",
+                choices=("probability", "label"),
+            ),
+            MetricOption("batch_size", int, 32, "pairs per batch", minimum=1, in_signature=False),
+        ],
+    )(_nsp(_mode))

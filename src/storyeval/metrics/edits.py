@@ -1,0 +1,216 @@
+"""Edit metrics between an original text (e.g. a machine suggestion) and its edited version.
+
+Clark (2021, ch. 4, Table 4.2) measures how much of a suggestion a writer kept with three
+metrics, all implemented here as library functions and registered as metrics that compare a
+story (the edited text) with another field of the same record (the original, option
+``original``, default field ``original``):
+
+* :func:`levenshtein`: character insertions, deletions and substitutions (lower = more kept);
+* :func:`jaccard`: shared word types over all word types (higher = more kept);
+* :func:`user`: User Story Edit Ratings (Akoury et al. 2020): the longest common substring of
+  the two token sequences, then recursively the longest common substrings to its left and
+  to its right (Ratcliff/Obershelp matching); precision = matched tokens / original tokens,
+  recall = matched tokens / edited tokens, and their F1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from storyeval.metrics.registry import MetricBatch, MetricOption, MetricOutput, register_metric
+from storyeval.text import tokenize_words
+
+
+def levenshtein(a: Sequence[Any] | str, b: Sequence[Any] | str) -> int:
+    """Edit distance: the fewest insertions, deletions and substitutions turning ``a`` into
+    ``b`` (characters of strings, or items of sequences).
+
+    >>> levenshtein("kitten", "sitting"), levenshtein("", "abc"), levenshtein(["a", "b"], ["b"])
+    (3, 3, 1)
+    """
+    if len(a) < len(b):
+        a, b = b, a
+    previous = list(range(len(b) + 1))
+    for i, item in enumerate(a, start=1):
+        current = [i] + [0] * len(b)
+        for j, other in enumerate(b, start=1):
+            current[j] = min(
+                previous[j] + 1,
+                current[j - 1] + 1,
+                previous[j - 1] + (item != other),
+            )
+        previous = current
+    return previous[-1]
+
+
+def jaccard(a: str, b: str) -> float:
+    """Jaccard similarity of the sets of lower-cased word tokens (NaN when both are empty).
+
+    >>> jaccard("The cat sat.", "the cat ran")
+    0.5
+    """
+    set_a = set(tokenize_words(a, lowercase=True, punctuation=False))
+    set_b = set(tokenize_words(b, lowercase=True, punctuation=False))
+    union = set_a | set_b
+    return len(set_a & set_b) / len(union) if union else float("nan")
+
+
+def _longest_common_substring(
+    a: Sequence[Any], b: Sequence[Any], a_lo: int, a_hi: int, b_lo: int, b_hi: int
+) -> tuple[int, int, int]:
+    """The longest common run ``(i, j, size)`` of ``a[a_lo:a_hi]`` and ``b[b_lo:b_hi]``; ties go
+    to the earliest start in ``a``, then in ``b`` (difflib's rule)."""
+    best_i, best_j, best = a_lo, b_lo, 0
+    lengths: dict[int, int] = {}
+    positions: dict[Any, list[int]] = {}
+    for j in range(b_lo, b_hi):
+        positions.setdefault(b[j], []).append(j)
+    for i in range(a_lo, a_hi):
+        current: dict[int, int] = {}
+        for j in positions.get(a[i], ()):
+            size = lengths.get(j - 1, 0) + 1
+            current[j] = size
+            if size > best:
+                best_i, best_j, best = i - size + 1, j - size + 1, size
+        lengths = current
+    return best_i, best_j, best
+
+
+def matched_tokens(a: Sequence[Any], b: Sequence[Any]) -> int:
+    """Tokens matched by recursive longest-common-substring matching (Ratcliff/Obershelp).
+
+    >>> matched_tokens("a b c d".split(), "a x c d".split())
+    3
+    """
+    total = 0
+    stack = [(0, len(a), 0, len(b))]
+    while stack:
+        a_lo, a_hi, b_lo, b_hi = stack.pop()
+        if a_lo >= a_hi or b_lo >= b_hi:
+            continue
+        i, j, size = _longest_common_substring(a, b, a_lo, a_hi, b_lo, b_hi)
+        if size == 0:
+            continue
+        total += size
+        stack.append((a_lo, i, b_lo, j))
+        stack.append((i + size, a_hi, j + size, b_hi))
+    return total
+
+
+@dataclass(frozen=True)
+class UserScore:
+    """USER precision (share of the original kept), recall (share of the edited text that
+    comes from the original) and F1; NaN where a denominator is zero."""
+
+    precision: float
+    recall: float
+    f1: float
+
+
+def user(edited: str, original: str, *, unit: str = "word") -> UserScore:
+    """User Story Edit Ratings (Akoury et al. 2020) between an edited text and its original.
+
+    Parameters
+    ----------
+    edited, original : str
+        The text after the writer's edits, and the text as generated.
+    unit : {"word", "char"}
+        Match word tokens (punctuation included, case kept) or characters.
+
+    Examples
+    --------
+    >>> score = user("The dog ran home quickly.", "The dog ran away.")
+    >>> round(score.precision, 3), round(score.recall, 3), round(score.f1, 3)
+    (0.8, 0.667, 0.727)
+    """
+    if unit not in ("word", "char"):
+        raise ValueError(f"unit must be one of word, char; got {unit!r}")
+    a = tokenize_words(original) if unit == "word" else list(original)
+    b = tokenize_words(edited) if unit == "word" else list(edited)
+    matched = matched_tokens(a, b)
+    precision = matched / len(a) if a else float("nan")
+    recall = matched / len(b) if b else float("nan")
+    if a and b and precision + recall > 0:
+        f1 = 2 * precision * recall / (precision + recall)
+    elif a and b:
+        f1 = 0.0
+    else:
+        f1 = float("nan")
+    return UserScore(precision, recall, f1)
+
+
+def _original(story: Any, options: Mapping[str, Any]) -> str:
+    return str(story.to_dict()[options["original"]])
+
+
+_ORIGINAL = MetricOption(
+    "original", str, "original", "the record field holding the original (unedited) text"
+)
+
+
+@register_metric(
+    "levenshtein",
+    description="Levenshtein edit distance (characters) from the original text to the story",
+    families=("edits",),
+    field_options=("original",),
+    higher_is_better=False,
+    value_range=(0.0, None),
+    options=[
+        _ORIGINAL,
+        MetricOption("normalize", bool, False, "divide by the longer text's length (0..1)"),
+    ],
+)
+def _levenshtein_metric(batch: MetricBatch, options: Mapping[str, Any]) -> MetricOutput:
+    values = []
+    for story in batch.stories:
+        original = _original(story, options)
+        distance = float(levenshtein(original, story.story))
+        if options["normalize"]:
+            longest = max(len(original), len(story.story))
+            distance = distance / longest if longest else float("nan")
+        values.append(distance)
+    return MetricOutput(np.asarray(values, dtype=np.float64))
+
+
+@register_metric(
+    "jaccard",
+    description="Jaccard similarity of the word sets of the story and the original text",
+    families=("edits",),
+    field_options=("original",),
+    higher_is_better=True,
+    value_range=(0.0, 1.0),
+    options=[_ORIGINAL],
+)
+def _jaccard_metric(batch: MetricBatch, options: Mapping[str, Any]) -> MetricOutput:
+    return MetricOutput(
+        np.asarray(
+            [jaccard(s.story, _original(s, options)) for s in batch.stories], dtype=np.float64
+        )
+    )
+
+
+@register_metric(
+    "user",
+    description="USER (Akoury et al. 2020): recursive longest-common-substring F1 between the "
+    "story (edited) and the original text",
+    families=("edits",),
+    field_options=("original",),
+    higher_is_better=True,
+    value_range=(0.0, 1.0),
+    options=[
+        _ORIGINAL,
+        MetricOption("unit", str, "word", "match words or characters", choices=("word", "char")),
+        MetricOption("component", str, "f", "F1, precision or recall", choices=("f", "p", "r")),
+    ],
+)
+def _user_metric(batch: MetricBatch, options: Mapping[str, Any]) -> MetricOutput:
+    attribute = {"f": "f1", "p": "precision", "r": "recall"}[options["component"]]
+    values = [
+        getattr(user(s.story, _original(s, options), unit=options["unit"]), attribute)
+        for s in batch.stories
+    ]
+    return MetricOutput(np.asarray(values, dtype=np.float64))

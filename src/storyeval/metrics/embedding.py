@@ -1,0 +1,361 @@
+"""BERTScore (Zhang et al. 2020): greedy matching of contextual token embeddings.
+
+Each token of the candidate is matched to its most similar token of the reference (cosine of
+the hidden states at one layer) and vice versa; precision, recall and F1 are the (optionally
+idf-weighted) means of those best similarities. With several references, each of P, R and F
+is the maximum over the references (what the ``bert-score`` package does). Optional baseline
+rescaling maps ``x`` to ``(x - b) / (1 - b)``.
+
+The implementation reads token embeddings from the run's encoder cache, so the same texts
+also serve MoverScore, the BERTScore coherence metrics and embedding coherence; with the
+same model and layer it reproduces ``bert_score.score`` to 1e-4 (tested).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from storyeval.errors import StoryevalError
+from storyeval.metrics.context import EncoderCache, resolve_layer
+from storyeval.metrics.registry import (
+    MetricBatch,
+    MetricOption,
+    MetricOutput,
+    OptionError,
+    register_metric,
+)
+
+#: Recommended layers (bert-score's ``model2layers``, tuned on WMT16 by its authors) for
+#: common hub encoders, and storyeval's choice for the offline default (4 of 6 layers, by
+#: analogy with distilbert-base-uncased's 5 of 6 and bert-base-uncased's 9 of 12; not tuned).
+DEFAULT_LAYERS: dict[str, int] = {
+    "all-MiniLM-L6-v2": 4,
+    "bert-base-uncased": 9,
+    "bert-large-uncased": 18,
+    "bert-base-cased": 9,
+    "bert-base-multilingual-cased": 9,
+    "distilbert-base-uncased": 5,
+    "distilroberta-base": 5,
+    "roberta-base": 10,
+    "roberta-large": 17,
+    "roberta-large-mnli": 19,
+    "microsoft/deberta-base": 9,
+    "microsoft/deberta-large": 16,
+    "microsoft/deberta-xlarge-mnli": 40,
+    "xlm-roberta-base": 9,
+    "xlm-roberta-large": 17,
+}
+
+BASELINE_FILES = {"all-MiniLM-L6-v2": "bertscore_baseline_all-MiniLM-L6-v2.csv"}
+
+
+def encoder_options(*, rescale: bool = True) -> list[MetricOption]:
+    """The options every BERTScore-style metric shares (family ``bertscore``)."""
+    options = [
+        MetricOption(
+            "model", str, None, "encoder: hub name or local directory (default: offline MiniLM)"
+        ),
+        MetricOption(
+            "layer",
+            int,
+            None,
+            "hidden layer (0 = embeddings, negative counts from the top; auto: the model's "
+            "recommended layer)",
+        ),
+        MetricOption("idf", bool, False, "weight tokens by idf computed on the references"),
+    ]
+    if rescale:
+        options += [
+            MetricOption("rescale", bool, False, "rescale with a baseline: (x - b) / (1 - b)"),
+            MetricOption(
+                "baseline",
+                str,
+                None,
+                "baseline for rescaling: a bert-score baseline file (LAYER,P,R,F) or three "
+                "numbers P,R,F (default: the shipped one for the offline encoder, or "
+                "bert-score's for its hub models)",
+            ),
+        ]
+    options.append(
+        MetricOption(
+            "batch_tokens", int, 16384, "tokens per encoder batch", minimum=64, in_signature=False
+        )
+    )
+    return options
+
+
+def default_layer(encoder: Any, requested: int | None) -> int:
+    """The hidden-states index to use: ``requested`` (negative counts from the top), else the
+    recommended layer of a known model, else three quarters of the way up."""
+    if requested is not None:
+        return resolve_layer(encoder.model, requested)
+    known = DEFAULT_LAYERS.get(encoder.name)
+    if known is None:
+        known = DEFAULT_LAYERS.get(Path(str(encoder.name)).name)
+    if known is None:
+        total = resolve_layer(encoder.model, -1)
+        known = max(1, round(0.75 * total))
+    return resolve_layer(encoder.model, known)
+
+
+# --------------------------------------------------------------------------- idf
+
+
+def idf_weights(token_lists: Iterable[Any]) -> tuple[dict[int, float], float]:
+    """Inverse document frequencies ``log((M + 1) / (df + 1))`` over ``M`` documents (token id
+    lists), and the value for unseen ids, ``log(M + 1)`` (bert-score's definition).
+
+    >>> weights, unseen = idf_weights([[1, 2], [2, 3]])
+    >>> round(weights[2], 4), round(weights[1], 4), round(unseen, 4)
+    (0.0, 0.4055, 1.0986)
+    """
+    counts: Counter[int] = Counter()
+    total = 0
+    for ids in token_lists:
+        counts.update(set(int(i) for i in ids))
+        total += 1
+    weights = {token: math.log((total + 1) / (count + 1)) for token, count in counts.items()}
+    return weights, math.log(total + 1)
+
+
+# --------------------------------------------------------------------------- matching
+
+
+class Greedy:
+    """Greedy-matching BERTScore between texts whose embeddings are in an encoder cache."""
+
+    def __init__(
+        self,
+        cache: EncoderCache,
+        layer: int,
+        *,
+        idf: tuple[dict[int, float], float] | None = None,
+    ) -> None:
+        self.cache = cache
+        self.layer = layer
+        self.idf = idf
+        tokenizer = cache.encoder.tokenizer
+        self.special = {
+            tokenizer.cls_token_id,
+            tokenizer.sep_token_id,
+            tokenizer.bos_token_id,
+            tokenizer.eos_token_id,
+        } - {None}
+        self._normed: dict[str, np.ndarray] = {}
+        self._weights: dict[str, np.ndarray] = {}
+
+    def normed(self, text: str) -> np.ndarray:
+        key = text.strip()
+        if key not in self._normed:
+            states = self.cache.embeddings(key, self.layer)
+            norms = np.linalg.norm(states, axis=1, keepdims=True)
+            # float32 like bert-score's own matching; sums below are taken in float64
+            self._normed[key] = (states / np.where(norms > 0, norms, 1.0)).astype(np.float32)
+        return self._normed[key]
+
+    def weights(self, text: str) -> np.ndarray:
+        key = text.strip()
+        if key not in self._weights:
+            ids = self.cache.token_ids(key)
+            if self.idf is None:
+                weights = np.array([0.0 if i in self.special else 1.0 for i in ids])
+            else:
+                table, unseen = self.idf
+                weights = np.array(
+                    [0.0 if i in self.special else table.get(int(i), unseen) for i in ids]
+                )
+            self._weights[key] = weights
+        return self._weights[key]
+
+    def pair(self, candidate: str, reference: str) -> tuple[float, float, float]:
+        """Precision, recall and F1 of one candidate against one reference (NaN when either
+        has no weighted token)."""
+        c, r = self.normed(candidate), self.normed(reference)
+        wc, wr = self.weights(candidate), self.weights(reference)
+        if wc.sum() <= 0 or wr.sum() <= 0:
+            return math.nan, math.nan, math.nan
+        sim = c @ r.T
+        precision = float((sim.max(axis=1).astype(np.float64) * wc).sum() / wc.sum())
+        recall = float((sim.max(axis=0).astype(np.float64) * wr).sum() / wr.sum())
+        f1 = 2 * precision * recall / (precision + recall) if precision + recall else math.nan
+        return precision, recall, f1
+
+    def best(self, candidate: str, references: Sequence[str]) -> tuple[float, float, float]:
+        """Each of P, R, F maximised over several references."""
+        scores = np.array([self.pair(candidate, ref) for ref in references])
+        if np.isnan(scores).all():
+            return math.nan, math.nan, math.nan
+        p, r, f = np.nanmax(scores, axis=0)
+        return float(p), float(r), float(f)
+
+
+# --------------------------------------------------------------------------- baselines
+
+
+def load_baseline(spec: str, layer: int) -> tuple[float, float, float]:
+    """Baseline ``(P, R, F)`` from three comma-separated numbers or a bert-score baseline file
+    (CSV with columns ``LAYER,P,R,F``, one row per layer)."""
+    parts = [p.strip() for p in spec.split(",")]
+    if len(parts) == 3:
+        try:
+            numbers = tuple(float(p) for p in parts)
+        except ValueError:
+            numbers = ()  # not numbers: a file name
+        if len(numbers) == 3:
+            if not all(-1.0 < n < 1.0 for n in numbers):
+                raise OptionError(f"baseline values must be in (-1, 1); got {spec!r}")
+            return numbers[0], numbers[1], numbers[2]
+    path = Path(spec).expanduser()
+    if not path.is_file():
+        raise OptionError(
+            f"baseline {spec!r} is neither three numbers P,R,F nor an existing baseline file"
+        )
+    return _baseline_from_file(path.read_text(encoding="utf-8"), layer, str(path))
+
+
+def _baseline_from_file(text: str, layer: int, where: str) -> tuple[float, float, float]:
+    rows = [
+        row
+        for row in csv.reader(line for line in text.splitlines() if not line.startswith("#"))
+        if row
+    ]
+    if not rows or [c.strip().upper() for c in rows[0][-3:]] != ["P", "R", "F"]:
+        raise OptionError(f"{where}: a baseline file needs a header LAYER,P,R,F")
+    for row in rows[1:]:
+        if int(float(row[0])) == layer:
+            return float(row[-3]), float(row[-2]), float(row[-1])
+    raise OptionError(f"{where}: no baseline for layer {layer}")
+
+
+def default_baseline(encoder: Any, layer: int) -> tuple[tuple[float, float, float], str]:
+    """The baseline storyeval knows for an encoder, and where it comes from."""
+    shipped = BASELINE_FILES.get(encoder.name)
+    if shipped is not None:
+        text = resources.files("storyeval.metrics").joinpath("data", shipped).read_text("utf-8")
+        return _baseline_from_file(text, layer, shipped), f"storyeval:{shipped}"
+    try:
+        import bert_score
+    except ImportError:
+        bert_score = None
+    if bert_score is not None:
+        file = Path(bert_score.__file__).parent / "rescale_baseline" / "en" / f"{encoder.name}.tsv"
+        if file.is_file():
+            return _baseline_from_file(
+                file.read_text("utf-8"), layer, str(file)
+            ), f"bert-score:{encoder.name}"
+    raise StoryevalError(
+        f"no rescaling baseline is known for the encoder {encoder.name}; give one with "
+        "--option bertscore.baseline=FILE_OR_P,R,F (bert-score ships baseline files for hub "
+        "models), or leave bertscore.rescale off"
+    )
+
+
+def rescaler(encoder: Any, layer: int, options: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """A function rescaling (P, R, F) arrays, and the signature fields describing it."""
+    if not options.get("rescale"):
+        if options.get("baseline"):
+            raise OptionError(
+                "bertscore.baseline is set but bertscore.rescale is off; set rescale=true"
+            )
+        return (lambda p, r, f: (p, r, f)), {}
+    if options.get("baseline"):
+        base = load_baseline(str(options["baseline"]), layer)
+        source = (
+            options["baseline"]
+            if "," in str(options["baseline"])
+            else Path(str(options["baseline"])).name
+        )
+    else:
+        base, source = default_baseline(encoder, layer)
+
+    def rescale(p: np.ndarray, r: np.ndarray, f: np.ndarray) -> tuple[np.ndarray, ...]:
+        return tuple((x - b) / (1 - b) for x, b in zip((p, r, f), base, strict=True))
+
+    return rescale, {"baseline": str(source)}
+
+
+# --------------------------------------------------------------------------- metrics
+
+
+def _unused(options: Mapping[str, Any]) -> tuple[str, ...]:
+    return () if options.get("rescale") else ("baseline",)
+
+
+def _setup(batch: MetricBatch, options: Mapping[str, Any]) -> tuple[EncoderCache, int]:
+    cache = batch.context.cache(options["model"])
+    cache.batch_tokens = int(options.get("batch_tokens", cache.batch_tokens))
+    return cache, default_layer(cache.encoder, options["layer"])
+
+
+def _plan(
+    batch: MetricBatch, options: Mapping[str, Any]
+) -> Iterable[tuple[str | None, list[str], list[int]]]:
+    _, layer = _setup(batch, options)
+    texts = [s.story for s in batch.stories] + [r for s in batch.stories for r in s.references]
+    yield options["model"], texts, [layer]
+
+
+def bertscore_arrays(
+    batch: MetricBatch, options: Mapping[str, Any]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, Any], str]:
+    """P, R, F of every story of the batch against its references (memoised per run)."""
+    cache, layer = _setup(batch, options)
+    key = (
+        "bertscore",
+        cache.identity,
+        layer,
+        bool(options["idf"]),
+        options.get("rescale"),
+        options.get("baseline"),
+        tuple(s.id for s in batch.stories),
+    )
+    memo = batch.context.memo
+    if key not in memo:
+        idf = None
+        if options["idf"]:
+            idf = idf_weights(cache.token_ids(r) for s in batch.stories for r in s.references)
+        greedy = Greedy(cache, layer, idf=idf)
+        scores = np.array([greedy.best(s.story, s.references) for s in batch.stories]).reshape(
+            -1, 3
+        )
+        rescale, fields = rescaler(cache.encoder, layer, options)
+        p, r, f = rescale(scores[:, 0], scores[:, 1], scores[:, 2])
+        memo[key] = (p, r, f, {"layer": layer, **fields}, cache.identity)
+    return memo[key]
+
+
+def _bertscore(component: int) -> Any:
+    def compute(batch: MetricBatch, options: Mapping[str, Any]) -> MetricOutput:
+        p, r, f, fields, identity = bertscore_arrays(batch, options)
+        values = (p, r, f)[component]
+        notes = []
+        if np.isnan(values).any():
+            notes.append(f"{int(np.isnan(values).sum())} stories have no token to match: undefined")
+        return MetricOutput(
+            values, models={"model": identity}, fields=fields, notes=notes, omit=_unused(options)
+        )
+
+    return compute
+
+
+for _index, (_suffix, _what) in enumerate((("p", "precision"), ("r", "recall"), ("f", "F1"))):
+    register_metric(
+        f"bertscore_{_suffix}",
+        description=f"BERTScore {_what}: greedy-matched cosine similarity of contextual token "
+        "embeddings of the story and its reference(s)",
+        families=("bertscore", "encoder"),
+        needs_reference=True,
+        model="encoder",
+        higher_is_better=True,
+        value_range=(None, 1.0),
+        options=encoder_options(),
+        plan=_plan,
+    )(_bertscore(_index))

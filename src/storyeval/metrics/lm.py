@@ -1,0 +1,268 @@
+"""Perplexity of a story under a causal language model.
+
+Token-weighted: a story's perplexity is ``exp(sum of token negative log-likelihoods / number
+of tokens)``; a system's corpus perplexity pools the tokens of all its stories
+(``corpus_perplexity``), and the mean of story perplexities is reported beside it
+(``mean_item_perplexity``): they differ, and papers use both.
+
+By default the story is scored as a continuation of its prompt (the prompt's tokens are
+context, not scored), after the model's beginning-of-text token. Texts longer than the
+model's context are scored with a sliding window (every token is scored once, with at least
+``window - stride`` tokens of left context), never truncated.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from storyeval.metrics.registry import (
+    CorpusStatistic,
+    MetricBatch,
+    MetricOption,
+    MetricOutput,
+    register_metric,
+)
+
+
+@dataclass
+class _Row:
+    text: int
+    ids: list[int]
+    score_from: int  # first position (in ids) whose token is scored
+
+
+def windows(
+    n_context: int, ids: Sequence[int], window: int, stride: int
+) -> list[tuple[int, int, int]]:
+    """Sliding windows over ``ids`` scoring the tokens from ``n_context`` on.
+
+    Returns ``(begin, end, score_from)`` triples: the window is ``ids[begin:end]`` and the
+    tokens at positions ``max(score_from, n_context) .. end-1`` are scored in it; each
+    scored position falls in exactly one window.
+
+    >>> windows(1, list(range(10)), window=4, stride=2)
+    [(0, 4, 1), (2, 6, 4), (4, 8, 6), (6, 10, 8)]
+    """
+    if window < 2:
+        raise ValueError(f"window must be >= 2; got {window}")
+    if not 0 < stride <= window - 1:
+        raise ValueError(f"stride must be between 1 and window - 1; got {stride}")
+    total = len(ids)
+    result = []
+    previous_end = 0
+    begin = 0
+    while True:
+        end = min(begin + window, total)
+        start = max(previous_end, n_context, begin + 1)
+        if start < end:
+            result.append((begin, end, start))
+        previous_end = end
+        if end >= total:
+            break
+        begin += stride
+    return result
+
+
+def token_nll(
+    lm: Any,
+    items: Sequence[tuple[Sequence[int], Sequence[int]]],
+    *,
+    window: int | None = None,
+    stride: int | None = None,
+    batch_tokens: int = 4096,
+    progress: bool = False,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Summed negative log-likelihood (nats) and number of scored tokens of each
+    ``(context_ids, target_ids)`` pair under ``lm`` (a :class:`~storyeval.models.LoadedModel`).
+
+    Only the target tokens are scored; each is predicted from everything before it (context
+    included), through sliding windows when the pair is longer than ``window``.
+    """
+    import torch
+
+    model = lm.model
+    limit = int(window or lm.max_length)
+    step = int(stride or max(1, limit // 2))
+    rows: list[_Row] = []
+    for index, (context, target) in enumerate(items):
+        ids = [int(i) for i in context] + [int(i) for i in target]
+        for begin, end, start in windows(len(context), ids, limit, step):
+            rows.append(_Row(index, ids[begin:end], start - begin))
+    nll = np.zeros(len(items))
+    count = np.zeros(len(items), dtype=np.int64)
+    order = sorted(range(len(rows)), key=lambda i: len(rows[i].ids))
+    batches: list[list[int]] = []
+    current: list[int] = []
+    for i in order:
+        if current and (len(current) + 1) * len(rows[i].ids) > batch_tokens:
+            batches.append(current)
+            current = []
+        current.append(i)
+    if current:
+        batches.append(current)
+    pad = lm.tokenizer.pad_token_id
+    pad = int(pad) if pad is not None else 0
+    from storyeval.metrics.context import _progress
+
+    bar = _progress(len(batches), "perplexity", progress)
+    with torch.inference_mode():
+        for batch in batches:
+            width = max(len(rows[i].ids) for i in batch)
+            input_ids = torch.full((len(batch), width), pad, dtype=torch.long)
+            mask = torch.zeros((len(batch), width), dtype=torch.long)
+            for r, i in enumerate(batch):
+                input_ids[r, : len(rows[i].ids)] = torch.tensor(rows[i].ids)
+                mask[r, : len(rows[i].ids)] = 1
+            logits = model(input_ids=input_ids, attention_mask=mask).logits.float()
+            logprobs = torch.log_softmax(logits[:, :-1], dim=-1)
+            targets = input_ids[:, 1:]
+            picked = -logprobs.gather(-1, targets.unsqueeze(-1)).squeeze(-1).double().numpy()
+            for r, i in enumerate(batch):
+                row = rows[i]
+                # position p of ids is predicted by logits at p - 1
+                scored = picked[r, row.score_from - 1 : len(row.ids) - 1]
+                nll[row.text] += float(scored.sum())
+                count[row.text] += len(scored)
+            bar.update(1)
+    bar.close()
+    return nll, count
+
+
+def _encode(lm: Any, text: str) -> list[int]:
+    return [int(i) for i in lm.tokenizer(text, add_special_tokens=False)["input_ids"]]
+
+
+def start_token(lm: Any) -> int | None:
+    """The token prepended to every text so its first token is scored too (BOS, else EOS)."""
+    tokenizer = lm.tokenizer
+    for candidate in (tokenizer.bos_token_id, tokenizer.eos_token_id):
+        if candidate is not None:
+            return int(candidate)
+    return None
+
+
+def perplexity_stats(
+    lm: Any,
+    texts: Sequence[str],
+    prompts: Sequence[str] | None = None,
+    *,
+    window: int | None = None,
+    stride: int | None = None,
+    batch_tokens: int = 4096,
+    progress: bool = False,
+) -> np.ndarray:
+    """Per-text sufficient statistics ``[nll_sum, n_tokens]`` (shape ``(n, 2)``) of ``texts``
+    scored after the start token and (when given) their prompts.
+
+    >>> from storyeval.models import load_causal_lm
+    >>> lm = load_causal_lm()
+    >>> stats = perplexity_stats(lm, ["The cat sat on the mat."])
+    >>> int(stats[0, 1]) == len(lm.tokenizer("The cat sat on the mat.", add_special_tokens=False)["input_ids"])
+    True
+    """
+    first = start_token(lm)
+    items = []
+    for index, text in enumerate(texts):
+        context = [first] if first is not None else []
+        prompt = prompts[index].strip() if prompts is not None else ""
+        if prompt:
+            context += _encode(lm, prompt)
+            target = _encode(lm, " " + text.strip())
+        else:
+            target = _encode(lm, text.strip())
+        if not context:  # no start token: the first token cannot be scored
+            context, target = target[:1], target[1:]
+        items.append((context, target))
+    nll, count = token_nll(
+        lm, items, window=window, stride=stride, batch_tokens=batch_tokens, progress=progress
+    )
+    return np.column_stack([nll, count.astype(np.float64)])
+
+
+def _corpus_perplexity(stats: np.ndarray, options: Mapping[str, Any]) -> float:
+    total = stats.sum(axis=0)
+    return math.exp(total[0] / total[1]) if total[1] > 0 else math.nan
+
+
+@register_metric(
+    "perplexity",
+    description="Perplexity of the story under a causal LM (token-weighted, conditioned on the "
+    "prompt by default); per system: corpus and mean per-story perplexity",
+    families=("lm",),
+    model="causal-lm",
+    higher_is_better=False,
+    value_range=(1.0, None),
+    options=[
+        MetricOption(
+            "model",
+            str,
+            None,
+            "causal LM: hub name or local directory (default: offline SmolLM2-135M)",
+        ),
+        MetricOption(
+            "context",
+            str,
+            "prompt",
+            "score the story after its prompt, or alone",
+            choices=("prompt", "none"),
+        ),
+        MetricOption(
+            "window", int, None, "tokens per window (auto: the model's context length)", minimum=2
+        ),
+        MetricOption("stride", int, None, "window step (auto: half the window)", minimum=1),
+        MetricOption(
+            "batch_tokens", int, 4096, "tokens per forward batch", minimum=16, in_signature=False
+        ),
+    ],
+    corpus=(
+        CorpusStatistic(
+            "corpus_perplexity",
+            _corpus_perplexity,
+            "exp of the mean NLL of all the system's tokens",
+        ),
+    ),
+    item_statistic="mean_item_perplexity",
+)
+def perplexity(batch: MetricBatch, options: Mapping[str, Any]) -> MetricOutput:
+    lm = batch.context.causal_lm(options["model"])
+    window = options["window"] or int(lm.max_length)
+    stride = options["stride"] or max(1, window // 2)
+    if stride >= window:
+        from storyeval.metrics.registry import OptionError
+
+        raise OptionError(
+            f"perplexity.stride ({stride}) must be smaller than perplexity.window ({window})"
+        )
+    texts = [s.story for s in batch.stories]
+    prompts = [s.prompt for s in batch.stories] if options["context"] == "prompt" else None
+    stats = perplexity_stats(
+        lm,
+        texts,
+        prompts,
+        window=window,
+        stride=stride,
+        batch_tokens=options["batch_tokens"],
+        progress=batch.context.progress,
+    )
+    with np.errstate(divide="ignore", invalid="ignore"):
+        values = np.where(stats[:, 1] > 0, np.exp(stats[:, 0] / np.maximum(stats[:, 1], 1)), np.nan)
+    first = start_token(lm)
+    start = lm.tokenizer.convert_ids_to_tokens(first) if first is not None else "none"
+    notes = []
+    long = int(sum(1 for s in batch.stories if len(_encode(lm, s.story)) > window))
+    if long:
+        notes.append(
+            f"{long} stories longer than {window} tokens were scored with a sliding window"
+        )
+    return MetricOutput(
+        values,
+        stats,
+        models={"model": lm.identity},
+        fields={"window": window, "stride": stride, "start": str(start)},
+        notes=notes,
+    )

@@ -1,0 +1,269 @@
+"""Participants, their tokens and the time they spend on each page: the core every session type
+(studies now, collaborative-writing sessions later) builds on.
+
+A participant belongs to one session (``kind`` and ``session`` name, e.g. ``study`` /
+``likert-example``) and is identified by an unguessable token (256 bits from :mod:`secrets`)
+that appears in their link ``/p/<token>``. A session type keeps its own tables keyed by
+``participants.id``.
+
+Time per page: :func:`record_view` stores when a page was first served to a participant and
+:func:`note_submission` when they last submitted anything, so a session type can report the
+time from page delivery to submission and the gap between consecutive submissions.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import (
+    Column,
+    Connection,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+    func,
+    insert,
+    select,
+    update,
+)
+from sqlalchemy.exc import IntegrityError
+
+from storyeval.server.db import metadata
+
+TOKEN_BYTES = 32
+
+participants = Table(
+    "participants",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("token", String(64), nullable=False, unique=True),
+    Column("kind", String(32), nullable=False),
+    Column("session", String(128), nullable=False),
+    Column("external_id", String(256), nullable=True),
+    Column("created_at", Float, nullable=False),
+    Column("started_at", Float, nullable=True),
+    Column("finished_at", Float, nullable=True),
+    Column("last_seen_at", Float, nullable=True),
+    Column("last_submit_at", Float, nullable=True),
+    Column("completion_code", String(64), nullable=True),
+    UniqueConstraint("kind", "session", "external_id", name="uq_participant_external"),
+    Index("ix_participants_session", "kind", "session"),
+)
+
+page_views = Table(
+    "page_views",
+    metadata,
+    Column("participant_id", Integer, ForeignKey("participants.id"), primary_key=True),
+    Column("page", String(128), primary_key=True),
+    Column("first_served_at", Float, nullable=False),
+    Column("last_served_at", Float, nullable=False),
+    Column("views", Integer, nullable=False),
+)
+
+server_meta = Table(
+    "storyeval_meta",
+    metadata,
+    Column("key", String(64), primary_key=True),
+    Column("value", Text, nullable=False),
+)
+
+
+def new_token() -> str:
+    """An unguessable URL-safe token (256 random bits).
+
+    >>> len(new_token()) >= 43
+    True
+    """
+    return secrets.token_urlsafe(TOKEN_BYTES)
+
+
+@dataclass(frozen=True)
+class Participant:
+    """A participant row."""
+
+    id: int
+    token: str
+    kind: str
+    session: str
+    external_id: str | None
+    created_at: float
+    started_at: float | None
+    finished_at: float | None
+    last_seen_at: float | None
+    last_submit_at: float | None
+    completion_code: str | None
+
+    @classmethod
+    def from_row(cls, row: Any) -> Participant:
+        return cls(**{name: row._mapping[name] for name in cls.__dataclass_fields__})
+
+
+def create_participants(
+    conn: Connection, kind: str, session: str, count: int, *, now: float
+) -> list[Participant]:
+    """Create ``count`` participants with fresh tokens."""
+    if count < 1:
+        raise ValueError(f"count must be >= 1; got {count}")
+    created = []
+    for _ in range(count):
+        token = new_token()
+        result = conn.execute(
+            insert(participants).values(token=token, kind=kind, session=session, created_at=now)
+        )
+        key = result.inserted_primary_key
+        assert key is not None
+        pid = int(key[0])
+        created.append(
+            Participant(pid, token, kind, session, None, now, None, None, None, None, None)
+        )
+    return created
+
+
+def participant_for_external_id(
+    conn: Connection, kind: str, session: str, external_id: str, *, now: float
+) -> tuple[Participant, bool]:
+    """The participant with this external id (e.g. a Prolific id), created if new.
+
+    Returns the participant and whether it was created. Safe when two requests race: the
+    unique constraint decides, the loser reads the winner's row.
+    """
+    query = select(participants).where(
+        participants.c.kind == kind,
+        participants.c.session == session,
+        participants.c.external_id == external_id,
+    )
+    row = conn.execute(query).first()
+    if row is not None:
+        return Participant.from_row(row), False
+    try:
+        with conn.begin_nested():
+            conn.execute(
+                insert(participants).values(
+                    token=new_token(),
+                    kind=kind,
+                    session=session,
+                    external_id=external_id,
+                    created_at=now,
+                )
+            )
+    except IntegrityError:
+        pass
+    row = conn.execute(query).one()
+    return Participant.from_row(row), True
+
+
+def count_participants(conn: Connection, kind: str, session: str) -> int:
+    return int(
+        conn.execute(
+            select(func.count())
+            .select_from(participants)
+            .where(participants.c.kind == kind, participants.c.session == session)
+        ).scalar_one()
+    )
+
+
+def participant_by_token(conn: Connection, token: str) -> Participant | None:
+    """The participant with this token, or ``None`` (also for malformed tokens)."""
+    if not token or len(token) > 64:
+        return None
+    row = conn.execute(select(participants).where(participants.c.token == token)).first()
+    return None if row is None else Participant.from_row(row)
+
+
+def lock_participant(conn: Connection, participant_id: int) -> Participant:
+    """Re-read a participant inside a write transaction, locking the row (PostgreSQL)."""
+    row = conn.execute(
+        select(participants).where(participants.c.id == participant_id).with_for_update()
+    ).one()
+    return Participant.from_row(row)
+
+
+def touch(conn: Connection, participant_id: int, now: float, *, every: float = 15.0) -> None:
+    """Record activity (used to release the reservations of participants who left)."""
+    conn.execute(
+        update(participants)
+        .where(
+            participants.c.id == participant_id,
+            (participants.c.last_seen_at.is_(None)) | (participants.c.last_seen_at < now - every),
+        )
+        .values(last_seen_at=now)
+    )
+
+
+def record_view(conn: Connection, participant_id: int, page: str, now: float) -> float:
+    """Note that ``page`` was served now; return when it was *first* served."""
+    existing = conn.execute(
+        select(page_views.c.first_served_at).where(
+            page_views.c.participant_id == participant_id, page_views.c.page == page
+        )
+    ).first()
+    if existing is None:
+        try:
+            with conn.begin_nested():
+                conn.execute(
+                    insert(page_views).values(
+                        participant_id=participant_id,
+                        page=page,
+                        first_served_at=now,
+                        last_served_at=now,
+                        views=1,
+                    )
+                )
+            return now
+        except IntegrityError:  # a concurrent request served it first
+            existing = conn.execute(
+                select(page_views.c.first_served_at).where(
+                    page_views.c.participant_id == participant_id, page_views.c.page == page
+                )
+            ).one()
+    conn.execute(
+        update(page_views)
+        .where(page_views.c.participant_id == participant_id, page_views.c.page == page)
+        .values(last_served_at=now, views=page_views.c.views + 1)
+    )
+    return float(existing[0])
+
+
+def first_view(conn: Connection, participant_id: int, page: str) -> float | None:
+    """When ``page`` was first served to the participant (``None`` if never)."""
+    value = conn.execute(
+        select(page_views.c.first_served_at).where(
+            page_views.c.participant_id == participant_id, page_views.c.page == page
+        )
+    ).scalar_one_or_none()
+    return None if value is None else float(value)
+
+
+def note_submission(conn: Connection, participant: Participant, now: float) -> float | None:
+    """Record a submission; return the seconds since the previous one (or since the start).
+
+    This is the "actual time" of seed 003: the gap between consecutive submissions by the same
+    participant, which crowd platforms' own work-time figures overstate.
+    """
+    previous = participant.last_submit_at or participant.started_at
+    conn.execute(
+        update(participants)
+        .where(participants.c.id == participant.id)
+        .values(last_submit_at=now, last_seen_at=now)
+    )
+    return None if previous is None else max(0.0, now - previous)
+
+
+def get_meta(conn: Connection, key: str) -> str | None:
+    return conn.execute(
+        select(server_meta.c.value).where(server_meta.c.key == key)
+    ).scalar_one_or_none()
+
+
+def set_meta(conn: Connection, key: str, value: str) -> None:
+    if get_meta(conn, key) is None:
+        conn.execute(insert(server_meta).values(key=key, value=value))
+    else:
+        conn.execute(update(server_meta).where(server_meta.c.key == key).values(value=value))

@@ -1,0 +1,67 @@
+"""Fixtures for the metric tests: short real stories from the example corpus."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parent.parent.parent / "examples"
+
+
+def _short(text: str, n: int = 2) -> str:
+    from storyeval.text import split_sentences
+
+    return " ".join(split_sentences(text)[:n])
+
+
+@pytest.fixture(scope="session")
+def example_stories() -> list[Any]:
+    from storyeval.corpus import read_stories
+
+    return read_stories(EXAMPLES / "stories.jsonl")
+
+
+@pytest.fixture(scope="session")
+def short_stories(example_stories: list[Any]) -> list[Any]:
+    """Six stories (two per system, prompts s001 and s002), cut to two sentences, each machine
+    story with a two-sentence reference: cheap to score with every metric."""
+    from storyeval.corpus import Story
+
+    chosen = [s for s in example_stories if s.extra.get("prompt_id") in ("s001", "s002")]
+    result = []
+    for story in chosen:
+        reference = [_short(r) for r in story.references] or None
+        result.append(
+            Story(
+                story.id,
+                story.prompt,
+                _short(story.story, 3),
+                reference=reference[0] if reference else None,
+                system=story.system,
+                extra=dict(story.extra),
+            )
+        )
+    assert len(result) == 6
+    return result
+
+
+@pytest.fixture(scope="session")
+def nsp_checkpoint(tmp_path_factory: pytest.TempPathFactory, encoder: Any) -> Path:
+    """A BertForNextSentencePrediction checkpoint built from the offline encoder, with a head
+    set deliberately (seeded weights, bias favouring 'is next'), saved with save_pretrained
+    and its tokenizer: the loading path of the NSP metrics is exercised for real."""
+    import torch
+    from transformers import BertForNextSentencePrediction
+
+    model = BertForNextSentencePrediction.from_pretrained(encoder.path)
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        head = model.cls.seq_relationship
+        head.weight.copy_(torch.randn(head.weight.shape, generator=generator) * 0.05)
+        head.bias.copy_(torch.tensor([1.0, -1.0]))
+    target = tmp_path_factory.mktemp("nsp") / "minilm-nsp"
+    model.save_pretrained(target)
+    encoder.tokenizer.save_pretrained(target)
+    return target

@@ -1,0 +1,328 @@
+"""The study server in process (FastAPI TestClient over a real SQLite file): every protocol end
+to end, timing, escaping, token isolation, admin authentication, idempotence, validation."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from storyeval.corpus import read_judgments
+from storyeval.human.analysis import analyse_judgments
+from storyeval.human.study import load_study
+from storyeval.server.app import create_app
+from storyeval.server.settings import Settings
+from storyeval.server.simulate import StudyBrowser
+from storyeval.server.study_session import StudySession
+from storyeval.server.study_store import StudyVersionError
+
+ADMIN = "test-admin-token-0123456789"
+
+
+def make_client(study, tmp_path: Path, *, db_name: str = "app.sqlite3") -> TestClient:  # type: ignore[no-untyped-def]
+    settings = Settings(database_url=f"sqlite:///{tmp_path / db_name}", admin_token=ADMIN)
+    return TestClient(create_app(settings, [StudySession(study)]))
+
+
+def new_links(client: TestClient, study, count: int) -> list[str]:  # type: ignore[no-untyped-def]
+    response = client.post(
+        f"/admin/{ADMIN}/links", data={"kind": "study", "name": study.name, "count": str(count)}
+    )
+    assert response.status_code == 200
+    links = re.findall(r"<code>(http[^<]+)</code>", response.text)
+    assert len(links) == count
+    return links
+
+
+def export(client: TestClient, study, tmp_path: Path, fmt: str = "jsonl"):  # type: ignore[no-untyped-def]
+    response = client.get(f"/admin/{ADMIN}/study/{study.name}/export/judgments.{fmt}")
+    assert response.status_code == 200
+    if not response.text.strip():
+        return []
+    path = tmp_path / f"judgments.{fmt}"
+    path.write_text(response.text, encoding="utf-8")
+    return read_judgments(path)
+
+
+EXPECTED_ROWS_PER_PAGE = {
+    "likert": 4,
+    "side_by_side": 6,
+    "pairwise": 2,
+    "detection": 1,
+    "triangle": 1,
+}
+
+
+@pytest.mark.parametrize("name", ["likert", "side_by_side", "pairwise", "detection", "triangle"])
+def test_every_example_study_can_be_completed(name, examples_dir, tmp_path):
+    study = load_study(examples_dir / "studies" / f"{name}.yaml")
+    client = make_client(study, tmp_path)
+    outcomes = [
+        StudyBrowser(client, study, seed=i).run(link)
+        for i, link in enumerate(new_links(client, study, 2))
+    ]
+    assert all(o.completion_code for o in outcomes)
+    judgments = export(client, study, tmp_path)
+    pages = sum(len(o.acknowledged) for o in outcomes)
+    assert pages == 2 * study.items_per_participant + 2 * len(study.checks)
+    assert len(judgments) == pages * EXPECTED_ROWS_PER_PAGE[study.protocol]
+    assert {j.extra["protocol"] for j in judgments} == {study.protocol}
+    assert all(j.time_s is not None and j.time_s >= 0 for j in judgments)
+    per_rater = Counter(j.rater_id for j in judgments)
+    assert len(per_rater) == 2
+    # the free-text answers of detection and the end questions are exported separately
+    responses = client.get(
+        f"/admin/{ADMIN}/study/{study.name}/export/responses.jsonl"
+    ).text.splitlines()
+    expected = (2 * study.items_per_participant if name == "detection" else 0) + 2 * len(
+        study.config.questions
+    )
+    assert len(responses) == expected
+    if name == "pairwise":
+        assert {j.value for j in judgments} <= {0.0, 1.0}
+        assert all(
+            j.extra["chosen"] in (j.extra["system_a"], j.extra["system_b"]) for j in judgments
+        )
+    if name == "triangle":
+        assert all(
+            j.value == float(j.extra["chosen_position"] == j.extra["odd_position"])
+            for j in judgments
+        )
+
+
+def test_time_per_item_is_measured_by_the_server(make_likert, tmp_path):
+    study = make_likert(per_participant=2)
+    client = make_client(study, tmp_path)
+    StudyBrowser(client, study, think_time_s=0.4).run(new_links(client, study, 1)[0])
+    judgments = export(client, study, tmp_path)
+    assert len(judgments) == 4
+    for j in judgments:
+        assert 0.4 <= j.time_s < 5.0, j.time_s
+        assert j.extra["gap_s"] >= j.time_s
+    pages = {j.extra["page"]: j.time_s for j in judgments}
+    assert len(pages) == 2, "one time per page, repeated on each criterion"
+
+
+def test_html_in_a_story_is_shown_as_text(study_dir, tmp_path):
+    hostile = '<script>document.title="pwned"</script><img src=x onerror="alert(1)"> & <b>bold</b>'
+    (study_dir / "hostile.jsonl").write_text(
+        json.dumps({"id": "x1", "prompt": "<i>prompt</i>", "story": hostile, "system": "human"})
+        + "\n",
+        encoding="utf-8",
+    )
+    path = study_dir / "hostile.yaml"
+    path.write_text(
+        "name: hostile\ntitle: <script>t</script>\nprotocol: likert\nstories: hostile.jsonl\n"
+        "criteria:\n  - name: c\n    question: Is <em>this</em> fine?\n    scale: 5\n    labels: {1: '<b>low</b>', 5: high}\n"
+        "assignment: {items_per_participant: 1, raters_per_item: 1}\n",
+        encoding="utf-8",
+    )
+    study = load_study(path)
+    client = make_client(study, tmp_path)
+    link = new_links(client, study, 1)[0]
+    page = client.get(link.split("testserver")[1], follow_redirects=True)
+    token = str(page.url).split("/")[4]
+    page = client.post(f"/study/{token}/start", data={"consent": "yes"}, follow_redirects=True)
+    assert "/item/" in str(page.url)
+    html = page.text
+    assert (
+        "<script>" not in html and "<img" not in html and "<b>" not in html and "<em>" not in html
+    )
+    assert "&lt;script&gt;document.title=&#34;pwned&#34;&lt;/script&gt;" in html
+    assert "&lt;img src=x onerror=&#34;alert(1)&#34;&gt; &amp; &lt;b&gt;bold&lt;/b&gt;" in html
+    csp = page.headers["content-security-policy"]
+    assert "default-src 'none'" in csp and "script-src" not in csp
+    assert page.headers["referrer-policy"] == "no-referrer"
+
+
+def test_a_token_cannot_read_or_write_another_participants_items(make_likert, tmp_path):
+    study = make_likert()
+    client = make_client(study, tmp_path)
+    alice_link, bob_link = new_links(client, study, 2)
+    pages = {}
+    for who, link in (("alice", alice_link), ("bob", bob_link)):
+        response = client.get(link.split("testserver")[1], follow_redirects=True)
+        token = str(response.url).split("/")[4]
+        response = client.post(
+            f"/study/{token}/start", data={"consent": "yes"}, follow_redirects=True
+        )
+        pages[who] = (token, int(str(response.url).rstrip("/").split("/")[-1]))
+    (alice, alice_slot), (bob, _) = pages["alice"], pages["bob"]
+    answers = {c.name: "3" for c in study.criteria}
+    assert (
+        client.get(f"/study/{bob}/item/{alice_slot}", follow_redirects=False).status_code == 303
+    )  # to bob's own page
+    assert (
+        client.post(
+            f"/study/{bob}/item/{alice_slot}", data=answers, follow_redirects=False
+        ).status_code
+        == 404
+    )
+    assert (
+        client.post(
+            f"/study/{bob}/item/{alice_slot}/explain", data={"explanation": "x"}
+        ).status_code
+        == 404
+    )
+    forged = "A" * 43
+    assert client.get(f"/study/{forged}/").status_code == 404
+    assert client.get(f"/p/{forged}").status_code == 404
+    assert client.post(f"/study/{forged}/item/{alice_slot}", data=answers).status_code == 404
+    assert export(client, study, tmp_path) == []
+    # alice's own page is untouched and still answerable
+    assert (
+        client.post(
+            f"/study/{alice}/item/{alice_slot}", data=answers, follow_redirects=False
+        ).status_code
+        == 303
+    )
+    assert len(export(client, study, tmp_path)) == len(study.criteria)
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/admin/{t}/",
+        "/admin/{t}/study/likert-test/",
+        "/admin/{t}/study/likert-test/progress.json",
+        "/admin/{t}/study/likert-test/export/judgments.jsonl",
+        "/admin/{t}/study/likert-test/export/judgments.csv",
+        "/admin/{t}/study/likert-test/export/responses.jsonl",
+        "/admin/{t}/study/likert-test/export/participants.jsonl",
+        "/admin/{t}/study/likert-test/export/study.json",
+        "/admin/{t}/links/study/likert-test.csv",
+    ],
+)
+def test_admin_pages_refuse_without_the_admin_token(path, make_likert, tmp_path):
+    study = make_likert()
+    client = make_client(study, tmp_path)
+    for wrong in ("", "x", ADMIN[:-1], ADMIN + "x", "participant-token-" + "a" * 30):
+        response = client.get(path.format(t=wrong))
+        assert response.status_code in (403, 404), (wrong, response.status_code)
+        assert "likert-test" not in response.text or response.status_code == 404
+    assert (
+        client.post(
+            f"/admin/{ADMIN[:-1]}/links", data={"kind": "study", "name": study.name, "count": "3"}
+        ).status_code
+        == 403
+    )
+    assert client.get(path.format(t=ADMIN)).status_code == 200
+
+
+def test_double_submission_is_stored_once(make_likert, tmp_path):
+    study = make_likert()
+    client = make_client(study, tmp_path)
+    response = client.get(
+        new_links(client, study, 1)[0].split("testserver")[1], follow_redirects=True
+    )
+    token = str(response.url).split("/")[4]
+    item = client.post(f"/study/{token}/start", data={"consent": "yes"}, follow_redirects=True)
+    path = str(item.url).split("testserver")[1]
+    first = client.post(path, data={c.name: "2" for c in study.criteria}, follow_redirects=False)
+    again = client.post(path, data={c.name: "5" for c in study.criteria}, follow_redirects=False)
+    assert first.status_code == again.status_code == 303
+    judgments = export(client, study, tmp_path)
+    assert [j.value for j in judgments] == [2.0] * len(study.criteria)
+
+
+def test_incomplete_answers_are_refused_and_the_page_keeps_its_time(make_likert, tmp_path):
+    study = make_likert()
+    client = make_client(study, tmp_path)
+    response = client.get(
+        new_links(client, study, 1)[0].split("testserver")[1], follow_redirects=True
+    )
+    token = str(response.url).split("/")[4]
+    item = client.post(f"/study/{token}/start", data={"consent": "yes"}, follow_redirects=True)
+    path = str(item.url).split("testserver")[1]
+    partial = client.post(path, data={study.criteria[0].name: "4", study.criteria[1].name: "9"})
+    assert partial.status_code == 422 and "Please answer every question" in partial.text
+    assert 'value="4" checked' in partial.text, "the given answer is kept"
+    assert client.post(path, data={study.criteria[0].name: "4"}).status_code == 422
+    assert export(client, study, tmp_path) == []
+    assert (
+        client.post(
+            path, data={c.name: "4" for c in study.criteria}, follow_redirects=False
+        ).status_code
+        == 303
+    )
+    assert client.get(f"/study/{token}/welcome", follow_redirects=False).status_code == 303, (
+        "no going back"
+    )
+
+
+def test_open_enrollment_keeps_one_participant_per_external_id(study_dir, tmp_path):
+    text = study_dir / "x.yaml"
+    text.write_text(
+        "name: open-study\ntitle: Open\nprotocol: detection\nstories: stories.jsonl\n"
+        "select: {systems: [human, smollm2-p0.9], per_system: 2}\n"
+        "assignment: {items_per_participant: 2, raters_per_item: 1}\n"
+        "enrollment: {open: true, external_id_param: PROLIFIC_PID, max_participants: 3}\n",
+        encoding="utf-8",
+    )
+    study = load_study(text)
+    client = make_client(study, tmp_path)
+    first = client.get("/join/study/open-study?PROLIFIC_PID=abc", follow_redirects=False)
+    again = client.get("/join/study/open-study?PROLIFIC_PID=abc", follow_redirects=False)
+    assert first.status_code == 303 and first.headers["location"] == again.headers["location"]
+    other = client.get("/join/study/open-study?PROLIFIC_PID=def", follow_redirects=False)
+    assert other.headers["location"] != first.headers["location"]
+    assert client.get("/join/study/other-study").status_code == 404
+    client.get("/join/study/open-study", follow_redirects=False)
+    full = client.get("/join/study/open-study?PROLIFIC_PID=zzz", follow_redirects=False)
+    assert full.status_code == 200 and "full" in full.text
+    people = client.get(
+        f"/admin/{ADMIN}/study/open-study/export/participants.jsonl"
+    ).text.splitlines()
+    assert sorted(json.loads(p)["external_id"] or "" for p in people) == ["", "abc", "def"]
+
+
+def test_a_changed_study_file_cannot_reuse_the_database(make_likert, tmp_path):
+    study = make_likert()
+    make_client(study, tmp_path)
+    changed = make_likert(per_system=3)
+    with pytest.raises(StudyVersionError):
+        make_client(changed, tmp_path)
+
+
+def test_training_shows_the_answer_and_the_explanation(examples_dir, tmp_path):
+    study = load_study(examples_dir / "studies" / "detection.yaml")
+    client = make_client(study, tmp_path)
+    response = client.get(
+        new_links(client, study, 1)[0].split("testserver")[1], follow_redirects=True
+    )
+    token = str(response.url).split("/")[4]
+    page = client.post(f"/study/{token}/start", data={"consent": "yes"}, follow_redirects=True)
+    assert str(page.url).endswith("/training/0") and "Training example 1 of 3" in page.text
+    feedback = client.post(
+        f"/study/{token}/training/0", data={"source": "4"}, follow_redirects=True
+    )
+    assert "Nice! You chose the correct answer." in feedback.text
+    assert "Definitely machine-generated" in feedback.text and "said to have been" in feedback.text
+    second = client.get(f"/study/{token}/", follow_redirects=True)
+    feedback = client.post(
+        str(second.url).split("testserver")[1], data={"source": "4"}, follow_redirects=True
+    )
+    assert "Not quite." in feedback.text and "Definitely human-written" in feedback.text
+    rows = client.get(f"/admin/{ADMIN}/study/{study.name}/export/training.jsonl").text.splitlines()
+    assert [json.loads(r)["correct"] for r in rows] == [True, False]
+
+
+def test_failed_attention_checks_are_exported_and_excluded(examples_dir, tmp_path):
+    study = load_study(examples_dir / "studies" / "likert.yaml")
+    client = make_client(study, tmp_path)
+    careful, careless = new_links(client, study, 2)
+    StudyBrowser(
+        client, study, answer=lambda kind, keys, rng: {k: 1 if kind == "check" else 3 for k in keys}
+    ).run(careful)
+    StudyBrowser(client, study, answer=lambda kind, keys, rng: {k: 5 for k in keys}).run(careless)
+    judgments = export(client, study, tmp_path)
+    checks = {(j.rater_id, j.extra["check_passed"]) for j in judgments if j.extra.get("check")}
+    assert checks == {("p00001", True), ("p00002", False)}
+    result = analyse_judgments(judgments, min_median_time_s=0, n_boot=0)
+    step = result.filtering.set_index("step").loc["attention checks"]
+    assert step["raters_removed"] == 1 and step["judgments_removed"] == 6 * 4
+    assert set(result.raters.loc[result.raters["kept"], "rater_id"]) == {"p00001"}
