@@ -342,3 +342,27 @@ def test_cli_train_union_and_nsp_end_to_end(human, tmp_path, run_cli):
     assert code == 0, stderr
     assert "signature: nsp|encoder:all-MiniLM-L6-v2@" in stdout
     assert (nsp_dir / "model.safetensors").is_file() and (nsp_dir / "storyeval.json").is_file()
+
+
+def test_trained_nsp_head_serves_the_coherence_metrics(nsp_model, examples_dir, tmp_path, run_cli):
+    """The contract with the metric suite: nsp_prompt / nsp_prev load the trained directory."""
+    source = tmp_path / "few.jsonl"
+    source.write_text("".join((examples_dir / "stories.jsonl").read_text().splitlines(True)[:6]))
+    out = tmp_path / "nsp.jsonl"
+    code, _, stderr = run_cli(
+        "score",
+        str(source),
+        "--metrics",
+        "nsp_prompt,nsp_prev",
+        "--option",
+        f"nsp.model={nsp_model.directory}",
+        "-o",
+        str(out),
+        "--bootstrap",
+        "50",
+        "--no-progress",
+    )
+    assert code == 0, stderr
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert {r["metric"] for r in rows} == {"nsp_prompt", "nsp_prev"} and len(rows) == 12
+    assert all(0.0 <= r["value"] <= 1.0 for r in rows)
