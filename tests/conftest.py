@@ -87,3 +87,53 @@ def run_cli(
         return code, captured.out, captured.err
 
     return _run
+
+
+# UNION in the tests: windows of 2 consecutive sentences (every window: stride 1) of 45
+# example stories, 48-token inputs, the full model (classifier + reconstruction head), the
+# paper's mixture of all four techniques; 2 epochs (about 100 steps of 10 examples), with a
+# higher learning rate for the new heads to shorten the start-up plateau.
+UNION_SETTINGS: dict[str, Any] = {"max_length": 48, "window": 2, "stride": 1}
+UNION_TRAINING: dict[str, Any] = {
+    "epochs": 2,
+    "learning_rate": 1.5e-4,
+    "head_learning_rate": 3e-3,
+    "batch_size": 10,
+    "seed": 1,
+    "patience": 3,
+}
+
+
+@pytest.fixture(scope="session")
+def human(examples_dir: Path) -> Any:
+    from storyeval.corpus import read_stories
+
+    return read_stories(examples_dir / "human.jsonl")
+
+
+@pytest.fixture(scope="session")
+def union_recipe() -> tuple[dict[str, Any], dict[str, Any]]:
+    """The settings of the session's UNION model (for tests that train it again)."""
+    return dict(UNION_SETTINGS), dict(UNION_TRAINING)
+
+
+@pytest.fixture(scope="session")
+def union_model(tmp_path_factory: pytest.TempPathFactory, human: Any, nlp: Any) -> Any:
+    """UNION trained once per session on 45 example stories (about a minute on 2 cores)."""
+    import warnings
+
+    from storyeval.learn import TrainingConfig
+    from storyeval.learn.union import UnionConfig, train_union
+
+    directory = tmp_path_factory.mktemp("union") / "model"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = train_union(
+            human[:45],
+            directory,
+            config=UnionConfig(**UNION_SETTINGS),
+            training=TrainingConfig(**UNION_TRAINING),
+            progress=False,
+            nlp=nlp,
+        )
+    return result

@@ -25,44 +25,8 @@ from storyeval.signature import Signature
 
 pytestmark = pytest.mark.slow
 
-# UNION in the tests: windows of 2 consecutive sentences (every window: stride 1) of 45
-# example stories, 48-token inputs, the full model (classifier + reconstruction head), the
-# paper's mixture of all four techniques; 2 epochs (about 100 steps of 10 examples), with a
-# higher learning rate for the new heads to shorten the start-up plateau.
-UNION_SETTINGS = {"max_length": 48, "window": 2, "stride": 1}
-UNION_TRAINING = {
-    "epochs": 2,
-    "learning_rate": 1.5e-4,
-    "head_learning_rate": 3e-3,
-    "batch_size": 10,
-    "seed": 1,
-    "patience": 3,
-}
 NSP_SETTINGS = {"max_length": 32}
 NSP_TRAINING = {"epochs": 1, "max_steps": 6, "batch_size": 16, "seed": 3, "eval_every": 3}
-
-
-@pytest.fixture(scope="session")
-def human(examples_dir):
-    return read_stories(examples_dir / "human.jsonl")
-
-
-@pytest.fixture(scope="session")
-def union_model(tmp_path_factory, human, nlp):
-    from storyeval.learn.union import UnionConfig, train_union
-
-    directory = tmp_path_factory.mktemp("union") / "model"
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        result = train_union(
-            human[:45],
-            directory,
-            config=UnionConfig(**UNION_SETTINGS),
-            training=TrainingConfig(**UNION_TRAINING),
-            progress=False,
-            nlp=nlp,
-        )
-    return result
 
 
 @pytest.fixture(scope="session")
@@ -142,14 +106,15 @@ def test_union_training_metadata_and_checkpoint_round_trip(union_model, tmp_path
     assert all(0.0 <= s <= 1.0 for s in scores)
 
 
-def test_union_retraining_reuses_or_refuses(union_model, human, nlp):
+def test_union_retraining_reuses_or_refuses(union_model, union_recipe, human, nlp):
     from storyeval.learn.union import UnionConfig, train_union
 
+    settings, training = union_recipe
     again = train_union(
         human[:45],
         union_model.directory,
-        config=UnionConfig(**UNION_SETTINGS),
-        training=TrainingConfig(**UNION_TRAINING),
+        config=UnionConfig(**settings),
+        training=TrainingConfig(**training),
         progress=False,
         nlp=nlp,
     )
@@ -158,8 +123,8 @@ def test_union_retraining_reuses_or_refuses(union_model, human, nlp):
         train_union(
             human[:45],
             union_model.directory,
-            config=UnionConfig(**UNION_SETTINGS),
-            training=TrainingConfig(**{**UNION_TRAINING, "learning_rate": 3e-5}),
+            config=UnionConfig(**settings),
+            training=TrainingConfig(**{**training, "learning_rate": 3e-5}),
             progress=False,
             nlp=nlp,
         )

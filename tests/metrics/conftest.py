@@ -65,3 +65,10 @@ def nsp_checkpoint(tmp_path_factory: pytest.TempPathFactory, encoder: Any) -> Pa
     model.save_pretrained(target)
     encoder.tokenizer.save_pretrained(target)
     return target
+
+
+@pytest.fixture(scope="session")
+def checkpoints(nsp_checkpoint: Path, union_model: Any) -> dict[str, str]:
+    """Options pointing the metrics that need a trained checkpoint at one: the NSP head above
+    and the session's UNION model (trained by tests/conftest.py)."""
+    return {"nsp.model": str(nsp_checkpoint), "union.model": str(union_model.directory)}

@@ -18,8 +18,9 @@ from storyeval.metrics.context import ScoringContext, UndefinedScoreWarning
 EDIT_FIELD = "suggestion"
 
 
-def _options(nsp_checkpoint, spec=None):
-    options = {"nsp.model": str(nsp_checkpoint), "edits.original": EDIT_FIELD}
+def _options(checkpoints, spec=None):
+    """Options for every metric: trained checkpoints (NSP head, UNION) and the edit field."""
+    options = {**checkpoints, "edits.original": EDIT_FIELD}
     if spec is None:
         return options
     return {key: value for key, value in options.items() if key.split(".")[0] in spec.families}
@@ -42,10 +43,10 @@ def context():
 
 
 @pytest.fixture(scope="module")
-def forward_and_reversed(short_stories, nsp_checkpoint, context):
+def forward_and_reversed(short_stories, checkpoints, context):
     stories = _with_original(short_stories)
     names = [spec.name for spec in all_metrics()]
-    options = _options(nsp_checkpoint)
+    options = _options(checkpoints)
     forward = score_stories(
         stories, names, options=options, missing="skip", bootstrap=0, context=context
     )
@@ -90,9 +91,9 @@ def test_records_carry_system_prompt_id_and_one_signature_per_metric(forward_and
 
 @pytest.mark.slow
 @pytest.mark.parametrize("spec", all_metrics(), ids=lambda s: s.name)
-def test_single_story(spec, short_stories, nsp_checkpoint, context):
+def test_single_story(spec, short_stories, checkpoints, context):
     story = _with_original([s for s in short_stories if s.references][:1])
-    options = _options(nsp_checkpoint, spec)
+    options = _options(checkpoints, spec)
     if spec.name == "moverscore":  # idf over one document weighs every token 0: undefined, said so
         with pytest.warns(UndefinedScoreWarning, match="idf needs at least two"):
             run = score_stories(story, spec.name, options=options, bootstrap=10, context=context)
@@ -129,14 +130,14 @@ NEEDY = [spec for spec in all_metrics() if _lacking(spec)[0] is not None]
 
 @pytest.mark.parametrize("spec", NEEDY, ids=lambda s: s.name)
 def test_missing_inputs_error_names_metric_and_line_or_are_skipped_and_counted(
-    spec, short_stories, nsp_checkpoint, context
+    spec, short_stories, checkpoints, context
 ):
     field, strip = _lacking(spec)
     stories = _with_original([s for s in short_stories if s.references][:3])
     stories[1] = strip(stories[1])
     with pytest.raises(MissingInputError) as caught:
         score_stories(
-            stories, spec.name, options=_options(nsp_checkpoint, spec), source="stories.jsonl",
+            stories, spec.name, options=_options(checkpoints, spec), source="stories.jsonl",
             lines={stories[1].id: 7}, context=context,
         )  # fmt: skip
     message = str(caught.value)
@@ -145,7 +146,7 @@ def test_missing_inputs_error_names_metric_and_line_or_are_skipped_and_counted(
         run = score_stories(
             stories,
             spec.name,
-            options=_options(nsp_checkpoint, spec),
+            options=_options(checkpoints, spec),
             missing="skip",
             bootstrap=0,
             context=context,
