@@ -12,7 +12,7 @@ import warnings
 
 import pytest
 
-from storyeval.corpus import Story, read_stories
+from storyeval.corpus import Story
 from storyeval.errors import ModelLoadError
 from storyeval.learn import (
     InsufficientDataError,
