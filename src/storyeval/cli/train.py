@@ -184,6 +184,9 @@ def nsp(
         "(default: the offline all-MiniLM-L6-v2).",
     ),
     learning_rate: float = typer.Option(5e-5, "--lr", help="Peak learning rate."),
+    head_lr: float = typer.Option(
+        None, "--head-lr", help="Peak learning rate of the new NSP head (default: --lr)."
+    ),
     batch_size: int = typer.Option(16, "--batch-size", min=1, help="Pairs per step."),
     max_length: int = typer.Option(128, "--max-length", help="Longest pair in tokens."),
     no_prompt: bool = typer.Option(
@@ -222,6 +225,7 @@ def nsp(
     training = _training_config(
         epochs=epochs,
         learning_rate=learning_rate,
+        head_learning_rate=head_lr,
         batch_size=batch_size,
         seed=seed,
         patience=patience,
