@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from storyeval.cli._common import exit_with
+from storyeval.cli._common import exit_with, user_error
 
 
 def validate(
@@ -29,7 +29,7 @@ def validate(
             typer.echo(str(problem), err=True)
         raise typer.Exit(2) from None
     except (ValueError, OSError) as exc:
-        raise exit_with(f"{file}: {exc}") from None
+        raise user_error(exc) from None
     typer.echo(f"{file}: {len(records)} {resolved} records, valid")
 
 
