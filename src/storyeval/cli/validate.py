@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from storyeval.cli._common import exit_with, user_error
+from storyeval.cli._common import check_choice, user_error
 
 
 def validate(
@@ -19,8 +19,8 @@ def validate(
     from storyeval.corpus import RECORD_KINDS, detect_kind, read_any
     from storyeval.errors import DataFileError
 
-    if kind is not None and kind not in RECORD_KINDS:
-        raise exit_with(f"error: --kind must be one of {', '.join(RECORD_KINDS)}; got {kind!r}")
+    if kind is not None:
+        check_choice(kind, RECORD_KINDS, "--kind")
     try:
         resolved = kind or detect_kind(file)
         records = read_any(file, kind=resolved)  # type: ignore[arg-type]
