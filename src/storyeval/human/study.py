@@ -967,13 +967,26 @@ def detection_settings(config: StudyConfig) -> Detection:
 
 
 def triangle_evaluations(config: StudyConfig) -> int:
-    """Number of triads (evaluations) a triangle study collects."""
+    """Number of triads (evaluations) a triangle study collects: ``judges``, or the number its
+    plan needs.
+
+    Raises
+    ------
+    ValueError
+        If the study is not a triangle study (or, for a configuration built without
+        validation, gives neither judges nor a plan).
+    """
     from storyeval.human.triangle import judges_needed
 
-    assert config.triangle is not None
+    if config.triangle is None:
+        raise ValueError(
+            f"study {config.name!r} is a {config.protocol} study; the number of triads is "
+            "defined for triangle studies only"
+        )
     if config.triangle.judges is not None:
         return config.triangle.judges
-    assert config.triangle.plan is not None
+    if config.triangle.plan is None:
+        raise ValueError(f"study {config.name!r}: the triangle block needs judges or a plan")
     plan = config.triangle.plan
     return judges_needed(plan.alpha, plan.beta, plan.pd)
 
