@@ -37,6 +37,7 @@ from typing import Any
 
 from storyeval.collab.records import SessionRecord
 from storyeval.corpus import Story
+from storyeval.errors import StoryevalError
 from storyeval.meta.stats import binomial_test, mean_interval
 from storyeval.signature import Signature
 
@@ -61,8 +62,8 @@ HUMAN = "human"
 CONFIDENCE = 0.95
 
 
-class AnalysisError(ValueError):
-    pass
+class AnalysisError(StoryevalError, ValueError):
+    """The sessions cannot be analysed as asked (e.g. none is complete)."""
 
 
 def _data_hash(sessions: Sequence[SessionRecord]) -> str:
