@@ -1158,6 +1158,14 @@ def progress(conn: Connection, study: Study) -> dict[str, Any]:
     }
 
 
+def stored_and_done_slots(conn: Connection) -> tuple[set[int], set[int]]:
+    """The slots with stored judgments and the slots marked done (the same set in a consistent
+    database: a page's judgments and its slot are committed together)."""
+    stored = set(conn.execute(select(judgments.c.slot_id)).scalars())
+    done = set(conn.execute(select(slots.c.id).where(slots.c.status == "done")).scalars())
+    return stored, done
+
+
 def max_raters_per_item(conn: Connection, study_name: str) -> int:
     """The largest number of distinct participants who completed any one item (quota check)."""
     counts = conn.execute(
