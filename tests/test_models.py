@@ -87,3 +87,12 @@ def test_unreachable_hub_name_fails_fast_with_one_line(monkeypatch):
 def test_missing_local_path_is_clear():
     with pytest.raises(ModelLoadError, match="no such file or directory"):
         load_encoder("./no/such/model")
+
+
+def test_local_model_identity_is_portable(tmp_path):
+    from storyeval.models import resolve_model_path
+
+    folder = tmp_path / "my-checkpoint"
+    folder.mkdir()
+    display, path, is_local = resolve_model_path(str(folder) + "/", "encoder")
+    assert (display, path, is_local) == ("my-checkpoint", str(folder), True)

@@ -274,12 +274,7 @@ def load_nsp_model(name: str | None) -> Any:
             "lacks cls.seq_relationship, which transformers would initialise at random); the NSP "
             f"metrics need {NSP_HELP}; pass it with --option nsp.model=NAME_OR_DIR"
         )
-    try:
-        return load_pretrained(name, "encoder", BertForNextSentencePrediction)
-    except ModelLoadError as exc:  # the loader's advice names bertscore.model; this is nsp.model
-        raise ModelLoadError(
-            str(exc).replace("--option bertscore.model", "--option nsp.model")
-        ) from exc
+    return load_pretrained(name, "encoder", BertForNextSentencePrediction, option="nsp.model")
 
 
 def nsp_probabilities(

@@ -236,7 +236,10 @@ def resolve_model_path(name: str | None, kind: str) -> tuple[str, str, bool]:
     assert name is not None
     expanded = os.path.expanduser(name)
     if os.path.exists(expanded):
-        return name, os.path.abspath(expanded), True
+        # the display name is the folder's own name: an absolute path would make signatures
+        # differ between machines, and the content hash already pins the files
+        absolute = os.path.abspath(expanded)
+        return os.path.basename(absolute.rstrip(os.sep)) or absolute, absolute, True
     if name.startswith((".", "/", "~")):
         raise ModelLoadError(f"{name}: no such file or directory")
     return name, name, False
@@ -272,13 +275,20 @@ _MODELS: dict[tuple[str, str, str], LoadedModel] = {}
 
 
 def load_pretrained(
-    name: str | None, kind: str, model_class: Any, *, tokenizer_kwargs: dict[str, Any] | None = None
+    name: str | None,
+    kind: str,
+    model_class: Any,
+    *,
+    tokenizer_kwargs: dict[str, Any] | None = None,
+    option: str | None = None,
 ) -> LoadedModel:
     """Load (once per process) a tokenizer and a model of ``model_class`` for ``name``.
 
     ``kind`` is ``"encoder"`` or ``"causal-lm"`` and decides which offline default a missing
     name means. ``model_class`` is a transformers class such as ``AutoModel`` or
     ``BertForNextSentencePrediction``; the same name with another class is loaded separately.
+    ``option`` is the command-line option that names this model (e.g. ``nsp.model``), quoted
+    in the error message when a hub name cannot be downloaded.
     """
     class_name = getattr(model_class, "__name__", str(model_class))
     key = (kind, "<default>" if _kind_is_default(kind, name) else str(name), class_name)
@@ -286,9 +296,11 @@ def load_pretrained(
         if key in _MODELS:
             return _MODELS[key]
         display, path, is_local = resolve_model_path(name, kind)
-        option = "--option bertscore.model" if kind == "encoder" else "--option perplexity.model"
+        hint = "--option " + (
+            option or ("bertscore.model" if kind == "encoder" else "perplexity.model")
+        )
         if not is_local:
-            _check_hub(path, "the model", option)
+            _check_hub(path, "the model", hint)
         import torch
         from transformers import AutoTokenizer
 
@@ -301,7 +313,7 @@ def load_pretrained(
                 model = model_class.from_pretrained(path, dtype=torch.float32)
         except OSError as exc:
             if not is_local:
-                raise _hub_error(path, "the model", option) from exc
+                raise _hub_error(path, "the model", hint) from exc
             raise ModelLoadError(
                 f"{path}: cannot load a model from this path: {exc}".splitlines()[0]
             ) from exc
