@@ -14,7 +14,11 @@ import sys
 import typer
 
 # typer (0.2x) vendors click: its usage errors are these classes, not the click package's.
-from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageError
+
+try:  # typer >= 0.24 vendors click as typer._click; older releases use click itself
+    from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageError
+except ImportError:  # pragma: no cover - depends on the installed typer
+    from click.exceptions import ClickException, NoArgsIsHelpError, UsageError  # type: ignore[assignment]
 
 from storyeval import __version__
 from storyeval.errors import StoryevalError
