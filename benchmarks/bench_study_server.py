@@ -16,28 +16,23 @@ Bounded: at most ``--participants`` participants and ``--max-seconds`` seconds p
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import queue
 import shutil
-import signal
 import statistics
-import subprocess
-import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 
 import httpx
-from sqlalchemy import select
 
 from storyeval.human.study import load_study
 from storyeval.server import study_store as store
 from storyeval.server.db import Database
-from storyeval.server.pgtemp import PostgresUnavailable, TemporaryPostgres, free_port
-from storyeval.server.simulate import Acknowledged, StudyBrowser
+from storyeval.server.pgtemp import PostgresUnavailable, TemporaryPostgres
+from storyeval.server.simulate import Acknowledged, ServerProcess, StudyBrowser
 
 REPO = Path(__file__).resolve().parent.parent
 ADMIN = "benchmark-admin-token-000000"
@@ -51,48 +46,6 @@ criteria:
   - {name: relevance, question: "How relevant is the story to the prompt?", scale: 5, labels: {1: lowest, 5: highest}}
 assignment: {items_per_participant: 10, raters_per_item: 3, order: balanced}
 """
-
-
-def start_server(
-    study_path: Path, url: str, links: int, log: Path
-) -> tuple[subprocess.Popen[bytes], str, list[str]]:
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    links_file = log.with_suffix(".links")
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "storyeval",
-            "serve",
-            str(study_path),
-            "--db",
-            url,
-            "--port",
-            str(port),
-            "--admin-token",
-            ADMIN,
-            "--links",
-            str(links),
-            "--links-file",
-            str(links_file),
-            "--base-url",
-            base,
-        ],
-        stdout=log.open("w"),
-        stderr=subprocess.STDOUT,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(log.read_text())
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
-                return process, base, links_file.read_text().split()
-        time.sleep(0.1)
-    process.kill()
-    raise RuntimeError("the server did not start")
 
 
 def run_load(
@@ -164,20 +117,23 @@ def bench(
 
     # 1. throughput
     url = fresh_url("load")
-    process, base, links = start_server(
-        study_path, url, args.participants, folder / f"{backend}-load.log"
+    server = ServerProcess(
+        study_path, url, folder / f"{backend}-load.log", links=args.participants, admin_token=ADMIN
     )
     try:
         acked, elapsed = run_load(
-            base, links, study_path, concurrency=args.concurrency, max_seconds=args.max_seconds
+            server.base,
+            server.links,
+            study_path,
+            concurrency=args.concurrency,
+            max_seconds=args.max_seconds,
         )
     finally:
-        process.terminate()
-        process.wait(timeout=30)
+        server.stop()
     latencies = [a.latency_s for a in acked]
     db = Database(url)
     with db.read() as conn:
-        stored = set(conn.execute(select(store.judgments.c.slot_id)).scalars())
+        stored, _ = store.stored_and_done_slots(conn)
         quota = store.max_raters_per_item(conn, "bench")
     db.dispose()
     result: dict[str, object] = {
@@ -194,21 +150,21 @@ def bench(
     }
     # 2. SIGKILL in the middle of the load
     url = fresh_url("kill")
-    process, base, links = start_server(
-        study_path, url, args.participants, folder / f"{backend}-kill.log"
+    server = ServerProcess(
+        study_path, url, folder / f"{backend}-kill.log", links=args.participants, admin_token=ADMIN
     )
     reached = threading.Event()
     killer_acked: list[Acknowledged] = []
 
     def kill_when_reached() -> None:
         reached.wait(timeout=args.max_seconds)
-        process.send_signal(signal.SIGKILL)
+        server.kill()
 
     killer = threading.Thread(target=kill_when_reached)
     killer.start()
     killer_acked, _ = run_load(
-        base,
-        links,
+        server.base,
+        server.links,
         study_path,
         concurrency=args.concurrency,
         max_seconds=args.max_seconds,
@@ -216,13 +172,10 @@ def bench(
         on_stop=reached,
     )
     killer.join()
-    process.wait(timeout=30)
+    server.stop()
     db = Database(url)
     with db.read() as conn:
-        stored = set(conn.execute(select(store.judgments.c.slot_id)).scalars())
-        done = set(
-            conn.execute(select(store.slots.c.id).where(store.slots.c.status == "done")).scalars()
-        )
+        stored, done = store.stored_and_done_slots(conn)
     db.dispose()
     acked_ids = {a.slot_id for a in killer_acked}
     result.update(

@@ -478,9 +478,18 @@ def read_scores(path: str | Path, *, fmt: FileFormat | None = None) -> list[Scor
 
 
 def detect_kind(path: str | Path, *, fmt: FileFormat | None = None) -> RecordKind:
-    """Tell stories, judgments and scores apart by the fields of the first readable record."""
+    """Tell stories, judgments and scores apart by the fields of the first readable record.
+
+    Raises
+    ------
+    DataFileError
+        When no record is readable (naming the first unreadable line) or the first readable
+        one has the fields of no kind.
+    """
+    problems: list[DataProblem] = []
     for number, item in iter_raw_records(path, fmt=fmt):
         if isinstance(item, DataProblem):
+            problems.append(item)
             continue
         keys = set(item)
         if "story" in keys or ("id" in keys and "item_id" not in keys):
@@ -495,6 +504,8 @@ def detect_kind(path: str | Path, *, fmt: FileFormat | None = None) -> RecordKin
             "cannot tell the record kind: a story needs 'id' and 'story', a judgment 'item_id', "
             f"'rater_id', 'criterion', 'value', a score 'item_id', 'metric', 'value'; found {', '.join(sorted(keys))}",
         )
+    if problems:
+        raise DataFileError(problems[:1])
     raise DataFileError.single(path, 1, "the file holds no readable records")
 
 

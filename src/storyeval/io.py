@@ -8,7 +8,27 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TextIO
+from typing import IO, Any, TextIO, cast
+
+
+@contextlib.contextmanager
+def _replaced_on_success(path: str | Path, mode: str, **open_kwargs: Any) -> Iterator[IO[Any]]:
+    """Open a temporary file beside ``path``; fsync it and rename it over ``path`` when the
+    body succeeds, remove it when the body raises."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, mode, **open_kwargs) as fh:
+            yield fh
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp_name, 0o644)
+        os.replace(tmp_name, target)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp_name)
+        raise
 
 
 @contextlib.contextmanager
@@ -30,20 +50,8 @@ def atomic_write(
     >>> target.read_text()
     'hello'
     """
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w", encoding=encoding, newline=newline) as fh:
-            yield fh
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp_name, 0o644)
-        os.replace(tmp_name, target)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp_name)
-        raise
+    with _replaced_on_success(path, "w", encoding=encoding, newline=newline) as fh:
+        yield cast(TextIO, fh)
 
 
 def write_text_atomic(path: str | Path, text: str) -> None:
@@ -54,20 +62,8 @@ def write_text_atomic(path: str | Path, text: str) -> None:
 
 def write_bytes_atomic(path: str | Path, data: bytes) -> None:
     """Write a whole binary file atomically."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp_name, 0o644)
-        os.replace(tmp_name, target)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp_name)
-        raise
+    with _replaced_on_success(path, "wb") as fh:
+        fh.write(data)
 
 
 @contextlib.contextmanager

@@ -9,19 +9,15 @@ skipped silently.
 from __future__ import annotations
 
 import itertools
-import os
 import shutil
-import signal
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from storyeval.human.study import Study, load_study
-from storyeval.server.pgtemp import free_port
+from storyeval.server.simulate import ServerProcess
 
 _counter = itertools.count(1)
 
@@ -103,77 +99,30 @@ def make_likert(study_dir: Path):  # type: ignore[no-untyped-def]
 
 
 LIVE_ADMIN = "live-admin-token-0123456789"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 
 
-class LiveServer:
-    """``storyeval serve`` in a subprocess, with ``links`` participant links created at start."""
-
-    def __init__(self, study_path: Path, db_url: str, tmp_path: Path, *, links: int) -> None:
-        self.port = free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
-        self.admin = LIVE_ADMIN
-        self.links_file = tmp_path / f"links-{self.port}.txt"
-        self.log = open(tmp_path / f"server-{self.port}.log", "w")  # noqa: SIM115
-        self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "storyeval",
-                "serve",
-                str(study_path),
-                "--db",
-                db_url,
-                "--port",
-                str(self.port),
-                "--admin-token",
-                LIVE_ADMIN,
-                "--links",
-                str(links),
-                "--links-file",
-                str(self.links_file),
-                "--base-url",
-                self.base,
-            ],
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "OMP_NUM_THREADS": "1"},
-        )
-        import httpx
-
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError((tmp_path / f"server-{self.port}.log").read_text())
-            try:
-                if httpx.get(f"{self.base}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.1)
-        else:
-            raise RuntimeError("the server did not start")
-        self.links = self.links_file.read_text().split()
-
-    def kill(self) -> None:
-        self.process.send_signal(signal.SIGKILL)
-        self.process.wait(timeout=10)
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.kill()
-        self.log.close()
+def launch_chromium(playwright: Any) -> Any:
+    """Debian's Chromium (``/usr/bin/chromium``), headless, through Playwright."""
+    return playwright.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
 
 
 @pytest.fixture
 def live_server(tmp_path: Path):  # type: ignore[no-untyped-def]
     """Start ``storyeval serve`` (a real uvicorn process); stopped at the end of the test."""
-    started: list[LiveServer] = []
+    started: list[ServerProcess] = []
 
-    def start(study_path: Path, db_url: str, *, links: int) -> LiveServer:
-        server = LiveServer(study_path, db_url, tmp_path, links=links)
+    def start(study_path: Path, db_url: str, *, links: int) -> ServerProcess:
+        log = tmp_path / f"server-{len(started)}.log"
+        server = ServerProcess(study_path, db_url, log, links=links, admin_token=LIVE_ADMIN)
         started.append(server)
         return server
 

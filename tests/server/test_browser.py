@@ -12,17 +12,10 @@ import re
 import httpx
 import pytest
 
+from .conftest import launch_chromium
+
 pytestmark = pytest.mark.slow
 
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 
 HOSTILE = (
     '<script>window.__pwned = 1; document.title = "pwned";</script>'
@@ -89,9 +82,7 @@ def test_a_participant_completes_a_study_in_chromium(study_dir, tmp_path, live_s
     )
     dialogs: list[str] = []
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS
-        )
+        browser = launch_chromium(playwright)
         try:
             page = browser.new_page()
             page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))

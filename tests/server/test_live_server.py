@@ -15,7 +15,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-from sqlalchemy import select
 
 from storyeval.server import study_store as store
 from storyeval.server.db import Database
@@ -127,10 +126,7 @@ def test_sigkill_under_load_loses_no_acknowledged_judgment(study_dir, tmp_path, 
     assert len(acknowledged) >= 20, "the load was running when the server was killed"
     db = Database(url)
     with db.read() as conn:
-        stored = set(conn.execute(select(store.judgments.c.slot_id)).scalars())
-        done = set(
-            conn.execute(select(store.slots.c.id).where(store.slots.c.status == "done")).scalars()
-        )
+        stored, done = store.stored_and_done_slots(conn)
     db.dispose()
     missing = set(acknowledged) - stored
     assert not missing, f"{len(missing)} acknowledged pages are not in the database"

@@ -15,17 +15,10 @@ import httpx
 import pytest
 import yaml
 
+from .conftest import launch_chromium
+
 pytestmark = pytest.mark.slow
 
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "cyoa"
 LINES = [
     "Mara rowed out to the lighthouse after midnight.",
@@ -54,9 +47,7 @@ def test_a_writer_completes_a_cyoa_story_in_chromium(tmp_path, live_server):
     chosen_positions = []
     kept_texts = []
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS
-        )
+        browser = launch_chromium(playwright)
         page = browser.new_page()
         page.goto(server.links[0])
         expect(page.get_by_role("heading", name="Content warning")).to_be_visible()

@@ -13,6 +13,13 @@ import sys
 
 import typer
 
+# typer (0.2x) vendors click: its usage errors are these classes, not the click package's.
+
+try:  # typer >= 0.24 vendors click as typer._click; older releases use click itself
+    from typer._click.exceptions import ClickException, NoArgsIsHelpError, UsageError
+except ImportError:  # pragma: no cover - depends on the installed typer
+    from click.exceptions import ClickException, NoArgsIsHelpError, UsageError  # type: ignore[assignment]
+
 from storyeval import __version__
 from storyeval.errors import StoryevalError
 
@@ -55,13 +62,36 @@ def _register_commands() -> None:
 _register_commands()
 
 
+def _usage_message(exc: UsageError) -> str:
+    """A bad option or argument in one line, with where to read about it."""
+    where = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
+    return f"error: {exc.format_message()}{where}"
+
+
 def main() -> None:
-    """Entry point: user errors become a message on stderr and exit status 2, not a traceback."""
+    """Entry point: user errors become one line on stderr and exit status 2, not a traceback.
+
+    That covers a bad option value or a missing option (click's usage errors, which would
+    otherwise print a usage panel), the library's own errors and a missing or unreadable file.
+    """
     try:
-        app()
+        code = app(standalone_mode=False)
+    except NoArgsIsHelpError as exc:  # a bare group: its help, as before
+        exc.show()
+        sys.exit(exc.exit_code)
+    except UsageError as exc:
+        typer.echo(_usage_message(exc), err=True)
+        sys.exit(exc.exit_code)
+    except ClickException as exc:
+        typer.echo(f"error: {exc.format_message()}", err=True)
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        typer.echo("Aborted!", err=True)
+        sys.exit(1)
     except StoryevalError as exc:
         typer.echo(f"error: {exc}", err=True)
         sys.exit(2)
     except (FileNotFoundError, IsADirectoryError, PermissionError) as exc:
         typer.echo(f"error: {exc}", err=True)
         sys.exit(2)
+    sys.exit(code if isinstance(code, int) else 0)

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
 import typer
 
 from storyeval.errors import StoryevalError
@@ -17,3 +21,65 @@ def user_error(exc: Exception) -> typer.Exit:
     """Turn an expected error into a one-line message and exit status 2."""
     prefix = "" if isinstance(exc, StoryevalError) else "error: "
     return exit_with(f"{prefix}{exc}")
+
+
+@contextlib.contextmanager
+def user_errors() -> Iterator[None]:
+    """Inside, the library's ``ValueError`` and ``OSError`` (a bad value, an unreadable or
+    malformed file) become a message on stderr and exit status 2 (see :func:`user_error`)."""
+    try:
+        yield
+    except (ValueError, OSError) as exc:
+        raise user_error(exc) from None
+
+
+def check_choices(values: Iterable[str], choices: Sequence[str], option: str) -> list[str]:
+    """The values (duplicates dropped, order kept) if each is one of ``choices``, else a usage
+    error naming ``option``."""
+    chosen = list(dict.fromkeys(values))
+    for value in chosen:
+        if value not in choices:
+            raise typer.BadParameter(
+                f"must be one of {', '.join(choices)}; got {value!r}", param_hint=option
+            )
+    return chosen
+
+
+def check_choice(value: str, choices: Sequence[str], option: str) -> str:
+    """``value`` if it is one of ``choices``, else a usage error naming ``option``."""
+    return check_choices([value], choices, option)[0]
+
+
+# Options that several commands share, with the same names and help everywhere.
+
+SCORES_HELP = "A score file from `storyeval score` (repeat for several)."
+JUDGMENTS_HELP = "A long-format judgment file (repeat for several)."
+STORIES_HELP = "A story file to look up the system and prompt_id of each item."
+
+
+def scores_option() -> Any:
+    return typer.Option(..., "--scores", "-s", help=SCORES_HELP)
+
+
+def judgments_option() -> Any:
+    return typer.Option(..., "--judgments", "-j", help=JUDGMENTS_HELP)
+
+
+def stories_option() -> Any:
+    return typer.Option(None, "--stories", help=STORIES_HELP)
+
+
+def output_option(help_text: str = "Output table (.csv or .jsonl).") -> Any:
+    return typer.Option(..., "-o", "--output", help=help_text)
+
+
+def aggregate_option() -> Any:
+    return typer.Option("mean", "--aggregate", help="Rater aggregation: mean, median, majority.")
+
+
+def metric_option() -> Any:
+    return typer.Option(None, "--metric", help="Only these metrics (repeat).")
+
+
+def criterion_option() -> Any:
+    return typer.Option(None, "--criterion", help="Only these criteria (repeat).")

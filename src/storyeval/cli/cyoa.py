@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from storyeval.cli._common import exit_with, user_error
+from storyeval.cli._common import exit_with, user_error, user_errors
 
 cyoa_app = typer.Typer(
     help="Collaborative writing (Choose Your Own Adventure, machine-in-the-loop): analyse and "
@@ -33,9 +33,9 @@ def analyse(
     """Preferences (Table 4.1), edits (Table 4.2), generated vs human text (Table 4.3) and the
     Likert answers of CYOA (and MIL) sessions: writes preferences.csv, edits.csv,
     text_stats.csv, likert.csv, open_answers.csv, edit_items.csv and report.md."""
-    from storyeval.collab.analysis import AnalysisError, analyse_sessions, write_analysis
+    from storyeval.collab.analysis import analyse_sessions, write_analysis
     from storyeval.collab.records import read_sessions
-    from storyeval.errors import DataFileError, StoryevalError
+    from storyeval.errors import DataFileError
 
     if not 0 < confidence < 1:
         raise exit_with(f"error: --confidence must be between 0 and 1; got {confidence}")
@@ -45,15 +45,11 @@ def analyse(
         for problem in exc.problems:
             typer.echo(str(problem), err=True)
         raise typer.Exit(2) from None
-    except (OSError, ValueError) as exc:
-        raise user_error(exc) from None
-    try:
+    with user_errors():
         result = analyse_sessions(
             records, include_incomplete=include_incomplete, confidence=confidence
         )
-    except (AnalysisError, StoryevalError) as exc:
-        raise user_error(exc) from None
-    written = write_analysis(result, output)
+        written = write_analysis(result, output)
     prefs = result.preferences
     for _, row in prefs[(prefs["factor"] == "generator") & (prefs["round"] == "all")].iterrows():
         typer.echo(

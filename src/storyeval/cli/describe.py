@@ -6,6 +6,8 @@ from pathlib import Path
 
 import typer
 
+from storyeval.cli._common import check_choice, user_errors
+
 
 def describe(
     stories: Path = typer.Argument(..., help="A story file (.jsonl or .csv)."),
@@ -20,14 +22,14 @@ def describe(
     from storyeval.io import atomic_write
     from storyeval.text import SPLIT_METHODS
 
-    if split not in SPLIT_METHODS:
-        raise typer.BadParameter(f"must be one of {', '.join(SPLIT_METHODS)}", param_hint="--split")
+    check_choice(split, SPLIT_METHODS, "--split")
     from storyeval.describe import describe_stories
 
-    table = describe_stories(read_stories(stories), split_method=split)  # type: ignore[arg-type]
-    if output is not None:
-        with atomic_write(output, newline="") as fh:
-            table.to_csv(fh, index=False)
+    with user_errors():
+        table = describe_stories(read_stories(stories), split_method=split)  # type: ignore[arg-type]
+        if output is not None:
+            with atomic_write(output, newline="") as fh:
+                table.to_csv(fh, index=False)
     view = Table(title=f"{stories}")
     columns = [c for c in table.columns if c != "signature"]
     for column in columns:

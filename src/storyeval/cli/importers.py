@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from storyeval.cli._common import user_error
+from storyeval.cli._common import check_choice, user_error
 
 
 def import_command(
@@ -34,10 +34,7 @@ def import_command(
     from storyeval.errors import DataFileError
     from storyeval.importers import IMPORTERS, import_file, write_import
 
-    if fmt not in IMPORTERS:
-        raise typer.BadParameter(
-            f"must be one of {', '.join(IMPORTERS)}; got {fmt!r}", param_hint="FORMAT"
-        )
+    check_choice(fmt, tuple(IMPORTERS), "FORMAT")
     options: dict[str, object] = {}
     if fmt == "union":
         options = {"context_sentences": context_sentences, "criterion": criterion, "system": system}

@@ -7,42 +7,24 @@ from typing import Any
 
 import typer
 
-from storyeval.cli._common import user_error
+from storyeval.cli._common import (
+    aggregate_option,
+    check_choice,
+    check_choices,
+    criterion_option,
+    judgments_option,
+    metric_option,
+    output_option,
+    scores_option,
+    stories_option,
+    user_errors,
+)
 from storyeval.cli._tables import check_table_path, print_table, reported_warnings, write_table
-
-SCORES_HELP = "A score file from `storyeval score` (repeat for several)."
-JUDGMENTS_HELP = "A long-format judgment file (repeat for several)."
-STORIES_HELP = "A story file to look up the system and prompt_id of each item."
 
 drift_app = typer.Typer(
     help="Robustness of correlations: quality drift, subsets, dataset drift (seed 001, 4.4).",
     no_args_is_help=True,
 )
-
-
-def _scores_opt() -> Any:
-    return typer.Option(..., "--scores", "-s", help=SCORES_HELP)
-
-
-def _judgments_opt() -> Any:
-    return typer.Option(..., "--judgments", "-j", help=JUDGMENTS_HELP)
-
-
-def _stories_opt() -> Any:
-    return typer.Option(None, "--stories", help=STORIES_HELP)
-
-
-def _output_opt(help_text: str = "Output table (.csv or .jsonl).") -> Any:
-    return typer.Option(..., "-o", "--output", help=help_text)
-
-
-def _check_choices(values: list[str], choices: tuple[str, ...], option: str) -> list[str]:
-    for value in values:
-        if value not in choices:
-            raise typer.BadParameter(
-                f"must be one of {', '.join(choices)}; got {value!r}", param_hint=option
-            )
-    return list(dict.fromkeys(values))
 
 
 def _load(
@@ -59,7 +41,7 @@ def _load(
     from storyeval.meta import load_meta_table
     from storyeval.meta.data import AGGREGATIONS
 
-    _check_choices([aggregate], AGGREGATIONS, "--aggregate")
+    check_choice(aggregate, AGGREGATIONS, "--aggregate")
     return load_meta_table(
         scores,
         judgments,
@@ -74,10 +56,10 @@ def _load(
 
 
 def correlate_command(
-    scores: list[Path] = _scores_opt(),
-    judgments: list[Path] = _judgments_opt(),
-    output: Path = _output_opt(),
-    stories: Path = _stories_opt(),
+    scores: list[Path] = scores_option(),
+    judgments: list[Path] = judgments_option(),
+    output: Path = output_option(),
+    stories: Path = stories_option(),
     level: list[str] = typer.Option(
         None, "--level", "-l", help="pooled, story or system (repeat; default: all three)."
     ),
@@ -85,11 +67,9 @@ def correlate_command(
         None, "--method", "-m", help="pearson, spearman or kendall (repeat; default: all three)."
     ),
     kendall_variant: str = typer.Option("b", "--kendall-variant", help="Kendall tau-b or tau-c."),
-    aggregate: str = typer.Option(
-        "mean", "--aggregate", help="Rater aggregation: mean, median, majority."
-    ),
-    metric: list[str] = typer.Option(None, "--metric", help="Only these metrics (repeat)."),
-    criterion: list[str] = typer.Option(None, "--criterion", help="Only these criteria (repeat)."),
+    aggregate: str = aggregate_option(),
+    metric: list[str] = metric_option(),
+    criterion: list[str] = criterion_option(),
     n_boot: int = typer.Option(1000, "--n-boot", help="Bootstrap replicates (0: no interval)."),
     confidence: float = typer.Option(0.95, "--confidence", help="Interval coverage."),
     seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
@@ -109,28 +89,23 @@ def correlate_command(
     from storyeval.meta.significance import CORRECTIONS
 
     check_table_path(output)
-    levels = _check_choices(level or list(LEVELS), LEVELS, "--level")
-    methods = _check_choices(method or list(METHODS), METHODS, "--method")
-    _check_choices([kendall_variant], ("b", "c"), "--kendall-variant")
-    _check_choices([adjust], ("none", *CORRECTIONS), "--adjust")
-    try:
-        with reported_warnings():
-            table = _load(
-                scores, judgments, stories, aggregate, metric, criterion, study, condition
-            )
-            result = correlate(
-                table,
-                levels=levels,
-                methods=methods,
-                kendall_variant=kendall_variant,
-                n_boot=n_boot,
-                confidence=confidence,
-                seed=seed,
-            )
-            if adjust != "none":
-                result = adjust_pvalues(result, method=adjust, by=["level", "method"])
-    except (ValueError, OSError) as exc:
-        raise user_error(exc) from None
+    levels = check_choices(level or list(LEVELS), LEVELS, "--level")
+    methods = check_choices(method or list(METHODS), METHODS, "--method")
+    check_choice(kendall_variant, ("b", "c"), "--kendall-variant")
+    check_choice(adjust, ("none", *CORRECTIONS), "--adjust")
+    with user_errors(), reported_warnings():
+        table = _load(scores, judgments, stories, aggregate, metric, criterion, study, condition)
+        result = correlate(
+            table,
+            levels=levels,
+            methods=methods,
+            kendall_variant=kendall_variant,
+            n_boot=n_boot,
+            confidence=confidence,
+            seed=seed,
+        )
+        if adjust != "none":
+            result = adjust_pvalues(result, method=adjust, by=["level", "method"])
     write_table(result, output)
     print_table(result, ["metric", "criterion", "level", "method", "estimate [ci]", "p", "n"])
     typer.echo(f"wrote {len(result)} rows to {output}")
@@ -141,11 +116,11 @@ def correlate_command(
 
 
 def compare_command(
-    scores: list[Path] = _scores_opt(),
-    judgments: list[Path] = _judgments_opt(),
-    output: Path = _output_opt(),
-    stories: Path = _stories_opt(),
-    criterion: list[str] = typer.Option(None, "--criterion", help="Only these criteria (repeat)."),
+    scores: list[Path] = scores_option(),
+    judgments: list[Path] = judgments_option(),
+    output: Path = output_option(),
+    stories: Path = stories_option(),
+    criterion: list[str] = criterion_option(),
     metric: list[str] = typer.Option(None, "--metric", help="Only these metrics (repeat, >= 2)."),
     method: str = typer.Option("spearman", "--method", "-m", help="pearson, spearman or kendall."),
     level: str = typer.Option("pooled", "--level", "-l", help="pooled or system."),
@@ -155,32 +130,27 @@ def compare_command(
     adjust: str = typer.Option(
         "bh", "--adjust", help="Correction per criterion: none, bh, bonferroni, holm."
     ),
-    aggregate: str = typer.Option(
-        "mean", "--aggregate", help="Rater aggregation: mean, median, majority."
-    ),
+    aggregate: str = aggregate_option(),
 ) -> None:
     """Williams tests: does metric A correlate with people more strongly than metric B?"""
     from storyeval.meta import METHODS, compare_metrics
     from storyeval.meta.significance import ALTERNATIVES, CORRECTIONS
 
     check_table_path(output)
-    _check_choices([method], METHODS, "--method")
-    _check_choices([level], ("pooled", "system"), "--level")
-    _check_choices([alternative], ALTERNATIVES, "--alternative")
-    _check_choices([adjust], ("none", *CORRECTIONS), "--adjust")
-    try:
-        with reported_warnings():
-            table = _load(scores, judgments, stories, aggregate, None, criterion, None, None)
-            result = compare_metrics(
-                table,
-                metrics=metric or None,
-                method=method,
-                level=level,
-                alternative=alternative,
-                correction=None if adjust == "none" else adjust,
-            )
-    except (ValueError, OSError) as exc:
-        raise user_error(exc) from None
+    check_choice(method, METHODS, "--method")
+    check_choice(level, ("pooled", "system"), "--level")
+    check_choice(alternative, ALTERNATIVES, "--alternative")
+    check_choice(adjust, ("none", *CORRECTIONS), "--adjust")
+    with user_errors(), reported_warnings():
+        table = _load(scores, judgments, stories, aggregate, None, criterion, None, None)
+        result = compare_metrics(
+            table,
+            metrics=metric or None,
+            method=method,
+            level=level,
+            alternative=alternative,
+            correction=None if adjust == "none" else adjust,
+        )
     write_table(result, output)
     columns = ["criterion", "metric_a", "metric_b", "r_a", "r_b", "statistic", "p", "n"]
     if "p_adjusted" in result.columns:
@@ -192,9 +162,9 @@ def compare_command(
 
 
 def agreement_command(
-    judgments: list[Path] = _judgments_opt(),
-    output: Path = _output_opt(),
-    criterion: list[str] = typer.Option(None, "--criterion", help="Only these criteria (repeat)."),
+    judgments: list[Path] = judgments_option(),
+    output: Path = output_option(),
+    criterion: list[str] = criterion_option(),
     statistic: list[str] = typer.Option(
         None, "--statistic", help="alpha, fleiss, icc, full_agreement (repeat; default: all)."
     ),
@@ -208,34 +178,27 @@ def agreement_command(
     condition: str = typer.Option(None, "--condition", help="Only judgments of this condition."),
 ) -> None:
     """Inter-rater agreement per criterion: Krippendorff's alpha, Fleiss' kappa, ICC, % full agreement."""
-    from storyeval.corpus import read_judgments
     from storyeval.meta import agreement, describe_ratings
     from storyeval.meta.agreement import AGREEMENT_STATISTICS, ALPHA_LEVELS
-    from storyeval.meta.data import filter_judgments
+    from storyeval.meta.data import filter_judgments, read_judgment_files
 
     check_table_path(output)
-    stats = _check_choices(
+    stats = check_choices(
         statistic or list(AGREEMENT_STATISTICS), AGREEMENT_STATISTICS, "--statistic"
     )
-    levels = _check_choices(alpha_level or list(ALPHA_LEVELS), ALPHA_LEVELS, "--alpha-level")
-    try:
-        with reported_warnings():
-            records = []
-            for path in judgments:
-                records.extend(read_judgments(path))
-            records = filter_judgments(records, study=study, condition=condition)
-            result = agreement(
-                records,
-                criteria=criterion or None,
-                statistics=stats,
-                alpha_levels=levels,
-                n_boot=n_boot,
-                confidence=confidence,
-                seed=seed,
-            )
-            summary = describe_ratings(records)
-    except (ValueError, OSError) as exc:
-        raise user_error(exc) from None
+    levels = check_choices(alpha_level or list(ALPHA_LEVELS), ALPHA_LEVELS, "--alpha-level")
+    with user_errors(), reported_warnings():
+        records = filter_judgments(read_judgment_files(judgments), study=study, condition=condition)
+        result = agreement(
+            records,
+            criteria=criterion or None,
+            statistics=stats,
+            alpha_levels=levels,
+            n_boot=n_boot,
+            confidence=confidence,
+            seed=seed,
+        )
+        summary = describe_ratings(records)
     write_table(result, output)
     typer.echo(summary.round(3).to_string(index=False))
     print_table(result, ["criterion", "method", "estimate [ci]", "n", "n_raters"], limit=60)
@@ -243,16 +206,16 @@ def agreement_command(
 
 
 def ceiling_command(
-    judgments: list[Path] = _judgments_opt(),
-    output: Path = _output_opt(),
-    stories: Path = _stories_opt(),
+    judgments: list[Path] = judgments_option(),
+    output: Path = output_option(),
+    stories: Path = stories_option(),
     level: list[str] = typer.Option(
         None, "--level", "-l", help="pooled, story, system (repeat; default: pooled)."
     ),
     method: list[str] = typer.Option(
         None, "--method", "-m", help="pearson, spearman, kendall (repeat; default: all)."
     ),
-    criterion: list[str] = typer.Option(None, "--criterion", help="Only these criteria (repeat)."),
+    criterion: list[str] = criterion_option(),
     min_items: int = typer.Option(
         10, "--min-items", help="Skip raters sharing fewer items with the others."
     ),
@@ -260,49 +223,43 @@ def ceiling_command(
     seed: int = typer.Option(0, "--seed"),
 ) -> None:
     """The human ceiling: each rater against the mean of the other raters."""
-    from storyeval.corpus import read_judgments, read_stories
+    from storyeval.corpus import read_stories
     from storyeval.meta import LEVELS, METHODS, human_ceiling
-    from storyeval.meta.data import _item_info, _judgments_to_frame
+    from storyeval.meta.data import _item_info, _judgments_to_frame, read_judgment_files
 
     check_table_path(output)
-    levels = _check_choices(level or ["pooled"], LEVELS, "--level")
-    methods = _check_choices(method or list(METHODS), METHODS, "--method")
-    try:
-        with reported_warnings():
-            records = []
-            for path in judgments:
-                records.extend(read_judgments(path))
-            frame = _judgments_to_frame(records)
-            story_records = read_stories(stories) if stories is not None else None
-            import pandas as pd
+    levels = check_choices(level or ["pooled"], LEVELS, "--level")
+    methods = check_choices(method or list(METHODS), METHODS, "--method")
+    with user_errors(), reported_warnings():
+        frame = _judgments_to_frame(read_judgment_files(judgments))
+        story_records = read_stories(stories) if stories is not None else None
+        import pandas as pd
 
-            items = _item_info(
-                pd.DataFrame(columns=["item_id"]),
-                frame,
-                story_records,
-                sorted(set(frame["item_id"])),
-                (),
-            )
-            result = human_ceiling(
-                frame,
-                items=items,
-                criteria=criterion or None,
-                levels=levels,
-                methods=methods,
-                min_items=min_items,
-                n_boot=n_boot,
-                seed=seed,
-            )
-    except (ValueError, OSError) as exc:
-        raise user_error(exc) from None
+        items = _item_info(
+            pd.DataFrame(columns=["item_id"]),
+            frame,
+            story_records,
+            sorted(set(frame["item_id"])),
+            (),
+        )
+        result = human_ceiling(
+            frame,
+            items=items,
+            criteria=criterion or None,
+            levels=levels,
+            methods=methods,
+            min_items=min_items,
+            n_boot=n_boot,
+            seed=seed,
+        )
     write_table(result, output)
     print_table(result, ["rater", "criterion", "level", "method", "estimate [ci]", "n"], limit=60)
     typer.echo(f"wrote {len(result)} rows to {output}")
 
 
 def discriminate_command(
-    scores: list[Path] = _scores_opt(),
-    output: Path = _output_opt(),
+    scores: list[Path] = scores_option(),
+    output: Path = output_option(),
     pairs: Path = typer.Option(
         None,
         "--pairs",
@@ -318,20 +275,20 @@ def discriminate_command(
     lower_is_better: list[str] = typer.Option(
         None, "--lower-is-better", help="A metric where lower is better (repeat)."
     ),
-    metric: list[str] = typer.Option(None, "--metric", help="Only these metrics (repeat)."),
+    metric: list[str] = metric_option(),
     confidence: float = typer.Option(0.95, "--confidence"),
     tie_tolerance: float = typer.Option(
         0.0, "--tie-tolerance", help="Score differences up to this are ties."
     ),
 ) -> None:
     """Discrimination test: how often does each metric score the original above the altered story?"""
-    from storyeval.corpus import read_scores
     from storyeval.meta import (
         discrimination,
         pairs_from_perturbations,
         pairs_from_score_files,
         read_pairs,
     )
+    from storyeval.meta.data import read_score_files
 
     check_table_path(output)
     sources = [x for x in (pairs, perturbed, altered_scores) if x is not None]
@@ -343,28 +300,23 @@ def discriminate_command(
         raise typer.BadParameter("--altered-scores pairs with exactly one --scores file")
     if perturbed is not None and by is None:
         by = "techniques"
-    try:
-        with reported_warnings():
-            if altered_scores is not None:
-                pair_frame, records = pairs_from_score_files(scores[0], altered_scores)
-            else:
-                pair_frame = (
-                    read_pairs(pairs) if pairs is not None else pairs_from_perturbations(perturbed)
-                )
-                records = []
-                for path in scores:
-                    records.extend(read_scores(path))
-            result = discrimination(
-                records,
-                pair_frame,
-                metrics=metric or None,
-                lower_is_better=lower_is_better or (),
-                by=by,
-                confidence=confidence,
-                tie_tolerance=tie_tolerance,
+    with user_errors(), reported_warnings():
+        if altered_scores is not None:
+            pair_frame, records = pairs_from_score_files(scores[0], altered_scores)
+        else:
+            pair_frame = (
+                read_pairs(pairs) if pairs is not None else pairs_from_perturbations(perturbed)
             )
-    except (ValueError, OSError) as exc:
-        raise user_error(exc) from None
+            records = read_score_files(scores)
+        result = discrimination(
+            records,
+            pair_frame,
+            metrics=metric or None,
+            lower_is_better=lower_is_better or (),
+            by=by,
+            confidence=confidence,
+            tie_tolerance=tie_tolerance,
+        )
     write_table(result, output)
     print_table(
         result,
@@ -378,14 +330,14 @@ def discriminate_command(
 
 @drift_app.command("quality")
 def drift_quality(
-    scores: list[Path] = _scores_opt(),
-    judgments: list[Path] = _judgments_opt(),
+    scores: list[Path] = scores_option(),
+    judgments: list[Path] = judgments_option(),
     criterion: str = typer.Option(..., "--criterion", help="The human score that defines quality."),
-    output: Path = _output_opt(),
+    output: Path = output_option(),
     composition: Path = typer.Option(
         None, "--composition", help="Also write the set composition (set, level, probability) here."
     ),
-    stories: Path = _stories_opt(),
+    stories: Path = stories_option(),
     levels: int = typer.Option(
         None, "--levels", help="K: quality levels 0..K (default: inferred)."
     ),
@@ -402,7 +354,7 @@ def drift_quality(
     method: list[str] = typer.Option(
         None, "--method", "-m", help="Correlation (repeat; default pearson)."
     ),
-    aggregate: str = typer.Option("mean", "--aggregate"),
+    aggregate: str = aggregate_option(),
     seed: int = typer.Option(0, "--seed"),
 ) -> None:
     """Quality drift: correlations on biased sets, set I keeping level k with p = 1/(|I-k|+1)."""
@@ -411,24 +363,21 @@ def drift_quality(
     check_table_path(output)
     if composition is not None:
         check_table_path(composition)
-    methods = _check_choices(method or ["pearson"], METHODS, "--method")
+    methods = check_choices(method or ["pearson"], METHODS, "--method")
     set_list = _parse_sets(sets) if sets else None
-    try:
-        with reported_warnings():
-            table = _load(scores, judgments, stories, aggregate, None, [criterion], None, None)
-            result, comp = quality_drift(
-                table,
-                criterion=criterion,
-                methods=methods,
-                n_levels=levels,
-                low=low,
-                high=high,
-                sets=set_list,
-                repeats=repeats,
-                seed=seed,
-            )
-    except (ValueError, OSError) as exc:
-        raise user_error(exc) from None
+    with user_errors(), reported_warnings():
+        table = _load(scores, judgments, stories, aggregate, None, [criterion], None, None)
+        result, comp = quality_drift(
+            table,
+            criterion=criterion,
+            methods=methods,
+            n_levels=levels,
+            low=low,
+            high=high,
+            sets=set_list,
+            repeats=repeats,
+            seed=seed,
+        )
     write_table(result, output)
     if composition is not None:
         write_table(comp, composition)
@@ -456,13 +405,13 @@ def _parse_sets(text: str) -> list[int]:
 
 @drift_app.command("subsets")
 def drift_subsets(
-    scores: list[Path] = _scores_opt(),
-    judgments: list[Path] = _judgments_opt(),
+    scores: list[Path] = scores_option(),
+    judgments: list[Path] = judgments_option(),
     by: str = typer.Option(
         ..., "--by", help="An item column: system, prompt_id, or a story field."
     ),
-    output: Path = _output_opt(),
-    stories: Path = _stories_opt(),
+    output: Path = output_option(),
+    stories: Path = stories_option(),
     include_with_each: str = typer.Option(
         None, "--include-with-each", help="A value whose items join every other subset."
     ),
@@ -471,7 +420,7 @@ def drift_subsets(
         None, "--method", "-m", help="Methods (repeat; default pearson)."
     ),
     min_items: int = typer.Option(3, "--min-items"),
-    aggregate: str = typer.Option("mean", "--aggregate"),
+    aggregate: str = aggregate_option(),
     n_boot: int = typer.Option(1000, "--n-boot"),
     seed: int = typer.Option(0, "--seed"),
 ) -> None:
@@ -479,24 +428,21 @@ def drift_subsets(
     from storyeval.meta import LEVELS, METHODS, subset_correlations
 
     check_table_path(output)
-    levels = _check_choices(level or ["pooled"], LEVELS, "--level")
-    methods = _check_choices(method or ["pearson"], METHODS, "--method")
+    levels = check_choices(level or ["pooled"], LEVELS, "--level")
+    methods = check_choices(method or ["pearson"], METHODS, "--method")
     fields = [] if by in ("system", "prompt_id") else [by]
-    try:
-        with reported_warnings():
-            table = _load(scores, judgments, stories, aggregate, None, None, None, None, fields)
-            result = subset_correlations(
-                table,
-                by,
-                include_with_each=include_with_each,
-                levels=levels,
-                methods=methods,
-                min_items=min_items,
-                n_boot=n_boot,
-                seed=seed,
-            )
-    except (ValueError, OSError) as exc:
-        raise user_error(exc) from None
+    with user_errors(), reported_warnings():
+        table = _load(scores, judgments, stories, aggregate, None, None, None, None, fields)
+        result = subset_correlations(
+            table,
+            by,
+            include_with_each=include_with_each,
+            levels=levels,
+            methods=methods,
+            min_items=min_items,
+            n_boot=n_boot,
+            seed=seed,
+        )
     write_table(result, output)
     print_table(
         result,
@@ -511,12 +457,12 @@ def drift_dataset(
     spec: Path = typer.Argument(
         ..., help="CSV/JSONL listing runs: train, test, scores, judgments [, stories]."
     ),
-    output: Path = _output_opt(),
+    output: Path = output_option(),
     method: list[str] = typer.Option(
         None, "--method", "-m", help="Methods (repeat; default: all)."
     ),
-    criterion: list[str] = typer.Option(None, "--criterion", help="Only these criteria (repeat)."),
-    aggregate: str = typer.Option("mean", "--aggregate"),
+    criterion: list[str] = criterion_option(),
+    aggregate: str = aggregate_option(),
     n_boot: int = typer.Option(1000, "--n-boot"),
     seed: int = typer.Option(0, "--seed"),
 ) -> None:
@@ -524,15 +470,12 @@ def drift_dataset(
     from storyeval.meta import METHODS, dataset_drift, load_drift_runs
 
     check_table_path(output)
-    methods = _check_choices(method or list(METHODS), METHODS, "--method")
-    try:
-        with reported_warnings():
-            runs = load_drift_runs(spec, aggregation=aggregate, criteria=criterion or None)
-            result = dataset_drift(
-                runs, methods=methods, n_boot=n_boot, seed=seed, criteria=criterion or None
-            )
-    except (ValueError, OSError) as exc:
-        raise user_error(exc) from None
+    methods = check_choices(method or list(METHODS), METHODS, "--method")
+    with user_errors(), reported_warnings():
+        runs = load_drift_runs(spec, aggregation=aggregate, criteria=criterion or None)
+        result = dataset_drift(
+            runs, methods=methods, n_boot=n_boot, seed=seed, criteria=criterion or None
+        )
     write_table(result, output)
     print_table(
         result,

@@ -6,18 +6,25 @@ from pathlib import Path
 
 import typer
 
-from storyeval.cli._common import user_error
+from storyeval.cli._common import (
+    aggregate_option,
+    check_choice,
+    check_choices,
+    criterion_option,
+    judgments_option,
+    metric_option,
+    output_option,
+    scores_option,
+    stories_option,
+    user_errors,
+)
 
 
 def report_command(
-    scores: list[Path] = typer.Option(..., "--scores", "-s", help="Score file(s) (repeat)."),
-    judgments: list[Path] = typer.Option(
-        ..., "--judgments", "-j", help="Judgment file(s) (repeat)."
-    ),
-    output: Path = typer.Option(..., "-o", "--output", help="Output directory."),
-    stories: Path = typer.Option(
-        None, "--stories", help="Story file: system and prompt_id per item."
-    ),
+    scores: list[Path] = scores_option(),
+    judgments: list[Path] = judgments_option(),
+    output: Path = output_option("Output directory."),
+    stories: Path = stories_option(),
     method: list[str] = typer.Option(
         None, "--method", "-m", help="pearson, spearman, kendall (repeat; default: all three)."
     ),
@@ -27,56 +34,46 @@ def report_command(
     matrix_method: str = typer.Option(
         "pearson", "--matrix-method", help="Method of the criteria x metrics matrix."
     ),
-    aggregate: str = typer.Option(
-        "mean", "--aggregate", help="Rater aggregation: mean, median, majority."
-    ),
-    metric: list[str] = typer.Option(None, "--metric", help="Only these metrics (repeat)."),
-    criterion: list[str] = typer.Option(None, "--criterion", help="Only these criteria (repeat)."),
+    aggregate: str = aggregate_option(),
+    metric: list[str] = metric_option(),
+    criterion: list[str] = criterion_option(),
     n_boot: int = typer.Option(1000, "--n-boot", help="Bootstrap replicates."),
     seed: int = typer.Option(0, "--seed"),
     title: str = typer.Option("storyeval meta-evaluation report", "--title"),
 ) -> None:
     """Write OUT/index.html and OUT/report.md with heatmaps, scatter plots, agreement, the human
     ceiling, Williams tests, signatures, and the CSVs behind them."""
-    from storyeval.corpus import read_judgments
-    from storyeval.meta import LEVELS, METHODS, load_meta_table
-    from storyeval.meta.data import AGGREGATIONS
+    import warnings
+
+    from storyeval.corpus import read_stories
+    from storyeval.meta import LEVELS, METHODS, build_meta_table
+    from storyeval.meta.data import AGGREGATIONS, read_judgment_files, read_score_files
     from storyeval.report import build_report
 
-    for value, choices, hint in (
-        *((m, METHODS, "--method") for m in method or []),
-        *((v, LEVELS, "--level") for v in level or []),
-        (matrix_method, METHODS, "--matrix-method"),
-        (aggregate, AGGREGATIONS, "--aggregate"),
-    ):
-        if value not in choices:
-            raise typer.BadParameter(
-                f"must be one of {', '.join(choices)}; got {value!r}", param_hint=hint
-            )
+    methods = check_choices(method or METHODS, METHODS, "--method")
+    levels = check_choices(level, LEVELS, "--level") if level else None
+    check_choice(matrix_method, METHODS, "--matrix-method")
+    check_choice(aggregate, AGGREGATIONS, "--aggregate")
     if output.exists() and not output.is_dir():
         raise typer.BadParameter(f"{output} exists and is not a directory", param_hint="-o")
-    try:
-        import warnings
-
+    with user_errors():
+        records = read_judgment_files(judgments)  # read once: the table and the agreement
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            table = load_meta_table(
-                scores,
-                judgments,
-                stories=stories,
+            table = build_meta_table(
+                read_score_files(scores),
+                records,
+                stories=read_stories(stories) if stories is not None else None,
                 aggregation=aggregate,
                 metrics=metric or None,
                 criteria=criterion or None,
             )
-        records = []
-        for path in judgments:
-            records.extend(read_judgments(path))
         result = build_report(
             table,
             records,
             output,
-            methods=list(dict.fromkeys(method)) if method else ["pearson", "spearman", "kendall"],
-            levels=list(dict.fromkeys(level)) if level else None,
+            methods=methods,
+            levels=levels,
             matrix_method=matrix_method,
             n_boot=n_boot,
             seed=seed,
@@ -87,8 +84,6 @@ def report_command(
                 "stories": [stories] if stories else [],
             },
         )
-    except (ValueError, OSError) as exc:
-        raise user_error(exc) from None
     typer.echo(f"wrote {result.directory / 'index.html'} and {result.directory / 'report.md'}")
     csvs = sorted(name for name in result.files if name.endswith(".csv"))
     figures = sorted(name for name in result.files if name.startswith("figures/"))

@@ -6,11 +6,15 @@ import json
 import math
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from storyeval.cli._common import user_error
 from storyeval.errors import StoryevalError
+
+if TYPE_CHECKING:
+    from storyeval.metrics.pipeline import ScoreRun
 
 
 def score(
@@ -89,13 +93,10 @@ def _system_records(frame: object) -> list[dict[str, object]]:
     return records
 
 
-def _report(run: object, stories: Path, output: Path | None, per_system: Path | None) -> None:
+def _report(run: ScoreRun, stories: Path, output: Path | None, per_system: Path | None) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from storyeval.metrics.pipeline import ScoreRun
-
-    assert isinstance(run, ScoreRun)
     console = Console(width=max(Console().width, 110))
     for name, why in run.skipped.items():
         typer.echo(f"skipped {name}: {why}", err=True)

@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
-from storyeval.cli._common import exit_with
+from storyeval.cli._common import check_choice, exit_with, user_errors
+
+if TYPE_CHECKING:
+    from storyeval.human.study import Study
 
 study_app = typer.Typer(
     help="Human evaluation studies: check, links, export, analyse, statement.", no_args_is_help=True
 )
 
 
-def _load(path: Path):  # type: ignore[no-untyped-def]
+def _load(path: Path) -> Study:
     from storyeval.human.study import load_study
 
     return load_study(path)
@@ -48,7 +52,7 @@ def check(files: list[Path] = typer.Argument(..., help="Study files or folders o
         raise typer.Exit(2)
 
 
-def _warnings(study) -> list[str]:  # type: ignore[no-untyped-def]
+def _warnings(study: Study) -> list[str]:
     config = study.config
     notes = []
     machine = any((t.system or "") != "human" for item in study.items for t in item.texts)
@@ -70,11 +74,6 @@ def _warnings(study) -> list[str]:  # type: ignore[no-untyped-def]
         notes.append(
             "no human-written stories are rated: seed 003 rates references on the same scale, or use side_by_side"
         )
-    if (
-        config.assignment.max_items_per_participant is None
-        and len(study.items) > 4 * study.items_per_participant
-    ):
-        pass
     return notes
 
 
@@ -99,13 +98,14 @@ def links(
     from storyeval.server.study_store import register_study
 
     study = _load(file)
-    database = Database(db)
-    database.create_all()
-    now = time.time()
-    register_study(database, study, now=now)
-    created = database.run(
-        lambda conn: create_participants(conn, "study", study.name, count, now=now)
-    )
+    with user_errors():
+        database = Database(db)
+        database.create_all()
+        now = time.time()
+        register_study(database, study, now=now)
+        created = database.run(
+            lambda conn: create_participants(conn, "study", study.name, count, now=now)
+        )
     urls = [f"{base_url.rstrip('/')}/p/{p.token}" for p in created]
     if output is not None:
         write_text_atomic(output, "".join(u + "\n" for u in urls))
@@ -126,10 +126,10 @@ def export(
     from storyeval.server.db import Database
     from storyeval.server.study_store import export_to_directory
 
-    if fmt not in ("jsonl", "csv"):
-        raise exit_with(f"error: --format must be one of jsonl, csv; got {fmt!r}")
+    check_choice(fmt, ("jsonl", "csv"), "--format")
     study = _load(file)
-    counts = export_to_directory(Database(db), study, output, fmt=fmt)
+    with user_errors():
+        counts = export_to_directory(Database(db), study, output, fmt=fmt)
     for name, count in counts.items():
         typer.echo(f"{output / name}: {count} record(s)")
 
@@ -196,18 +196,19 @@ def analyse(
         from storyeval.corpus import read_stories
 
         conditions = {s.id: s.system for s in read_stories(stories) if s.system}
-    result = analyse_judgments(
-        judgments,
-        conditions=conditions,
-        min_median_time_s=threshold,
-        exclude_failed_checks=exclude,
-        triangle_alpha=alpha,
-        triangle_beta=beta,
-        triangle_pd=pd,
-        n_boot=bootstrap,
-        seed=seed,
-    )
-    paths = result.write(output)
+    with user_errors():
+        result = analyse_judgments(
+            judgments,
+            conditions=conditions,
+            min_median_time_s=threshold,
+            exclude_failed_checks=exclude,
+            triangle_alpha=alpha,
+            triangle_beta=beta,
+            triangle_pd=pd,
+            n_boot=bootstrap,
+            seed=seed,
+        )
+        paths = result.write(output)
     console = Console()
     for _, row in result.filtering.iterrows():
         note = f"; {row['note']}" if isinstance(row.get("note"), str) else ""
@@ -263,34 +264,7 @@ def analyse(
         console.print(f"wrote {path}")
 
 
-@study_app.command("analyze", hidden=True)
-def analyze(
-    judgments: Path = typer.Option(..., "--judgments"),
-    output: Path = typer.Option(..., "-o", "--output"),
-    min_median_time: float = typer.Option(None, "--min-median-time"),
-    stories: Path = typer.Option(None, "--stories"),
-    study_file: Path = typer.Option(None, "--study"),
-    keep_failed_checks: bool = typer.Option(False, "--keep-failed-checks"),
-    alpha: float = typer.Option(0.05, "--alpha"),
-    beta: float = typer.Option(None, "--beta"),
-    pd: float = typer.Option(None, "--pd"),
-    bootstrap: int = typer.Option(1000, "--bootstrap"),
-    seed: int = typer.Option(0, "--seed"),
-) -> None:
-    """Alias of ``analyse``."""
-    analyse(
-        judgments=judgments,
-        output=output,
-        min_median_time=min_median_time,
-        stories=stories,
-        study_file=study_file,
-        keep_failed_checks=keep_failed_checks,
-        alpha=alpha,
-        beta=beta,
-        pd=pd,
-        bootstrap=bootstrap,
-        seed=seed,
-    )
+study_app.command("analyze", hidden=True, help="Alias of analyse.")(analyse)
 
 
 @study_app.command("statement")
@@ -325,13 +299,14 @@ def statement(
             judgments = judgments or found
         if (export_dir / "participants.jsonl").exists():
             participants = participants or export_dir / "participants.jsonl"
-    write_statement(
-        study,
-        output,
-        judgments_path=judgments,
-        participants_path=participants,
-        min_median_time_s=min_median_time,
-    )
+    with user_errors():
+        write_statement(
+            study,
+            output,
+            judgments_path=judgments,
+            participants_path=participants,
+            min_median_time_s=min_median_time,
+        )
     typer.echo(f"wrote {output}")
 
 

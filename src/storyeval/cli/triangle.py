@@ -9,7 +9,7 @@ from typing import Any
 
 import typer
 
-from storyeval.cli._common import exit_with
+from storyeval.cli._common import check_choice, exit_with
 
 triangle_app = typer.Typer(
     help="Plan and analyse triangle tests (which of three texts was written by someone else?).",
@@ -18,8 +18,7 @@ triangle_app = typer.Typer(
 
 
 def _check_tests(test: str) -> None:
-    if test not in ("difference", "similarity"):
-        raise exit_with(f"error: --test must be one of difference, similarity; got {test!r}")
+    check_choice(test, ("difference", "similarity"), "--test")
 
 
 @triangle_app.command("plan")
@@ -120,8 +119,7 @@ def table(
         "min-correct": tri.min_correct_table,
         "max-correct": tri.max_correct_table,
     }
-    if which not in builders:
-        raise exit_with(f"error: the table must be one of {', '.join(builders)}; got {which!r}")
+    check_choice(which, tuple(builders), "TABLE")
     frame = builders[which]()
     if which == "judges":
         wide = frame.pivot_table(

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from storyeval.cli._common import exit_with
+from storyeval.cli._common import check_choice, user_error
 
 
 def validate(
@@ -19,8 +19,8 @@ def validate(
     from storyeval.corpus import RECORD_KINDS, detect_kind, read_any
     from storyeval.errors import DataFileError
 
-    if kind is not None and kind not in RECORD_KINDS:
-        raise exit_with(f"error: --kind must be one of {', '.join(RECORD_KINDS)}; got {kind!r}")
+    if kind is not None:
+        check_choice(kind, RECORD_KINDS, "--kind")
     try:
         resolved = kind or detect_kind(file)
         records = read_any(file, kind=resolved)  # type: ignore[arg-type]
@@ -29,7 +29,7 @@ def validate(
             typer.echo(str(problem), err=True)
         raise typer.Exit(2) from None
     except (ValueError, OSError) as exc:
-        raise exit_with(f"{file}: {exc}") from None
+        raise user_error(exc) from None
     typer.echo(f"{file}: {len(records)} {resolved} records, valid")
 
 

@@ -37,6 +37,8 @@ from typing import Any
 
 from storyeval.collab.records import SessionRecord
 from storyeval.corpus import Story
+from storyeval.errors import StoryevalError
+from storyeval.meta.stats import binomial_test, mean_interval
 from storyeval.signature import Signature
 
 EDIT_METRICS: tuple[tuple[str, str, bool], ...] = (
@@ -60,8 +62,8 @@ HUMAN = "human"
 CONFIDENCE = 0.95
 
 
-class AnalysisError(ValueError):
-    pass
+class AnalysisError(StoryevalError, ValueError):
+    """The sessions cannot be analysed as asked (e.g. none is complete)."""
 
 
 def _data_hash(sessions: Sequence[SessionRecord]) -> str:
@@ -98,31 +100,6 @@ def _generator_sets(sessions: Sequence[SessionRecord]) -> dict[str, tuple[str, .
 
 
 # ----------------------------------------------------------------------------- statistics
-
-
-def _binomial(k: int, n: int, confidence: float) -> tuple[float, float, float]:
-    """Two-sided exact binomial p-value against 0.5 and the Clopper-Pearson interval."""
-    from scipy.stats import binomtest
-
-    result = binomtest(k, n, 0.5, alternative="two-sided")
-    interval = result.proportion_ci(confidence_level=confidence, method="exact")
-    return float(result.pvalue), float(interval.low), float(interval.high)
-
-
-def _mean_interval(values: Sequence[float], confidence: float) -> tuple[float, float, float, float]:
-    """Mean, sd (n-1) and the t interval of the mean (NaN where undefined)."""
-    import numpy as np
-    from scipy.stats import t
-
-    data = np.asarray([v for v in values if not math.isnan(v)], dtype=np.float64)
-    if data.size == 0:
-        return (math.nan,) * 4
-    mean = float(data.mean())
-    if data.size < 2:
-        return mean, math.nan, math.nan, math.nan
-    sd = float(data.std(ddof=1))
-    half = float(t.ppf(0.5 + confidence / 2, data.size - 1)) * sd / math.sqrt(data.size)
-    return mean, sd, mean - half, mean + half
 
 
 # ----------------------------------------------------------------------------- Q1 preferences
@@ -249,7 +226,7 @@ def preferences(sessions: Sequence[SessionRecord], *, confidence: float = CONFID
                         for _, chosen, position in subset
                         if (chosen if factor == "generator" else position) == level
                     )
-                    p_value, low, high = _binomial(k, n, confidence)
+                    p_value, low, high = binomial_test(k, n, confidence=confidence)
                     rows.append(
                         {
                             "session": name,
@@ -403,7 +380,7 @@ def edits(
                 groups += [(g, part[part["generator"] == g]) for g in generators]
                 for group, values in groups:
                     data = values[column].astype(float).tolist()
-                    mean, sd, low, high = _mean_interval(data, confidence)
+                    mean, sd, low, high = mean_interval(data, confidence=confidence)
                     rows.append(
                         {
                             "session": name,
@@ -526,7 +503,7 @@ def text_stats(
                     if owner == (name, group)
                 ]
                 defined = [v for v in data if not math.isnan(v)]
-                mean, sd, low, high = _mean_interval(defined, confidence)
+                mean, sd, low, high = mean_interval(defined, confidence=confidence)
                 rows.append(
                     {
                         "session": name,
@@ -584,7 +561,7 @@ def likert_summary(sessions: Sequence[SessionRecord], *, confidence: float = CON
     for (name, statement), answers in groups.items():
         scale = answers[0].scale
         values = [a.value for a in answers]
-        mean, sd, low, high = _mean_interval([float(v) for v in values], confidence)
+        mean, sd, low, high = mean_interval([float(v) for v in values], confidence=confidence)
         row: dict[str, Any] = {
             "session": name,
             "statement": statement,

@@ -28,16 +28,18 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from storyeval.errors import StoryevalError
+from storyeval.yamlfile import Enrollment
+from storyeval.yamlfile import StrictModel as _Strict
+from storyeval.yamlfile import check_name as _check_name
+from storyeval.yamlfile import yaml_line as _yaml_line
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 IMAGE_TYPES = {
     ".png": "image/png",
     ".jpg": "image/jpeg",
@@ -98,19 +100,6 @@ class WritingFileError(StoryevalError, ValueError):
     def __init__(self, problems: Sequence[str]) -> None:
         self.problems = list(problems)
         super().__init__("\n".join(self.problems))
-
-
-def _check_name(value: str, what: str) -> str:
-    if not _NAME.match(value):
-        raise ValueError(
-            f"{what} must start with a letter or digit and use only letters, digits, '_', '-', "
-            f"'.' (at most 64 characters); got {value!r}"
-        )
-    return value
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class DecodingSpec(_Strict):
@@ -247,12 +236,6 @@ class Completion(_Strict):
     message: str = "Thank you! Your story and answers have been saved."
 
 
-class Enrollment(_Strict):
-    open: bool = False
-    external_id_param: str = "pid"
-    max_participants: int | None = Field(default=None, ge=1)
-
-
 class GenerationSettings(_Strict):
     """How suggestions are generated off the request path."""
 
@@ -376,25 +359,6 @@ class _Wrapper(BaseModel):
 
 
 # ----------------------------------------------------------------------------- YAML loading
-
-
-def _yaml_line(root: Any, loc: Sequence[str | int]) -> int | None:
-    """The 1-based line of the YAML node at ``loc`` (the deepest one found)."""
-    import yaml
-
-    node, line = root, (root.start_mark.line + 1 if root is not None else None)
-    for key in loc:
-        if isinstance(node, yaml.MappingNode):
-            match = next((v for k, v in node.value if getattr(k, "value", None) == key), None)
-            if match is None:
-                break
-            node = match
-        elif isinstance(node, yaml.SequenceNode) and isinstance(key, int) and key < len(node.value):
-            node = node.value[key]
-        else:
-            break
-        line = node.start_mark.line + 1
-    return line
 
 
 def _messages(exc: ValidationError) -> list[tuple[tuple[str | int, ...], str]]:

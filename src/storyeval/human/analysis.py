@@ -39,6 +39,8 @@ import numpy as np
 
 from storyeval.corpus import Judgment, read_judgments
 from storyeval.errors import StoryevalError
+from storyeval.meta._warnings import DegenerateInputWarning
+from storyeval.meta.stats import binomial_test, mean_interval
 from storyeval.signature import Signature
 
 RATING_PROTOCOLS = ("likert", "side_by_side")
@@ -48,10 +50,6 @@ SEED_003_MIN_MEDIAN_TIME_S = 40.0
 
 class AnalysisError(StoryevalError, ValueError):
     """The judgments cannot be analysed as asked (e.g. every rater was filtered out)."""
-
-
-class AgreementWarning(UserWarning):
-    """Krippendorff's alpha is undefined (fewer than two ratings per item, or no variation)."""
 
 
 # ----------------------------------------------------------------------------- the frame
@@ -226,18 +224,6 @@ def filter_raters(
 # ----------------------------------------------------------------------------- statistics
 
 
-def _mean_ci(values: np.ndarray, level: float = 0.95) -> tuple[float, float]:
-    from scipy.stats import t
-
-    n = len(values)
-    if n < 2:
-        return math.nan, math.nan
-    sem = float(np.std(values, ddof=1) / math.sqrt(n))
-    half = float(t.ppf(0.5 + level / 2, n - 1)) * sem
-    mean = float(np.mean(values))
-    return mean - half, mean + half
-
-
 def summarize(frame: Any) -> Any:
     """Per criterion and condition: ``n``, ``mean``, ``sd``, ``sem``, ``ci_low``, ``ci_high``
     (95% t interval of the mean), ``median``, ``n_items``, ``n_raters``, ``method``."""
@@ -247,18 +233,16 @@ def summarize(frame: Any) -> Any:
     frame = frame.assign(group=_group_label(frame))
     for (criterion, group), part in frame.groupby(["criterion", "group"], sort=True):
         values = part["value"].to_numpy(dtype=float)
-        low, high = _mean_ci(values)
+        mean, sd, low, high = mean_interval(values)
         rows.append(
             {
                 "criterion": criterion,
                 "condition": group,
                 "protocol": part["protocol"].iloc[0],
                 "n": len(values),
-                "mean": float(np.mean(values)),
-                "sd": float(np.std(values, ddof=1)) if len(values) > 1 else math.nan,
-                "sem": float(np.std(values, ddof=1) / math.sqrt(len(values)))
-                if len(values) > 1
-                else math.nan,
+                "mean": mean,
+                "sd": sd,
+                "sem": sd / math.sqrt(len(values)),
                 "ci_low": low,
                 "ci_high": high,
                 "median": float(np.median(values)),
@@ -270,35 +254,32 @@ def summarize(frame: Any) -> Any:
     return pd.DataFrame(rows)
 
 
+def _reliability_matrix(frame: Any) -> Any:
+    """Raters x items matrix of ``value`` (a rater's first rating of an item)."""
+    return frame.pivot_table(index="rater_id", columns="item_id", values="value", aggfunc="first")
+
+
 def krippendorff_alpha(frame: Any, *, level: str) -> tuple[float, int, int]:
     """Krippendorff's alpha of ``value`` over ``rater_id`` x ``item_id``.
 
-    Returns ``(alpha, n_items_pairable, n_raters)``; alpha is NaN (with an
-    :class:`AgreementWarning`) when no item has two ratings or the values never vary.
+    Computed by :func:`storyeval.meta.agreement.krippendorff_alpha`. Returns ``(alpha,
+    n_items_pairable, n_raters)``; alpha is NaN (with a
+    :class:`~storyeval.meta.DegenerateInputWarning`) when no item has two ratings or the values
+    never vary.
     """
-    import krippendorff
+    estimate, n_items, n_raters, _, _ = _alpha_with_interval(frame, level=level, n_boot=0, seed=0)
+    return estimate, n_items, n_raters
 
-    pivot = frame.pivot_table(index="rater_id", columns="item_id", values="value", aggfunc="first")
-    counts = pivot.notna().sum(axis=0)
-    pairable = int((counts >= 2).sum())
-    if pairable == 0:
-        warnings.warn(
-            "Krippendorff's alpha is undefined: no item has two ratings",
-            AgreementWarning,
-            stacklevel=2,
-        )
-        return math.nan, 0, int(pivot.shape[0])
-    data = pivot.loc[:, counts >= 2].to_numpy(dtype=float)
-    observed = data[~np.isnan(data)]
-    if np.unique(observed).size < 2:
-        warnings.warn(
-            "Krippendorff's alpha is undefined: every rating is the same",
-            AgreementWarning,
-            stacklevel=2,
-        )
-        return math.nan, pairable, int(pivot.shape[0])
-    value = float(krippendorff.alpha(reliability_data=data, level_of_measurement=level))  # type: ignore[arg-type]
-    return value, pairable, int(pivot.shape[0])
+
+def _alpha_with_interval(
+    frame: Any, *, level: str, n_boot: int, seed: int
+) -> tuple[float, int, int, float, float]:
+    from storyeval.meta.agreement import krippendorff_alpha as alpha
+
+    pivot = _reliability_matrix(frame)
+    pairable = int((pivot.notna().sum(axis=0) >= 2).sum())
+    estimate, low, high = alpha(pivot.to_numpy(dtype=float), level=level, n_boot=n_boot, seed=seed)
+    return estimate, pairable, int(pivot.shape[0]), low, high
 
 
 def percent_agreement(frame: Any) -> float:
@@ -310,31 +291,6 @@ def percent_agreement(frame: Any) -> float:
         return math.nan
     same = groups.nunique()[multi] == 1
     return 100.0 * float(same.mean())
-
-
-def _bootstrap_alpha(frame: Any, level: str, n_boot: int, seed: int) -> tuple[float, float]:
-    if n_boot <= 0:
-        return math.nan, math.nan
-    import krippendorff
-
-    pivot = frame.pivot_table(index="rater_id", columns="item_id", values="value", aggfunc="first")
-    data = pivot.loc[:, pivot.notna().sum(axis=0) >= 2].to_numpy(dtype=float)
-    if data.shape[1] < 2:
-        return math.nan, math.nan
-    rng = np.random.default_rng(seed)
-    values = []
-    for _ in range(n_boot):
-        sample = data[:, rng.integers(0, data.shape[1], data.shape[1])]
-        observed = sample[~np.isnan(sample)]
-        if np.unique(observed).size < 2:
-            continue
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            alpha = krippendorff.alpha(reliability_data=sample, level_of_measurement=level)  # type: ignore[arg-type]
-            values.append(float(alpha))
-    if len(values) < n_boot // 2:
-        return math.nan, math.nan
-    return float(np.percentile(values, 2.5)), float(np.percentile(values, 97.5))
 
 
 def _level(protocol: str) -> str:
@@ -382,11 +338,10 @@ def agreement(frame: Any, *, n_boot: int = 1000, seed: int = 0) -> Any:
         subsets = [("all", data)] + [(str(g), d) for g, d in data.groupby("group", sort=True)]
         for label, subset in subsets:
             with warnings.catch_warnings():
-                warnings.simplefilter("ignore", AgreementWarning)
-                alpha, n_items, n_raters = krippendorff_alpha(subset, level=level)
-            low, high = (math.nan, math.nan)
-            if not math.isnan(alpha):
-                low, high = _bootstrap_alpha(subset, level, n_boot, seed)
+                warnings.simplefilter("ignore", DegenerateInputWarning)
+                alpha, n_items, n_raters, low, high = _alpha_with_interval(
+                    subset, level=level, n_boot=n_boot, seed=seed
+                )
             rows.append(
                 {
                     "criterion": criterion,
@@ -518,7 +473,6 @@ def pairwise_preferences(frame: Any) -> Any:
     """Per criterion and system pair: wins, ties, the share preferring system A with its exact
     95% CI and a two-sided exact binomial test of no preference (ties excluded)."""
     import pandas as pd
-    from scipy.stats import binomtest
 
     rows = []
     for (criterion, condition), part in frame.groupby(["criterion", "condition"], sort=True):
@@ -530,8 +484,7 @@ def pairwise_preferences(frame: Any) -> Any:
         n = wins_a + wins_b
         if n == 0:
             continue
-        test = binomtest(wins_a, n, 0.5, alternative="two-sided")
-        ci = test.proportion_ci(0.95, method="exact")
+        p_value, ci_low, ci_high = binomial_test(wins_a, n)
         rows.append(
             {
                 "analysis": "pairwise",
@@ -546,9 +499,9 @@ def pairwise_preferences(frame: Any) -> Any:
                 "statistic": float(wins_a),
                 "df": math.nan,
                 "df2": math.nan,
-                "p_value": float(test.pvalue),
-                "ci_low": float(ci.low),
-                "ci_high": float(ci.high),
+                "p_value": p_value,
+                "ci_low": ci_low,
+                "ci_high": ci_high,
                 "effect_size": math.nan,
                 "n": n,
                 "method": "exact binomial test (estimate = share preferring system A, ties excluded)",
@@ -602,7 +555,7 @@ def detection_metrics(frame: Any) -> Any:
         )
         binned = part.assign(value=(part["value"] >= 3).astype(float))
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore", AgreementWarning)
+            warnings.simplefilter("ignore", DegenerateInputWarning)
             alpha, _, _ = krippendorff_alpha(binned, level="nominal")
         per_rater = part.groupby("rater_id")["correct"].mean().to_numpy(dtype=float)
         if len(per_rater) >= 2 and np.std(per_rater) > 0:

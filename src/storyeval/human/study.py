@@ -34,16 +34,19 @@ from __future__ import annotations
 import hashlib
 import json
 import random
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator
 
 from storyeval.corpus import Story, read_stories
 from storyeval.errors import DataFileError, StoryevalError
+from storyeval.yamlfile import Enrollment
+from storyeval.yamlfile import StrictModel as _Strict
+from storyeval.yamlfile import check_name as _check_name
+from storyeval.yamlfile import yaml_line as _yaml_line
 
 PROTOCOLS: tuple[str, ...] = ("likert", "side_by_side", "pairwise", "detection", "triangle")
 Protocol = Literal["likert", "side_by_side", "pairwise", "detection", "triangle"]
@@ -63,8 +66,6 @@ DETECTION_CHANGE = "What would you change to make it seem more human-like?"
 TRIANGLE_QUESTION = "Select the text you think has been written by a different subject:"
 SCALE_SIZES: tuple[int, ...] = (5, 7)
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-
 
 class StudyFileError(StoryevalError, ValueError):
     """A study file is invalid; ``problems`` holds one ``FILE:LINE: key: reason`` per problem."""
@@ -72,19 +73,6 @@ class StudyFileError(StoryevalError, ValueError):
     def __init__(self, problems: Sequence[str]) -> None:
         self.problems = list(problems)
         super().__init__("\n".join(self.problems))
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-def _check_name(value: str, what: str) -> str:
-    if not _NAME.match(value):
-        raise ValueError(
-            f"{what} must start with a letter or digit and use only letters, digits, '_', '-', "
-            f"'.' (at most 64 characters); got {value!r}"
-        )
-    return value
 
 
 class Criterion(_Strict):
@@ -247,12 +235,6 @@ class Completion(_Strict):
     code: str | None = None
     url: str | None = None
     message: str = "Thank you! Your answers have been saved."
-
-
-class Enrollment(_Strict):
-    open: bool = False
-    external_id_param: str = "pid"
-    max_participants: int | None = Field(default=None, ge=1)
 
 
 class Reporting(_Strict):
@@ -472,33 +454,6 @@ def answer_keys(config: StudyConfig) -> dict[str, tuple[int, ...]]:
 
 
 # ----------------------------------------------------------------------------- loading
-
-
-def _yaml_line(root: Any, loc: Sequence[str | int]) -> int | None:
-    """The 1-based line of the YAML node at ``loc`` (or of its deepest existing ancestor)."""
-    import yaml
-
-    node = root
-    line = None if node is None else node.start_mark.line + 1
-    for key in loc:
-        if isinstance(node, yaml.MappingNode):
-            match = None
-            for key_node, value_node in node.value:
-                if str(key_node.value) == str(key):
-                    match = (key_node, value_node)
-                    break
-            if match is None:
-                return line
-            line = match[0].start_mark.line + 1
-            node = match[1]
-        elif isinstance(node, yaml.SequenceNode) and isinstance(key, int):
-            if not 0 <= key < len(node.value):
-                return line
-            node = node.value[key]
-            line = node.start_mark.line + 1
-        else:
-            return line
-    return line
 
 
 def _loc_text(loc: Sequence[str | int]) -> str:
@@ -1012,13 +967,26 @@ def detection_settings(config: StudyConfig) -> Detection:
 
 
 def triangle_evaluations(config: StudyConfig) -> int:
-    """Number of triads (evaluations) a triangle study collects."""
+    """Number of triads (evaluations) a triangle study collects: ``judges``, or the number its
+    plan needs.
+
+    Raises
+    ------
+    ValueError
+        If the study is not a triangle study (or, for a configuration built without
+        validation, gives neither judges nor a plan).
+    """
     from storyeval.human.triangle import judges_needed
 
-    assert config.triangle is not None
+    if config.triangle is None:
+        raise ValueError(
+            f"study {config.name!r} is a {config.protocol} study; the number of triads is "
+            "defined for triangle studies only"
+        )
     if config.triangle.judges is not None:
         return config.triangle.judges
-    assert config.triangle.plan is not None
+    if config.triangle.plan is None:
+        raise ValueError(f"study {config.name!r}: the triangle block needs judges or a plan")
     plan = config.triangle.plan
     return judges_needed(plan.alpha, plan.beta, plan.pd)
 

@@ -42,6 +42,8 @@ from storyeval.meta.correlation import (
 )
 from storyeval.meta.data import MetaInputError, _judgments_to_frame
 from storyeval.meta.stats import (
+    bootstrap_indices,
+    bootstrap_weights,
     check_confidence,
     check_method,
     check_n_boot,
@@ -154,6 +156,76 @@ def alpha_resampled(
     ok = expected > 0
     out[ok] = 1.0 - (n_total[ok] - 1.0) * observed[ok] / expected[ok]
     return out
+
+
+def krippendorff_alpha(
+    matrix: np.ndarray,
+    *,
+    level: str,
+    n_boot: int = 0,
+    confidence: float = 0.95,
+    seed: int = 0,
+    label: str = "",
+) -> tuple[float, float, float]:
+    """Krippendorff's alpha of a raters x items matrix, with a percentile bootstrap interval.
+
+    Parameters
+    ----------
+    matrix : array of shape (raters, items)
+        Ratings (nan = not rated). Items with fewer than two ratings carry no pairable value
+        and are left out.
+    level : {"nominal", "ordinal", "interval"}
+    n_boot : int
+        Bootstrap replicates; each resamples items with replacement (0: no interval).
+    confidence : float
+    seed : int
+    label : str
+        Named in warnings.
+
+    Returns
+    -------
+    estimate, ci_low, ci_high : float
+        The estimate from the ``krippendorff`` package over the values observed; the interval
+        from :func:`alpha_resampled` replicates. All nan, with a
+        :class:`~storyeval.meta.DegenerateInputWarning`, when no item has two ratings or every
+        rating is the same.
+
+    Examples
+    --------
+    Two raters agree on three of four items (the fifth, rated once, is left out):
+    alpha = 1 - (n - 1) D_o / D_e = 1 - 7 x 2 / (8^2 - 2^2 - 3^2 - 3^2) = 2/3.
+
+    >>> m = np.array([[1, 2, 3, 3, np.nan], [1, 2, 3, 2, 1.0]])
+    >>> round(krippendorff_alpha(m, level="nominal")[0], 3)
+    0.667
+    """
+    if level not in ALPHA_LEVELS:
+        raise ValueError(f"level must be one of {', '.join(ALPHA_LEVELS)}; got {level!r}")
+    n_boot = check_n_boot(n_boot)
+    check_confidence(confidence)
+    data = np.asarray(matrix, dtype=float)
+    if data.ndim != 2:
+        raise ValueError(f"matrix must be 2-dimensional (raters x items); got shape {data.shape}")
+    data = data[:, np.isfinite(data).sum(axis=0) >= 2]
+    domain = np.unique(data[np.isfinite(data)])
+    nan = float("nan")
+    where = f" ({label})" if label else ""
+    if data.shape[1] == 0 or domain.size < 2:
+        reason = (
+            "no item has 2 or more ratings"
+            if data.shape[1] == 0
+            else f"every rating has the same value ({domain[0]:g})"
+        )
+        warn(DegenerateInputWarning, f"Krippendorff's alpha is undefined{where}: {reason}")
+        return nan, nan, nan
+    estimate = _alpha(data, level, domain)
+    if not (n_boot and np.isfinite(estimate)):
+        return estimate, nan, nan
+    n_items = data.shape[1]
+    weights = bootstrap_weights(bootstrap_indices(n_items, n_boot, seed), n_items)
+    replicates = alpha_resampled(data, weights, level=level, domain=domain)
+    low, high = percentile_interval(replicates, confidence=confidence, label=label)
+    return estimate, low, high
 
 
 def _fleiss_from_counts(counts: np.ndarray) -> float:
@@ -340,23 +412,20 @@ def _criterion_agreement(
                     _row(criterion, f"krippendorff_alpha_{level}", np.nan, signature=sig, **common)
                 )
                 continue
-            estimate = _alpha(matrix, level, domain)
-            ci = (float("nan"), float("nan"))
-            if n_boot and np.isfinite(estimate):
-                rng = np.random.default_rng(seed)
-                idx = rng.integers(0, n_items, size=(n_boot, n_items))
-                weights = np.zeros((n_boot, n_items))
-                np.add.at(weights, (np.repeat(np.arange(n_boot), n_items), idx.ravel()), 1.0)
-                replicates = alpha_resampled(matrix, weights, level=level, domain=domain)
-                ci = percentile_interval(
-                    replicates, confidence=confidence, label=f"alpha {level}, {criterion}"
-                )
+            estimate, low, high = krippendorff_alpha(
+                matrix,
+                level=level,
+                n_boot=n_boot,
+                confidence=confidence,
+                seed=seed,
+                label=f"alpha {level}, {criterion}",
+            )
             rows.append(
                 _row(
                     criterion,
                     f"krippendorff_alpha_{level}",
                     estimate,
-                    ci=ci,
+                    ci=(low, high),
                     signature=sig,
                     **common,
                 )
@@ -424,10 +493,7 @@ def _fleiss_row(
     ci = (float("nan"), float("nan"))
     n = counts.shape[0]
     if n_boot and np.isfinite(estimate):
-        rng = np.random.default_rng(seed)
-        idx = rng.integers(0, n, size=(n_boot, n))
-        weights = np.zeros((n_boot, n))
-        np.add.at(weights, (np.repeat(np.arange(n_boot), n), idx.ravel()), 1.0)
+        weights = bootstrap_weights(bootstrap_indices(n, n_boot, seed), n)
         ci = percentile_interval(
             fleiss_kappa_resampled(counts, weights),
             confidence=confidence,
@@ -742,5 +808,6 @@ __all__ = [
     "describe_ratings",
     "fleiss_kappa_resampled",
     "human_ceiling",
+    "krippendorff_alpha",
     "reliability_matrix",
 ]

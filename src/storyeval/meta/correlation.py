@@ -35,6 +35,8 @@ from storyeval.meta._warnings import DegenerateInputWarning, warn
 from storyeval.meta.data import MetaInputError, MetaTable
 from storyeval.meta.stats import (
     FloatArray,
+    bootstrap_indices,
+    bootstrap_weights,
     check_confidence,
     check_method,
     check_n_boot,
@@ -205,12 +207,9 @@ def _pooled(
     result = _nan_result(n=n, n_items=n, resample="items")
     result.update(estimate=estimate, p_value=p_value)
     if n_boot and np.isfinite(estimate):
-        rng = np.random.default_rng(seed)
-        idx = rng.integers(0, n, size=(n_boot, n))
+        idx = bootstrap_indices(n, n_boot, seed)
         if method == "kendall":
-            weights = np.zeros((n_boot, n))
-            np.add.at(weights, (np.repeat(np.arange(n_boot), n), idx.ravel()), 1.0)
-            replicates = kendall_resampled(x, y, weights, variant=kendall_variant)
+            replicates = kendall_resampled(x, y, bootstrap_weights(idx, n), variant=kendall_variant)
         else:
             replicates = rows_correlation(
                 x[idx], y[idx], method=method, kendall_variant=kendall_variant
@@ -312,9 +311,7 @@ def _story(
                 f"story-level interval is undefined{where}: only one prompt contributes",
             )
         else:
-            rng = np.random.default_rng(seed)
-            idx = rng.integers(0, n_groups, size=(n_boot, n_groups))
-            replicates = per_prompt[idx].mean(axis=1)
+            replicates = per_prompt[bootstrap_indices(n_groups, n_boot, seed)].mean(axis=1)
             result["ci_low"], result["ci_high"] = percentile_interval(
                 replicates, confidence=confidence, label=label
             )
@@ -379,10 +376,7 @@ def _system(
     np.add.at(ax, (c_codes, s_codes), x)
     np.add.at(ay, (c_codes, s_codes), y)
     np.add.at(cc, (c_codes, s_codes), 1.0)
-    rng = np.random.default_rng(seed)
-    draws = rng.integers(0, n_clusters, size=(n_boot, n_clusters))
-    weights = np.zeros((n_boot, n_clusters))
-    np.add.at(weights, (np.repeat(np.arange(n_boot), n_clusters), draws.ravel()), 1.0)
+    weights = bootstrap_weights(bootstrap_indices(n_clusters, n_boot, seed), n_clusters)
     with np.errstate(invalid="ignore", divide="ignore"):
         wc = weights @ cc
         bx = (weights @ ax) / wc

@@ -450,6 +450,22 @@ def _item_info(
     return frame
 
 
+def read_judgment_files(paths: Sequence[str | Path]) -> list[Judgment]:
+    """The judgments of every file, in order (``FILE:LINE`` errors as :func:`read_judgments`)."""
+    records: list[Judgment] = []
+    for path in paths:
+        records.extend(read_judgments(path))
+    return records
+
+
+def read_score_files(paths: Sequence[str | Path]) -> list[Score]:
+    """The scores of every file, in order (``FILE:LINE`` errors as :func:`read_scores`)."""
+    records: list[Score] = []
+    for path in paths:
+        records.extend(read_scores(path))
+    return records
+
+
 def load_meta_table(
     scores: Sequence[str | Path],
     judgments: Sequence[str | Path],
@@ -479,16 +495,12 @@ def load_meta_table(
         raise MetaInputError("give at least one score file")
     if not judgments:
         raise MetaInputError("give at least one judgment file")
-    score_records: list[Score] = []
-    for path in scores:
-        score_records.extend(read_scores(path))
-    judgment_records: list[Judgment] = []
-    for path in judgments:
-        judgment_records.extend(read_judgments(path))
-    judgment_records = filter_judgments(judgment_records, study=study, condition=condition)
+    judgment_records = filter_judgments(
+        read_judgment_files(judgments), study=study, condition=condition
+    )
     story_records = read_stories(stories) if stories is not None else None
     return build_meta_table(
-        score_records,
+        read_score_files(scores),
         judgment_records,
         stories=story_records,
         aggregation=aggregation,

@@ -30,7 +30,7 @@ from storyeval.corpus import Score, iter_raw_records, read_scores
 from storyeval.errors import DataFileError, DataProblem
 from storyeval.meta._warnings import DataCoverageWarning, DegenerateInputWarning, warn
 from storyeval.meta.data import MetaInputError, _scores_to_frame
-from storyeval.meta.stats import check_confidence
+from storyeval.meta.stats import binomial_test, check_confidence
 from storyeval.signature import Signature
 
 PAIR_COLUMNS: tuple[str, ...] = ("original_id", "altered_id")
@@ -273,8 +273,6 @@ def discrimination(
     >>> int(row.wins), int(row.ties), int(row.losses), round(float(row.estimate), 3), float(row.p_value)
     (2, 1, 0, 0.667, 0.25)
     """
-    from scipy.stats import binomtest
-
     check_confidence(confidence)
     for column in PAIR_COLUMNS:
         if column not in pairs.columns:
@@ -362,17 +360,15 @@ def discrimination(
                     f"discrimination of {metric!r} ({label}) is undefined: no pair has both scores",
                 )
             else:
-                ci = binomtest(wins, n).proportion_ci(confidence_level=confidence, method="exact")
+                _, ci_low, ci_high = binomial_test(wins, n, confidence=confidence)
                 row.update(
                     estimate=wins / n,
-                    ci_low=float(ci.low),
-                    ci_high=float(ci.high),
+                    ci_low=ci_low,
+                    ci_high=ci_high,
                     win_rate_ties_half=(wins + ties / 2) / n,
                 )
                 if wins + losses > 0:
-                    row["p_value"] = float(
-                        binomtest(wins, wins + losses, 0.5, alternative="greater").pvalue
-                    )
+                    row["p_value"] = binomial_test(wins, wins + losses, alternative="greater")[0]
             row["method"] = "sign_test"
             row["signature"] = Signature(
                 "discrimination",

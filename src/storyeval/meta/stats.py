@@ -9,6 +9,7 @@ scipy is tested (``tests/test_meta_stats.py``).
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Sequence
 from typing import Literal
@@ -327,6 +328,38 @@ def rows_correlation(
 # --------------------------------------------------------------------------- intervals, tests
 
 
+def bootstrap_indices(n: int, n_boot: int, seed: int) -> NDArray[np.int64]:
+    """``n_boot`` rows of ``n`` indices drawn with replacement (numpy PCG64 seeded by ``seed``).
+
+    Every seeded bootstrap of the project draws its resamples here, so the same seed gives the
+    same resamples whichever statistic is resampled.
+
+    Examples
+    --------
+    >>> bootstrap_indices(4, 2, seed=0).shape
+    (2, 4)
+    """
+    rng = np.random.default_rng(seed)
+    return np.asarray(rng.integers(0, n, size=(n_boot, n)), dtype=np.int64)
+
+
+def bootstrap_weights(indices: NDArray[np.int64], n: int) -> FloatArray:
+    """The resamples of :func:`bootstrap_indices` as multiplicity weights of shape (n_boot, n).
+
+    ``weights[k, i]`` is how often resample ``k`` drew item ``i``; estimators that are sums
+    over items (coincidence matrices, pair counts, cluster sums) resample as ``weights @ x``.
+
+    Examples
+    --------
+    >>> bootstrap_weights(np.array([[0, 0, 2]]), 3)
+    array([[2., 0., 1.]])
+    """
+    n_boot = indices.shape[0]
+    weights = np.zeros((n_boot, n))
+    np.add.at(weights, (np.repeat(np.arange(n_boot), indices.shape[1]), indices.ravel()), 1.0)
+    return weights
+
+
 def percentile_interval(
     replicates: ArrayLike, *, confidence: float = 0.95, label: str = ""
 ) -> tuple[float, float]:
@@ -403,6 +436,63 @@ def sign_flip_test(
     means = np.abs(signs @ v) / k
     hits = int(np.sum(means >= observed - tolerance))
     return float((1 + hits) / (1 + n_resamples))
+
+
+def mean_interval(
+    values: ArrayLike, *, confidence: float = 0.95
+) -> tuple[float, float, float, float]:
+    """Mean, sd (n - 1) and the Student t interval of the mean of the finite values.
+
+    Returns ``(mean, sd, ci_low, ci_high)``; the sd and the interval are nan for fewer than
+    two values, everything is nan for none.
+
+    Examples
+    --------
+    >>> mean, sd, low, high = mean_interval([4.0, 5.0, 6.0])
+    >>> mean, sd, round(low, 3), round(high, 3)
+    (5.0, 1.0, 2.516, 7.484)
+    """
+    from scipy.stats import t
+
+    check_confidence(confidence)
+    data = np.asarray(values, dtype=float).ravel()
+    data = data[np.isfinite(data)]
+    if data.size == 0:
+        return float("nan"), float("nan"), float("nan"), float("nan")
+    mean = float(data.mean())
+    if data.size < 2:
+        return mean, float("nan"), float("nan"), float("nan")
+    sd = float(data.std(ddof=1))
+    half = float(t.ppf(0.5 + confidence / 2, data.size - 1)) * sd / math.sqrt(data.size)
+    return mean, sd, mean - half, mean + half
+
+
+def binomial_test(
+    successes: int,
+    trials: int,
+    *,
+    p: float = 0.5,
+    alternative: str = "two-sided",
+    confidence: float = 0.95,
+) -> tuple[float, float, float]:
+    """Exact binomial test of ``successes`` out of ``trials`` against ``p``, with the exact
+    (Clopper-Pearson) interval of the proportion (``scipy.stats.binomtest``).
+
+    Returns ``(p_value, ci_low, ci_high)``; the interval is two-sided at ``confidence`` for the
+    two-sided alternative and one-sided otherwise, as scipy gives it.
+
+    Examples
+    --------
+    >>> p_value, low, high = binomial_test(9, 10)
+    >>> round(p_value, 4), round(low, 3), round(high, 3)
+    (0.0215, 0.555, 0.997)
+    """
+    from scipy.stats import binomtest
+
+    check_confidence(confidence)
+    result = binomtest(int(successes), int(trials), p, alternative=alternative)
+    interval = result.proportion_ci(confidence_level=confidence, method="exact")
+    return float(result.pvalue), float(interval.low), float(interval.high)
 
 
 def describe_replicates(replicates: Sequence[float]) -> dict[str, float]:

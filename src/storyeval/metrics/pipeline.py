@@ -379,21 +379,6 @@ def _needs_text(spec: MetricSpec, options: Mapping[str, Any]) -> str:
 # --------------------------------------------------------------------------- aggregation
 
 
-def bootstrap_indices(n: int, resamples: int, seed: int) -> np.ndarray:
-    """``resamples`` rows of ``n`` indices drawn with replacement (numpy PCG64, ``seed``)."""
-    rng = np.random.default_rng(seed)
-    return rng.integers(0, n, size=(resamples, n))
-
-
-def _interval(samples: np.ndarray, confidence: float) -> tuple[float, float]:
-    finite = samples[np.isfinite(samples)]
-    if len(finite) == 0:
-        return math.nan, math.nan
-    alpha = (1 - confidence) / 2
-    low, high = np.quantile(finite, [alpha, 1 - alpha])
-    return float(low), float(high)
-
-
 def aggregate(
     specs: Mapping[str, MetricSpec],
     batches: Mapping[str, MetricBatch],
@@ -413,6 +398,8 @@ def aggregate(
     computed from summed sufficient statistics, with an interval from the same resamples.
     """
     import pandas as pd
+
+    from storyeval.meta.stats import bootstrap_indices, percentile_interval
 
     rows: list[dict[str, Any]] = []
     method = f"percentile bootstrap, {bootstrap} resamples, seed {seed}" if bootstrap else "none"
@@ -452,7 +439,9 @@ def aggregate(
                         sums = np.where(finite, resampled, 0).sum(axis=1)
                         counts = finite.sum(axis=1)
                         means = np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
-                    low, high = _interval(means, confidence)
+                    low, high = percentile_interval(
+                        means, confidence=confidence, label=f"{name}, {system}"
+                    )
             common = {
                 "system": system,
                 "metric": name,
@@ -483,7 +472,9 @@ def aggregate(
                     samples = np.array(
                         [corpus.compute(stats[row], options[name]) for row in sample_index]
                     )
-                    low, high = _interval(samples, confidence)
+                    low, high = percentile_interval(
+                        samples, confidence=confidence, label=f"{corpus.name}, {system}"
+                    )
                 rows.append(
                     {
                         **common,

@@ -256,6 +256,45 @@ def note_submission(conn: Connection, participant: Participant, now: float) -> f
     return None if previous is None else max(0.0, now - previous)
 
 
+def rater_id(participant_id: int) -> str:
+    """The pseudonymous rater id used in exports (``p00012``); tokens are credentials and are
+    never exported.
+
+    >>> rater_id(12)
+    'p00012'
+    """
+    return f"p{participant_id:05d}"
+
+
+def mark_started(conn: Connection, participant_id: int, now: float) -> None:
+    """Record when the participant started (consented); a later call keeps the first time."""
+    conn.execute(
+        update(participants)
+        .where(participants.c.id == participant_id, participants.c.started_at.is_(None))
+        .values(started_at=now, last_seen_at=now)
+    )
+
+
+def mark_finished(
+    conn: Connection, participant_id: int, now: float, *, code: str | None = None
+) -> str:
+    """Mark the participant finished; return their completion code.
+
+    The first call stores ``code`` (a random 8-character code when ``None``) and the finish
+    time; later calls (a reload of the last page, a double submission) return the stored code.
+    """
+    current = lock_participant(conn, participant_id)
+    if current.completion_code:
+        return current.completion_code
+    final = code or secrets.token_hex(4).upper()
+    conn.execute(
+        update(participants)
+        .where(participants.c.id == participant_id)
+        .values(finished_at=now, completion_code=final)
+    )
+    return final
+
+
 def get_meta(conn: Connection, key: str) -> str | None:
     return conn.execute(
         select(server_meta.c.value).where(server_meta.c.key == key)

@@ -4,16 +4,22 @@ Used by the tests (in-process and against a real server) and by the load benchma
 simulated participant follows the server's redirects, answers each page with a policy, and
 records every page the server *acknowledged* (a 303 redirect after a POST means the answers
 were committed), so a test can check that nothing acknowledged was lost.
+:class:`ServerProcess` runs the real server (``storyeval serve``) for them.
 """
 
 from __future__ import annotations
 
+import os
 import random
 import re
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import IO, Any
 from urllib.parse import urlsplit
 
 from storyeval.human.study import Study, answer_keys
@@ -156,3 +162,87 @@ class StudyBrowser:
         if response.status_code in (301, 302, 303, 307, 308):
             return self._get(urlsplit(response.headers["location"]).path)
         return response
+
+
+class ServerProcess:
+    """``storyeval serve FILE`` in a subprocess on a free loopback port (uvicorn, one process),
+    with ``links`` participant links created at start (``.links``); its output goes to
+    ``log``. Waits until ``/healthz`` answers.
+
+    Raises ``RuntimeError`` (with the server's log) when the server exits or does not answer
+    within ``timeout`` seconds.
+    """
+
+    def __init__(
+        self,
+        session_file: Path,
+        db_url: str,
+        log: Path,
+        *,
+        links: int,
+        admin_token: str,
+        timeout: float = 60.0,
+    ) -> None:
+        import httpx
+
+        from storyeval.server.pgtemp import free_port
+
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.admin = admin_token
+        self.log_path = log
+        links_file = log.with_suffix(".links")
+        self._log: IO[str] = open(log, "w")  # noqa: SIM115 (closed by stop)
+        self.process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "storyeval",
+                "serve",
+                str(session_file),
+                "--db",
+                db_url,
+                "--port",
+                str(self.port),
+                "--admin-token",
+                admin_token,
+                "--links",
+                str(links),
+                "--links-file",
+                str(links_file),
+                "--base-url",
+                self.base,
+            ],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "OMP_NUM_THREADS": "1"},
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                self._log.close()
+                raise RuntimeError(log.read_text())
+            try:
+                if httpx.get(f"{self.base}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        else:
+            self.stop()
+            raise RuntimeError(f"the server did not start within {timeout:g} s: {log}")
+        self.links = links_file.read_text().split()
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash would."""
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(timeout=10)
+
+    def stop(self) -> None:
+        """Terminate (SIGKILL after 10 s) and close the log."""
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self._log.close()

@@ -17,7 +17,6 @@ Invariants the tests check on SQLite and PostgreSQL:
 from __future__ import annotations
 
 import json
-import secrets
 import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -51,8 +50,11 @@ from storyeval.server.participants import (
     Participant,
     first_view,
     lock_participant,
+    mark_finished,
+    mark_started,
     note_submission,
     participants,
+    rater_id,
 )
 
 KIND = "study"
@@ -596,12 +598,8 @@ def start(conn: Connection, study: Study, participant: Participant, now: float) 
             questions_done=0,
         )
     )
-    conn.execute(
-        update(participants)
-        .where(participants.c.id == participant.id)
-        .values(started_at=now, last_seen_at=now)
-    )
-    started = replace(current, started_at=now, last_seen_at=now)
+    mark_started(conn, participant.id, now)
+    started = replace(current, started_at=current.started_at or now, last_seen_at=now)
     return claim_batch(conn, study, started, now) > 0
 
 
@@ -619,17 +617,9 @@ def close_items(conn: Connection, participant: Participant) -> None:
 
 
 def finish(conn: Connection, study: Study, participant: Participant, now: float) -> str:
-    """Mark the participant finished; return their completion code."""
-    current = lock_participant(conn, participant.id)
-    if current.finished_at is not None and current.completion_code:
-        return current.completion_code
-    code = study.config.completion.code or secrets.token_hex(4).upper()
-    conn.execute(
-        update(participants)
-        .where(participants.c.id == participant.id)
-        .values(finished_at=now, completion_code=code)
-    )
-    return code
+    """Mark the participant finished; return their completion code (the study's, else a
+    random one; see :func:`~storyeval.server.participants.mark_finished`)."""
+    return mark_finished(conn, participant.id, now, code=study.config.completion.code)
 
 
 # ----------------------------------------------------------------------------- what a page shows
@@ -960,11 +950,6 @@ def training_answer(conn: Connection, participant_id: int, index: int) -> dict[s
 # ----------------------------------------------------------------------------- export
 
 
-def rater_id(participant_id: int) -> str:
-    """The pseudonymous rater id used in exports (tokens are credentials and never exported)."""
-    return f"p{participant_id:05d}"
-
-
 def export_judgments(
     conn: Connection, study_name: str, *, version: str | None = None
 ) -> list[Judgment]:
@@ -1171,6 +1156,14 @@ def progress(conn: Connection, study: Study) -> dict[str, Any]:
         "raters_per_item": quota,
         "items": sorted(coverage.values(), key=lambda e: e["item"]),
     }
+
+
+def stored_and_done_slots(conn: Connection) -> tuple[set[int], set[int]]:
+    """The slots with stored judgments and the slots marked done (the same set in a consistent
+    database: a page's judgments and its slot are committed together)."""
+    stored = set(conn.execute(select(judgments.c.slot_id)).scalars())
+    done = set(conn.execute(select(slots.c.id).where(slots.c.status == "done")).scalars())
+    return stored, done
 
 
 def max_raters_per_item(conn: Connection, study_name: str) -> int:

@@ -33,7 +33,15 @@ from sqlalchemy.exc import IntegrityError
 from storyeval.collab.config import CyoaConfig, MilConfig
 from storyeval.collab.session import WritingSession
 from storyeval.server.db import metadata
-from storyeval.server.participants import Participant, get_meta, participants, set_meta
+from storyeval.server.participants import (
+    Participant,
+    count_participants,
+    get_meta,
+    mark_started,
+    participants,
+    rater_id,
+    set_meta,
+)
 
 T = TypeVar("T")
 
@@ -54,11 +62,6 @@ writing_sessions = Table(
 
 class VersionConflict(ValueError):
     """The database holds sessions of another version of this session file."""
-
-
-def rater_id(participant_id: int) -> str:
-    """The participant's public id in exports (``p00012``), as the study exports use."""
-    return f"p{participant_id:05d}"
 
 
 def register(conn: Connection, config: CyoaConfig | MilConfig) -> None:
@@ -139,11 +142,7 @@ def start(
         found = load(conn, config, participant.id, lock=True)
         assert found is not None
         return found
-    conn.execute(
-        update(participants)
-        .where(participants.c.id == participant.id, participants.c.started_at.is_(None))
-        .values(started_at=now, last_seen_at=now)
-    )
+    mark_started(conn, participant.id, now)
     return session
 
 
@@ -162,21 +161,6 @@ def step(
     result = action(session)
     save(conn, session, participant_id, now)
     return session, result
-
-
-def finish(conn: Connection, participant_id: int, code: str, now: float) -> str:
-    """Mark the participant finished; returns their completion code (the first one given)."""
-    row = conn.execute(
-        select(participants.c.completion_code).where(participants.c.id == participant_id)
-    ).one()
-    if row.completion_code:
-        return str(row.completion_code)
-    conn.execute(
-        update(participants)
-        .where(participants.c.id == participant_id)
-        .values(finished_at=now, completion_code=code)
-    )
-    return code
 
 
 def sessions_of(
@@ -215,11 +199,7 @@ def export(conn: Connection, config: CyoaConfig | MilConfig) -> list[dict[str, A
 
 def progress(conn: Connection, config: CyoaConfig | MilConfig) -> dict[str, Any]:
     """Counts for the admin pages: links, started, finished, sessions by phase, turns."""
-    links = conn.execute(
-        select(func.count())
-        .select_from(participants)
-        .where(participants.c.kind == config.kind, participants.c.session == config.name)
-    ).scalar_one()
+    links = count_participants(conn, config.kind, config.name)
     phases: dict[str, int] = {}
     suggestion_turns = 0
     choices: dict[str, int] = {}

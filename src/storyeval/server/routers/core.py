@@ -20,7 +20,9 @@ from storyeval.server.participants import (
     participant_by_token,
     participant_for_external_id,
     participants,
+    rater_id,
 )
+from storyeval.server.routers import attachment
 
 router = APIRouter()
 admin_router = APIRouter()
@@ -196,15 +198,11 @@ def links_csv(
     for row in rows:
         writer.writerow(
             [
-                f"p{row.id:05d}",
+                rater_id(row.id),
                 f"{root}/p/{row.token}",
                 row.external_id or "",
                 "yes" if row.started_at else "no",
                 "yes" if row.finished_at else "no",
             ]
         )
-    return Response(
-        buffer.getvalue(),
-        media_type="text/csv; charset=utf-8",
-        headers={"Content-Disposition": f'attachment; filename="{name}-links.csv"'},
-    )
+    return attachment(buffer.getvalue(), f"{name}-links.csv", "text/csv; charset=utf-8")

@@ -6,7 +6,7 @@ import io
 import json
 import tempfile
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Depends, HTTPException
 from fastapi.responses import Response
@@ -17,6 +17,7 @@ from storyeval.human.study import Study
 from storyeval.server import study_store
 from storyeval.server.app import ServerState
 from storyeval.server.deps import require_admin
+from storyeval.server.routers import attachment, jsonl_attachment
 
 router = APIRouter(prefix="/study/{name}")
 Admin = Annotated[ServerState, Depends(require_admin)]
@@ -84,15 +85,6 @@ def progress_json(state: Admin, name: str) -> Progress:
         return Progress.model_validate(study_store.progress(conn, study))
 
 
-def _jsonl(records: list[dict[str, Any]], filename: str) -> Response:
-    body = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
-    return Response(
-        body,
-        media_type="application/x-ndjson; charset=utf-8",
-        headers={"Content-Disposition": f'attachment; filename="{filename}"'},
-    )
-
-
 @router.get("/export/judgments.{fmt}")
 def export_judgments(state: Admin, name: str, fmt: str) -> Response:
     study = _study(state, name)
@@ -102,7 +94,7 @@ def export_judgments(state: Admin, name: str, fmt: str) -> Response:
         records = study_store.export_judgments(conn, study.name, version=study.version)
     filename = f"{name}-judgments.{fmt}"
     if fmt == "jsonl":
-        return _jsonl([j.to_dict() for j in records], filename)
+        return jsonl_attachment([j.to_dict() for j in records], filename)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "judgments.csv"
         if records:
@@ -112,32 +104,34 @@ def export_judgments(state: Admin, name: str, fmt: str) -> Response:
             body = io.StringIO(
                 "item_id,rater_id,criterion,value,time_s,study,condition\n"
             ).getvalue()
-    return Response(
-        body,
-        media_type="text/csv; charset=utf-8",
-        headers={"Content-Disposition": f'attachment; filename="{filename}"'},
-    )
+    return attachment(body, filename, "text/csv; charset=utf-8")
 
 
 @router.get("/export/responses.jsonl")
 def export_responses(state: Admin, name: str) -> Response:
     study = _study(state, name)
     with state.db.read() as conn:
-        return _jsonl(study_store.export_responses(conn, study.name), f"{name}-responses.jsonl")
+        return jsonl_attachment(
+            study_store.export_responses(conn, study.name), f"{name}-responses.jsonl"
+        )
 
 
 @router.get("/export/participants.jsonl")
 def export_participants(state: Admin, name: str) -> Response:
     study = _study(state, name)
     with state.db.read() as conn:
-        return _jsonl(study_store.participant_summaries(conn, study), f"{name}-participants.jsonl")
+        return jsonl_attachment(
+            study_store.participant_summaries(conn, study), f"{name}-participants.jsonl"
+        )
 
 
 @router.get("/export/training.jsonl")
 def export_training(state: Admin, name: str) -> Response:
     study = _study(state, name)
     with state.db.read() as conn:
-        return _jsonl(study_store.export_training(conn, study.name), f"{name}-training.jsonl")
+        return jsonl_attachment(
+            study_store.export_training(conn, study.name), f"{name}-training.jsonl"
+        )
 
 
 @router.get("/export/study.json")
@@ -145,8 +139,8 @@ def export_definition(state: Admin, name: str) -> Response:
     study = _study(state, name)
     with state.db.read() as conn:
         definition = study_store.stored_definition(conn, study.name)
-    return Response(
+    return attachment(
         json.dumps(definition, indent=2, ensure_ascii=False),
-        media_type="application/json",
-        headers={"Content-Disposition": f'attachment; filename="{name}-study.json"'},
+        f"{name}-study.json",
+        "application/json",
     )

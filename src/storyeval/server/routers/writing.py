@@ -15,7 +15,6 @@ five rounds; then the Likert statements and open questions. MIL (chapter 2): wri
 # No ``from __future__ import annotations`` here: FastAPI resolves the dependency annotations
 # of the handlers, which refer to the local ``Who`` alias, at definition time.
 import contextlib
-import secrets
 from collections.abc import Callable
 from typing import Annotated, Any
 
@@ -28,7 +27,7 @@ from storyeval.collab.session import TurnError, WritingSession
 from storyeval.server import writing_store
 from storyeval.server.app import ServerState, server_state
 from storyeval.server.deps import participant_of
-from storyeval.server.participants import Participant, touch
+from storyeval.server.participants import Participant, mark_finished, touch
 from storyeval.server.sessions import SessionPlugin
 
 MAX_FORM_TEXT = 5000
@@ -120,6 +119,25 @@ def make_router(kind: str) -> APIRouter:
             "text": "",
         }
 
+    def show(
+        request: Request,
+        who: tuple[Participant, SessionPlugin],
+        page: str,
+        fill: Callable[[ServerState, Participant, WritingSession | None], dict[str, Any]]
+        | None = None,
+    ) -> Response:
+        """The writer's page ``page`` (``templates/writing/<page>.html``) with the common context
+        and what ``fill`` adds, or a redirect to the page the writer is on."""
+        participant, plugin = plugin_of(who)
+        state = server_state(request)
+        session, redirect = serve(state, plugin, participant, page)
+        if redirect is not None:
+            return redirect
+        values = context(plugin, participant, session)
+        if fill is not None:
+            values.update(fill(state, participant, session))
+        return state.page(f"writing/{page}.html", values)
+
     def act(
         state: ServerState,
         plugin: Any,
@@ -163,12 +181,7 @@ def make_router(kind: str) -> APIRouter:
 
     @router.get("/welcome")
     def welcome(request: Request, token: str, who: Who) -> Response:
-        participant, plugin = plugin_of(who)
-        state = server_state(request)
-        session, redirect = serve(state, plugin, participant, "welcome")
-        if redirect is not None:
-            return redirect
-        return state.page("writing/welcome.html", context(plugin, participant, session))
+        return show(request, who, "welcome")
 
     @router.post("/start")
     async def start(request: Request, token: str, who: Who) -> Response:
@@ -187,12 +200,7 @@ def make_router(kind: str) -> APIRouter:
 
     @router.get("/write")
     def write(request: Request, token: str, who: Who) -> Response:
-        participant, plugin = plugin_of(who)
-        state = server_state(request)
-        session, redirect = serve(state, plugin, participant, "write")
-        if redirect is not None:
-            return redirect
-        return state.page("writing/write.html", context(plugin, participant, session))
+        return show(request, who, "write")
 
     @router.post("/write")
     async def write_submit(request: Request, token: str, who: Who) -> Response:
@@ -216,23 +224,14 @@ def make_router(kind: str) -> APIRouter:
 
     @router.get("/wait")
     def wait(request: Request, token: str, who: Who) -> Response:
-        participant, plugin = plugin_of(who)
-        state = server_state(request)
-        session, redirect = serve(state, plugin, participant, "wait")
-        if redirect is not None:
-            return redirect
-        response = state.page("writing/wait.html", context(plugin, participant, session))
-        response.headers["Refresh"] = "1"  # as the page's <meta refresh>: no JavaScript needed
+        response = show(request, who, "wait")
+        if not isinstance(response, RedirectResponse):
+            response.headers["Refresh"] = "1"  # as the page's <meta refresh>: no JavaScript
         return response
 
     @router.get("/failed")
     def failed(request: Request, token: str, who: Who) -> Response:
-        participant, plugin = plugin_of(who)
-        state = server_state(request)
-        session, redirect = serve(state, plugin, participant, "failed")
-        if redirect is not None:
-            return redirect
-        return state.page("writing/failed.html", context(plugin, participant, session))
+        return show(request, who, "failed")
 
     @router.post("/retry")
     async def retry(request: Request, token: str, who: Who) -> Response:
@@ -266,19 +265,19 @@ def make_router(kind: str) -> APIRouter:
                 return str(suggestion["generator"])
         raise TurnError("There is no such suggestion.")
 
+    def suggestions_page(
+        _: ServerState, __: Participant, session: WritingSession | None
+    ) -> dict[str, Any]:
+        """The suggestions of the current turn and the text for the edit box."""
+        if session is None:  # the choose and edit pages are reached only inside a session
+            return {}
+        return {"options": options(session), "text": session.edit_text()}
+
     if kind == "cyoa":
 
         @router.get("/choose")
         def choose(request: Request, token: str, who: Who) -> Response:
-            participant, plugin = plugin_of(who)
-            state = server_state(request)
-            session, redirect = serve(state, plugin, participant, "choose")
-            if redirect is not None:
-                return redirect
-            assert session is not None
-            page = context(plugin, participant, session)
-            page["options"] = options(session)
-            return state.page("writing/choose.html", page)
+            return show(request, who, "choose", suggestions_page)
 
         @router.post("/choose")
         async def choose_submit(request: Request, token: str, who: Who) -> Response:
@@ -302,15 +301,7 @@ def make_router(kind: str) -> APIRouter:
 
     @router.get("/edit")
     def edit(request: Request, token: str, who: Who) -> Response:
-        participant, plugin = plugin_of(who)
-        state = server_state(request)
-        session, redirect = serve(state, plugin, participant, "edit")
-        if redirect is not None:
-            return redirect
-        assert session is not None
-        page = context(plugin, participant, session)
-        page.update(options=options(session), text=session.edit_text())
-        return state.page("writing/edit.html", page)
+        return show(request, who, "edit", suggestions_page)
 
     @router.post("/edit")
     async def edit_submit(request: Request, token: str, who: Who) -> Response:
@@ -344,14 +335,7 @@ def make_router(kind: str) -> APIRouter:
 
     @router.get("/survey")
     def survey(request: Request, token: str, who: Who) -> Response:
-        participant, plugin = plugin_of(who)
-        state = server_state(request)
-        session, redirect = serve(state, plugin, participant, "survey")
-        if redirect is not None:
-            return redirect
-        page = context(plugin, participant, session)
-        page.update(values={}, errors=[])
-        return state.page("writing/survey.html", page)
+        return show(request, who, "survey", lambda *_: {"values": {}, "errors": []})
 
     @router.post("/survey")
     async def survey_submit(request: Request, token: str, who: Who) -> Response:
@@ -377,7 +361,6 @@ def make_router(kind: str) -> APIRouter:
                 values=form, errors=errors, error="Please answer every question marked below."
             )
             return state.page("writing/survey.html", page, status_code=422)
-        code = config.completion.code or secrets.token_hex(4).upper()
 
         def finish(session: WritingSession, now: float) -> None:
             session.submit_survey(likert, answers, now=now)
@@ -388,23 +371,25 @@ def make_router(kind: str) -> APIRouter:
             raise HTTPException(status_code=422, detail=str(exc)) from None
         if status == "ok":
             now = state.clock()
-            state.db.run(lambda conn: writing_store.finish(conn, participant.id, code, now))
+            state.db.run(
+                lambda conn: mark_finished(conn, participant.id, now, code=config.completion.code)
+            )
         return _redirect(f"/{kind}/{token}/")
 
     @router.get("/done")
     def done(request: Request, token: str, who: Who) -> Response:
-        participant, plugin = plugin_of(who)
-        state = server_state(request)
-        session, redirect = serve(state, plugin, participant, "done")
-        if redirect is not None:
-            return redirect
-        now = state.clock()
-        fallback = plugin.config.completion.code or secrets.token_hex(4).upper()
-        code = state.db.run(lambda conn: writing_store.finish(conn, participant.id, fallback, now))
-        page = context(plugin, participant, session)
-        page["code"] = code
-        page["story"] = session.story() if session is not None else ""
-        return state.page("writing/done.html", page)
+        configured = plugin_of(who)[1].config.completion.code
+
+        def fill(
+            state: ServerState, participant: Participant, session: WritingSession | None
+        ) -> dict[str, Any]:
+            now = state.clock()
+            code = state.db.run(
+                lambda conn: mark_finished(conn, participant.id, now, code=configured)
+            )
+            return {"code": code, "story": session.story() if session is not None else ""}
+
+        return show(request, who, "done", fill)
 
     # ----------------------------------------------------------------- picture prompt
 

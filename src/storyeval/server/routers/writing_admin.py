@@ -12,6 +12,7 @@ from fastapi.responses import Response
 from storyeval.server import writing_store
 from storyeval.server.app import ServerState
 from storyeval.server.deps import require_admin
+from storyeval.server.routers import jsonl_attachment
 
 Admin = Annotated[ServerState, Depends(require_admin)]
 
@@ -77,12 +78,7 @@ def make_router(kind: str) -> APIRouter:
         plugin = plugin_of(state, name)
         with state.db.read() as conn:
             records = writing_store.export(conn, plugin.config)
-        body = "".join(json.dumps(r, ensure_ascii=False, allow_nan=False) + "\n" for r in records)
-        return Response(
-            body,
-            media_type="application/x-ndjson; charset=utf-8",
-            headers={"Content-Disposition": f'attachment; filename="{name}-sessions.jsonl"'},
-        )
+        return jsonl_attachment(records, f"{name}-sessions.jsonl")
 
     @router.get("/export/session.json")
     def definition(state: Admin, name: str) -> Response:
