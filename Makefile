@@ -31,7 +31,9 @@ demo: setup
 		--max-length 48 --window 2 --stride 1 --lr 1e-4 --head-lr 2e-3 --seed 1 -q
 	$(BIN)/storyeval score examples/stories.jsonl --metrics union --option union.model=$(OUT)/union \
 		-o $(OUT)/union-scores.jsonl --per-system $(OUT)/union-per-system.csv --no-progress
-	$(BIN)/storyeval train nsp --stories examples/human.jsonl -o $(OUT)/nsp --epochs 1 -q
+	$(BIN)/storyeval train nsp --stories examples/human.jsonl -o $(OUT)/nsp --epochs 2 -q
+	$(BIN)/storyeval score examples/stories.jsonl --metrics nsp_prompt,nsp_prev --option nsp.model=$(OUT)/nsp \
+		-o $(OUT)/nsp-scores.jsonl --per-system $(OUT)/nsp-per-system.csv --no-progress
 
 ## test: set up (with Chromium and PostgreSQL), then run the whole test suite
 test: setup-test

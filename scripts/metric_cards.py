@@ -283,8 +283,11 @@ NARRATIVE: dict[str, dict[str, str]] = {
         "useful measure of narrative coherence.",
         "limits": "Needs a model with a trained NSP head: the offline MiniLM has none, so the "
         "metric refuses (exit 2) and names `bert-base-uncased` (hub; needs network access or "
-        "a local copy) and `storyeval train nsp --stories HUMAN.jsonl -o DIR`. Probabilities "
-        "saturate near 1 for fluent text.",
+        "a local copy) and `storyeval train nsp --stories HUMAN.jsonl -o DIR`, which trains a "
+        "siamese head (cosine of mean-pooled sentence embeddings) on the offline encoder. "
+        "BERT's own head saturates near 1 for fluent text; a head trained on your corpus "
+        "measures continuity as that corpus shows it, and scores its own training stories "
+        "higher than unseen ones.",
         "refs": f"{CF}; Devlin et al. (2019).",
     },
     "nsp_prev": {
@@ -458,7 +461,8 @@ def _inputs_text(spec) -> str:  # type: ignore[no-untyped-def]
         "causal-lm": "a causal LM (default: the offline SmolLM2-135M; `model` option)",
         "glove": "word vectors (default: the offline GloVe 6B 50d; `glove` option) or an encoder",
         "spacy": "a spaCy pipeline (default: the offline en_core_web_sm) and the Brysbaert ratings",
-        "nsp": "a BERT model with a trained NSP head (`nsp.model`; none offline)",
+        "nsp": "a trained NSP head (`nsp.model`: a BERT with its NSP head, or a directory "
+        "from `storyeval train nsp`; none ships offline)",
         "checkpoint": "a checkpoint directory (`model` option)",
     }.get(spec.model or "", "no model")
     return f"Fields: {', '.join(parts)}. Model: {model}."

@@ -53,6 +53,10 @@ def _report(result: Any) -> None:
     dev = training["best_dev"]
     shown = ", ".join(f"{key} {value:.4f}" for key, value in dev.items())
     typer.echo(f"dev (best, step {training['best_step']}): {shown}")
+    initial = training.get("data", {}).get("initial_dev")
+    if initial:
+        before = ", ".join(f"{key} {value:.4f}" for key, value in initial.items())
+        typer.echo(f"dev (before fine-tuning): {before}")
     typer.echo(f"model: {result.directory}")
     typer.echo(f"signature: {result.signature.render()}")
 
@@ -188,7 +192,15 @@ def nsp(
         None, "--head-lr", help="Peak learning rate of the new NSP head (default: --lr)."
     ),
     batch_size: int = typer.Option(16, "--batch-size", min=1, help="Pairs per step."),
-    max_length: int = typer.Option(128, "--max-length", help="Longest pair in tokens."),
+    max_length: int = typer.Option(
+        128, "--max-length", help="Longest input in tokens (siamese: each text)."
+    ),
+    architecture: str = typer.Option(
+        "auto",
+        "--architecture",
+        help="cross (BERT NSP head on the pair), siamese (cosine of mean-pooled sentence "
+        "embeddings) or auto: cross when the base model has a trained NSP head, else siamese.",
+    ),
     no_prompt: bool = typer.Option(
         False, "--no-prompt", help="Do not pair the prompt with the story."
     ),
@@ -207,8 +219,9 @@ def nsp(
 ) -> None:
     """Train a next-sentence-prediction head (BERT's NSP objective) on a story corpus.
 
-    The directory loads with BertForNextSentencePrediction.from_pretrained(DIR); the
-    nsp_prompt / nsp_prev metrics use it with --option nsp.model=DIR.
+    The nsp_prompt / nsp_prev metrics use the directory with --option nsp.model=DIR. With the
+    offline sentence encoder the head is siamese (cosine of mean-pooled embeddings); a cross
+    head also loads with BertForNextSentencePrediction.from_pretrained(DIR).
     """
     from storyeval.corpus import read_stories
     from storyeval.learn.nsp import NspConfig, train_nsp
@@ -219,6 +232,7 @@ def nsp(
             max_length=max_length,
             use_prompt=not no_prompt,
             dev_fraction=dev_fraction,
+            architecture=architecture,
         )
     except ValueError as exc:
         raise exit_with(f"error: {exc}") from None

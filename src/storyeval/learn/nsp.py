@@ -4,11 +4,21 @@
 Training pairs follow BERT's NSP objective: for every pair of consecutive sentences
 ``(A, B)`` of a story (the prompt's sentences come first), the true pair is labelled
 ``IsNext`` and ``A`` with a sentence drawn at random from another story is labelled
-``NotNext``, so the classes are balanced. The model is a transformers
-``BertForNextSentencePrediction`` (label 0 = B follows A, as in transformers); the output
-directory is a standard ``save_pretrained`` directory (model and tokenizer) plus
-``storyeval.json`` with the signature, so
-``BertForNextSentencePrediction.from_pretrained(DIR)`` loads it.
+``NotNext``, so the classes are balanced. Two architectures:
+
+* ``cross``: a transformers ``BertForNextSentencePrediction`` reading ``[CLS] A [SEP] B``
+  (label 0 = B follows A, as in transformers); the directory loads with
+  ``BertForNextSentencePrediction.from_pretrained(DIR)``. Right for a BERT pre-trained with
+  NSP (bert-base-uncased): its head starts trained.
+* ``siamese``: ``sigmoid(scale * cos(e(A), e(B)) + bias)`` over the encoder's mean-pooled
+  embeddings (:mod:`storyeval.learn.siamese`); the directory holds the fine-tuned encoder
+  (``AutoModel.from_pretrained(DIR)``) and ``nsp_head.safetensors``. Right for sentence
+  encoders such as the offline all-MiniLM-L6-v2, whose [CLS] vector was never trained: a cross
+  head on it stays at chance on a corpus of hundreds of pairs, while the siamese head starts
+  above chance and improves.
+
+``auto`` (the default) picks ``cross`` when the base checkpoint has a trained NSP head and
+``siamese`` otherwise. Every directory carries ``storyeval.json`` with the signature.
 """
 
 from __future__ import annotations
@@ -30,6 +40,8 @@ from storyeval.signature import Signature
 
 IS_NEXT = 0
 NOT_NEXT = 1
+ARCHITECTURES = ("auto", "cross", "siamese")
+HEAD_FILE = "nsp_head.safetensors"  # the siamese head (see storyeval.learn.siamese)
 
 
 @dataclass(frozen=True)
@@ -48,12 +60,17 @@ class NspConfig:
         sentence, first story sentence) is trained too).
     dev_fraction : float
         Share of the stories held out for early stopping.
+    architecture : str
+        ``cross`` (BERT NSP head on [CLS] of the pair), ``siamese`` (cosine of mean-pooled
+        embeddings) or ``auto``: ``cross`` when the base checkpoint has a trained NSP head,
+        else ``siamese``. For ``siamese``, ``max_length`` applies to each text.
     """
 
     encoder: str | None = None
     max_length: int = 128
     use_prompt: bool = True
     dev_fraction: float = 0.1
+    architecture: str = "auto"
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_length, int) or not 16 <= self.max_length <= 4096:
@@ -62,6 +79,10 @@ class NspConfig:
             )
         if not 0.0 < self.dev_fraction < 1.0:
             raise ValueError(f"dev_fraction must be in (0, 1); got {self.dev_fraction!r}")
+        if self.architecture not in ARCHITECTURES:
+            raise ValueError(
+                f"architecture must be one of {', '.join(ARCHITECTURES)}; got {self.architecture!r}"
+            )
 
 
 @dataclass(frozen=True)
@@ -175,9 +196,132 @@ class NspTask:
         self.tokenizer.save_pretrained(directory)
 
 
-def _base_nsp_model(name: str | None) -> tuple[Any, Any, str]:
-    """A fresh ``BertForNextSentencePrediction`` from the base encoder, its tokenizer and
-    the base identity."""
+class SiameseNspTask:
+    """Loss and evaluation of the siamese NSP head for :func:`storyeval.learn.trainer.fit`."""
+
+    kind = "nsp"
+    head_prefixes = ("head.",)
+
+    def __init__(self, model: Any, tokenizer: Any, config: NspConfig) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.config = config
+
+    def logits(self, batch: Sequence[NspExample]) -> Any:
+        from storyeval.learn.siamese import tokenize
+
+        first = tokenize(self.tokenizer, [e.first for e in batch], self.config.max_length)
+        second = tokenize(self.tokenizer, [e.second for e in batch], self.config.max_length)
+        return self.model(first, second)
+
+    @staticmethod
+    def targets(batch: Sequence[NspExample]) -> Any:
+        import torch
+
+        return torch.tensor([1.0 if e.label == IS_NEXT else 0.0 for e in batch])
+
+    def batch_loss(self, batch: Sequence[NspExample]) -> tuple[Any, dict[str, float]]:
+        import torch.nn.functional as F
+
+        loss = F.binary_cross_entropy_with_logits(self.logits(batch), self.targets(batch))
+        return loss, {"loss": float(loss.detach())}
+
+    def evaluate(self, examples: Sequence[NspExample]) -> dict[str, float]:
+        import torch.nn.functional as F
+
+        total = correct = 0.0
+        for start in range(0, len(examples), 64):
+            batch = examples[start : start + 64]
+            logits, targets = self.logits(batch), self.targets(batch)
+            total += float(F.binary_cross_entropy_with_logits(logits, targets, reduction="sum"))
+            correct += float(((logits > 0).float() == targets).sum())
+        return {"loss": total / len(examples), "accuracy": correct / len(examples)}
+
+    def initialize_head(self, examples: Sequence[NspExample], *, limit: int = 2000) -> None:
+        """Fit the head to the untrained encoder's cosines on (at most ``limit``) pairs."""
+        import torch
+
+        from storyeval.learn.siamese import fit_head_to_cosines, tokenize
+
+        sample = list(examples[:limit])
+        cosines = []
+        self.model.eval()
+        with torch.no_grad():
+            for start in range(0, len(sample), 64):
+                batch = sample[start : start + 64]
+                first = tokenize(self.tokenizer, [e.first for e in batch], self.config.max_length)
+                second = tokenize(self.tokenizer, [e.second for e in batch], self.config.max_length)
+                cosines.append(self.model.cosine(first, second))
+        self.model.train()
+        fit_head_to_cosines(self.model, torch.cat(cosines), self.targets(sample))
+
+    def save(self, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        self.model.encoder.save_pretrained(directory)
+        self.tokenizer.save_pretrained(directory)
+        self.model.save_head(directory)
+
+
+def checkpoint_keys(path: Path) -> set[str] | None:
+    """Parameter names stored in a local checkpoint directory (None if none is found)."""
+    keys: set[str] = set()
+    found = False
+    for file in sorted(path.glob("*.safetensors")):
+        from safetensors import safe_open
+
+        found = True
+        with safe_open(str(file), framework="pt") as handle:
+            keys.update(handle.keys())
+    if not found:
+        for file in sorted(path.glob("pytorch_model*.bin")):
+            import torch
+
+            found = True
+            state = torch.load(str(file), map_location="cpu", weights_only=True, mmap=True)
+            keys.update(state.keys())
+    return keys if found else None
+
+
+def has_trained_nsp_head(path_or_name: str | Path) -> bool | None:
+    """Whether a checkpoint stores BERT next-sentence-prediction weights
+    (``cls.seq_relationship``); a model without them would get a randomly initialised head
+    from ``BertForNextSentencePrediction.from_pretrained``.
+
+    Returns None when the checkpoint files cannot be inspected (a hub name not cached).
+    """
+    path = Path(path_or_name).expanduser()
+    keys: set[str] | None = None
+    if path.is_dir():
+        keys = checkpoint_keys(path)
+    else:
+        try:
+            from huggingface_hub import try_to_load_from_cache
+
+            for filename in ("model.safetensors", "pytorch_model.bin"):
+                cached = try_to_load_from_cache(str(path_or_name), filename)
+                if isinstance(cached, str):
+                    keys = checkpoint_keys(Path(cached).parent)
+                    break
+        except ImportError:  # pragma: no cover
+            keys = None
+    if keys is None:
+        return None
+    return any(key.endswith("seq_relationship.weight") for key in keys)
+
+
+def resolve_architecture(config: NspConfig) -> str:
+    """``config.architecture`` with ``auto`` decided by the base checkpoint."""
+    if config.architecture != "auto":
+        return config.architecture
+    from storyeval.models import resolve_model_path
+
+    _, path, _ = resolve_model_path(config.encoder, "encoder")
+    return "cross" if has_trained_nsp_head(path) else "siamese"
+
+
+def _base_cross_model(name: str | None) -> tuple[Any, Any, str]:
+    """A ``BertForNextSentencePrediction`` from the base encoder (its NSP head as stored,
+    or newly initialised), its tokenizer and the base identity."""
     import warnings
 
     import torch
@@ -189,8 +333,8 @@ def _base_nsp_model(name: str | None) -> tuple[Any, Any, str]:
     model_type = getattr(loaded.model.config, "model_type", None)
     if model_type != "bert":
         raise ModelLoadError(
-            f"{loaded.name}: the NSP head needs a BERT model (model_type 'bert'); this one is "
-            f"{model_type!r}. Use the default encoder or a BERT such as bert-base-uncased"
+            f"{loaded.name}: the cross NSP head needs a BERT model (model_type 'bert'); this one "
+            f"is {model_type!r}. Use --architecture siamese or a BERT such as bert-base-uncased"
         )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -198,11 +342,25 @@ def _base_nsp_model(name: str | None) -> tuple[Any, Any, str]:
     return model, loaded.tokenizer, loaded.identity
 
 
+def _base_siamese_model(name: str | None) -> tuple[Any, Any, str]:
+    """A :class:`~storyeval.learn.siamese.SiameseNsp` over a private copy of the encoder."""
+    import copy
+
+    from transformers import AutoModel
+
+    from storyeval.learn.siamese import SiameseNsp
+    from storyeval.models import load_pretrained
+
+    loaded = load_pretrained(name, "encoder", AutoModel)
+    return SiameseNsp(copy.deepcopy(loaded.model).float()), loaded.tokenizer, loaded.identity
+
+
 def nsp_signature(
     config: NspConfig,
     training: TrainingConfig,
     *,
     encoder_identity: str,
+    architecture: str,
     data: str,
     n: int,
     dev: str,
@@ -211,6 +369,7 @@ def nsp_signature(
         "nsp",
         {
             "encoder": encoder_identity,
+            "architecture": architecture,
             "max_length": config.max_length,
             "prompt": config.use_prompt,
             **training.signature_fields(),
@@ -235,7 +394,9 @@ def train_nsp(
     """Train an NSP head (and fine-tune the encoder under it) on a story corpus.
 
     Parameters mirror :func:`storyeval.learn.union.train_union`. The result directory loads
-    with ``transformers.BertForNextSentencePrediction.from_pretrained(output)``.
+    with :class:`NspScorer` (and the nsp metrics' ``nsp.model`` option); a ``cross`` one also
+    with ``transformers.BertForNextSentencePrediction.from_pretrained(output)``. A ``siamese``
+    head starts at the logistic fit of the untrained cosines on the training pairs.
 
     Raises
     ------
@@ -258,12 +419,15 @@ def train_nsp(
         dev_tag = f"file:{corpus_hash(dev_list)}"
     import torch
 
-    torch.manual_seed(training.seed)  # the new NSP head is initialized while loading
-    model, tokenizer, identity = _base_nsp_model(config.encoder)
+    architecture = resolve_architecture(config)
+    torch.manual_seed(training.seed)  # a new cross NSP head is initialized while loading
+    base = _base_cross_model if architecture == "cross" else _base_siamese_model
+    model, tokenizer, identity = base(config.encoder)
     signature = nsp_signature(
         config,
         training,
         encoder_identity=identity,
+        architecture=architecture,
         data=corpus_hash(stories if dev_stories is None else [*stories, *dev_list]),
         n=len(train_stories),
         dev=dev_tag,
@@ -275,7 +439,15 @@ def train_nsp(
     dev_pairs = nsp_pairs(
         dev_list, seed=training.seed + 1, use_prompt=config.use_prompt, others=train_stories
     )
-    task = NspTask(model, tokenizer, config)
+    task: NspTask | SiameseNspTask
+    initial: dict[str, float] = {}
+    if architecture == "cross":
+        task = NspTask(model, tokenizer, config)
+    else:
+        task = SiameseNspTask(model, tokenizer, config)
+        task.initialize_head(train_pairs)
+        with torch.no_grad():
+            initial = task.evaluate(dev_pairs)  # the fitted head before any fine-tuning
     return fit(
         task,
         train_pairs,
@@ -283,13 +455,15 @@ def train_nsp(
         training,
         output,
         signature,
-        task_config=asdict(config) | {"base_identity": identity, "is_next_label": IS_NEXT},
+        task_config=asdict(config)
+        | {"architecture": architecture, "base_identity": identity, "is_next_label": IS_NEXT},
         data_summary={
             "train_stories": len(train_stories),
             "dev_stories": len(dev_list),
             "train_pairs": len(train_pairs),
             "dev_pairs": len(dev_pairs),
             "hash": signature.fields["data"],
+            "initial_dev": initial,
         },
         overwrite=overwrite,
         progress=progress,
@@ -298,25 +472,17 @@ def train_nsp(
 
 
 def has_nsp_head(directory: str | Path) -> bool:
-    """Whether a model directory holds trained NSP weights (``cls.seq_relationship``)."""
+    """Whether a model directory holds a trained NSP head: BERT's ``cls.seq_relationship``
+    weights or a siamese head (``nsp_head.safetensors``)."""
     path = Path(directory)
-    for file in sorted(path.glob("*.safetensors")):
-        from safetensors import safe_open
-
-        with safe_open(str(file), "pt") as handle:
-            if any(key.endswith("seq_relationship.weight") for key in handle.keys()):  # noqa: SIM118
-                return True
-    for file in sorted(path.glob("*.bin")):
-        import torch
-
-        state = torch.load(file, map_location="cpu", weights_only=True)
-        if any(key.endswith("seq_relationship.weight") for key in state):
-            return True
-    return False
+    return (path / HEAD_FILE).is_file() or bool(has_trained_nsp_head(path))
 
 
 class NspScorer:
-    """A trained NSP model: the probability that a sentence follows a context.
+    """A trained NSP model (cross or siamese): the probability that a text follows another.
+
+    ``identity`` names the directory and its content hash; ``architecture`` is ``cross`` or
+    ``siamese``.
 
     Raises
     ------
@@ -326,7 +492,6 @@ class NspScorer:
 
     def __init__(self, directory: str | Path) -> None:
         import torch
-        from transformers import AutoTokenizer, BertForNextSentencePrediction
 
         from storyeval.learn.trainer import read_metadata
         from storyeval.models import file_identity
@@ -338,27 +503,63 @@ class NspScorer:
             raise ModelLoadError(f"{directory}: no such NSP model directory")
         if not has_nsp_head(path):
             raise ModelLoadError(
-                f"{directory}: has no next-sentence-prediction head (cls.seq_relationship); "
-                "train one with `storyeval train nsp --stories HUMAN.jsonl -o DIR`"
+                f"{directory}: has no next-sentence-prediction head (cls.seq_relationship or "
+                f"{HEAD_FILE}); train one with `storyeval train nsp --stories HUMAN.jsonl -o DIR`"
             )
         self.metadata = read_metadata(path) if (path / "storyeval.json").is_file() else None
-        self.tokenizer = AutoTokenizer.from_pretrained(str(path))
-        self.model = BertForNextSentencePrediction.from_pretrained(str(path), dtype=torch.float32)
-        self.model.eval()
-        self.max_length = int((self.metadata or {}).get("config", {}).get("max_length", 0) or 512)
+        config = (self.metadata or {}).get("config", {})
+        self.architecture = "siamese" if (path / HEAD_FILE).is_file() else "cross"
+        self.max_length = int(config.get("max_length", 0) or 512)
         self.identity = f"{path.name}@{file_identity(str(path))}"
+        self.model: Any
+        if self.architecture == "siamese":
+            from transformers import AutoModel, AutoTokenizer
+
+            from storyeval.learn.siamese import SiameseNsp
+
+            self.tokenizer = AutoTokenizer.from_pretrained(str(path))
+            self.model = SiameseNsp(AutoModel.from_pretrained(str(path), dtype=torch.float32))
+            self.model.load_head(path)
+        else:
+            from transformers import AutoTokenizer, BertForNextSentencePrediction
+
+            self.tokenizer = AutoTokenizer.from_pretrained(str(path))
+            self.model = BertForNextSentencePrediction.from_pretrained(
+                str(path), dtype=torch.float32
+            )
+        self.model.eval()
 
     def probabilities(
         self, pairs: Sequence[tuple[str, str]], *, batch_size: int = 64
     ) -> list[float]:
-        """P(IsNext) for each ``(context, sentence)`` pair."""
+        """P(IsNext) for each ``(context, text)`` pair, in order. Batches group pairs of
+        similar length so padding stays small."""
+        order = sorted(range(len(pairs)), key=lambda i: len(pairs[i][0]) + len(pairs[i][1]))
+        values = [0.0] * len(pairs)
+        for start in range(0, len(order), batch_size):
+            chunk = order[start : start + batch_size]
+            batch = [pairs[i] for i in chunk]
+            found = self._siamese(batch) if self.architecture == "siamese" else self._cross(batch)
+            for index, value in zip(chunk, found, strict=True):
+                values[index] = value
+        return values
+
+    def _siamese(self, batch: Sequence[tuple[str, str]]) -> list[float]:
         import torch
 
-        encoded = [encode_pair(self.tokenizer, a, b, self.max_length) for a, b in pairs]
-        values: list[float] = []
-        with torch.no_grad():
-            for start in range(0, len(encoded), batch_size):
-                tensors = pad_batch(encoded[start : start + batch_size], pad_id(self.tokenizer))
-                logits = self.model(**tensors).logits
-                values += torch.softmax(logits, dim=-1)[:, IS_NEXT].tolist()
-        return values
+        from storyeval.learn.siamese import tokenize
+
+        with torch.inference_mode():
+            first = tokenize(self.tokenizer, [a for a, _ in batch], self.max_length)
+            second = tokenize(self.tokenizer, [b for _, b in batch], self.max_length)
+            result: list[float] = torch.sigmoid(self.model(first, second)).tolist()
+        return result
+
+    def _cross(self, batch: Sequence[tuple[str, str]]) -> list[float]:
+        import torch
+
+        encoded = [encode_pair(self.tokenizer, a, b, self.max_length) for a, b in batch]
+        with torch.inference_mode():
+            logits = self.model(**pad_batch(encoded, pad_id(self.tokenizer))).logits.float()
+            result: list[float] = torch.softmax(logits, dim=-1)[:, IS_NEXT].tolist()
+        return result

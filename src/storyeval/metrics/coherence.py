@@ -17,6 +17,7 @@ Sentences are encoded alone (as in the paper), through the run's encoder cache.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -206,56 +207,26 @@ NSP_HELP = (
 )
 
 
-def _checkpoint_keys(path: Path) -> set[str] | None:
-    """Parameter names stored in a local checkpoint directory (None if none is found)."""
-    keys: set[str] = set()
-    found = False
-    for file in sorted(path.glob("*.safetensors")):
-        from safetensors import safe_open
-
-        found = True
-        with safe_open(str(file), framework="pt") as handle:
-            keys.update(handle.keys())
-    if not found:
-        for file in sorted(path.glob("pytorch_model*.bin")):
-            import torch
-
-            found = True
-            state = torch.load(str(file), map_location="cpu", weights_only=True, mmap=True)
-            keys.update(state.keys())
-    return keys if found else None
-
-
 def has_trained_nsp_head(path_or_name: str) -> bool | None:
-    """Whether a checkpoint stores next-sentence-prediction weights (``cls.seq_relationship``).
+    """Whether a checkpoint stores BERT next-sentence-prediction weights (see
+    :func:`storyeval.learn.nsp.has_trained_nsp_head`)."""
+    from storyeval.learn.nsp import has_trained_nsp_head as check
 
-    Returns None when the checkpoint files cannot be inspected (a hub name not cached).
-    A model whose checkpoint lacks them would get a randomly initialised head from
-    ``BertForNextSentencePrediction.from_pretrained``: meaningless scores.
-    """
-    path = Path(path_or_name).expanduser()
-    keys: set[str] | None = None
-    if path.is_dir():
-        keys = _checkpoint_keys(path)
-    else:
-        try:
-            from huggingface_hub import try_to_load_from_cache
+    return check(path_or_name)
 
-            for filename in ("model.safetensors", "pytorch_model.bin"):
-                cached = try_to_load_from_cache(path_or_name, filename)
-                if isinstance(cached, str):
-                    keys = _checkpoint_keys(Path(cached).parent)
-                    break
-        except ImportError:  # pragma: no cover
-            keys = None
-    if keys is None:
-        return None
-    return any(key.endswith("seq_relationship.weight") for key in keys)
+
+@functools.lru_cache(maxsize=4)
+def _siamese_scorer(path: str, stamp: float) -> Any:
+    from storyeval.learn.nsp import NspScorer
+
+    return NspScorer(path)
 
 
 def load_nsp_model(name: str | None) -> Any:
-    """Load ``BertForNextSentencePrediction`` for ``name`` (None: the offline encoder), refusing
-    a model whose NSP head would be randomly initialised.
+    """Load an NSP model for ``name`` (None: the offline encoder): a directory with a siamese
+    head from ``storyeval train nsp`` loads as an :class:`~storyeval.learn.nsp.NspScorer`,
+    anything else as ``BertForNextSentencePrediction``, refusing a model whose NSP head would be
+    randomly initialised.
 
     Raises
     ------
@@ -264,9 +235,13 @@ def load_nsp_model(name: str | None) -> Any:
     """
     from transformers import BertForNextSentencePrediction
 
+    from storyeval.learn.nsp import HEAD_FILE
     from storyeval.models import load_pretrained, resolve_model_path
 
     display, path, _ = resolve_model_path(name, "encoder")
+    head = Path(path) / HEAD_FILE
+    if head.is_file():  # a siamese head trained by `storyeval train nsp`
+        return _siamese_scorer(str(Path(path).resolve()), head.stat().st_mtime)
     status = has_trained_nsp_head(path)
     if status is False:
         raise ModelLoadError(
@@ -281,8 +256,13 @@ def nsp_probabilities(
     model: Any, pairs: Sequence[tuple[str, str]], *, batch_size: int = 32
 ) -> np.ndarray:
     """P(second text follows first) for ``(first, second)`` pairs, from the NSP head
-    (label 0 = "is next")."""
+    (label 0 = "is next") or a siamese head (an :class:`~storyeval.learn.nsp.NspScorer`)."""
     import torch
+
+    from storyeval.learn.nsp import NspScorer
+
+    if isinstance(model, NspScorer):
+        return np.asarray(model.probabilities(pairs, batch_size=batch_size), dtype=np.float64)
 
     tokenizer = model.tokenizer
     order = sorted(range(len(pairs)), key=lambda i: len(pairs[i][0]) + len(pairs[i][1]))
