@@ -36,6 +36,9 @@ class _Row:
     score_from: int  # first position (in ids) whose token is scored
 
 
+PRECISIONS = ("float32", "bfloat16")
+
+
 def windows(
     n_context: int, ids: Sequence[int], window: int, stride: int
 ) -> list[tuple[int, int, int]]:
@@ -76,14 +79,23 @@ def token_nll(
     stride: int | None = None,
     batch_tokens: int = 4096,
     progress: bool = False,
+    precision: str = "float32",
 ) -> tuple[np.ndarray, np.ndarray]:
     """Summed negative log-likelihood (nats) and number of scored tokens of each
     ``(context_ids, target_ids)`` pair under ``lm`` (a :class:`~storyeval.models.LoadedModel`).
 
     Only the target tokens are scored; each is predicted from everything before it (context
     included), through sliding windows when the pair is longer than ``window``.
+    ``precision="bfloat16"`` runs the model's matrix products under bfloat16 autocast (about
+    2x faster on CPUs with AMX or AVX-512 BF16). On the example corpus it moved story
+    perplexities by 0.2% (median; 1.3% at most) and corpus perplexity by 0.05%, Spearman
+    0.99994 with float32; a text of a few tokens can move by several percent. The softmax is
+    always computed in float32.
     """
     import torch
+
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}; got {precision!r}")
 
     model = lm.model
     limit = int(window or lm.max_length)
@@ -110,7 +122,8 @@ def token_nll(
     from storyeval.metrics.context import _progress
 
     bar = _progress(len(batches), "perplexity", progress)
-    with torch.inference_mode():
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bfloat16")
+    with torch.inference_mode(), autocast:
         for batch in batches:
             width = max(len(rows[i].ids) for i in batch)
             input_ids = torch.full((len(batch), width), pad, dtype=torch.long)
@@ -118,10 +131,11 @@ def token_nll(
             for r, i in enumerate(batch):
                 input_ids[r, : len(rows[i].ids)] = torch.tensor(rows[i].ids)
                 mask[r, : len(rows[i].ids)] = 1
-            logits = model(input_ids=input_ids, attention_mask=mask).logits.float()
-            logprobs = torch.log_softmax(logits[:, :-1], dim=-1)
-            targets = input_ids[:, 1:]
-            picked = -logprobs.gather(-1, targets.unsqueeze(-1)).squeeze(-1).double().numpy()
+            logits = model(input_ids=input_ids, attention_mask=mask).logits[:, :-1].float()
+            targets = input_ids[:, 1:].unsqueeze(-1)
+            # -log softmax at the target, without materialising the whole log-softmax
+            picked = torch.logsumexp(logits, dim=-1) - logits.gather(-1, targets).squeeze(-1)
+            picked = picked.double().numpy()
             for r, i in enumerate(batch):
                 row = rows[i]
                 # position p of ids is predicted by logits at p - 1
@@ -155,6 +169,7 @@ def perplexity_stats(
     stride: int | None = None,
     batch_tokens: int = 4096,
     progress: bool = False,
+    precision: str = "float32",
 ) -> np.ndarray:
     """Per-text sufficient statistics ``[nll_sum, n_tokens]`` (shape ``(n, 2)``) of ``texts``
     scored after the start token and (when given) their prompts.
@@ -179,7 +194,13 @@ def perplexity_stats(
             context, target = target[:1], target[1:]
         items.append((context, target))
     nll, count = token_nll(
-        lm, items, window=window, stride=stride, batch_tokens=batch_tokens, progress=progress
+        lm,
+        items,
+        window=window,
+        stride=stride,
+        batch_tokens=batch_tokens,
+        progress=progress,
+        precision=precision,
     )
     return np.column_stack([nll, count.astype(np.float64)])
 
@@ -218,6 +239,14 @@ def _corpus_perplexity(stats: np.ndarray, options: Mapping[str, Any]) -> float:
         MetricOption(
             "batch_tokens", int, 4096, "tokens per forward batch", minimum=16, in_signature=False
         ),
+        MetricOption(
+            "precision",
+            str,
+            "float32",
+            "matrix products in float32, or under bfloat16 autocast (about 2x faster on CPUs "
+            "with AMX/AVX-512 BF16; the softmax stays float32)",
+            choices=PRECISIONS,
+        ),
     ],
     corpus=(
         CorpusStatistic(
@@ -248,6 +277,7 @@ def perplexity(batch: MetricBatch, options: Mapping[str, Any]) -> MetricOutput:
         stride=stride,
         batch_tokens=options["batch_tokens"],
         progress=batch.context.progress,
+        precision=options["precision"],
     )
     with np.errstate(divide="ignore", invalid="ignore"):
         values = np.where(stats[:, 1] > 0, np.exp(stats[:, 0] / np.maximum(stats[:, 1], 1)), np.nan)
