@@ -411,3 +411,25 @@ def test_report_through_the_installed_entry_point(scores, tmp_path):
     assert result.returncode == 0, result.stderr
     assert f"wrote {out / 'index.html'}" in result.stdout
     assert _html_images((out / "index.html").read_text())
+
+
+def test_report_groups_repeated_warnings_by_kind():
+    from storyeval.report import group_warnings
+
+    cases = [f"m{i} ~ grammar, system, pearson" for i in range(6)]
+    texts = [
+        f"pearson correlation is undefined ({c}): 2 complete pair(s), need at least 3"
+        for c in cases
+    ]
+    texts.append("spearman correlation is undefined (m0 ~ grammar, system, spearman): 2 pairs")
+    texts.append("no raters to compare")
+    texts.append("odd case (a, b, c): x")
+    texts.append("odd case (a ~ b): x")
+    lines = group_warnings(texts, shown=4)
+    assert lines == [
+        "pearson correlation is undefined (6 cases: m0|m1|m2|m3|... (6) ~ grammar, system, "
+        "pearson): 2 complete pair(s), need at least 3",
+        "spearman correlation is undefined (m0 ~ grammar, system, spearman): 2 pairs",
+        "no raters to compare",
+        "odd case (2 cases: a, b, c; a ~ b): x",
+    ]

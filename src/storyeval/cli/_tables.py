@@ -51,23 +51,23 @@ def write_table(frame: Any, path: Path) -> None:
 
 @contextlib.contextmanager
 def reported_warnings(limit: int = 8) -> Iterator[None]:
-    """Collect the warnings raised inside and print each distinct one once to stderr."""
+    """Collect the warnings raised inside and print one line per kind to stderr."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         yield
     from storyeval.meta import MetaEvaluationWarning
+    from storyeval.report import group_warnings
 
-    seen: dict[str, int] = {}
-    for item in caught:
-        if not issubclass(item.category, MetaEvaluationWarning):
-            continue
-        text = f"{item.category.__name__}: {item.message}"
-        seen[text] = seen.get(text, 0) + 1
-    for text, count in list(seen.items())[:limit]:
-        suffix = f" (x{count})" if count > 1 else ""
-        typer.echo(f"warning: {text}{suffix}", err=True)
-    if len(seen) > limit:
-        typer.echo(f"warning: ... and {len(seen) - limit} more distinct warning(s)", err=True)
+    texts = [
+        f"{item.category.__name__}: {item.message}"
+        for item in caught
+        if issubclass(item.category, MetaEvaluationWarning)
+    ]
+    kinds = group_warnings(texts)  # one line per kind, the cases merged and counted
+    for line in kinds[:limit]:
+        typer.echo(f"warning: {line}", err=True)
+    if len(kinds) > limit:
+        typer.echo(f"warning: ... and {len(kinds) - limit} more kind(s) of warning", err=True)
 
 
 def format_estimate(row: Any) -> str:

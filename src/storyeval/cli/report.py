@@ -90,7 +90,13 @@ def report_command(
     typer.echo(f"tables: {', '.join(csvs)}")
     typer.echo(f"figures: {len(figures)} in {result.directory / 'figures'}")
     if result.notes:
-        typer.echo(f"{len(result.notes)} warning(s), listed at the end of the report", err=True)
+        from storyeval.report import group_warnings
+
+        kinds = len(group_warnings(result.notes))
+        typer.echo(
+            f"{len(result.notes)} warning(s) of {kinds} kind(s), listed at the end of the report",
+            err=True,
+        )
 
 
 def register(app: typer.Typer) -> None:

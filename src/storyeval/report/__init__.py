@@ -235,6 +235,53 @@ def _available_levels(
     return keep, notes
 
 
+_CASE = re.compile(r"\(([^()]*)\)")
+
+
+def group_warnings(texts: Sequence[str], *, shown: int = 6) -> list[str]:
+    """One line per kind of warning: messages that differ only in their first parenthesised
+    case (``(metric ~ criterion, level, method)``) are merged into one line that counts the
+    cases and, field by field, lists the values that vary (``a|b|c``), in order of appearance.
+
+    >>> group_warnings(["x is undefined (a ~ q, s): 2 pairs", "x is undefined (b ~ q, s): 2 pairs", "y"])
+    ['x is undefined (2 cases: a|b ~ q, s): 2 pairs', 'y']
+    """
+    groups: dict[str, list[str]] = {}
+    for text in texts:
+        match = _CASE.search(text)
+        key = _CASE.sub("(\x00)", text, count=1) if match else text
+        groups.setdefault(key, []).append(match.group(1) if match else "")
+    lines = []
+    for key, cases in groups.items():
+        summary = (
+            cases[0] if len(cases) == 1 else f"{len(cases)} cases: {_merge_cases(cases, shown)}"
+        )
+        lines.append(key.replace("\x00", summary))
+    return lines
+
+
+_FIELD_SEPARATOR = re.compile(r"(\s*(?:~|,)\s*)")
+
+
+def _merge_cases(cases: Sequence[str], shown: int) -> str:
+    """``a ~ q, s`` and ``b ~ q, s`` -> ``a|b ~ q, s``; cases of different shapes are listed."""
+    split = [_FIELD_SEPARATOR.split(case) for case in cases]
+    if len({len(parts) for parts in split}) != 1:
+        listed = "; ".join(cases[:shown])
+        return listed + ("; ..." if len(cases) > shown else "")
+    merged = []
+    for position, first in enumerate(split[0]):
+        if position % 2:  # a separator
+            merged.append(first)
+            continue
+        values = list(dict.fromkeys(parts[position] for parts in split))
+        text = "|".join(values[:shown])
+        if len(values) > shown:
+            text += f"|... ({len(values)})"
+        merged.append(text)
+    return "".join(merged)
+
+
 def build_report(
     table: MetaTable,
     judgments: Any,
@@ -593,9 +640,10 @@ def build_report(
     sections.append(sig_section)
     if caught_warnings:
         warn_section = Section("Warnings")
-        warn_section.paragraphs.extend(caught_warnings[:30])
-        if len(caught_warnings) > 30:
-            warn_section.paragraphs.append(f"... and {len(caught_warnings) - 30} more")
+        grouped = group_warnings(caught_warnings)
+        warn_section.paragraphs.extend(grouped[:30])
+        if len(grouped) > 30:
+            warn_section.paragraphs.append(f"... and {len(grouped) - 30} more")
         sections.append(warn_section)
 
     write_text_atomic(directory / "index.html", render_html(title, sections))
