@@ -215,6 +215,18 @@ def test_cross_nsp_directory_loads_with_transformers(nsp_cross_model):
     assert probabilities[0] == pytest.approx(direct, abs=1e-5)
 
 
+def test_auto_architecture_follows_the_base_checkpoint(nsp_cross_model, encoder):
+    """A base whose checkpoint has trained NSP weights (like bert-base-uncased; here the cross
+    model trained above) gets the cross head; the offline sentence encoder the siamese one."""
+    from storyeval.learn.nsp import NspConfig, has_trained_nsp_head, resolve_architecture
+
+    assert has_trained_nsp_head(nsp_cross_model.directory) is True
+    assert has_trained_nsp_head(encoder.path) is False
+    assert resolve_architecture(NspConfig(encoder=str(nsp_cross_model.directory))) == "cross"
+    assert resolve_architecture(NspConfig()) == "siamese"
+    assert resolve_architecture(NspConfig(architecture="cross")) == "cross"
+
+
 def test_offline_encoder_gets_a_siamese_head(nsp_model):
     """all-MiniLM-L6-v2 has no trained NSP weights, so `auto` picks the siamese head: the
     directory holds the fine-tuned encoder and nsp_head.safetensors, and the head was started
