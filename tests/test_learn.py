@@ -426,3 +426,20 @@ def test_trained_nsp_head_serves_the_coherence_metrics(
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert {r["metric"] for r in rows} == {"nsp_prompt", "nsp_prev"} and len(rows) == 12
     assert all(0.0 <= r["value"] <= 1.0 for r in rows)
+
+
+def test_unreachable_base_model_names_the_model_flag(human, tmp_path, monkeypatch):
+    from storyeval.learn.nsp import NspConfig, train_nsp
+    from storyeval.learn.union import UnionConfig, train_union
+    from storyeval.models import loading
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    loading._hub_reachable.cache_clear()
+    try:
+        with pytest.raises(ModelLoadError, match=r"'bert-base-uncased'.*e\.g\. --model=/path"):
+            train_nsp(human[:12], tmp_path / "n", config=NspConfig(encoder="bert-base-uncased"))
+        with pytest.raises(ModelLoadError, match=r"e\.g\. --model=/path"):
+            train_union(human[:12], tmp_path / "u", config=UnionConfig(encoder="bert-base-uncased"))
+    finally:
+        loading._hub_reachable.cache_clear()
+    assert not (tmp_path / "n").exists() and not (tmp_path / "u").exists()

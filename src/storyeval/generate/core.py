@@ -408,7 +408,7 @@ def generate_stories(
             f"every prompt must be non-empty to generate a continuation; empty: {', '.join(empty[:5])}"
         )
     decoding = decoding or DecodingConfig()
-    lm = load_causal_lm(model)
+    lm = load_causal_lm(model, option="--model")
     priming = [text.strip() for text in priming if text.strip()]
     sep = (separator or default_separator(lm.tokenizer)) if priming else None
     label = decoding.describe() + (f"-{len(priming)}shot" if priming else "")
@@ -606,7 +606,7 @@ def continue_text(
     if not context.strip():
         raise ValueError("context must not be empty")
     decoding = decoding or DecodingConfig()
-    lm = load_causal_lm(model)
+    lm = load_causal_lm(model, option="--model")
     signature = Signature(
         name,
         {

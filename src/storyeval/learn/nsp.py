@@ -329,7 +329,7 @@ def _base_cross_model(name: str | None) -> tuple[Any, Any, str]:
 
     from storyeval.models import load_pretrained
 
-    loaded = load_pretrained(name, "encoder", AutoModel)
+    loaded = load_pretrained(name, "encoder", AutoModel, option="--model")
     model_type = getattr(loaded.model.config, "model_type", None)
     if model_type != "bert":
         raise ModelLoadError(
@@ -351,7 +351,7 @@ def _base_siamese_model(name: str | None) -> tuple[Any, Any, str]:
     from storyeval.learn.siamese import SiameseNsp
     from storyeval.models import load_pretrained
 
-    loaded = load_pretrained(name, "encoder", AutoModel)
+    loaded = load_pretrained(name, "encoder", AutoModel, option="--model")
     return SiameseNsp(copy.deepcopy(loaded.model).float()), loaded.tokenizer, loaded.identity
 
 

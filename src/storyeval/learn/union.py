@@ -207,7 +207,7 @@ def _base_encoder(name: str | None) -> tuple[Any, Any, str]:
 
     from storyeval.models import load_pretrained
 
-    loaded = load_pretrained(name, "encoder", AutoModel)
+    loaded = load_pretrained(name, "encoder", AutoModel, option="--model")
     return copy.deepcopy(loaded.model), loaded.tokenizer, loaded.identity
 
 

@@ -287,8 +287,9 @@ def load_pretrained(
     ``kind`` is ``"encoder"`` or ``"causal-lm"`` and decides which offline default a missing
     name means. ``model_class`` is a transformers class such as ``AutoModel`` or
     ``BertForNextSentencePrediction``; the same name with another class is loaded separately.
-    ``option`` is the command-line option that names this model (e.g. ``nsp.model``), quoted
-    in the error message when a hub name cannot be downloaded.
+    ``option`` is the option that names this model, quoted in the error message when a hub
+    name cannot be downloaded: a metric option (``nsp.model``, shown as ``--option
+    nsp.model=...``) or a command-line flag (``--model``, shown as ``--model=...``).
     """
     class_name = getattr(model_class, "__name__", str(model_class))
     key = (kind, "<default>" if _kind_is_default(kind, name) else str(name), class_name)
@@ -296,9 +297,8 @@ def load_pretrained(
         if key in _MODELS:
             return _MODELS[key]
         display, path, is_local = resolve_model_path(name, kind)
-        hint = "--option " + (
-            option or ("bertscore.model" if kind == "encoder" else "perplexity.model")
-        )
+        option = option or ("bertscore.model" if kind == "encoder" else "perplexity.model")
+        hint = option if option.startswith("--") else f"--option {option}"
         if not is_local:
             _check_hub(path, "the model", hint)
         import torch
@@ -325,7 +325,7 @@ def load_pretrained(
         return loaded
 
 
-def load_encoder(name: str | None = None) -> LoadedModel:
+def load_encoder(name: str | None = None, *, option: str | None = None) -> LoadedModel:
     """A BERT-like encoder (``AutoModel``); the default is the packaged all-MiniLM-L6-v2.
 
     Examples
@@ -336,15 +336,15 @@ def load_encoder(name: str | None = None) -> LoadedModel:
     """
     from transformers import AutoModel
 
-    return load_pretrained(name, "encoder", AutoModel)
+    return load_pretrained(name, "encoder", AutoModel, option=option)
 
 
-def load_causal_lm(name: str | None = None) -> LoadedModel:
+def load_causal_lm(name: str | None = None, *, option: str | None = None) -> LoadedModel:
     """A causal language model; the default is the packaged SmolLM2-135M-Instruct (Q4_1,
-    dequantized once into :func:`cache_dir`)."""
+    dequantized once into :func:`cache_dir`). ``option``: see :func:`load_pretrained`."""
     from transformers import AutoModelForCausalLM
 
-    return load_pretrained(name, "causal-lm", AutoModelForCausalLM)
+    return load_pretrained(name, "causal-lm", AutoModelForCausalLM, option=option)
 
 
 @dataclass(frozen=True)
