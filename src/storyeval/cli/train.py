@@ -38,6 +38,36 @@ def _set_threads(threads: int | None) -> None:
         torch.set_num_threads(threads)
 
 
+def _train_and_report(
+    train: Any,
+    stories: Path,
+    output: Path,
+    config: Any,
+    *,
+    dev: Path | None,
+    overwrite: bool,
+    quiet: bool,
+    threads: int | None,
+    **training: Any,
+) -> None:
+    """Build the training settings, run ``train`` (``train_union`` or ``train_nsp``) and
+    print what it did."""
+    from storyeval.corpus import read_stories
+
+    settings = _training_config(**training)
+    _set_threads(threads)
+    result = train(
+        read_stories(stories),
+        output,
+        config=config,
+        training=settings,
+        dev_stories=read_stories(dev) if dev is not None else None,
+        overwrite=overwrite,
+        progress=not quiet,
+    )
+    _report(result)
+
+
 def _report(result: Any) -> None:
     training = result.metadata["training"]
     if result.reused:
@@ -124,7 +154,6 @@ def union(
     negation; the model learns to tell them apart and to reconstruct the originals. Score
     with `storyeval score STORIES --metrics union --option union.model=DIR`.
     """
-    from storyeval.corpus import read_stories
     from storyeval.learn.union import UnionConfig, train_union
     from storyeval.perturb import parse_techniques, technique_names
 
@@ -152,7 +181,15 @@ def union(
         )
     except ValueError as exc:
         raise exit_with(f"error: {exc}") from None
-    training = _training_config(
+    _train_and_report(
+        train_union,
+        stories,
+        output,
+        config,
+        dev=dev,
+        overwrite=overwrite,
+        quiet=quiet,
+        threads=threads,
         epochs=epochs,
         learning_rate=learning_rate,
         head_learning_rate=head_lr,
@@ -162,17 +199,6 @@ def union(
         eval_every=eval_every,
         max_steps=max_steps,
     )
-    _set_threads(threads)
-    result = train_union(
-        read_stories(stories),
-        output,
-        config=config,
-        training=training,
-        dev_stories=read_stories(dev) if dev is not None else None,
-        overwrite=overwrite,
-        progress=not quiet,
-    )
-    _report(result)
 
 
 @train_app.command("nsp")
@@ -223,7 +249,6 @@ def nsp(
     offline sentence encoder the head is siamese (cosine of mean-pooled embeddings); a cross
     head also loads with BertForNextSentencePrediction.from_pretrained(DIR).
     """
-    from storyeval.corpus import read_stories
     from storyeval.learn.nsp import NspConfig, train_nsp
 
     try:
@@ -236,7 +261,15 @@ def nsp(
         )
     except ValueError as exc:
         raise exit_with(f"error: {exc}") from None
-    training = _training_config(
+    _train_and_report(
+        train_nsp,
+        stories,
+        output,
+        config,
+        dev=dev,
+        overwrite=overwrite,
+        quiet=quiet,
+        threads=threads,
         epochs=epochs,
         learning_rate=learning_rate,
         head_learning_rate=head_lr,
@@ -246,17 +279,6 @@ def nsp(
         eval_every=eval_every,
         max_steps=max_steps,
     )
-    _set_threads(threads)
-    result = train_nsp(
-        read_stories(stories),
-        output,
-        config=config,
-        training=training,
-        dev_stories=read_stories(dev) if dev is not None else None,
-        overwrite=overwrite,
-        progress=not quiet,
-    )
-    _report(result)
 
 
 def register(app: typer.Typer) -> None:
