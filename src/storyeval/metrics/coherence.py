@@ -323,7 +323,8 @@ for _mode, _name, _label, _what in (
         higher_is_better=True,
         value_range=(0.0, 1.0),
         offline=False,
-        unavailable_offline="needs a trained NSP head (set nsp.model; the offline encoder has none)",
+        unavailable_offline="needs a trained NSP head: `storyeval train nsp` makes one, then "
+        "--option nsp.model=DIR",
         options=[
             MetricOption("model", str, None, NSP_HELP),
             _SPLIT,
