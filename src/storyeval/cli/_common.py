@@ -8,7 +8,7 @@ from typing import Any
 
 import typer
 
-from storyeval.errors import StoryevalError
+from storyeval.errors import DataFileError
 
 
 def exit_with(message: str, code: int = 2) -> typer.Exit:
@@ -18,8 +18,9 @@ def exit_with(message: str, code: int = 2) -> typer.Exit:
 
 
 def user_error(exc: Exception) -> typer.Exit:
-    """Turn an expected error into a one-line message and exit status 2."""
-    prefix = "" if isinstance(exc, StoryevalError) else "error: "
+    """Turn an expected error into a one-line message and exit status 2: ``error: ...``,
+    except a bad data file, whose ``FILE:LINE: reason`` lines stand alone."""
+    prefix = "" if isinstance(exc, DataFileError) else "error: "
     return exit_with(f"{prefix}{exc}")
 
 
