@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TypeVar
 
 from storyeval.corpus import Story
@@ -93,3 +94,38 @@ def check_sizes(train: Sequence[Story], dev: Sequence[Story]) -> None:
             f"{len(shared)} story id(s) are in both the training and the dev corpus "
             f"(first: {shared[0]!r}); the dev set must hold other stories"
         )
+
+
+@dataclass(frozen=True)
+class TrainingData:
+    """The stories to train on and to stop early on, as a trained model's signature names
+    them: ``dev_tag`` says where the dev set came from, ``data_hash`` covers every story."""
+
+    train: list[Story]
+    dev: list[Story]
+    dev_tag: str
+    data_hash: str
+
+
+def training_data(
+    stories: Sequence[Story],
+    dev_stories: Sequence[Story] | None,
+    *,
+    dev_fraction: float,
+    seed: int,
+) -> TrainingData:
+    """Hold out ``dev_fraction`` of ``stories`` (see :func:`split_dev`) or, when
+    ``dev_stories`` is given, check and use that separate dev set.
+
+    Raises
+    ------
+    InsufficientDataError
+        When the corpus is too small to split, or the explicit sets are unusable.
+    """
+    stories = list(stories)
+    if dev_stories is None:
+        train, dev = split_dev(stories, dev_fraction=dev_fraction, seed=seed)
+        return TrainingData(train, dev, f"split:{dev_fraction}", corpus_hash(stories))
+    dev = list(dev_stories)
+    check_sizes(stories, dev)
+    return TrainingData(stories, dev, f"file:{corpus_hash(dev)}", corpus_hash([*stories, *dev]))

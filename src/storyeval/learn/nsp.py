@@ -32,7 +32,7 @@ from typing import Any
 
 from storyeval.corpus import Story
 from storyeval.errors import ModelLoadError
-from storyeval.learn.data import InsufficientDataError, check_sizes, corpus_hash, split_dev
+from storyeval.learn.data import InsufficientDataError, training_data
 from storyeval.learn.encoding import Encoded, encode_pair, pad_batch, pad_id
 from storyeval.learn.trainer import TrainingConfig, TrainingResult, existing_model, fit
 from storyeval.perturb.base import story_rng
@@ -407,16 +407,8 @@ def train_nsp(
     """
     config = config or NspConfig()
     training = training or TrainingConfig()
-    stories = list(stories)
-    if dev_stories is None:
-        train_stories, dev_list = split_dev(
-            stories, dev_fraction=config.dev_fraction, seed=training.seed
-        )
-        dev_tag = f"split:{config.dev_fraction}"
-    else:
-        train_stories, dev_list = stories, list(dev_stories)
-        check_sizes(train_stories, dev_list)
-        dev_tag = f"file:{corpus_hash(dev_list)}"
+    data = training_data(stories, dev_stories, dev_fraction=config.dev_fraction, seed=training.seed)
+    train_stories, dev_list = data.train, data.dev
     import torch
 
     architecture = resolve_architecture(config)
@@ -428,9 +420,9 @@ def train_nsp(
         training,
         encoder_identity=identity,
         architecture=architecture,
-        data=corpus_hash(stories if dev_stories is None else [*stories, *dev_list]),
+        data=data.data_hash,
         n=len(train_stories),
-        dev=dev_tag,
+        dev=data.dev_tag,
     )
     reused = existing_model(output, signature, overwrite=overwrite)
     if reused is not None:

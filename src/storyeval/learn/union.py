@@ -33,7 +33,7 @@ from typing import Any
 
 from storyeval.corpus import Story
 from storyeval.errors import ModelLoadError, StoryevalError
-from storyeval.learn.data import check_sizes, corpus_hash, split_dev
+from storyeval.learn.data import training_data
 from storyeval.learn.encoding import Encoded, encode_pair, pad_batch, pad_id
 from storyeval.learn.trainer import (
     TrainingConfig,
@@ -502,24 +502,16 @@ def train_union(
         from storyeval.models import load_spacy
 
         nlp = load_spacy()
-    stories = list(stories)
-    if dev_stories is None:
-        train_stories, dev_list = split_dev(
-            stories, dev_fraction=config.dev_fraction, seed=training.seed
-        )
-        dev_tag = f"split:{config.dev_fraction}"
-    else:
-        train_stories, dev_list = stories, list(dev_stories)
-        check_sizes(train_stories, dev_list)
-        dev_tag = f"file:{corpus_hash(dev_list)}"
+    data = training_data(stories, dev_stories, dev_fraction=config.dev_fraction, seed=training.seed)
+    train_stories, dev_list = data.train, data.dev
     encoder, tokenizer, identity = _base_encoder(config.encoder)
     signature = union_signature(
         config,
         training,
         encoder_identity=identity,
-        data=corpus_hash(stories if dev_stories is None else [*stories, *dev_list]),
+        data=data.data_hash,
         n_stories=len(train_stories),
-        dev=dev_tag,
+        dev=data.dev_tag,
     )
     reused = existing_model(output, signature, overwrite=overwrite)
     if reused is not None:

@@ -207,14 +207,6 @@ NSP_HELP = (
 )
 
 
-def has_trained_nsp_head(path_or_name: str) -> bool | None:
-    """Whether a checkpoint stores BERT next-sentence-prediction weights (see
-    :func:`storyeval.learn.nsp.has_trained_nsp_head`)."""
-    from storyeval.learn.nsp import has_trained_nsp_head as check
-
-    return check(path_or_name)
-
-
 @functools.lru_cache(maxsize=4)
 def _siamese_scorer(path: str, stamp: float) -> Any:
     from storyeval.learn.nsp import NspScorer
@@ -235,7 +227,7 @@ def load_nsp_model(name: str | None) -> Any:
     """
     from transformers import BertForNextSentencePrediction
 
-    from storyeval.learn.nsp import HEAD_FILE
+    from storyeval.learn.nsp import HEAD_FILE, has_trained_nsp_head
     from storyeval.models import load_pretrained, resolve_model_path
 
     display, path, _ = resolve_model_path(name, "encoder")
