@@ -14,7 +14,7 @@ import numpy as np
 from scipy import stats
 
 from storyeval.meta.agreement import alpha_resampled
-from storyeval.meta.stats import kendall_resampled
+from storyeval.stats import kendall_resampled
 
 
 def main() -> None:

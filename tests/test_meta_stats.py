@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from scipy import stats
 
 from storyeval.meta import DegenerateInputWarning, correlation
-from storyeval.meta.stats import (
+from storyeval.stats import (
     exact_permutation_p,
     kendall_resampled,
     percentile_interval,

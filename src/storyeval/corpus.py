@@ -539,15 +539,32 @@ def _write_records(
             for row in rows:
                 fh.write(json.dumps(row, ensure_ascii=False, allow_nan=False) + "\n")
         return len(rows)
+    with atomic_write(path, newline="") as fh:
+        fh.write(records_csv(rows, leading=leading))
+    return len(rows)
+
+
+def records_csv(
+    records: Iterable[Mapping[str, Any]],
+    *,
+    leading: Sequence[str] = (),
+    escape_formulas: bool = False,
+) -> str:
+    """Flat records as CSV text: the ``leading`` columns first (those present), then every
+    other field in order of appearance; lists and dicts as JSON, missing and non-finite values
+    as empty cells. ``escape_formulas`` makes cells a spreadsheet would run inert (for files
+    people download and open)."""
+    from storyeval.io import csv_text
+
+    rows = [dict(record) for record in records]
     columns = [name for name in leading if any(name in row for row in rows)]
     for row in rows:
         columns += [name for name in row if name not in columns]
-    with atomic_write(path, newline="") as fh:
-        writer = csv.writer(fh)
-        writer.writerow(columns)
-        for row in rows:
-            writer.writerow([_csv_cell(row.get(name)) for name in columns])
-    return len(rows)
+    return csv_text(
+        ([_csv_cell(row.get(name)) for name in columns] for row in rows),
+        header=columns,
+        escape_formulas=escape_formulas,
+    )
 
 
 def _csv_cell(value: Any) -> str:

@@ -1,4 +1,4 @@
-"""Exceptions raised by storyeval.
+"""Exceptions and warnings raised by storyeval.
 
 Every error a user can cause derives from :class:`StoryevalError`, so the CLI can print a
 one-line message and exit with status 2 instead of a traceback.
@@ -12,6 +12,44 @@ from pathlib import Path
 
 class StoryevalError(Exception):
     """Base class for errors caused by the user's input or environment."""
+
+
+class StoryevalWarning(UserWarning):
+    """Base class of every warning storyeval issues (filter them all with
+    ``warnings.simplefilter("ignore", StoryevalWarning)``)."""
+
+
+class MetaEvaluationWarning(StoryevalWarning):
+    """Base class of the warnings of statistics (meta-evaluation, study analysis).
+
+    A degenerate input (too few pairs, a constant column, no prompt with two systems...) never
+    produces an invented number: the estimate is ``nan`` and one of these warnings says why, so
+    a caller can filter them (``warnings.simplefilter("error", DegenerateInputWarning)``) or
+    collect them for a report.
+    """
+
+
+class DegenerateInputWarning(MetaEvaluationWarning):
+    """A statistic is undefined for the data given (too few items, no variance...); it is nan."""
+
+
+class BootstrapWarning(MetaEvaluationWarning):
+    """Some bootstrap replicates were undefined and were left out of the interval."""
+
+
+class MixedSignatureWarning(MetaEvaluationWarning):
+    """The scores of one metric carry more than one signature (they were computed differently)."""
+
+
+class DataCoverageWarning(MetaEvaluationWarning):
+    """Items, raters or pairs were dropped because they lack a value they need."""
+
+
+def warn(category: type[StoryevalWarning], message: str, *, stacklevel: int = 3) -> None:
+    """Emit ``message`` as a warning of ``category`` pointing at the caller's caller."""
+    import warnings
+
+    warnings.warn(message, category, stacklevel=stacklevel)
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ import contextlib
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any, TextIO, cast
 
@@ -91,3 +91,83 @@ def atomic_directory(path: str | Path) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+# ----------------------------------------------------------------------------- tables
+
+FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
+"""Cell prefixes that spreadsheet programs run as formulas (OWASP "CSV injection")."""
+
+
+def escape_formula(value: Any) -> Any:
+    """A text cell that a spreadsheet would read as a formula, made inert with a leading
+    apostrophe (OWASP's recommendation); other values unchanged.
+
+    >>> escape_formula("=HYPERLINK(\\"http://x\\")"), escape_formula("-3"), escape_formula(-3)
+    ('\\'=HYPERLINK("http://x")', "'-3", -3)
+    """
+    if isinstance(value, str) and value.startswith(FORMULA_PREFIXES):
+        return "'" + value
+    return value
+
+
+def csv_text(
+    rows: Iterable[Sequence[Any]], *, header: Sequence[str], escape_formulas: bool = False
+) -> str:
+    """Rows as CSV text (``None`` as an empty cell); with ``escape_formulas`` every text cell
+    that a spreadsheet would run is made inert (for files people open in a spreadsheet)."""
+    import csv
+    import io as _io
+
+    buffer = _io.StringIO()
+    writer = csv.writer(buffer)
+    writer.writerow(header)
+    for row in rows:
+        cells = ["" if v is None else v for v in row]
+        writer.writerow([escape_formula(v) for v in cells] if escape_formulas else cells)
+    return buffer.getvalue()
+
+
+def _json_value(value: Any) -> Any:
+    import math
+
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    if hasattr(value, "item"):
+        value = value.item()
+        return None if isinstance(value, float) and math.isnan(value) else value
+    if str(value) in ("<NA>", "NaT"):
+        return None
+    return value
+
+
+def table_text(frame: Any, *, fmt: str = "csv", escape_formulas: bool = False) -> str:
+    """A DataFrame as CSV (full precision, empty cells for missing values) or JSONL (one object
+    per row, ``null`` for missing values)."""
+    import json
+
+    if fmt == "jsonl":
+        lines = [
+            json.dumps(
+                {str(k): _json_value(v) for k, v in record.items()},
+                ensure_ascii=False,
+                allow_nan=False,
+            )
+            for record in frame.to_dict("records")
+        ]
+        return "\n".join(lines) + ("\n" if lines else "")
+    if fmt != "csv":
+        raise ValueError(f"fmt must be csv or jsonl; got {fmt!r}")
+    if escape_formulas:
+        frame = frame.apply(lambda column: column.map(escape_formula))
+    text: str = frame.to_csv(index=False)
+    return text
+
+
+def write_table(path: str | Path, frame: Any, *, escape_formulas: bool = False) -> Path:
+    """Write a DataFrame atomically: JSONL for ``.jsonl``, else CSV (see :func:`table_text`).
+    Returns the path."""
+    target = Path(path)
+    fmt = "jsonl" if target.suffix.lower() == ".jsonl" else "csv"
+    write_text_atomic(target, table_text(frame, fmt=fmt, escape_formulas=escape_formulas))
+    return target

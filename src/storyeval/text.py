@@ -11,6 +11,8 @@ import re
 import warnings
 from typing import Any, Literal
 
+from storyeval.errors import StoryevalWarning
+
 SplitMethod = Literal["pysbd", "spacy"]
 SPLIT_METHODS: tuple[str, ...] = ("pysbd", "spacy")
 
@@ -18,7 +20,7 @@ _WORD_RE = re.compile(r"[A-Za-z0-9]+(?:['’][A-Za-z]+)*|[^\sA-Za-z0-9]", re.UNI
 _ALNUM_RE = re.compile(r"\w", re.UNICODE)
 
 
-class TruncationWarning(UserWarning):
+class TruncationWarning(StoryevalWarning):
     """A text could not be cut at a sentence end within the cap and was cut inside a sentence."""
 
 

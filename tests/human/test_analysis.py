@@ -16,11 +16,11 @@ from storyeval.human.analysis import (
     AnalysisError,
     agreement,
     analyse_judgments,
-    detection_metrics,
     filter_raters,
     judgments_table,
     krippendorff_alpha,
 )
+from storyeval.human.protocols.detection import detection_metrics
 
 RNG = np.random.default_rng(7)
 

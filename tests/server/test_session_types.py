@@ -1,7 +1,7 @@
-"""The core is open to new session types (what issue 7's writing sessions will use): a session
-type brings its own table and router, reuses participants, tokens, page timing and admin
-authentication, and cannot be reached with another type's tokens. Also: the serve command's
-errors."""
+"""The core is open to new session types (the way the writing sessions plug in): a session
+kind registered in ``SESSION_KINDS`` brings its own table and router, reuses participants,
+tokens, page timing and admin authentication, and cannot be reached with another kind's
+tokens. Also: the serve command's errors."""
 
 from __future__ import annotations
 
@@ -18,9 +18,8 @@ from sqlalchemy import Column, Connection, Float, ForeignKey, Integer, Table, Te
 
 from storyeval.server.app import create_app, server_state
 from storyeval.server.db import Database, metadata
-from storyeval.server.deps import participant_of
+from storyeval.server.kinds import SESSION_KINDS, SessionKind
 from storyeval.server.participants import (
-    Participant,
     create_participants,
     first_view,
     note_submission,
@@ -28,6 +27,7 @@ from storyeval.server.participants import (
 )
 from storyeval.server.sessions import SessionPlugin
 from storyeval.server.settings import Settings
+from storyeval.server.state import Who, participant_of
 from storyeval.server.study_session import StudySession
 
 notes = Table(
@@ -40,20 +40,20 @@ notes = Table(
 )
 
 router = APIRouter(prefix="/note/{token}")
-Who = Annotated[tuple[Participant, SessionPlugin], Depends(participant_of("note"))]
+Writer = Annotated[Who, Depends(participant_of("note"))]
 
 
 @router.get("/")
-def note_page(request: Request, who: Who) -> HTMLResponse:
-    participant, _ = who
+def note_page(request: Request, who: Writer) -> HTMLResponse:
+    participant = who.participant
     state = server_state(request)
     state.db.run(lambda conn: record_view(conn, participant.id, "note", state.clock()))
     return HTMLResponse("<form method=post><textarea name=text></textarea></form>")
 
 
 @router.post("/")
-def note_submit(request: Request, who: Who, text: Annotated[str, Form()]) -> RedirectResponse:
-    participant, _ = who
+def note_submit(request: Request, who: Writer, text: Annotated[str, Form()]) -> RedirectResponse:
+    participant = who.participant
     state = server_state(request)
     now = state.clock()
 
@@ -70,7 +70,6 @@ def note_submit(request: Request, who: Who, text: Annotated[str, Form()]) -> Red
 
 class NoteSession(SessionPlugin):
     kind: ClassVar[str] = "note"
-    routers: ClassVar[tuple[APIRouter, ...]] = (router,)
 
     def __init__(self) -> None:
         self.name = "notes"
@@ -83,7 +82,14 @@ class NoteSession(SessionPlugin):
         return {"notes": len(conn.execute(select(notes.c.id)).all())}
 
 
-def test_a_new_session_type_plugs_into_the_core(make_likert, tmp_path):
+@pytest.fixture
+def note_kind():  # type: ignore[no-untyped-def]
+    SESSION_KINDS.register("note", SessionKind(lambda path: NoteSession(), (router,)))
+    yield
+    SESSION_KINDS.unregister("note")
+
+
+def test_a_new_session_type_plugs_into_the_core(make_likert, tmp_path, note_kind):
     study = make_likert()
     admin = "admin-token-for-plugins-123"
     app = create_app(

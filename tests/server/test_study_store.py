@@ -15,7 +15,12 @@ from sqlalchemy import func, select
 from storyeval.corpus import read_judgments
 from storyeval.server import study_store as store
 from storyeval.server.db import Database
-from storyeval.server.participants import create_participants, participant_by_token, record_view
+from storyeval.server.participants import (
+    create_participants,
+    page_views,
+    participant_by_token,
+    record_view,
+)
 from storyeval.server.study_store import StudyVersionError
 
 
@@ -53,10 +58,13 @@ def test_concurrent_participants_never_exceed_the_quota(db_url, make_likert):
 
     def begin(person):  # type: ignore[no-untyped-def]
         barrier.wait(timeout=30) if person.id % 2 == 0 else None
-        return db.run(
-            lambda conn: store.start(
-                conn, study, participant_by_token(conn, person.token), time.time()
+        return (
+            db.run(
+                lambda conn: store.start(
+                    conn, study, participant_by_token(conn, person.token), time.time()
+                )
             )
+            == "started"
         )
 
     with ThreadPoolExecutor(max_workers=12) as pool:
@@ -157,7 +165,8 @@ def test_a_participant_cannot_read_or_write_another_participants_items(db_url, m
 
 def test_reservations_of_participants_who_left_are_released(db_url, make_likert):
     study = make_likert(per_system=2, per_participant=4, raters=1)  # 4 items, 4 slots
-    minutes = study.config.assignment.reservation_minutes
+    reservation_s = study.config.assignment.reservation_s
+    assert reservation_s == (5 + 4) * 60, "by default 5 minutes plus one per item"
     db = _db(db_url)
     store.register_study(db, study, now=0.0)
     leaver, newcomer = db.run(
@@ -171,9 +180,12 @@ def test_reservations_of_participants_who_left_are_released(db_url, make_likert)
             conn, study, participant_by_token(conn, leaver.token), first.id, _answers(study), 20.0
         )
     )
-    later = 20.0 + minutes * 60 + 1
-    assert db.run(
-        lambda conn: store.start(conn, study, participant_by_token(conn, newcomer.token), later)
+    later = 20.0 + reservation_s + 1
+    assert (
+        db.run(
+            lambda conn: store.start(conn, study, participant_by_token(conn, newcomer.token), later)
+        )
+        == "started"
     )
     with db.read() as conn:
         kept = store.participant_slots(conn, leaver.id)
@@ -197,29 +209,44 @@ def test_reservations_of_participants_who_left_are_released(db_url, make_likert)
 
 
 def test_time_from_page_delivery_and_gap_between_submissions(db_url, make_likert):
+    """An item page counts as served when the server sends the participant to it (at consent
+    for the first, at the previous answer for the next; a reload does not reset it), or at
+    its first GET when the participant arrives otherwise (here after leaving the study)."""
     study = make_likert()
     db = _db(db_url)
     store.register_study(db, study, now=0.0)
     person = db.run(lambda conn: create_participants(conn, "study", study.name, 1, now=0.0))[0]
     db.run(lambda conn: store.start(conn, study, participant_by_token(conn, person.token), 100.0))
     with db.read() as conn:
-        a, b = store.participant_slots(conn, person.id)[:2]
-    for slot, served, submitted in ((a, 105.0, 147.5), (b, 150.0, 171.0)):
-        db.run(lambda conn, s=slot, t=served: record_view(conn, person.id, store.page_key(s.id), t))
-        db.run(
-            lambda conn, s=slot, t=served + 60: record_view(
-                conn, person.id, store.page_key(s.id), t
-            )
-        )  # a reload
-        db.run(
-            lambda conn, s=slot, t=submitted: store.submit_page(
-                conn, study, participant_by_token(conn, person.token), s.id, _answers(study), t
+        a, b, c = store.participant_slots(conn, person.id)[:3]
+
+    def submit(slot, t):  # type: ignore[no-untyped-def]
+        return db.run(
+            lambda conn: store.submit_page(
+                conn, study, participant_by_token(conn, person.token), slot.id, _answers(study), t
             )
         )
+
+    db.run(lambda conn: record_view(conn, person.id, store.page_key(a.id), 160.0))  # a reload
+    submit(a, 147.5)
+    submit(b, 171.0)
+    # the view of c was recorded at b's answer: remove it, as if the participant had closed
+    # the browser before it loaded and come back through their link later
+    db.run(
+        lambda conn: conn.execute(
+            page_views.delete().where(page_views.c.page == store.page_key(c.id))
+        )
+    )
+    db.run(lambda conn: record_view(conn, person.id, store.page_key(c.id), 300.0))
+    submit(c, 312.0)
     with db.read() as conn:
         records = store.export_judgments(conn, study.name)
     times = {(j.item_id, j.extra["gap_s"]): j.time_s for j in records}
-    assert times == {(a.item_key, 47.5): 42.5, (b.item_key, 23.5): 21.0}
+    assert times == {
+        (a.item_key, 47.5): 47.5,
+        (b.item_key, 23.5): 23.5,
+        (c.item_key, 141.0): 12.0,
+    }
     db.dispose()
 
 
@@ -274,7 +301,7 @@ def test_a_participant_never_gets_two_stories_of_one_prompt(db_url, study_dir):
         db.run(lambda conn, p=p: store.start(conn, study, participant_by_token(conn, p.token), 1.0))
         for p in people
     ]
-    assert started == [True, True, True, True, False]  # 3 prompts x 4 slots: 4 people, one each
+    assert started == ["started"] * 4 + ["full"]  # 3 prompts x 4 slots: 4 people, one each
     with db.read() as conn:
         rows = conn.execute(
             select(store.slots).where(store.slots.c.participant_id.is_not(None))

@@ -21,8 +21,8 @@ from storyeval.collab import read_sessions
 from storyeval.collab.session import SuggestionResult
 from storyeval.server.app import create_app
 from storyeval.server.db import Database
+from storyeval.server.kinds import load_session
 from storyeval.server.participants import create_participants
-from storyeval.server.sessions import load_session
 from storyeval.server.settings import Settings
 
 ADMIN = "writing-admin-token-0123456789"

@@ -24,29 +24,10 @@ def check_table_path(path: Path) -> Path:
 
 
 def write_table(frame: Any, path: Path) -> None:
-    """Write a DataFrame atomically as CSV (full precision, empty cells for missing values)
-    or JSONL (one object per row, null for missing values)."""
-    import json
+    """Write a DataFrame atomically as CSV or JSONL (:func:`storyeval.io.write_table`)."""
+    from storyeval.io import write_table as write
 
-    from storyeval.io import write_text_atomic
-
-    if path.suffix.lower() == ".jsonl":
-        lines = []
-        for record in frame.to_dict("records"):
-            clean: dict[str, Any] = {}
-            for key, value in record.items():
-                if value is None or (isinstance(value, float) and math.isnan(value)):
-                    clean[str(key)] = None
-                elif hasattr(value, "item"):
-                    clean[str(key)] = value.item()
-                elif str(value) == "<NA>":
-                    clean[str(key)] = None
-                else:
-                    clean[str(key)] = value
-            lines.append(json.dumps(clean, ensure_ascii=False, allow_nan=False))
-        write_text_atomic(path, "\n".join(lines) + ("\n" if lines else ""))
-    else:
-        write_text_atomic(path, frame.to_csv(index=False))
+    write(path, frame)
 
 
 @contextlib.contextmanager

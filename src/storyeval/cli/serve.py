@@ -47,8 +47,8 @@ def serve(
 
     from storyeval.io import write_text_atomic
     from storyeval.server.app import create_app
+    from storyeval.server.kinds import load_session
     from storyeval.server.participants import create_participants
-    from storyeval.server.sessions import load_session
     from storyeval.server.settings import Settings
 
     sessions = [load_session(path) for path in files]

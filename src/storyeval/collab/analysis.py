@@ -38,8 +38,8 @@ from typing import Any
 from storyeval.collab.records import SessionRecord
 from storyeval.corpus import Story
 from storyeval.errors import StoryevalError
-from storyeval.meta.stats import binomial_test, mean_interval
 from storyeval.signature import Signature
+from storyeval.stats import binomial_test, mean_interval
 
 EDIT_METRICS: tuple[tuple[str, str, bool], ...] = (
     ("edit_distance", "levenshtein", False),

@@ -239,7 +239,7 @@ class Completion(_Strict):
 class GenerationSettings(_Strict):
     """How suggestions are generated off the request path."""
 
-    workers: int = Field(default=1, ge=1, le=16)
+    workers: int = Field(default=2, ge=1, le=16)
     seed: int = 0
     timeout_s: float = Field(default=300.0, gt=0)
 

@@ -1,10 +1,16 @@
-"""Generating suggestions off the request path.
+"""Generating suggestions off the request path, supervised.
 
 The study server never calls a model inside a request: when a writer submits a turn, the
 handler stores the suggestion requests and hands them to a :class:`GenerationWorker`, whose
 threads run the models and write each result back through a callback. The writer's browser
-polls a waiting page; other writers' pages are served meanwhile (torch releases the GIL while
-it computes, and model calls hold only :data:`storyeval.generate.GENERATION_LOCK`).
+polls a waiting page; other writers' pages are served meanwhile.
+
+Supervision: a call that runs longer than the timeout is reported to the writer as a failed
+suggestion (they can ask again) and its thread is replaced, so a hung model never holds a
+writer or the pool; a worker thread that dies is restarted and its request reported failed,
+with the cause in the log. Calls run in parallel (each samples from its own seeded random
+generator, see :func:`storyeval.generate.continue_text`), so one writer's slow call does not
+delay the others'.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -101,8 +108,27 @@ class SuggestionEngine:
         )
 
 
+@dataclass
+class _Call:
+    """A request being generated: by which thread, since when."""
+
+    key: str
+    request: SuggestionRequest
+    thread: threading.Thread
+    started: float
+
+
+@dataclass
+class _Stats:
+    completed: int = 0
+    failed: int = 0
+    timed_out: int = 0
+    restarted: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
 class GenerationWorker:
-    """Daemon threads that run suggestion requests from a queue and report each result.
+    """Supervised threads that run suggestion requests from a queue and report each result.
 
     Parameters
     ----------
@@ -112,8 +138,12 @@ class GenerationWorker:
         ``on_result(key, request, result)``, called from a worker thread; ``key`` is what the
         caller passed to :meth:`submit` (e.g. the participant id).
     workers : int
-        Threads. Model calls are serialised by the generation lock, so more than one thread
-        helps only when results are slow to store or generators are slow to load.
+        Threads generating at once.
+    timeout_s : float
+        A call running longer is reported as a failed suggestion and its thread replaced
+        (Python cannot stop a running thread: it is abandoned, and its late result dropped).
+    check_every_s : float
+        How often the supervisor looks for late calls and dead threads.
 
     Notes
     -----
@@ -122,30 +152,71 @@ class GenerationWorker:
     it starts (:meth:`WritingSession.pending_requests`).
     """
 
-    def __init__(self, engine: Engine, on_result: ResultCallback, *, workers: int = 1) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        on_result: ResultCallback,
+        *,
+        workers: int = 2,
+        timeout_s: float = 300.0,
+        check_every_s: float | None = None,
+    ) -> None:
         if workers < 1:
             raise ValueError(f"workers must be >= 1; got {workers}")
+        if timeout_s <= 0:
+            raise ValueError(f"timeout_s must be > 0; got {timeout_s}")
         self._engine = engine
         self._on_result = on_result
+        self.workers = workers
+        self.timeout_s = timeout_s
+        self._check_every = check_every_s or min(1.0, timeout_s / 4)
         self._queue: queue.Queue[tuple[str, SuggestionRequest] | None] = queue.Queue()
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
         self._in_flight: set[tuple[str, str]] = set()
+        self._running: dict[threading.Thread, _Call | None] = {}
+        self._retired: set[threading.Thread] = set()
         self._closed = False
-        self.completed = 0
-        self.failed = 0
-        self._threads = [
-            threading.Thread(target=self._loop, name=f"storyeval-gen-{i}", daemon=True)
-            for i in range(workers)
-        ]
-        for thread in self._threads:
-            thread.start()
+        self._stats = _Stats()
+        self._serial = 0
+        with self._lock:
+            for _ in range(workers):
+                self._spawn()
+        self._supervisor = threading.Thread(
+            target=self._supervise, name="storyeval-gen-supervisor", daemon=True
+        )
+        self._supervisor.start()
+
+    # ------------------------------------------------------------------ public
 
     @property
     def in_flight(self) -> int:
         """Requests queued or running."""
         with self._lock:
             return len(self._in_flight)
+
+    @property
+    def completed(self) -> int:
+        return self._stats.completed
+
+    @property
+    def failed(self) -> int:
+        return self._stats.failed
+
+    @property
+    def timed_out(self) -> int:
+        return self._stats.timed_out
+
+    @property
+    def restarted(self) -> int:
+        """Worker threads started to replace a dead or abandoned one."""
+        return self._stats.restarted
+
+    @property
+    def alive(self) -> int:
+        """Worker threads alive and taking requests."""
+        with self._lock:
+            return sum(1 for t in self._running if t.is_alive())
 
     def submit(self, key: str, request: SuggestionRequest) -> bool:
         """Queue ``request``; returns False if the same request is already queued or running."""
@@ -159,35 +230,6 @@ class GenerationWorker:
         self._queue.put((key, request))
         return True
 
-    def _loop(self) -> None:
-        while True:
-            item = self._queue.get()
-            if item is None:
-                return
-            key, request = item
-            try:
-                self._run(key, request)
-            finally:
-                with self._lock:
-                    self._in_flight.discard((key, request.request_id))
-                    self._idle.notify_all()
-
-    def _run(self, key: str, request: SuggestionRequest) -> None:
-        try:
-            result = self._engine(request)
-        except Exception as exc:  # an engine that raises still produces a (failed) result
-            now = time.time()
-            result = SuggestionResult(None, "", request.seed, now, now, error=str(exc) or repr(exc))
-        try:
-            self._on_result(key, request, result)
-        except Exception:
-            log.exception("could not store the suggestion %s for %s", request.request_id, key)
-            return
-        with self._lock:
-            self.completed += 1
-            if result.text is None:
-                self.failed += 1
-
     def wait_idle(self, timeout: float | None = None) -> bool:
         """Block until nothing is queued or running; returns False on timeout."""
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -196,7 +238,7 @@ class GenerationWorker:
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     return False
-                self._idle.wait(remaining)
+                self._idle.wait(remaining if remaining is not None else 1.0)
         return True
 
     def close(self, *, wait: bool = True, timeout: float | None = None) -> None:
@@ -205,5 +247,107 @@ class GenerationWorker:
             self._closed = True
         if wait:
             self.wait_idle(timeout)
-        for _ in self._threads:
+        with self._lock:
+            count = len(self._running)
+        for _ in range(count):
             self._queue.put(None)
+
+    # ------------------------------------------------------------------ threads
+
+    def _spawn(self) -> None:
+        """Start one worker thread (the lock is held)."""
+        self._serial += 1
+        thread = threading.Thread(
+            target=self._loop, name=f"storyeval-gen-{self._serial}", daemon=True
+        )
+        self._running[thread] = None
+        thread.start()
+
+    def _loop(self) -> None:
+        me = threading.current_thread()
+        while True:
+            item = self._queue.get()
+            if item is None:
+                with self._lock:
+                    self._running.pop(me, None)
+                return
+            key, request = item
+            with self._lock:
+                self._running[me] = _Call(key, request, me, time.monotonic())
+            result = self._generate(request)
+            with self._lock:
+                if me in self._retired:  # timed out: the writer was told; this thread ends
+                    self._retired.discard(me)
+                    log.info("dropped the late result of %s (timed out)", request.request_id)
+                    return
+                self._running[me] = None
+            self._deliver(key, request, result)
+
+    def _generate(self, request: SuggestionRequest) -> SuggestionResult:
+        try:
+            return self._engine(request)
+        except Exception as exc:  # an engine that raises still produces a (failed) result
+            now = time.time()
+            log.warning("generation of %s failed: %s", request.request_id, exc)
+            return SuggestionResult(None, "", request.seed, now, now, error=str(exc) or repr(exc))
+
+    def _deliver(self, key: str, request: SuggestionRequest, result: SuggestionResult) -> None:
+        try:
+            self._on_result(key, request, result)
+        except Exception:
+            log.exception("could not store the suggestion %s for %s", request.request_id, key)
+        with self._lock:
+            self._stats.completed += 1
+            if result.text is None:
+                self._stats.failed += 1
+            self._in_flight.discard((key, request.request_id))
+            self._idle.notify_all()
+
+    # ------------------------------------------------------------------ supervision
+
+    def _supervise(self) -> None:
+        while True:
+            time.sleep(self._check_every)
+            with self._lock:
+                if self._closed and not self._in_flight:
+                    return
+                late, dead = self._late_and_dead(time.monotonic())
+            for call in late:
+                self._fail(call, f"the generator did not answer within {self.timeout_s:g} s")
+                with self._lock:
+                    self._stats.timed_out += 1
+            for call in dead:
+                self._fail(call, "the generation worker stopped unexpectedly")
+
+    def _late_and_dead(self, now: float) -> tuple[list[_Call], list[_Call]]:
+        """Calls past the timeout and calls whose thread died; their threads are replaced
+        (the lock is held)."""
+        late: list[_Call] = []
+        dead: list[_Call] = []
+        for thread, call in list(self._running.items()):
+            if not thread.is_alive():
+                self._running.pop(thread)
+                log.error("generation worker %s died; starting another", thread.name)
+                if call is not None:
+                    dead.append(call)
+                self._stats.restarted += 1
+                if not self._closed:
+                    self._spawn()
+            elif call is not None and now - call.started > self.timeout_s:
+                log.warning(
+                    "generation of %s timed out after %.0f s; abandoning its thread",
+                    call.request.request_id,
+                    now - call.started,
+                )
+                self._running.pop(thread)
+                self._retired.add(thread)
+                late.append(call)
+                self._stats.restarted += 1
+                if not self._closed:
+                    self._spawn()
+        return late, dead
+
+    def _fail(self, call: _Call, reason: str) -> None:
+        now = time.time()
+        result = SuggestionResult(None, "", call.request.seed, now, now, error=reason)
+        self._deliver(call.key, call.request, result)

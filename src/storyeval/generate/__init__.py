@@ -3,7 +3,6 @@
 from storyeval.generate.core import (
     DEFAULT_MAX_ATTEMPTS,
     DROP_FIELDS,
-    GENERATION_LOCK,
     Continuation,
     DecodingConfig,
     GenerationError,
@@ -26,7 +25,6 @@ __all__ = [
     "COPY_THRESHOLD",
     "DEFAULT_MAX_ATTEMPTS",
     "DROP_FIELDS",
-    "GENERATION_LOCK",
     "Continuation",
     "DecodingConfig",
     "GenerationError",

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-import threading
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -34,9 +33,6 @@ DROP_FIELDS = (
     "dropped_offensive",
 )
 _TERMINAL = re.compile(r"[.!?…][\"'”’)\]]*$")
-#: Model calls that seed torch's global generator hold this lock, so concurrent callers (the
-#: study server's generation worker, tests) cannot interleave seeding and sampling.
-GENERATION_LOCK = threading.RLock()
 
 
 class GenerationError(StoryevalError, RuntimeError):
@@ -213,15 +209,61 @@ def _stop_ids(tokenizer: Any, separator: str | None) -> list[int]:
     return sorted(set(ids))
 
 
+class _SeededSampler:
+    """The last logits processor of a sampling run: draws each next token with a private
+    ``torch.Generator`` (from the softmax of the warped scores, as ``generate`` itself does)
+    and leaves only that token possible, so ``generate`` in greedy mode takes it. The output
+    equals sampling with ``generate`` after ``torch.manual_seed(seed)``, but concurrent runs
+    do not share the global random state, so they need no lock and never wait for each
+    other."""
+
+    def __init__(self, generator: Any) -> None:
+        self.generator = generator
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        import torch
+
+        probs = torch.nn.functional.softmax(scores, dim=-1)
+        chosen = torch.multinomial(probs, num_samples=1, generator=self.generator)
+        only = torch.full_like(scores, float("-inf"))
+        return only.scatter_(1, chosen, 0.0)
+
+
+def _warpers(decoding: DecodingConfig) -> list[Any]:
+    """The sampling warpers ``generate`` would add, in its order (temperature, top-k, top-p)."""
+    from transformers import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+
+    warpers: list[Any] = []
+    if decoding.temperature != 1.0:
+        warpers.append(TemperatureLogitsWarper(decoding.temperature))
+    if decoding.top_k is not None and decoding.top_k != 0:
+        warpers.append(TopKLogitsWarper(top_k=decoding.top_k, min_tokens_to_keep=1))
+    if decoding.top_p is not None and decoding.top_p < 1.0:
+        warpers.append(TopPLogitsWarper(top_p=decoding.top_p, min_tokens_to_keep=1))
+    return warpers
+
+
+def seeded_generator(seed: int) -> Any:
+    """A private random generator for one generation run."""
+    import torch
+
+    generator = torch.Generator()
+    generator.manual_seed(seed)
+    return generator
+
+
 def _generate_raw(
     lm: Any,
     contexts: Sequence[str],
     decoding: DecodingConfig,
     *,
     separator: str | None,
+    generator: Any,
 ) -> list[str]:
-    """One batch of raw continuations (no cleaning), cut at the first stop token."""
+    """One batch of raw continuations (no cleaning), cut at the first stop token; sampling
+    draws from ``generator`` (see :class:`_SeededSampler`)."""
     import torch
+    from transformers import LogitsProcessorList
 
     tokenizer, model = lm.tokenizer, lm.model
     pad_id = (
@@ -229,12 +271,19 @@ def _generate_raw(
     )
     stop = _stop_ids(tokenizer, separator)
     encoded = tokenizer(list(contexts), return_tensors="pt", padding=True, padding_side="left")
+    kwargs = decoding.generate_kwargs()
+    processors = LogitsProcessorList()
+    if decoding.do_sample:
+        processors.extend(_warpers(decoding))
+        processors.append(_SeededSampler(generator))
+        kwargs.update(do_sample=False, temperature=None, top_k=None, top_p=None)
     with torch.no_grad():
         output = model.generate(
             **encoded,
-            **decoding.generate_kwargs(),
+            **kwargs,
             pad_token_id=pad_id,
             eos_token_id=stop or None,
+            logits_processor=processors,
         )
     new_tokens = output[:, encoded["input_ids"].shape[1] :].tolist()
     texts = []
@@ -389,7 +438,6 @@ def generate_stories(
     ValueError
         On empty prompts, bad settings, or a prompt too long for the model.
     """
-    import torch
     from tqdm.auto import tqdm
 
     from storyeval.models import load_causal_lm
@@ -442,34 +490,35 @@ def generate_stories(
         decoding.max_new_tokens,
     )
     bar = tqdm(total=len(jobs), desc=f"generate {system}", disable=not progress, unit="story")
-    with GENERATION_LOCK:
-        torch.manual_seed(seed)
-        for _attempt in range(max_attempts):
-            pending = [job for job in jobs if job.text is None]
-            if not pending:
-                break
-            if _attempt > 0 and not decoding.do_sample:
-                break  # greedy decoding would repeat the dropped texts
-            for start in range(0, len(pending), batch_size):
-                batch = pending[start : start + batch_size]
-                raws = _generate_raw(lm, [job.context for job in batch], decoding, separator=sep)
-                for job, raw in zip(batch, raws, strict=True):
-                    job.attempts += 1
-                    text, reason, overlap = _judge(
-                        raw,
-                        max_words=max_words,
-                        max_chars=max_chars,
-                        max_sentences=None,
-                        priming=priming,
-                        copy_threshold=copy_threshold,
-                        word_filter=word_filter,
-                    )
-                    if text is None:
-                        job.dropped[reason] += 1
-                        job.last_reason = reason
-                        continue
-                    job.text, job.overlap = text, overlap
-                    bar.update(1)
+    generator = seeded_generator(seed)
+    for _attempt in range(max_attempts):
+        pending = [job for job in jobs if job.text is None]
+        if not pending:
+            break
+        if _attempt > 0 and not decoding.do_sample:
+            break  # greedy decoding would repeat the dropped texts
+        for start in range(0, len(pending), batch_size):
+            batch = pending[start : start + batch_size]
+            raws = _generate_raw(
+                lm, [job.context for job in batch], decoding, separator=sep, generator=generator
+            )
+            for job, raw in zip(batch, raws, strict=True):
+                job.attempts += 1
+                text, reason, overlap = _judge(
+                    raw,
+                    max_words=max_words,
+                    max_chars=max_chars,
+                    max_sentences=None,
+                    priming=priming,
+                    copy_threshold=copy_threshold,
+                    word_filter=word_filter,
+                )
+                if text is None:
+                    job.dropped[reason] += 1
+                    job.last_reason = reason
+                    continue
+                job.text, job.overlap = text, overlap
+                bar.update(1)
     bar.close()
     failed = [job for job in jobs if job.text is None]
     if failed:
@@ -592,14 +641,15 @@ def continue_text(
     a listed term. With ``accept_unfinished``, if every attempt stopped before the end of a
     sentence, the last such text (cut at a word within the caps, free of listed terms) is
     returned with ``complete=False`` rather than failing: a writer can still edit it.
-    Thread-safe: seeding and sampling happen under :data:`GENERATION_LOCK`.
+    Thread-safe: sampling draws from a private random generator seeded with ``seed``, so
+    concurrent calls (the study server's generation workers) run in parallel, each
+    reproducible.
 
     Raises
     ------
     GenerationError
         If every attempt was empty or filtered.
     """
-    import torch
 
     from storyeval.models import load_causal_lm
 
@@ -623,30 +673,29 @@ def continue_text(
     dropped = {"empty": 0, "unfinished": 0, "long": 0, "copy": 0, "offensive": 0}
     raw = ""
     fallback: tuple[str, str, int] | None = None
-    with GENERATION_LOCK:
-        torch.manual_seed(seed)
-        for attempt in range(1, max_attempts + 1):
-            raw = _generate_raw(lm, [context], decoding, separator=None)[0]
-            text, reason, _ = _judge(
-                raw,
-                max_words=max_words,
-                max_chars=max_chars,
-                max_sentences=max_sentences,
-                priming=(),
-                copy_threshold=1.0,
-                word_filter=word_filter,
+    generator = seeded_generator(seed)
+    for attempt in range(1, max_attempts + 1):
+        raw = _generate_raw(lm, [context], decoding, separator=None, generator=generator)[0]
+        text, reason, _ = _judge(
+            raw,
+            max_words=max_words,
+            max_chars=max_chars,
+            max_sentences=max_sentences,
+            priming=(),
+            copy_threshold=1.0,
+            word_filter=word_filter,
+        )
+        if text is not None:
+            return Continuation(text, signature, attempt, dropped, raw)
+        dropped[reason] += 1
+        if reason == "unfinished" and accept_unfinished:
+            candidate = _cut_words(
+                clean_continuation(raw, max_sentences=max_sentences), max_words, max_chars
             )
-            if text is not None:
-                return Continuation(text, signature, attempt, dropped, raw)
-            dropped[reason] += 1
-            if reason == "unfinished" and accept_unfinished:
-                candidate = _cut_words(
-                    clean_continuation(raw, max_sentences=max_sentences), max_words, max_chars
-                )
-                if candidate and not (word_filter and word_filter.find(candidate)):
-                    fallback = (candidate, raw, attempt)
-            if not decoding.do_sample:
-                break
+            if candidate and not (word_filter and word_filter.find(candidate)):
+                fallback = (candidate, raw, attempt)
+        if not decoding.do_sample:
+            break
     if fallback is not None:
         text, raw, attempt = fallback
         return Continuation(text, signature, attempt, dropped, raw, complete=False)

@@ -21,7 +21,8 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from storyeval.human.study import Item, Study
+from storyeval.human.model import Item, Study
+from storyeval.human.protocols import get_protocol
 
 
 @dataclass(frozen=True)
@@ -73,27 +74,23 @@ def williams_square(n: int) -> list[list[int]]:
 
 
 def build_slots(study: Study) -> list[SlotSpec]:
-    """All slots of a study, in claiming order (see the module docstring)."""
+    """All slots of a study, in claiming order (see the module docstring); the protocol lays
+    out each slot's texts (left/right alternation for two texts, a shuffle for tuples)."""
     rng = random.Random(study.config.assignment.seed)
+    protocol = get_protocol(study.protocol)
     items = list(study.items)
     index = {item.key: i for i, item in enumerate(items)}
-    n_texts = len(items[0].texts) if items else 0
     slots: list[SlotSpec] = []
-    if study.protocol == "triangle":
-        for item in items:  # already in balanced groups of six orders
-            slots.append(
-                SlotSpec(len(slots) + 1, item.key, item.condition, 0, (0, 1, 2), item.group)
-            )
+    if protocol.one_slot_per_item():  # triads, already in balanced groups of six orders
+        for item in items:
+            layout = protocol.layout(item, index[item.key], 0, rng)
+            slots.append(SlotSpec(len(slots) + 1, item.key, item.condition, 0, layout, item.group))
         return slots
     for replicate in range(study.raters_per_item):
         order = list(items)
         rng.shuffle(order)
         for item in order:
-            if n_texts == 2:
-                swap = (index[item.key] + replicate) % 2 == 1
-                layout: tuple[int, ...] = (1, 0) if swap else (0, 1)
-            else:
-                layout = tuple(range(n_texts))
+            layout = protocol.layout(item, index[item.key], replicate, rng)
             slots.append(
                 SlotSpec(len(slots) + 1, item.key, item.condition, replicate, layout, item.group)
             )
@@ -190,7 +187,7 @@ def participants_needed(study: Study) -> int:
     """
     slots = len(study.items) * study.raters_per_item
     per_person = min(study.items_per_participant, max(1, len(study.items)))
-    if study.protocol == "triangle":
+    if get_protocol(study.protocol).one_slot_per_item():
         per_person = study.items_per_participant
     return -(-slots // per_person)
 

@@ -15,7 +15,7 @@ Every table is a tidy DataFrame (``estimate, ci_low, ci_high, p_value, n, method
 rows carry signatures; undefined statistics are nan with a :class:`DegenerateInputWarning`.
 """
 
-from storyeval.meta._warnings import (
+from storyeval.errors import (
     BootstrapWarning,
     DataCoverageWarning,
     DegenerateInputWarning,
@@ -51,7 +51,7 @@ from storyeval.meta.robustness import (
     subset_correlations,
 )
 from storyeval.meta.significance import adjust_pvalues, compare_metrics, williams_test
-from storyeval.meta.stats import METHODS, correlation
+from storyeval.stats import METHODS, correlation
 
 __all__ = [
     "LEVELS",

@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 
 from storyeval.corpus import Judgment
-from storyeval.meta._warnings import DataCoverageWarning, DegenerateInputWarning, warn
+from storyeval.errors import DataCoverageWarning, DegenerateInputWarning, warn
 from storyeval.meta.correlation import (
     LEVELS,
     check_level,
@@ -41,7 +41,8 @@ from storyeval.meta.correlation import (
     tidy_correlations,
 )
 from storyeval.meta.data import MetaInputError, _judgments_to_frame
-from storyeval.meta.stats import (
+from storyeval.signature import Signature
+from storyeval.stats import (
     bootstrap_indices,
     bootstrap_weights,
     check_confidence,
@@ -49,7 +50,6 @@ from storyeval.meta.stats import (
     check_n_boot,
     percentile_interval,
 )
-from storyeval.signature import Signature
 
 ALPHA_LEVELS: tuple[str, ...] = ("nominal", "ordinal", "interval")
 AGREEMENT_STATISTICS: tuple[str, ...] = ("alpha", "fleiss", "icc", "full_agreement")

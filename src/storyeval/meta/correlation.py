@@ -31,9 +31,10 @@ import numpy as np
 import pandas as pd
 from numpy.typing import ArrayLike
 
-from storyeval.meta._warnings import DegenerateInputWarning, warn
+from storyeval.errors import DegenerateInputWarning, warn
 from storyeval.meta.data import MetaInputError, MetaTable
-from storyeval.meta.stats import (
+from storyeval.signature import Signature
+from storyeval.stats import (
     FloatArray,
     bootstrap_indices,
     bootstrap_weights,
@@ -47,7 +48,6 @@ from storyeval.meta.stats import (
     rows_correlation,
     sign_flip_test,
 )
-from storyeval.signature import Signature
 
 LEVELS: tuple[str, ...] = ("pooled", "story", "system")
 

@@ -25,8 +25,7 @@ import numpy as np
 import pandas as pd
 
 from storyeval.corpus import Judgment, Score, Story, read_judgments, read_scores, read_stories
-from storyeval.errors import StoryevalError
-from storyeval.meta._warnings import DataCoverageWarning, MixedSignatureWarning, warn
+from storyeval.errors import DataCoverageWarning, MixedSignatureWarning, StoryevalError, warn
 
 AGGREGATIONS: tuple[str, ...] = ("mean", "median", "majority")
 

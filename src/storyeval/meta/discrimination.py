@@ -27,11 +27,16 @@ import numpy as np
 import pandas as pd
 
 from storyeval.corpus import Score, iter_raw_records, read_scores
-from storyeval.errors import DataFileError, DataProblem
-from storyeval.meta._warnings import DataCoverageWarning, DegenerateInputWarning, warn
+from storyeval.errors import (
+    DataCoverageWarning,
+    DataFileError,
+    DataProblem,
+    DegenerateInputWarning,
+    warn,
+)
 from storyeval.meta.data import MetaInputError, _scores_to_frame
-from storyeval.meta.stats import binomial_test, check_confidence
 from storyeval.signature import Signature
+from storyeval.stats import binomial_test, check_confidence
 
 PAIR_COLUMNS: tuple[str, ...] = ("original_id", "altered_id")
 

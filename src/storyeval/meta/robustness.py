@@ -29,12 +29,11 @@ import numpy as np
 import pandas as pd
 
 from storyeval.corpus import iter_raw_records
-from storyeval.errors import DataFileError, DataProblem
-from storyeval.meta._warnings import DataCoverageWarning, warn
+from storyeval.errors import DataCoverageWarning, DataFileError, DataProblem, warn
 from storyeval.meta.correlation import LEVELS, correlate
 from storyeval.meta.data import MetaInputError, MetaTable, load_meta_table
-from storyeval.meta.stats import check_method, check_variant, correlation, describe_replicates
 from storyeval.signature import Signature
+from storyeval.stats import check_method, check_variant, correlation, describe_replicates
 
 
 def infer_levels(quality: np.ndarray, *, max_levels: int = 100, tolerance: float = 1e-6) -> int:

@@ -25,11 +25,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from storyeval.meta._warnings import DegenerateInputWarning, warn
+from storyeval.errors import DegenerateInputWarning, warn
 from storyeval.meta.correlation import check_level
 from storyeval.meta.data import MetaTable
-from storyeval.meta.stats import check_method, check_variant, correlation
 from storyeval.signature import Signature
+from storyeval.stats import check_method, check_variant, correlation
 
 ALTERNATIVES: tuple[str, ...] = ("greater", "two-sided", "less")
 CORRECTIONS: dict[str, str] = {"bh": "fdr_bh", "bonferroni": "bonferroni", "holm": "holm"}

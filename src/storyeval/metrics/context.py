@@ -16,14 +16,14 @@ from typing import Any
 
 import numpy as np
 
-from storyeval.errors import ModelLoadError
+from storyeval.errors import ModelLoadError, StoryevalWarning
 
 
-class UndefinedScoreWarning(UserWarning):
+class UndefinedScoreWarning(StoryevalWarning):
     """Some scores are undefined (NaN) for a reason the user can act on."""
 
 
-class LongTextWarning(UserWarning):
+class LongTextWarning(StoryevalWarning):
     """A text was longer than the model's input and was encoded in overlapping windows."""
 
 

@@ -399,7 +399,7 @@ def aggregate(
     """
     import pandas as pd
 
-    from storyeval.meta.stats import bootstrap_indices, percentile_interval
+    from storyeval.stats import bootstrap_indices, percentile_interval
 
     rows: list[dict[str, Any]] = []
     method = f"percentile bootstrap, {bootstrap} resamples, seed {seed}" if bootstrap else "none"

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from storyeval.corpus import Story
-from storyeval.errors import StoryevalError
+from storyeval.errors import StoryevalError, StoryevalWarning
 from storyeval.perturb.base import (
     TECHNIQUES,
     UNION_COUNT_PROBABILITIES,
@@ -27,7 +27,7 @@ Mode = Literal["all", "mix", "each"]
 MODES: tuple[str, ...] = ("all", "mix", "each")
 
 
-class SkippedStoriesWarning(UserWarning):
+class SkippedStoriesWarning(StoryevalWarning):
     """Some stories could not be perturbed and were left out (their ids are in the message)."""
 
 

@@ -108,6 +108,7 @@ class Database:
                 connect_args={"check_same_thread": False, "timeout": 30},
                 pool_size=pool_size,
                 max_overflow=2 * pool_size,
+                hide_parameters=True,
             )
             event.listen(self.engine, "connect", _sqlite_on_connect)
             event.listen(self.engine, "begin", _sqlite_on_begin)
@@ -124,6 +125,7 @@ class Database:
                 max_overflow=2 * pool_size,
                 pool_pre_ping=True,
                 isolation_level="READ COMMITTED",
+                hide_parameters=True,
             )
 
     @property
@@ -135,16 +137,33 @@ class Database:
         return self.url.render_as_string(hide_password=True)
 
     def create_all(self) -> None:
-        """Create every registered table that does not exist yet (the core's and those of every
-        registered session type)."""
-        from storyeval.server import participants  # noqa: F401  (core tables)
-        from storyeval.server.sessions import registered_kinds
-
-        registered_kinds()  # imports the built-in session types, which define their tables
+        """Create every table defined on :data:`metadata` that does not exist yet (the modules
+        defining them are imported by the caller, e.g. the app factory), and add the nullable
+        columns that later versions of storyeval defined to tables made by earlier ones."""
         try:
             metadata.create_all(self.engine)
+            self._add_missing_columns()
         except OperationalError as exc:
             raise DatabaseError(f"cannot open the database {self.describe()}: {exc.orig}") from None
+
+    def _add_missing_columns(self) -> None:
+        from sqlalchemy import inspect
+        from sqlalchemy.schema import CreateColumn
+
+        inspector = inspect(self.engine)
+        with self.write() as conn:
+            for table in metadata.sorted_tables:
+                present = {c["name"] for c in inspector.get_columns(table.name)}
+                for column in table.columns:
+                    if column.name in present:
+                        continue
+                    if not column.nullable:
+                        raise DatabaseError(
+                            f"the table {table.name} of {self.describe()} lacks the column "
+                            f"{column.name}, which cannot be added to existing rows"
+                        )
+                    definition = CreateColumn(column).compile(dialect=self.engine.dialect)
+                    conn.exec_driver_sql(f"ALTER TABLE {table.name} ADD COLUMN {definition}")
 
     @contextlib.contextmanager
     def read(self) -> Iterator[Connection]:

@@ -38,6 +38,10 @@ from sqlalchemy.exc import IntegrityError
 from storyeval.server.db import metadata
 
 TOKEN_BYTES = 32
+MAX_EXTERNAL_ID = 256
+STATUSES = ("screened_out", "returned")
+"""How a participant left other than by completing: failed the comprehension check (a paid
+screen-out, data kept apart) or declined consent (returned the study)."""
 
 participants = Table(
     "participants",
@@ -53,6 +57,9 @@ participants = Table(
     Column("last_seen_at", Float, nullable=True),
     Column("last_submit_at", Float, nullable=True),
     Column("completion_code", String(64), nullable=True),
+    Column("status", String(16), nullable=True),
+    Column("browser_key", String(64), nullable=True),
+    Column("platform", Text, nullable=True),
     UniqueConstraint("kind", "session", "external_id", name="uq_participant_external"),
     Index("ix_participants_session", "kind", "session"),
 )
@@ -99,10 +106,20 @@ class Participant:
     last_seen_at: float | None
     last_submit_at: float | None
     completion_code: str | None
+    status: str | None = None
+    browser_key: str | None = None
+    platform: str | None = None
 
     @classmethod
     def from_row(cls, row: Any) -> Participant:
         return cls(**{name: row._mapping[name] for name in cls.__dataclass_fields__})
+
+    @property
+    def platform_parameters(self) -> dict[str, str]:
+        """The crowd platform's URL parameters stored when the participant joined."""
+        import json
+
+        return dict(json.loads(self.platform)) if self.platform else {}
 
 
 def create_participants(
@@ -126,14 +143,35 @@ def create_participants(
     return created
 
 
+def browser_key(secret: str) -> str:
+    """What the database keeps of a browser's binding cookie (its SHA-256, never the secret).
+
+    >>> len(browser_key("abc"))
+    64
+    """
+    import hashlib
+
+    return hashlib.sha256(secret.encode("utf-8")).hexdigest()
+
+
 def participant_for_external_id(
-    conn: Connection, kind: str, session: str, external_id: str, *, now: float
+    conn: Connection,
+    kind: str,
+    session: str,
+    external_id: str,
+    *,
+    now: float,
+    browser_secret: str | None = None,
+    platform: dict[str, str] | None = None,
 ) -> tuple[Participant, bool]:
     """The participant with this external id (e.g. a Prolific id), created if new.
 
-    Returns the participant and whether it was created. Safe when two requests race: the
-    unique constraint decides, the loser reads the winner's row.
+    Returns the participant and whether it was created. A new participant is bound to the
+    browser whose cookie holds ``browser_secret`` (see :func:`browser_key`). Safe when two
+    requests race: the unique constraint decides, the loser reads the winner's row.
     """
+    if len(external_id) > MAX_EXTERNAL_ID:
+        raise ValueError(f"an external id has at most {MAX_EXTERNAL_ID} characters")
     query = select(participants).where(
         participants.c.kind == kind,
         participants.c.session == session,
@@ -142,6 +180,8 @@ def participant_for_external_id(
     row = conn.execute(query).first()
     if row is not None:
         return Participant.from_row(row), False
+    import json
+
     try:
         with conn.begin_nested():
             conn.execute(
@@ -151,12 +191,38 @@ def participant_for_external_id(
                     session=session,
                     external_id=external_id,
                     created_at=now,
+                    browser_key=browser_key(browser_secret) if browser_secret else None,
+                    platform=json.dumps(platform, sort_keys=True) if platform else None,
                 )
             )
     except IntegrityError:
         pass
     row = conn.execute(query).one()
     return Participant.from_row(row), True
+
+
+def bind_browser(conn: Connection, participant_id: int, secret: str) -> None:
+    """Bind a participant that has no browser yet to the browser holding ``secret``."""
+    conn.execute(
+        update(participants)
+        .where(participants.c.id == participant_id, participants.c.browser_key.is_(None))
+        .values(browser_key=browser_key(secret))
+    )
+
+
+def set_status(conn: Connection, participant_id: int, status: str, now: float, code: str) -> str:
+    """End a participation as screened out or returned (once); returns the code shown."""
+    if status not in STATUSES:
+        raise ValueError(f"status must be one of {', '.join(STATUSES)}; got {status!r}")
+    current = lock_participant(conn, participant_id)
+    if current.finished_at is not None:
+        return current.completion_code or code
+    conn.execute(
+        update(participants)
+        .where(participants.c.id == participant_id)
+        .values(status=status, finished_at=now, completion_code=code)
+    )
+    return code
 
 
 def count_participants(conn: Connection, kind: str, session: str) -> int:
@@ -171,7 +237,7 @@ def count_participants(conn: Connection, kind: str, session: str) -> int:
 
 def participant_by_token(conn: Connection, token: str) -> Participant | None:
     """The participant with this token, or ``None`` (also for malformed tokens)."""
-    if not token or len(token) > 64:
+    if not token or len(token) > 64 or "\x00" in token:
         return None
     row = conn.execute(select(participants).where(participants.c.token == token)).first()
     return None if row is None else Participant.from_row(row)

@@ -19,6 +19,12 @@ class Settings(BaseModel):
     base_url : str or None
         The public address participants use (for the links the admin view lists), e.g.
         ``https://study.example.org``; defaults to the address of the request.
+    enroll_rate_per_minute, enroll_burst : float, int
+        Per-client limit on open-enrollment joins and consents (a token bucket: ``burst``
+        at once, then ``enroll_rate_per_minute``); 0 disables it.
+    trust_proxy : bool
+        Take the client address from ``X-Forwarded-For`` (only behind a reverse proxy that
+        sets it).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -26,6 +32,9 @@ class Settings(BaseModel):
     database_url: str = "sqlite:///storyeval-study.sqlite3"
     admin_token: str | None = Field(default=None, min_length=16, max_length=128)
     base_url: str | None = None
+    enroll_rate_per_minute: float = Field(default=20.0, ge=0)
+    enroll_burst: int = Field(default=10, ge=1)
+    trust_proxy: bool = False
 
     @field_validator("admin_token")
     @classmethod

@@ -5,21 +5,19 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, ClassVar
 
-from fastapi import APIRouter
 from sqlalchemy import Connection
 
-from storyeval.human.study import Study, load_study
-from storyeval.server import study_store
+from storyeval.human.model import Study
+from storyeval.human.study import load_study
+from storyeval.server import study_export, study_flow, study_tables
 from storyeval.server.db import Database
-from storyeval.server.sessions import EnrollmentPolicy, SessionPlugin, register_kind
+from storyeval.server.sessions import EnrollmentPolicy, SessionPlugin
 
 
 class StudySession(SessionPlugin):
-    """Serves one :class:`~storyeval.human.study.Study`."""
+    """Serves one :class:`~storyeval.human.model.Study`."""
 
     kind: ClassVar[str] = "study"
-    routers: ClassVar[tuple[APIRouter, ...]] = ()
-    admin_routers: ClassVar[tuple[APIRouter, ...]] = ()
 
     def __init__(self, study: Study) -> None:
         self.study = study
@@ -31,33 +29,26 @@ class StudySession(SessionPlugin):
         return cls(load_study(path))
 
     def setup(self, db: Database, *, now: float) -> None:
-        study_store.register_study(db, self.study, now=now)
+        study_tables.register_study(db, self.study, now=now)
 
     def enrollment(self) -> EnrollmentPolicy:
-        e = self.study.config.enrollment
-        return EnrollmentPolicy(e.open, e.external_id_param, e.max_participants)
+        config = self.study.config
+        e = config.enrollment
+        return EnrollmentPolicy(
+            e.open, config.external_id_param, e.max_participants, config.platform.parameters
+        )
 
-    def can_enroll(self, conn: Connection) -> bool:
-        return study_store.open_slot_count(conn, self.study) > 0
+    def can_enroll(self, conn: Connection, now: float) -> bool:
+        return study_flow.has_available_slots(conn, self.study, now)
 
     def summary(self, conn: Connection) -> dict[str, Any]:
-        p = study_store.progress(conn, self.study)
+        p = study_export.progress(conn, self.study)
         return {
             "protocol": p["protocol"],
             "participants": p["participants"],
             "started": p["started"],
             "finished": p["finished"],
+            "screened out / returned": p["screened_out_or_returned"],
             "judgments": p["judgments"],
             "slots done": f"{p['slots_done']} / {p['slots_total']}",
         }
-
-
-def _mount_routers() -> None:
-    from storyeval.server.routers import study, study_admin
-
-    StudySession.routers = (study.router,)
-    StudySession.admin_routers = (study_admin.router,)
-
-
-_mount_routers()
-register_kind("study", StudySession.from_file)

@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 from typing import Any, ClassVar
 
-from fastapi import APIRouter
 from sqlalchemy import Connection
 
 from storyeval.collab.config import CyoaConfig, MilConfig, load_writing_config, resolve_path
@@ -23,7 +22,7 @@ from storyeval.collab.worker import GenerationWorker, SuggestionEngine
 from storyeval.server import writing_store
 from storyeval.server.db import Database
 from storyeval.server.participants import Participant
-from storyeval.server.sessions import EnrollmentPolicy, SessionPlugin, register_kind
+from storyeval.server.sessions import EnrollmentPolicy, SessionPlugin
 
 log = logging.getLogger("storyeval.server.writing")
 
@@ -69,8 +68,9 @@ class WritingSessionPlugin(SessionPlugin):
             self.models = engine.warm_up()
         if self.worker is not None:
             self.worker.close(wait=False)
+        settings = self.config.generation
         self.worker = GenerationWorker(
-            engine, self._store_result, workers=self.config.generation.workers
+            engine, self._store_result, workers=settings.workers, timeout_s=settings.timeout_s
         )
         with db.read() as conn:
             pending = [
@@ -82,6 +82,10 @@ class WritingSessionPlugin(SessionPlugin):
             self.worker.submit(str(pid), request)
         if pending:
             log.info("%s: queued %d pending suggestion(s) again", self.name, len(pending))
+
+    def shutdown(self) -> None:
+        if self.worker is not None:
+            self.worker.close(wait=False)
 
     def enrollment(self) -> EnrollmentPolicy:
         e = self.config.enrollment
@@ -97,6 +101,7 @@ class WritingSessionPlugin(SessionPlugin):
             "finished": p["finished"],
             "suggestion turns": p["suggestion_turns"],
             "generations queued": worker.in_flight if worker is not None else 0,
+            "generations timed out": worker.timed_out if worker is not None else 0,
         }
 
     # ------------------------------------------------------------------ generation
@@ -138,25 +143,10 @@ class WritingSessionPlugin(SessionPlugin):
 
 class CyoaSessionPlugin(WritingSessionPlugin):
     kind: ClassVar[str] = "cyoa"
-    routers: ClassVar[tuple[APIRouter, ...]] = ()
-    admin_routers: ClassVar[tuple[APIRouter, ...]] = ()
 
 
 class MilSessionPlugin(WritingSessionPlugin):
     kind: ClassVar[str] = "mil"
-    routers: ClassVar[tuple[APIRouter, ...]] = ()
-    admin_routers: ClassVar[tuple[APIRouter, ...]] = ()
 
 
-def _mount_routers() -> None:
-    from storyeval.server.routers import writing, writing_admin
-
-    CyoaSessionPlugin.routers = (writing.make_router("cyoa"),)
-    MilSessionPlugin.routers = (writing.make_router("mil"),)
-    CyoaSessionPlugin.admin_routers = (writing_admin.make_router("cyoa"),)
-    MilSessionPlugin.admin_routers = (writing_admin.make_router("mil"),)
-
-
-_mount_routers()
-register_kind("cyoa", WritingSessionPlugin.from_file)
-register_kind("mil", WritingSessionPlugin.from_file)
+WRITING_KINDS = ("cyoa", "mil")

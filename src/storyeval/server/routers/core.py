@@ -1,20 +1,29 @@
-"""Core routes: health, participant links, open enrollment, the admin dashboard and links."""
+"""Core routes: health, participant links, open enrollment, the admin dashboard and links.
+
+Open enrollment (``/join/<kind>/<name>?pid=ID``) binds each external id to the browser that
+claimed it first (a cookie holding a secret whose hash the database keeps): the same id from
+another browser does not get the participant's link, so knowing someone's id is not enough to
+take over their work; the participant's personal link (``/p/<token>``, shown on their first
+page) is how they continue elsewhere. Ids longer than 256 characters or with control
+characters are refused, never cut. Joins are rate-limited per client.
+"""
 
 from __future__ import annotations
 
-import csv
-import io
-from typing import Annotated
+import secrets
 
-from fastapi import APIRouter, Depends, Form, HTTPException, Request
+from fastapi import APIRouter, Form, HTTPException, Request
 from fastapi.responses import RedirectResponse, Response
 from pydantic import BaseModel
 from sqlalchemy import Connection, select
 
 from storyeval import __version__
-from storyeval.server.app import ServerState, server_state
-from storyeval.server.deps import NOT_FOUND, require_admin
+from storyeval.io import csv_text
 from storyeval.server.participants import (
+    MAX_EXTERNAL_ID,
+    Participant,
+    bind_browser,
+    browser_key,
     count_participants,
     create_participants,
     participant_by_token,
@@ -23,11 +32,23 @@ from storyeval.server.participants import (
     rater_id,
 )
 from storyeval.server.routers import attachment
+from storyeval.server.security import tokens_match
+from storyeval.server.sessions import SessionPlugin
+from storyeval.server.state import (
+    NOT_FOUND,
+    Admin,
+    ServerState,
+    clean_text,
+    rate_limited,
+    server_state,
+    valid_token,
+)
 
 router = APIRouter()
 admin_router = APIRouter()
 
 MAX_LINKS_PER_REQUEST = 1000
+COOKIE_PREFIX = "storyeval-"
 
 
 class Health(BaseModel):
@@ -50,20 +71,17 @@ def health(request: Request) -> Health:
 
 @router.get("/")
 def home(request: Request) -> Response:
-    state = server_state(request)
-    return state.page(
-        "message.html",
-        {
-            "title": "storyeval study server",
-            "message": "This server runs evaluation studies. Please use the personal link you were given.",
-            "links": [],
-        },
+    return server_state(request).message(
+        "storyeval study server",
+        "This server runs evaluation studies. Please use the personal link you were given.",
     )
 
 
 @router.get("/p/{token}")
 def participant_link(request: Request, token: str) -> Response:
     state = server_state(request)
+    if not valid_token(token):
+        raise HTTPException(status_code=404, detail=NOT_FOUND)
     with state.db.read() as conn:
         participant = participant_by_token(conn, token)
     if participant is None:
@@ -74,59 +92,109 @@ def participant_link(request: Request, token: str) -> Response:
     return RedirectResponse(session.entry_path(participant), status_code=303)
 
 
+def _parameter(request: Request, name: str) -> str | None:
+    """A URL parameter, checked: refused (400) when repeated, too long or with control
+    characters; ``None`` when absent or empty."""
+    values = request.query_params.getlist(name)
+    if len(values) > 1:
+        raise HTTPException(status_code=400, detail=f"The address gives {name} more than once.")
+    if not values or not values[0].strip():
+        return None
+    value = clean_text(values[0].strip(), f"parameter {name}")
+    if len(value) > MAX_EXTERNAL_ID:
+        raise HTTPException(
+            status_code=400,
+            detail=f"The {name} in the address is longer than {MAX_EXTERNAL_ID} characters.",
+        )
+    return value
+
+
+def _cookie(session: SessionPlugin) -> str:
+    return f"{COOKIE_PREFIX}{session.kind}-{session.name}"
+
+
+def _full(state: ServerState) -> Response:
+    return state.message("The study is full", "Thank you for your interest: all places are taken.")
+
+
 @router.get("/join/{kind}/{name}")
 def join(request: Request, kind: str, name: str) -> Response:
-    """Open enrollment: create a participant (or find the one with this external id)."""
+    """Open enrollment: create a participant (or find the one with this external id, in the
+    browser that claimed it)."""
     state = server_state(request)
     session = state.session(kind, name)
     if session is None or not session.enrollment().open:
         raise HTTPException(status_code=404, detail="There is no open study at this address.")
     policy = session.enrollment()
-    external = request.query_params.get(policy.external_id_param)
-    if external is not None:
-        external = external.strip()[:256] or None
+    external = _parameter(request, policy.external_id_param)
+    platform = {p: v for p in policy.platform_parameters if (v := _parameter(request, p))}
+    cookie_name = _cookie(session)
+    secret = request.cookies.get(cookie_name) or ""
+    if len(secret) != 43 or not valid_token(secret):
+        secret = secrets.token_urlsafe(32)
+    rate_limited(request, "join")
     now = state.clock()
 
-    def work(conn: Connection) -> str | None:
+    def work(conn: Connection) -> Participant | str:
         if external is not None:
             found = conn.execute(
-                select(participants.c.token).where(
+                select(participants).where(
                     participants.c.kind == kind,
                     participants.c.session == name,
                     participants.c.external_id == external,
                 )
-            ).scalar_one_or_none()
+            ).first()
             if found is not None:
-                return str(found)
+                person = Participant.from_row(found)
+                if person.browser_key is None:
+                    bind_browser(conn, person.id, secret)  # made by the admin or before 0.2
+                    return person
+                if tokens_match(browser_key(secret), person.browser_key):
+                    return person
+                return "taken"
         if (
             policy.max_participants is not None
             and count_participants(conn, kind, name) >= policy.max_participants
         ):
-            return None
-        if not session.can_enroll(conn):
-            return None
+            return "full"
+        if not session.can_enroll(conn, now):
+            return "full"
         if external is not None:
-            participant, _ = participant_for_external_id(conn, kind, name, external, now=now)
-        else:
-            participant = create_participants(conn, kind, name, 1, now=now)[0]
-        return participant.token
+            person, _ = participant_for_external_id(
+                conn, kind, name, external, now=now, browser_secret=secret, platform=platform
+            )
+            return person
+        person = create_participants(conn, kind, name, 1, now=now)[0]
+        bind_browser(conn, person.id, secret)
+        return person
 
-    token = state.db.run(work)
-    if token is None:
-        return state.page(
-            "message.html",
-            {
-                "title": "The study is full",
-                "message": "Thank you for your interest: all places are taken.",
-                "links": [],
-            },
-            status_code=200,
+    outcome = state.db.run(work)
+    if outcome == "full":
+        return _full(state)
+    if outcome == "taken":
+        return state.message(
+            "Already started in another browser",
+            "This id has already started the study in another browser. To continue, open the "
+            "personal link shown on your first page (the address of that page). If you did not "
+            "start the study, contact the researcher.",
+            status_code=403,
         )
-    return RedirectResponse(f"/p/{token}", status_code=303)
+    assert isinstance(outcome, Participant)
+    response = RedirectResponse(f"/p/{outcome.token}", status_code=303)
+    response.set_cookie(
+        cookie_name,
+        secret,
+        max_age=30 * 24 * 3600,
+        httponly=True,
+        samesite="lax",
+        secure=request.url.scheme == "https",
+        path="/",
+    )
+    return response
 
 
 @admin_router.get("/")
-def dashboard(state: Annotated[ServerState, Depends(require_admin)]) -> Response:
+def dashboard(state: Admin) -> Response:
     with state.db.read() as conn:
         entries = [
             {
@@ -147,10 +215,10 @@ def dashboard(state: Annotated[ServerState, Depends(require_admin)]) -> Response
 @admin_router.post("/links")
 def new_links(
     request: Request,
-    state: Annotated[ServerState, Depends(require_admin)],
-    kind: Annotated[str, Form()],
-    name: Annotated[str, Form()],
-    count: Annotated[int, Form()],
+    state: Admin,
+    kind: str = Form(),
+    name: str = Form(),
+    count: int = Form(),
 ) -> Response:
     session = state.session(kind, name)
     if session is None:
@@ -174,9 +242,8 @@ def new_links(
 
 
 @admin_router.get("/links/{kind}/{name}.csv")
-def links_csv(
-    request: Request, state: Annotated[ServerState, Depends(require_admin)], kind: str, name: str
-) -> Response:
+def links_csv(request: Request, state: Admin, kind: str, name: str) -> Response:
+    """Every participant's link; cells a spreadsheet would run as formulas are made inert."""
     if state.session(kind, name) is None:
         raise HTTPException(status_code=404, detail=f"No session {kind}/{name} is served here.")
     with state.db.read() as conn:
@@ -187,22 +254,25 @@ def links_csv(
                 participants.c.external_id,
                 participants.c.started_at,
                 participants.c.finished_at,
+                participants.c.status,
             )
             .where(participants.c.kind == kind, participants.c.session == name)
             .order_by(participants.c.id)
         ).all()
     root = base_url(state, request)
-    buffer = io.StringIO()
-    writer = csv.writer(buffer)
-    writer.writerow(["rater_id", "link", "external_id", "started", "finished"])
-    for row in rows:
-        writer.writerow(
+    body = csv_text(
+        (
             [
                 rater_id(row.id),
                 f"{root}/p/{row.token}",
                 row.external_id or "",
                 "yes" if row.started_at else "no",
                 "yes" if row.finished_at else "no",
+                row.status or "",
             ]
-        )
-    return attachment(buffer.getvalue(), f"{name}-links.csv", "text/csv; charset=utf-8")
+            for row in rows
+        ),
+        header=["rater_id", "link", "external_id", "started", "finished", "status"],
+        escape_formulas=True,
+    )
+    return attachment(body, f"{name}-links.csv", "text/csv; charset=utf-8")

@@ -1,181 +1,298 @@
-"""Participant pages of a study: welcome and consent, training, items, explanations, more
-items, final questions, completion. Plain HTML forms (no JavaScript): every answer is a POST
-that is committed before the browser is redirected (303) to the next page.
+"""Participant pages of a study: welcome and consent, comprehension check, training, items,
+follow-up questions, more items, final questions, completion. Plain HTML forms (no
+JavaScript): every answer is a POST that is committed before the browser is redirected (303)
+to the next page.
 
-Every page re-derives where the participant is (:func:`study_store.next_step`); a request for
-any other page redirects there, so pages cannot be skipped or repeated.
+Every page re-derives where the participant is (:func:`study_flow.next_step`); a GET of any
+other page redirects there, and a POST that does not belong to the current step is refused
+with 409 (a replay of the change just made is acknowledged like the original), so pages can
+be neither skipped, repeated nor reopened after the end. A GET writes to the database only
+when a page is served for the first time or the participant's activity is old enough to be
+noted again; the POST that leads to an item page records it as served.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from collections.abc import Callable, Mapping
+from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.responses import RedirectResponse, Response
 from sqlalchemy import Connection
 
-from storyeval.human.study import Study, answer_keys, detection_settings
-from storyeval.server import study_store
-from storyeval.server.app import ServerState, server_state
-from storyeval.server.deps import participant_of
-from storyeval.server.participants import Participant, participant_by_token, record_view, touch
-from storyeval.server.sessions import SessionPlugin
+from storyeval.human.model import Study
+from storyeval.human.protocols import get_protocol
+from storyeval.server import study_flow as flow
+from storyeval.server.participants import Participant, first_view, record_view
+from storyeval.server.state import (
+    MAX_TEXT,
+    Form,
+    FormData,
+    ServerState,
+    Who,
+    parse_int,
+    participant_of,
+    rate_limited,
+    server_state,
+    too_long,
+)
+from storyeval.server.study_session import StudySession
 
 router = APIRouter(prefix="/study/{token}")
-Who = Annotated[tuple[Participant, SessionPlugin], Depends(participant_of("study"))]
+Participation = Annotated[Who, Depends(participant_of("study"))]
+T = TypeVar("T")
 
-MAX_TEXT = 5000
-
-
-def _study(who: tuple[Participant, SessionPlugin]) -> tuple[Participant, Study]:
-    participant, session = who
-    study: Study = session.study  # type: ignore[attr-defined]
-    return participant, study
+STALE = (
+    "This page is no longer current: it was already answered, or the study moved on. "
+    "Continue from where you are."
+)
 
 
-def _url(token: str, step: study_store.Step) -> str:
+def _parts(request: Request, who: Who) -> tuple[ServerState, Participant, Study]:
+    session = who.session
+    if not isinstance(session, StudySession):
+        raise HTTPException(status_code=404, detail="This study is not being served at the moment.")
+    return server_state(request), who.participant, session.study
+
+
+def _url(token: str, step: flow.Step) -> str:
     base = f"/study/{token}"
-    if step.kind in ("welcome", "full", "more", "questions", "done"):
-        return f"{base}/{step.kind}"
-    if step.kind == "training":
-        return f"{base}/training/{step.index}"
+    if step.kind in ("training", "comprehension"):
+        return f"{base}/{step.kind}/{step.index}"
     if step.kind == "item":
         return f"{base}/item/{step.slot_id}"
     if step.kind == "explain":
         return f"{base}/item/{step.slot_id}/explain"
-    raise AssertionError(step.kind)
+    return f"{base}/{step.kind}"
 
 
 def _redirect(url: str) -> RedirectResponse:
     return RedirectResponse(url, status_code=303)
 
 
-def _fresh(conn: Connection, participant: Participant) -> Participant:
-    current = participant_by_token(conn, participant.token)
-    assert current is not None
-    return current
-
-
-def _step(
-    state: ServerState, participant: Participant, study: Study
-) -> tuple[Participant, study_store.Step]:
+def _look(
+    state: ServerState, participant: Participant, study: Study, page: str | None = None
+) -> tuple[flow.Step, flow.Snapshot]:
+    """The participant's step (read-only); when ``page`` is given and it is the current page,
+    it is recorded as served (a write only the first time) and activity noted when due."""
     now = state.clock()
+    with state.db.read() as conn:
+        snap = flow.snapshot(conn, study, participant)
+        step = flow.step_of(conn, study, snap, now)
+        seen = page is None or first_view(conn, participant.id, page) is not None
+    if not seen or flow.touch_due(participant, now):
 
-    def work(conn: Connection) -> tuple[Participant, study_store.Step]:
-        touch(conn, participant.id, now)
-        current = _fresh(conn, participant)
-        return current, study_store.next_step(conn, study, current)
+        def note(conn: Connection) -> None:
+            flow.record_activity(conn, participant, now)
+            if page is not None:
+                record_view(conn, participant.id, page, now)
 
-    return state.db.run(work)
+        state.db.run(note)
+    return step, snap
 
 
-def _base_context(study: Study, participant: Participant) -> dict[str, Any]:
+def _change(state: ServerState, token: str, work: Callable[[Connection], T]) -> T | Response:
+    """Run a change in a write transaction; a conflict with the current step becomes a 409
+    page with a link to the current step."""
+    try:
+        return state.db.run(work)
+    except flow.Conflict as conflict:
+        return state.message(
+            "Already done",
+            STALE,
+            status_code=409,
+            links=[(_url(token, conflict.step), "Continue")],
+        )
+
+
+def _context(study: Study, participant: Participant) -> dict[str, Any]:
+    protocol = get_protocol(study.protocol)
     return {
         "study": study,
         "config": study.config,
         "token": participant.token,
-        "detection": detection_settings(study.config),
+        "protocol": protocol.name,
+        **protocol.template_context(study),
     }
 
 
-async def _form(request: Request) -> dict[str, str]:
-    form = await request.form()
-    return {key: str(value) for key, value in form.items() if isinstance(value, str)}
-
-
 def parse_answers(
-    study: Study, form: dict[str, str], *, keys: dict[str, tuple[int, ...]] | None = None
+    study: Study,
+    form: FormData | Mapping[str, str],
+    *,
+    keys: Mapping[str, tuple[int, ...]] | None = None,
 ) -> tuple[dict[str, int], list[str]]:
-    """Read the answers of one page from a form; return them and the problems found."""
-    keys = keys if keys is not None else answer_keys(study.config)
-    required = _required_keys(study, keys)
+    """Read the answers of one page from a form; return them and the keys with a problem
+    (missing, not a number, not an allowed value, or wrong together)."""
+    protocol = get_protocol(study.protocol)
+    keys = keys if keys is not None else study.keys
+    required = protocol.required_keys(study.config) if keys is study.keys else set(keys)
+    get = form.get
     answers: dict[str, int] = {}
     problems: list[str] = []
     for key, allowed in keys.items():
-        raw = form.get(key, "").strip()
+        raw = get(key, "").strip()
         if raw == "":
             if key in required:
                 problems.append(key)
             continue
-        try:
-            value = int(raw)
-        except ValueError:
-            problems.append(key)
-            continue
-        if value not in allowed:
+        value = parse_int(raw)
+        if value is None or value not in allowed:
             problems.append(key)
             continue
         answers[key] = value
+    problems += [k for k in protocol.answer_problems(study.config, answers) if k not in problems]
     return answers, problems
-
-
-def _required_keys(study: Study, keys: dict[str, tuple[int, ...]]) -> set[str]:
-    optional = {c.name for c in study.criteria if not c.required}
-    return {k for k in keys if k.split("@", 1)[0] not in optional}
 
 
 # ----------------------------------------------------------------------------- entry and consent
 
 
 @router.get("/")
-def entry(request: Request, token: str, who: Who) -> Response:
-    participant, study = _study(who)
-    _, step = _step(server_state(request), participant, study)
+def entry(request: Request, token: str, who: Participation) -> Response:
+    state, participant, study = _parts(request, who)
+    step, _ = _look(state, participant, study)
     return _redirect(_url(token, step))
 
 
-@router.get("/welcome")
-def welcome(request: Request, token: str, who: Who) -> Response:
-    participant, study = _study(who)
-    state = server_state(request)
-    participant, step = _step(state, participant, study)
-    if step.kind != "welcome":
-        return _redirect(_url(token, step))
+def _welcome(
+    state: ServerState, study: Study, participant: Participant, error: str | None, status: int
+) -> Response:
     return state.page(
         "study/welcome.html",
-        {
-            **_base_context(study, participant),
-            "n_items": study.items_per_participant,
-            "error": None,
-        },
+        {**_context(study, participant), "n_items": study.items_per_participant, "error": error},
+        status_code=status,
     )
+
+
+@router.get("/welcome")
+def welcome(request: Request, token: str, who: Participation) -> Response:
+    state, participant, study = _parts(request, who)
+    step, _ = _look(state, participant, study)
+    if step.kind != "welcome":
+        return _redirect(_url(token, step))
+    return _welcome(state, study, participant, None, 200)
 
 
 @router.post("/start")
-async def start(request: Request, token: str, who: Who) -> Response:
-    participant, study = _study(who)
-    state = server_state(request)
-    form = await _form(request)
-    if form.get("consent") != "yes":
-        return state.page(
-            "study/welcome.html",
-            {
-                **_base_context(study, participant),
-                "n_items": study.items_per_participant,
-                "error": "Please confirm that you have read the information above.",
-            },
-            status_code=422,
-        )
+def start(request: Request, token: str, who: Participation, form: Form) -> Response:
+    state, participant, study = _parts(request, who)
+    if participant.browser_key is not None:  # came through open enrollment, not an admin link
+        rate_limited(request, "start")
     now = state.clock()
-    state.db.run(lambda conn: study_store.start(conn, study, _fresh(conn, participant), now))
-    return _redirect(f"/study/{token}/")
+    if form.get("consent") == "no":
+        outcome = _change(state, token, lambda c: flow.decline(c, study, participant, now))
+        return outcome if isinstance(outcome, Response) else _redirect(f"/study/{token}/returned")
+    if form.get("consent") != "yes":
+        message = "Please confirm that you have read the information above."
+        return _welcome(state, study, participant, message, 422)
+    outcome = _change(state, token, lambda c: flow.start(c, study, participant, now))
+    return outcome if isinstance(outcome, Response) else _redirect(f"/study/{token}/")
 
 
 @router.get("/full")
-def full(request: Request, token: str, who: Who) -> Response:
-    participant, study = _study(who)
-    state = server_state(request)
-    participant, step = _step(state, participant, study)
+def full(request: Request, token: str, who: Participation) -> Response:
+    state, participant, study = _parts(request, who)
+    step, _ = _look(state, participant, study)
     if step.kind != "full":
         return _redirect(_url(token, step))
+    return state.message(
+        "No items left",
+        "Thank you for your interest: every item of this study already has all the ratings it needs.",
+    )
+
+
+@router.get("/returned")
+def returned(request: Request, token: str, who: Participation) -> Response:
+    state, participant, study = _parts(request, who)
+    step, _ = _look(state, participant, study)
+    if step.kind != "returned":
+        return _redirect(_url(token, step))
     return state.page(
-        "message.html",
+        "study/returned.html",
+        {**_context(study, participant), "code": participant.completion_code or ""},
+    )
+
+
+# ----------------------------------------------------------------------------- comprehension
+
+
+def _comprehension_page(
+    state: ServerState,
+    study: Study,
+    participant: Participant,
+    attempt: int,
+    errors: list[str],
+    values: Mapping[str, str],
+    status: int = 200,
+) -> Response:
+    check = study.config.comprehension
+    assert check is not None  # the step exists only for studies with a check
+    orders = {
+        q.name: flow.shuffled_options(q.options, f"{participant.token}:{q.name}")
+        for q in check.questions
+    }
+    return state.page(
+        "study/comprehension.html",
         {
-            "title": "No items left",
-            "message": "Thank you for your interest: every item of this study already has all the ratings it needs.",
-            "links": [],
+            **_context(study, participant),
+            "check": check,
+            "attempt": attempt,
+            "orders": orders,
+            "errors": errors,
+            "values": dict(values),
+            "action": f"/study/{participant.token}/comprehension/{attempt}",
+        },
+        status_code=status,
+    )
+
+
+@router.get("/comprehension/{attempt}")
+def comprehension(request: Request, token: str, attempt: int, who: Participation) -> Response:
+    state, participant, study = _parts(request, who)
+    step, _ = _look(state, participant, study, f"comprehension:{attempt}")
+    if step.kind != "comprehension" or step.index != attempt:
+        return _redirect(_url(token, step))
+    return _comprehension_page(state, study, participant, attempt, [], {})
+
+
+@router.post("/comprehension/{attempt}")
+def comprehension_submit(
+    request: Request, token: str, attempt: int, who: Participation, form: Form
+) -> Response:
+    state, participant, study = _parts(request, who)
+    check = study.config.comprehension
+    if check is None:
+        raise HTTPException(status_code=404, detail="This study has no comprehension check.")
+    keys = {q.name: tuple(range(1, len(q.options) + 1)) for q in check.questions}
+    answers, problems = parse_answers(study, form, keys=keys)
+    if problems:
+        return _comprehension_page(state, study, participant, attempt, problems, form.values, 422)
+    now = state.clock()
+    outcome = _change(
+        state,
+        token,
+        lambda c: flow.submit_comprehension(c, study, participant, attempt, answers, now),
+    )
+    return outcome if isinstance(outcome, Response) else _redirect(f"/study/{token}/")
+
+
+@router.get("/screened_out")
+def screened_out(request: Request, token: str, who: Participation) -> Response:
+    state, participant, study = _parts(request, who)
+    step, _ = _look(state, participant, study)
+    if step.kind != "screened_out":
+        return _redirect(_url(token, step))
+    code = participant.completion_code or ""
+    response = state.page(
+        "study/screened_out.html",
+        {
+            **_context(study, participant),
+            "code": code,
+            "redirect": study.config.platform.redirect_url(code),
         },
     )
+    return response
 
 
 # ----------------------------------------------------------------------------- training
@@ -184,7 +301,7 @@ def full(request: Request, token: str, who: Who) -> Response:
 def _training_context(study: Study, participant: Participant, index: int) -> dict[str, Any]:
     example = study.training[index]
     return {
-        **_base_context(study, participant),
+        **_context(study, participant),
         "texts": list(example.texts),
         "positions": list(range(1, len(example.texts) + 1)),
         "index": index,
@@ -198,72 +315,64 @@ def _training_context(study: Study, participant: Participant, index: int) -> dic
 
 
 @router.get("/training/{index}")
-def training(request: Request, token: str, index: int, who: Who) -> Response:
-    participant, study = _study(who)
-    state = server_state(request)
-    participant, step = _step(state, participant, study)
+def training(request: Request, token: str, index: int, who: Participation) -> Response:
+    state, participant, study = _parts(request, who)
+    step, _ = _look(state, participant, study, f"training:{index}")
     if step.kind != "training" or step.index != index:
         return _redirect(_url(token, step))
-    now = state.clock()
-    state.db.run(lambda conn: record_view(conn, participant.id, f"training:{index}", now))
-    return state.page(f"study/{study.protocol}.html", _training_context(study, participant, index))
+    return state.page(
+        f"protocols/{study.protocol}.html", _training_context(study, participant, index)
+    )
 
 
 @router.post("/training/{index}")
-async def training_submit(request: Request, token: str, index: int, who: Who) -> Response:
-    participant, study = _study(who)
-    state = server_state(request)
+def training_submit(
+    request: Request, token: str, index: int, who: Participation, form: Form
+) -> Response:
+    state, participant, study = _parts(request, who)
     if not 0 <= index < len(study.training):
         raise HTTPException(status_code=404, detail="There is no such training example.")
-    form = await _form(request)
     answers, problems = parse_answers(study, form)
     if problems:
         context = _training_context(study, participant, index)
-        context.update({"errors": problems, "values": form})
-        return state.page(f"study/{study.protocol}.html", context, status_code=422)
+        context.update({"errors": problems, "values": form.values})
+        return state.page(f"protocols/{study.protocol}.html", context, status_code=422)
     now = state.clock()
-
-    def work(conn: Connection) -> bool:
-        from storyeval.server.participants import first_view
-
-        served = first_view(conn, participant.id, f"training:{index}")
-        return study_store.submit_training(
-            conn, study, _fresh(conn, participant), index, answers, served, now
-        )
-
-    state.db.run(work)
+    outcome = _change(
+        state, token, lambda c: flow.submit_training(c, study, participant, index, answers, now)
+    )
+    if isinstance(outcome, Response):
+        return outcome
     return _redirect(f"/study/{token}/training/{index}/feedback")
 
 
 @router.get("/training/{index}/feedback")
-def training_feedback(request: Request, token: str, index: int, who: Who) -> Response:
-    participant, study = _study(who)
-    state = server_state(request)
+def training_feedback(request: Request, token: str, index: int, who: Participation) -> Response:
+    state, participant, study = _parts(request, who)
     if not 0 <= index < len(study.training):
         raise HTTPException(status_code=404, detail="There is no such training example.")
     with state.db.read() as conn:
-        given = study_store.training_answer(conn, participant.id, index)
+        given = flow.training_answer(conn, participant.id, index)
     if given is None:
         return _redirect(f"/study/{token}/")
-    example = study.training[index]
     context = _training_context(study, participant, index)
     context.update(
         {
             "given": given,
-            "example": example,
-            "correct": study_store.training_correct(study, index, given),
+            "example": study.training[index],
+            "correct": flow.training_correct(study, index, given),
             "next": f"/study/{token}/",
         }
     )
-    return state.page("study/feedback.html", context)
+    return state.page(f"protocols/{study.protocol}-feedback.html", context)
 
 
 # ----------------------------------------------------------------------------- items
 
 
-def _item_context(study: Study, participant: Participant, page: study_store.Page) -> dict[str, Any]:
+def _item_context(study: Study, participant: Participant, page: flow.Page) -> dict[str, Any]:
     return {
-        **_base_context(study, participant),
+        **_context(study, participant),
         "texts": list(page.texts),
         "positions": list(range(1, len(page.texts) + 1)),
         "action": f"/study/{participant.token}/item/{page.slot.id}",
@@ -276,75 +385,64 @@ def _item_context(study: Study, participant: Participant, page: study_store.Page
     }
 
 
+def _current_page(snap: flow.Snapshot, study: Study, slot_id: int) -> flow.Page | None:
+    slot = next((s for s in snap.slots if s.id == slot_id), None)
+    return None if slot is None else flow.page_for(study, slot, snap.slots)
+
+
 @router.get("/item/{slot_id}")
-def item(request: Request, token: str, slot_id: int, who: Who) -> Response:
-    participant, study = _study(who)
-    state = server_state(request)
-    now = state.clock()
-
-    def work(conn: Connection) -> tuple[study_store.Step, study_store.Page | None]:
-        touch(conn, participant.id, now)
-        current = _fresh(conn, participant)
-        step = study_store.next_step(conn, study, current)
-        if step.kind != "item" or step.slot_id != slot_id:
-            return step, None
-        slot = study_store.slot_of(conn, participant.id, slot_id)
-        assert slot is not None
-        record_view(conn, participant.id, study_store.page_key(slot_id), now)
-        return step, study_store.page_for(conn, study, participant.id, slot)
-
-    step, page = state.db.run(work)
-    if page is None:
+def item(request: Request, token: str, slot_id: int, who: Participation) -> Response:
+    state, participant, study = _parts(request, who)
+    step, snap = _look(state, participant, study, flow.page_key(slot_id))
+    if step.kind != "item" or step.slot_id != slot_id:
         return _redirect(_url(token, step))
-    return state.page(f"study/{study.protocol}.html", _item_context(study, participant, page))
+    page = _current_page(snap, study, slot_id)
+    if page is None:
+        return _redirect(f"/study/{token}/")
+    return state.page(f"protocols/{study.protocol}.html", _item_context(study, participant, page))
 
 
 @router.post("/item/{slot_id}")
-async def item_submit(request: Request, token: str, slot_id: int, who: Who) -> Response:
-    participant, study = _study(who)
-    state = server_state(request)
-    form = await _form(request)
+def item_submit(
+    request: Request, token: str, slot_id: int, who: Participation, form: Form
+) -> Response:
+    state, participant, study = _parts(request, who)
     answers, problems = parse_answers(study, form)
     if problems:
-        with state.db.read() as conn:
-            slot = study_store.slot_of(conn, participant.id, slot_id)
-            if slot is None:
-                raise HTTPException(status_code=404, detail="This item is not assigned to you.")
-            if slot.status == "done":
-                return _redirect(f"/study/{token}/")
-            page = study_store.page_for(conn, study, participant.id, slot)
-        context = _item_context(study, participant, page)
-        context.update({"errors": problems, "values": form})
-        return state.page(f"study/{study.protocol}.html", context, status_code=422)
+        return _refuse_item(state, study, participant, slot_id, problems, form)
     now = state.clock()
-
-    def work(conn: Connection) -> tuple[study_store.SubmitResult, study_store.Step | None]:
-        current = _fresh(conn, participant)
-        result = study_store.submit_page(conn, study, current, slot_id, answers, now)
-        if result.status == "missing":
-            return result, None
-        return result, study_store.next_step(conn, study, current)
-
-    _, step = state.db.run(work)
-    if step is None:
+    outcome = _change(
+        state, token, lambda c: flow.submit_page(c, study, participant, slot_id, answers, now)
+    )
+    if isinstance(outcome, Response):
+        return outcome
+    if outcome.status == "missing":
         raise HTTPException(status_code=404, detail="This item is not assigned to you.")
     # committed (or already stored by an earlier identical request): acknowledge, and send the
     # browser straight to its next page
-    return _redirect(_url(token, step))
+    if outcome.step is not None:
+        return _redirect(_url(token, outcome.step))
+    return _redirect(f"/study/{token}/")
 
 
-@router.get("/item/{slot_id}/explain")
-def explain(request: Request, token: str, slot_id: int, who: Who) -> Response:
-    participant, study = _study(who)
-    state = server_state(request)
-    participant, step = _step(state, participant, study)
-    if step.kind != "explain" or step.slot_id != slot_id:
-        return _redirect(_url(token, step))
-    now = state.clock()
-    state.db.run(lambda conn: record_view(conn, participant.id, f"explain:{slot_id}", now))
-    return state.page(
-        "study/explain.html", _explain_context(state, study, participant, slot_id, None, "")
-    )
+def _refuse_item(
+    state: ServerState,
+    study: Study,
+    participant: Participant,
+    slot_id: int,
+    problems: list[str],
+    form: FormData,
+) -> Response:
+    with state.db.read() as conn:
+        mine = flow.participant_slots(conn, participant.id)
+    slot = next((s for s in mine if s.id == slot_id), None)
+    if slot is None:
+        raise HTTPException(status_code=404, detail="This item is not assigned to you.")
+    if slot.status == "done":
+        return _redirect(f"/study/{participant.token}/")
+    context = _item_context(study, participant, flow.page_for(study, slot, mine))
+    context.update({"errors": problems, "values": form.values})
+    return state.page(f"protocols/{study.protocol}.html", context, status_code=422)
 
 
 def _explain_context(
@@ -355,20 +453,23 @@ def _explain_context(
     error: str | None,
     value: str,
 ) -> dict[str, Any]:
-    settings = detection_settings(study.config)
+    protocol = get_protocol(study.protocol)
     with state.db.read() as conn:
-        slot = study_store.slot_of(conn, participant.id, slot_id)
-        if slot is None:
-            raise HTTPException(status_code=404, detail="This item is not assigned to you.")
-        page = study_store.page_for(conn, study, participant.id, slot)
-        rating = _rating_of(conn, participant.id, slot_id)
-    question = settings.why_question if rating in settings.why_for else settings.change_question
+        mine = flow.participant_slots(conn, participant.id)
+        answers = flow.stored_answers(conn, participant.id, slot_id)
+    slot = next((s for s in mine if s.id == slot_id), None)
+    if slot is None:
+        raise HTTPException(status_code=404, detail="This item is not assigned to you.")
+    page = flow.page_for(study, slot, mine)
+    options = protocol.options(study.config)
+    rating = int(next(iter(answers.values()), 0))
+    labels = getattr(options, "labels", ())
     return {
-        **_base_context(study, participant),
+        **_context(study, participant),
         "texts": list(page.texts),
         "rating": rating,
-        "rating_label": settings.labels[rating - 1] if rating else "",
-        "question": question,
+        "rating_label": labels[rating - 1] if 0 < rating <= len(labels) else "",
+        "question": protocol.follow_up(study, answers) or "",
         "action": f"/study/{participant.token}/item/{slot_id}/explain",
         "error": error,
         "value": value,
@@ -376,75 +477,52 @@ def _explain_context(
     }
 
 
-def _rating_of(conn: Connection, participant_id: int, slot_id: int) -> int:
-    from sqlalchemy import select
-
-    value = (
-        conn.execute(
-            select(study_store.judgments.c.value).where(
-                study_store.judgments.c.slot_id == slot_id,
-                study_store.judgments.c.participant_id == participant_id,
-            )
-        )
-        .scalars()
-        .first()
+@router.get("/item/{slot_id}/explain")
+def explain(request: Request, token: str, slot_id: int, who: Participation) -> Response:
+    state, participant, study = _parts(request, who)
+    step, _ = _look(state, participant, study, f"explain:{slot_id}")
+    if step.kind != "explain" or step.slot_id != slot_id:
+        return _redirect(_url(token, step))
+    return state.page(
+        "study/explain.html", _explain_context(state, study, participant, slot_id, None, "")
     )
-    return int(value) if value is not None else 0
 
 
 @router.post("/item/{slot_id}/explain")
-async def explain_submit(request: Request, token: str, slot_id: int, who: Who) -> Response:
-    participant, study = _study(who)
-    state = server_state(request)
-    settings = detection_settings(study.config)
-    form = await _form(request)
-    text = form.get("explanation", "").strip()[:MAX_TEXT]
-    if settings.explanation_required and not text:
-        context = _explain_context(
-            state, study, participant, slot_id, "Please answer the question.", text
-        )
+def explain_submit(
+    request: Request, token: str, slot_id: int, who: Participation, form: Form
+) -> Response:
+    state, participant, study = _parts(request, who)
+    text = form.text("explanation")
+    error = too_long(text)
+    if error is None and not text and get_protocol(study.protocol).follow_up_required(study):
+        error = "Please answer the question."
+    if error is not None:
+        context = _explain_context(state, study, participant, slot_id, error, text[: MAX_TEXT * 2])
         return state.page("study/explain.html", context, status_code=422)
     now = state.clock()
-
-    def work(conn: Connection) -> bool:
-        from storyeval.server.participants import first_view
-
-        slot = study_store.slot_of(conn, participant.id, slot_id)
-        if slot is None or slot.status != "done":
-            raise HTTPException(status_code=404, detail="This item is not assigned to you.")
-        page = study_store.page_for(conn, study, participant.id, slot)
-        return study_store.submit_response(
-            conn,
-            study,
-            participant,
-            scope=study_store.page_key(slot_id),
-            question="explanation",
-            text=text,
-            item_id=page.texts[0].id if page.kind == "item" else page.item_key,
-            served_at=first_view(conn, participant.id, f"explain:{slot_id}"),
-            now=now,
-        )
-
-    state.db.run(work)
-    return _redirect(f"/study/{token}/")
+    outcome = _change(
+        state, token, lambda c: flow.submit_follow_up(c, study, participant, slot_id, text, now)
+    )
+    if outcome == "missing":
+        raise HTTPException(status_code=404, detail="This item is not assigned to you.")
+    return outcome if isinstance(outcome, Response) else _redirect(f"/study/{token}/")
 
 
 # ----------------------------------------------------------------------------- more, questions, done
 
 
 @router.get("/more")
-def more(request: Request, token: str, who: Who) -> Response:
-    participant, study = _study(who)
-    state = server_state(request)
-    participant, step = _step(state, participant, study)
+def more(request: Request, token: str, who: Participation) -> Response:
+    state, participant, study = _parts(request, who)
+    step, snap = _look(state, participant, study)
     if step.kind != "more":
         return _redirect(_url(token, step))
-    with state.db.read() as conn:
-        done = study_store.items_done(conn, participant.id)
+    done = snap.items_done
     return state.page(
         "study/more.html",
         {
-            **_base_context(study, participant),
+            **_context(study, participant),
             "done": done,
             "remaining": study.max_items_per_participant - done,
             "batch": min(study.items_per_participant, study.max_items_per_participant - done),
@@ -453,81 +531,69 @@ def more(request: Request, token: str, who: Who) -> Response:
 
 
 @router.post("/more")
-async def more_submit(request: Request, token: str, who: Who) -> Response:
-    participant, study = _study(who)
-    state = server_state(request)
-    form = await _form(request)
+def more_submit(request: Request, token: str, who: Participation, form: Form) -> Response:
+    state, participant, study = _parts(request, who)
+    action = form.get("action")
+    if action not in ("continue", "finish"):
+        raise HTTPException(status_code=422, detail="Choose to continue or to finish.")
     now = state.clock()
-    if form.get("action") == "continue":
-        state.db.run(
-            lambda conn: study_store.claim_more(conn, study, _fresh(conn, participant), now)
-        )
-    else:
-        state.db.run(lambda conn: study_store.close_items(conn, participant))
-    return _redirect(f"/study/{token}/")
+    outcome = _change(state, token, lambda c: flow.more(c, study, participant, action, now))
+    return outcome if isinstance(outcome, Response) else _redirect(f"/study/{token}/")
 
 
 @router.get("/questions")
-def questions(request: Request, token: str, who: Who) -> Response:
-    participant, study = _study(who)
-    state = server_state(request)
-    participant, step = _step(state, participant, study)
+def questions(request: Request, token: str, who: Participation) -> Response:
+    state, participant, study = _parts(request, who)
+    step, _ = _look(state, participant, study, "questions")
     if step.kind != "questions":
         return _redirect(_url(token, step))
-    now = state.clock()
-    state.db.run(lambda conn: record_view(conn, participant.id, "questions", now))
     return state.page(
-        "study/questions.html", {**_base_context(study, participant), "errors": [], "values": {}}
+        "study/questions.html",
+        {**_context(study, participant), "errors": [], "values": {}, "messages": {}},
     )
 
 
 @router.post("/questions")
-async def questions_submit(request: Request, token: str, who: Who) -> Response:
-    participant, study = _study(who)
-    state = server_state(request)
-    form = await _form(request)
-    values = {q.name: form.get(q.name, "").strip()[:MAX_TEXT] for q in study.config.questions}
-    missing = [q.name for q in study.config.questions if q.required and not values[q.name]]
-    if missing:
+def questions_submit(request: Request, token: str, who: Participation, form: Form) -> Response:
+    state, participant, study = _parts(request, who)
+    values = {q.name: form.text(q.name) for q in study.config.questions}
+    messages = {name: too_long(text) for name, text in values.items()}
+    errors = [name for name, message in messages.items() if message is not None]
+    errors += [
+        q.name
+        for q in study.config.questions
+        if q.required and not values[q.name] and q.name not in errors
+    ]
+    if errors:
         return state.page(
             "study/questions.html",
-            {**_base_context(study, participant), "errors": missing, "values": values},
+            {
+                **_context(study, participant),
+                "errors": errors,
+                "values": values,
+                "messages": {k: v for k, v in messages.items() if v},
+            },
             status_code=422,
         )
     now = state.clock()
-
-    def work(conn: Connection) -> None:
-        from storyeval.server.participants import first_view
-
-        served = first_view(conn, participant.id, "questions")
-        for question in study.config.questions:
-            if values[question.name]:
-                study_store.submit_response(
-                    conn,
-                    study,
-                    participant,
-                    scope="end",
-                    question=question.name,
-                    text=values[question.name],
-                    item_id=None,
-                    served_at=served,
-                    now=now,
-                )
-        study_store.mark_questions_done(conn, participant)
-
-    state.db.run(work)
-    return _redirect(f"/study/{token}/")
+    outcome = _change(
+        state, token, lambda c: flow.submit_questions(c, study, participant, values, now)
+    )
+    return outcome if isinstance(outcome, Response) else _redirect(f"/study/{token}/")
 
 
 @router.get("/done")
-def done(request: Request, token: str, who: Who) -> Response:
-    participant, study = _study(who)
-    state = server_state(request)
-    participant, step = _step(state, participant, study)
-    if step.kind not in ("done",):
+def done(request: Request, token: str, who: Participation) -> Response:
+    state, participant, study = _parts(request, who)
+    step, _ = _look(state, participant, study)
+    if step.kind != "done":
         return _redirect(_url(token, step))
     now = state.clock()
-    code = state.db.run(
-        lambda conn: study_store.finish(conn, study, _fresh(conn, participant), now)
+    code = state.db.run(lambda conn: flow.finish(conn, study, participant, now))
+    redirect = study.config.platform.redirect_url(code)
+    response = state.page(
+        "study/done.html", {**_context(study, participant), "code": code, "redirect": redirect}
     )
-    return state.page("study/done.html", {**_base_context(study, participant), "code": code})
+    if redirect is not None:
+        response.headers["Refresh"] = f"5; url={redirect}"
+    return response

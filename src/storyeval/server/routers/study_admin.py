@@ -1,26 +1,24 @@
-"""Admin pages of a study (behind the admin token): live progress and exports."""
+"""Admin pages of a study (behind the admin token): live progress and exports. CSV downloads
+have the cells a spreadsheet would run as formulas made inert."""
 
 from __future__ import annotations
 
-import io
 import json
-import tempfile
-from pathlib import Path
-from typing import Annotated
 
-from fastapi import APIRouter, Depends, HTTPException
+from fastapi import APIRouter, HTTPException
 from fastapi.responses import Response
 from pydantic import BaseModel
 
-from storyeval.corpus import write_judgments
-from storyeval.human.study import Study
-from storyeval.server import study_store
-from storyeval.server.app import ServerState
-from storyeval.server.deps import require_admin
+from storyeval.corpus import JUDGMENT_FIELDS, records_csv
+from storyeval.human.model import Study
+from storyeval.io import csv_text
+from storyeval.server import study_export
 from storyeval.server.routers import attachment, jsonl_attachment
+from storyeval.server.state import Admin, ServerState
+from storyeval.server.study_session import StudySession
+from storyeval.server.study_tables import stored_definition
 
 router = APIRouter(prefix="/study/{name}")
-Admin = Annotated[ServerState, Depends(require_admin)]
 
 
 class ItemProgress(BaseModel):
@@ -40,6 +38,7 @@ class Progress(BaseModel):
     participants: int
     started: int
     finished: int
+    screened_out_or_returned: int
     slots_total: int
     slots_open: int
     slots_reserved: int
@@ -51,26 +50,24 @@ class Progress(BaseModel):
 
 def _study(state: ServerState, name: str) -> Study:
     session = state.session("study", name)
-    if session is None:
+    if not isinstance(session, StudySession):
         raise HTTPException(status_code=404, detail=f"No study named {name!r} is served here.")
-    study: Study = session.study  # type: ignore[attr-defined]
-    return study
+    return session.study
 
 
 @router.get("/")
 def study_dashboard(state: Admin, name: str) -> Response:
     study = _study(state, name)
     with state.db.read() as conn:
-        progress = study_store.progress(conn, study)
-        people = study_store.participant_summaries(conn, study)
-    threshold = study.config.quality.min_median_time_s
+        progress = study_export.progress(conn, study)
+        people = study_export.participant_summaries(conn, study)
     return state.page(
         "admin/study.html",
         {
             "study": study,
             "progress": progress,
             "people": people,
-            "threshold": threshold,
+            "threshold": study.config.quality.min_median_time_s,
             "prefix": f"/admin/{state.admin_token}/study/{name}",
             "admin_root": f"/admin/{state.admin_token}/",
             "links_csv": f"/admin/{state.admin_token}/links/study/{name}.csv",
@@ -82,7 +79,7 @@ def study_dashboard(state: Admin, name: str) -> Response:
 def progress_json(state: Admin, name: str) -> Progress:
     study = _study(state, name)
     with state.db.read() as conn:
-        return Progress.model_validate(study_store.progress(conn, study))
+        return Progress.model_validate(study_export.progress(conn, study))
 
 
 @router.get("/export/judgments.{fmt}")
@@ -91,54 +88,41 @@ def export_judgments(state: Admin, name: str, fmt: str) -> Response:
     if fmt not in ("jsonl", "csv"):
         raise HTTPException(status_code=404, detail="Judgments export as .jsonl or .csv.")
     with state.db.read() as conn:
-        records = study_store.export_judgments(conn, study.name, version=study.version)
+        records = study_export.export_judgments(conn, study.name, version=study.version)
     filename = f"{name}-judgments.{fmt}"
+    rows = [j.to_dict() for j in records]
     if fmt == "jsonl":
-        return jsonl_attachment([j.to_dict() for j in records], filename)
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "judgments.csv"
-        if records:
-            write_judgments(path, records)
-            body = path.read_text(encoding="utf-8")
-        else:
-            body = io.StringIO(
-                "item_id,rater_id,criterion,value,time_s,study,condition\n"
-            ).getvalue()
+        return jsonl_attachment(rows, filename)
+    body = (
+        records_csv(rows, leading=JUDGMENT_FIELDS, escape_formulas=True)
+        if rows
+        else csv_text([], header=JUDGMENT_FIELDS)
+    )
     return attachment(body, filename, "text/csv; charset=utf-8")
 
 
-@router.get("/export/responses.jsonl")
-def export_responses(state: Admin, name: str) -> Response:
+@router.get("/export/{table}.jsonl")
+def export_table(state: Admin, name: str, table: str) -> Response:
+    """``responses``, ``participants``, ``training``, ``attention_checks``, ``comprehension``."""
     study = _study(state, name)
+    exports = {
+        "responses": lambda conn: study_export.export_responses(conn, study.name),
+        "participants": lambda conn: study_export.participant_summaries(conn, study),
+        "training": lambda conn: study_export.export_training(conn, study.name),
+        "attention_checks": lambda conn: study_export.export_attention_checks(conn, study.name),
+        "comprehension": lambda conn: study_export.export_comprehension(conn, study.name),
+    }
+    if table not in exports:
+        raise HTTPException(status_code=404, detail=f"There is no export named {table!r}.")
     with state.db.read() as conn:
-        return jsonl_attachment(
-            study_store.export_responses(conn, study.name), f"{name}-responses.jsonl"
-        )
-
-
-@router.get("/export/participants.jsonl")
-def export_participants(state: Admin, name: str) -> Response:
-    study = _study(state, name)
-    with state.db.read() as conn:
-        return jsonl_attachment(
-            study_store.participant_summaries(conn, study), f"{name}-participants.jsonl"
-        )
-
-
-@router.get("/export/training.jsonl")
-def export_training(state: Admin, name: str) -> Response:
-    study = _study(state, name)
-    with state.db.read() as conn:
-        return jsonl_attachment(
-            study_store.export_training(conn, study.name), f"{name}-training.jsonl"
-        )
+        return jsonl_attachment(exports[table](conn), f"{name}-{table}.jsonl")
 
 
 @router.get("/export/study.json")
 def export_definition(state: Admin, name: str) -> Response:
     study = _study(state, name)
     with state.db.read() as conn:
-        definition = study_store.stored_definition(conn, study.name)
+        definition = stored_definition(conn, study.name)
     return attachment(
         json.dumps(definition, indent=2, ensure_ascii=False),
         f"{name}-study.json",

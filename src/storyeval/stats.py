@@ -17,7 +17,7 @@ from typing import Literal
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from storyeval.meta._warnings import BootstrapWarning, DegenerateInputWarning, warn
+from storyeval.errors import BootstrapWarning, DegenerateInputWarning, warn
 
 Method = Literal["pearson", "spearman", "kendall"]
 METHODS: tuple[str, ...] = ("pearson", "spearman", "kendall")

@@ -1,0 +1,266 @@
+"""``detection``: "Definitely human-written" ... "Definitely machine-generated" (seed 000,
+chapter 6), then "Why did you select this rating?" or "What would you change to make it seem
+more human-like?". Analysed as in seed 000, Table 6.1."""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from pydantic import Field
+
+from storyeval.corpus import Story
+from storyeval.errors import DegenerateInputWarning
+from storyeval.human.model import Item, ResolvedTraining, Study, StudyConfig, TrainingExample
+from storyeval.human.protocols.base import (
+    AnalysisSettings,
+    JudgmentRow,
+    PageView,
+    Problem,
+    ProtocolAnalysis,
+    StatementPart,
+    StudyProtocol,
+    check_choice_training,
+    prompt_key,
+    select_stories,
+    text_of,
+)
+from storyeval.human.tables import krippendorff_alpha
+from storyeval.yamlfile import Loc, StrictModel
+
+DETECTION_LABELS: tuple[str, str, str, str] = (
+    "Definitely human-written",
+    "Possibly human-written",
+    "Possibly machine-generated",
+    "Definitely machine-generated",
+)
+"""The 4-point scale of seed 000, section 6.2.1 (after Ippolito et al., 2020)."""
+
+DETECTION_QUESTION = "What do you think the source of this text is?"
+DETECTION_WHY = "Why did you select this rating?"
+DETECTION_CHANGE = "What would you change to make it seem more human-like?"
+
+
+class DetectionOptions(StrictModel):
+    human_systems: list[str] = Field(default_factory=lambda: ["human"])
+    question: str = DETECTION_QUESTION
+    labels: tuple[str, str, str, str] = DETECTION_LABELS
+    why_question: str = DETECTION_WHY
+    change_question: str = DETECTION_CHANGE
+    why_for: list[int] = Field(default_factory=lambda: [1])
+    explanation_required: bool = True
+    prompt_in_bold: bool = True
+
+
+def _truth(part: pd.DataFrame) -> Any:
+    if "truth" in part and part["truth"].notna().all():
+        return part["truth"].astype(str)
+    return np.where(part["condition"].str.lower().eq("human"), "human", "machine")
+
+
+def detection_metrics(frame: pd.DataFrame) -> pd.DataFrame:
+    """Seed 000, Table 6.1: per machine system (with the human texts) and overall.
+
+    Columns: ``condition``, ``n``, ``accuracy``, ``f1``, ``precision``, ``recall`` (machine
+    class), ``alpha`` (Krippendorff, nominal, guesses binned human/machine), ``pct_human``,
+    ``pct_confident`` (ratings 1 or 4), ``n_raters``, and the test of accuracy against chance
+    as in seed 000 (one-sample t-test of per-rater accuracy against 0.5: ``statistic``,
+    ``df``, ``p_value``).
+    """
+    from scipy.stats import ttest_1samp
+
+    data = frame.assign(truth=_truth(frame))
+    data = data.assign(
+        guess=np.where(data["value"] >= 3, "machine", "human"),
+        confident=data["value"].isin([1.0, 4.0]),
+    )
+    data = data.assign(correct=data["guess"] == data["truth"])
+    machines = sorted(data.loc[data["truth"] == "machine", "condition"].unique())
+    subsets = [("all", data)]
+    if len(machines) > 1:
+        for system in machines:
+            subsets.append(
+                (system, data[(data["truth"] == "human") | (data["condition"] == system)])
+            )
+    rows = []
+    for label, part in subsets:
+        tp = int(((part["guess"] == "machine") & (part["truth"] == "machine")).sum())
+        fp = int(((part["guess"] == "machine") & (part["truth"] == "human")).sum())
+        fn = int(((part["guess"] == "human") & (part["truth"] == "machine")).sum())
+        precision = tp / (tp + fp) if tp + fp else math.nan
+        recall = tp / (tp + fn) if tp + fn else math.nan
+        f1 = (
+            2 * precision * recall / (precision + recall)
+            if tp and not math.isnan(precision) and not math.isnan(recall)
+            else (0.0 if tp + fp + fn else math.nan)
+        )
+        binned = part.assign(value=(part["value"] >= 3).astype(float))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DegenerateInputWarning)
+            alpha, _, _ = krippendorff_alpha(binned, level="nominal")
+        per_rater = part.groupby("rater_id")["correct"].mean().to_numpy(dtype=float)
+        if len(per_rater) >= 2 and np.std(per_rater) > 0:
+            t = ttest_1samp(per_rater, 0.5)
+            statistic, df, p_value = float(t.statistic), float(len(per_rater) - 1), float(t.pvalue)
+        else:
+            statistic, df, p_value = math.nan, math.nan, math.nan
+        rows.append(
+            {
+                "condition": label,
+                "n": len(part),
+                "accuracy": float(part["correct"].mean()),
+                "f1": f1,
+                "precision": precision,
+                "recall": recall,
+                "alpha": alpha,
+                "pct_human": 100.0 * float((part["guess"] == "human").mean()),
+                "pct_confident": 100.0 * float(part["confident"].mean()),
+                "n_raters": part["rater_id"].nunique(),
+                "statistic": statistic,
+                "df": df,
+                "p_value": p_value,
+                "method": "accuracy vs 0.5: one-sample t-test of per-rater accuracy",
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+class Detection(StudyProtocol):
+    name = "detection"
+    options_model = DetectionOptions
+    texts_per_page = 1
+    criteria = "none"
+    agreement_level = "nominal"
+    compares_conditions = True
+    asks_follow_up = True
+    summary = (
+        "Human-or-machine detection (Clark et al., 2021): each text is rated on a 4-point scale "
+        "from 'definitely human-written' to 'definitely machine-generated', then the rater "
+        "explains the answer."
+    )
+    page_template = """\
+<section class="notes">
+  <p>Please read the following text and answer the question below.</p>
+  {% if config.show_prompt %}<p>Every text begins with human-authored text, indicated in bold. ONLY evaluate the text that follows the bold text.</p>{% endif %}
+</section>
+{{ m.show_text(texts[0], None, config.show_prompt, options.prompt_in_bold) }}
+<form method="post" action="{{ action }}">
+  {% set choices = [(1, options.labels[0]), (2, options.labels[1]), (3, options.labels[2]), (4, options.labels[3])] %}
+  {{ m.choice("source", options.question, choices, values, errors) }}
+  <p class="note">You cannot change your answer once you click submit.</p>
+  <button type="submit">Submit</button>
+</form>
+"""
+    feedback_template = """\
+{{ m.show_text(texts[0], None, config.show_prompt) }}
+{% if correct %}<p class="correct">Nice! You chose the correct answer.</p>{% else %}<p class="incorrect">Not quite.</p>{% endif %}
+<p>The correct answer: <strong>{{ options.labels[example.answer - 1] }}</strong></p>
+"""
+
+    def check(self, config: StudyConfig, problem: Problem) -> None:
+        bad = [v for v in self.options(config).why_for if v not in (1, 2, 3, 4)]
+        if bad:
+            problem(("detection", "why_for"), f"ratings must be 1-4; got {bad}")
+
+    def answer_keys(self, config: StudyConfig) -> dict[str, tuple[int, ...]]:
+        return {"source": (1, 2, 3, 4)}
+
+    def build_items(
+        self, config: StudyConfig, stories: Sequence[Story], excluded: set[str], problem: Problem
+    ) -> list[Item]:
+        humans = set(self.options(config).human_systems)
+        items = []
+        for s in select_stories(config, stories, excluded, problem):
+            truth = "human" if s.system in humans else "machine"
+            meta = {"prompt_group": prompt_key(s), "truth": truth}
+            items.append(Item(s.id, s.system or "(none)", (text_of(s),), meta))
+        truths = {i.meta["truth"] for i in items}
+        if items and truths != {"human", "machine"}:
+            problem(
+                ("select",),
+                "a detection study needs both human-written and machine-generated stories; "
+                f"the selection has only {', '.join(sorted(truths))} (see detection.human_systems)",
+            )
+        return items
+
+    def check_training(
+        self, config: StudyConfig, example: TrainingExample, loc: Loc, problem: Problem
+    ) -> None:
+        check_choice_training(example, (1, 2, 3, 4), "the correct rating, 1-4", loc, problem)
+
+    def training_correct(
+        self, study: Study, example: ResolvedTraining, answer: Mapping[str, int]
+    ) -> bool | None:
+        given = answer.get("source")
+        if given is None or example.answer is None:
+            return None
+        return (int(given) >= 3) == (int(example.answer) >= 3)
+
+    def judgment_rows(
+        self, study: Study, page: PageView, answers: Mapping[str, int]
+    ) -> list[JudgmentRow]:
+        text = page.texts[0]
+        extra = {"system": text.system, "truth": page.item.meta.get("truth")}
+        return [
+            JudgmentRow(text.id, "source", float(answers["source"]), page.item.condition, extra)
+        ]
+
+    def follow_up(self, study: Study, answers: Mapping[str, float]) -> str | None:
+        options = self.options(study.config)
+        rating = int(answers.get("source", 0))
+        return options.why_question if rating in options.why_for else options.change_question
+
+    def follow_up_required(self, study: Study) -> bool:
+        return bool(self.options(study.config).explanation_required)
+
+    def describe(self, study: Study) -> StatementPart:
+        det = self.options(study.config)
+        required = "required" if det.explanation_required else "optional"
+        humans = ", ".join(f"`{s}`" for s in det.human_systems)
+        lines = [
+            self.summary,
+            "",
+            f'Question: "{det.question}"',
+            "",
+            *(f"{i}. {label}" for i, label in enumerate(det.labels, start=1)),
+            "",
+            f'Follow-up (free text, {required}): "{det.why_question}" after answer(s) '
+            f'{", ".join(map(str, det.why_for))}; otherwise "{det.change_question}".',
+            f"Human-written texts: systems {humans}; every other system counts as machine.",
+        ]
+        return StatementPart(
+            lines, {"criteria": True, "scale": True, "labels": True, "definitions": True}
+        )
+
+    def agreement_values(self, part: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+        binned = part.assign(value=(part["value"] >= 3).astype(float))
+        return binned, "krippendorff_alpha (nominal, human/machine)"
+
+    def analyse(self, part: pd.DataFrame, settings: AnalysisSettings) -> ProtocolAnalysis:
+        table = detection_metrics(part)
+        tests = [
+            {
+                "analysis": "detection",
+                "criterion": "source",
+                "comparison": f"accuracy ({row['condition']}) vs chance 0.5",
+                "estimate": row["accuracy"],
+                "statistic": row["statistic"],
+                "df": row["df"],
+                "df2": math.nan,
+                "p_value": row["p_value"],
+                "ci_low": math.nan,
+                "ci_high": math.nan,
+                "effect_size": math.nan,
+                "n": row["n"],
+                "method": row["method"],
+            }
+            for _, row in table.iterrows()
+        ]
+        return ProtocolAnalysis({"detection": table}, tests)
+
+    def template_context(self, study: Study) -> dict[str, Any]:
+        return {"options": self.options(study.config)}

@@ -1,0 +1,922 @@
+"""The participant state machine of a study, and every change it allows.
+
+A participant moves through ``welcome`` (consent) -> ``comprehension`` (if the study has a
+check; failing every attempt ends in ``screened_out``) -> ``training`` -> ``item`` pages
+(each maybe followed by ``explain``) -> ``more`` (further batches, up to the cap) ->
+``questions`` -> ``done``; declining consent ends in ``returned``; a study with no item left
+shows ``full``. :func:`next_step` derives the step from the database; every change below runs
+in one write transaction that first checks the participant is at the step the change belongs
+to (a replay of the change just made is acknowledged as it was; anything else is a
+:class:`Conflict`), so no request can skip, repeat or reopen a step, in any number of server
+processes: the checks are database transactions, not in-process locks.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import secrets
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from sqlalchemy import Connection, exists, func, insert, select, update
+
+from storyeval.human.assign import check_positions, condition_preferences, order_batch
+from storyeval.human.model import Item, Study, Text
+from storyeval.human.protocols import PageView, get_protocol
+from storyeval.server.participants import (
+    Participant,
+    first_view,
+    lock_participant,
+    mark_finished,
+    mark_started,
+    note_submission,
+    participants,
+    record_view,
+    set_status,
+)
+from storyeval.server.study_tables import (
+    KIND,
+    comprehension_answers,
+    judgments,
+    members,
+    page_key,
+    responses,
+    slots,
+    studies,
+    training_answers,
+)
+
+TOUCH_EVERY_S = 15.0
+
+
+class Conflict(Exception):
+    """A change that does not belong to the participant's current step (HTTP 409)."""
+
+    def __init__(self, step: Step) -> None:
+        self.step = step
+        super().__init__(f"not at this step (the participant is at {step.kind})")
+
+
+@dataclass(frozen=True)
+class Step:
+    """Where a participant is in the study."""
+
+    kind: str
+    slot_id: int | None = None
+    index: int | None = None
+
+
+@dataclass(frozen=True)
+class Member:
+    participant_id: int
+    seq: int
+    batches: int
+    items_closed: bool
+    questions_done: bool
+    comprehension_passed: bool
+
+
+@dataclass(frozen=True)
+class SlotRow:
+    id: int
+    kind: str
+    item_key: str
+    condition: str
+    layout: tuple[int, ...]
+    status: str
+    participant_id: int | None
+    batch: int | None
+    batch_pos: int | None
+    reserved_at: float | None
+    done_at: float | None
+
+    @classmethod
+    def from_row(cls, row: Any) -> SlotRow:
+        m = row._mapping
+        return cls(
+            int(m["id"]),
+            str(m["kind"]),
+            str(m["item_key"]),
+            str(m["condition"]),
+            tuple(int(v) for v in str(m["layout"]).split(",") if v != ""),
+            str(m["status"]),
+            m["participant_id"],
+            m["batch"],
+            m["batch_pos"],
+            m["reserved_at"],
+            m["done_at"],
+        )
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything :func:`step_of` needs about one participant, read in a few queries."""
+
+    participant: Participant
+    member: Member | None
+    slots: tuple[SlotRow, ...]
+    training_done: int
+    comprehension_attempts: int
+    pending_follow_up: int | None
+
+    @property
+    def items_done(self) -> int:
+        return sum(1 for s in self.slots if s.kind == "item" and s.status == "done")
+
+
+# ----------------------------------------------------------------------------- reading
+
+
+def get_member(conn: Connection, participant_id: int) -> Member | None:
+    row = conn.execute(select(members).where(members.c.participant_id == participant_id)).first()
+    if row is None:
+        return None
+    return Member(
+        int(row.participant_id),
+        int(row.seq),
+        int(row.batches),
+        bool(row.items_closed),
+        bool(row.questions_done),
+        bool(row.comprehension_passed),
+    )
+
+
+def participant_slots(conn: Connection, participant_id: int) -> list[SlotRow]:
+    rows = conn.execute(
+        select(slots).where(slots.c.participant_id == participant_id).order_by(slots.c.batch_pos)
+    ).all()
+    return [SlotRow.from_row(r) for r in rows]
+
+
+def slot_of(
+    conn: Connection, participant_id: int, slot_id: int, *, lock: bool = False
+) -> SlotRow | None:
+    """The slot ``slot_id`` if (and only if) it belongs to this participant."""
+    query = select(slots).where(slots.c.id == slot_id, slots.c.participant_id == participant_id)
+    if lock:
+        query = query.with_for_update()
+    row = conn.execute(query).first()
+    return None if row is None else SlotRow.from_row(row)
+
+
+def items_done(conn: Connection, participant_id: int) -> int:
+    return sum(
+        1
+        for s in participant_slots(conn, participant_id)
+        if s.kind == "item" and s.status == "done"
+    )
+
+
+def _pending_follow_up(
+    conn: Connection, study: Study, participant_id: int, mine: Sequence[SlotRow]
+) -> int | None:
+    if not get_protocol(study.protocol).asks_follow_up:
+        return None
+    done = [s.id for s in mine if s.status == "done"]
+    if not done:
+        return None
+    answered = set(
+        conn.execute(
+            select(responses.c.scope).where(
+                responses.c.participant_id == participant_id, responses.c.question == "explanation"
+            )
+        ).scalars()
+    )
+    return next((slot_id for slot_id in done if page_key(slot_id) not in answered), None)
+
+
+def snapshot(conn: Connection, study: Study, participant: Participant) -> Snapshot:
+    member = get_member(conn, participant.id)
+    mine = participant_slots(conn, participant.id) if member is not None else []
+    trained = 0
+    if member is not None and study.training:
+        trained = int(
+            conn.execute(
+                select(func.count())
+                .select_from(training_answers)
+                .where(training_answers.c.participant_id == participant.id)
+            ).scalar_one()
+        )
+    attempts = 0
+    if member is not None and study.config.comprehension is not None:
+        attempts = int(
+            conn.execute(
+                select(func.count())
+                .select_from(comprehension_answers)
+                .where(comprehension_answers.c.participant_id == participant.id)
+            ).scalar_one()
+        )
+    follow = _pending_follow_up(conn, study, participant.id, mine) if member else None
+    return Snapshot(participant, member, tuple(mine), trained, attempts, follow)
+
+
+def reservation_cutoff(study: Study, now: float) -> float:
+    """Participants last seen before this lose their reserved items."""
+    return now - study.config.assignment.reservation_s
+
+
+def has_available_slots(conn: Connection, study: Study, now: float) -> bool:
+    """Whether an item slot is open, or reserved by a participant inactive for longer than the
+    reservation time (it is released when someone claims)."""
+    open_slot = exists().where(
+        slots.c.study == study.name, slots.c.status == "open", slots.c.kind == "item"
+    )
+    if conn.execute(select(open_slot)).scalar():
+        return True
+    inactive = exists().where(
+        slots.c.study == study.name,
+        slots.c.status == "reserved",
+        slots.c.kind == "item",
+        participants.c.id == slots.c.participant_id,
+        participants.c.last_seen_at < reservation_cutoff(study, now),
+    )
+    return bool(conn.execute(select(inactive)).scalar())
+
+
+def step_of(conn: Connection, study: Study, snap: Snapshot, now: float) -> Step:
+    """The page the participant should see now."""
+    participant, member = snap.participant, snap.member
+    if participant.status in ("screened_out", "returned"):
+        return Step(participant.status)
+    if participant.finished_at is not None:
+        return Step("done")
+    if participant.started_at is None or member is None:
+        return Step("welcome") if has_available_slots(conn, study, now) else Step("full")
+    if study.config.comprehension is not None and not member.comprehension_passed:
+        return Step("comprehension", index=snap.comprehension_attempts)
+    if snap.training_done < len(study.training):
+        return Step("training", index=snap.training_done)
+    if snap.pending_follow_up is not None:
+        return Step("explain", slot_id=snap.pending_follow_up)
+    pending = next((s for s in snap.slots if s.status == "reserved"), None)
+    if pending is not None:
+        return Step("item", slot_id=pending.id)
+    done = snap.items_done
+    if (
+        not member.items_closed
+        and member.batches > 0
+        and done < study.max_items_per_participant
+        and has_available_slots(conn, study, now)
+    ):
+        return Step("more")  # also after reservations were released while the participant was away
+    if done == 0 and not member.items_closed:
+        return Step("full")
+    if study.config.questions and not member.questions_done:
+        return Step("questions")
+    return Step("done")
+
+
+def next_step(
+    conn: Connection, study: Study, participant: Participant, now: float | None = None
+) -> Step:
+    """The page the participant should see now (``now`` decides which reservations expired)."""
+    import time
+
+    return step_of(conn, study, snapshot(conn, study, participant), now or time.time())
+
+
+# ----------------------------------------------------------------------------- claiming
+
+
+def _lock_study(conn: Connection, study: Study) -> None:
+    conn.execute(select(studies.c.name).where(studies.c.name == study.name).with_for_update()).one()
+
+
+def open_slot_count(conn: Connection, study: Study) -> int:
+    return int(
+        conn.execute(
+            select(func.count())
+            .select_from(slots)
+            .where(slots.c.study == study.name, slots.c.status == "open", slots.c.kind == "item")
+        ).scalar_one()
+    )
+
+
+def release_expired(conn: Connection, study: Study, now: float) -> int:
+    """Return to the pool the unanswered slots of participants inactive for longer than the
+    reservation time; returns how many slots were released."""
+    inactive = select(participants.c.id).where(
+        participants.c.kind == KIND,
+        participants.c.session == study.name,
+        participants.c.last_seen_at < reservation_cutoff(study, now),
+    )
+    result = conn.execute(
+        update(slots)
+        .where(
+            slots.c.study == study.name,
+            slots.c.status == "reserved",
+            slots.c.kind == "item",
+            slots.c.participant_id.in_(inactive),
+        )
+        .values(status="open", participant_id=None, batch=None, batch_pos=None, reserved_at=None)
+    )
+    return int(result.rowcount or 0)
+
+
+def _claim_one(
+    conn: Connection, study: Study, participant_id: int, condition: str | None
+) -> SlotRow | None:
+    # never the same item twice, nor two stories continuing the same prompt
+    mine = select(slots.c.group_key).where(
+        slots.c.participant_id == participant_id, slots.c.study == study.name
+    )
+    query = select(slots).where(
+        slots.c.study == study.name,
+        slots.c.status == "open",
+        slots.c.kind == "item",
+        slots.c.group_key.not_in(mine),
+    )
+    if condition is not None:
+        query = query.where(slots.c.condition == condition)
+    row = conn.execute(
+        query.order_by(slots.c.seq).limit(1).with_for_update(skip_locked=True)
+    ).first()
+    return None if row is None else SlotRow.from_row(row)
+
+
+def claim_batch(conn: Connection, study: Study, participant: Participant, now: float) -> int:
+    """Reserve the participant's next batch of items (and, in the first batch, the attention
+    checks). Must run in a write transaction holding the study lock; returns the number of
+    items reserved."""
+    member = get_member(conn, participant.id)
+    if member is None:
+        raise RuntimeError("claim_batch needs a started participant")
+    release_expired(conn, study, now)
+    held = int(
+        conn.execute(
+            select(func.count())
+            .select_from(slots)
+            .where(slots.c.participant_id == participant.id, slots.c.kind == "item")
+        ).scalar_one()
+    )
+    room = min(study.items_per_participant, study.max_items_per_participant - held)
+    if room <= 0:
+        return 0
+    conditions = study.conditions
+    preferences = condition_preferences(conditions, member.seq + member.batches, room)
+    claimed: list[SlotRow] = []
+    for preferred in preferences:
+        row = _claim_one(conn, study, participant.id, preferred)
+        if row is None:
+            row = _claim_one(conn, study, participant.id, None)
+        if row is None:
+            break
+        # reserve at once so the next query skips it
+        conn.execute(
+            update(slots)
+            .where(slots.c.id == row.id, slots.c.status == "open")
+            .values(status="reserved", participant_id=participant.id, reserved_at=now)
+        )
+        claimed.append(row)
+    if not claimed:
+        return 0
+    position = {item.key: i for i, item in enumerate(study.items)}
+    claimed.sort(key=lambda r: position.get(r.item_key, 0))
+    order = order_batch(
+        [r.condition for r in claimed],
+        conditions=conditions,
+        mode=study.config.assignment.order,
+        participant_seq=member.seq + member.batches,
+        seed=study.config.assignment.seed,
+    )
+    sequence: list[tuple[str, Any]] = [("item", claimed[i]) for i in order]
+    if member.batches == 0 and study.checks:
+        places = check_positions(
+            len(sequence),
+            [c.position for c in study.checks],
+            seed=study.config.assignment.seed,
+            participant_seq=member.seq,
+        )
+        for check, place in sorted(zip(study.checks, places, strict=True), key=lambda p: p[1]):
+            sequence.insert(min(place, len(sequence)), ("check", check))
+    start = int(
+        conn.execute(
+            select(func.coalesce(func.max(slots.c.batch_pos), 0)).where(
+                slots.c.participant_id == participant.id
+            )
+        ).scalar_one()
+    )
+    batch = member.batches + 1
+    for offset, (kind, entry) in enumerate(sequence, start=1):
+        if kind == "item":
+            conn.execute(
+                update(slots)
+                .where(slots.c.id == entry.id)
+                .values(batch=batch, batch_pos=start + offset)
+            )
+        else:
+            conn.execute(
+                insert(slots).values(
+                    study=study.name,
+                    seq=0,
+                    kind="check",
+                    item_key=f"check:{entry.id}",
+                    group_key=f"check:{entry.id}",
+                    condition="attention-check",
+                    replicate=0,
+                    layout=",".join(str(i) for i in range(len(entry.texts))),
+                    status="reserved",
+                    participant_id=participant.id,
+                    batch=batch,
+                    batch_pos=start + offset,
+                    reserved_at=now,
+                )
+            )
+    conn.execute(
+        update(members).where(members.c.participant_id == participant.id).values(batches=batch)
+    )
+    return len(claimed)
+
+
+# ----------------------------------------------------------------------------- changes
+
+
+def _checked(
+    conn: Connection, study: Study, participant: Participant, now: float
+) -> tuple[Participant, Snapshot, Step]:
+    current = lock_participant(conn, participant.id)
+    snap = snapshot(conn, study, current)
+    return current, snap, step_of(conn, study, snap, now)
+
+
+def _view_next(conn: Connection, study: Study, participant: Participant, now: float) -> Step:
+    """The step after a change; an item page is recorded as served now (the browser is sent
+    there at once), so the GET that follows needs no write."""
+    step = next_step(conn, study, participant, now)
+    if step.kind == "item" and step.slot_id is not None:
+        record_view(conn, participant.id, page_key(step.slot_id), now)
+    return step
+
+
+def start(conn: Connection, study: Study, participant: Participant, now: float) -> str:
+    """Consent given: register the participant in the study and, unless a comprehension check
+    comes first, reserve their first batch.
+
+    Returns ``"started"``, ``"full"`` (no item left) or ``"replay"`` (already started).
+
+    Raises
+    ------
+    Conflict
+        If the participant is past the welcome page in a way consent cannot apply to
+        (finished, screened out, returned).
+    """
+    _lock_study(conn, study)
+    current, _, step = _checked(conn, study, participant, now)
+    if step.kind != "welcome":
+        if current.started_at is not None and current.finished_at is None:
+            return "replay"
+        if step.kind == "full":
+            return "full"
+        raise Conflict(step)
+    if open_slot_count(conn, study) == 0:
+        release_expired(conn, study, now)
+        if open_slot_count(conn, study) == 0:
+            return "full"
+    seq = int(
+        conn.execute(
+            select(func.count()).select_from(members).where(members.c.study == study.name)
+        ).scalar_one()
+    )
+    conn.execute(
+        insert(members).values(
+            participant_id=current.id,
+            study=study.name,
+            seq=seq,
+            batches=0,
+            items_closed=0,
+            questions_done=0,
+            comprehension_passed=None,
+        )
+    )
+    mark_started(conn, current.id, now)
+    started = replace(current, started_at=current.started_at or now, last_seen_at=now)
+    if study.config.comprehension is None:
+        claim_batch(conn, study, started, now)
+    _view_next(conn, study, started, now)
+    return "started"
+
+
+def decline(conn: Connection, study: Study, participant: Participant, now: float) -> str:
+    """Consent declined: the participant returns the study (Prolific asks them to); returns
+    the return code (may be empty)."""
+    current, _, step = _checked(conn, study, participant, now)
+    if step.kind == "returned":
+        return current.completion_code or ""
+    if step.kind not in ("welcome", "full"):
+        raise Conflict(step)
+    return set_status(conn, current.id, "returned", now, study.config.platform.return_code or "")
+
+
+def comprehension_passed(study: Study, answers: Mapping[str, int]) -> bool:
+    check = study.config.comprehension
+    if check is None:
+        return True
+    return all(answers.get(q.name) == q.answer for q in check.questions)
+
+
+def submit_comprehension(
+    conn: Connection,
+    study: Study,
+    participant: Participant,
+    attempt: int,
+    answers: Mapping[str, int],
+    now: float,
+) -> str:
+    """Grade one attempt at the comprehension check: ``"passed"`` (the first batch is
+    reserved), ``"retry"`` (another attempt is allowed), ``"screened_out"`` (no attempt
+    left: the participant gets the screen-out code) or ``"replay"``."""
+    check = study.config.comprehension
+    if check is None:
+        raise ValueError("this study has no comprehension check")
+    _lock_study(conn, study)
+    current, snap, step = _checked(conn, study, participant, now)
+    if step.kind != "comprehension" or step.index != attempt:
+        if attempt < snap.comprehension_attempts:
+            return "replay"
+        raise Conflict(step)
+    passed = comprehension_passed(study, answers)
+    conn.execute(
+        insert(comprehension_answers).values(
+            participant_id=current.id,
+            attempt=attempt,
+            study=study.name,
+            answers=json.dumps(dict(answers), sort_keys=True),
+            passed=int(passed),
+            submitted_at=now,
+        )
+    )
+    if passed:
+        conn.execute(
+            update(members)
+            .where(members.c.participant_id == current.id)
+            .values(comprehension_passed=1)
+        )
+        claim_batch(conn, study, current, now)
+        _view_next(conn, study, current, now)
+        return "passed"
+    if attempt + 1 < check.attempts:
+        return "retry"
+    code = study.config.platform.screen_out_code or secrets.token_hex(4).upper()
+    set_status(conn, current.id, "screened_out", now, code)
+    return "screened_out"
+
+
+def training_correct(study: Study, index: int, answer: Mapping[str, int]) -> bool | None:
+    """Whether a training answer matches the given answer (``None`` for ratings, where the
+    reference ratings calibrate rather than grade)."""
+    return get_protocol(study.protocol).training_correct(study, study.training[index], answer)
+
+
+def submit_training(
+    conn: Connection,
+    study: Study,
+    participant: Participant,
+    index: int,
+    answer: Mapping[str, int],
+    now: float,
+) -> str:
+    """Store a training answer once: ``"saved"`` or ``"replay"`` (already stored)."""
+    current, snap, step = _checked(conn, study, participant, now)
+    if step.kind != "training" or step.index != index:
+        if index < snap.training_done:
+            return "replay"
+        raise Conflict(step)
+    correct = training_correct(study, index, answer)
+    conn.execute(
+        insert(training_answers).values(
+            participant_id=current.id,
+            idx=index,
+            study=study.name,
+            answer=json.dumps(dict(answer)),
+            correct=None if correct is None else int(correct),
+            served_at=first_view(conn, current.id, f"training:{index}"),
+            submitted_at=now,
+        )
+    )
+    note_submission(conn, current, now)
+    return "saved"
+
+
+def training_answer(conn: Connection, participant_id: int, index: int) -> dict[str, int] | None:
+    value = conn.execute(
+        select(training_answers.c.answer).where(
+            training_answers.c.participant_id == participant_id, training_answers.c.idx == index
+        )
+    ).scalar_one_or_none()
+    return None if value is None else {k: int(v) for k, v in json.loads(value).items()}
+
+
+# ----------------------------------------------------------------------------- item pages
+
+
+@dataclass(frozen=True)
+class Page:
+    """An item page: the texts in display order, what to ask and where it is in the batch."""
+
+    slot: SlotRow
+    kind: str  # item | check
+    item_key: str
+    texts: tuple[Text, ...]
+    item: Item | None
+    position: int
+    batch_size: int
+
+    def view(self) -> PageView:
+        """The page as the protocol sees it (attention checks have no item)."""
+        item = self.item or Item(self.item_key, "attention-check", self.texts)
+        return PageView(item, self.texts, self.slot.layout)
+
+
+def page_for(study: Study, slot: SlotRow, mine: Sequence[SlotRow]) -> Page:
+    """The page of ``slot``; ``mine`` are the participant's slots (for its place in the batch)."""
+    if slot.kind == "check":
+        check_id = slot.item_key.split(":", 1)[1]
+        check = next(c for c in study.checks if c.id == check_id)
+        texts = tuple(check.texts[i] for i in slot.layout)
+        item = None
+    else:
+        item = study.item(slot.item_key)
+        texts = tuple(item.texts[i] for i in slot.layout)
+    batch = [s for s in mine if s.batch == slot.batch]
+    position = 1 + sum(1 for s in batch if (s.batch_pos or 0) < (slot.batch_pos or 0))
+    return Page(slot, slot.kind, slot.item_key, texts, item, position, len(batch))
+
+
+@dataclass(frozen=True)
+class SubmitResult:
+    status: str  # saved | duplicate | missing
+    judgments: int = 0
+    check_passed: bool | None = None
+    step: Step | None = None
+
+
+def _judgment_rows(
+    study: Study, page: Page, answers: Mapping[str, int]
+) -> tuple[list[dict[str, Any]], bool | None]:
+    """The judgments one page produces: the protocol's, or an attention check's."""
+    common: dict[str, Any] = {"protocol": study.protocol}
+    if page.kind == "check":
+        check = next(c for c in study.checks if c.id == page.item_key.split(":", 1)[1])
+        passed = all(answers.get(key) in values for key, values in check.expect.items())
+        return [
+            {
+                "item_id": page.item_key,
+                "criterion": key,
+                "value": float(given),
+                "condition": "attention-check",
+                "extra": {**common, "check": True, "check_passed": passed},
+            }
+            for key, given in answers.items()
+        ], passed
+    rows = get_protocol(study.protocol).judgment_rows(study, page.view(), answers)
+    return [
+        {
+            "item_id": row.item_id,
+            "criterion": row.criterion,
+            "value": row.value,
+            "condition": row.condition,
+            "extra": {**common, **row.extra},
+        }
+        for row in rows
+    ], None
+
+
+def submit_page(
+    conn: Connection,
+    study: Study,
+    participant: Participant,
+    slot_id: int,
+    answers: Mapping[str, int],
+    now: float,
+) -> SubmitResult:
+    """Store the answers of one page, once. Must run in a write transaction.
+
+    Returns ``saved`` (with the next step), ``duplicate`` (already stored: acknowledge as
+    before) or ``missing`` (not this participant's slot).
+
+    Raises
+    ------
+    Conflict
+        If the page is not the participant's current page (not shown yet, another page due,
+        or the participant finished).
+    """
+    slot = slot_of(conn, participant.id, slot_id, lock=True)
+    if slot is None:
+        return SubmitResult("missing")
+    if slot.status == "done":
+        return SubmitResult("duplicate")
+    current, snap, step = _checked(conn, study, participant, now)
+    if step.kind != "item" or step.slot_id != slot_id or slot.status != "reserved":
+        raise Conflict(step)
+    served = first_view(conn, current.id, page_key(slot_id))
+    if served is None:
+        raise Conflict(step)  # a page is answered after it was shown
+    page = page_for(study, slot, snap.slots)
+    rows, check_passed = _judgment_rows(study, page, answers)
+    gap = note_submission(conn, current, now)
+    time_s = max(0.0, now - served)
+    place = {"page": slot_id, "batch_position": page.position, "sequence": slot.batch_pos}
+    if rows:
+        conn.execute(
+            insert(judgments),
+            [
+                {
+                    "study": study.name,
+                    "slot_id": slot_id,
+                    "participant_id": current.id,
+                    "item_id": row["item_id"],
+                    "criterion": row["criterion"],
+                    "value": row["value"],
+                    "condition": row["condition"],
+                    "served_at": served,
+                    "submitted_at": now,
+                    "time_s": time_s,
+                    "gap_s": gap,
+                    "extra": json.dumps(
+                        {**row["extra"], **place, "layout": list(slot.layout)}, ensure_ascii=False
+                    ),
+                }
+                for row in rows
+            ],
+        )
+    conn.execute(update(slots).where(slots.c.id == slot_id).values(status="done", done_at=now))
+    after = replace(current, last_submit_at=now, last_seen_at=now)
+    return SubmitResult("saved", len(rows), check_passed, _view_next(conn, study, after, now))
+
+
+def stored_answers(conn: Connection, participant_id: int, slot_id: int) -> dict[str, float]:
+    """The stored judgments of one page, by criterion."""
+    rows = conn.execute(
+        select(judgments.c.criterion, judgments.c.value).where(
+            judgments.c.slot_id == slot_id, judgments.c.participant_id == participant_id
+        )
+    ).all()
+    return {str(c): float(v) for c, v in rows}
+
+
+def submit_response(
+    conn: Connection,
+    study: Study,
+    participant: Participant,
+    *,
+    scope: str,
+    question: str,
+    text: str,
+    item_id: str | None,
+    served_at: float | None,
+    now: float,
+) -> bool:
+    """Store one free-text answer once; returns False if it was already stored."""
+    present = conn.execute(
+        select(responses.c.id).where(
+            responses.c.participant_id == participant.id,
+            responses.c.scope == scope,
+            responses.c.question == question,
+        )
+    ).first()
+    if present is not None:
+        return False
+    conn.execute(
+        insert(responses).values(
+            study=study.name,
+            participant_id=participant.id,
+            scope=scope,
+            item_id=item_id,
+            question=question,
+            text=text,
+            served_at=served_at,
+            submitted_at=now,
+            time_s=None if served_at is None else max(0.0, now - served_at),
+        )
+    )
+    return True
+
+
+def submit_follow_up(
+    conn: Connection, study: Study, participant: Participant, slot_id: int, text: str, now: float
+) -> str:
+    """Store the free-text answer that follows an item: ``"saved"``, ``"replay"`` or
+    ``"missing"`` (not this participant's page)."""
+    if slot_of(conn, participant.id, slot_id) is None:
+        return "missing"
+    current, snap, step = _checked(conn, study, participant, now)
+    scope = page_key(slot_id)
+    if step.kind != "explain" or step.slot_id != slot_id:
+        exists_already = conn.execute(
+            select(responses.c.id).where(
+                responses.c.participant_id == current.id,
+                responses.c.scope == scope,
+                responses.c.question == "explanation",
+            )
+        ).first()
+        if exists_already is not None:
+            return "replay"
+        raise Conflict(step)
+    slot = next(s for s in snap.slots if s.id == slot_id)
+    page = page_for(study, slot, snap.slots)
+    submit_response(
+        conn,
+        study,
+        current,
+        scope=scope,
+        question="explanation",
+        text=text,
+        item_id=page.texts[0].id if page.kind == "item" else page.item_key,
+        served_at=first_view(conn, current.id, f"explain:{slot_id}"),
+        now=now,
+    )
+    note_submission(conn, current, now)
+    _view_next(conn, study, current, now)
+    return "saved"
+
+
+def more(conn: Connection, study: Study, participant: Participant, action: str, now: float) -> str:
+    """At the end of a batch: ``continue`` reserves another batch (``"claimed"``; when none is
+    left, items are closed: ``"closed"``), ``finish`` closes the items (``"closed"``)."""
+    if action not in ("continue", "finish"):
+        raise ValueError(f"action must be continue or finish; got {action!r}")
+    _lock_study(conn, study)
+    current, snap, step = _checked(conn, study, participant, now)
+    if step.kind != "more":
+        closed = snap.member is not None and snap.member.items_closed
+        if step.kind == "item" and action == "continue":
+            return "replay"  # the batch this request asked for is already reserved
+        if closed and action == "finish" and current.finished_at is None:
+            return "replay"
+        raise Conflict(step)
+    if action == "continue" and claim_batch(conn, study, current, now) > 0:
+        _view_next(conn, study, current, now)
+        return "claimed"
+    close_items(conn, current)
+    return "closed"
+
+
+def close_items(conn: Connection, participant: Participant) -> None:
+    conn.execute(
+        update(members).where(members.c.participant_id == participant.id).values(items_closed=1)
+    )
+
+
+def submit_questions(
+    conn: Connection, study: Study, participant: Participant, answers: Mapping[str, str], now: float
+) -> str:
+    """Store the final free-text answers once: ``"saved"`` or ``"replay"``."""
+    current, snap, step = _checked(conn, study, participant, now)
+    if step.kind != "questions":
+        if snap.member is not None and snap.member.questions_done:
+            return "replay"
+        raise Conflict(step)
+    served = first_view(conn, current.id, "questions")
+    for question in study.config.questions:
+        if answers.get(question.name):
+            submit_response(
+                conn,
+                study,
+                current,
+                scope="end",
+                question=question.name,
+                text=answers[question.name],
+                item_id=None,
+                served_at=served,
+                now=now,
+            )
+    conn.execute(
+        update(members).where(members.c.participant_id == current.id).values(questions_done=1)
+    )
+    note_submission(conn, current, now)
+    return "saved"
+
+
+def finish(conn: Connection, study: Study, participant: Participant, now: float) -> str:
+    """Mark the participant finished; return their completion code (the platform's or the
+    study's, else a random one; see :func:`~storyeval.server.participants.mark_finished`)."""
+    return mark_finished(conn, participant.id, now, code=study.config.completion_code)
+
+
+# ----------------------------------------------------------------------------- viewing
+
+
+def touch_due(participant: Participant, now: float) -> bool:
+    """Whether the participant's last activity is old enough to be recorded again."""
+    return participant.last_seen_at is None or participant.last_seen_at < now - TOUCH_EVERY_S
+
+
+def record_activity(conn: Connection, participant: Participant, now: float) -> None:
+    """Record that the participant is active (keeps their reservations)."""
+    conn.execute(
+        update(participants).where(participants.c.id == participant.id).values(last_seen_at=now)
+    )
+
+
+def shuffled_options(options: Sequence[str], seed: str) -> list[int]:
+    """A per-participant order of multiple-choice options (1-based indices)."""
+    order = list(range(1, len(options) + 1))
+    random.Random(seed).shuffle(order)
+    return order
+
+
+def view_recorded(conn: Connection, participant_id: int, page: str) -> bool:
+    """Whether ``page`` was already served to the participant."""
+    return first_view(conn, participant_id, page) is not None
