@@ -26,13 +26,11 @@ import threading
 import time
 from pathlib import Path
 
-import httpx
-
 from storyeval.human.study import load_study
 from storyeval.server import study_store as store
 from storyeval.server.db import Database
 from storyeval.server.pgtemp import PostgresUnavailable, TemporaryPostgres
-from storyeval.server.simulate import Acknowledged, ServerProcess, StudyBrowser
+from storyeval.server.simulate import Acknowledged, KeepAliveClient, ServerProcess, StudyBrowser
 
 REPO = Path(__file__).resolve().parent.parent
 ADMIN = "benchmark-admin-token-000000"
@@ -44,7 +42,7 @@ stories: stories.jsonl
 criteria:
   - {name: coherence, question: "How well do the sentences fit together?", scale: 5, labels: {1: lowest, 5: highest}}
   - {name: relevance, question: "How relevant is the story to the prompt?", scale: 5, labels: {1: lowest, 5: highest}}
-assignment: {items_per_participant: 10, raters_per_item: 3, order: balanced}
+assignment: {items_per_participant: 10, raters_per_item: 6, order: balanced}
 """
 
 
@@ -58,6 +56,9 @@ def run_load(
     stop_after: int | None = None,
     on_stop: threading.Event | None = None,
 ) -> tuple[list[Acknowledged], float]:
+    """``concurrency`` simulated participants at once, each a thread on its own keep-alive
+    connection (a raw-socket client, so the load generator takes little of the CPU the server
+    is measured with), until every link is done or ``max_seconds`` passed."""
     study = load_study(study_path)
     work: queue.Queue[int] = queue.Queue()
     for i in range(len(links)):
@@ -73,19 +74,17 @@ def run_load(
                 on_stop.set()
 
     def worker(seed: int) -> None:
-        with httpx.Client(base_url=base, timeout=30) as client:
-            while time.monotonic() < deadline and not (
-                on_stop is not None and on_stop.is_set() and stop_after is None
-            ):
-                try:
-                    i = work.get_nowait()
-                except queue.Empty:
-                    return
+        while time.monotonic() < deadline:
+            try:
+                i = work.get_nowait()
+            except queue.Empty:
+                return
+            with KeepAliveClient(base, timeout=30) as client:
                 try:
                     StudyBrowser(client, study, seed=seed * 1000 + i, on_acknowledged=record).run(
                         links[i]
                     )
-                except (httpx.HTTPError, RuntimeError):
+                except (OSError, RuntimeError):
                     return  # the server went away (crash phase)
 
     started = time.perf_counter()
@@ -118,7 +117,12 @@ def bench(
     # 1. throughput
     url = fresh_url("load")
     server = ServerProcess(
-        study_path, url, folder / f"{backend}-load.log", links=args.participants, admin_token=ADMIN
+        study_path,
+        url,
+        folder / f"{backend}-load.log",
+        links=args.participants,
+        admin_token=ADMIN,
+        workers=args.workers,
     )
     try:
         acked, elapsed = run_load(
@@ -151,7 +155,12 @@ def bench(
     # 2. SIGKILL in the middle of the load
     url = fresh_url("kill")
     server = ServerProcess(
-        study_path, url, folder / f"{backend}-kill.log", links=args.participants, admin_token=ADMIN
+        study_path,
+        url,
+        folder / f"{backend}-kill.log",
+        links=args.participants,
+        admin_token=ADMIN,
+        workers=args.workers,
     )
     reached = threading.Event()
     killer_acked: list[Acknowledged] = []
@@ -196,9 +205,10 @@ def main() -> int:
     )
     parser.add_argument("--backends", default="sqlite,postgresql")
     parser.add_argument(
-        "--participants", type=int, default=54, help="54 x 10 pages = every slot of the study"
+        "--participants", type=int, default=108, help="108 x 10 pages = every slot of the study"
     )
     parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--workers", type=int, default=2, help="server processes")
     parser.add_argument("--max-seconds", type=float, default=60.0)
     parser.add_argument(
         "--kill-after", type=int, default=150, help="acknowledged pages before SIGKILL"
@@ -235,7 +245,7 @@ def main() -> int:
                 print(
                     f"{backend}: {result['judgments']} judgments ({result['pages']} pages) in {result['seconds']} s = "
                     f"{result['judgments_per_s']} judgments/s; submit latency p50 {result['p50_ms']} ms, "
-                    f"p99 {result['p99_ms']} ms; max raters per item {result['max_raters_per_item']} (quota 3); "
+                    f"p99 {result['p99_ms']} ms; max raters per item {result['max_raters_per_item']} (quota 6); "
                     f"lost {result['lost_in_load']}"
                 )
                 print(

@@ -109,6 +109,8 @@ class Registry(Generic[T]):
 
     def load(self, *, force: bool = False) -> None:
         """Import the built-in plug-in modules and the entry points (once)."""
+        if self._loaded and not force:
+            return
         with self._lock:
             if self._loaded and not force:
                 return

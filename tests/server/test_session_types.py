@@ -110,7 +110,7 @@ def test_a_new_session_type_plugs_into_the_core(make_likert, tmp_path, note_kind
     )
     assert (
         client.get(f"/p/{rater.token}", follow_redirects=False).headers["location"]
-        == f"/study/{rater.token}/"
+        == f"/study/{rater.token}/welcome"
     )
     assert client.get(f"/note/{writer.token}/").status_code == 200
     assert (

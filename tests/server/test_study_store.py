@@ -63,7 +63,7 @@ def test_concurrent_participants_never_exceed_the_quota(db_url, make_likert):
                 lambda conn: store.start(
                     conn, study, participant_by_token(conn, person.token), time.time()
                 )
-            )
+            ).status
             == "started"
         )
 
@@ -184,7 +184,7 @@ def test_reservations_of_participants_who_left_are_released(db_url, make_likert)
     assert (
         db.run(
             lambda conn: store.start(conn, study, participant_by_token(conn, newcomer.token), later)
-        )
+        ).status
         == "started"
     )
     with db.read() as conn:
@@ -298,7 +298,9 @@ def test_a_participant_never_gets_two_stories_of_one_prompt(db_url, study_dir):
     store.register_study(db, study, now=0.0)
     people = db.run(lambda conn: create_participants(conn, "study", study.name, 5, now=0.0))
     started = [
-        db.run(lambda conn, p=p: store.start(conn, study, participant_by_token(conn, p.token), 1.0))
+        db.run(
+            lambda conn, p=p: store.start(conn, study, participant_by_token(conn, p.token), 1.0)
+        ).status
         for p in people
     ]
     assert started == ["started"] * 4 + ["full"]  # 3 prompts x 4 slots: 4 people, one each

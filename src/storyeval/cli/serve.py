@@ -40,6 +40,31 @@ def serve(
     access_log: bool = typer.Option(
         False, "--access-log", help="Log every request (URLs contain secret tokens)."
     ),
+    workers: int = typer.Option(
+        1,
+        "--workers",
+        min=1,
+        help="Server processes (quotas and every other guarantee hold across them: they are "
+        "database transactions). With writing sessions each process runs its own generators.",
+    ),
+    threads: int = typer.Option(8, "--threads", min=1, help="Threads per server process."),
+    enroll_rate: float = typer.Option(
+        20.0,
+        "--enroll-rate",
+        min=0,
+        help="Open-enrollment joins and consents per minute per client address (0: no limit).",
+    ),
+    sqlite_sync: str = typer.Option(
+        "full",
+        "--sqlite-sync",
+        help="SQLite durability: full (an acknowledged judgment survives a power cut) or normal "
+        "(survives a crash of the server, not a power cut; faster).",
+    ),
+    trust_proxy: bool = typer.Option(
+        False,
+        "--trust-proxy",
+        help="Behind a reverse proxy: take client addresses from X-Forwarded-For.",
+    ),
 ) -> None:
     """Serve human evaluation studies: participant pages, admin view, exports."""
     import uvicorn
@@ -54,7 +79,13 @@ def serve(
     sessions = [load_session(path) for path in files]
     try:
         settings = Settings(
-            database_url=db or _default_db(files[0]), admin_token=admin_token, base_url=base_url
+            database_url=db or _default_db(files[0]),
+            admin_token=admin_token,
+            base_url=base_url,
+            threads=threads,
+            enroll_rate_per_minute=enroll_rate,
+            trust_proxy=trust_proxy,
+            sqlite_sync=sqlite_sync,
         )
     except ValidationError as exc:
         first = exc.errors()[0]
@@ -95,8 +126,33 @@ def serve(
                 for url in urls:
                     typer.echo(f"  participant link: {url}")
     typer.echo(f"admin: {root}/admin/{state.admin_token}/")
-    typer.echo(f"listening on http://{host}:{port} (Ctrl+C to stop)", err=False)
-    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=access_log)
+    typer.echo(f"listening on http://{host}:{port} with {workers} process(es) (Ctrl+C to stop)")
+    if workers == 1:
+        uvicorn.run(app, host=host, port=port, log_level="warning", access_log=access_log)
+        return
+    import json
+    import os
+
+    from storyeval.server.app import SERVE_ENVIRONMENT
+
+    for session in sessions:
+        session.shutdown()
+    state.db.dispose()
+    os.environ[SERVE_ENVIRONMENT] = json.dumps(
+        {
+            "files": [str(Path(f).resolve()) for f in files],
+            "settings": settings.model_copy(update={"admin_token": state.admin_token}).model_dump(),
+        }
+    )
+    uvicorn.run(
+        "storyeval.server.app:app_from_environment",
+        factory=True,
+        host=host,
+        port=port,
+        workers=workers,
+        log_level="warning",
+        access_log=access_log,
+    )
 
 
 def register(app: typer.Typer) -> None:

@@ -9,7 +9,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
-from fastapi import FastAPI, HTTPException, Request
+from fastapi import APIRouter, FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.staticfiles import StaticFiles
 from sqlalchemy.exc import DataError, StatementError
@@ -67,7 +67,9 @@ def create_app(
     """
     if not sessions:
         raise ValueError("create_app needs at least one session (e.g. a study)")
-    db = database or Database(settings.database_url)
+    db = database or Database(
+        settings.database_url, background_checkpoints=True, sqlite_sync=settings.sqlite_sync
+    )
     db.create_all()
     registry: dict[tuple[str, str], SessionPlugin] = {}
     for session in sessions:
@@ -84,9 +86,18 @@ def create_app(
         admin_token=_admin_token(db, settings),
         clock=clock,
     )
+    for name in dict.fromkeys(n for s in sessions for n in s.template_names()):
+        state.templates.get_template(name)  # compile now, not on a participant's request
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        import gc
+
+        import anyio.to_thread
+
+        # few threads: SQLite serialises writers, and every thread competes for the GIL
+        anyio.to_thread.current_default_thread_limiter().total_tokens = settings.threads
+        gc.freeze()  # the objects made at start-up live as long as the server: skip them in GC
         yield
         for session in sessions:
             session.shutdown()
@@ -102,19 +113,21 @@ def create_app(
     app.state.storyeval = state
     app.add_middleware(SecurityHeaders)
     app.mount("/static", StaticFiles(packages=[("storyeval.server", "static")]), name="static")
-    app.include_router(core.router)
-    app.include_router(core.admin_router, prefix="/admin/{admin_token}")
     mounted: set[int] = set()
-    for kind in dict.fromkeys(s.kind for s in sessions):
-        spec = SESSION_KINDS.get(kind)
-        for router in spec.routers:
+    kinds = [SESSION_KINDS.get(kind) for kind in dict.fromkeys(s.kind for s in sessions)]
+
+    def mount(routers: Sequence[APIRouter], prefix: str = "") -> None:
+        for router in routers:
             if id(router) not in mounted:
-                app.include_router(router)
+                app.include_router(router, prefix=prefix)
                 mounted.add(id(router))
-        for router in spec.admin_routers:
-            if id(router) not in mounted:
-                app.include_router(router, prefix="/admin/{admin_token}")
-                mounted.add(id(router))
+
+    # participant pages first: routes are matched in order, and most requests are theirs
+    mount([router for kind in kinds for router in kind.routers if kind.first])
+    mount([core.router])
+    mount([core.admin_router], "/admin/{admin_token}")
+    mount([router for kind in kinds for router in kind.routers])
+    mount([router for kind in kinds for router in kind.admin_routers], "/admin/{admin_token}")
     _error_pages(app, state)
     return app
 
@@ -145,4 +158,25 @@ def _error_pages(app: FastAPI, state: ServerState) -> None:
         )
 
 
-__all__ = ["ServerState", "create_app", "server_state"]
+SERVE_ENVIRONMENT = "STORYEVAL_SERVE"
+"""The variable through which ``storyeval serve --workers N`` passes the session files and
+settings to each worker process (see :func:`app_from_environment`)."""
+
+
+def app_from_environment() -> FastAPI:
+    """The app of one worker process of ``storyeval serve --workers N``: the session files and
+    settings come from :data:`SERVE_ENVIRONMENT` (JSON). The parent process has set up the
+    database already, so each worker's setup finds everything in place; quotas, idempotence and
+    the participant state machine hold across workers because they are database transactions.
+    """
+    import json
+    import os
+
+    from storyeval.server.kinds import load_session
+
+    config = json.loads(os.environ[SERVE_ENVIRONMENT])
+    sessions = [load_session(path) for path in config["files"]]
+    return create_app(Settings(**config["settings"]), sessions)
+
+
+__all__ = ["SERVE_ENVIRONMENT", "ServerState", "app_from_environment", "create_app", "server_state"]

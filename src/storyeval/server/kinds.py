@@ -26,11 +26,16 @@ from storyeval.yamlfile import YamlFileError, read_yaml
 
 @dataclass(frozen=True)
 class SessionKind:
-    """How to load a kind's files and which routers serve it (mounted once per app)."""
+    """How to load a kind's files and which routers serve it (mounted once per app).
+
+    ``first``: the participant routers are matched before the core's (they must not shadow
+    ``/``, ``/healthz``, ``/p/...`` or ``/join/...``: give them a fixed first path segment).
+    """
 
     load: Callable[[Path], SessionPlugin]
     routers: tuple[APIRouter, ...] = ()
     admin_routers: tuple[APIRouter, ...] = ()
+    first: bool = False
 
 
 SESSION_KINDS: Registry[SessionKind] = Registry(
@@ -38,7 +43,8 @@ SESSION_KINDS: Registry[SessionKind] = Registry(
 )
 _WRITING = SessionKind(WritingSessionPlugin.from_file, (writing.router,), (writing_admin.router,))
 SESSION_KINDS.register(
-    "study", SessionKind(StudySession.from_file, (study_pages.router,), (study_admin.router,))
+    "study",
+    SessionKind(StudySession.from_file, (study_pages.router,), (study_admin.router,), first=True),
 )
 SESSION_KINDS.register("cyoa", _WRITING)
 SESSION_KINDS.register("mil", _WRITING)

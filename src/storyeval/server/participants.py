@@ -28,6 +28,7 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    bindparam,
     func,
     insert,
     select,
@@ -35,7 +36,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.exc import IntegrityError
 
-from storyeval.server.db import metadata
+from storyeval.server.db import HotQuery, metadata
 
 TOKEN_BYTES = 32
 MAX_EXTERNAL_ID = 256
@@ -79,6 +80,30 @@ server_meta = Table(
     metadata,
     Column("key", String(64), primary_key=True),
     Column("value", Text, nullable=False),
+)
+
+
+# Statements of the hot path, built once (building a statement costs more than running it).
+_BY_TOKEN = select(participants).where(participants.c.token == bindparam("token"))
+_BY_ID_LOCKED = select(participants).where(participants.c.id == bindparam("pid")).with_for_update()
+PARTICIPANT_COLUMNS = (
+    "id, token, kind, session, external_id, created_at, started_at, finished_at, "
+    "last_seen_at, last_submit_at, completion_code, status, browser_key, platform"
+)
+"""The columns of :class:`Participant`, in its field order (for hand-written queries)."""
+_FIRST_VIEW = HotQuery(
+    "SELECT first_served_at FROM page_views WHERE participant_id = :pid AND page = :page"
+)
+_NOTE_VIEW = HotQuery(
+    "INSERT INTO page_views (participant_id, page, first_served_at, last_served_at, views) "
+    "VALUES (:pid, :page, :now, :now, 1) ON CONFLICT DO NOTHING"
+)
+_VIEW_AGAIN = HotQuery(
+    "UPDATE page_views SET last_served_at = :now, views = views + 1 "
+    "WHERE participant_id = :pid AND page = :page"
+)
+_NOTE_SUBMISSION = HotQuery(
+    "UPDATE participants SET last_submit_at = :now, last_seen_at = :now WHERE id = :pid"
 )
 
 
@@ -239,16 +264,13 @@ def participant_by_token(conn: Connection, token: str) -> Participant | None:
     """The participant with this token, or ``None`` (also for malformed tokens)."""
     if not token or len(token) > 64 or "\x00" in token:
         return None
-    row = conn.execute(select(participants).where(participants.c.token == token)).first()
+    row = conn.execute(_BY_TOKEN, {"token": token}).first()
     return None if row is None else Participant.from_row(row)
 
 
 def lock_participant(conn: Connection, participant_id: int) -> Participant:
     """Re-read a participant inside a write transaction, locking the row (PostgreSQL)."""
-    row = conn.execute(
-        select(participants).where(participants.c.id == participant_id).with_for_update()
-    ).one()
-    return Participant.from_row(row)
+    return Participant.from_row(conn.execute(_BY_ID_LOCKED, {"pid": participant_id}).one())
 
 
 def touch(conn: Connection, participant_id: int, now: float, *, every: float = 15.0) -> None:
@@ -263,48 +285,26 @@ def touch(conn: Connection, participant_id: int, now: float, *, every: float = 1
     )
 
 
+def note_view(conn: Connection, participant_id: int, page: str, now: float) -> None:
+    """Note that ``page`` was served now, if it never was (one statement, no read)."""
+    _NOTE_VIEW.run(conn, {"pid": participant_id, "page": page, "now": now})
+
+
 def record_view(conn: Connection, participant_id: int, page: str, now: float) -> float:
-    """Note that ``page`` was served now; return when it was *first* served."""
-    existing = conn.execute(
-        select(page_views.c.first_served_at).where(
-            page_views.c.participant_id == participant_id, page_views.c.page == page
-        )
-    ).first()
-    if existing is None:
-        try:
-            with conn.begin_nested():
-                conn.execute(
-                    insert(page_views).values(
-                        participant_id=participant_id,
-                        page=page,
-                        first_served_at=now,
-                        last_served_at=now,
-                        views=1,
-                    )
-                )
-            return now
-        except IntegrityError:  # a concurrent request served it first
-            existing = conn.execute(
-                select(page_views.c.first_served_at).where(
-                    page_views.c.participant_id == participant_id, page_views.c.page == page
-                )
-            ).one()
-    conn.execute(
-        update(page_views)
-        .where(page_views.c.participant_id == participant_id, page_views.c.page == page)
-        .values(last_served_at=now, views=page_views.c.views + 1)
-    )
-    return float(existing[0])
+    """Note that ``page`` was served now (counting views); return when it was *first* served."""
+    first = first_view(conn, participant_id, page)
+    if first is None:
+        note_view(conn, participant_id, page, now)
+        first = first_view(conn, participant_id, page)  # a concurrent request may have won
+        return now if first is None else first
+    _VIEW_AGAIN.run(conn, {"pid": participant_id, "page": page, "now": now})
+    return first
 
 
 def first_view(conn: Connection, participant_id: int, page: str) -> float | None:
     """When ``page`` was first served to the participant (``None`` if never)."""
-    value = conn.execute(
-        select(page_views.c.first_served_at).where(
-            page_views.c.participant_id == participant_id, page_views.c.page == page
-        )
-    ).scalar_one_or_none()
-    return None if value is None else float(value)
+    row = _FIRST_VIEW.one(conn, {"pid": participant_id, "page": page})
+    return None if row is None else float(row[0])
 
 
 def note_submission(conn: Connection, participant: Participant, now: float) -> float | None:
@@ -314,11 +314,7 @@ def note_submission(conn: Connection, participant: Participant, now: float) -> f
     participant, which crowd platforms' own work-time figures overstate.
     """
     previous = participant.last_submit_at or participant.started_at
-    conn.execute(
-        update(participants)
-        .where(participants.c.id == participant.id)
-        .values(last_submit_at=now, last_seen_at=now)
-    )
+    _NOTE_SUBMISSION.run(conn, {"pid": participant.id, "now": now})
     return None if previous is None else max(0.0, now - previous)
 
 
@@ -332,13 +328,15 @@ def rater_id(participant_id: int) -> str:
     return f"p{participant_id:05d}"
 
 
+_MARK_STARTED = HotQuery(
+    "UPDATE participants SET started_at = :now, last_seen_at = :now "
+    "WHERE id = :pid AND started_at IS NULL"
+)
+
+
 def mark_started(conn: Connection, participant_id: int, now: float) -> None:
     """Record when the participant started (consented); a later call keeps the first time."""
-    conn.execute(
-        update(participants)
-        .where(participants.c.id == participant_id, participants.c.started_at.is_(None))
-        .values(started_at=now, last_seen_at=now)
-    )
+    _MARK_STARTED.run(conn, {"pid": participant_id, "now": now})
 
 
 def mark_finished(

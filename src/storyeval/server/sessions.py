@@ -51,6 +51,11 @@ class SessionPlugin:
     def shutdown(self) -> None:
         """Stop background work (e.g. generation workers) when the server stops."""
 
+    def template_names(self) -> list[str]:
+        """The templates its pages use, compiled when the server starts (so that the first
+        participant does not wait for them)."""
+        return []
+
     def enrollment(self) -> EnrollmentPolicy:
         return EnrollmentPolicy()
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
@@ -25,6 +27,11 @@ class Settings(BaseModel):
     trust_proxy : bool
         Take the client address from ``X-Forwarded-For`` (only behind a reverse proxy that
         sets it).
+    threads : int
+        Threads per server process running the handlers' database work.
+    sqlite_sync : {"full", "normal"}
+        SQLite durability: ``full`` survives a power cut, ``normal`` a crash of the server
+        (see :data:`storyeval.server.db.SQLITE_SYNC`).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -35,6 +42,8 @@ class Settings(BaseModel):
     enroll_rate_per_minute: float = Field(default=20.0, ge=0)
     enroll_burst: int = Field(default=10, ge=1)
     trust_proxy: bool = False
+    threads: int = Field(default=8, ge=1, le=256)
+    sqlite_sync: Literal["full", "normal"] = "full"
 
     @field_validator("admin_token")
     @classmethod

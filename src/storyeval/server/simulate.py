@@ -9,6 +9,7 @@ were committed), so a test can check that nothing acknowledged was lost.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import re
@@ -94,74 +95,205 @@ class StudyBrowser:
         self.on_acknowledged = on_acknowledged
         self.keys = answer_keys(study.config)
 
-    def _path(self, response: Any) -> str:
-        return urlsplit(str(response.headers.get("location") or response.url)).path
+    def start(self, link: str) -> Outcome:
+        """A new outcome for the participant link ``link``; :meth:`plan` fills it."""
+        self._outcome = Outcome("")
+        return self._outcome
 
-    def _get(self, path: str) -> Any:
-        return self.client.get(path, follow_redirects=True)
+    def plan(self, path: str, response: Any) -> tuple[str, str, dict[str, str] | None] | None:
+        """The browser's next request ``(method, path, form)`` on page ``path``, or ``None``
+        when the study is over (the outcome says how)."""
+        outcome = self._outcome
+        if not outcome.token and path.startswith("/study/"):
+            outcome.token = path.split("/")[2]
+        token = outcome.token
+        outcome.pages += 1
+        if response.status_code != 200:
+            raise RuntimeError(f"{path}: HTTP {response.status_code}: {response.text[:300]}")
+        if path.endswith("/welcome"):
+            return "POST", f"/study/{token}/start", {"consent": "yes"}
+        if path.endswith("/full"):
+            outcome.full = True
+            return None
+        if path.endswith("/done"):
+            match = re.search(r'id="completion-code">([^<]+)<', response.text)
+            outcome.completion_code = match.group(1) if match else None
+            return None
+        if path.endswith("/feedback"):
+            return "GET", f"/study/{token}/", None
+        if _TRAINING.match(path):
+            answers = self.answer("training", self.keys, self.rng)
+            return "POST", path, {k: str(v) for k, v in answers.items()}
+        if path.endswith("/explain"):
+            return "POST", path, {"explanation": "It reads like that to me."}
+        if _ITEM.match(path) is not None:
+            kind = "check" if "To show that you are reading" in response.text else "item"
+            self._answers = self.answer(kind, self.keys, self.rng)
+            return "POST", path, {k: str(v) for k, v in self._answers.items()}
+        if path.endswith("/more"):
+            return "POST", f"/study/{token}/more", {"action": "continue" if self.more else "finish"}
+        if path.endswith("/questions"):
+            return "POST", path, {q.name: "No comment." for q in self.study.config.questions}
+        raise RuntimeError(f"unexpected page {path}")
 
-    def _post(self, path: str, data: Mapping[str, str]) -> Any:
-        return self.client.post(path, data=dict(data), follow_redirects=False)
+    def note_submission(self, path: str, posted: Any, latency: float) -> None:
+        """Record an item page the server acknowledged (a 303 after the POST)."""
+        match = _ITEM.match(path)
+        if match is None:
+            return
+        if posted.status_code == 303:
+            ack = Acknowledged(int(match.group(1)), self._answers, latency)
+            self._outcome.acknowledged.append(ack)
+            if self.on_acknowledged is not None:
+                self.on_acknowledged(ack)
+        elif posted.status_code != 422:
+            raise RuntimeError(f"{path}: HTTP {posted.status_code} on submit")
 
     def run(self, link: str, *, max_pages: int = 500) -> Outcome:
-        """Complete the study from a participant link (``/p/<token>`` or a full URL)."""
-        response = self._get(urlsplit(link).path)
-        path = urlsplit(str(response.url)).path
-        token = path.split("/")[2] if path.startswith("/study/") else ""
-        outcome = Outcome(token)
+        """Complete the study from a participant link (``/p/<token>`` or a full URL) with a
+        synchronous client."""
+        outcome = self.start(link)
+        response = self.client.get(urlsplit(link).path, follow_redirects=True)
         for _ in range(max_pages):
-            outcome.pages += 1
-            if response.status_code != 200:
-                raise RuntimeError(f"{path}: HTTP {response.status_code}: {response.text[:300]}")
-            if path.endswith("/welcome"):
-                response = self._follow(self._post(f"/study/{token}/start", {"consent": "yes"}))
-            elif path.endswith("/full"):
-                outcome.full = True
-                return outcome
-            elif path.endswith("/done"):
-                match = re.search(r'id="completion-code">([^<]+)<', response.text)
-                outcome.completion_code = match.group(1) if match else None
-                return outcome
-            elif path.endswith("/feedback"):
-                response = self._get(f"/study/{token}/")
-            elif _TRAINING.match(path):
-                answers = self.answer("training", self.keys, self.rng)
-                response = self._follow(self._post(path, {k: str(v) for k, v in answers.items()}))
-            elif path.endswith("/explain"):
-                response = self._follow(
-                    self._post(path, {"explanation": "It reads like that to me."})
-                )
-            elif (match := _ITEM.match(path)) is not None:
-                if self.think_time_s:
-                    time.sleep(self.think_time_s)
-                kind = "check" if "To show that you are reading" in response.text else "item"
-                answers = self.answer(kind, self.keys, self.rng)
-                started = time.perf_counter()
-                posted = self._post(path, {k: str(v) for k, v in answers.items()})
-                latency = time.perf_counter() - started
-                if posted.status_code == 303:
-                    ack = Acknowledged(int(match.group(1)), answers, latency)
-                    outcome.acknowledged.append(ack)
-                    if self.on_acknowledged is not None:
-                        self.on_acknowledged(ack)
-                elif posted.status_code != 422:
-                    raise RuntimeError(f"{path}: HTTP {posted.status_code} on submit")
-                response = self._follow(posted)
-            elif path.endswith("/more"):
-                action = "continue" if self.more else "finish"
-                response = self._follow(self._post(f"/study/{token}/more", {"action": action}))
-            elif path.endswith("/questions"):
-                data = {q.name: "No comment." for q in self.study.config.questions}
-                response = self._follow(self._post(path, data))
-            else:
-                raise RuntimeError(f"unexpected page {path}")
             path = urlsplit(str(response.url)).path
+            step = self.plan(path, response)
+            if step is None:
+                return outcome
+            method, target, data = step
+            if method == "GET":
+                response = self.client.get(target, follow_redirects=True)
+                continue
+            if _ITEM.match(target) and self.think_time_s:
+                time.sleep(self.think_time_s)
+            started = time.perf_counter()
+            posted = self.client.post(target, data=data or {}, follow_redirects=False)
+            self.note_submission(target, posted, time.perf_counter() - started)
+            response = self._follow(posted)
         raise RuntimeError(f"the study did not end within {max_pages} pages")
 
     def _follow(self, response: Any) -> Any:
         if response.status_code in (301, 302, 303, 307, 308):
-            return self._get(urlsplit(response.headers["location"]).path)
+            return self.client.get(
+                urlsplit(response.headers["location"]).path, follow_redirects=True
+            )
         return response
+
+
+@dataclass
+class PlainResponse:
+    """The parts of an HTTP response :class:`StudyBrowser` reads (httpx-compatible names)."""
+
+    status_code: int
+    headers: dict[str, str]
+    text: str
+    url: str
+
+
+class KeepAliveClient:
+    """A minimal HTTP/1.1 client on one persistent socket, for load tests: several times
+    cheaper per request than httpx or ``http.client`` (no header objects), so the load
+    generator leaves the CPU to the server it measures. Follows redirects like a browser and
+    keeps cookies; ``Content-Length`` bodies only (what the study server sends)."""
+
+    def __init__(self, base_url: str, *, timeout: float = 30.0) -> None:
+        parts = urlsplit(base_url)
+        self.base = base_url.rstrip("/")
+        self.host = parts.hostname or "127.0.0.1"
+        self.port = parts.port or 80
+        self.timeout = timeout
+        self._socket: Any = None
+        self._buffer = b""
+        self._cookies: dict[str, str] = {}
+
+    def _connect(self) -> Any:
+        import socket
+
+        if self._socket is None:
+            self._socket = socket.create_connection((self.host, self.port), timeout=self.timeout)
+            self._socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self._buffer = b""
+        return self._socket
+
+    def _read_until(self, marker: bytes) -> bytes:
+        while marker not in self._buffer:
+            chunk = self._socket.recv(65536)
+            if not chunk:
+                raise ConnectionError("the server closed the connection")
+            self._buffer += chunk
+        head, _, self._buffer = self._buffer.partition(marker)
+        return head
+
+    def _read_exactly(self, size: int) -> bytes:
+        while len(self._buffer) < size:
+            chunk = self._socket.recv(65536)
+            if not chunk:
+                raise ConnectionError("the server closed the connection")
+            self._buffer += chunk
+        body, self._buffer = self._buffer[:size], self._buffer[size:]
+        return body
+
+    def _request(self, method: str, path: str, body: str | None) -> PlainResponse:
+        lines = [f"{method} {path} HTTP/1.1", f"Host: {self.host}:{self.port}"]
+        if self._cookies:
+            lines.append("Cookie: " + "; ".join(f"{k}={v}" for k, v in self._cookies.items()))
+        payload = (body or "").encode("utf-8")
+        if body is not None:
+            lines += [
+                "Content-Type: application/x-www-form-urlencoded",
+                f"Content-Length: {len(payload)}",
+            ]
+        request = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + payload
+        for attempt in (1, 2):
+            try:
+                self._connect().sendall(request)
+                head = self._read_until(b"\r\n\r\n").decode("latin-1").split("\r\n")
+                break
+            except (ConnectionError, OSError):
+                self.close()
+                if attempt == 2 or method == "POST":
+                    raise
+        status = int(head[0].split(" ", 2)[1])
+        headers: dict[str, str] = {}
+        for line in head[1:]:
+            name, _, value = line.partition(":")
+            key, value = name.strip().lower(), value.strip()
+            if key == "set-cookie":
+                cookie, _, rest = value.partition("=")
+                self._cookies[cookie.strip()] = rest.split(";", 1)[0]
+            headers[key] = value
+        text = self._read_exactly(int(headers.get("content-length", "0"))).decode("utf-8")
+        if headers.get("connection", "").lower() == "close":
+            self.close()
+        return PlainResponse(status, headers, text, self.base + path)
+
+    def get(self, path: str, *, follow_redirects: bool = False) -> PlainResponse:
+        response = self._request("GET", path, None)
+        for _ in range(20):
+            if not follow_redirects or response.status_code not in (301, 302, 303, 307, 308):
+                return response
+            response = self._request("GET", urlsplit(response.headers["location"]).path, None)
+        raise RuntimeError(f"too many redirects from {path}")
+
+    def post(
+        self, path: str, *, data: Mapping[str, str], follow_redirects: bool = False
+    ) -> PlainResponse:
+        from urllib.parse import urlencode
+
+        response = self._request("POST", path, urlencode(dict(data)))
+        if follow_redirects and response.status_code in (301, 302, 303):
+            return self.get(urlsplit(response.headers["location"]).path, follow_redirects=True)
+        return response
+
+    def close(self) -> None:
+        if self._socket is not None:
+            self._socket.close()
+            self._socket = None
+
+    def __enter__(self) -> KeepAliveClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 class ServerProcess:
@@ -182,6 +314,8 @@ class ServerProcess:
         links: int,
         admin_token: str,
         timeout: float = 60.0,
+        workers: int = 1,
+        extra: tuple[str, ...] = (),
     ) -> None:
         import httpx
 
@@ -212,10 +346,14 @@ class ServerProcess:
                 str(links_file),
                 "--base-url",
                 self.base,
+                "--workers",
+                str(workers),
+                *extra,
             ],
             stdout=self._log,
             stderr=subprocess.STDOUT,
             env={**os.environ, "OMP_NUM_THREADS": "1"},
+            start_new_session=True,  # its own process group: kill() reaches every worker
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -232,17 +370,22 @@ class ServerProcess:
             raise RuntimeError(f"the server did not start within {timeout:g} s: {log}")
         self.links = links_file.read_text().split()
 
+    def _signal(self, number: int) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, number)
+
     def kill(self) -> None:
-        """SIGKILL, as a crash would."""
-        self.process.send_signal(signal.SIGKILL)
+        """SIGKILL to the server and every worker process, as a crash would."""
+        self._signal(signal.SIGKILL)
         self.process.wait(timeout=10)
 
     def stop(self) -> None:
         """Terminate (SIGKILL after 10 s) and close the log."""
         if self.process.poll() is None:
-            self.process.terminate()
+            self._signal(signal.SIGTERM)
             try:
                 self.process.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 self.kill()
+        self._signal(signal.SIGKILL)  # workers left behind, if any
         self._log.close()

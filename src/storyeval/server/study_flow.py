@@ -20,35 +20,102 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from sqlalchemy import Connection, exists, func, insert, select, update
+from sqlalchemy import Connection, bindparam, func, insert, select, update
 
 from storyeval.human.assign import check_positions, condition_preferences, order_batch
 from storyeval.human.model import Item, Study, Text
 from storyeval.human.protocols import PageView, get_protocol
+from storyeval.server.db import HotQuery
 from storyeval.server.participants import (
+    PARTICIPANT_COLUMNS,
     Participant,
     first_view,
-    lock_participant,
     mark_finished,
     mark_started,
     note_submission,
+    note_view,
     participants,
-    record_view,
     set_status,
 )
 from storyeval.server.study_tables import (
-    KIND,
     comprehension_answers,
     judgments,
     members,
     page_key,
     responses,
     slots,
-    studies,
     training_answers,
 )
 
 TOUCH_EVERY_S = 15.0
+
+# Statements of the hot path (item pages): hand-written (see HotQuery), or built once.
+_SLOT_COLUMNS = (
+    "id, kind, item_key, condition, layout, status, participant_id, batch, batch_pos, "
+    "reserved_at, done_at"
+)
+_PARTICIPANT_MEMBER_SQL = (
+    f"SELECT {', '.join('p.' + c.strip() for c in PARTICIPANT_COLUMNS.split(','))}, "
+    "m.participant_id, m.seq, m.batches, m.items_closed, m.questions_done, "
+    "m.comprehension_passed FROM participants p "
+    "LEFT JOIN study_participants m ON m.participant_id = p.id WHERE p.id = :pid"
+)
+_PARTICIPANT_MEMBER = HotQuery(_PARTICIPANT_MEMBER_SQL)
+_PARTICIPANT_MEMBER_LOCKED = HotQuery(_PARTICIPANT_MEMBER_SQL, postgresql_suffix=" FOR UPDATE OF p")
+_MY_SLOTS = HotQuery(
+    f"SELECT {_SLOT_COLUMNS} FROM study_slots WHERE participant_id = :pid ORDER BY batch_pos"
+)
+_MY_SLOT_SQL = f"SELECT {_SLOT_COLUMNS} FROM study_slots WHERE id = :sid AND participant_id = :pid"
+_MY_SLOT = HotQuery(_MY_SLOT_SQL)
+_MY_SLOT_LOCKED = HotQuery(_MY_SLOT_SQL, postgresql_suffix=" FOR UPDATE")
+_SLOT_DONE = HotQuery("UPDATE study_slots SET status = 'done', done_at = :now WHERE id = :sid")
+_ACTIVE = HotQuery("UPDATE participants SET last_seen_at = :now WHERE id = :pid")
+_INSERT_JUDGMENTS = HotQuery(
+    "INSERT INTO study_judgments (study, slot_id, participant_id, item_id, criterion, value, "
+    "condition, served_at, submitted_at, time_s, gap_s, extra) VALUES (:study, :slot_id, "
+    ":participant_id, :item_id, :criterion, :value, :condition, :served_at, :submitted_at, "
+    ":time_s, :gap_s, :extra)"
+)
+_MEMBER = select(members).where(members.c.participant_id == bindparam("pid"))
+_LOCK_STUDY = HotQuery(
+    "SELECT name FROM studies WHERE name = :study", postgresql_suffix=" FOR UPDATE"
+)
+_OPEN_COUNT = HotQuery(
+    "SELECT count(*) FROM study_slots WHERE study = :study AND status = 'open' AND kind = 'item'"
+)
+_ANY_OPEN = HotQuery(
+    "SELECT 1 FROM study_slots WHERE study = :study AND status = 'open' AND kind = 'item' LIMIT 1"
+)
+_ANY_EXPIRED = HotQuery(
+    "SELECT 1 FROM study_slots s JOIN participants p ON p.id = s.participant_id "
+    "WHERE s.study = :study AND s.status = 'reserved' AND s.kind = 'item' "
+    "AND p.last_seen_at < :cutoff LIMIT 1"
+)
+_RELEASE = HotQuery(
+    "UPDATE study_slots SET status = 'open', participant_id = NULL, batch = NULL, "
+    "batch_pos = NULL, reserved_at = NULL WHERE study = :study AND status = 'reserved' "
+    "AND kind = 'item' AND participant_id IN (SELECT id FROM participants WHERE kind = 'study' "
+    "AND session = :study AND last_seen_at < :cutoff)"
+)
+_MEMBER_COUNT = HotQuery("SELECT count(*) FROM study_participants WHERE study = :study")
+_ADD_MEMBER = HotQuery(
+    "INSERT INTO study_participants (participant_id, study, seq, batches, items_closed, "
+    "questions_done, comprehension_passed) VALUES (:pid, :study, :seq, 0, 0, 0, NULL)"
+)
+_BATCHES = HotQuery("UPDATE study_participants SET batches = :batch WHERE participant_id = :pid")
+_TRAINED = (
+    select(func.count())
+    .select_from(training_answers)
+    .where(training_answers.c.participant_id == bindparam("pid"))
+)
+_ATTEMPTS = (
+    select(func.count())
+    .select_from(comprehension_answers)
+    .where(comprehension_answers.c.participant_id == bindparam("pid"))
+)
+_EXPLAINED = select(responses.c.scope).where(
+    responses.c.participant_id == bindparam("pid"), responses.c.question == "explanation"
+)
 
 
 class Conflict(Exception):
@@ -93,20 +160,37 @@ class SlotRow:
     done_at: float | None
 
     @classmethod
-    def from_row(cls, row: Any) -> SlotRow:
-        m = row._mapping
+    def from_tuple(cls, row: Sequence[Any]) -> SlotRow:
+        """From the columns of ``_SLOT_COLUMNS``, in order."""
+        sid, kind, key, condition, layout, status, pid, batch, pos, reserved, done = row
         return cls(
-            int(m["id"]),
-            str(m["kind"]),
-            str(m["item_key"]),
-            str(m["condition"]),
-            tuple(int(v) for v in str(m["layout"]).split(",") if v != ""),
-            str(m["status"]),
-            m["participant_id"],
-            m["batch"],
-            m["batch_pos"],
-            m["reserved_at"],
-            m["done_at"],
+            int(sid),
+            str(kind),
+            str(key),
+            str(condition),
+            tuple(int(v) for v in str(layout).split(",") if v != ""),
+            str(status),
+            pid,
+            batch,
+            pos,
+            reserved,
+            done,
+        )
+
+    @classmethod
+    def from_row(cls, row: Any) -> SlotRow:
+        return cls(
+            int(row.id),
+            str(row.kind),
+            str(row.item_key),
+            str(row.condition),
+            tuple(int(v) for v in str(row.layout).split(",") if v != ""),
+            str(row.status),
+            row.participant_id,
+            row.batch,
+            row.batch_pos,
+            row.reserved_at,
+            row.done_at,
         )
 
 
@@ -130,7 +214,7 @@ class Snapshot:
 
 
 def get_member(conn: Connection, participant_id: int) -> Member | None:
-    row = conn.execute(select(members).where(members.c.participant_id == participant_id)).first()
+    row = conn.execute(_MEMBER, {"pid": participant_id}).first()
     if row is None:
         return None
     return Member(
@@ -144,21 +228,16 @@ def get_member(conn: Connection, participant_id: int) -> Member | None:
 
 
 def participant_slots(conn: Connection, participant_id: int) -> list[SlotRow]:
-    rows = conn.execute(
-        select(slots).where(slots.c.participant_id == participant_id).order_by(slots.c.batch_pos)
-    ).all()
-    return [SlotRow.from_row(r) for r in rows]
+    return [SlotRow.from_tuple(r) for r in _MY_SLOTS.rows(conn, {"pid": participant_id})]
 
 
 def slot_of(
     conn: Connection, participant_id: int, slot_id: int, *, lock: bool = False
 ) -> SlotRow | None:
     """The slot ``slot_id`` if (and only if) it belongs to this participant."""
-    query = select(slots).where(slots.c.id == slot_id, slots.c.participant_id == participant_id)
-    if lock:
-        query = query.with_for_update()
-    row = conn.execute(query).first()
-    return None if row is None else SlotRow.from_row(row)
+    query = _MY_SLOT_LOCKED if lock else _MY_SLOT
+    row = query.one(conn, {"sid": slot_id, "pid": participant_id})
+    return None if row is None else SlotRow.from_tuple(row)
 
 
 def items_done(conn: Connection, participant_id: int) -> int:
@@ -177,39 +256,36 @@ def _pending_follow_up(
     done = [s.id for s in mine if s.status == "done"]
     if not done:
         return None
-    answered = set(
-        conn.execute(
-            select(responses.c.scope).where(
-                responses.c.participant_id == participant_id, responses.c.question == "explanation"
-            )
-        ).scalars()
-    )
+    answered = set(conn.execute(_EXPLAINED, {"pid": participant_id}).scalars())
     return next((slot_id for slot_id in done if page_key(slot_id) not in answered), None)
 
 
-def snapshot(conn: Connection, study: Study, participant: Participant) -> Snapshot:
-    member = get_member(conn, participant.id)
-    mine = participant_slots(conn, participant.id) if member is not None else []
+def snapshot(
+    conn: Connection, study: Study, participant: Participant | int, *, lock: bool = False
+) -> Snapshot:
+    """Read the participant (locked with ``lock``, in a write transaction), their membership
+    of the study and their pages: everything :func:`step_of` needs, in two to four queries."""
+    pid = participant if isinstance(participant, int) else participant.id
+    row = (_PARTICIPANT_MEMBER_LOCKED if lock else _PARTICIPANT_MEMBER).one(conn, {"pid": pid})
+    if row is None:
+        raise LookupError(f"no participant with id {pid}")
+    n = len(Participant.__dataclass_fields__)
+    current = Participant(*row[:n])
+    member_id, seq, batches, closed, questions, comprehension = row[n:]
+    member = (
+        None
+        if member_id is None
+        else Member(pid, int(seq), int(batches), bool(closed), bool(questions), bool(comprehension))
+    )
+    mine = participant_slots(conn, pid) if member is not None else []
     trained = 0
     if member is not None and study.training:
-        trained = int(
-            conn.execute(
-                select(func.count())
-                .select_from(training_answers)
-                .where(training_answers.c.participant_id == participant.id)
-            ).scalar_one()
-        )
+        trained = int(conn.execute(_TRAINED, {"pid": pid}).scalar_one())
     attempts = 0
     if member is not None and study.config.comprehension is not None:
-        attempts = int(
-            conn.execute(
-                select(func.count())
-                .select_from(comprehension_answers)
-                .where(comprehension_answers.c.participant_id == participant.id)
-            ).scalar_one()
-        )
-    follow = _pending_follow_up(conn, study, participant.id, mine) if member else None
-    return Snapshot(participant, member, tuple(mine), trained, attempts, follow)
+        attempts = int(conn.execute(_ATTEMPTS, {"pid": pid}).scalar_one())
+    follow = _pending_follow_up(conn, study, pid, mine) if member else None
+    return Snapshot(current, member, tuple(mine), trained, attempts, follow)
 
 
 def reservation_cutoff(study: Study, now: float) -> float:
@@ -220,19 +296,10 @@ def reservation_cutoff(study: Study, now: float) -> float:
 def has_available_slots(conn: Connection, study: Study, now: float) -> bool:
     """Whether an item slot is open, or reserved by a participant inactive for longer than the
     reservation time (it is released when someone claims)."""
-    open_slot = exists().where(
-        slots.c.study == study.name, slots.c.status == "open", slots.c.kind == "item"
-    )
-    if conn.execute(select(open_slot)).scalar():
+    if _ANY_OPEN.one(conn, {"study": study.name}) is not None:
         return True
-    inactive = exists().where(
-        slots.c.study == study.name,
-        slots.c.status == "reserved",
-        slots.c.kind == "item",
-        participants.c.id == slots.c.participant_id,
-        participants.c.last_seen_at < reservation_cutoff(study, now),
-    )
-    return bool(conn.execute(select(inactive)).scalar())
+    cutoff = reservation_cutoff(study, now)
+    return _ANY_EXPIRED.one(conn, {"study": study.name, "cutoff": cutoff}) is not None
 
 
 def step_of(conn: Connection, study: Study, snap: Snapshot, now: float) -> Step:
@@ -281,101 +348,87 @@ def next_step(
 
 
 def _lock_study(conn: Connection, study: Study) -> None:
-    conn.execute(select(studies.c.name).where(studies.c.name == study.name).with_for_update()).one()
+    """Serialise the claims of a study (the row lock on PostgreSQL; SQLite's write lock is
+    already held by every write transaction)."""
+    _LOCK_STUDY.one(conn, {"study": study.name})
 
 
 def open_slot_count(conn: Connection, study: Study) -> int:
-    return int(
-        conn.execute(
-            select(func.count())
-            .select_from(slots)
-            .where(slots.c.study == study.name, slots.c.status == "open", slots.c.kind == "item")
-        ).scalar_one()
-    )
+    row = _OPEN_COUNT.one(conn, {"study": study.name})
+    return int(row[0]) if row else 0
 
 
 def release_expired(conn: Connection, study: Study, now: float) -> int:
     """Return to the pool the unanswered slots of participants inactive for longer than the
     reservation time; returns how many slots were released."""
-    inactive = select(participants.c.id).where(
-        participants.c.kind == KIND,
-        participants.c.session == study.name,
-        participants.c.last_seen_at < reservation_cutoff(study, now),
-    )
-    result = conn.execute(
-        update(slots)
-        .where(
-            slots.c.study == study.name,
-            slots.c.status == "reserved",
-            slots.c.kind == "item",
-            slots.c.participant_id.in_(inactive),
-        )
-        .values(status="open", participant_id=None, batch=None, batch_pos=None, reserved_at=None)
-    )
-    return int(result.rowcount or 0)
+    cutoff = reservation_cutoff(study, now)
+    return _RELEASE.run(conn, {"study": study.name, "cutoff": cutoff})
 
 
-def _claim_one(
-    conn: Connection, study: Study, participant_id: int, condition: str | None
-) -> SlotRow | None:
-    # never the same item twice, nor two stories continuing the same prompt
-    mine = select(slots.c.group_key).where(
-        slots.c.participant_id == participant_id, slots.c.study == study.name
-    )
-    query = select(slots).where(
-        slots.c.study == study.name,
-        slots.c.status == "open",
-        slots.c.kind == "item",
-        slots.c.group_key.not_in(mine),
-    )
-    if condition is not None:
-        query = query.where(slots.c.condition == condition)
-    row = conn.execute(
-        query.order_by(slots.c.seq).limit(1).with_for_update(skip_locked=True)
-    ).first()
-    return None if row is None else SlotRow.from_row(row)
+_OPEN_SLOTS = HotQuery(
+    "SELECT id, item_key, group_key, condition FROM study_slots "
+    "WHERE study = :study AND status = 'open' AND kind = 'item' ORDER BY seq"
+)
+_MY_GROUPS = HotQuery(
+    "SELECT group_key FROM study_slots WHERE participant_id = :pid AND study = :study"
+)
+_RESERVE = HotQuery(
+    "UPDATE study_slots SET status = 'reserved', participant_id = :pid, reserved_at = :now, "
+    "batch = :batch, batch_pos = :pos WHERE id = :sid AND status = 'open'"
+)
+
+
+def _choose_slots(
+    open_slots: Sequence[tuple[Any, ...]], taken_groups: set[str], preferences: Sequence[str]
+) -> list[tuple[Any, ...]]:
+    """For each preferred condition, the first open slot (in claiming order) of that
+    condition, else of any condition, never two of one group (prompt) for a participant."""
+    groups = set(taken_groups)
+    used: set[int] = set()
+    chosen = []
+    for preferred in preferences:
+        pick = next(
+            (
+                s
+                for s in open_slots
+                if s[0] not in used and s[2] not in groups and s[3] == preferred
+            ),
+            None,
+        ) or next((s for s in open_slots if s[0] not in used and s[2] not in groups), None)
+        if pick is None:
+            break
+        used.add(pick[0])
+        groups.add(pick[2])
+        chosen.append(pick)
+    return chosen
 
 
 def claim_batch(conn: Connection, study: Study, participant: Participant, now: float) -> int:
     """Reserve the participant's next batch of items (and, in the first batch, the attention
-    checks). Must run in a write transaction holding the study lock; returns the number of
-    items reserved."""
+    checks). Must run in a write transaction holding the study lock (so no other claim runs
+    at the same time, in any process); returns the number of items reserved."""
     member = get_member(conn, participant.id)
     if member is None:
         raise RuntimeError("claim_batch needs a started participant")
     release_expired(conn, study, now)
-    held = int(
-        conn.execute(
-            select(func.count())
-            .select_from(slots)
-            .where(slots.c.participant_id == participant.id, slots.c.kind == "item")
-        ).scalar_one()
-    )
+    mine = participant_slots(conn, participant.id)
+    held = sum(1 for s in mine if s.kind == "item")
     room = min(study.items_per_participant, study.max_items_per_participant - held)
     if room <= 0:
         return 0
     conditions = study.conditions
     preferences = condition_preferences(conditions, member.seq + member.batches, room)
-    claimed: list[SlotRow] = []
-    for preferred in preferences:
-        row = _claim_one(conn, study, participant.id, preferred)
-        if row is None:
-            row = _claim_one(conn, study, participant.id, None)
-        if row is None:
-            break
-        # reserve at once so the next query skips it
-        conn.execute(
-            update(slots)
-            .where(slots.c.id == row.id, slots.c.status == "open")
-            .values(status="reserved", participant_id=participant.id, reserved_at=now)
-        )
-        claimed.append(row)
+    taken = {
+        str(row[0]) for row in _MY_GROUPS.rows(conn, {"pid": participant.id, "study": study.name})
+    }
+    open_slots = _OPEN_SLOTS.rows(conn, {"study": study.name})
+    claimed = _choose_slots(open_slots, taken, preferences)
     if not claimed:
         return 0
     position = {item.key: i for i, item in enumerate(study.items)}
-    claimed.sort(key=lambda r: position.get(r.item_key, 0))
+    claimed.sort(key=lambda r: position.get(str(r[1]), 0))
     order = order_batch(
-        [r.condition for r in claimed],
+        [str(r[3]) for r in claimed],
         conditions=conditions,
         mode=study.config.assignment.order,
         participant_seq=member.seq + member.batches,
@@ -391,20 +444,19 @@ def claim_batch(conn: Connection, study: Study, participant: Participant, now: f
         )
         for check, place in sorted(zip(study.checks, places, strict=True), key=lambda p: p[1]):
             sequence.insert(min(place, len(sequence)), ("check", check))
-    start = int(
-        conn.execute(
-            select(func.coalesce(func.max(slots.c.batch_pos), 0)).where(
-                slots.c.participant_id == participant.id
-            )
-        ).scalar_one()
-    )
+    start = max((s.batch_pos or 0 for s in mine), default=0)
     batch = member.batches + 1
+    reservations = []
     for offset, (kind, entry) in enumerate(sequence, start=1):
         if kind == "item":
-            conn.execute(
-                update(slots)
-                .where(slots.c.id == entry.id)
-                .values(batch=batch, batch_pos=start + offset)
+            reservations.append(
+                {
+                    "pid": participant.id,
+                    "now": now,
+                    "batch": batch,
+                    "pos": start + offset,
+                    "sid": entry[0],
+                }
             )
         else:
             conn.execute(
@@ -424,9 +476,8 @@ def claim_batch(conn: Connection, study: Study, participant: Participant, now: f
                     reserved_at=now,
                 )
             )
-    conn.execute(
-        update(members).where(members.c.participant_id == participant.id).values(batches=batch)
-    )
+    _RESERVE.run_many(conn, reservations)
+    _BATCHES.run(conn, {"batch": batch, "pid": participant.id})
     return len(claimed)
 
 
@@ -436,25 +487,41 @@ def claim_batch(conn: Connection, study: Study, participant: Participant, now: f
 def _checked(
     conn: Connection, study: Study, participant: Participant, now: float
 ) -> tuple[Participant, Snapshot, Step]:
-    current = lock_participant(conn, participant.id)
-    snap = snapshot(conn, study, current)
-    return current, snap, step_of(conn, study, snap, now)
+    """The participant (locked), their snapshot and their step, in one transaction."""
+    snap = snapshot(conn, study, participant.id, lock=True)
+    return snap.participant, snap, step_of(conn, study, snap, now)
 
 
-def _view_next(conn: Connection, study: Study, participant: Participant, now: float) -> Step:
-    """The step after a change; an item page is recorded as served now (the browser is sent
-    there at once), so the GET that follows needs no write."""
-    step = next_step(conn, study, participant, now)
+def _view_next(
+    conn: Connection,
+    study: Study,
+    participant: Participant,
+    now: float,
+    snap: Snapshot | None = None,
+) -> Step:
+    """The step after a change (from ``snap`` when the caller knows the new state); an item
+    page is recorded as served now (the browser is sent there at once), so the GET that
+    follows needs no write."""
+    if snap is None:
+        snap = snapshot(conn, study, participant)
+    step = step_of(conn, study, snap, now)
     if step.kind == "item" and step.slot_id is not None:
-        record_view(conn, participant.id, page_key(step.slot_id), now)
+        note_view(conn, participant.id, page_key(step.slot_id), now)
     return step
 
 
-def start(conn: Connection, study: Study, participant: Participant, now: float) -> str:
+@dataclass(frozen=True)
+class Started:
+    """What consent led to: ``status`` is ``"started"``, ``"full"`` (no item left) or
+    ``"replay"`` (already started); ``step`` is where the participant goes next."""
+
+    status: str
+    step: Step | None = None
+
+
+def start(conn: Connection, study: Study, participant: Participant, now: float) -> Started:
     """Consent given: register the participant in the study and, unless a comprehension check
     comes first, reserve their first batch.
-
-    Returns ``"started"``, ``"full"`` (no item left) or ``"replay"`` (already started).
 
     Raises
     ------
@@ -466,36 +533,22 @@ def start(conn: Connection, study: Study, participant: Participant, now: float) 
     current, _, step = _checked(conn, study, participant, now)
     if step.kind != "welcome":
         if current.started_at is not None and current.finished_at is None:
-            return "replay"
+            return Started("replay", step)
         if step.kind == "full":
-            return "full"
+            return Started("full", step)
         raise Conflict(step)
     if open_slot_count(conn, study) == 0:
         release_expired(conn, study, now)
         if open_slot_count(conn, study) == 0:
-            return "full"
-    seq = int(
-        conn.execute(
-            select(func.count()).select_from(members).where(members.c.study == study.name)
-        ).scalar_one()
-    )
-    conn.execute(
-        insert(members).values(
-            participant_id=current.id,
-            study=study.name,
-            seq=seq,
-            batches=0,
-            items_closed=0,
-            questions_done=0,
-            comprehension_passed=None,
-        )
-    )
+            return Started("full", Step("full"))
+    counted = _MEMBER_COUNT.one(conn, {"study": study.name})
+    seq = int(counted[0]) if counted else 0
+    _ADD_MEMBER.run(conn, {"pid": current.id, "study": study.name, "seq": seq})
     mark_started(conn, current.id, now)
     started = replace(current, started_at=current.started_at or now, last_seen_at=now)
     if study.config.comprehension is None:
         claim_batch(conn, study, started, now)
-    _view_next(conn, study, started, now)
-    return "started"
+    return Started("started", _view_next(conn, study, started, now))
 
 
 def decline(conn: Connection, study: Study, participant: Participant, now: float) -> str:
@@ -719,8 +772,8 @@ def submit_page(
     time_s = max(0.0, now - served)
     place = {"page": slot_id, "batch_position": page.position, "sequence": slot.batch_pos}
     if rows:
-        conn.execute(
-            insert(judgments),
+        _INSERT_JUDGMENTS.run_many(
+            conn,
             [
                 {
                     "study": study.name,
@@ -741,9 +794,19 @@ def submit_page(
                 for row in rows
             ],
         )
-    conn.execute(update(slots).where(slots.c.id == slot_id).values(status="done", done_at=now))
+    _SLOT_DONE.run(conn, {"sid": slot_id, "now": now})
     after = replace(current, last_submit_at=now, last_seen_at=now)
-    return SubmitResult("saved", len(rows), check_passed, _view_next(conn, study, after, now))
+    answered = replace(slot, status="done", done_at=now)
+    follow = get_protocol(study.protocol).asks_follow_up and page.kind == "item"
+    known = replace(
+        snap,
+        participant=after,
+        slots=tuple(answered if s.id == slot_id else s for s in snap.slots),
+        pending_follow_up=slot_id if follow else snap.pending_follow_up,
+    )
+    return SubmitResult(
+        "saved", len(rows), check_passed, _view_next(conn, study, after, now, known)
+    )
 
 
 def stored_answers(conn: Connection, participant_id: int, slot_id: int) -> dict[str, float]:

@@ -11,6 +11,7 @@ from storyeval.human.model import Study
 from storyeval.human.study import load_study
 from storyeval.server import study_export, study_flow, study_tables
 from storyeval.server.db import Database
+from storyeval.server.participants import Participant
 from storyeval.server.sessions import EnrollmentPolicy, SessionPlugin
 
 
@@ -37,6 +38,20 @@ class StudySession(SessionPlugin):
         return EnrollmentPolicy(
             e.open, config.external_id_param, e.max_participants, config.platform.parameters
         )
+
+    def template_names(self) -> list[str]:
+        pages = ("welcome", "done", "more", "questions", "explain", "comprehension")
+        return [
+            f"protocols/{self.study.protocol}.html",
+            f"protocols/{self.study.protocol}-feedback.html",
+            "message.html",
+            *(f"study/{page}.html" for page in pages),
+        ]
+
+    def entry_path(self, participant: Participant) -> str:
+        # the welcome page sends anyone past it to where they are: one redirect less for
+        # newcomers than the entry page
+        return f"/study/{participant.token}/welcome"
 
     def can_enroll(self, conn: Connection, now: float) -> bool:
         return study_flow.has_available_slots(conn, self.study, now)

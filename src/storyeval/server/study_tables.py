@@ -39,6 +39,7 @@ from storyeval.errors import StoryevalError
 from storyeval.human.assign import build_slots
 from storyeval.human.model import Study
 from storyeval.server.db import Database, metadata
+from storyeval.server.participants import participants
 
 KIND = "study"
 
@@ -75,7 +76,7 @@ slots = Table(
     Column("replicate", Integer, nullable=False),
     Column("layout", String(32), nullable=False),
     Column("status", String(12), nullable=False),
-    Column("participant_id", Integer, ForeignKey("participants.id"), nullable=True),
+    Column("participant_id", Integer, ForeignKey(participants.c.id), nullable=True),
     Column("batch", Integer, nullable=True),
     Column("batch_pos", Integer, nullable=True),
     Column("reserved_at", Float, nullable=True),
@@ -88,7 +89,7 @@ slots = Table(
 members = Table(
     "study_participants",
     metadata,
-    Column("participant_id", Integer, ForeignKey("participants.id"), primary_key=True),
+    Column("participant_id", Integer, ForeignKey(participants.c.id), primary_key=True),
     Column("study", String(128), ForeignKey("studies.name"), nullable=False),
     Column("seq", Integer, nullable=False),
     Column("batches", Integer, nullable=False),
@@ -103,7 +104,7 @@ judgments = Table(
     Column("id", Integer, primary_key=True, autoincrement=True),
     Column("study", String(128), ForeignKey("studies.name"), nullable=False),
     Column("slot_id", Integer, ForeignKey("study_slots.id"), nullable=False),
-    Column("participant_id", Integer, ForeignKey("participants.id"), nullable=False),
+    Column("participant_id", Integer, ForeignKey(participants.c.id), nullable=False),
     Column("item_id", String(256), nullable=False),
     Column("criterion", String(160), nullable=False),
     Column("value", Float, nullable=False),
@@ -122,7 +123,7 @@ responses = Table(
     metadata,
     Column("id", Integer, primary_key=True, autoincrement=True),
     Column("study", String(128), ForeignKey("studies.name"), nullable=False),
-    Column("participant_id", Integer, ForeignKey("participants.id"), nullable=False),
+    Column("participant_id", Integer, ForeignKey(participants.c.id), nullable=False),
     Column("scope", String(64), nullable=False),
     Column("item_id", String(256), nullable=True),
     Column("question", String(160), nullable=False),
@@ -136,7 +137,7 @@ responses = Table(
 training_answers = Table(
     "study_training",
     metadata,
-    Column("participant_id", Integer, ForeignKey("participants.id"), primary_key=True),
+    Column("participant_id", Integer, ForeignKey(participants.c.id), primary_key=True),
     Column("idx", Integer, primary_key=True),
     Column("study", String(128), ForeignKey("studies.name"), nullable=False),
     Column("answer", Text, nullable=False),
@@ -148,7 +149,7 @@ training_answers = Table(
 comprehension_answers = Table(
     "study_comprehension",
     metadata,
-    Column("participant_id", Integer, ForeignKey("participants.id"), primary_key=True),
+    Column("participant_id", Integer, ForeignKey(participants.c.id), primary_key=True),
     Column("attempt", Integer, primary_key=True),
     Column("study", String(128), ForeignKey("studies.name"), nullable=False),
     Column("answers", Text, nullable=False),

@@ -67,6 +67,7 @@ def make_environment(
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
+        auto_reload=False,  # templates ship with the package: no stat() on every render
     )
 
 

@@ -30,6 +30,7 @@ from storyeval.server.state import (
     FormData,
     ServerState,
     Who,
+    database_bound,
     parse_int,
     participant_of,
     rate_limited,
@@ -73,14 +74,15 @@ def _redirect(url: str) -> RedirectResponse:
 def _look(
     state: ServerState, participant: Participant, study: Study, page: str | None = None
 ) -> tuple[flow.Step, flow.Snapshot]:
-    """The participant's step (read-only); when ``page`` is given and it is the current page,
-    it is recorded as served (a write only the first time) and activity noted when due."""
+    """The participant's step (read-only; ``snap.participant`` is their current row); when
+    ``page`` is given it is recorded as served (a write only the first time) and activity is
+    noted when due."""
     now = state.clock()
     with state.db.read() as conn:
-        snap = flow.snapshot(conn, study, participant)
+        snap = flow.snapshot(conn, study, participant.id)
         step = flow.step_of(conn, study, snap, now)
         seen = page is None or first_view(conn, participant.id, page) is not None
-    if not seen or flow.touch_due(participant, now):
+    if not seen or flow.touch_due(snap.participant, now):
 
         def note(conn: Connection) -> None:
             flow.record_activity(conn, participant, now)
@@ -145,229 +147,7 @@ def parse_answers(
     return answers, problems
 
 
-# ----------------------------------------------------------------------------- entry and consent
-
-
-@router.get("/")
-def entry(request: Request, token: str, who: Participation) -> Response:
-    state, participant, study = _parts(request, who)
-    step, _ = _look(state, participant, study)
-    return _redirect(_url(token, step))
-
-
-def _welcome(
-    state: ServerState, study: Study, participant: Participant, error: str | None, status: int
-) -> Response:
-    return state.page(
-        "study/welcome.html",
-        {**_context(study, participant), "n_items": study.items_per_participant, "error": error},
-        status_code=status,
-    )
-
-
-@router.get("/welcome")
-def welcome(request: Request, token: str, who: Participation) -> Response:
-    state, participant, study = _parts(request, who)
-    step, _ = _look(state, participant, study)
-    if step.kind != "welcome":
-        return _redirect(_url(token, step))
-    return _welcome(state, study, participant, None, 200)
-
-
-@router.post("/start")
-def start(request: Request, token: str, who: Participation, form: Form) -> Response:
-    state, participant, study = _parts(request, who)
-    if participant.browser_key is not None:  # came through open enrollment, not an admin link
-        rate_limited(request, "start")
-    now = state.clock()
-    if form.get("consent") == "no":
-        outcome = _change(state, token, lambda c: flow.decline(c, study, participant, now))
-        return outcome if isinstance(outcome, Response) else _redirect(f"/study/{token}/returned")
-    if form.get("consent") != "yes":
-        message = "Please confirm that you have read the information above."
-        return _welcome(state, study, participant, message, 422)
-    outcome = _change(state, token, lambda c: flow.start(c, study, participant, now))
-    return outcome if isinstance(outcome, Response) else _redirect(f"/study/{token}/")
-
-
-@router.get("/full")
-def full(request: Request, token: str, who: Participation) -> Response:
-    state, participant, study = _parts(request, who)
-    step, _ = _look(state, participant, study)
-    if step.kind != "full":
-        return _redirect(_url(token, step))
-    return state.message(
-        "No items left",
-        "Thank you for your interest: every item of this study already has all the ratings it needs.",
-    )
-
-
-@router.get("/returned")
-def returned(request: Request, token: str, who: Participation) -> Response:
-    state, participant, study = _parts(request, who)
-    step, _ = _look(state, participant, study)
-    if step.kind != "returned":
-        return _redirect(_url(token, step))
-    return state.page(
-        "study/returned.html",
-        {**_context(study, participant), "code": participant.completion_code or ""},
-    )
-
-
-# ----------------------------------------------------------------------------- comprehension
-
-
-def _comprehension_page(
-    state: ServerState,
-    study: Study,
-    participant: Participant,
-    attempt: int,
-    errors: list[str],
-    values: Mapping[str, str],
-    status: int = 200,
-) -> Response:
-    check = study.config.comprehension
-    assert check is not None  # the step exists only for studies with a check
-    orders = {
-        q.name: flow.shuffled_options(q.options, f"{participant.token}:{q.name}")
-        for q in check.questions
-    }
-    return state.page(
-        "study/comprehension.html",
-        {
-            **_context(study, participant),
-            "check": check,
-            "attempt": attempt,
-            "orders": orders,
-            "errors": errors,
-            "values": dict(values),
-            "action": f"/study/{participant.token}/comprehension/{attempt}",
-        },
-        status_code=status,
-    )
-
-
-@router.get("/comprehension/{attempt}")
-def comprehension(request: Request, token: str, attempt: int, who: Participation) -> Response:
-    state, participant, study = _parts(request, who)
-    step, _ = _look(state, participant, study, f"comprehension:{attempt}")
-    if step.kind != "comprehension" or step.index != attempt:
-        return _redirect(_url(token, step))
-    return _comprehension_page(state, study, participant, attempt, [], {})
-
-
-@router.post("/comprehension/{attempt}")
-def comprehension_submit(
-    request: Request, token: str, attempt: int, who: Participation, form: Form
-) -> Response:
-    state, participant, study = _parts(request, who)
-    check = study.config.comprehension
-    if check is None:
-        raise HTTPException(status_code=404, detail="This study has no comprehension check.")
-    keys = {q.name: tuple(range(1, len(q.options) + 1)) for q in check.questions}
-    answers, problems = parse_answers(study, form, keys=keys)
-    if problems:
-        return _comprehension_page(state, study, participant, attempt, problems, form.values, 422)
-    now = state.clock()
-    outcome = _change(
-        state,
-        token,
-        lambda c: flow.submit_comprehension(c, study, participant, attempt, answers, now),
-    )
-    return outcome if isinstance(outcome, Response) else _redirect(f"/study/{token}/")
-
-
-@router.get("/screened_out")
-def screened_out(request: Request, token: str, who: Participation) -> Response:
-    state, participant, study = _parts(request, who)
-    step, _ = _look(state, participant, study)
-    if step.kind != "screened_out":
-        return _redirect(_url(token, step))
-    code = participant.completion_code or ""
-    response = state.page(
-        "study/screened_out.html",
-        {
-            **_context(study, participant),
-            "code": code,
-            "redirect": study.config.platform.redirect_url(code),
-        },
-    )
-    return response
-
-
-# ----------------------------------------------------------------------------- training
-
-
-def _training_context(study: Study, participant: Participant, index: int) -> dict[str, Any]:
-    example = study.training[index]
-    return {
-        **_context(study, participant),
-        "texts": list(example.texts),
-        "positions": list(range(1, len(example.texts) + 1)),
-        "index": index,
-        "n_training": len(study.training),
-        "action": f"/study/{participant.token}/training/{index}",
-        "mode": "training",
-        "errors": [],
-        "values": {},
-        "progress": None,
-    }
-
-
-@router.get("/training/{index}")
-def training(request: Request, token: str, index: int, who: Participation) -> Response:
-    state, participant, study = _parts(request, who)
-    step, _ = _look(state, participant, study, f"training:{index}")
-    if step.kind != "training" or step.index != index:
-        return _redirect(_url(token, step))
-    return state.page(
-        f"protocols/{study.protocol}.html", _training_context(study, participant, index)
-    )
-
-
-@router.post("/training/{index}")
-def training_submit(
-    request: Request, token: str, index: int, who: Participation, form: Form
-) -> Response:
-    state, participant, study = _parts(request, who)
-    if not 0 <= index < len(study.training):
-        raise HTTPException(status_code=404, detail="There is no such training example.")
-    answers, problems = parse_answers(study, form)
-    if problems:
-        context = _training_context(study, participant, index)
-        context.update({"errors": problems, "values": form.values})
-        return state.page(f"protocols/{study.protocol}.html", context, status_code=422)
-    now = state.clock()
-    outcome = _change(
-        state, token, lambda c: flow.submit_training(c, study, participant, index, answers, now)
-    )
-    if isinstance(outcome, Response):
-        return outcome
-    return _redirect(f"/study/{token}/training/{index}/feedback")
-
-
-@router.get("/training/{index}/feedback")
-def training_feedback(request: Request, token: str, index: int, who: Participation) -> Response:
-    state, participant, study = _parts(request, who)
-    if not 0 <= index < len(study.training):
-        raise HTTPException(status_code=404, detail="There is no such training example.")
-    with state.db.read() as conn:
-        given = flow.training_answer(conn, participant.id, index)
-    if given is None:
-        return _redirect(f"/study/{token}/")
-    context = _training_context(study, participant, index)
-    context.update(
-        {
-            "given": given,
-            "example": study.training[index],
-            "correct": flow.training_correct(study, index, given),
-            "next": f"/study/{token}/",
-        }
-    )
-    return state.page(f"protocols/{study.protocol}-feedback.html", context)
-
-
-# ----------------------------------------------------------------------------- items
+# ----------------------------------------------------------------------------- items (first: routes match in order)
 
 
 def _item_context(study: Study, participant: Participant, page: flow.Page) -> dict[str, Any]:
@@ -391,6 +171,7 @@ def _current_page(snap: flow.Snapshot, study: Study, slot_id: int) -> flow.Page 
 
 
 @router.get("/item/{slot_id}")
+@database_bound
 def item(request: Request, token: str, slot_id: int, who: Participation) -> Response:
     state, participant, study = _parts(request, who)
     step, snap = _look(state, participant, study, flow.page_key(slot_id))
@@ -403,6 +184,7 @@ def item(request: Request, token: str, slot_id: int, who: Participation) -> Resp
 
 
 @router.post("/item/{slot_id}")
+@database_bound
 def item_submit(
     request: Request, token: str, slot_id: int, who: Participation, form: Form
 ) -> Response:
@@ -478,6 +260,7 @@ def _explain_context(
 
 
 @router.get("/item/{slot_id}/explain")
+@database_bound
 def explain(request: Request, token: str, slot_id: int, who: Participation) -> Response:
     state, participant, study = _parts(request, who)
     step, _ = _look(state, participant, study, f"explain:{slot_id}")
@@ -489,6 +272,7 @@ def explain(request: Request, token: str, slot_id: int, who: Participation) -> R
 
 
 @router.post("/item/{slot_id}/explain")
+@database_bound
 def explain_submit(
     request: Request, token: str, slot_id: int, who: Participation, form: Form
 ) -> Response:
@@ -509,10 +293,246 @@ def explain_submit(
     return outcome if isinstance(outcome, Response) else _redirect(f"/study/{token}/")
 
 
+# ----------------------------------------------------------------------------- entry and consent
+
+
+@router.get("/")
+@database_bound
+def entry(request: Request, token: str, who: Participation) -> Response:
+    state, participant, study = _parts(request, who)
+    step, _ = _look(state, participant, study)
+    return _redirect(_url(token, step))
+
+
+def _welcome(
+    state: ServerState, study: Study, participant: Participant, error: str | None, status: int
+) -> Response:
+    return state.page(
+        "study/welcome.html",
+        {**_context(study, participant), "n_items": study.items_per_participant, "error": error},
+        status_code=status,
+    )
+
+
+@router.get("/welcome")
+@database_bound
+def welcome(request: Request, token: str, who: Participation) -> Response:
+    state, participant, study = _parts(request, who)
+    step, _ = _look(state, participant, study)
+    if step.kind != "welcome":
+        return _redirect(_url(token, step))
+    return _welcome(state, study, participant, None, 200)
+
+
+@router.post("/start")
+@database_bound
+def start(request: Request, token: str, who: Participation, form: Form) -> Response:
+    state, participant, study = _parts(request, who)
+    if participant.browser_key is not None:  # came through open enrollment, not an admin link
+        rate_limited(request, "start")
+    now = state.clock()
+    if form.get("consent") == "no":
+        outcome = _change(state, token, lambda c: flow.decline(c, study, participant, now))
+        return outcome if isinstance(outcome, Response) else _redirect(f"/study/{token}/returned")
+    if form.get("consent") != "yes":
+        message = "Please confirm that you have read the information above."
+        return _welcome(state, study, participant, message, 422)
+    outcome = _change(state, token, lambda c: flow.start(c, study, participant, now))
+    if isinstance(outcome, Response):
+        return outcome
+    return _redirect(_url(token, outcome.step) if outcome.step else f"/study/{token}/")
+
+
+@router.get("/full")
+@database_bound
+def full(request: Request, token: str, who: Participation) -> Response:
+    state, participant, study = _parts(request, who)
+    step, _ = _look(state, participant, study)
+    if step.kind != "full":
+        return _redirect(_url(token, step))
+    return state.message(
+        "No items left",
+        "Thank you for your interest: every item of this study already has all the ratings it needs.",
+    )
+
+
+@router.get("/returned")
+@database_bound
+def returned(request: Request, token: str, who: Participation) -> Response:
+    state, participant, study = _parts(request, who)
+    step, snap = _look(state, participant, study)
+    if step.kind != "returned":
+        return _redirect(_url(token, step))
+    return state.page(
+        "study/returned.html",
+        {**_context(study, participant), "code": snap.participant.completion_code or ""},
+    )
+
+
+# ----------------------------------------------------------------------------- comprehension
+
+
+def _comprehension_page(
+    state: ServerState,
+    study: Study,
+    participant: Participant,
+    attempt: int,
+    errors: list[str],
+    values: Mapping[str, str],
+    status: int = 200,
+) -> Response:
+    check = study.config.comprehension
+    assert check is not None  # the step exists only for studies with a check
+    orders = {
+        q.name: flow.shuffled_options(q.options, f"{participant.token}:{q.name}")
+        for q in check.questions
+    }
+    return state.page(
+        "study/comprehension.html",
+        {
+            **_context(study, participant),
+            "check": check,
+            "attempt": attempt,
+            "orders": orders,
+            "errors": errors,
+            "values": dict(values),
+            "action": f"/study/{participant.token}/comprehension/{attempt}",
+        },
+        status_code=status,
+    )
+
+
+@router.get("/comprehension/{attempt}")
+@database_bound
+def comprehension(request: Request, token: str, attempt: int, who: Participation) -> Response:
+    state, participant, study = _parts(request, who)
+    step, _ = _look(state, participant, study, f"comprehension:{attempt}")
+    if step.kind != "comprehension" or step.index != attempt:
+        return _redirect(_url(token, step))
+    return _comprehension_page(state, study, participant, attempt, [], {})
+
+
+@router.post("/comprehension/{attempt}")
+@database_bound
+def comprehension_submit(
+    request: Request, token: str, attempt: int, who: Participation, form: Form
+) -> Response:
+    state, participant, study = _parts(request, who)
+    check = study.config.comprehension
+    if check is None:
+        raise HTTPException(status_code=404, detail="This study has no comprehension check.")
+    keys = {q.name: tuple(range(1, len(q.options) + 1)) for q in check.questions}
+    answers, problems = parse_answers(study, form, keys=keys)
+    if problems:
+        return _comprehension_page(state, study, participant, attempt, problems, form.values, 422)
+    now = state.clock()
+    outcome = _change(
+        state,
+        token,
+        lambda c: flow.submit_comprehension(c, study, participant, attempt, answers, now),
+    )
+    return outcome if isinstance(outcome, Response) else _redirect(f"/study/{token}/")
+
+
+@router.get("/screened_out")
+@database_bound
+def screened_out(request: Request, token: str, who: Participation) -> Response:
+    state, participant, study = _parts(request, who)
+    step, snap = _look(state, participant, study)
+    if step.kind != "screened_out":
+        return _redirect(_url(token, step))
+    code = snap.participant.completion_code or ""
+    response = state.page(
+        "study/screened_out.html",
+        {
+            **_context(study, participant),
+            "code": code,
+            "redirect": study.config.platform.redirect_url(code),
+        },
+    )
+    return response
+
+
+# ----------------------------------------------------------------------------- training
+
+
+def _training_context(study: Study, participant: Participant, index: int) -> dict[str, Any]:
+    example = study.training[index]
+    return {
+        **_context(study, participant),
+        "texts": list(example.texts),
+        "positions": list(range(1, len(example.texts) + 1)),
+        "index": index,
+        "n_training": len(study.training),
+        "action": f"/study/{participant.token}/training/{index}",
+        "mode": "training",
+        "errors": [],
+        "values": {},
+        "progress": None,
+    }
+
+
+@router.get("/training/{index}")
+@database_bound
+def training(request: Request, token: str, index: int, who: Participation) -> Response:
+    state, participant, study = _parts(request, who)
+    step, _ = _look(state, participant, study, f"training:{index}")
+    if step.kind != "training" or step.index != index:
+        return _redirect(_url(token, step))
+    return state.page(
+        f"protocols/{study.protocol}.html", _training_context(study, participant, index)
+    )
+
+
+@router.post("/training/{index}")
+@database_bound
+def training_submit(
+    request: Request, token: str, index: int, who: Participation, form: Form
+) -> Response:
+    state, participant, study = _parts(request, who)
+    if not 0 <= index < len(study.training):
+        raise HTTPException(status_code=404, detail="There is no such training example.")
+    answers, problems = parse_answers(study, form)
+    if problems:
+        context = _training_context(study, participant, index)
+        context.update({"errors": problems, "values": form.values})
+        return state.page(f"protocols/{study.protocol}.html", context, status_code=422)
+    now = state.clock()
+    outcome = _change(
+        state, token, lambda c: flow.submit_training(c, study, participant, index, answers, now)
+    )
+    if isinstance(outcome, Response):
+        return outcome
+    return _redirect(f"/study/{token}/training/{index}/feedback")
+
+
+@router.get("/training/{index}/feedback")
+@database_bound
+def training_feedback(request: Request, token: str, index: int, who: Participation) -> Response:
+    state, participant, study = _parts(request, who)
+    if not 0 <= index < len(study.training):
+        raise HTTPException(status_code=404, detail="There is no such training example.")
+    with state.db.read() as conn:
+        given = flow.training_answer(conn, participant.id, index)
+    if given is None:
+        return _redirect(f"/study/{token}/")
+    context = _training_context(study, participant, index)
+    context.update(
+        {
+            "given": given,
+            "example": study.training[index],
+            "correct": flow.training_correct(study, index, given),
+            "next": f"/study/{token}/",
+        }
+    )
+    return state.page(f"protocols/{study.protocol}-feedback.html", context)
+
+
 # ----------------------------------------------------------------------------- more, questions, done
 
 
 @router.get("/more")
+@database_bound
 def more(request: Request, token: str, who: Participation) -> Response:
     state, participant, study = _parts(request, who)
     step, snap = _look(state, participant, study)
@@ -531,6 +551,7 @@ def more(request: Request, token: str, who: Participation) -> Response:
 
 
 @router.post("/more")
+@database_bound
 def more_submit(request: Request, token: str, who: Participation, form: Form) -> Response:
     state, participant, study = _parts(request, who)
     action = form.get("action")
@@ -542,6 +563,7 @@ def more_submit(request: Request, token: str, who: Participation, form: Form) ->
 
 
 @router.get("/questions")
+@database_bound
 def questions(request: Request, token: str, who: Participation) -> Response:
     state, participant, study = _parts(request, who)
     step, _ = _look(state, participant, study, "questions")
@@ -554,6 +576,7 @@ def questions(request: Request, token: str, who: Participation) -> Response:
 
 
 @router.post("/questions")
+@database_bound
 def questions_submit(request: Request, token: str, who: Participation, form: Form) -> Response:
     state, participant, study = _parts(request, who)
     values = {q.name: form.text(q.name) for q in study.config.questions}
@@ -583,6 +606,7 @@ def questions_submit(request: Request, token: str, who: Participation, form: For
 
 
 @router.get("/done")
+@database_bound
 def done(request: Request, token: str, who: Participation) -> Response:
     state, participant, study = _parts(request, who)
     step, _ = _look(state, participant, study)
