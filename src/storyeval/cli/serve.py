@@ -85,7 +85,7 @@ def serve(
             threads=threads,
             enroll_rate_per_minute=enroll_rate,
             trust_proxy=trust_proxy,
-            sqlite_sync=sqlite_sync,
+            sqlite_sync=sqlite_sync,  # type: ignore[arg-type]  # validated by Settings
         )
     except ValidationError as exc:
         first = exc.errors()[0]

@@ -332,15 +332,15 @@ def start(request: Request, token: str, who: Participation, form: Form) -> Respo
         rate_limited(request, "start")
     now = state.clock()
     if form.get("consent") == "no":
-        outcome = _change(state, token, lambda c: flow.decline(c, study, participant, now))
-        return outcome if isinstance(outcome, Response) else _redirect(f"/study/{token}/returned")
+        declined = _change(state, token, lambda c: flow.decline(c, study, participant, now))
+        return declined if isinstance(declined, Response) else _redirect(f"/study/{token}/returned")
     if form.get("consent") != "yes":
         message = "Please confirm that you have read the information above."
         return _welcome(state, study, participant, message, 422)
-    outcome = _change(state, token, lambda c: flow.start(c, study, participant, now))
-    if isinstance(outcome, Response):
-        return outcome
-    return _redirect(_url(token, outcome.step) if outcome.step else f"/study/{token}/")
+    started = _change(state, token, lambda c: flow.start(c, study, participant, now))
+    if isinstance(started, Response):
+        return started
+    return _redirect(_url(token, started.step) if started.step else f"/study/{token}/")
 
 
 @router.get("/full")
