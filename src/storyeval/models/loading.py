@@ -334,7 +334,8 @@ def load_encoder(name: str | None = None, *, option: str | None = None) -> Loade
     >>> enc.identity.split("@")[0], enc.model.config.hidden_size
     ('all-MiniLM-L6-v2', 384)
     """
-    from transformers import AutoModel
+    with _LOCK:  # transformers' lazy imports break when two threads make them at once
+        from transformers import AutoModel
 
     return load_pretrained(name, "encoder", AutoModel, option=option)
 
@@ -342,7 +343,8 @@ def load_encoder(name: str | None = None, *, option: str | None = None) -> Loade
 def load_causal_lm(name: str | None = None, *, option: str | None = None) -> LoadedModel:
     """A causal language model; the default is the packaged SmolLM2-135M-Instruct (Q4_1,
     dequantized once into :func:`cache_dir`). ``option``: see :func:`load_pretrained`."""
-    from transformers import AutoModelForCausalLM
+    with _LOCK:  # transformers' lazy imports break when two threads make them at once
+        from transformers import AutoModelForCausalLM
 
     return load_pretrained(name, "causal-lm", AutoModelForCausalLM, option=option)
 

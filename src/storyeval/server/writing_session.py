@@ -18,7 +18,7 @@ from sqlalchemy import Connection
 
 from storyeval.collab.config import CyoaConfig, MilConfig, load_writing_config, resolve_path
 from storyeval.collab.session import SuggestionRequest, SuggestionResult, WritingSession
-from storyeval.collab.worker import GenerationWorker, SuggestionEngine
+from storyeval.collab.worker import Engine, GenerationWorker, SuggestionEngine
 from storyeval.server import writing_store
 from storyeval.server.db import Database
 from storyeval.server.participants import Participant
@@ -38,6 +38,7 @@ class WritingSessionPlugin(SessionPlugin):
         *,
         path: Path | None = None,
         warm_up: bool = True,
+        engine: Engine | None = None,
     ) -> None:
         if config.kind != self.kind:
             raise ValueError(
@@ -48,6 +49,9 @@ class WritingSessionPlugin(SessionPlugin):
         self.name = config.name
         self.title = config.title
         self.warm_up = warm_up
+        #: what generates suggestions (default: the session file's generators, see
+        #: :class:`SuggestionEngine`); any ``request -> SuggestionResult`` callable
+        self.engine: Engine = engine or SuggestionEngine(config, config_path=path)
         self.db: Database | None = None
         self.worker: GenerationWorker | None = None
         self.models: dict[str, str] = {}
@@ -63,14 +67,14 @@ class WritingSessionPlugin(SessionPlugin):
     def setup(self, db: Database, *, now: float) -> None:
         db.run(lambda conn: writing_store.register(conn, self.config))
         self.db = db
-        engine = SuggestionEngine(self.config, config_path=self.path)
-        if self.warm_up:
-            self.models = engine.warm_up()
+        warm_up = getattr(self.engine, "warm_up", None)
+        if self.warm_up and callable(warm_up):
+            self.models = warm_up()
         if self.worker is not None:
             self.worker.close(wait=False)
         settings = self.config.generation
         self.worker = GenerationWorker(
-            engine, self._store_result, workers=settings.workers, timeout_s=settings.timeout_s
+            self.engine, self._store_result, workers=settings.workers, timeout_s=settings.timeout_s
         )
         with db.read() as conn:
             pending = [

@@ -1,0 +1,165 @@
+"""Suggestions are generated under supervision: a call that hangs is reported to the writer as a
+failed suggestion when the timeout passes (the writer can ask again), a worker thread that dies
+is restarted with its request reported failed, and one writer's slow call does not delay the
+others' suggestions. The generator is the real SmolLM2 engine, slowed down, hung or killed on
+chosen requests."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from storyeval.collab.config import parse_writing_config
+from storyeval.collab.session import SuggestionRequest, SuggestionResult, WritingSession
+from storyeval.collab.worker import GenerationWorker, SuggestionEngine
+from storyeval.server.app import create_app
+from storyeval.server.settings import Settings
+from storyeval.server.writing_session import WritingSessionPlugin
+
+from .test_writing_app import ADMIN, new_writer, step, wait_ready, write_config
+
+pytestmark = pytest.mark.slow
+
+
+class Unreliable:
+    """The real engine, except for chosen contexts: ``sleep`` seconds before answering,
+    ``hang`` (block until released), or ``die`` (raise SystemExit in the worker thread)."""
+
+    def __init__(self, engine: Any, *, sleep: dict[str, float] | None = None) -> None:
+        self.engine = engine
+        self.sleep = sleep or {}
+        self.release = threading.Event()
+
+    def warm_up(self) -> dict[str, str]:
+        models: dict[str, str] = self.engine.warm_up()
+        return models
+
+    def __call__(self, request: SuggestionRequest) -> SuggestionResult:
+        for word, seconds in self.sleep.items():
+            if word in request.context:
+                time.sleep(seconds)
+        if "hang" in request.context:
+            self.release.wait(60)
+        if "die" in request.context:
+            raise SystemExit("the generator took the thread down")
+        result: SuggestionResult = self.engine(request)
+        return result
+
+
+def _config() -> Any:
+    return parse_writing_config(
+        {
+            "kind": "cyoa",
+            "name": "t",
+            "title": "T",
+            "rounds": 1,
+            "generators": [
+                {"name": "a", "decoding": {"max_new_tokens": 30}, "max_attempts": 3},
+                {"name": "b", "decoding": {"max_new_tokens": 30}, "max_attempts": 3},
+            ],
+        }
+    )
+
+
+def _requests(text: str) -> list[SuggestionRequest]:
+    session = WritingSession.start(_config(), participant=text[:8], now=0.0)
+    return session.submit_text(text, now=1.0)
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_hung_call_times_out_and_a_dead_worker_is_restarted(causal_lm):
+    flaky = Unreliable(SuggestionEngine(_config()))
+    results: dict[str, SuggestionResult] = {}
+    arrived: dict[str, float] = {}
+    lock = threading.Lock()
+
+    def store(key: str, request: SuggestionRequest, result: SuggestionResult) -> None:
+        with lock:
+            results[key + request.request_id] = result
+            arrived[key + request.request_id] = time.monotonic()
+
+    worker = GenerationWorker(flaky, store, workers=2, timeout_s=8.0, check_every_s=0.1)
+    hung = _requests("The keeper's lamp would hang in the dark for hours.")
+    died = _requests("The sailor said the engine would die before dawn.")
+    fine = _requests("The lighthouse stood on the rocks above the bay.")
+    started = time.monotonic()
+    for key, requests in (("hung", hung), ("died", died), ("fine", fine)):
+        for request in requests:
+            assert worker.submit(key, request)
+    assert worker.wait_idle(timeout=90)
+    flaky.release.set()  # let the abandoned threads finish
+    for request in hung:
+        result = results["hung" + request.request_id]
+        assert result.text is None and "within 8 s" in (result.error or "")
+        assert arrived["hung" + request.request_id] - started < 15, "heard soon, not never"
+    for request in died:
+        result = results["died" + request.request_id]
+        assert result.text is None and "stopped unexpectedly" in (result.error or "")
+    for request in fine:
+        assert results["fine" + request.request_id].text, "the other requests were generated"
+    assert worker.timed_out == 2 and worker.restarted >= 4
+    assert worker.alive == 2, "the pool is back to full strength"
+    worker.close()
+
+
+def test_one_writers_slow_call_does_not_delay_anothers_suggestions(tmp_path):
+    """Writer A's generator takes 12 s per call; writer B's suggestions come before the first
+    of A's calls ends (with one queue, B would wait for both of A's: 24 s)."""
+    config = write_config(tmp_path, rounds=1, generation={"workers": 4})
+    plugin = WritingSessionPlugin.from_file(config)
+    plugin.engine = Unreliable(plugin.engine, sleep={"storm": 12.0})
+    app = create_app(
+        Settings(database_url=f"sqlite:///{tmp_path / 'w.sqlite3'}", admin_token=ADMIN), [plugin]
+    )
+    client = TestClient(app)
+    a, b = new_writer(app, plugin), new_writer(app, plugin)
+    page_a = client.post(f"/cyoa/{a}/start", data={"consent": "yes"})
+    page_b = client.post(f"/cyoa/{b}/start", data={"consent": "yes"})
+    client.post(
+        f"/cyoa/{a}/write", data={"step": step(page_a), "text": "The storm broke over the bay."}
+    )
+    time.sleep(0.2)  # A's two calls are running
+    started = time.monotonic()
+    client.post(
+        f"/cyoa/{b}/write", data={"step": step(page_b), "text": "A gull landed on the rail."}
+    )
+    page = wait_ready(client, f"/cyoa/{b}", timeout=60)
+    waited = time.monotonic() - started
+    assert page.url.path.endswith("/choose") and waited < 10.0, waited
+    assert plugin.worker is not None and plugin.worker.in_flight >= 1, "A is still generating"
+    assert plugin.worker.wait_idle(timeout=60)
+
+
+def test_a_writer_whose_suggestion_timed_out_can_ask_again(tmp_path):
+    config = write_config(tmp_path, rounds=1, generation={"timeout_s": 8, "workers": 2})
+    plugin = WritingSessionPlugin.from_file(config)
+    flaky = Unreliable(plugin.engine)
+    plugin.engine = flaky
+    app = create_app(
+        Settings(database_url=f"sqlite:///{tmp_path / 'w.sqlite3'}", admin_token=ADMIN), [plugin]
+    )
+    client = TestClient(app)
+    writer = new_writer(app, plugin)
+    page = client.post(f"/cyoa/{writer}/start", data={"consent": "yes"})
+    page = client.post(
+        f"/cyoa/{writer}/write",
+        data={"step": step(page), "text": "The lamp would hang there until dawn."},
+    )
+    page = wait_ready(client, f"/cyoa/{writer}", timeout=30)
+    assert page.url.path.endswith("/failed"), page.url.path
+    flaky.release.set()  # the generator answers again
+    assert plugin.worker is not None and plugin.worker.wait_idle(timeout=30)
+    time.sleep(4)  # the abandoned calls finish (Python cannot stop a thread)
+    page = client.post(f"/cyoa/{writer}/retry", data={"step": step(page)})
+    page = wait_ready(client, f"/cyoa/{writer}", timeout=60)
+    with app.state.storyeval.db.read() as conn:
+        from storyeval.server import writing_store
+
+        session = [s for _, s in writing_store.sessions_of(conn, plugin.config)][0]
+    errors = [s.get("error") for t in session.turns for s in t.get("suggestions", [])]
+    assert page.url.path.endswith("/choose"), errors
+    assert plugin.worker is not None and plugin.worker.timed_out == 2
