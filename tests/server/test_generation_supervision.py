@@ -159,7 +159,7 @@ def test_a_writer_whose_suggestion_timed_out_can_ask_again(tmp_path):
     with app.state.storyeval.db.read() as conn:
         from storyeval.server import writing_store
 
-        session = [s for _, s in writing_store.sessions_of(conn, plugin.config)][0]
+        session = next(s for _, s in writing_store.sessions_of(conn, plugin.config))
     errors = [s.get("error") for t in session.turns for s in t.get("suggestions", [])]
     assert page.url.path.endswith("/choose"), errors
     assert plugin.worker is not None and plugin.worker.timed_out == 2

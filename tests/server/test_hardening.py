@@ -70,7 +70,7 @@ def test_anonymous_joins_cannot_lock_the_study(study_dir, tmp_path, live_server)
     try:
         statuses = []
         for _ in range(24):
-            _, joined, started = join(server.base, study.name)
+            _, joined, _started = join(server.base, study.name)
             statuses.append(joined.status_code)
         assert statuses.count(429) >= 10, statuses  # burst of 10, then 20 a minute
         with httpx.Client(base_url=server.base) as client:
