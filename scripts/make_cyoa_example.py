@@ -23,8 +23,8 @@ from fastapi.testclient import TestClient
 from storyeval.collab.records import write_sessions
 from storyeval.server import writing_store
 from storyeval.server.app import create_app
-from storyeval.server.participants import create_participants
 from storyeval.server.kinds import load_session
+from storyeval.server.participants import create_participants
 from storyeval.server.settings import Settings
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "cyoa"
