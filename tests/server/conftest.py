@@ -120,9 +120,11 @@ def live_server(tmp_path: Path):  # type: ignore[no-untyped-def]
     """Start ``storyeval serve`` (a real uvicorn process); stopped at the end of the test."""
     started: list[ServerProcess] = []
 
-    def start(study_path: Path, db_url: str, *, links: int) -> ServerProcess:
+    def start(study_path: Path, db_url: str, *, links: int, workers: int = 1) -> ServerProcess:
         log = tmp_path / f"server-{len(started)}.log"
-        server = ServerProcess(study_path, db_url, log, links=links, admin_token=LIVE_ADMIN)
+        server = ServerProcess(
+            study_path, db_url, log, links=links, admin_token=LIVE_ADMIN, workers=workers
+        )
         started.append(server)
         return server
 

@@ -89,13 +89,20 @@ def _group(records):  # type: ignore[no-untyped-def]
     return groups
 
 
-def test_sigkill_under_load_loses_no_acknowledged_judgment(study_dir, tmp_path, live_server):
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_sigkill_under_load_loses_no_acknowledged_judgment(
+    backend, study_dir, tmp_path, request, live_server
+):
+    """Two server processes (``--workers 2``) under load, killed together with SIGKILL."""
     from storyeval.human.study import load_study
 
     path = study_file(study_dir, "kill", per_system=60, per_participant=20, raters=3)  # 540 slots
     study = load_study(path)
-    url = f"sqlite:///{tmp_path / 'kill.sqlite3'}"
-    server = live_server(path, url, links=30)
+    if backend == "sqlite":
+        url = f"sqlite:///{tmp_path / 'kill.sqlite3'}"
+    else:
+        url = request.getfixturevalue("postgres_server").create_database(f"kill_{os.getpid()}")
+    server = live_server(path, url, links=30, workers=2)
     acknowledged: list[int] = []
     lock = threading.Lock()
 
@@ -127,7 +134,9 @@ def test_sigkill_under_load_loses_no_acknowledged_judgment(study_dir, tmp_path, 
     db = Database(url)
     with db.read() as conn:
         stored, done = store.stored_and_done_slots(conn)
-    db.dispose()
     missing = set(acknowledged) - stored
     assert not missing, f"{len(missing)} acknowledged pages are not in the database"
     assert stored == done
+    with db.read() as conn:
+        assert store.max_raters_per_item(conn, study.name) <= 3, "no item over its quota"
+    db.dispose()

@@ -54,10 +54,13 @@ EXPECTED_ROWS_PER_PAGE = {
     "pairwise": 2,
     "detection": 1,
     "triangle": 1,
+    "best_worst": 8,  # 4 stories x 2 criteria
 }
 
 
-@pytest.mark.parametrize("name", ["likert", "side_by_side", "pairwise", "detection", "triangle"])
+@pytest.mark.parametrize(
+    "name", ["likert", "side_by_side", "pairwise", "detection", "triangle", "best_worst"]
+)
 def test_every_example_study_can_be_completed(name, examples_dir, tmp_path):
     study = load_study(examples_dir / "studies" / f"{name}.yaml")
     client = make_client(study, tmp_path)

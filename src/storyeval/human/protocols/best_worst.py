@@ -64,9 +64,9 @@ def design_tuples(
     group: Mapping[str, str] | None = None,
 ) -> list[tuple[str, ...]]:
     """Tuples in which every id appears ``appearances`` times (Kiritchenko & Mohammad's random
-    design: each round shuffles the ids and cuts them into tuples; the last tuple of a round
-    is filled with ids of other tuples). Ids sharing a ``group`` (a prompt) are kept apart
-    when the shuffle allows.
+    design: each round shuffles the ids and cuts them into tuples; the last tuple of a round is
+    filled with ids of other tuples). Ids sharing a ``group`` (a prompt) are kept apart: each
+    tuple takes the next ids of the shuffled round whose group it does not hold yet.
 
     >>> tuples = design_tuples([f"s{i}" for i in range(8)], tuple_size=4, appearances=2, seed=0)
     >>> len(tuples), sorted({len(set(t)) for t in tuples})
@@ -78,31 +78,41 @@ def design_tuples(
     groups = dict(group or {})
     tuples: list[tuple[str, ...]] = []
     for _ in range(appearances):
-        order = list(ids)
-        for _attempt in range(20):  # reshuffle to keep stories of one prompt apart
-            rng.shuffle(order)
-            if not _clashes(order, tuple_size, groups):
-                break
-        for start in range(0, len(order), tuple_size):
-            chunk = order[start : start + tuple_size]
-            if len(chunk) < tuple_size:
-                others = [i for i in ids if i not in chunk]
-                chunk += rng.sample(others, tuple_size - len(chunk))
-            tuples.append(tuple(chunk))
+        pool = list(ids)
+        rng.shuffle(pool)
+        while pool:
+            chosen: list[str] = []
+            for candidate in list(pool):
+                if groups.get(candidate, candidate) not in {groups.get(c, c) for c in chosen}:
+                    chosen.append(candidate)
+                    pool.remove(candidate)
+                    if len(chosen) == tuple_size:
+                        break
+            if len(chosen) < tuple_size and pool:  # only clashing ids are left in the round
+                while pool and len(chosen) < tuple_size:
+                    chosen.append(pool.pop(0))
+            if len(chosen) < tuple_size:  # the round's last tuple: fill from other ids
+                held = {groups.get(c, c) for c in chosen}
+                others = [i for i in ids if i not in chosen]
+                rng.shuffle(others)
+                others.sort(key=lambda i: groups.get(i, i) in held)
+                chosen += others[: tuple_size - len(chosen)]
+            tuples.append(tuple(chosen))
     return tuples
 
 
-def _clashes(order: Sequence[str], size: int, groups: Mapping[str, str]) -> int:
-    clashes = 0
-    for start in range(0, len(order), size):
-        keys = [groups.get(i, i) for i in order[start : start + size]]
-        clashes += len(keys) - len(set(keys))
-    return clashes
+def _story(part: pd.DataFrame) -> pd.Series:
+    """The story of each judgment (the ``story`` field; ``item_id`` in files without it)."""
+    if "story" in part:
+        return part["story"].where(part["story"].notna(), part["item_id"]).astype(str)
+    return part["item_id"].astype(str)
 
 
 def best_worst_counts(part: pd.DataFrame, *, by: str) -> pd.DataFrame:
-    """Best-worst counting per criterion and ``by`` (``condition`` for systems, ``item_id``
+    """Best-worst counting per criterion and ``by`` (``condition`` for systems, ``story``
     for stories): appearances, times best, times worst, ``score = (best - worst) / n``."""
+    if by == "story":
+        part = part.assign(story=_story(part))
     grouped = part.groupby(["criterion", by], sort=True)["value"]
     table = grouped.agg(
         n="size", best=lambda v: int((v > 0).sum()), worst=lambda v: int((v < 0).sum())
@@ -147,7 +157,7 @@ def split_half_reliability(
     keys = multi[multi >= 2].index
     if len(keys) < 2:
         return math.nan, math.nan, 0
-    data = part[part["item_key"].isin(keys)]
+    data = part[part["item_key"].isin(keys)].assign(story=lambda d: _story(d))
     raters = {k: sorted(g["rater_id"].unique()) for k, g in data.groupby("item_key")}
     rng = np.random.default_rng(seed)
     values = []
@@ -369,13 +379,17 @@ worst: <strong>Story {{ example.answers.get(config.criteria[0].name ~ ":worst", 
                 value = 1.0 if position == best else (-1.0 if position == worst else 0.0)
                 role = {1.0: "best", -1.0: "worst"}.get(value, "neither")
                 extra = {
+                    "story": text.id,
                     "system": text.system,
                     "item_key": page.item.key,
                     "position": position,
                     "role": role,
                     "tuple": ids,
                 }
-                rows.append(JudgmentRow(text.id, criterion.name, value, text.system, extra))
+                # a story appears in several tuples, maybe twice for one rater: the judged
+                # unit is the story within the tuple
+                item_id = f"{page.item.key}:{text.id}"
+                rows.append(JudgmentRow(item_id, criterion.name, value, text.system, extra))
         return rows
 
     def describe(self, study: Study) -> StatementPart:
@@ -404,7 +418,7 @@ worst: <strong>Story {{ example.answers.get(config.criteria[0].name ~ ":worst", 
 
     def analyse(self, part: pd.DataFrame, settings: AnalysisSettings) -> ProtocolAnalysis:
         systems = best_worst_counts(part, by="condition").rename(columns={"condition": "system"})
-        stories = best_worst_counts(part, by="item_id")
+        stories = best_worst_counts(part, by="story")
         strengths = bradley_terry_table(part, settings)
         tests = []
         for criterion, crit in part.groupby("criterion", sort=True):
