@@ -246,9 +246,15 @@ class Database:
 
     @contextlib.contextmanager
     def read(self) -> Iterator[Connection]:
-        """A read-only transaction (a consistent snapshot on SQLite WAL and PostgreSQL)."""
-        with self.engine.connect() as conn, conn.begin():
-            yield conn
+        """Reads: a transaction on SQLite (one consistent WAL snapshot); autocommit statements
+        on PostgreSQL, where READ COMMITTED gives each statement its own snapshot anyway and a
+        BEGIN and a COMMIT would only add two round trips."""
+        if self.is_sqlite:
+            with self.engine.connect() as conn, conn.begin():
+                yield conn
+        else:
+            with self.engine.connect() as conn:
+                yield conn.execution_options(isolation_level="AUTOCOMMIT")
 
     @contextlib.contextmanager
     def write(self) -> Iterator[Connection]:

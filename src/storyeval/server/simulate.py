@@ -233,16 +233,22 @@ class KeepAliveClient:
         body, self._buffer = self._buffer[:size], self._buffer[size:]
         return body
 
-    def _request(self, method: str, path: str, body: str | None) -> PlainResponse:
+    def _request(
+        self,
+        method: str,
+        path: str,
+        body: str | None,
+        *,
+        content_type: str = "application/x-www-form-urlencoded",
+        headers: Mapping[str, str] | None = None,
+    ) -> PlainResponse:
         lines = [f"{method} {path} HTTP/1.1", f"Host: {self.host}:{self.port}"]
         if self._cookies:
             lines.append("Cookie: " + "; ".join(f"{k}={v}" for k, v in self._cookies.items()))
+        lines += [f"{name}: {value}" for name, value in (headers or {}).items()]
         payload = (body or "").encode("utf-8")
         if body is not None:
-            lines += [
-                "Content-Type: application/x-www-form-urlencoded",
-                f"Content-Length: {len(payload)}",
-            ]
+            lines += [f"Content-Type: {content_type}", f"Content-Length: {len(payload)}"]
         request = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + payload
         for attempt in (1, 2):
             try:
@@ -284,6 +290,16 @@ class KeepAliveClient:
         if follow_redirects and response.status_code in (301, 302, 303):
             return self.get(urlsplit(response.headers["location"]).path, follow_redirects=True)
         return response
+
+    def post_json(
+        self, path: str, data: Any, *, headers: Mapping[str, str] | None = None
+    ) -> PlainResponse:
+        """POST ``data`` as JSON (what JavaScript front ends send)."""
+        import json
+
+        return self._request(
+            "POST", path, json.dumps(data), content_type="application/json", headers=headers
+        )
 
     def close(self) -> None:
         if self._socket is not None:

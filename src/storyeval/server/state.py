@@ -221,20 +221,19 @@ Handler = TypeVar("Handler", bound=Callable[..., Any])
 
 
 def database_bound(handler: Handler) -> Handler:
-    """Run a handler whose work is short database transactions where it is cheapest: on the
-    event loop for SQLite (a statement takes microseconds, so a thread hop and the competition
-    for the GIL between the loop and the threads cost more than the work: measured, running
-    the committing handlers in threads lowered throughput by a fifth and doubled p99), in the
-    thread pool for PostgreSQL (where each statement waits for the network). Several server
-    processes (``--workers``) use the CPU cores. The handler is written as a plain function;
-    FastAPI sees its parameters through ``functools.wraps``."""
+    """Run a page handler, written as a plain function, on the event loop.
+
+    Its work is a few short transactions: on SQLite each statement takes microseconds, on
+    PostgreSQL a loopback round trip. A hop to the thread pool and the competition for the
+    GIL between the loop and the threads cost more than that work: measured on the 2-core
+    benchmark, running the handlers in threads lowered throughput by a fifth on SQLite and by
+    a tenth on PostgreSQL, and doubled p99. Several server processes (``--workers``) use the
+    cores. FastAPI sees the handler's parameters through ``functools.wraps``.
+    """
 
     @functools.wraps(handler)
     async def endpoint(*args: Any, **kwargs: Any) -> Any:
-        request = kwargs.get("request")
-        if request is not None and server_state(request).db.is_sqlite:
-            return handler(*args, **kwargs)
-        return await run_in_threadpool(handler, *args, **kwargs)
+        return handler(*args, **kwargs)
 
     return endpoint  # type: ignore[return-value]
 
