@@ -260,18 +260,18 @@ class KeepAliveClient:
                 if attempt == 2 or method == "POST":
                     raise
         status = int(head[0].split(" ", 2)[1])
-        headers: dict[str, str] = {}
+        received: dict[str, str] = {}
         for line in head[1:]:
             name, _, value = line.partition(":")
             key, value = name.strip().lower(), value.strip()
             if key == "set-cookie":
                 cookie, _, rest = value.partition("=")
                 self._cookies[cookie.strip()] = rest.split(";", 1)[0]
-            headers[key] = value
-        text = self._read_exactly(int(headers.get("content-length", "0"))).decode("utf-8")
-        if headers.get("connection", "").lower() == "close":
+            received[key] = value
+        text = self._read_exactly(int(received.get("content-length", "0"))).decode("utf-8")
+        if received.get("connection", "").lower() == "close":
             self.close()
-        return PlainResponse(status, headers, text, self.base + path)
+        return PlainResponse(status, received, text, self.base + path)
 
     def get(self, path: str, *, follow_redirects: bool = False) -> PlainResponse:
         response = self._request("GET", path, None)
