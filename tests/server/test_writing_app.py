@@ -132,6 +132,18 @@ def test_cyoa_writer_completes_a_story_in_process(tmp_path):
     assert incomplete.status_code == 422 and "Please answer" in incomplete.text
     form.update({f"likert-{s.name}": "4" for s in plugin.config.likert.statements})
     form["q-why_choose"] = "The first one fit better."
+    first = plugin.config.likert.statements[0].name
+    superscript = client.post(f"{base}/survey", data={**form, f"likert-{first}": "\u00b3"})
+    assert superscript.status_code == 422, "a superscript three is not the answer 3"
+    long = client.post(f"{base}/survey", data={**form, "q-why_choose": "x" * 6000})
+    assert long.status_code == 422 and "at most 5000 characters" in long.text
+    body = "&".join(f"{k}={v}" for k, v in form.items()).replace(" ", "+")
+    twice = client.post(
+        f"{base}/survey",
+        content=body + f"&likert-{first}=1",
+        headers={"Content-Type": "application/x-www-form-urlencoded"},
+    )
+    assert twice.status_code == 422 and "more than once" in twice.text
     page = client.post(f"{base}/survey", data=form)
     assert page.url.path == f"{base}/done"
     code = re.search(r'id="completion-code">([^<]+)<', page.text).group(1)
