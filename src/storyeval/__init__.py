@@ -3,11 +3,6 @@
 The top-level package stays light: importing it never imports torch, transformers or spaCy.
 """
 
-from importlib.metadata import PackageNotFoundError, version
-
-try:
-    __version__ = version("storyeval")
-except PackageNotFoundError:  # running from a source tree without installation
-    __version__ = "0.1.0"
+from storyeval._version import __version__
 
 __all__ = ["__version__"]

@@ -105,6 +105,10 @@ class Registry(Generic[T]):
         with self._lock:
             self._items.pop(name, None)
 
+    def registered(self, name: str) -> T | None:
+        """The plug-in registered under ``name`` so far (no loading), or None."""
+        return self._items.get(name)
+
     # ------------------------------------------------------------------ looking up
 
     def load(self, *, force: bool = False) -> None:
@@ -158,6 +162,9 @@ class Registry(Generic[T]):
     def values(self) -> list[T]:
         self.load()
         return list(self._items.values())
+
+    def __getitem__(self, name: str) -> T:
+        return self.get(name)
 
     def __contains__(self, name: object) -> bool:
         self.load()

@@ -94,4 +94,12 @@ def main() -> None:
     except (FileNotFoundError, IsADirectoryError, PermissionError) as exc:
         typer.echo(f"error: {exc}", err=True)
         sys.exit(2)
+    except ModuleNotFoundError as exc:
+        from storyeval.extras import missing_extra
+
+        extra = missing_extra(exc)
+        if extra is None:
+            raise
+        typer.echo(f"error: {extra}", err=True)
+        sys.exit(2)
     sys.exit(code if isinstance(code, int) else 0)

@@ -384,8 +384,30 @@ class ScoringContext:
         self.notes: list[str] = []
         #: results shared between metrics of one run (e.g. spaCy parses), keyed by the caller
         self.memo: dict[Any, Any] = {}
+        self._given: dict[str, Any] = {}
+
+    def use(self, model: Any) -> str | None:
+        """A name under which the metrics of this context find ``model``: a name or None is
+        returned as is; a loaded model object (an encoder, causal LM, word vectors or spaCy
+        pipeline the caller already has) is kept and a name for it returned."""
+        if model is None or isinstance(model, str):
+            return model
+        if not hasattr(model, "identity") and not hasattr(model, "pipe_names"):
+            raise TypeError(
+                "a model must be a name, a path or a loaded model (storyeval.models.load_* or "
+                f"storyeval.models.wrap_model); got {type(model).__name__}"
+            )
+        key = f"<given:{id(model)}>"
+        self._given[key] = model
+        return key
+
+    def given(self, name: str | None) -> Any | None:
+        """The model object registered under ``name`` by :meth:`use`, if any."""
+        return self._given.get(name) if name is not None else None
 
     def encoder(self, name: str | None = None) -> Any:
+        if name in self._given:
+            return self._given[name]
         from storyeval.models import load_encoder
 
         return load_encoder(name)
@@ -403,16 +425,22 @@ class ScoringContext:
         return list(self._caches.values())
 
     def causal_lm(self, name: str | None = None) -> Any:
+        if name in self._given:
+            return self._given[name]
         from storyeval.models import load_causal_lm
 
         return load_causal_lm(name)
 
     def glove(self, name: str | None = None) -> Any:
+        if name in self._given:
+            return self._given[name]
         from storyeval.models import load_glove
 
         return load_glove(name)
 
     def spacy(self, name: str | None = None) -> Any:
+        if name in self._given:
+            return self._given[name]
         from storyeval.models import load_spacy
 
         return load_spacy(name)

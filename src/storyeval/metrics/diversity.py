@@ -252,6 +252,7 @@ for _pos, _label in (("NOUN", "noun"), ("VERB", "verb")):
         "lemmas)",
         families=("form", "concreteness"),
         model="spacy",
+        backends=("spacy",),
         higher_is_better=None,
         value_range=(1.0, 5.0),
         options=[

@@ -44,7 +44,7 @@ def union(batch: MetricBatch, options: Mapping[str, Any]) -> MetricOutput:
     from storyeval.learn.union import load_union
     from storyeval.text import TruncationWarning
 
-    scorer = load_union(options["model"])
+    scorer = batch.context.given(options["model"]) or load_union(options["model"])
     notes: list[str] = []
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", TruncationWarning)

@@ -283,6 +283,7 @@ for _kind, _what in (
         families=("mover",),
         needs_reference=True,
         model="glove",
+        backends=("pot", "transformers", "torch"),
         higher_is_better=True,
         value_range=(0.0, 1.0),
         options=_mover_options(),
@@ -329,6 +330,7 @@ def _moverscore_plan(
     families=("moverscore", "encoder"),
     needs_reference=True,
     model="encoder",
+    backends=("pot", "transformers", "torch"),
     higher_is_better=True,
     value_range=(0.0, 1.0),
     options=[

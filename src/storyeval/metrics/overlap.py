@@ -118,6 +118,7 @@ register_metric(
     higher_is_better=True,
     value_range=(0.0, 100.0),
     options=_bleu_options(4),
+    backends=("sacrebleu",),
     corpus=(
         CorpusStatistic("corpus_bleu", _corpus_bleu, "BLEU of the system's stories as one corpus"),
     ),
@@ -132,6 +133,7 @@ register_metric(
     higher_is_better=True,
     value_range=(0.0, 100.0),
     options=_bleu_options(1),
+    backends=("sacrebleu",),
     corpus=(
         CorpusStatistic(
             "corpus_bleu1", _corpus_bleu, "unigram BLEU of the system's stories as one corpus"
@@ -180,6 +182,7 @@ for _kind, _what in (
         description=f"ROUGE ({_what}) F-measure against the reference(s), rouge-score package; "
         "the best reference counts",
         families=("overlap", "rouge"),
+        backends=("rouge-score", "nltk"),
         needs_reference=True,
         higher_is_better=True,
         value_range=(0.0, 1.0),
@@ -278,6 +281,7 @@ def self_bleu_values(
     higher_is_better=False,
     value_range=(0.0, 100.0),
     level="system",
+    backends=("sacrebleu",),
     options=[
         MetricOption(
             "max_order", int, 4, "largest n-gram order (Self-BLEU-n)", minimum=1, maximum=9

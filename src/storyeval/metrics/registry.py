@@ -36,14 +36,16 @@ Registering a metric
 
 from __future__ import annotations
 
+import functools
+
 import importlib
 import pkgutil
-import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from storyeval.errors import StoryevalError
+from storyeval.registry import Registry, UnknownNameError
 from storyeval.signature import Signature, SignatureValue
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -60,11 +62,8 @@ _FALSE = {"0", "false", "no", "n", "off"}
 _NONE = {"none", "null", "auto"}
 
 
-class UnknownMetricError(StoryevalError, KeyError):
+class UnknownMetricError(UnknownNameError):
     """A metric or option name that the registry does not know."""
-
-    def __str__(self) -> str:  # KeyError quotes its message; keep it readable
-        return str(self.args[0]) if self.args else ""
 
 
 class OptionError(StoryevalError, ValueError):
@@ -268,6 +267,7 @@ class MetricSpec:
     unavailable_offline: str = ""
     plan: EncoderPlan | None = None
     module: str = ""
+    backends: tuple[str, ...] = ()
 
     @property
     def option_map(self) -> dict[str, MetricOption]:
@@ -335,16 +335,55 @@ class MetricSpec:
             values[option.name] = value if value is not None else "auto"
         for key, value in (fields or {}).items():
             values[key] = value
+        for distribution in self.backends:
+            values.setdefault(distribution, backend_version(distribution))
         return Signature(self.name, values)
 
 
 # --------------------------------------------------------------------------- the registry
 
-_REGISTRY: dict[str, MetricSpec] = {}
-_LOCK = threading.RLock()
-_DISCOVERED = False
+_NEURAL_ROLES = ("encoder", "causal-lm", "nsp", "checkpoint")
+
+
+def _default_backends(model: ModelRole | None) -> tuple[str, ...]:
+    return ("transformers", "torch") if model in _NEURAL_ROLES else ()
+
+
+@functools.lru_cache(maxsize=None)
+def backend_version(distribution: str) -> str:
+    """The installed version of a library that computes numbers (``"absent"`` if missing).
+
+    >>> backend_version("numpy") == __import__("numpy").__version__
+    True
+    """
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(distribution)
+    except PackageNotFoundError:
+        return "absent"
+
+
 _NOT_METRIC_MODULES = {"registry", "pipeline", "context", "data"}
 ENTRY_POINT_GROUP = "storyeval.metrics"
+
+
+def _import_builtin_metrics() -> None:
+    """Import every module of ``storyeval.metrics`` (each registers its metrics)."""
+    import storyeval.metrics as package
+
+    for module in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
+        if not module.name.startswith("_") and module.name not in _NOT_METRIC_MODULES:
+            importlib.import_module(f"{package.__name__}.{module.name}")
+
+
+#: Every registered metric: the built-in modules, then the ``storyeval.metrics`` entry points.
+METRICS: Registry[MetricSpec] = Registry(
+    "metric",
+    builtins=_import_builtin_metrics,
+    entry_point_group=ENTRY_POINT_GROUP,
+    error=UnknownMetricError,
+)
 
 
 def register_metric(
@@ -366,6 +405,7 @@ def register_metric(
     default: bool = True,
     unavailable_offline: str = "",
     plan: EncoderPlan | None = None,
+    backends: Sequence[str] | None = None,
     replace: bool = False,
 ) -> Callable[
     [Callable[[MetricBatch, Mapping[str, Any]], MetricOutput]], Callable[..., MetricOutput]
@@ -409,6 +449,9 @@ def register_metric(
     plan : callable, optional
         ``plan(batch, options)`` yields ``(encoder_name, texts, layers)`` the metric will read
         from the encoder cache, so that the run encodes every text once, in one pass.
+    backends : sequence of str, optional
+        Distributions whose version can change the numbers (recorded in the signature);
+        default: ``transformers`` and ``torch`` for metrics that load a neural model.
     replace : bool
         Allow replacing an already registered metric of the same name.
     """
@@ -446,14 +489,14 @@ def register_metric(
             unavailable_offline=unavailable_offline,
             plan=plan,
             module=getattr(function, "__module__", ""),
+            backends=tuple(backends if backends is not None else _default_backends(model)),
         )
-        with _LOCK:
-            existing = _REGISTRY.get(name)
-            if existing is not None and not replace and existing.module != spec.module:
-                raise ValueError(
-                    f"metric {name!r} is already registered by {existing.module}; pass replace=True"
-                )
-            _REGISTRY[name] = spec
+        existing = METRICS.registered(name)
+        if existing is not None and not replace and existing.module != spec.module:
+            raise ValueError(
+                f"metric {name!r} is already registered by {existing.module}; pass replace=True"
+            )
+        METRICS.register(name, spec, replace=True)
         return function
 
     return decorator
@@ -461,47 +504,22 @@ def register_metric(
 
 def unregister_metric(name: str) -> None:
     """Remove a metric (for tests and interactive experiments)."""
-    with _LOCK:
-        _REGISTRY.pop(name, None)
+    METRICS.unregister(name)
 
 
 def discover(*, force: bool = False) -> None:
-    """Import every metric module once (see the module docstring)."""
-    global _DISCOVERED
-    with _LOCK:
-        if _DISCOVERED and not force:
-            return
-        _DISCOVERED = True
-        import storyeval.metrics as package
-
-        for module in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
-            if module.name.startswith("_") or module.name in _NOT_METRIC_MODULES:
-                continue
-            importlib.import_module(f"{package.__name__}.{module.name}")
-        from importlib.metadata import entry_points
-
-        for entry in entry_points(group=ENTRY_POINT_GROUP):
-            try:
-                entry.load()
-            except Exception as exc:  # a broken plug-in must not break storyeval
-                import warnings
-
-                warnings.warn(
-                    f"metric plug-in {entry.name} ({entry.value}) failed to load: {exc}",
-                    stacklevel=2,
-                )
+    """Import every metric module and plug-in once (see the module docstring)."""
+    METRICS.load(force=force)
 
 
 def available_metrics() -> list[str]:
     """Every registered metric name, sorted."""
-    discover()
-    return sorted(_REGISTRY)
+    return sorted(METRICS.names())
 
 
 def all_metrics() -> list[MetricSpec]:
     """Every registered metric spec, sorted by name."""
-    discover()
-    return [_REGISTRY[name] for name in sorted(_REGISTRY)]
+    return [METRICS.get(name) for name in available_metrics()]
 
 
 def families() -> dict[str, list[str]]:
@@ -515,13 +533,7 @@ def families() -> dict[str, list[str]]:
 
 def get_metric(name: str) -> MetricSpec:
     """The spec of a registered metric; unknown names raise "must be one of ..."."""
-    discover()
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        raise UnknownMetricError(
-            f"unknown metric {name!r}; must be one of {', '.join(sorted(_REGISTRY))}"
-        ) from None
+    return METRICS.get(name)
 
 
 def parse_metric_list(text: str | Sequence[str]) -> list[str]:
@@ -585,31 +597,31 @@ def resolve_options(
     # family settings first, then metric settings override
     def specific(target: str) -> bool:
         name = target.split(".", 1)[0]
-        return name in _REGISTRY and name not in family_map
+        return name in METRICS and name not in family_map
 
     for target, raw in sorted(options.items(), key=lambda item: specific(str(item[0]))):
         name, dot, key = str(target).partition(".")
         if not dot or not name or not key:
             raise OptionError(f"option {target!r} must look like NAME.KEY (e.g. bertscore.layer)")
         is_metric = specific(str(target))
-        members = ([name] if name in _REGISTRY else []) + [
+        members = ([name] if name in METRICS else []) + [
             m for m in family_map.get(name, []) if m != name
         ]
         if not members:
-            choices = sorted(set(_REGISTRY) | set(family_map))
+            choices = sorted(set(METRICS.names()) | set(family_map))
             raise OptionError(
                 f"option {target!r}: {name!r} is neither a metric nor a family; must be one of "
                 + ", ".join(choices)
             )
-        declaring = [m for m in members if key in _REGISTRY[m].option_map]
+        declaring = [m for m in members if key in METRICS[m].option_map]
         if not declaring:
-            keys = sorted({k for m in members for k in _REGISTRY[m].option_map})
+            keys = sorted({k for m in members for k in METRICS[m].option_map})
             raise OptionError(
                 f"unknown option {target!r}: {name} has "
                 + (f"options {', '.join(keys)}" if keys else "no options")
             )
         for member in declaring:
-            value = _REGISTRY[member].option_map[key].parse(raw, where=str(target))
+            value = METRICS[member].option_map[key].parse(raw, where=str(target))
             if member in resolved and (is_metric or key not in explicit[member]):
                 resolved[member][key] = value
                 if is_metric:
@@ -627,7 +639,7 @@ def unused_options(metrics: Sequence[str], options: Mapping[str, Any] | None) ->
     unused = []
     for target in options or {}:
         name, _, key = str(target).partition(".")
-        members = ([name] if name in _REGISTRY else []) + family_map.get(name, [])
-        if not any(m in metrics and key in _REGISTRY[m].option_map for m in members):
+        members = ([name] if name in METRICS else []) + family_map.get(name, [])
+        if not any(m in metrics and key in METRICS[m].option_map for m in members):
             unused.append(str(target))
     return unused

@@ -32,9 +32,11 @@ from storyeval.models.loading import (
     prepare_offline_models,
     resolve_model_path,
     spacy_identity,
+    wrap_model,
 )
 
 __all__ = [
+    "wrap_model",
     "DEFAULT_CAUSAL_LM",
     "DEFAULT_ENCODER",
     "DEFAULT_GLOVE",

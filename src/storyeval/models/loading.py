@@ -269,6 +269,21 @@ def _quiet_transformers() -> None:
     hf_logging.set_verbosity_error()
 
 
+def wrap_model(model: Any, tokenizer: Any, *, name: str | None = None, kind: str = "encoder") -> LoadedModel:
+    """Wrap a transformers model and tokenizer the caller already has, for any function that
+    takes a model (its identity, for signatures, is the name plus the hub revision when known).
+
+    >>> wrapped = wrap_model(load_encoder().model, load_encoder().tokenizer, name="mine")
+    >>> wrapped.identity.startswith("mine"), wrapped.kind
+    (True, 'encoder')
+    """
+    if kind not in ("encoder", "causal-lm"):
+        raise ValueError(f"kind must be one of encoder, causal-lm; got {kind!r}")
+    label = name or str(getattr(model.config, "_name_or_path", "") or type(model).__name__)
+    model.eval()
+    return LoadedModel(label, _hub_identity(model, label), label, tokenizer, model, kind)
+
+
 # --------------------------------------------------------------------------- loaders
 
 _MODELS: dict[tuple[str, str, str], LoadedModel] = {}

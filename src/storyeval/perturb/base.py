@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from storyeval.errors import StoryevalError
+from storyeval.registry import Registry, UnknownNameError
 
 if TYPE_CHECKING:
     from storyeval.perturb.corpus import PerturbationCorpus
@@ -171,8 +172,18 @@ class Technique:
     description: str
 
 
-#: The registry, in the order techniques are applied when several are combined.
-TECHNIQUES: dict[str, Technique] = {}
+class UnknownTechniqueError(UnknownNameError, ValueError):
+    """A perturbation technique name that the registry does not know."""
+
+
+#: The registry, in the order techniques are applied when several are combined: the built-in
+#: techniques, then the ``storyeval.perturb`` entry points.
+TECHNIQUES: Registry[Technique] = Registry(
+    "technique",
+    builtins=("storyeval.perturb.techniques",),
+    entry_point_group="storyeval.perturb",
+    error=UnknownTechniqueError,
+)
 
 #: Distribution of the number of techniques combined in one UNION negative sample
 #: (Guan & Huang 2020, section 3.2): 1, 2, 3 or 4 with probabilities 50/20/20/10 %.
@@ -185,11 +196,8 @@ def register_technique(
     """Register a technique function under ``name`` (a decorator)."""
 
     def decorator(function: TechniqueFunction) -> TechniqueFunction:
-        if name in TECHNIQUES:
-            raise ValueError(f"technique {name!r} is already registered")
-        TECHNIQUES[name] = Technique(
-            name, function, min_sentences, mix_weight, error_type, description
-        )
+        technique = Technique(name, function, min_sentences, mix_weight, error_type, description)
+        TECHNIQUES.register(name, technique)
         return function
 
     return decorator
@@ -201,16 +209,12 @@ def technique_names() -> tuple[str, ...]:
     >>> technique_names()
     ('repetition', 'substitution', 'reordering', 'negation')
     """
-    _ensure_registered()
-    return tuple(TECHNIQUES)
+    return TECHNIQUES.names()
 
 
 def get_technique(name: str) -> Technique:
     """The registered technique ``name``; an unknown name raises ``ValueError``."""
-    _ensure_registered()
-    if name not in TECHNIQUES:
-        raise ValueError(f"technique must be one of {', '.join(TECHNIQUES)}; got {name!r}")
-    return TECHNIQUES[name]
+    return TECHNIQUES.get(name)
 
 
 def parse_techniques(names: str | Sequence[str] | None) -> tuple[str, ...]:
@@ -221,23 +225,17 @@ def parse_techniques(names: str | Sequence[str] | None) -> tuple[str, ...]:
     >>> parse_techniques("negation,reordering")
     ('reordering', 'negation')
     """
-    _ensure_registered()
     if names is None:
-        return tuple(TECHNIQUES)
+        return TECHNIQUES.names()
     items = names.split(",") if isinstance(names, str) else list(names)
     cleaned = [item.strip() for item in items if item.strip()]
     if not cleaned:
         raise ValueError(
-            f"give at least one technique; they must be one of {', '.join(TECHNIQUES)}"
+            f"give at least one technique; they must be one of {', '.join(TECHNIQUES.names())}"
         )
     for item in cleaned:
         get_technique(item)
     return tuple(name for name in TECHNIQUES if name in cleaned)
-
-
-def _ensure_registered() -> None:
-    if not TECHNIQUES:
-        import storyeval.perturb.techniques  # noqa: F401  (registers the built-in techniques)
 
 
 def story_rng(seed: int, *keys: object) -> random.Random:
