@@ -75,14 +75,18 @@ def test_config_errors_name_file_line_and_key(tmp_path):
     with pytest.raises(WritingFileError) as info:
         load_writing_config(path)
     problems = info.value.problems
-    assert f"{path}:4: min_chars: Input should be greater than or equal to 1" in problems
-    assert any(p.startswith(f"{path}:7: generators.0.decoding.top_p:") for p in problems)
-    assert f"{path}:9: generators.1.temprature: unknown key (check the spelling)" in problems
+    # the same wording and key paths as study files (storyeval.yamlfile)
+    assert f"{path}:4: min_chars: Input should be greater than or equal to 1; got 0" in problems
+    assert any(p.startswith(f"{path}:7: generators[0].decoding.top_p:") for p in problems)
+    assert (
+        f"{path}:9: generators[1].temprature: unknown key 'temprature' (check the spelling)"
+        in problems
+    )
     path.write_text(
         "kind: cyoa\nname: ok\ntitle: T\nprompts:\n  - {id: p, image: missing.png}\n"
         "generators: [{name: a}, {name: b}]\n"
     )
-    with pytest.raises(WritingFileError, match=r"bad.yaml:5: prompts.0.image: no such file"):
+    with pytest.raises(WritingFileError, match=r"bad.yaml:5: prompts\[0\].image: no such file"):
         load_writing_config(path)
     with pytest.raises(WritingFileError, match="exactly two generators"):
         _cyoa(generators=[{"name": "a"}])

@@ -40,15 +40,47 @@ def run_demo(run_cli: Any, examples_dir: Path, out: Path) -> None:
     """The demo's steps (generation and training aside: their own tests pin them)."""
     stories, judgments = demo_inputs(examples_dir, out)
 
-
     steps = [
         ("describe", stories, "-o", str(out / "describe.csv")),
-        ("score", stories, "-o", str(out / "scores.jsonl"), "--per-system", str(out / "systems.csv"), "--no-progress"),
-        ("correlate", "--scores", str(out / "scores.jsonl"), "--judgments", judgments, "-o", str(out / "correlations.csv")),
+        (
+            "score",
+            stories,
+            "-o",
+            str(out / "scores.jsonl"),
+            "--per-system",
+            str(out / "systems.csv"),
+            "--no-progress",
+        ),
+        (
+            "correlate",
+            "--scores",
+            str(out / "scores.jsonl"),
+            "--judgments",
+            judgments,
+            "-o",
+            str(out / "correlations.csv"),
+        ),
         ("agreement", "--judgments", judgments, "-o", str(out / "agreement.csv")),
-        ("study", "analyse", "--judgments", judgments, "--stories", stories, "-o", str(out / "study-analysis")),
+        (
+            "study",
+            "analyse",
+            "--judgments",
+            judgments,
+            "--stories",
+            stories,
+            "-o",
+            str(out / "study-analysis"),
+        ),
         ("cyoa", "analyse", str(examples_dir / "cyoa" / "sessions.jsonl"), "-o", str(out / "cyoa")),
-        ("perturb", str(examples_dir / "human.jsonl"), "--mix", "--seed", "1", "-o", str(out / "union-negatives.jsonl")),
+        (
+            "perturb",
+            str(examples_dir / "human.jsonl"),
+            "--mix",
+            "--seed",
+            "1",
+            "-o",
+            str(out / "union-negatives.jsonl"),
+        ),
     ]
     for step in steps:
         code, _, err = run_cli(*step)
@@ -56,7 +88,9 @@ def run_demo(run_cli: Any, examples_dir: Path, out: Path) -> None:
 
 
 @pytest.mark.slow
-def test_the_demo_outputs_are_byte_identical(tmp_path: Path, run_cli: Any, examples_dir: Path) -> None:
+def test_the_demo_outputs_are_byte_identical(
+    tmp_path: Path, run_cli: Any, examples_dir: Path
+) -> None:
     out = tmp_path
     run_demo(run_cli, examples_dir, out)
     changed = []

@@ -61,19 +61,21 @@ def test_union_separates_unseen_perturbed_stories(union_model, human, nlp):
     With ~100 CPU steps on 45 stories the model has learned mostly the negation cue (the
     paper trained on 88,344 stories); the mixture is still separated far above chance
     (seen here: pairwise 0.73 over 181 pairs, p = 3e-10; negation alone 0.96)."""
-    from storyeval.learn.union import discrimination, load_union, sentence_windows
+    from storyeval.learn.union import heldout_discrimination, load_union, sentence_windows
 
     scorer = load_union(union_model.directory)
     heldout = sentence_windows(human[45:], 2, stride=1)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a few windows exceed 48 tokens and are cut
-        mixture = discrimination(scorer, heldout, seed=2024, samples=2, nlp=nlp)
-        negation = discrimination(scorer, heldout, seed=2024, techniques=["negation"], nlp=nlp)
+        mixture = heldout_discrimination(scorer, heldout, seed=2024, samples=2, nlp=nlp).iloc[0]
+        negation = heldout_discrimination(
+            scorer, heldout, seed=2024, techniques=["negation"], nlp=nlp
+        ).iloc[0]
     print(f"\nUNION held-out discrimination, mixture: {mixture}\nnegation only: {negation}")
-    assert mixture["n"] >= 150
-    assert mixture["pairwise"] >= 0.62 and mixture["p_value"] < 1e-4, mixture
+    assert mixture["n_pairs"] >= 150 and mixture["metric"] == "union"
+    assert mixture["estimate"] >= 0.62 and mixture["p_value"] < 1e-4, mixture
     assert mixture["mean_human"] > mixture["mean_perturbed"] + 0.05, mixture
-    assert negation["pairwise"] >= 0.8 and negation["accuracy"] >= 0.7, negation
+    assert negation["estimate"] >= 0.8 and negation["accuracy"] >= 0.7, negation
 
 
 def test_union_training_metadata_and_checkpoint_round_trip(union_model, tmp_path, human):

@@ -35,6 +35,7 @@ def _simulate(strengths: dict[str, float], n: int, seed: int, nu: float = 0.0): 
 
 def test_bradley_terry_matches_choix():
     import choix  # a dev dependency (installed by make test)
+
     comparisons = _simulate({"a": 0.8, "b": 0.2, "c": -0.1, "d": -0.9}, 400, seed=1)
     fit = bradley_terry(comparisons, ties="drop", systems=["a", "b", "c", "d"])
     index = {s: i for i, s in enumerate("abcd")}

@@ -495,7 +495,9 @@ def perplexity(
     return _as(Perplexity, _run("perplexity", stories, options, {"model": model}))  # type: ignore[no-any-return]
 
 
-def distinct(texts: Sequence[str], *, n: Literal[1, 2, 3] = 1, punctuation: bool = False) -> MetricResult:
+def distinct(
+    texts: Sequence[str], *, n: Literal[1, 2, 3] = 1, punctuation: bool = False
+) -> MetricResult:
     """distinct-n of each text: unique n-grams over all n-grams (lower-cased words).
 
     Examples
@@ -505,7 +507,9 @@ def distinct(texts: Sequence[str], *, n: Literal[1, 2, 3] = 1, punctuation: bool
     """
     if n not in (1, 2, 3):
         raise ValueError(f"distinct: n must be 1, 2 or 3; got {n!r}")
-    return _run(f"distinct{n}", _stories("distinct", texts, None, None), {"punctuation": punctuation})
+    return _run(
+        f"distinct{n}", _stories("distinct", texts, None, None), {"punctuation": punctuation}
+    )
 
 
 def repetition(texts: Sequence[str], *, n: int = 4, punctuation: bool = False) -> MetricResult:

@@ -47,10 +47,15 @@ def test_bleu_rouge_and_distinct_equal_the_registry(with_references: list[Any]) 
     assert "sacrebleu" in result.signature.fields
     rouge = F.rouge(hyps, refs, kind="rouge2", stemmer=True)
     assert rouge.values.tolist() == _registry_values(short_stories, "rouge2", stemmer=True).tolist()
-    assert F.distinct(hyps, n=2).values.tolist() == _registry_values(short_stories, "distinct2").tolist()
+    assert (
+        F.distinct(hyps, n=2).values.tolist()
+        == _registry_values(short_stories, "distinct2").tolist()
+    )
 
 
-def test_bertscore_takes_a_name_or_a_loaded_encoder(with_references: list[Any], encoder: Any) -> None:
+def test_bertscore_takes_a_name_or_a_loaded_encoder(
+    with_references: list[Any], encoder: Any
+) -> None:
     short_stories = with_references
     from storyeval.models import wrap_model
 
@@ -58,7 +63,13 @@ def test_bertscore_takes_a_name_or_a_loaded_encoder(with_references: list[Any], 
     refs = [s.references for s in short_stories]
     by_name = F.bertscore(cands, refs, layer=3, idf=True)
     by_object = F.bertscore(cands, refs, encoder=encoder, layer=3, idf=True)
-    wrapped = F.bertscore(cands, refs, encoder=wrap_model(encoder.model, encoder.tokenizer, name="x"), layer=3, idf=True)
+    wrapped = F.bertscore(
+        cands,
+        refs,
+        encoder=wrap_model(encoder.model, encoder.tokenizer, name="x"),
+        layer=3,
+        idf=True,
+    )
     registry = _registry_values(short_stories, "bertscore_f", layer=3, idf=True)
     np.testing.assert_array_equal(by_name.f1, registry)
     np.testing.assert_array_equal(by_object.f1, registry)
@@ -84,7 +95,9 @@ def test_sms_and_perplexity_equal_the_registry(with_references: list[Any], causa
 
 
 @pytest.mark.slow
-def test_union_takes_a_directory_or_a_loaded_model(short_stories: list[Any], union_model: Any) -> None:
+def test_union_takes_a_directory_or_a_loaded_model(
+    short_stories: list[Any], union_model: Any
+) -> None:
     from storyeval.learn.union import load_union
 
     stories = [s.story for s in short_stories]

@@ -28,17 +28,21 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
-from storyeval.errors import StoryevalError
-from storyeval.yamlfile import Enrollment
+from storyeval.yamlfile import (
+    Enrollment,
+    OpenQuestion,
+    YamlDocument,
+    YamlFileError,
+    read_yaml,
+    validate,
+)
 from storyeval.yamlfile import StrictModel as _Strict
 from storyeval.yamlfile import check_name as _check_name
-from storyeval.yamlfile import yaml_line as _yaml_line
 
 IMAGE_TYPES = {
     ".png": "image/png",
@@ -93,13 +97,9 @@ MIL_QUESTIONS: tuple[tuple[str, str], ...] = (
 difficulty of the task, improvements)."""
 
 
-class WritingFileError(StoryevalError, ValueError):
+class WritingFileError(YamlFileError):
     """A writing-session file is invalid; ``problems`` holds one ``FILE:LINE: key: reason``
     per problem."""
-
-    def __init__(self, problems: Sequence[str]) -> None:
-        self.problems = list(problems)
-        super().__init__("\n".join(self.problems))
 
 
 class DecodingSpec(_Strict):
@@ -218,17 +218,6 @@ class LikertSpec(_Strict):
         if len(set(names)) != len(names):
             raise ValueError(f"statement names must be unique; got {names}")
         return self
-
-
-class OpenQuestion(_Strict):
-    name: str
-    question: str = Field(min_length=1)
-    required: bool = False
-
-    @field_validator("name")
-    @classmethod
-    def _name(cls, value: str) -> str:
-        return _check_name(value, "a question name")
 
 
 class Completion(_Strict):
@@ -360,20 +349,11 @@ class _Wrapper(BaseModel):
 
 # ----------------------------------------------------------------------------- YAML loading
 
-
-def _messages(exc: ValidationError) -> list[tuple[tuple[str | int, ...], str]]:
-    found = []
-    for error in exc.errors():
-        loc = tuple(part for part in error["loc"] if part not in ("config", "cyoa", "mil"))
-        message = str(error["msg"]).removeprefix("Value error, ")
-        if error["type"] == "extra_forbidden":
-            message = "unknown key (check the spelling)"
-        found.append((loc, message))
-    return found
+_WRAPPERS = ("config", "cyoa", "mil")
 
 
-def _loc_text(loc: Sequence[str | int]) -> str:
-    return ".".join(str(part) for part in loc) or "(top level)"
+def _document(data: Any, where: str, root: Any) -> YamlDocument:
+    return YamlDocument(Path(where), data, root)
 
 
 def parse_writing_config(
@@ -386,28 +366,44 @@ def parse_writing_config(
     WritingFileError
         Listing every problem as ``WHERE:LINE: key.path: reason``.
     """
+    document = _document(data, where, root)
     if not isinstance(data, dict):
         raise WritingFileError([f"{where}:1: a writing-session file must be a YAML mapping"])
     kind = data.get("kind")
     if kind not in KINDS:
         raise WritingFileError(
-            [
-                f"{where}:{_yaml_line(root, ('kind',)) or 1}: kind: must be one of {', '.join(KINDS)}; got {kind!r}"
-            ]
+            [f"{document.where(('kind',))}: must be one of {', '.join(KINDS)}; got {kind!r}"]
         )
-    try:
-        return _Wrapper.model_validate({"config": data}).config
-    except ValidationError as exc:
-        problems = sorted(
-            (
-                (_yaml_line(root, loc) or 1, _loc_text(loc), message)
-                for loc, message in _messages(exc)
-            ),
-            key=lambda item: item[0],
-        )
-        raise WritingFileError(
-            [f"{where}:{line}: {loc}: {msg}" for line, loc, msg in problems]
-        ) from None
+    wrapped = YamlDocument(document.path, {"config": data}, root)
+    config = validate(
+        wrapped, _Wrapper.model_validate, error=WritingFileError, skip=_WRAPPERS
+    ).config
+    return config
+
+
+def _missing_files(config: CyoaConfig | MilConfig, document: YamlDocument) -> list[str]:
+    """Image prompts and word lists must exist next to the file."""
+    problems = []
+    for index, prompt in enumerate(config.prompts):
+        if prompt.image is None:
+            continue
+        image = resolve_path(document.path, prompt.image)
+        loc: tuple[str | int, ...] = ("prompts", index, "image")
+        if not image.is_file():
+            problems.append(f"{document.where(loc)}: no such file {image}")
+        elif image.stat().st_size > MAX_IMAGE_BYTES:
+            problems.append(f"{document.where(loc)}: larger than 5 MB")
+    for index, spec in enumerate(config.generators):
+        if spec.offensive_words is None:
+            continue
+        if not resolve_path(document.path, spec.offensive_words).is_file():
+            key: tuple[str | int, ...] = (
+                ("generators", index, "offensive_words")
+                if config.kind == "cyoa"
+                else ("generator", "offensive_words")
+            )
+            problems.append(f"{document.where(key)}: no such file")
+    return problems
 
 
 def load_writing_config(path: str | Path) -> CyoaConfig | MilConfig:
@@ -421,44 +417,12 @@ def load_writing_config(path: str | Path) -> CyoaConfig | MilConfig:
     FileNotFoundError
         If the file does not exist.
     """
-    import yaml
-
-    file_path = Path(path)
-    if not file_path.exists():
-        raise FileNotFoundError(f"{file_path}: no such file")
-    text = file_path.read_text(encoding="utf-8")
     try:
-        root = yaml.compose(text)
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = mark.line + 1 if mark is not None else 1
-        raise WritingFileError(
-            [f"{file_path}:{line}: malformed YAML: {getattr(exc, 'problem', None) or exc}"]
-        ) from None
-    config = parse_writing_config(data, where=str(file_path), root=root)
-    problems = []
-    for index, prompt in enumerate(config.prompts):
-        if prompt.image is not None:
-            image = resolve_path(file_path, prompt.image)
-            if not image.is_file():
-                line = _yaml_line(root, ("prompts", index, "image")) or 1
-                problems.append(f"{file_path}:{line}: prompts.{index}.image: no such file {image}")
-            elif image.stat().st_size > MAX_IMAGE_BYTES:
-                line = _yaml_line(root, ("prompts", index, "image")) or 1
-                problems.append(f"{file_path}:{line}: prompts.{index}.image: larger than 5 MB")
-    for index, spec in enumerate(config.generators):
-        if (
-            spec.offensive_words is not None
-            and not resolve_path(file_path, spec.offensive_words).is_file()
-        ):
-            key: tuple[str | int, ...] = (
-                ("generators", index, "offensive_words")
-                if config.kind == "cyoa"
-                else ("generator", "offensive_words")
-            )
-            line = _yaml_line(root, key) or 1
-            problems.append(f"{file_path}:{line}: {_loc_text(key)}: no such file")
+        document = read_yaml(path, what="a writing-session file")
+    except YamlFileError as exc:
+        raise WritingFileError(exc.problems) from None
+    config = parse_writing_config(document.data, where=str(document.path), root=document.root)
+    problems = _missing_files(config, document)
     if problems:
         raise WritingFileError(problems)
     return config

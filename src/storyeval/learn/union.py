@@ -718,7 +718,7 @@ def load_union(directory: str | Path) -> UnionScorer:
     return _cached_scorer(str(path.resolve()), stamp)
 
 
-def discrimination(
+def heldout_discrimination(
     scorer: UnionScorer,
     stories: Sequence[Story],
     *,
@@ -726,17 +726,25 @@ def discrimination(
     techniques: Sequence[str] | None = None,
     samples: int = 1,
     nlp: Any = None,
-) -> dict[str, float]:
+) -> Any:
     """How well a UNION model tells ``stories`` (human) from UNION negatives of them.
 
-    Returns ``accuracy`` (balanced accuracy at threshold 0.5: the mean of the shares of
-    originals scored >= 0.5 and of negatives scored < 0.5), ``pairwise`` (share of
-    (original, negative) pairs where the original scores higher), ``p_value`` (one-sided
-    binomial test of ``pairwise`` against 0.5), ``mean_human``, ``mean_perturbed`` and ``n``
-    (number of pairs; ``samples`` negatives per story). Use stories the model was not
-    trained on.
+    The pairs (each story and its ``samples`` negatives) go through
+    :func:`storyeval.meta.discrimination.discrimination`, so the table has its columns
+    (``n_pairs, wins, losses, ties, estimate`` = share of pairs where the original scores
+    higher, a Clopper-Pearson interval, ``p_value`` of the one-sided sign test), plus
+    ``accuracy`` (balanced accuracy at threshold 0.5), ``mean_human`` and
+    ``mean_perturbed``. Use stories the model was not trained on.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row.
     """
-    from scipy.stats import binomtest
+    import pandas as pd
+
+    from storyeval.corpus import Score
+    from storyeval.meta.discrimination import discrimination
 
     config = replace(scorer.config, negatives=samples)
     if techniques is not None:
@@ -746,19 +754,21 @@ def discrimination(
     negatives = [e for e in examples if e.label == 0]
     if not negatives:
         raise StoryevalError("no story could be perturbed; cannot measure discrimination")
-    by_id = {e.id: e for e in positives}
     to_score = [Story(e.id, e.prompt, e.text) for e in positives + negatives]
     values = scorer.score(to_score)
-    score_of = {story.id: value for story, value in zip(to_score, values, strict=True)}
+    score_of = {story.id: float(v) for story, v in zip(to_score, values, strict=True)}
+    rendered = scorer.signature.render()
+    scores = [Score(key, "union", value, rendered) for key, value in score_of.items()]
+    originals = {e.id for e in positives}
+    pairs = pd.DataFrame(
+        [(e.source_id, e.id) for e in negatives if e.source_id in originals],
+        columns=["original_id", "altered_id"],
+    )
+    table = discrimination(scores, pairs, metrics=["union"])
     true_positive = sum(score_of[e.id] >= 0.5 for e in positives) / len(positives)
     true_negative = sum(score_of[e.id] < 0.5 for e in negatives) / len(negatives)
-    pairs = [(score_of[e.source_id], score_of[e.id]) for e in negatives if e.source_id in by_id]
-    wins = sum(h > p for h, p in pairs)
-    return {
-        "accuracy": (true_positive + true_negative) / 2,
-        "pairwise": wins / len(pairs),
-        "p_value": float(binomtest(wins, len(pairs), 0.5, alternative="greater").pvalue),
-        "mean_human": sum(score_of[e.id] for e in positives) / len(positives),
-        "mean_perturbed": sum(score_of[e.id] for e in negatives) / len(negatives),
-        "n": float(len(pairs)),
-    }
+    return table.assign(
+        accuracy=(true_positive + true_negative) / 2,
+        mean_human=sum(score_of[e.id] for e in positives) / len(positives),
+        mean_perturbed=sum(score_of[e.id] for e in negatives) / len(negatives),
+    )

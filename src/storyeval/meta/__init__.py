@@ -25,6 +25,7 @@ from storyeval.errors import (
 from storyeval.meta.agreement import agreement, describe_ratings, human_ceiling
 from storyeval.meta.correlation import (
     LEVELS,
+    CorrelationSettings,
     correlate,
     correlation_matrix,
     level_correlation,
@@ -54,6 +55,7 @@ from storyeval.meta.significance import adjust_pvalues, compare_metrics, william
 from storyeval.stats import METHODS, correlation
 
 __all__ = [
+    "CorrelationSettings",
     "LEVELS",
     "METHODS",
     "BootstrapWarning",

@@ -35,9 +35,8 @@ from storyeval.corpus import Judgment
 from storyeval.errors import DataCoverageWarning, DegenerateInputWarning, warn
 from storyeval.meta.correlation import (
     LEVELS,
-    check_level,
-    correlation_signature,
-    level_correlation,
+    CorrelationSettings,
+    settings_from,
     tidy_correlations,
 )
 from storyeval.meta.data import MetaInputError, _judgments_to_frame
@@ -46,7 +45,6 @@ from storyeval.stats import (
     bootstrap_indices,
     bootstrap_weights,
     check_confidence,
-    check_method,
     check_n_boot,
     percentile_interval,
 )
@@ -657,6 +655,7 @@ def human_ceiling(
     n_boot: int = 1000,
     confidence: float = 0.95,
     seed: int = 0,
+    settings: CorrelationSettings | None = None,
 ) -> pd.DataFrame:
     """Each rater against the mean of the other raters, at the metric levels.
 
@@ -667,7 +666,7 @@ def human_ceiling(
         Index ``item_id`` with ``system`` and ``prompt_id`` columns (``MetaTable.items``);
         needed for the story and system levels.
     criteria : sequence of str, optional
-    levels, methods, kendall_variant, n_boot, confidence, seed
+    levels, methods, kendall_variant, n_boot, confidence, seed, settings
         As in :func:`~storyeval.meta.correlate`.
     min_items : int
         Raters who share fewer items with the others are skipped (counted in a warning).
@@ -683,8 +682,16 @@ def human_ceiling(
     frame = _judgments_to_frame(judgments)
     if frame.empty:
         raise MetaInputError("no judgments given")
-    levels = [check_level(level) for level in levels]
-    methods = [check_method(m) for m in methods]
+    correlation = settings_from(
+        settings,
+        levels=levels,
+        methods=methods,
+        kendall_variant=kendall_variant,
+        n_boot=n_boot,
+        confidence=confidence,
+        seed=seed,
+    )
+    levels, methods = correlation.levels, correlation.methods
     available = sorted(set(frame["criterion"]))
     chosen = list(criteria) if criteria is not None else available
     for name in chosen:
@@ -724,37 +731,22 @@ def human_ceiling(
                 continue
             for level in levels:
                 for method in methods:
-                    result = level_correlation(
+                    row = correlation.row(
                         mine,
                         rest,
                         level=level,
+                        method=method,
                         prompts=prompts,
                         systems=systems,
-                        method=method,
-                        kendall_variant=kendall_variant,
-                        n_boot=n_boot,
-                        confidence=confidence,
-                        seed=seed,
                         label=f"rater {rater} ~ others, {criterion}, {level}, {method}",
+                        aggregation="leave-one-rater-out",
                     )
                     rows.append(
                         {
                             "rater": str(rater),
                             "metric": f"rater:{rater}",
                             "criterion": criterion,
-                            "level": level,
-                            "method": method,
-                            **result,
-                            "signature": correlation_signature(
-                                method=method,
-                                level=level,
-                                kendall_variant=kendall_variant,
-                                n_boot=n_boot,
-                                confidence=confidence,
-                                seed=seed,
-                                resample=str(result["resample"]),
-                                aggregation="leave-one-rater-out",
-                            ),
+                            **row,
                             "metric_signature": "",
                         }
                     )

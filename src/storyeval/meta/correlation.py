@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -420,6 +421,126 @@ def correlation_signature(
     return Signature("correlation", fields).render()
 
 
+@dataclass(frozen=True)
+class CorrelationSettings:
+    """How correlations are computed, in one validated object that also writes its part of
+    every row's signature (shared by :func:`correlate`, :func:`subset_correlations
+    <storyeval.meta.robustness.subset_correlations>`, :func:`human_ceiling
+    <storyeval.meta.agreement.human_ceiling>` and the report).
+
+    Parameters
+    ----------
+    levels : sequence of {"pooled", "story", "system"}
+    methods : sequence of {"pearson", "spearman", "kendall"}
+    kendall_variant : {"b", "c"}
+    n_boot : int
+        Bootstrap replicates (0: no interval).
+    confidence : float
+        Coverage of the intervals.
+    seed : int
+        Seed of the bootstrap.
+
+    Examples
+    --------
+    >>> settings = CorrelationSettings(levels=["pooled"], methods=["kendall"], n_boot=200)
+    >>> settings.signature(method="kendall", level="pooled", resample="items").split("|")[1:4]
+    ['method:kendall', 'tau:b', 'level:pooled']
+    >>> CorrelationSettings(methods=["tau"])
+    Traceback (most recent call last):
+    ...
+    ValueError: method must be one of pearson, spearman, kendall; got 'tau'
+    """
+
+    levels: Sequence[str] = LEVELS
+    methods: Sequence[str] = ("pearson", "spearman", "kendall")
+    kendall_variant: str = "b"
+    n_boot: int = 1000
+    confidence: float = 0.95
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "levels", tuple(check_level(lv) for lv in self.levels))
+        object.__setattr__(self, "methods", tuple(check_method(m) for m in self.methods))
+        if not self.levels or not self.methods:
+            raise ValueError("give at least one level and one method")
+        if self.kendall_variant not in ("b", "c"):
+            raise ValueError(f"kendall_variant must be b or c; got {self.kendall_variant!r}")
+        if self.n_boot < 0:
+            raise ValueError(f"n_boot must be >= 0; got {self.n_boot}")
+        if not 0 < self.confidence < 1:
+            raise ValueError(f"confidence must be between 0 and 1; got {self.confidence}")
+
+    def with_levels(self, levels: Sequence[str]) -> CorrelationSettings:
+        return replace(self, levels=tuple(levels))
+
+    def compute(
+        self,
+        x: ArrayLike,
+        y: ArrayLike,
+        *,
+        level: str,
+        method: str,
+        prompts: ArrayLike | None,
+        systems: ArrayLike | None,
+        label: str,
+    ) -> dict[str, Any]:
+        """:func:`level_correlation` with these settings."""
+        return level_correlation(
+            x,
+            y,
+            level=level,
+            prompts=prompts,
+            systems=systems,
+            method=method,
+            kendall_variant=self.kendall_variant,
+            n_boot=self.n_boot,
+            confidence=self.confidence,
+            seed=self.seed,
+            label=label,
+        )
+
+    def signature(
+        self, *, method: str, level: str, resample: str, aggregation: str | None = None
+    ) -> str:
+        """The rendered signature of one correlation row."""
+        return correlation_signature(
+            method=method,
+            level=level,
+            kendall_variant=self.kendall_variant,
+            n_boot=self.n_boot,
+            confidence=self.confidence,
+            seed=self.seed,
+            resample=resample,
+            aggregation=aggregation,
+        )
+
+    def row(
+        self,
+        x: ArrayLike,
+        y: ArrayLike,
+        *,
+        level: str,
+        method: str,
+        prompts: ArrayLike | None,
+        systems: ArrayLike | None,
+        label: str,
+        aggregation: str | None,
+    ) -> dict[str, Any]:
+        """One correlation row: ``level, method``, the result and its ``signature``."""
+        result = self.compute(
+            x, y, level=level, method=method, prompts=prompts, systems=systems, label=label
+        )
+        signature = self.signature(
+            method=method, level=level, resample=str(result["resample"]), aggregation=aggregation
+        )
+        return {"level": level, "method": method, **result, "signature": signature}
+
+
+def settings_from(settings: CorrelationSettings | None, **given: Any) -> CorrelationSettings:
+    """``settings`` when given, else one made of the individual keyword arguments."""
+    return settings if settings is not None else CorrelationSettings(**given)
+
+
 def correlate(
     table: MetaTable,
     *,
@@ -431,6 +552,7 @@ def correlate(
     seed: int = 0,
     metrics: Sequence[str] | None = None,
     criteria: Sequence[str] | None = None,
+    settings: CorrelationSettings | None = None,
 ) -> pd.DataFrame:
     """Correlate every metric with every human criterion.
 
@@ -478,16 +600,21 @@ def correlate(
     >>> round(float(out["estimate"].iloc[0]), 3)
     0.986
     """
-    levels = [check_level(level) for level in levels]
-    methods = [check_method(m) for m in methods]
-    if not levels or not methods:
-        raise ValueError("give at least one level and one method")
-    if "story" in levels and not table.has_prompts:
+    chosen = settings_from(
+        settings,
+        levels=levels,
+        methods=methods,
+        kendall_variant=kendall_variant,
+        n_boot=n_boot,
+        confidence=confidence,
+        seed=seed,
+    )
+    if "story" in chosen.levels and not table.has_prompts:
         raise MetaInputError(
             "the story level needs prompt ids: score records with 'prompt_id', or a story file "
             "(--stories) whose records have 'prompt_id' or a prompt"
         )
-    if "system" in levels and not table.has_systems:
+    if "system" in chosen.levels and not table.has_systems:
         raise MetaInputError(
             "the system level needs systems: score records with 'system', or a story file "
             "(--stories) whose records have 'system'"
@@ -507,38 +634,23 @@ def correlate(
         x = table.metrics[metric].to_numpy(dtype=float)
         for criterion in criterion_names:
             y = table.human[criterion].to_numpy(dtype=float)
-            for level in levels:
-                for method in methods:
-                    result = level_correlation(
+            for level in chosen.levels:
+                for method in chosen.methods:
+                    row = chosen.row(
                         x,
                         y,
                         level=level,
+                        method=method,
                         prompts=prompts,
                         systems=systems,
-                        method=method,
-                        kendall_variant=kendall_variant,
-                        n_boot=n_boot,
-                        confidence=confidence,
-                        seed=seed,
                         label=f"{metric} ~ {criterion}, {level}, {method}",
+                        aggregation=table.aggregation,
                     )
                     rows.append(
                         {
                             "metric": metric,
                             "criterion": criterion,
-                            "level": level,
-                            "method": method,
-                            **result,
-                            "signature": correlation_signature(
-                                method=method,
-                                level=level,
-                                kendall_variant=kendall_variant,
-                                n_boot=n_boot,
-                                confidence=confidence,
-                                seed=seed,
-                                resample=str(result["resample"]),
-                                aggregation=table.aggregation,
-                            ),
+                            **row,
                             "metric_signature": table.metric_signature(metric),
                         }
                     )

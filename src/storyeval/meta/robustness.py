@@ -30,7 +30,7 @@ import pandas as pd
 
 from storyeval.corpus import iter_raw_records
 from storyeval.errors import DataCoverageWarning, DataFileError, DataProblem, warn
-from storyeval.meta.correlation import LEVELS, correlate
+from storyeval.meta.correlation import LEVELS, CorrelationSettings, correlate, settings_from
 from storyeval.meta.data import MetaInputError, MetaTable, load_meta_table
 from storyeval.signature import Signature
 from storyeval.stats import check_method, check_variant, correlation, describe_replicates
@@ -256,14 +256,10 @@ def subset_correlations(
     include_with_each: str | None = None,
     include_all: bool = True,
     min_items: int = 3,
-    levels: Sequence[str] = ("pooled",),
-    methods: Sequence[str] = ("pearson",),
-    kendall_variant: str = "b",
-    n_boot: int = 1000,
-    confidence: float = 0.95,
-    seed: int = 0,
     metrics: Sequence[str] | None = None,
     criteria: Sequence[str] | None = None,
+    settings: CorrelationSettings | None = None,
+    **correlation: Any,
 ) -> pd.DataFrame:
     """Correlations within the subsets defined by a column of ``table.items``.
 
@@ -282,14 +278,22 @@ def subset_correlations(
         Also report the whole table as subset ``(all)``.
     min_items : int
         Smaller subsets are left out (counted in a warning).
-    levels, methods, kendall_variant, n_boot, confidence, seed, metrics, criteria
+    metrics, criteria
         As in :func:`~storyeval.meta.correlate`.
+    settings : CorrelationSettings, optional
+        How to correlate (default: pooled Pearson, 1000 bootstrap replicates, seed 0).
+    **correlation
+        Or the settings as keywords (``levels``, ``methods``, ``kendall_variant``,
+        ``n_boot``, ``confidence``, ``seed``).
 
     Returns
     -------
     DataFrame
         The correlation table with two leading columns, ``subset_column`` and ``subset``.
     """
+    chosen = settings_from(
+        settings, **{"levels": ("pooled",), "methods": ("pearson",), **correlation}
+    )
     if column not in table.items.columns:
         raise ValueError(
             f"no item column {column!r}; available: {', '.join(map(str, table.items.columns))} "
@@ -326,22 +330,14 @@ def subset_correlations(
         sub = table.subset(mask)
         use_levels = [
             level
-            for level in levels
+            for level in chosen.levels
             if not (level == "story" and not sub.has_prompts)
             and not (level == "system" and not sub.has_systems)
         ]
         if not use_levels:
             continue
         result = correlate(
-            sub,
-            levels=use_levels,
-            methods=methods,
-            kendall_variant=kendall_variant,
-            n_boot=n_boot,
-            confidence=confidence,
-            seed=seed,
-            metrics=metrics,
-            criteria=criteria,
+            sub, metrics=metrics, criteria=criteria, settings=chosen.with_levels(use_levels)
         )
         result.insert(0, "subset", label)
         result.insert(0, "subset_column", column)
