@@ -225,17 +225,17 @@ def ceiling_command(
     """The human ceiling: each rater against the mean of the other raters."""
     from storyeval.corpus import read_stories
     from storyeval.meta import LEVELS, METHODS, human_ceiling
-    from storyeval.meta.data import _item_info, _judgments_to_frame, read_judgment_files
+    from storyeval.meta.data import item_info, judgments_frame, read_judgment_files
 
     check_table_path(output)
     levels = check_choices(level or ["pooled"], LEVELS, "--level")
     methods = check_choices(method or list(METHODS), METHODS, "--method")
     with user_errors(), reported_warnings():
-        frame = _judgments_to_frame(read_judgment_files(judgments))
+        frame = judgments_frame(read_judgment_files(judgments))
         story_records = read_stories(stories) if stories is not None else None
         import pandas as pd
 
-        items = _item_info(
+        items = item_info(
             pd.DataFrame(columns=["item_id"]),
             frame,
             story_records,

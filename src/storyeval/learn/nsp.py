@@ -487,9 +487,9 @@ class NspScorer:
 
         from storyeval.learn.trainer import read_metadata
         from storyeval.models import file_identity
-        from storyeval.models.loading import _quiet_transformers
+        from storyeval.models.loading import quiet_transformers
 
-        _quiet_transformers()
+        quiet_transformers()
         path = Path(directory).expanduser().resolve()
         if not path.is_dir():
             raise ModelLoadError(f"{directory}: no such NSP model directory")

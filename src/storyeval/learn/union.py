@@ -595,9 +595,9 @@ class UnionScorer:
         from transformers import AutoModel, AutoTokenizer
 
         from storyeval.models import file_identity
-        from storyeval.models.loading import _quiet_transformers
+        from storyeval.models.loading import quiet_transformers
 
-        _quiet_transformers()
+        quiet_transformers()
         path = Path(directory).expanduser().resolve()
         heads_file = path / HEADS_FILE
         if path.is_dir() and not heads_file.is_file():

@@ -39,7 +39,7 @@ from storyeval.meta.correlation import (
     settings_from,
     tidy_correlations,
 )
-from storyeval.meta.data import MetaInputError, _judgments_to_frame
+from storyeval.meta.data import MetaInputError, judgments_frame
 from storyeval.signature import Signature
 from storyeval.stats import (
     bootstrap_indices,
@@ -333,7 +333,7 @@ def agreement(
             raise ValueError(f"alpha levels must be among {', '.join(ALPHA_LEVELS)}; got {level!r}")
     n_boot = check_n_boot(n_boot)
     check_confidence(confidence)
-    frame = _judgments_to_frame(judgments)
+    frame = judgments_frame(judgments)
     if frame.empty:
         raise MetaInputError("no judgments given")
     available = sorted(set(frame["criterion"]))
@@ -629,7 +629,7 @@ def describe_ratings(judgments: pd.DataFrame | Sequence[Judgment]) -> pd.DataFra
     DataFrame
         ``criterion, mean, sd, n_items, n_raters, n_ratings``.
     """
-    frame = _judgments_to_frame(judgments)
+    frame = judgments_frame(judgments)
     grouped = frame.groupby("criterion")
     out = pd.DataFrame(
         {
@@ -679,7 +679,7 @@ def human_ceiling(
         summary row per criterion x level x method with ``rater`` = ``mean``: the mean of
         the raters' estimates (``n`` = the number of raters averaged; no interval).
     """
-    frame = _judgments_to_frame(judgments)
+    frame = judgments_frame(judgments)
     if frame.empty:
         raise MetaInputError("no judgments given")
     correlation = settings_from(

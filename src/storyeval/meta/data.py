@@ -105,7 +105,7 @@ def aggregate_ratings(
     """
     if method not in AGGREGATIONS:
         raise ValueError(f"method must be one of {', '.join(AGGREGATIONS)}; got {method!r}")
-    frame = _judgments_to_frame(judgments)
+    frame = judgments_frame(judgments)
     if frame.empty:
         return pd.DataFrame(index=pd.Index([], name="item_id"))
     grouped = frame.groupby(["item_id", "criterion"])["value"]
@@ -138,7 +138,13 @@ def aggregate_ratings(
     return wide.astype(float)
 
 
-def _judgments_to_frame(judgments: pd.DataFrame | Sequence[Judgment]) -> pd.DataFrame:
+def judgments_frame(judgments: pd.DataFrame | Sequence[Judgment]) -> pd.DataFrame:
+    """Judgments as a DataFrame with string ids and float values (a frame is checked and
+    copied).
+
+    >>> judgments_frame([Judgment("a", "r1", "q", 4)]).to_dict("records")
+    [{'item_id': 'a', 'rater_id': 'r1', 'criterion': 'q', 'value': 4.0}]
+    """
     if isinstance(judgments, pd.DataFrame):
         frame = judgments
     else:
@@ -263,7 +269,7 @@ def build_meta_table(
         different systems or prompts.
     """
     score_frame = _scores_to_frame(scores)
-    judgment_frame = _judgments_to_frame(judgments)
+    judgment_frame = judgments_frame(judgments)
     if score_frame.empty:
         raise MetaInputError("no scores given")
     if judgment_frame.empty:
@@ -301,7 +307,7 @@ def build_meta_table(
             f"scored item(s) without judgments and {dropped_judged} judged item(s) without scores",
         )
 
-    info = _item_info(score_frame, judgment_frame, stories, common, item_fields)
+    info = item_info(score_frame, judgment_frame, stories, common, item_fields)
     signatures: dict[str, list[str]] = {}
     for metric in chosen_metrics:
         sigs = sorted(
@@ -389,7 +395,7 @@ def _scores_to_frame(scores: Sequence[Score] | pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
-def _item_info(
+def item_info(
     score_frame: pd.DataFrame,
     judgment_frame: pd.DataFrame,
     stories: Sequence[Story] | None,

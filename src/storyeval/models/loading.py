@@ -161,7 +161,7 @@ def _dequantized_smollm_dir() -> Path:
 
     from storyeval.io import atomic_directory
 
-    _quiet_transformers()
+    quiet_transformers()
     tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     quantized = AutoModelForCausalLM.from_pretrained(
         str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32
@@ -262,7 +262,8 @@ def _hub_identity(model: Any, name: str) -> str:
     return f"{name}@{revision[:12]}" if revision else name
 
 
-def _quiet_transformers() -> None:
+def quiet_transformers() -> None:
+    """Silence transformers' progress bars and informational logging."""
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
@@ -319,7 +320,7 @@ def load_pretrained(
         import torch
         from transformers import AutoTokenizer
 
-        _quiet_transformers()
+        quiet_transformers()
         started = time.perf_counter()
         try:
             tokenizer = AutoTokenizer.from_pretrained(path, **(tokenizer_kwargs or {}))
