@@ -33,13 +33,17 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from storyeval.collab.records import SessionRecord
 from storyeval.corpus import Story
 from storyeval.errors import StoryevalError
+from storyeval.markdown import Document, fmt
 from storyeval.signature import Signature
 from storyeval.stats import binomial_test, mean_interval
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 EDIT_METRICS: tuple[tuple[str, str, bool], ...] = (
     ("edit_distance", "levenshtein", False),
@@ -684,62 +688,49 @@ def write_analysis(analysis: WritingAnalysis, directory: str | Path) -> list[Pat
 
 
 def _fmt(value: Any, digits: int = 2) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.{digits}f}"
-    return str(value)
+    return fmt(value, digits)
 
 
 def _p(value: float) -> str:
     if math.isnan(value):
-        return "-"
+        return fmt(value)
     return "< 0.001" if value < 0.001 else f"{value:.3f}"
 
 
-def report_markdown(analysis: WritingAnalysis) -> str:
-    """A Markdown summary laid out like seed 000's Tables 4.1-4.3, with the signatures."""
-    lines = [
-        "# Collaborative-writing analysis",
-        "",
-        f"{analysis.sessions} session(s). Signature: `{analysis.signature}`",
-        "",
-    ]
-    prefs = analysis.preferences
+def _row(label: str, cells: Sequence[str]) -> str:
+    return f"| {label} | " + " | ".join(cells) + " |"
+
+
+def _header(first: str, columns: Sequence[str]) -> list[str]:
+    return [_row(first, columns).replace("|  |", "| |"), "|---|" + "---|" * len(columns)]
+
+
+def _preference_sections(doc: Document, prefs: pd.DataFrame) -> None:
     for name in prefs["session"].unique() if len(prefs) else []:
         part = prefs[(prefs["session"] == name) & (prefs["factor"] == "generator")]
         rounds = list(dict.fromkeys(part["round"]))
-        lines += [
-            f"## {name}: share of chosen suggestions (Table 4.1)",
-            "",
-            "| generator | "
-            + " | ".join("total" if r == "all" else f"#{r}" for r in rounds)
-            + " |",
-            "|---|" + "---|" * len(rounds),
-        ]
+        doc.heading(2, f"{name}: share of chosen suggestions (Table 4.1)")
+        rows = _header("generator", ["total" if r == "all" else f"#{r}" for r in rounds])
         for level in dict.fromkeys(part["level"]):
-            cells = [
-                f"{100 * part[(part['level'] == level) & (part['round'] == r)]['estimate'].iloc[0]:.0f}%"
+            shares = [
+                part[(part["level"] == level) & (part["round"] == r)]["estimate"].iloc[0]
                 for r in rounds
             ]
-            lines.append(f"| {level} | " + " | ".join(cells) + " |")
+            rows.append(_row(str(level), [f"{100 * share:.0f}%" for share in shares]))
+        doc.lines(rows)
         total = part[part["round"] == "all"].iloc[0]
-        lines += [
-            "",
-            f"{int(total['n'])} suggestion pairs; binomial test p = {_p(float(total['p_value']))}.",
-            "",
-        ]
-    edit_table = analysis.edits
+        doc.paragraph(
+            f"{int(total['n'])} suggestion pairs; binomial test p = {_p(float(total['p_value']))}."
+        )
+
+
+def _edit_sections(doc: Document, edit_table: pd.DataFrame) -> None:
     for name in edit_table["session"].unique() if len(edit_table) else []:
         part = edit_table[(edit_table["session"] == name) & (edit_table["round"] == "all")]
         groups = [g for g in dict.fromkeys(part["group"]) if " vs " not in g]
         tests = part[part["group"].str.contains(" vs ")]
-        lines += [
-            f"## {name}: edits between the chosen suggestion and the kept text (Table 4.2)",
-            "",
-            "| | edit distance (lower = more kept) | Jaccard | USER |",
-            "|---|---|---|---|",
-        ]
+        doc.heading(2, f"{name}: edits between the chosen suggestion and the kept text (Table 4.2)")
+        rows = _header("", ["edit distance (lower = more kept)", "Jaccard", "USER"])
         for group in groups:
             cells = [
                 _fmt(
@@ -750,53 +741,53 @@ def report_markdown(analysis: WritingAnalysis) -> str:
                 )
                 for m, _, _ in EDIT_METRICS
             ]
-            lines.append(f"| {group} | " + " | ".join(cells) + " |")
+            rows.append(_row(group, cells))
         if len(tests):
             cells = [
                 _p(float(tests[tests["metric"] == m]["p_value"].iloc[0]))
                 for m, _, _ in EDIT_METRICS
             ]
-            lines.append("| Mann-Whitney U p | " + " | ".join(cells) + " |")
-        lines.append("")
-    stats = analysis.text_stats
+            rows.append(_row("Mann-Whitney U p", cells))
+        doc.lines(rows)
+
+
+def _text_sections(doc: Document, stats: pd.DataFrame) -> None:
     for name in stats["session"].unique() if len(stats) else []:
         part = stats[stats["session"] == name]
         groups = list(dict.fromkeys(part["group"]))
-        lines += [
-            f"## {name}: generated vs human-written text (Table 4.3)",
-            "",
-            "| | " + " | ".join(groups) + " |",
-            "|---|" + "---|" * len(groups),
-        ]
+        doc.heading(2, f"{name}: generated vs human-written text (Table 4.3)")
+        rows = _header("", groups)
         for statistic, _ in TEXT_METRICS:
-            cells = [
-                _fmt(
-                    float(
-                        part[(part["statistic"] == statistic) & (part["group"] == g)][
-                            "estimate"
-                        ].iloc[0]
-                    )
-                )
-                for g in groups
-            ]
-            lines.append(f"| {statistic} | " + " | ".join(cells) + " |")
-        lines.append("")
-    likert = analysis.likert
-    if len(likert):
-        lines += [
-            "## Likert statements",
-            "",
-            "| statement | n | mean | median | agree |",
-            "|---|---|---|---|---|",
+            chosen = part[part["statistic"] == statistic]
+            cells = [_fmt(float(chosen[chosen["group"] == g]["estimate"].iloc[0])) for g in groups]
+            rows.append(_row(statistic, cells))
+        doc.lines(rows)
+
+
+def _likert_section(doc: Document, likert: pd.DataFrame) -> None:
+    if not len(likert):
+        return
+    doc.heading(2, "Likert statements")
+    rows = _header("statement", ["n", "mean", "median", "agree"])
+    for _, row in likert.iterrows():
+        cells = [
+            str(int(row["n"])),
+            _fmt(float(row["estimate"])),
+            _fmt(float(row["median"]), 1),
+            f"{100 * float(row['share_agree']):.0f}%",
         ]
-        for _, row in likert.iterrows():
-            lines.append(
-                f"| {row['text']} | {int(row['n'])} | {_fmt(float(row['estimate']))} | "
-                f"{_fmt(float(row['median']), 1)} | {100 * float(row['share_agree']):.0f}% |"
-            )
-        lines.append("")
-    lines += [
-        "Files: " + ", ".join(f"`{f}`" for f in OUTPUT_FILES.values()) + ".",
-        "",
-    ]
-    return "\n".join(lines)
+        rows.append(_row(str(row["text"]), cells))
+    doc.lines(rows)
+
+
+def report_markdown(analysis: WritingAnalysis) -> str:
+    """A Markdown summary laid out like seed 000's Tables 4.1-4.3, with the signatures."""
+    doc = Document()
+    doc.heading(1, "Collaborative-writing analysis")
+    doc.paragraph(f"{analysis.sessions} session(s). Signature: `{analysis.signature}`")
+    _preference_sections(doc, analysis.preferences)
+    _edit_sections(doc, analysis.edits)
+    _text_sections(doc, analysis.text_stats)
+    _likert_section(doc, analysis.likert)
+    doc.paragraph("Files: " + ", ".join(f"`{f}`" for f in OUTPUT_FILES.values()) + ".")
+    return doc.render()
