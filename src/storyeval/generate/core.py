@@ -11,9 +11,10 @@ word are dropped and generated again, and each story records how often that happ
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -438,23 +439,11 @@ def generate_stories(
     ValueError
         On empty prompts, bad settings, or a prompt too long for the model.
     """
-    from tqdm.auto import tqdm
-
     from storyeval.models import load_causal_lm
 
-    if not prompts:
-        raise ValueError("prompts must not be empty")
-    if num_stories < 1 or batch_size < 1 or max_attempts < 1:
-        raise ValueError("num_stories, batch_size and max_attempts must be >= 1")
-    if not 0 < copy_threshold <= 1:
-        raise ValueError(f"copy_threshold must be in (0, 1]; got {copy_threshold}")
-    if max_words is not None and max_chars is not None:
-        raise ValueError("give at most one of max_words and max_chars")
-    empty = [record.id for record in prompts if not record.prompt.strip()]
-    if empty:
-        raise ValueError(
-            f"every prompt must be non-empty to generate a continuation; empty: {', '.join(empty[:5])}"
-        )
+    _check_settings(
+        prompts, num_stories, batch_size, max_attempts, copy_threshold, max_words, max_chars
+    )
     decoding = decoding or DecodingConfig()
     lm = load_causal_lm(model, option="--model")
     priming = [text.strip() for text in priming if text.strip()]
@@ -479,40 +468,88 @@ def generate_stories(
             "max_attempts": max_attempts,
         },
     ).render()
-    jobs = [
-        _Job(record, n, build_context(record.prompt, priming, sep or ""))
-        for record in prompts
-        for n in range(num_stories)
-    ]
-    _check_context_length(
-        lm,
-        [(record.id, build_context(record.prompt, priming, sep or "")) for record in prompts],
-        decoding.max_new_tokens,
+    contexts = {record.id: build_context(record.prompt, priming, sep or "") for record in prompts}
+    _check_context_length(lm, list(contexts.items()), decoding.max_new_tokens)
+    jobs = [_Job(record, n, contexts[record.id]) for record in prompts for n in range(num_stories)]
+    judge = functools.partial(
+        _judge,
+        max_words=max_words,
+        max_chars=max_chars,
+        max_sentences=None,
+        priming=priming,
+        copy_threshold=copy_threshold,
+        word_filter=word_filter,
     )
-    bar = tqdm(total=len(jobs), desc=f"generate {system}", disable=not progress, unit="story")
+    _run_attempts(
+        lm,
+        jobs,
+        decoding,
+        judge,
+        sep=sep,
+        seed=seed,
+        batch_size=batch_size,
+        max_attempts=max_attempts,
+        label=f"generate {system}",
+        progress=progress,
+    )
+    _raise_failures(jobs, decoding, max_attempts)
+    suffixes = num_stories > 1
+    return [_generated_story(job, system, signature, suffixes, bool(priming)) for job in jobs]
+
+
+def _check_settings(
+    prompts: Sequence[Story],
+    num_stories: int,
+    batch_size: int,
+    max_attempts: int,
+    copy_threshold: float,
+    max_words: int | None,
+    max_chars: int | None,
+) -> None:
+    if not prompts:
+        raise ValueError("prompts must not be empty")
+    if num_stories < 1 or batch_size < 1 or max_attempts < 1:
+        raise ValueError("num_stories, batch_size and max_attempts must be >= 1")
+    if not 0 < copy_threshold <= 1:
+        raise ValueError(f"copy_threshold must be in (0, 1]; got {copy_threshold}")
+    if max_words is not None and max_chars is not None:
+        raise ValueError("give at most one of max_words and max_chars")
+    empty = [record.id for record in prompts if not record.prompt.strip()]
+    if empty:
+        raise ValueError(
+            f"every prompt must be non-empty to generate a continuation; empty: {', '.join(empty[:5])}"
+        )
+
+
+def _run_attempts(
+    lm: Any,
+    jobs: list[_Job],
+    decoding: DecodingConfig,
+    judge: Callable[[str], tuple[str | None, str, float | None]],
+    *,
+    sep: str | None,
+    seed: int,
+    batch_size: int,
+    max_attempts: int,
+    label: str,
+    progress: bool,
+) -> None:
+    """Generate for every job until each has a kept text or its attempts run out."""
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=len(jobs), desc=label, disable=not progress, unit="story")
     generator = seeded_generator(seed)
-    for _attempt in range(max_attempts):
+    for attempt in range(max_attempts):
         pending = [job for job in jobs if job.text is None]
-        if not pending:
-            break
-        if _attempt > 0 and not decoding.do_sample:
+        if not pending or (attempt > 0 and not decoding.do_sample):
             break  # greedy decoding would repeat the dropped texts
         for start in range(0, len(pending), batch_size):
             batch = pending[start : start + batch_size]
-            raws = _generate_raw(
-                lm, [job.context for job in batch], decoding, separator=sep, generator=generator
-            )
+            contexts = [job.context for job in batch]
+            raws = _generate_raw(lm, contexts, decoding, separator=sep, generator=generator)
             for job, raw in zip(batch, raws, strict=True):
                 job.attempts += 1
-                text, reason, overlap = _judge(
-                    raw,
-                    max_words=max_words,
-                    max_chars=max_chars,
-                    max_sentences=None,
-                    priming=priming,
-                    copy_threshold=copy_threshold,
-                    word_filter=word_filter,
-                )
+                text, reason, overlap = judge(raw)
                 if text is None:
                     job.dropped[reason] += 1
                     job.last_reason = reason
@@ -520,48 +557,49 @@ def generate_stories(
                 job.text, job.overlap = text, overlap
                 bar.update(1)
     bar.close()
+
+
+def _raise_failures(jobs: Sequence[_Job], decoding: DecodingConfig, max_attempts: int) -> None:
     failed = [job for job in jobs if job.text is None]
-    if failed:
-        shown = ", ".join(f"{job.record.id}#{job.n + 1} ({job.last_reason})" for job in failed[:10])
-        if not decoding.do_sample:
-            raise GenerationError(
-                "greedy decoding produced a dropped text and would produce it again on every "
-                f"attempt; use sampling or turn the filter off: {shown}"
-            )
+    if not failed:
+        return
+    shown = ", ".join(f"{job.record.id}#{job.n + 1} ({job.last_reason})" for job in failed[:10])
+    if not decoding.do_sample:
         raise GenerationError(
-            f"no usable continuation after {max_attempts} attempts for {len(failed)} "
-            f"story(ies): {shown}; raise --max-attempts or check the prompts and filters"
+            "greedy decoding produced a dropped text and would produce it again on every "
+            f"attempt; use sampling or turn the filter off: {shown}"
         )
-    results = []
-    for job in jobs:
-        suffix = f"-{job.n + 1}" if num_stories > 1 else ""
-        assert job.text is not None
-        extra: dict[str, Any] = {
-            key: value for key, value in job.record.extra.items() if key not in RESERVED_FIELDS
-        }
-        extra.update(
-            prompt_id=job.record.id,
-            signature=signature,
-            attempts=job.attempts,
-            dropped_empty=job.dropped["empty"],
-            dropped_unfinished=job.dropped["unfinished"],
-            dropped_long=job.dropped["long"],
-            dropped_copy=job.dropped["copy"],
-            dropped_offensive=job.dropped["offensive"],
-        )
-        if priming:
-            extra["copy_overlap"] = round(job.overlap or 0.0, 4)
-        results.append(
-            Story(
-                id=f"{job.record.id}-{system}{suffix}",
-                prompt=job.record.prompt,
-                story=job.text,
-                reference=job.record.reference,
-                system=system,
-                extra=extra,
-            )
-        )
-    return results
+    raise GenerationError(
+        f"no usable continuation after {max_attempts} attempts for {len(failed)} "
+        f"story(ies): {shown}; raise --max-attempts or check the prompts and filters"
+    )
+
+
+def _generated_story(job: _Job, system: str, signature: str, suffix: bool, primed: bool) -> Story:
+    assert job.text is not None
+    extra: dict[str, Any] = {
+        key: value for key, value in job.record.extra.items() if key not in RESERVED_FIELDS
+    }
+    extra.update(
+        prompt_id=job.record.id,
+        signature=signature,
+        attempts=job.attempts,
+        dropped_empty=job.dropped["empty"],
+        dropped_unfinished=job.dropped["unfinished"],
+        dropped_long=job.dropped["long"],
+        dropped_copy=job.dropped["copy"],
+        dropped_offensive=job.dropped["offensive"],
+    )
+    if primed:
+        extra["copy_overlap"] = round(job.overlap or 0.0, 4)
+    return Story(
+        id=f"{job.record.id}-{system}" + (f"-{job.n + 1}" if suffix else ""),
+        prompt=job.record.prompt,
+        story=job.text,
+        reference=job.record.reference,
+        system=system,
+        extra=extra,
+    )
 
 
 def _cut_words(text: str, max_words: int | None, max_chars: int | None) -> str:

@@ -415,8 +415,6 @@ def fit(
     OutputDirectoryError
         When ``output`` holds something else.
     """
-    import torch
-
     output = Path(output)
     action = _prepare_directory(output, signature, overwrite)
     if action == "reuse":
@@ -429,146 +427,10 @@ def fit(
     checkpoint = output / CHECKPOINT_DIR
     checkpoint.mkdir(parents=True, exist_ok=True)
     write_text_atomic(checkpoint / "signature.json", signature.to_json() + "\n")
-
-    model = task.model
-    steps_per_epoch = math.ceil(len(train) / config.batch_size)
-    total_steps = steps_per_epoch * config.epochs
-    if config.max_steps is not None:
-        total_steps = min(total_steps, config.max_steps)
-    optimizer = _optimizer(model, config, tuple(getattr(task, "head_prefixes", ())))
-    scheduler = _schedule(optimizer, total_steps, config.warmup)
-    state = _State()
-    best_weights: dict[str, Any] | None = None
-    best_on_disk = -1  # the step whose weights best.pt holds
-    resumed = action == "resume" and (checkpoint / "state.pt").is_file()
-    if resumed:
-        saved = torch.load(checkpoint / "state.pt", map_location="cpu", weights_only=False)
-        model.load_state_dict(saved["model"])
-        optimizer.load_state_dict(saved["optimizer"])
-        scheduler.load_state_dict(saved["scheduler"])
-        torch.set_rng_state(saved["torch_rng"])
-        state = _State(**saved["state"])
-        if state.best_step and state.best_step == saved.get("best_in_state_step"):
-            best_weights = _cpu_state(model)  # the best weights are the checkpoint's own
-        elif (checkpoint / "best.pt").is_file():
-            best_weights = torch.load(checkpoint / "best.pt", map_location="cpu")
-            best_on_disk = state.best_step
-    else:
-        torch.manual_seed(config.seed)
-
-    def save_checkpoint() -> None:
-        """Write the resumable state; the best weights go to ``best.pt`` only when they
-        differ from the current ones (each best once), to keep writes small."""
-        nonlocal best_on_disk
-        best_is_current = best_weights is not None and state.best_step == state.global_step
-        if best_weights is not None and not best_is_current and best_on_disk != state.best_step:
-            _save_torch(best_weights, checkpoint / "best.pt")
-            best_on_disk = state.best_step
-        _save_torch(
-            {
-                "model": model.state_dict(),
-                "optimizer": optimizer.state_dict(),
-                "scheduler": scheduler.state_dict(),
-                "torch_rng": torch.get_rng_state(),
-                "state": asdict(state),
-                "best_in_state_step": state.global_step if best_is_current else None,
-            },
-            checkpoint / "state.pt",
-        )
-
-    def evaluate() -> bool:
-        """Evaluate on dev; return True when training should stop early."""
-        nonlocal best_weights
-        model.eval()
-        with torch.no_grad():
-            metrics = task.evaluate(dev)
-        model.train()
-        entry = {"step": state.global_step, "epoch": state.epoch, **metrics}
-        entry["seconds"] = round(time.perf_counter() - started, 3)
-        state.history.append(entry)
-        if metrics["loss"] < state.best_loss - 1e-9:
-            state.best_loss = float(metrics["loss"])
-            state.best_step = state.global_step
-            state.best_dev = {k: float(v) for k, v in metrics.items()}
-            state.bad_evaluations = 0
-            best_weights = _cpu_state(model)
-        else:
-            state.bad_evaluations += 1
-        save_checkpoint()
-        return state.bad_evaluations >= config.patience
-
-    started = time.perf_counter() - state.seconds
-    model.train()
-    updating = False  # True while the optimizer changes weights the counters do not count yet
-
-    def evaluation_due(at_end: bool) -> bool:
-        """An evaluation belongs to this point and has not happened (also after a resume
-        that was interrupted between a step and its evaluation)."""
-        if state.global_step == 0:
-            return False
-        if state.history and state.history[-1]["step"] == state.global_step:
-            return False
-        if at_end:
-            return True
-        if config.eval_every:
-            return state.global_step % config.eval_every == 0
-        return state.step_in_epoch == 0  # an epoch has just ended
-
-    try:
-        with _progress(total_steps, state.global_step, progress, f"training {task.kind}") as bar:
-            while not state.finished:
-                at_end = state.epoch >= config.epochs or state.global_step >= total_steps
-                if evaluation_due(at_end) and evaluate():
-                    state.stopped_early = not at_end
-                    state.finished = True
-                    break
-                if at_end:
-                    state.finished = True
-                    break
-                batches = _batches(len(train), config.batch_size, config.seed, state.epoch)
-                while state.step_in_epoch < len(batches) and state.global_step < total_steps:
-                    batch = [train[i] for i in batches[state.step_in_epoch]]
-                    loss, shown = task.batch_loss(batch)
-                    loss.backward()
-                    torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
-                    updating = True
-                    optimizer.step()
-                    scheduler.step()
-                    optimizer.zero_grad(set_to_none=True)
-                    state.step_in_epoch += 1
-                    state.global_step += 1
-                    updating = False
-                    state.seconds = time.perf_counter() - started
-                    bar.update(1)
-                    bar.set_postfix({k: f"{v:.3f}" for k, v in shown.items()}, refresh=False)
-                    if on_step is not None:
-                        on_step(state.global_step)
-                    if evaluation_due(state.global_step >= total_steps) and config.eval_every:
-                        if evaluate():
-                            state.stopped_early = state.global_step < total_steps
-                            state.finished = True
-                            break
-                    elif state.global_step % config.save_every == 0:
-                        save_checkpoint()
-                if state.finished:
-                    break
-                if state.step_in_epoch >= len(batches):
-                    state.epoch += 1
-                    state.step_in_epoch = 0
-            state.seconds = time.perf_counter() - started
-    except KeyboardInterrupt:
-        state.seconds = time.perf_counter() - started
-        if not updating:  # else keep the last checkpoint, which is consistent
-            save_checkpoint()
-        raise TrainingInterrupted(
-            f"training interrupted at step {state.global_step} of {total_steps}; the checkpoint "
-            f"is in {checkpoint}: run the same command again to resume"
-        ) from None
-
-    if best_weights is None:  # no evaluation happened (cannot occur with a non-empty dev set)
-        best_weights = _cpu_state(model)
-    model.load_state_dict(best_weights)
-    model.eval()
+    run = _Training(task, train, dev, config, checkpoint, on_step)
+    resumed = run.start(resume=action == "resume")
+    run.loop(progress)
+    run.finish()
     task.save(output)
     metadata = {
         "format": FORMAT_VERSION,
@@ -577,23 +439,215 @@ def fit(
         "signature_text": signature.render(),
         "config": dict(task_config or {}),
         "optimization": asdict(config),
-        "training": {
+        "training": run.summary(data_summary),
+    }
+    write_text_atomic(output / METADATA_FILE, json.dumps(metadata, indent=2) + "\n")
+    shutil.rmtree(checkpoint, ignore_errors=True)
+    return TrainingResult(output, signature, metadata, resumed=resumed, model=task.model)
+
+
+class _Training:
+    """One training run: optimizer, schedule, counters, checkpoints and evaluations."""
+
+    def __init__(
+        self,
+        task: TrainingTask,
+        train: Sequence[Any],
+        dev: Sequence[Any],
+        config: TrainingConfig,
+        checkpoint: Path,
+        on_step: Callable[[int], None] | None,
+    ) -> None:
+        self.task, self.train, self.dev, self.config = task, train, dev, config
+        self.checkpoint, self.on_step = checkpoint, on_step
+        self.model = task.model
+        steps_per_epoch = math.ceil(len(train) / config.batch_size)
+        self.total_steps = steps_per_epoch * config.epochs
+        if config.max_steps is not None:
+            self.total_steps = min(self.total_steps, config.max_steps)
+        heads = tuple(getattr(task, "head_prefixes", ()))
+        self.optimizer = _optimizer(self.model, config, heads)
+        self.scheduler = _schedule(self.optimizer, self.total_steps, config.warmup)
+        self.state = _State()
+        self.best_weights: dict[str, Any] | None = None
+        self.best_on_disk = -1  # the step whose weights best.pt holds
+        self.started = 0.0
+        self.updating = False  # True while the optimizer changes weights not yet counted
+
+    def start(self, *, resume: bool) -> bool:
+        """Resume from the checkpoint when there is one (True), else seed a fresh run."""
+        import torch
+
+        state_file = self.checkpoint / "state.pt"
+        resumed = resume and state_file.is_file()
+        if resumed:
+            saved = torch.load(state_file, map_location="cpu", weights_only=False)
+            self.model.load_state_dict(saved["model"])
+            self.optimizer.load_state_dict(saved["optimizer"])
+            self.scheduler.load_state_dict(saved["scheduler"])
+            torch.set_rng_state(saved["torch_rng"])
+            self.state = _State(**saved["state"])
+            best_step = self.state.best_step
+            if best_step and best_step == saved.get("best_in_state_step"):
+                self.best_weights = _cpu_state(self.model)  # the checkpoint's own weights
+            elif (self.checkpoint / "best.pt").is_file():
+                self.best_weights = torch.load(self.checkpoint / "best.pt", map_location="cpu")
+                self.best_on_disk = best_step
+        else:
+            torch.manual_seed(self.config.seed)
+        self.started = time.perf_counter() - self.state.seconds
+        return resumed
+
+    def save_checkpoint(self) -> None:
+        """Write the resumable state; the best weights go to ``best.pt`` only when they
+        differ from the current ones (each best once), to keep writes small."""
+        import torch
+
+        state = self.state
+        best_is_current = self.best_weights is not None and state.best_step == state.global_step
+        if (
+            self.best_weights is not None
+            and not best_is_current
+            and self.best_on_disk != state.best_step
+        ):
+            _save_torch(self.best_weights, self.checkpoint / "best.pt")
+            self.best_on_disk = state.best_step
+        _save_torch(
+            {
+                "model": self.model.state_dict(),
+                "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict(),
+                "torch_rng": torch.get_rng_state(),
+                "state": asdict(state),
+                "best_in_state_step": state.global_step if best_is_current else None,
+            },
+            self.checkpoint / "state.pt",
+        )
+
+    def evaluate(self) -> bool:
+        """Evaluate on dev; return True when training should stop early."""
+        import torch
+
+        state = self.state
+        self.model.eval()
+        with torch.no_grad():
+            metrics = self.task.evaluate(self.dev)
+        self.model.train()
+        entry = {"step": state.global_step, "epoch": state.epoch, **metrics}
+        entry["seconds"] = round(time.perf_counter() - self.started, 3)
+        state.history.append(entry)
+        if metrics["loss"] < state.best_loss - 1e-9:
+            state.best_loss = float(metrics["loss"])
+            state.best_step = state.global_step
+            state.best_dev = {k: float(v) for k, v in metrics.items()}
+            state.bad_evaluations = 0
+            self.best_weights = _cpu_state(self.model)
+        else:
+            state.bad_evaluations += 1
+        self.save_checkpoint()
+        return state.bad_evaluations >= self.config.patience
+
+    def evaluation_due(self, at_end: bool) -> bool:
+        """An evaluation belongs to this point and has not happened (also after a resume
+        that was interrupted between a step and its evaluation)."""
+        state = self.state
+        if state.global_step == 0:
+            return False
+        if state.history and state.history[-1]["step"] == state.global_step:
+            return False
+        if at_end:
+            return True
+        if self.config.eval_every:
+            return state.global_step % self.config.eval_every == 0
+        return state.step_in_epoch == 0  # an epoch has just ended
+
+    def step(self, batch: list[Any], bar: Any) -> None:
+        """One optimizer step on ``batch``."""
+        import torch
+
+        loss, shown = self.task.batch_loss(batch)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.max_grad_norm)
+        self.updating = True
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.state.step_in_epoch += 1
+        self.state.global_step += 1
+        self.updating = False
+        self.state.seconds = time.perf_counter() - self.started
+        bar.update(1)
+        bar.set_postfix({k: f"{v:.3f}" for k, v in shown.items()}, refresh=False)
+        if self.on_step is not None:
+            self.on_step(self.state.global_step)
+
+    def epoch(self, bar: Any) -> None:
+        """The rest of the current epoch (stops early when the dev loss stops improving)."""
+        state, config = self.state, self.config
+        batches = _batches(len(self.train), config.batch_size, config.seed, state.epoch)
+        while state.step_in_epoch < len(batches) and state.global_step < self.total_steps:
+            self.step([self.train[i] for i in batches[state.step_in_epoch]], bar)
+            if self.evaluation_due(state.global_step >= self.total_steps) and config.eval_every:
+                if self.evaluate():
+                    state.stopped_early = state.global_step < self.total_steps
+                    state.finished = True
+                    return
+            elif state.global_step % config.save_every == 0:
+                self.save_checkpoint()
+        if state.step_in_epoch >= len(batches):
+            state.epoch += 1
+            state.step_in_epoch = 0
+
+    def loop(self, progress: bool) -> None:
+        """Train until the last epoch or step, or an early stop; an interrupt leaves a
+        consistent checkpoint and raises :class:`TrainingInterrupted`."""
+        state = self.state
+        self.model.train()
+        label = f"training {self.task.kind}"
+        try:
+            with _progress(self.total_steps, state.global_step, progress, label) as bar:
+                while not state.finished:
+                    at_end = (
+                        state.epoch >= self.config.epochs or state.global_step >= self.total_steps
+                    )
+                    if self.evaluation_due(at_end) and self.evaluate():
+                        state.stopped_early = not at_end
+                        state.finished = True
+                    elif at_end:
+                        state.finished = True
+                    else:
+                        self.epoch(bar)
+                state.seconds = time.perf_counter() - self.started
+        except KeyboardInterrupt:
+            state.seconds = time.perf_counter() - self.started
+            if not self.updating:  # else keep the last checkpoint, which is consistent
+                self.save_checkpoint()
+            raise TrainingInterrupted(
+                f"training interrupted at step {state.global_step} of {self.total_steps}; the "
+                f"checkpoint is in {self.checkpoint}: run the same command again to resume"
+            ) from None
+
+    def finish(self) -> None:
+        """Load the best weights into the model."""
+        if self.best_weights is None:  # no evaluation happened (not with a non-empty dev set)
+            self.best_weights = _cpu_state(self.model)
+        self.model.load_state_dict(self.best_weights)
+        self.model.eval()
+
+    def summary(self, data_summary: dict[str, Any] | None) -> dict[str, Any]:
+        state, config = self.state, self.config
+        speed = state.global_step * config.batch_size / state.seconds if state.seconds > 0 else None
+        return {
             "steps": state.global_step,
-            "total_steps": total_steps,
+            "total_steps": self.total_steps,
             "epochs_completed": state.epoch,
             "best_step": state.best_step,
             "best_dev": state.best_dev,
             "stopped_early": state.stopped_early,
             "seconds": round(state.seconds, 3),
-            "train_examples": len(train),
-            "dev_examples": len(dev),
-            "examples_per_second": round(state.global_step * config.batch_size / state.seconds, 3)
-            if state.seconds > 0
-            else None,
+            "train_examples": len(self.train),
+            "dev_examples": len(self.dev),
+            "examples_per_second": round(speed, 3) if speed is not None else None,
             "history": state.history,
             "data": dict(data_summary or {}),
-        },
-    }
-    write_text_atomic(output / METADATA_FILE, json.dumps(metadata, indent=2) + "\n")
-    shutil.rmtree(checkpoint, ignore_errors=True)
-    return TrainingResult(output, signature, metadata, resumed=resumed, model=model)
+        }

@@ -707,26 +707,9 @@ def human_ceiling(
                 f"the human ceiling for {criterion!r} needs 2 or more raters; found {wide.shape[0]}",
             )
             continue
-        item_ids = list(wide.columns)
-        prompts = systems = None
-        if items is not None:
-            info = items.reindex(item_ids)
-            prompts = info["prompt_id"].to_numpy(dtype=object)
-            systems = info["system"].to_numpy(dtype=object)
-        for level in levels:
-            if level == "story" and (prompts is None or all(p is None for p in prompts)):
-                raise MetaInputError("the story level of the human ceiling needs prompt ids")
-            if level == "system" and (systems is None or all(s is None for s in systems)):
-                raise MetaInputError("the system level of the human ceiling needs systems")
-        values = wide.to_numpy(dtype=float)
-        for r, rater in enumerate(wide.index):
-            mine = values[r]
-            others = np.delete(values, r, axis=0)
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)
-                rest = np.nanmean(others, axis=0)
-            shared = int((np.isfinite(mine) & np.isfinite(rest)).sum())
-            if shared < min_items:
+        prompts, systems = _item_groups(items, list(wide.columns), levels)
+        for rater, mine, rest in _leave_one_out(wide):
+            if int((np.isfinite(mine) & np.isfinite(rest)).sum()) < min_items:
                 skipped_raters.add(str(rater))
                 continue
             for level in levels:
@@ -741,14 +724,9 @@ def human_ceiling(
                         label=f"rater {rater} ~ others, {criterion}, {level}, {method}",
                         aggregation="leave-one-rater-out",
                     )
+                    rater_columns = {"rater": str(rater), "metric": f"rater:{rater}"}
                     rows.append(
-                        {
-                            "rater": str(rater),
-                            "metric": f"rater:{rater}",
-                            "criterion": criterion,
-                            **row,
-                            "metric_signature": "",
-                        }
+                        {**rater_columns, "criterion": criterion, **row, "metric_signature": ""}
                     )
     if skipped_raters:
         warn(
@@ -760,12 +738,48 @@ def human_ceiling(
         warn(DegenerateInputWarning, "the human ceiling is undefined: no rater qualifies")
         return tidy_correlations([], extra=("rater",))
     per_rater = tidy_correlations(rows, extra=("rater",))
-    summary_rows = []
+    return pd.concat([per_rater, _ceiling_summary(per_rater)], ignore_index=True)
+
+
+def _item_groups(
+    items: pd.DataFrame | None, item_ids: list[str], levels: Sequence[str]
+) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """Prompt and system of each item, checked against the levels that need them."""
+    prompts = systems = None
+    if items is not None:
+        info = items.reindex(item_ids)
+        prompts = info["prompt_id"].to_numpy(dtype=object)
+        systems = info["system"].to_numpy(dtype=object)
+    if "story" in levels and (prompts is None or all(p is None for p in prompts)):
+        raise MetaInputError("the story level of the human ceiling needs prompt ids")
+    if "system" in levels and (systems is None or all(s is None for s in systems)):
+        raise MetaInputError("the system level of the human ceiling needs systems")
+    return prompts, systems
+
+
+def _leave_one_out(wide: pd.DataFrame) -> list[tuple[Any, np.ndarray, np.ndarray]]:
+    """Each rater's ratings beside the mean of the other raters' (per item)."""
+    values = wide.to_numpy(dtype=float)
+    result = []
+    for index, rater in enumerate(wide.index):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            rest = np.nanmean(np.delete(values, index, axis=0), axis=0)
+        result.append((rater, values[index], rest))
+    return result
+
+
+def _ceiling_summary(per_rater: pd.DataFrame) -> pd.DataFrame:
+    """One row per criterion x level x method: the mean of the raters' estimates."""
+    rows = []
     for (criterion, level, method), group in per_rater.groupby(
         ["criterion", "level", "method"], sort=False
     ):
         finite = group["estimate"].dropna()
-        summary_rows.append(
+        signature = Signature(
+            "human_ceiling", {"method": method, "level": level, "summary": "mean over raters"}
+        )
+        rows.append(
             {
                 "rater": "mean",
                 "metric": "human ceiling",
@@ -781,15 +795,11 @@ def human_ceiling(
                 "n_groups": pd.NA,
                 "skipped": pd.NA,
                 "resample": "none",
-                "signature": Signature(
-                    "human_ceiling",
-                    {"method": method, "level": level, "summary": "mean over raters"},
-                ).render(),
+                "signature": signature.render(),
                 "metric_signature": "",
             }
         )
-    summary = tidy_correlations(summary_rows, extra=("rater",))
-    return pd.concat([per_rater, summary], ignore_index=True)
+    return tidy_correlations(rows, extra=("rater",))
 
 
 __all__ = [

@@ -395,6 +395,58 @@ def _scores_to_frame(scores: Sequence[Score] | pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
+class _ItemLabels:
+    """System and prompt id of each item, from several sources that must agree."""
+
+    def __init__(self, items: Sequence[str]) -> None:
+        self.wanted = set(items)
+        self.values: dict[str, dict[str, dict[str, str]]] = {"system": {}, "prompt_id": {}}
+
+    def record(self, kind: str, item: str, value: Any, source: str) -> None:
+        text = _as_text(value)
+        if text is None or item not in self.wanted:
+            return
+        seen = self.values[kind].get(item)
+        if seen is not None and seen["value"] != text:
+            raise MetaInputError(
+                f"item {item!r} has two different {kind} values: {seen['value']!r} "
+                f"({seen['source']}) and {text!r} ({source})"
+            )
+        self.values[kind].setdefault(item, {"value": text, "source": source})
+
+    def record_frame(self, frame: pd.DataFrame, source: str) -> None:
+        for kind in ("system", "prompt_id"):
+            if kind in frame.columns:
+                sub = frame[["item_id", kind]].dropna()
+                for item, value in zip(sub["item_id"], sub[kind], strict=True):
+                    self.record(kind, str(item), value, source)
+
+    def get(self, kind: str, item: str) -> str | None:
+        return self.values[kind].get(item, {}).get("value")
+
+
+def _story_fields(
+    labels: _ItemLabels, stories: Sequence[Story], items: list[str], item_fields: Sequence[str]
+) -> dict[str, dict[str, Any]]:
+    """Labels the scores and judgments lack, from the stories, and the asked-for fields."""
+    extra: dict[str, dict[str, Any]] = {name: {} for name in item_fields}
+    by_id = {s.id: s for s in stories}
+    for item in items:
+        story = by_id.get(item)
+        if story is None:
+            continue
+        if labels.get("system", item) is None:
+            labels.record("system", item, story.system, "stories")
+        if labels.get("prompt_id", item) is None:
+            labels.record("prompt_id", item, story_prompt_id(story), "stories")
+        record = story.to_dict()
+        for name in item_fields:
+            if name in record:
+                value = record[name]
+                extra[name][item] = "|".join(map(str, value)) if isinstance(value, list) else value
+    return extra
+
+
 def item_info(
     score_frame: pd.DataFrame,
     judgment_frame: pd.DataFrame,
@@ -402,45 +454,15 @@ def item_info(
     items: list[str],
     item_fields: Sequence[str],
 ) -> pd.DataFrame:
-    wanted = set(items)
-    values: dict[str, dict[str, dict[str, str]]] = {"system": {}, "prompt_id": {}}
-
-    def _record(kind: str, item: str, value: Any, source: str) -> None:
-        text = _as_text(value)
-        if text is None or item not in wanted:
-            return
-        seen = values[kind].get(item)
-        if seen is not None and seen["value"] != text:
-            raise MetaInputError(
-                f"item {item!r} has two different {kind} values: {seen['value']!r} "
-                f"({seen['source']}) and {text!r} ({source})"
-            )
-        values[kind].setdefault(item, {"value": text, "source": source})
-
-    for frame, source in ((score_frame, "scores"), (judgment_frame, "judgments")):
-        for kind in ("system", "prompt_id"):
-            if kind in frame.columns:
-                sub = frame[["item_id", kind]].dropna()
-                for item, value in zip(sub["item_id"], sub[kind], strict=True):
-                    _record(kind, str(item), value, source)
+    """System, prompt id and the asked-for story fields of each item (index ``item_id``):
+    from the scores, then the judgments, then the stories; two sources that disagree are an
+    error."""
+    labels = _ItemLabels(items)
+    labels.record_frame(score_frame, "scores")
+    labels.record_frame(judgment_frame, "judgments")
     extra: dict[str, dict[str, Any]] = {name: {} for name in item_fields}
     if stories is not None:
-        by_id = {s.id: s for s in stories}
-        for item in items:
-            story = by_id.get(item)
-            if story is None:
-                continue
-            if item not in values["system"]:
-                _record("system", item, story.system, "stories")
-            if item not in values["prompt_id"]:
-                _record("prompt_id", item, story_prompt_id(story), "stories")
-            record = story.to_dict()
-            for name in item_fields:
-                if name in record:
-                    value = record[name]
-                    extra[name][item] = (
-                        "|".join(map(str, value)) if isinstance(value, list) else value
-                    )
+        extra = _story_fields(labels, stories, items, item_fields)
     for name in item_fields:
         if not extra[name]:
             raise MetaInputError(
@@ -448,8 +470,8 @@ def item_info(
                 + ("" if stories is not None else " (pass a story file)")
             )
     frame = pd.DataFrame(index=pd.Index(items, name="item_id"))
-    frame["system"] = [values["system"].get(i, {}).get("value") for i in items]
-    frame["prompt_id"] = [values["prompt_id"].get(i, {}).get("value") for i in items]
+    frame["system"] = [labels.get("system", i) for i in items]
+    frame["prompt_id"] = [labels.get("prompt_id", i) for i in items]
     for name in item_fields:
         frame[name] = [extra[name].get(i) for i in items]
     return frame

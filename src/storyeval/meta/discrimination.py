@@ -287,36 +287,10 @@ def discrimination(
             f"pairs have no column {by!r} to group by; columns: {', '.join(map(str, pairs.columns))}"
         )
     frame = _scores_to_frame(scores)
-    if frame.empty:
-        raise MetaInputError("no scores given")
-    available = list(dict.fromkeys(frame["metric"]))
-    names = list(metrics) if metrics is not None else available
-    for name in names:
-        if name not in available:
-            raise ValueError(f"unknown metric {name!r}; available: {', '.join(available)}")
-    lower = set(lower_is_better)
-    for name in lower:
-        if name not in available:
-            raise ValueError(f"lower_is_better names an unknown metric {name!r}")
-    ids = set(frame["item_id"])
-    unscored = ~pairs["original_id"].astype(str).isin(ids) & ~pairs["altered_id"].astype(str).isin(
-        ids
-    )
-    if unscored.all():
-        raise MetaInputError(
-            "no story of any pair has a score: the score file must score the original and the "
-            f"altered ids (e.g. {pairs['original_id'].iloc[0]!r} and {pairs['altered_id'].iloc[0]!r})"
-        )
+    names, lower = _checked_metrics(frame, metrics, lower_is_better)
+    _check_pairs_scored(frame, pairs)
     wide = frame.pivot(index="item_id", columns="metric", values="value")
-    groups: list[tuple[str, np.ndarray]] = [("(all)", np.ones(len(pairs), dtype=bool))]
-    if by is not None:
-        parts = pairs[by].map(
-            lambda v: (
-                [] if v is None or (isinstance(v, float) and math.isnan(v)) else str(v).split("|")
-            )
-        )
-        for value in sorted({p for ps in parts for p in ps}):
-            groups.append((value, parts.map(lambda ps, v=value: v in ps).to_numpy(dtype=bool)))
+    groups = _pair_groups(pairs, by)
     rows: list[dict[str, Any]] = []
     originals = pairs["original_id"].astype(str).to_numpy()
     altered = pairs["altered_id"].astype(str).to_numpy()
@@ -329,63 +303,21 @@ def discrimination(
         if declared is None:
             declared = registered_direction(metric)
         higher = not (metric in lower or declared is False)
-        column = wide[metric]
-        a = column.reindex(originals).to_numpy(dtype=float)
-        b = column.reindex(altered).to_numpy(dtype=float)
+        a = wide[metric].reindex(originals).to_numpy(dtype=float)
+        b = wide[metric].reindex(altered).to_numpy(dtype=float)
         diff = a - b if higher else b - a
         defined = np.isfinite(diff)
+        missing_total += int((~defined).sum())
         for label, mask in groups:
-            use = mask & defined
-            missing = int((mask & ~defined).sum())
-            if label == "(all)":
-                missing_total += missing
-            d = diff[use]
-            n = int(d.size)
-            wins = int((d > tie_tolerance).sum())
-            losses = int((d < -tie_tolerance).sum())
-            ties = n - wins - losses
-            row: dict[str, Any] = {
-                "metric": metric,
-                "group": label,
-                "direction": "higher" if higher else "lower",
-                "n_pairs": n,
-                "wins": wins,
-                "losses": losses,
-                "ties": ties,
-                "missing": missing,
-                "estimate": float("nan"),
-                "ci_low": float("nan"),
-                "ci_high": float("nan"),
-                "win_rate_ties_half": float("nan"),
-                "p_value": float("nan"),
-            }
-            if n == 0:
-                warn(
-                    DegenerateInputWarning,
-                    f"discrimination of {metric!r} ({label}) is undefined: no pair has both scores",
-                )
-            else:
-                _, ci_low, ci_high = binomial_test(wins, n, confidence=confidence)
-                row.update(
-                    estimate=wins / n,
-                    ci_low=ci_low,
-                    ci_high=ci_high,
-                    win_rate_ties_half=(wins + ties / 2) / n,
-                )
-                if wins + losses > 0:
-                    row["p_value"] = binomial_test(wins, wins + losses, alternative="greater")[0]
-            row["method"] = "sign_test"
-            row["signature"] = Signature(
-                "discrimination",
-                {
-                    "direction": row["direction"],
-                    "ties": "not won; left out of the test",
-                    "tie_tolerance": tie_tolerance,
-                    "ci": "clopper-pearson",
-                    "confidence": confidence,
-                    "test": "binomial one-sided",
-                },
-            ).render()
+            row = _sign_test_row(
+                metric, label, diff[mask & defined], confidence=confidence, tolerance=tie_tolerance
+            )
+            row.update(
+                direction="higher" if higher else "lower", missing=int((mask & ~defined).sum())
+            )
+            row["signature"] = _discrimination_signature(
+                row["direction"], tie_tolerance, confidence
+            )
             row["metric_signature"] = signature
             rows.append(row)
     if missing_total:
@@ -394,10 +326,109 @@ def discrimination(
             f"{missing_total} metric/pair combination(s) lack a score for the original or the "
             "altered story and were left out (see the 'missing' column)",
         )
-    out = pd.DataFrame(rows)
+    out = pd.DataFrame(rows, columns=DISCRIMINATION_COLUMNS)
     if by is None:
         out = out.drop(columns=["group"])
     return out
+
+
+DISCRIMINATION_COLUMNS = (
+    "metric",
+    "group",
+    "direction",
+    "n_pairs",
+    "wins",
+    "losses",
+    "ties",
+    "missing",
+    "estimate",
+    "ci_low",
+    "ci_high",
+    "win_rate_ties_half",
+    "p_value",
+    "method",
+    "signature",
+    "metric_signature",
+)
+
+
+def _checked_metrics(
+    frame: pd.DataFrame, metrics: Sequence[str] | None, lower_is_better: Iterable[str]
+) -> tuple[list[str], set[str]]:
+    if frame.empty:
+        raise MetaInputError("no scores given")
+    available = list(dict.fromkeys(frame["metric"]))
+    names = list(metrics) if metrics is not None else available
+    for name in names:
+        if name not in available:
+            raise ValueError(f"unknown metric {name!r}; available: {', '.join(available)}")
+    lower = set(lower_is_better)
+    for name in lower:
+        if name not in available:
+            raise ValueError(f"lower_is_better names an unknown metric {name!r}")
+    return names, lower
+
+
+def _check_pairs_scored(frame: pd.DataFrame, pairs: pd.DataFrame) -> None:
+    ids = set(frame["item_id"])
+    scored = pairs["original_id"].astype(str).isin(ids) | pairs["altered_id"].astype(str).isin(ids)
+    if not scored.any():
+        raise MetaInputError(
+            "no story of any pair has a score: the score file must score the original and the "
+            f"altered ids (e.g. {pairs['original_id'].iloc[0]!r} and {pairs['altered_id'].iloc[0]!r})"
+        )
+
+
+def _pair_groups(pairs: pd.DataFrame, by: str | None) -> list[tuple[str, np.ndarray]]:
+    """``(all)`` and, with ``by``, one group per value (``|``-joined values count for each)."""
+    groups: list[tuple[str, np.ndarray]] = [("(all)", np.ones(len(pairs), dtype=bool))]
+    if by is None:
+        return groups
+    parts = pairs[by].map(
+        lambda v: [] if v is None or (isinstance(v, float) and math.isnan(v)) else str(v).split("|")
+    )
+    for value in sorted({p for ps in parts for p in ps}):
+        groups.append((value, parts.map(lambda ps, v=value: v in ps).to_numpy(dtype=bool)))
+    return groups
+
+
+def _sign_test_row(
+    metric: str, label: str, diff: np.ndarray, *, confidence: float, tolerance: float
+) -> dict[str, Any]:
+    """Wins, losses and ties of the originals, the win rate with its interval and the
+    one-sided sign test (ties left out)."""
+    n = int(diff.size)
+    wins = int((diff > tolerance).sum())
+    losses = int((diff < -tolerance).sum())
+    ties = n - wins - losses
+    nan = float("nan")
+    row: dict[str, Any] = {"metric": metric, "group": label, "n_pairs": n, "wins": wins}
+    row.update(losses=losses, ties=ties, estimate=nan, ci_low=nan, ci_high=nan)
+    row.update(win_rate_ties_half=nan, p_value=nan, method="sign_test")
+    if n == 0:
+        warn(
+            DegenerateInputWarning,
+            f"discrimination of {metric!r} ({label}) is undefined: no pair has both scores",
+        )
+        return row
+    _, ci_low, ci_high = binomial_test(wins, n, confidence=confidence)
+    row.update(estimate=wins / n, ci_low=ci_low, ci_high=ci_high)
+    row["win_rate_ties_half"] = (wins + ties / 2) / n
+    if wins + losses > 0:
+        row["p_value"] = binomial_test(wins, wins + losses, alternative="greater")[0]
+    return row
+
+
+def _discrimination_signature(direction: str, tolerance: float, confidence: float) -> str:
+    fields = {
+        "direction": direction,
+        "ties": "not won; left out of the test",
+        "tie_tolerance": tolerance,
+        "ci": "clopper-pearson",
+        "confidence": confidence,
+        "test": "binomial one-sided",
+    }
+    return Signature("discrimination", fields).render()
 
 
 __all__ = [

@@ -270,89 +270,36 @@ def score_stories(
     context = context or ScoringContext(progress=progress)
     specs = {name: get_metric(name) for name in names}
     where = str(source) if source is not None else "<stories>"
-
-    # 1. eligible stories per metric
-    eligible: dict[str, list[int]] = {}
-    missing_count: dict[str, tuple[int, str]] = {}
-    for name, spec in specs.items():
-        keep: list[int] = []
-        first: tuple[int, str] | None = None
-        count = 0
-        for index, story in enumerate(stories):
-            reason = _lacks(spec, story, resolved[name])
-            if reason:
-                count += 1
-                if first is None:
-                    first = (index, reason)
-            else:
-                keep.append(index)
-        if count and policy == "error":
-            assert first is not None
-            index, reason = first
-            line = (lines or {}).get(stories[index].id, index + 1)
-            raise MissingInputError(
-                f"metric {name} needs {_needs_text(spec, resolved[name])}: {where}:{line}: story "
-                f"{stories[index].id!r} {reason} ({count} of {len(stories)} stories lack it); "
-                "skip and count them with --skip-missing, or leave the metric out"
-            )
-        eligible[name] = keep
-        missing_count[name] = (count, _needs_text(spec, resolved[name]) if count else "")
-
-    # 2. every embedding metric announces what it will read; encode once per encoder
-    timings: dict[str, float] = {}
+    eligible, missing_count = _eligible(specs, stories, resolved, policy, lines or {}, where)
     batches = {
         name: MetricBatch([stories[i] for i in eligible[name]], context, list(stories))
         for name in names
     }
-    started = time.perf_counter()
-    for name, spec in specs.items():
-        if spec.plan is None or not batches[name].stories:
-            continue
-        for encoder_name, texts, layers in spec.plan(batches[name], resolved[name]):
-            context.cache(encoder_name).request(texts, layers)
-    for cache in context.caches:
-        cache.run()
-    timings["encoder"] = time.perf_counter() - started
-
-    # 3. run the metrics
+    timings = {"encoder": _encode_once(specs, batches, resolved, context)}
     scores: list[Score] = []
     runs: dict[str, MetricRun] = {}
     outputs: dict[str, MetricOutput] = {}
     bar = context.progress_bar(len(names), "metrics")
     for name, spec in specs.items():
-        batch = batches[name]
         started = time.perf_counter()
-        if batch.stories:
-            output = spec.compute(batch, resolved[name])
-            values = np.asarray(output.values, dtype=np.float64)
-            if values.shape != (len(batch.stories),):
-                raise RuntimeError(
-                    f"metric {name} returned {values.shape} values for {len(batch.stories)} stories"
-                )
-            output.values = values
-        else:
-            output = MetricOutput(np.zeros(0))
+        outputs[name] = _compute(spec, batches[name], resolved[name])
         timings[name] = time.perf_counter() - started
-        outputs[name] = output
-        signature = spec.signature(resolved[name], output.models, output.fields, output.omit)
-        rendered = signature.render()
-        for story, value in zip(batch.stories, output.values, strict=True):
-            scores.append(
-                Score(
-                    story.id,
-                    name,
-                    float(value),
-                    rendered,
-                    {"system": story.system, "prompt_id": prompt_id(story)},
-                )
-            )
+        signature = spec.signature(
+            resolved[name], outputs[name].models, outputs[name].fields, outputs[name].omit
+        )
+        scores += _score_records(name, batches[name].stories, outputs[name], signature.render())
         count, reason = missing_count[name]
         runs[name] = MetricRun(
-            name, signature, len(batch.stories), count, reason, timings[name], output.notes
+            name,
+            signature,
+            len(batches[name].stories),
+            count,
+            reason,
+            timings[name],
+            outputs[name].notes,
         )
         bar.update(1)
     bar.close()
-
     systems = aggregate(
         specs,
         batches,
@@ -364,6 +311,83 @@ def score_stories(
         seed=seed,
     )
     return ScoreRun(scores, systems, runs, skipped, timings, context)
+
+
+def _eligible(
+    specs: Mapping[str, MetricSpec],
+    stories: Sequence[Story],
+    resolved: Mapping[str, Mapping[str, Any]],
+    policy: MissingPolicy,
+    lines: Mapping[str, int],
+    where: str,
+) -> tuple[dict[str, list[int]], dict[str, tuple[int, str]]]:
+    """Per metric, the indices of the stories that have its inputs, and how many lack them
+    (a missing input is an error naming the file and line, unless skipped)."""
+    eligible: dict[str, list[int]] = {}
+    missing_count: dict[str, tuple[int, str]] = {}
+    for name, spec in specs.items():
+        reasons = [_lacks(spec, story, resolved[name]) for story in stories]
+        lacking = [index for index, reason in enumerate(reasons) if reason]
+        needs = _needs_text(spec, resolved[name])
+        if lacking and policy == "error":
+            index = lacking[0]
+            line = lines.get(stories[index].id, index + 1)
+            raise MissingInputError(
+                f"metric {name} needs {needs}: {where}:{line}: story "
+                f"{stories[index].id!r} {reasons[index]} ({len(lacking)} of {len(stories)} "
+                "stories lack it); skip and count them with --skip-missing, or leave the metric out"
+            )
+        eligible[name] = [index for index, reason in enumerate(reasons) if not reason]
+        missing_count[name] = (len(lacking), needs if lacking else "")
+    return eligible, missing_count
+
+
+def _encode_once(
+    specs: Mapping[str, MetricSpec],
+    batches: Mapping[str, MetricBatch],
+    resolved: Mapping[str, Mapping[str, Any]],
+    context: ScoringContext,
+) -> float:
+    """Every embedding metric announces what it will read; each encoder encodes each text
+    once. Returns the seconds spent."""
+    started = time.perf_counter()
+    for name, spec in specs.items():
+        if spec.plan is None or not batches[name].stories:
+            continue
+        for encoder_name, texts, layers in spec.plan(batches[name], resolved[name]):
+            context.cache(encoder_name).request(texts, layers)
+    for cache in context.caches:
+        cache.run()
+    return time.perf_counter() - started
+
+
+def _compute(spec: MetricSpec, batch: MetricBatch, options: Mapping[str, Any]) -> MetricOutput:
+    """Run one metric on its batch, checking it returned one value per story."""
+    if not batch.stories:
+        return MetricOutput(np.zeros(0))
+    output = spec.compute(batch, options)
+    values = np.asarray(output.values, dtype=np.float64)
+    if values.shape != (len(batch.stories),):
+        raise RuntimeError(
+            f"metric {spec.name} returned {values.shape} values for {len(batch.stories)} stories"
+        )
+    output.values = values
+    return output
+
+
+def _score_records(
+    name: str, stories: Sequence[Story], output: MetricOutput, signature: str
+) -> list[Score]:
+    return [
+        Score(
+            story.id,
+            name,
+            float(value),
+            signature,
+            {"system": story.system, "prompt_id": prompt_id(story)},
+        )
+        for story, value in zip(stories, output.values, strict=True)
+    ]
 
 
 def _needs_text(spec: MetricSpec, options: Mapping[str, Any]) -> str:

@@ -37,7 +37,6 @@ Registering a metric
 from __future__ import annotations
 
 import functools
-
 import importlib
 import pkgutil
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -121,34 +120,7 @@ class MetricOption:
             if self.default is None or self.type is str:
                 return None
             raise OptionError(f"option {label} cannot be empty; give a {self.type.__name__}")
-        value: Any
-        if self.type is bool:
-            if isinstance(raw, bool):
-                value = raw
-            elif isinstance(raw, str) and raw.strip().lower() in _TRUE | _FALSE:
-                value = raw.strip().lower() in _TRUE
-            else:
-                raise OptionError(f"option {label} must be true or false; got {raw!r}")
-        elif self.type is int:
-            try:
-                if isinstance(raw, bool):
-                    raise ValueError
-                value = int(raw) if not isinstance(raw, float) or raw.is_integer() else None
-                if value is None:
-                    raise ValueError
-            except (TypeError, ValueError):
-                raise OptionError(f"option {label} must be an integer; got {raw!r}") from None
-        elif self.type is float:
-            try:
-                if isinstance(raw, bool):
-                    raise ValueError
-                value = float(raw)
-            except (TypeError, ValueError):
-                raise OptionError(f"option {label} must be a number; got {raw!r}") from None
-            if value != value:
-                raise OptionError(f"option {label} must be a number; got NaN")
-        else:
-            value = str(raw)
+        value = _convert(self.type, raw, label)
         if self.choices is not None and value not in self.choices:
             shown = ", ".join(str(c) for c in self.choices)
             raise OptionError(f"option {label} must be one of {shown}; got {raw!r}")
@@ -165,6 +137,35 @@ class MetricOption:
             kind = "|".join(str(c) for c in self.choices)
         default = "required" if self.required else f"default {_show(self.default)}"
         return f"{self.name} ({kind}, {default}): {self.help}"
+
+
+def _convert(kind: type, raw: Any, label: str) -> Any:
+    """``raw`` (text or a Python value) as a bool, int, float or str."""
+    if kind is bool:
+        if isinstance(raw, bool):
+            return raw
+        if isinstance(raw, str) and raw.strip().lower() in _TRUE | _FALSE:
+            return raw.strip().lower() in _TRUE
+        raise OptionError(f"option {label} must be true or false; got {raw!r}")
+    if kind is int:
+        whole = not isinstance(raw, bool) and (not isinstance(raw, float) or raw.is_integer())
+        try:
+            if not whole:
+                raise ValueError
+            return int(raw)
+        except (TypeError, ValueError):
+            raise OptionError(f"option {label} must be an integer; got {raw!r}") from None
+    if kind is float:
+        try:
+            if isinstance(raw, bool):
+                raise ValueError
+            value = float(raw)
+        except (TypeError, ValueError):
+            raise OptionError(f"option {label} must be a number; got {raw!r}") from None
+        if value != value:
+            raise OptionError(f"option {label} must be a number; got NaN")
+        return value
+    return str(raw)
 
 
 def _show(value: Any) -> str:
@@ -349,7 +350,7 @@ def _default_backends(model: ModelRole | None) -> tuple[str, ...]:
     return ("transformers", "torch") if model in _NEURAL_ROLES else ()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def backend_version(distribution: str) -> str:
     """The installed version of a library that computes numbers (``"absent"`` if missing).
 
