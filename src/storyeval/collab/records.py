@@ -131,6 +131,79 @@ def _names(kind: type | tuple[type, ...]) -> str:
     return " or ".join(words.get(k, k.__name__) for k in kinds)
 
 
+def _turn(turn: Any, label: str, generators: tuple[str, ...]) -> WriterTurn | SuggestionTurn | None:
+    """One submitted turn (None for the open turn of an incomplete session)."""
+    where = f"{label}."
+    if not isinstance(turn, dict):
+        raise _Bad(f"{label}: must be an object")
+    author = _need(turn, "author", str, where)
+    round_number = _need(turn, "round", int, where)
+    if round_number < 1:
+        raise _Bad(f"{where}round: must be >= 1; got {round_number}")
+    text = turn.get("text")
+    if text is None or turn.get("submitted_at", 0) is None:
+        return None
+    if not isinstance(text, str):
+        raise _Bad(f"{where}text: must be a string")
+    if author == "writer":
+        return WriterTurn(round_number, text)
+    if author != "suggestion":
+        raise _Bad(f"{where}author: must be writer or suggestion; got {author!r}")
+    items = [
+        _suggestion(item, f"{where}suggestions[{i}]", generators)
+        for i, item in enumerate(_need(turn, "suggestions", list, where))
+    ]
+    if sorted(s.generator for s in items) != sorted(generators):
+        raise _Bad(
+            f"{where}suggestions: need one suggestion from each generator {list(generators)}"
+        )
+    chosen = _need(turn, "chosen", str, where)
+    if chosen not in generators:
+        raise _Bad(f"{where}chosen: {chosen!r} is not one of {list(generators)}")
+    switches = turn.get("switches", 0)
+    if not isinstance(switches, int) or isinstance(switches, bool) or switches < 0:
+        raise _Bad(f"{where}switches: must be a non-negative integer")
+    return SuggestionTurn(round_number, tuple(items), chosen, text, switches)
+
+
+def _suggestion(item: Any, label: str, generators: tuple[str, ...]) -> Suggestion:
+    where = f"{label}."
+    if not isinstance(item, dict):
+        raise _Bad(f"{label}: must be an object")
+    name = _need(item, "generator", str, where)
+    if name not in generators:
+        raise _Bad(
+            f"{where}generator: {name!r} is not one of the session's generators {list(generators)}"
+        )
+    return Suggestion(
+        name, int(_need(item, "position", int, where)), _need(item, "text", str, where)
+    )
+
+
+def _survey(survey: Any) -> tuple[list[LikertAnswer], list[OpenAnswer]]:
+    likert: list[LikertAnswer] = []
+    answers: list[OpenAnswer] = []
+    if survey is None:
+        return likert, answers
+    if not isinstance(survey, dict):
+        raise _Bad("survey: must be an object or null")
+    for index, item in enumerate(survey.get("likert") or []):
+        where = f"survey.likert[{index}]."
+        value = _need(item, "value", int, where)
+        scale = _need(item, "scale", int, where)
+        if not 1 <= value <= scale:
+            raise _Bad(f"{where}value: must be between 1 and {scale}; got {value}")
+        name = _need(item, "name", str, where)
+        likert.append(LikertAnswer(name, str(item.get("statement", "")), value, scale))
+    for index, item in enumerate(survey.get("questions") or []):
+        where = f"survey.questions[{index}]."
+        name = _need(item, "name", str, where)
+        answers.append(
+            OpenAnswer(name, str(item.get("question", "")), str(item.get("answer") or ""))
+        )
+    return likert, answers
+
+
 def parse_session(record: Mapping[str, Any]) -> SessionRecord:
     """Validate one sessions-file record; raises ``ValueError`` naming the field at fault."""
     if record.get("format") != FORMAT:
@@ -152,77 +225,13 @@ def parse_session(record: Mapping[str, Any]) -> SessionRecord:
     writer: list[WriterTurn] = []
     suggested: list[SuggestionTurn] = []
     for index, turn in enumerate(_need(record, "turns", list, "")):
-        where = f"turns[{index}]."
-        if not isinstance(turn, dict):
-            raise _Bad(f"turns[{index}]: must be an object")
-        author = _need(turn, "author", str, where)
-        round_number = _need(turn, "round", int, where)
-        if round_number < 1:
-            raise _Bad(f"{where}round: must be >= 1; got {round_number}")
-        text = turn.get("text")
-        if text is None or turn.get("submitted_at", 0) is None:
-            continue  # an open (unsubmitted) turn of an incomplete session
-        if not isinstance(text, str):
-            raise _Bad(f"{where}text: must be a string")
-        if author == "writer":
-            writer.append(WriterTurn(round_number, text))
-            continue
-        if author != "suggestion":
-            raise _Bad(f"{where}author: must be writer or suggestion; got {author!r}")
-        items = []
-        for s_index, item in enumerate(_need(turn, "suggestions", list, where)):
-            s_where = f"{where}suggestions[{s_index}]."
-            if not isinstance(item, dict):
-                raise _Bad(f"{where}suggestions[{s_index}]: must be an object")
-            name = _need(item, "generator", str, s_where)
-            if name not in generators:
-                raise _Bad(
-                    f"{s_where}generator: {name!r} is not one of the session's generators {list(generators)}"
-                )
-            items.append(
-                Suggestion(
-                    name,
-                    int(_need(item, "position", int, s_where)),
-                    _need(item, "text", str, s_where),
-                )
-            )
-        if sorted(s.generator for s in items) != sorted(generators):
-            raise _Bad(
-                f"{where}suggestions: need one suggestion from each generator {list(generators)}"
-            )
-        chosen = _need(turn, "chosen", str, where)
-        if chosen not in generators:
-            raise _Bad(f"{where}chosen: {chosen!r} is not one of {list(generators)}")
-        switches = turn.get("switches", 0)
-        if not isinstance(switches, int) or isinstance(switches, bool) or switches < 0:
-            raise _Bad(f"{where}switches: must be a non-negative integer")
-        suggested.append(SuggestionTurn(round_number, tuple(items), chosen, text, switches))
-    likert: list[LikertAnswer] = []
-    answers: list[OpenAnswer] = []
+        parsed = _turn(turn, f"turns[{index}]", generators)
+        if isinstance(parsed, WriterTurn):
+            writer.append(parsed)
+        elif parsed is not None:
+            suggested.append(parsed)
     survey = record.get("survey")
-    if survey is not None:
-        if not isinstance(survey, dict):
-            raise _Bad("survey: must be an object or null")
-        for index, item in enumerate(survey.get("likert") or []):
-            where = f"survey.likert[{index}]."
-            value = _need(item, "value", int, where)
-            scale = _need(item, "scale", int, where)
-            if not 1 <= value <= scale:
-                raise _Bad(f"{where}value: must be between 1 and {scale}; got {value}")
-            likert.append(
-                LikertAnswer(
-                    _need(item, "name", str, where), str(item.get("statement", "")), value, scale
-                )
-            )
-        for index, item in enumerate(survey.get("questions") or []):
-            where = f"survey.questions[{index}]."
-            answers.append(
-                OpenAnswer(
-                    _need(item, "name", str, where),
-                    str(item.get("question", "")),
-                    str(item.get("answer") or ""),
-                )
-            )
+    likert, answers = _survey(survey)
     if status == "complete" and survey is None:
         raise _Bad("survey: a complete session needs its survey answers")
     return SessionRecord(

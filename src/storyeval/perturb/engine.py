@@ -167,42 +167,69 @@ def apply_mixture(
     """
     options = options or PerturbOptions()
     drawn = sample_mixture(rng, techniques)
-    usable: list[str] = []
-    for name in drawn:
-        try:  # try each alone on a copy of the random state, to keep draws reproducible
-            apply_techniques(
-                text,
-                [name],
-                random.Random(rng.random()),
-                corpus,
-                story_id=story_id,
-                options=options,
-            )
-        except NotApplicableError:
-            continue
-        usable.append(name)
+    # try each alone on a copy of the random state, to keep draws reproducible
+    usable = [n for n in drawn if _applies(text, n, rng, corpus, story_id, options)]
     if not usable:
         remaining = [name for name in parse_techniques(list(techniques)) if name not in drawn]
         while remaining and not usable:
-            pick = rng.choices(
-                remaining, weights=[TECHNIQUES[n].mix_weight for n in remaining], k=1
-            )[0]
+            weights = [TECHNIQUES[n].mix_weight for n in remaining]
+            pick = rng.choices(remaining, weights=weights, k=1)[0]
             remaining.remove(pick)
-            try:
-                apply_techniques(
-                    text,
-                    [pick],
-                    random.Random(rng.random()),
-                    corpus,
-                    story_id=story_id,
-                    options=options,
-                )
-            except NotApplicableError:
-                continue
-            usable.append(pick)
+            if _applies(text, pick, rng, corpus, story_id, options):
+                usable.append(pick)
     if not usable:
         raise NotApplicableError("every technique", "none of them can change this story", story_id)
     return apply_techniques(text, usable, rng, corpus, story_id=story_id, options=options)
+
+
+def _applies(
+    text: str,
+    name: str,
+    rng: random.Random,
+    corpus: PerturbationCorpus,
+    story_id: str,
+    options: PerturbOptions,
+) -> bool:
+    """Whether technique ``name`` can change ``text`` (tried on a copy of the random state)."""
+    trial = random.Random(rng.random())
+    try:
+        apply_techniques(text, [name], trial, corpus, story_id=story_id, options=options)
+    except NotApplicableError:
+        return False
+    return True
+
+
+def _check_run(mode: str, samples: int, seed: int) -> None:
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)}; got {mode!r}")
+    if not isinstance(samples, int) or isinstance(samples, bool) or samples < 1:
+        raise ValueError(f"samples must be a positive integer; got {samples!r}")
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise ValueError(f"seed must be an integer; got {seed!r}")
+
+
+def _jobs(
+    sources: Sequence[Story], names: Sequence[str], mode: str, samples: int
+) -> list[tuple[Story, str, list[str], int]]:
+    """``(story, output id, techniques, sample)`` for every output; an output id that is a
+    source id too is an error."""
+    jobs: list[tuple[Story, str, list[str], int]] = []
+    for story in sources:
+        for sample in range(samples):
+            if mode == "each":
+                for name in names:
+                    suffix = name if samples == 1 else f"{name}{sample}"
+                    jobs.append((story, f"{story.id}-{suffix}", [name], sample))
+            else:
+                jobs.append((story, f"{story.id}-p{sample}", list(names), sample))
+    seen = {story.id for story in sources}
+    for _, new_id, _, _ in jobs:
+        if new_id in seen:
+            raise StoryevalError(
+                f"the output id {new_id!r} is also a source story id; rename the source story"
+            )
+        seen.add(new_id)
+    return jobs
 
 
 @dataclass
@@ -301,12 +328,7 @@ def perturb_stories(
     >>> [(s.id, s.techniques) for s in run.stories]
     [('a-p0', ['reordering']), ('b-p0', ['reordering'])]
     """
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {', '.join(MODES)}; got {mode!r}")
-    if not isinstance(samples, int) or isinstance(samples, bool) or samples < 1:
-        raise ValueError(f"samples must be a positive integer; got {samples!r}")
-    if not isinstance(seed, int) or isinstance(seed, bool):
-        raise ValueError(f"seed must be an integer; got {seed!r}")
+    _check_run(mode, samples, seed)
     names = parse_techniques(techniques)
     options = options or PerturbOptions()
     if nlp is None:
@@ -334,15 +356,7 @@ def perturb_stories(
         delexicalize=delexicalize,
         nlp=nlp,
     )
-    jobs: list[tuple[Story, str, list[str], int]] = []
-    for story in sources:
-        for sample in range(samples):
-            if mode == "each":
-                for name in names:
-                    suffix = name if samples == 1 else f"{name}{sample}"
-                    jobs.append((story, f"{story.id}-{suffix}", [name], sample))
-            else:
-                jobs.append((story, f"{story.id}-p{sample}", list(names), sample))
+    jobs = _jobs(sources, names, mode, samples)
     iterator: Any = jobs
     if progress:
         from tqdm import tqdm
@@ -350,23 +364,13 @@ def perturb_stories(
         iterator = tqdm(jobs, desc="perturbing", unit="story", leave=False)
     results: list[PerturbedStory] = []
     skipped: dict[str, str] = {}
-    seen = {story.id for story in sources}
+    apply = apply_mixture if mode == "mix" else apply_techniques
     for story, new_id, chosen, sample in iterator:
-        if new_id in seen:
-            raise StoryevalError(
-                f"the output id {new_id!r} is also a source story id; rename the source story"
-            )
-        seen.add(new_id)
         rng = story_rng(seed, story.id, mode, ",".join(chosen), sample)
         try:
-            if mode == "mix":
-                text, applied, edits = apply_mixture(
-                    story.story, chosen, rng, corpus, story_id=story.id, options=options
-                )
-            else:
-                text, applied, edits = apply_techniques(
-                    story.story, chosen, rng, corpus, story_id=story.id, options=options
-                )
+            text, applied, edits = apply(
+                story.story, chosen, rng, corpus, story_id=story.id, options=options
+            )
         except NotApplicableError as exc:
             if not skip_inapplicable:
                 raise

@@ -151,50 +151,55 @@ def negation_sites(doc: Any) -> list[NegationSite]:
     return sorted(sites, key=lambda s: (s.anchor, s.direction))
 
 
-def _addition_site(verb: Any) -> NegationSite | None:
-    for child in verb.children:
-        if child.dep_ in ("nsubj", "nsubjpass", "expl") and (
+_SUBJECT_DEPS = ("nsubj", "nsubjpass", "expl")
+_FINITE_RULES = {"VBD": "simple_past", "VBZ": "third_singular_present", "VBP": "base"}
+
+
+def _negative_subject(verb: Any) -> bool:
+    """The verb's subject is already negative ("nobody", "no one", "neither of them")."""
+    return any(
+        child.dep_ in _SUBJECT_DEPS
+        and (
             child.lower_ in _NEGATIVE_SUBJECTS
             or any(t.lower_ in ("no", "neither") for t in child.subtree)
-        ):
-            return None
-    auxes = _auxiliaries(verb)
-    if any(aux.tag_ == "TO" or aux.lower_ == "to" for aux in auxes):
-        return None  # infinitive
-    subject_between = False
-    if auxes:
-        first = auxes[0]
-        subject_between = any(
-            c.dep_ in ("nsubj", "nsubjpass", "expl") and first.i < c.i < verb.i
-            for c in verb.children
         )
-        lemma = first.lemma_.lower()
-        if first.tag_ == "MD":
-            rule = "modal"
-        elif lemma == "be":
-            rule = "be"
-        elif lemma == "have":
-            rule = "past_participle"
-        elif lemma == "do":
-            rule = _DO_RULE.get(first.tag_, "base")
-        else:
-            return None
-        can_contract = first.lower_ in _CONTRACTED and not _is_clitic(first)
-        if subject_between and not can_contract:
-            return None  # "Did you not go" needs "Didn't you go"
-        return NegationSite("add", rule, first.i, first.i, can_contract, subject_between)
-    lemma = verb.lemma_.lower()
-    if lemma == "be" and verb.tag_ in ("VBD", "VBZ", "VBP"):
+        for child in verb.children
+    )
+
+
+def _auxiliary_rule(first: Any) -> str | None:
+    """How to negate after the first auxiliary (None: not an auxiliary we negate)."""
+    lemma = first.lemma_.lower()
+    if first.tag_ == "MD":
+        return "modal"
+    if lemma == "be":
+        return "be"
+    if lemma == "have":
+        return "past_participle"
+    if lemma == "do":
+        return _DO_RULE.get(first.tag_, "base")
+    return None
+
+
+def _auxiliary_site(verb: Any, first: Any) -> NegationSite | None:
+    rule = _auxiliary_rule(first)
+    if rule is None:
+        return None
+    subject_between = any(c.dep_ in _SUBJECT_DEPS and first.i < c.i < verb.i for c in verb.children)
+    can_contract = first.lower_ in _CONTRACTED and not _is_clitic(first)
+    if subject_between and not can_contract:
+        return None  # "Did you not go" needs "Didn't you go"
+    return NegationSite("add", rule, first.i, first.i, can_contract, subject_between)
+
+
+def _main_verb_site(verb: Any) -> NegationSite | None:
+    if verb.lemma_.lower() == "be" and verb.tag_ in ("VBD", "VBZ", "VBP"):
         contract = verb.lower_ in _CONTRACTED and not _is_clitic(verb)
         return NegationSite("add", "be", verb.i, verb.i, contract)
     if verb.pos_ != "VERB":
         return None
-    if verb.tag_ == "VBD":
-        return NegationSite("add", "simple_past", verb.i, verb.i, True)
-    if verb.tag_ == "VBZ":
-        return NegationSite("add", "third_singular_present", verb.i, verb.i, True)
-    if verb.tag_ == "VBP":
-        return NegationSite("add", "base", verb.i, verb.i, True)
+    if verb.tag_ in _FINITE_RULES:
+        return NegationSite("add", _FINITE_RULES[verb.tag_], verb.i, verb.i, True)
     if verb.tag_ == "VB":
         has_subject = any(c.dep_ in ("nsubj", "nsubjpass") for c in verb.children)
         if verb.dep_ == "ROOT" and not has_subject and _is_first_word(verb):
@@ -204,6 +209,17 @@ def _addition_site(verb: Any) -> NegationSite | None:
         rule = "past_participle" if verb.tag_ == "VBN" else "gerund"
         return NegationSite("add", rule, verb.i, verb.i, False)
     return None
+
+
+def _addition_site(verb: Any) -> NegationSite | None:
+    if _negative_subject(verb):
+        return None
+    auxes = _auxiliaries(verb)
+    if any(aux.tag_ == "TO" or aux.lower_ == "to" for aux in auxes):
+        return None  # infinitive
+    if auxes:
+        return _auxiliary_site(verb, auxes[0])
+    return _main_verb_site(verb)
 
 
 def _removal_site(negation: Any) -> NegationSite | None:
