@@ -254,6 +254,33 @@ def _legacy_version(
 
 def _check_common(config: StudyConfig, protocol: StudyProtocol, problem: Problem) -> None:
     """The rules every protocol shares: sections, criteria, caps, checks, questions."""
+    _check_sections(config, protocol, problem)
+    _check_criteria(config, protocol, problem)
+    assignment = config.assignment
+    cap = assignment.max_items_per_participant
+    if cap is not None and cap < assignment.items_per_participant:
+        problem(
+            ("assignment", "max_items_per_participant"),
+            f"must be >= items_per_participant ({assignment.items_per_participant}); got {cap}",
+        )
+    if not (protocol.options_required and getattr(config, protocol.name, None) is None):
+        _check_attention_answers(config, protocol, problem)  # the answer keys need the section
+    _check_attention_ids(config, problem)
+    _check_unique([q.name for q in config.questions], ("questions",), "question name", problem)
+    _check_comprehension(config, problem)
+    if config.completion.url is not None and not config.completion.url.startswith(
+        ("https://", "http://")
+    ):
+        problem(("completion", "url"), "must be an http(s) URL")
+
+
+def _check_unique(names: Sequence[str], loc: Loc, what: str, problem: Problem) -> None:
+    for i, name in enumerate(names):
+        if names.count(name) > 1:
+            problem((*loc, i, "name"), f"{what} {name!r} is used twice")
+
+
+def _check_sections(config: StudyConfig, protocol: StudyProtocol, problem: Problem) -> None:
     for name in PROTOCOLS.names():
         if name != protocol.name and getattr(config, name, None) is not None:
             problem((name,), f"this section belongs to protocol {name!r}, not {protocol.name!r}")
@@ -262,6 +289,9 @@ def _check_common(config: StudyConfig, protocol: StudyProtocol, problem: Problem
             (protocol.name,),
             f"required for protocol {protocol.name!r} (it names what is compared)",
         )
+
+
+def _check_criteria(config: StudyConfig, protocol: StudyProtocol, problem: Problem) -> None:
     if protocol.criteria == "none":
         if config.criteria:
             problem(
@@ -270,10 +300,8 @@ def _check_common(config: StudyConfig, protocol: StudyProtocol, problem: Problem
             )
     elif not config.criteria:
         problem(("criteria",), f"protocol {protocol.name!r} needs at least one criterion")
-    names = [c.name for c in config.criteria]
+    _check_unique([c.name for c in config.criteria], ("criteria",), "criterion name", problem)
     for i, criterion in enumerate(config.criteria):
-        if names.count(criterion.name) > 1:
-            problem(("criteria", i, "name"), f"criterion name {criterion.name!r} is used twice")
         if protocol.criteria == "choice" and (
             criterion.scale is not None or criterion.labels is not None
         ):
@@ -281,62 +309,46 @@ def _check_common(config: StudyConfig, protocol: StudyProtocol, problem: Problem
                 ("criteria", i),
                 f"a {protocol.name} criterion is a choice between texts: remove 'scale' and 'labels'",
             )
-    assignment = config.assignment
-    cap = assignment.max_items_per_participant
-    if cap is not None and cap < assignment.items_per_participant:
-        problem(
-            ("assignment", "max_items_per_participant"),
-            f"must be >= items_per_participant ({assignment.items_per_participant}); got {cap}",
-        )
-    if protocol.options_required and getattr(config, protocol.name, None) is None:
-        return  # the answer keys need the section
+
+
+def _check_attention_answers(
+    config: StudyConfig, protocol: StudyProtocol, problem: Problem
+) -> None:
     keys = protocol.answer_keys(config)
     for i, check in enumerate(config.attention_checks):
         for key, values in check.expect.items():
+            loc = ("attention_checks", i, "expect", key)
             if key not in keys:
                 problem(
-                    ("attention_checks", i, "expect", key),
-                    f"unknown answer {key!r}; this protocol's answers are {', '.join(keys)}",
+                    loc, f"unknown answer {key!r}; this protocol's answers are {', '.join(keys)}"
                 )
-                continue
-            wrong = [v for v in values if v not in keys[key]]
-            if wrong or not values:
-                problem(
-                    ("attention_checks", i, "expect", key),
-                    f"accepted values must be among {list(keys[key])}; got {values}",
-                )
+            elif not values or any(v not in keys[key] for v in values):
+                problem(loc, f"accepted values must be among {list(keys[key])}; got {values}")
+
+
+def _check_attention_ids(config: StudyConfig, problem: Problem) -> None:
     ids = [c.id for c in config.attention_checks]
+    last = config.assignment.items_per_participant + len(ids)
     for i, check in enumerate(config.attention_checks):
         if ids.count(check.id) > 1:
             problem(("attention_checks", i, "id"), f"attention-check id {check.id!r} is used twice")
-        if check.position is not None and check.position > assignment.items_per_participant + len(
-            ids
-        ):
+        if check.position is not None and check.position > last:
             problem(
                 ("attention_checks", i, "position"), "is after the end of a participant's batch"
             )
-    qnames = [q.name for q in config.questions]
-    for i, question in enumerate(config.questions):
-        if qnames.count(question.name) > 1:
-            problem(("questions", i, "name"), f"question name {question.name!r} is used twice")
-    if config.comprehension is not None:
-        cnames = [q.name for q in config.comprehension.questions]
-        for i, name in enumerate(cnames):
-            if cnames.count(name) > 1:
-                problem(
-                    ("comprehension", "questions", i, "name"),
-                    f"question name {name!r} is used twice",
-                )
-        if config.platform.name == "prolific" and config.platform.screen_out_code is None:
-            problem(
-                ("platform", "screen_out_code"),
-                "required with a comprehension check on Prolific: participants who fail it are "
-                "screened out with this code (and paid)",
-            )
-    if config.completion.url is not None and not config.completion.url.startswith(
-        ("https://", "http://")
-    ):
-        problem(("completion", "url"), "must be an http(s) URL")
+
+
+def _check_comprehension(config: StudyConfig, problem: Problem) -> None:
+    if config.comprehension is None:
+        return
+    names = [q.name for q in config.comprehension.questions]
+    _check_unique(names, ("comprehension", "questions"), "question name", problem)
+    if config.platform.name == "prolific" and config.platform.screen_out_code is None:
+        problem(
+            ("platform", "screen_out_code"),
+            "required with a comprehension check on Prolific: participants who fail it are "
+            "screened out with this code (and paid)",
+        )
 
 
 def _texts_from(
