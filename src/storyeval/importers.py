@@ -40,7 +40,7 @@ import hashlib
 import json
 import math
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -105,6 +105,42 @@ def _require_file(path: str | Path) -> Path:
 # --------------------------------------------------------------------------- UNION
 
 
+def _utf8_lines(path: Path, problems: list[DataProblem]) -> list[tuple[int, str]]:
+    """The numbered lines of a UTF-8 file (a BOM dropped); undecodable lines become problems."""
+    raw = path.read_bytes()
+    if raw.startswith(b"\xef\xbb\xbf"):
+        raw = raw[3:]
+    lines = []
+    for number, line_bytes in enumerate(raw.split(b"\n"), start=1):
+        try:
+            lines.append((number, line_bytes.decode("utf-8").rstrip("\r")))
+        except UnicodeDecodeError as exc:
+            reason = f"undecodable byte at column {exc.start + 1}; the file must be UTF-8"
+            problems.append(DataProblem(str(path), number, reason))
+    return lines
+
+
+def _union_line(line: str) -> tuple[str, str, list[str]] | str | None:
+    """``(id, text, labels)`` of a UNION line, a reason why it is invalid, or None if blank."""
+    if not line.strip():
+        return None
+    parts = line.split("|||")
+    if len(parts) != 3:
+        return f"expected 3 fields 'ID ||| story ||| labels', found {len(parts)}"
+    item_id, text, labels_text = (p.strip() for p in parts)
+    if not item_id:
+        return "the ID field is empty"
+    if not text:
+        return "the story text is empty"
+    labels = labels_text.split()
+    if not labels:
+        return "no annotator labels"
+    bad = [label for label in labels if label not in ("0", "1")]
+    if bad:
+        return f"labels must be 0 or 1; got {', '.join(map(repr, bad[:3]))}"
+    return item_id, text, labels
+
+
 def import_union(
     path: str | Path,
     *,
@@ -141,54 +177,14 @@ def import_union(
     seen: dict[str, int] = {}
     annotator_counts: set[int] = set()
     whole_text = 0
-    raw = file_path.read_bytes()
-    if raw.startswith(b"\xef\xbb\xbf"):
-        raw = raw[3:]
-    for number, line_bytes in enumerate(raw.split(b"\n"), start=1):
-        try:
-            line = line_bytes.decode("utf-8").rstrip("\r")
-        except UnicodeDecodeError as exc:
-            problems.append(
-                DataProblem(
-                    str(file_path),
-                    number,
-                    f"undecodable byte at column {exc.start + 1}; the file must be UTF-8",
-                )
-            )
+    for number, line in _utf8_lines(file_path, problems):
+        parsed = _union_line(line)
+        if isinstance(parsed, str):
+            problems.append(DataProblem(str(file_path), number, parsed))
             continue
-        if not line.strip():
+        if parsed is None:
             continue
-        parts = line.split("|||")
-        if len(parts) != 3:
-            problems.append(
-                DataProblem(
-                    str(file_path),
-                    number,
-                    f"expected 3 fields 'ID ||| story ||| labels', found {len(parts)}",
-                )
-            )
-            continue
-        item_id, text, labels_text = (p.strip() for p in parts)
-        if not item_id:
-            problems.append(DataProblem(str(file_path), number, "the ID field is empty"))
-            continue
-        if not text:
-            problems.append(DataProblem(str(file_path), number, "the story text is empty"))
-            continue
-        labels = labels_text.split()
-        if not labels:
-            problems.append(DataProblem(str(file_path), number, "no annotator labels"))
-            continue
-        bad = [label for label in labels if label not in ("0", "1")]
-        if bad:
-            problems.append(
-                DataProblem(
-                    str(file_path),
-                    number,
-                    f"labels must be 0 or 1; got {', '.join(map(repr, bad[:3]))}",
-                )
-            )
-            continue
+        item_id, text, labels = parsed
         if item_id in seen:
             problems.append(
                 DataProblem(
@@ -277,7 +273,6 @@ def import_hanna(path: str | Path, *, mean_tolerance: float = 0.01) -> ImportRes
     result = ImportResult("hanna", str(file_path))
     problems: list[DataProblem] = []
     seen: dict[str, int] = {}
-    mismatched = 0
     rows: list[tuple[int, dict[str, Any]]] = []
     for number, record in iter_raw_records(file_path, fmt="csv", required=("Model",)):
         if isinstance(record, DataProblem):
@@ -288,123 +283,24 @@ def import_hanna(path: str | Path, *, mean_tolerance: float = 0.01) -> ImportRes
         raise DataFileError(problems)
     if not rows:
         raise DataFileError.single(file_path, 1, "the file holds no system rows")
-    columns = [c for c in rows[0][1] if c != "Model"]
-    rater_columns = {c: _HANNA_RATER.match(c) for c in columns}
-    mean_columns = [c for c in columns if c in HANNA_CRITERIA]
-    text_columns = [c for c in columns if c in _HANNA_TEXT_COLUMNS]
-    metric_columns = [
-        c
-        for c in columns
-        if c not in mean_columns and c not in text_columns and not rater_columns[c]
-    ]
-    rated = {m.group(2) for m in rater_columns.values() if m}
-    signatures = {c: _import_signature("hanna", file_path, c) for c in metric_columns}
+    layout = _HannaColumns.of([c for c in rows[0][1] if c != "Model"])
+    signatures = {c: _import_signature("hanna", file_path, c) for c in layout.metrics}
+    mismatched = 0
     for number, record in rows:
         model = (record.get("Model") or "").strip()
-        if not model:
-            problems.append(DataProblem(str(file_path), number, "the Model cell is empty"))
-            continue
+        reason = "the Model cell is empty" if not model else ""
         if model in seen:
-            problems.append(
-                DataProblem(
-                    str(file_path),
-                    number,
-                    f"duplicate Model {model!r} (first on line {seen[model]})",
-                )
-            )
+            reason = f"duplicate Model {model!r} (first on line {seen[model]})"
+        if not reason:
+            seen[model] = number
+        parsed = reason if reason else _hanna_row(record, layout)
+        if isinstance(parsed, str):
+            problems.append(DataProblem(str(file_path), number, parsed))
             continue
-        seen[model] = number
-        lists: dict[str, list[Any]] = {}
-        row_ok = True
-        for column in columns:
-            try:
-                lists[column] = _parse_list(record.get(column))
-            except (ValueError, json.JSONDecodeError) as exc:
-                problems.append(DataProblem(str(file_path), number, f"column {column!r}: {exc}"))
-                row_ok = False
-        if not row_ok:
-            continue
-        lengths = {len(v) for v in lists.values()}
-        if len(lengths) > 1:
-            detail = ", ".join(f"{c!r}: {len(v)}" for c, v in list(lists.items())[:6])
-            problems.append(
-                DataProblem(
-                    str(file_path),
-                    number,
-                    f"the lists of one row must have the same length; got {detail}",
-                )
-            )
-            continue
-        size = lengths.pop() if lengths else 0
-        numeric: dict[str, list[float]] = {}
-        for column in columns:
-            if column in text_columns:
-                continue
-            try:
-                numeric[column] = [_number(v) for v in lists[column]]
-            except ValueError as exc:
-                problems.append(DataProblem(str(file_path), number, f"column {column!r}: {exc}"))
-                row_ok = False
-        if not row_ok:
-            continue
-        for position in range(size):
-            prompt_id = f"prompt-{position}"
-            item_id = f"{prompt_id}:{model}"
-            where = {"system": model, "prompt_id": prompt_id}
-            if "Story" in text_columns:
-                story_text = lists["Story"][position]
-                prompt_text = lists["Prompt"][position] if "Prompt" in text_columns else ""
-                if isinstance(story_text, str) and story_text.strip():
-                    result.stories.append(
-                        Story(
-                            item_id,
-                            str(prompt_text or ""),
-                            story_text,
-                            system=model,
-                            extra={"prompt_id": prompt_id},
-                        )
-                    )
-            for column in metric_columns:
-                result.scores.append(
-                    Score(
-                        item_id, column, numeric[column][position], signatures[column], dict(where)
-                    )
-                )
-            for column, match in rater_columns.items():
-                if not match:
-                    continue
-                value = numeric[column][position]
-                if math.isfinite(value):
-                    result.judgments.append(
-                        Judgment(
-                            item_id,
-                            f"Human {match.group(1)}",
-                            match.group(2),
-                            value,
-                            extra=dict(where),
-                        )
-                    )
-            for criterion in mean_columns:
-                value = numeric[criterion][position]
-                if criterion in rated:
-                    raters = [
-                        numeric[c][position]
-                        for c, m in rater_columns.items()
-                        if m and m.group(2) == criterion and math.isfinite(numeric[c][position])
-                    ]
-                    if (
-                        raters
-                        and math.isfinite(value)
-                        and abs(sum(raters) / len(raters) - value) > mean_tolerance
-                    ):
-                        mismatched += 1
-                    continue
-                if math.isfinite(value):
-                    result.judgments.append(
-                        Judgment(
-                            item_id, "mean", criterion, value, extra={**where, "aggregate": "mean"}
-                        )
-                    )
+        lists, numeric = parsed
+        for position in range(len(next(iter(lists.values()), []))):
+            cells = _HannaCells(model, position, lists, numeric)
+            mismatched += _hanna_item(result, cells, layout, signatures, mean_tolerance)
     if problems:
         raise DataFileError(problems)
     if not result.judgments:
@@ -413,23 +309,149 @@ def import_hanna(path: str | Path, *, mean_tolerance: float = 0.01) -> ImportRes
             1,
             f"no human rating column found (expected some of {', '.join(HANNA_CRITERIA)})",
         )
+    result.notes.extend(_hanna_notes(result, layout, mismatched, mean_tolerance))
+    return result
+
+
+@dataclass(frozen=True)
+class _HannaColumns:
+    """The columns of a HANNA-style file by role."""
+
+    all: list[str]
+    raters: dict[str, re.Match[str] | None]
+    means: list[str]
+    texts: list[str]
+    metrics: list[str]
+    rated: set[str]
+
+    @classmethod
+    def of(cls, columns: list[str]) -> _HannaColumns:
+        raters = {c: _HANNA_RATER.match(c) for c in columns}
+        means = [c for c in columns if c in HANNA_CRITERIA]
+        texts = [c for c in columns if c in _HANNA_TEXT_COLUMNS]
+        metrics = [c for c in columns if c not in means and c not in texts and not raters[c]]
+        rated = {m.group(2) for m in raters.values() if m}
+        return cls(columns, raters, means, texts, metrics, rated)
+
+
+@dataclass(frozen=True)
+class _HannaCells:
+    """One story's cells: the system's row and the story's position in its lists."""
+
+    model: str
+    position: int
+    lists: dict[str, list[Any]]
+    numeric: dict[str, list[float]]
+
+    @property
+    def prompt_id(self) -> str:
+        return f"prompt-{self.position}"
+
+    @property
+    def item_id(self) -> str:
+        return f"{self.prompt_id}:{self.model}"
+
+    def value(self, column: str) -> float:
+        return self.numeric[column][self.position]
+
+
+def _hanna_row(
+    record: dict[str, Any], layout: _HannaColumns
+) -> tuple[dict[str, list[Any]], dict[str, list[float]]] | str:
+    """A row's lists (every cell a JSON list, all of one length) and their numbers, or the
+    reason it is invalid."""
+    lists: dict[str, list[Any]] = {}
+    errors = []
+    for column in layout.all:
+        try:
+            lists[column] = _parse_list(record.get(column))
+        except (ValueError, json.JSONDecodeError) as exc:
+            errors.append(f"column {column!r}: {exc}")
+    if errors:
+        return "; ".join(errors)
+    if len({len(v) for v in lists.values()}) > 1:
+        detail = ", ".join(f"{c!r}: {len(v)}" for c, v in list(lists.items())[:6])
+        return f"the lists of one row must have the same length; got {detail}"
+    numeric: dict[str, list[float]] = {}
+    for column in layout.all:
+        if column in layout.texts:
+            continue
+        try:
+            numeric[column] = [_number(v) for v in lists[column]]
+        except ValueError as exc:
+            errors.append(f"column {column!r}: {exc}")
+    return "; ".join(errors) if errors else (lists, numeric)
+
+
+def _hanna_item(
+    result: ImportResult,
+    cells: _HannaCells,
+    layout: _HannaColumns,
+    signatures: dict[str, str],
+    tolerance: float,
+) -> int:
+    """Add one story's text, scores and judgments; return 1 when a mean rating disagrees
+    with its raters' ratings (those are imported instead), else 0."""
+    where = {"system": cells.model, "prompt_id": cells.prompt_id}
+    if "Story" in layout.texts:
+        story_text = cells.lists["Story"][cells.position]
+        prompt_text = cells.lists["Prompt"][cells.position] if "Prompt" in layout.texts else ""
+        if isinstance(story_text, str) and story_text.strip():
+            extra = {"prompt_id": cells.prompt_id}
+            story = Story(
+                cells.item_id, str(prompt_text or ""), story_text, system=cells.model, extra=extra
+            )
+            result.stories.append(story)
+    for column in layout.metrics:
+        result.scores.append(
+            Score(cells.item_id, column, cells.value(column), signatures[column], dict(where))
+        )
+    for column, match in layout.raters.items():
+        if match and math.isfinite(cells.value(column)):
+            rater = f"Human {match.group(1)}"
+            result.judgments.append(
+                Judgment(
+                    cells.item_id, rater, match.group(2), cells.value(column), extra=dict(where)
+                )
+            )
+    mismatched = 0
+    for criterion in layout.means:
+        value = cells.value(criterion)
+        if criterion in layout.rated:
+            raters = [
+                cells.value(c)
+                for c, m in layout.raters.items()
+                if m and m.group(2) == criterion and math.isfinite(cells.value(c))
+            ]
+            mean = sum(raters) / len(raters) if raters else value
+            mismatched += int(math.isfinite(value) and abs(mean - value) > tolerance)
+        elif math.isfinite(value):
+            extra = {**where, "aggregate": "mean"}
+            result.judgments.append(Judgment(cells.item_id, "mean", criterion, value, extra=extra))
+    return mismatched
+
+
+def _hanna_notes(
+    result: ImportResult, layout: _HannaColumns, mismatched: int, tolerance: float
+) -> list[str]:
+    notes = []
     if not result.stories:
-        result.notes.append(
+        notes.append(
             "no story texts in the file (no Story column): stories.jsonl is not written; the "
             "score and judgment records carry system and prompt_id"
         )
     if mismatched:
-        result.notes.append(
+        notes.append(
             f"{mismatched} mean rating(s) differ from the mean of the per-rater columns by more "
-            f"than {mean_tolerance}; the per-rater ratings were imported"
+            f"than {tolerance}; the per-rater ratings were imported"
         )
-    only_means = [c for c in mean_columns if c not in rated]
+    only_means = [c for c in layout.means if c not in layout.rated]
     if only_means:
-        result.notes.append(
+        notes.append(
             f"criteria {', '.join(only_means)} have only mean ratings (rater_id 'mean'): no "
             "agreement can be computed for them"
         )
-    return result
+    return notes
 
 
 # --------------------------------------------------------------------------- DeltaScore
@@ -449,6 +471,57 @@ def _is_numeric(value: Any) -> bool:
             return False
         return bool(value.strip())
     return False
+
+
+def _deltascore_aspects(
+    records: Sequence[tuple[int, dict[str, Any]]], aspects: Sequence[str] | None
+) -> list[str]:
+    """The rating fields: those given, else every non-text field with a number somewhere."""
+    if aspects is not None:
+        return list(aspects)
+    found: dict[str, None] = {}
+    for _, record in records:
+        for key, value in record.items():
+            if key not in _DELTASCORE_TEXT and _is_numeric(value):
+                found[key] = None
+    return list(found)
+
+
+def _deltascore_ratings(
+    record: Mapping[str, Any], aspects: Sequence[str]
+) -> tuple[dict[str, float], list[str]]:
+    """The record's ratings, and the reasons any of them is invalid."""
+    ratings: dict[str, float] = {}
+    reasons = []
+    for aspect in aspects:
+        if aspect not in record or record[aspect] is None or record[aspect] == "":
+            continue
+        try:
+            value = _number(record[aspect])
+        except ValueError:
+            reasons.append(f"aspect {aspect!r} must be a number; got {record[aspect]!r}")
+            continue
+        if not math.isfinite(value):
+            reasons.append(f"aspect {aspect!r} is not finite")
+            continue
+        ratings[aspect] = value
+    return ratings, reasons
+
+
+def _deltascore_story(
+    record: Mapping[str, Any], item_id: str, aspects: Sequence[str], prompt_id: str
+) -> Story:
+    extra = {k: v for k, v in record.items() if k not in _DELTASCORE_TEXT and k not in aspects}
+    extra["prompt_id"] = prompt_id
+    reference = record.get("reference")
+    return Story(
+        item_id,
+        str(record["title"]),
+        str(record["story"]),
+        reference=str(reference) if isinstance(reference, str) and reference.strip() else None,
+        system=str(record["model"]),
+        extra=extra,
+    )
 
 
 def import_deltascore(path: str | Path, *, aspects: Sequence[str] | None = None) -> ImportResult:
@@ -482,85 +555,30 @@ def import_deltascore(path: str | Path, *, aspects: Sequence[str] | None = None)
         raise DataFileError(problems)
     if not records:
         raise DataFileError.single(file_path, 1, "the file holds no records")
-    if aspects is None:
-        found: dict[str, None] = {}
-        for _, record in records:
-            for key, value in record.items():
-                if key not in _DELTASCORE_TEXT and _is_numeric(value):
-                    found[key] = None
-        chosen = list(found)
-    else:
-        chosen = list(aspects)
+    chosen = _deltascore_aspects(records, aspects)
     if not chosen:
         raise DataFileError.single(file_path, records[0][0], "no numeric rating field found")
     seen: dict[str, int] = {}
     for ordinal, (number, record) in enumerate(records, start=1):
         missing = [k for k in ("title", "story", "model") if not str(record.get(k) or "").strip()]
-        if missing:
-            problems.append(
-                DataProblem(str(file_path), number, f"missing field(s) {', '.join(missing)}")
-            )
-            continue
         item_id = str(record["id"]) if record.get("id") not in (None, "") else f"d{ordinal:05d}"
-        if item_id in seen:
-            problems.append(
-                DataProblem(
-                    str(file_path),
-                    number,
-                    f"duplicate id {item_id!r} (first on line {seen[item_id]})",
-                )
+        if missing or item_id in seen:
+            reason = (
+                f"missing field(s) {', '.join(missing)}"
+                if missing
+                else f"duplicate id {item_id!r} (first on line {seen[item_id]})"
             )
+            problems.append(DataProblem(str(file_path), number, reason))
             continue
         seen[item_id] = number
-        ratings: dict[str, float] = {}
-        for aspect in chosen:
-            if aspect not in record or record[aspect] is None or record[aspect] == "":
-                continue
-            try:
-                value = _number(record[aspect])
-            except ValueError:
-                problems.append(
-                    DataProblem(
-                        str(file_path),
-                        number,
-                        f"aspect {aspect!r} must be a number; got {record[aspect]!r}",
-                    )
-                )
-                continue
-            if not math.isfinite(value):
-                problems.append(
-                    DataProblem(str(file_path), number, f"aspect {aspect!r} is not finite")
-                )
-                continue
-            ratings[aspect] = value
-        title = str(record["title"])
-        prompt_id = prompt_key(title)
-        model = str(record["model"])
-        extra = {k: v for k, v in record.items() if k not in _DELTASCORE_TEXT and k not in chosen}
-        extra["prompt_id"] = prompt_id
-        reference = record.get("reference")
-        result.stories.append(
-            Story(
-                item_id,
-                title,
-                str(record["story"]),
-                reference=str(reference)
-                if isinstance(reference, str) and reference.strip()
-                else None,
-                system=model,
-                extra=extra,
-            )
-        )
+        ratings, reasons = _deltascore_ratings(record, chosen)
+        problems += [DataProblem(str(file_path), number, reason) for reason in reasons]
+        story = _deltascore_story(record, item_id, chosen, prompt_key(str(record["title"])))
+        result.stories.append(story)
+        judgment_extra = {"system": story.system, "prompt_id": story.extra["prompt_id"]}
         for aspect, value in ratings.items():
-            result.judgments.append(
-                Judgment(
-                    item_id,
-                    "mean",
-                    aspect,
-                    value,
-                    extra={"system": model, "prompt_id": prompt_id, "aggregate": "mean"},
-                )
-            )
+            extra = {**judgment_extra, "aggregate": "mean"}
+            result.judgments.append(Judgment(item_id, "mean", aspect, value, extra=extra))
     if problems:
         raise DataFileError(problems)
     result.notes.append(f"aspects imported as mean ratings (rater_id 'mean'): {', '.join(chosen)}")
