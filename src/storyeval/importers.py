@@ -56,6 +56,7 @@ from storyeval.corpus import (
     write_stories,
 )
 from storyeval.errors import DataFileError, DataProblem
+from storyeval.registry import Registry, UnknownNameError
 from storyeval.signature import Signature
 
 HANNA_CRITERIA: tuple[str, ...] = (
@@ -596,19 +597,23 @@ def import_judgments(path: str | Path) -> ImportResult:
     return result
 
 
-IMPORTERS: dict[str, Callable[..., ImportResult]] = {
-    "union": import_union,
-    "hanna": import_hanna,
-    "deltascore": import_deltascore,
-    "judgments": import_judgments,
-}
+class UnknownFormatError(UnknownNameError, ValueError):
+    """An import format that no importer is registered for."""
+
+
+#: Importers by format name: the built-ins, then the ``storyeval.importers`` entry points.
+IMPORTERS: Registry[Callable[..., ImportResult]] = Registry(
+    "import format", entry_point_group="storyeval.importers", error=UnknownFormatError
+)
+IMPORTERS.register("union", import_union)
+IMPORTERS.register("hanna", import_hanna)
+IMPORTERS.register("deltascore", import_deltascore)
+IMPORTERS.register("judgments", import_judgments)
 
 
 def import_file(fmt: str, path: str | Path, **options: Any) -> ImportResult:
     """Run the importer registered as ``fmt``."""
-    if fmt not in IMPORTERS:
-        raise ValueError(f"format must be one of {', '.join(IMPORTERS)}; got {fmt!r}")
-    return IMPORTERS[fmt](path, **options)
+    return IMPORTERS.get(fmt)(path, **options)
 
 
 def write_import(result: ImportResult, out_dir: str | Path) -> dict[str, Path]:

@@ -38,6 +38,28 @@ def _set_threads(threads: int | None) -> None:
         torch.set_num_threads(threads)
 
 
+#: the options every ``storyeval train`` command shares (command-line name -> setting)
+_COMMON = {
+    "dev": "dev",
+    "overwrite": "overwrite",
+    "quiet": "quiet",
+    "threads": "threads",
+    "epochs": "epochs",
+    "learning_rate": "learning_rate",
+    "head_lr": "head_learning_rate",
+    "batch_size": "batch_size",
+    "seed": "seed",
+    "patience": "patience",
+    "eval_every": "eval_every",
+    "max_steps": "max_steps",
+}
+
+
+def _common(given: dict[str, Any]) -> dict[str, Any]:
+    """The shared options of a train command, from its arguments."""
+    return {setting: given[name] for name, setting in _COMMON.items()}
+
+
 def _train_and_report(
     train: Any,
     stories: Path,
@@ -91,6 +113,17 @@ def _report(result: Any) -> None:
     typer.echo(f"signature: {result.signature.render()}")
 
 
+# options every train command shares
+_DEV_FRACTION = typer.Option(0.1, "--dev-fraction", help="Share held out for dev.")
+_PATIENCE = typer.Option(2, "--patience", min=1, help="Evaluations without improvement.")
+_EVAL_EVERY = typer.Option(
+    None, "--eval-every", min=1, help="Evaluate every N steps (default: every epoch)."
+)
+_MAX_STEPS = typer.Option(None, "--max-steps", min=1, help="Stop after N steps.")
+_THREADS = typer.Option(None, "--threads", min=1, help="CPU threads for torch.")
+_OVERWRITE = typer.Option(False, "--overwrite", help="Replace a model trained with other settings.")
+
+
 @train_app.command("union")
 def union(
     stories: Path = _STORIES,
@@ -136,16 +169,12 @@ def union(
     ),
     negatives: int = typer.Option(1, "--negatives", min=1, help="Negative samples per story."),
     dev: Path = _DEV,
-    dev_fraction: float = typer.Option(0.1, "--dev-fraction", help="Share held out for dev."),
-    patience: int = typer.Option(2, "--patience", min=1, help="Evaluations without improvement."),
-    eval_every: int = typer.Option(
-        None, "--eval-every", min=1, help="Evaluate every N steps (default: every epoch)."
-    ),
-    max_steps: int = typer.Option(None, "--max-steps", min=1, help="Stop after N steps."),
-    threads: int = typer.Option(None, "--threads", min=1, help="CPU threads for torch."),
-    overwrite: bool = typer.Option(
-        False, "--overwrite", help="Replace a model trained with other settings."
-    ),
+    dev_fraction: float = _DEV_FRACTION,
+    patience: int = _PATIENCE,
+    eval_every: int = _EVAL_EVERY,
+    max_steps: int = _MAX_STEPS,
+    threads: int = _THREADS,
+    overwrite: bool = _OVERWRITE,
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
     """Train UNION (Guan & Huang 2020) on human-written stories.
@@ -181,24 +210,7 @@ def union(
         )
     except ValueError as exc:
         raise exit_with(f"error: {exc}") from None
-    _train_and_report(
-        train_union,
-        stories,
-        output,
-        config,
-        dev=dev,
-        overwrite=overwrite,
-        quiet=quiet,
-        threads=threads,
-        epochs=epochs,
-        learning_rate=learning_rate,
-        head_learning_rate=head_lr,
-        batch_size=batch_size,
-        seed=seed,
-        patience=patience,
-        eval_every=eval_every,
-        max_steps=max_steps,
-    )
+    _train_and_report(train_union, stories, output, config, **_common(locals()))
 
 
 @train_app.command("nsp")
@@ -231,16 +243,12 @@ def nsp(
         False, "--no-prompt", help="Do not pair the prompt with the story."
     ),
     dev: Path = _DEV,
-    dev_fraction: float = typer.Option(0.1, "--dev-fraction", help="Share held out for dev."),
-    patience: int = typer.Option(2, "--patience", min=1, help="Evaluations without improvement."),
-    eval_every: int = typer.Option(
-        None, "--eval-every", min=1, help="Evaluate every N steps (default: every epoch)."
-    ),
-    max_steps: int = typer.Option(None, "--max-steps", min=1, help="Stop after N steps."),
-    threads: int = typer.Option(None, "--threads", min=1, help="CPU threads for torch."),
-    overwrite: bool = typer.Option(
-        False, "--overwrite", help="Replace a model trained with other settings."
-    ),
+    dev_fraction: float = _DEV_FRACTION,
+    patience: int = _PATIENCE,
+    eval_every: int = _EVAL_EVERY,
+    max_steps: int = _MAX_STEPS,
+    threads: int = _THREADS,
+    overwrite: bool = _OVERWRITE,
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
     """Train a next-sentence-prediction head (BERT's NSP objective) on a story corpus.
@@ -261,24 +269,7 @@ def nsp(
         )
     except ValueError as exc:
         raise exit_with(f"error: {exc}") from None
-    _train_and_report(
-        train_nsp,
-        stories,
-        output,
-        config,
-        dev=dev,
-        overwrite=overwrite,
-        quiet=quiet,
-        threads=threads,
-        epochs=epochs,
-        learning_rate=learning_rate,
-        head_learning_rate=head_lr,
-        batch_size=batch_size,
-        seed=seed,
-        patience=patience,
-        eval_every=eval_every,
-        max_steps=max_steps,
-    )
+    _train_and_report(train_nsp, stories, output, config, **_common(locals()))
 
 
 def register(app: typer.Typer) -> None:

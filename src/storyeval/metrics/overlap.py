@@ -109,37 +109,35 @@ def _corpus_bleu(stats: np.ndarray, options: Mapping[str, Any]) -> float:
     return corpus_bleu_from_stats(stats, options)
 
 
-register_metric(
-    "bleu",
-    description="Sentence BLEU of the story against its reference(s) (sacrebleu defaults); "
-    "corpus BLEU per system",
-    families=("overlap",),
-    needs_reference=True,
-    higher_is_better=True,
-    value_range=(0.0, 100.0),
-    options=_bleu_options(4),
-    backends=("sacrebleu",),
-    corpus=(
-        CorpusStatistic("corpus_bleu", _corpus_bleu, "BLEU of the system's stories as one corpus"),
+_BLEU_VARIANTS = (
+    (
+        "bleu",
+        4,
+        "Sentence BLEU of the story against its reference(s) (sacrebleu defaults); corpus BLEU "
+        "per system",
+        "BLEU of the system's stories as one corpus",
     ),
-)(_bleu_metric)
+    (
+        "bleu1",
+        1,
+        "Unigram BLEU (clipped unigram precision with brevity penalty), as Callan & Foster "
+        "(2023) report",
+        "unigram BLEU of the system's stories as one corpus",
+    ),
+)
 
-register_metric(
-    "bleu1",
-    description="Unigram BLEU (clipped unigram precision with brevity penalty), as Callan & "
-    "Foster (2023) report",
-    families=("overlap",),
-    needs_reference=True,
-    higher_is_better=True,
-    value_range=(0.0, 100.0),
-    options=_bleu_options(1),
-    backends=("sacrebleu",),
-    corpus=(
-        CorpusStatistic(
-            "corpus_bleu1", _corpus_bleu, "unigram BLEU of the system's stories as one corpus"
-        ),
-    ),
-)(_bleu_metric)
+for _name, _order, _description, _corpus_description in _BLEU_VARIANTS:
+    register_metric(
+        _name,
+        description=_description,
+        families=("overlap",),
+        needs_reference=True,
+        higher_is_better=True,
+        value_range=(0.0, 100.0),
+        options=_bleu_options(_order),
+        backends=("sacrebleu",),
+        corpus=(CorpusStatistic(f"corpus_{_name}", _corpus_bleu, _corpus_description),),
+    )(_bleu_metric)
 
 
 # --------------------------------------------------------------------------- ROUGE

@@ -27,24 +27,9 @@ from storyeval.human.protocols.base import (
     select_stories,
     text_of,
 )
+from storyeval.human.tables import TEST_COLUMNS
 from storyeval.stats import binomial_test
 from storyeval.yamlfile import Loc, StrictModel
-
-TEST_COLUMNS = (
-    "analysis",
-    "criterion",
-    "comparison",
-    "estimate",
-    "statistic",
-    "df",
-    "df2",
-    "p_value",
-    "ci_low",
-    "ci_high",
-    "effect_size",
-    "n",
-    "method",
-)
 
 
 class PairwiseOptions(StrictModel):
