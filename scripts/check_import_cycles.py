@@ -25,7 +25,9 @@ def imports(module: str, path: Path, known: dict[str, Path]) -> set[str]:
         names: list[str] = []
         if isinstance(node, ast.ImportFrom) and node.module:
             parts = module.split(".")
-            base = node.module if node.level == 0 else ".".join([*parts[: -node.level], node.module])
+            base = (
+                node.module if node.level == 0 else ".".join([*parts[: -node.level], node.module])
+            )
             names = [base, *(f"{base}.{alias.name}" for alias in node.names)]
         elif isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]

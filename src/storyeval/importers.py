@@ -510,7 +510,7 @@ def _deltascore_ratings(
 
 
 def _deltascore_story(
-    record: Mapping[str, Any], item_id: str, aspects: Sequence[str], prompt_id: str
+    record: Mapping[str, Any], item_id: str, aspects: Sequence[str], prompt_id: str | None
 ) -> Story:
     extra = {k: v for k, v in record.items() if k not in _DELTASCORE_TEXT and k not in aspects}
     extra["prompt_id"] = prompt_id

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Sequence
-from typing import Literal
+from typing import Literal, cast
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -262,7 +262,7 @@ def kendall_rows(x: FloatArray, y: FloatArray, *, variant: str = "b") -> FloatAr
             ok = mm > 1
             block[ok] = 2.0 * mm[ok] * (s2[ok] / 2.0) / (n * n * (mm[ok] - 1.0))
         out[start : start + chunk] = block
-    return np.clip(out, -1.0, 1.0)
+    return cast("np.ndarray", np.clip(out, -1.0, 1.0))
 
 
 def kendall_resampled(
@@ -310,7 +310,7 @@ def kendall_resampled(
         mm = np.minimum(dx, dy).astype(float)
         ok = mm > 1
         out[ok] = 2.0 * mm[ok] * (s2[ok] / 2.0) / (size[ok] ** 2 * (mm[ok] - 1.0))
-    return np.clip(out, -1.0, 1.0)
+    return cast("np.ndarray", np.clip(out, -1.0, 1.0))
 
 
 def rows_correlation(

@@ -28,7 +28,7 @@ import math
 import random
 from collections import Counter
 from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 
@@ -82,7 +82,7 @@ def _min_correct_array(n: np.ndarray, alpha: float) -> np.ndarray:
         x = np.where(too_low, x + 1, x)
         lower_ok = (x > 0) & (binom.sf(x - 2, n, P_GUESS) <= alpha)
         x = np.where(lower_ok, x - 1, x)
-    return np.minimum(x, n + 1)
+    return cast("np.ndarray", np.minimum(x, n + 1))
 
 
 def min_correct(judges: int, alpha: float) -> int | None:

@@ -55,10 +55,10 @@ from storyeval.meta.significance import adjust_pvalues, compare_metrics, william
 from storyeval.stats import METHODS, correlation
 
 __all__ = [
-    "CorrelationSettings",
     "LEVELS",
     "METHODS",
     "BootstrapWarning",
+    "CorrelationSettings",
     "DataCoverageWarning",
     "DegenerateInputWarning",
     "DriftRun",

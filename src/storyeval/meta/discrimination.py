@@ -35,7 +35,7 @@ from storyeval.errors import (
     warn,
 )
 from storyeval.meta.data import MetaInputError, _scores_to_frame
-from storyeval.signature import Signature
+from storyeval.signature import Signature, SignatureValue
 from storyeval.stats import binomial_test, check_confidence
 
 PAIR_COLUMNS: tuple[str, ...] = ("original_id", "altered_id")
@@ -420,7 +420,7 @@ def _sign_test_row(
 
 
 def _discrimination_signature(direction: str, tolerance: float, confidence: float) -> str:
-    fields = {
+    fields: dict[str, SignatureValue] = {
         "direction": direction,
         "ties": "not won; left out of the test",
         "tie_tolerance": tolerance,

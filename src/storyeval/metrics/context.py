@@ -12,7 +12,7 @@ import time
 import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -180,7 +180,7 @@ class EncoderCache:
     def sentence_embedding(self, text: str, layer: int) -> np.ndarray:
         """Mean of the token embeddings (special tokens included, as sentence-transformers
         mean pooling does), shape ``(hidden,)``."""
-        return self.embeddings(text, layer).mean(axis=0)
+        return cast("np.ndarray", self.embeddings(text, layer).mean(axis=0))
 
     # ------------------------------------------------------------------ internals
 

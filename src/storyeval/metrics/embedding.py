@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -329,7 +329,7 @@ def bertscore_arrays(
         rescale, fields = rescaler(cache.encoder, layer, options)
         p, r, f = rescale(scores[:, 0], scores[:, 1], scores[:, 2])
         memo[key] = (p, r, f, {"layer": layer, **fields}, cache.identity)
-    return memo[key]
+    return cast("tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, Any], str]", memo[key])
 
 
 def _bertscore(component: int) -> Any:

@@ -33,7 +33,7 @@ import warnings
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -138,7 +138,7 @@ def euclidean(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     a = np.asarray(a, dtype=np.float64)
     b = np.asarray(b, dtype=np.float64)
     squared = (a * a).sum(1)[:, None] + (b * b).sum(1)[None, :] - 2.0 * (a @ b.T)
-    return np.sqrt(np.maximum(squared, 0.0))
+    return cast("np.ndarray", np.sqrt(np.maximum(squared, 0.0)))
 
 
 def mover_similarity(a: Document, b: Document, kind: str) -> float:

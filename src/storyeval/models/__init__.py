@@ -36,7 +36,6 @@ from storyeval.models.loading import (
 )
 
 __all__ = [
-    "wrap_model",
     "DEFAULT_CAUSAL_LM",
     "DEFAULT_ENCODER",
     "DEFAULT_GLOVE",
@@ -55,4 +54,5 @@ __all__ = [
     "prepare_offline_models",
     "resolve_model_path",
     "spacy_identity",
+    "wrap_model",
 ]

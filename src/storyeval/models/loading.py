@@ -270,7 +270,9 @@ def quiet_transformers() -> None:
     hf_logging.set_verbosity_error()
 
 
-def wrap_model(model: Any, tokenizer: Any, *, name: str | None = None, kind: str = "encoder") -> LoadedModel:
+def wrap_model(
+    model: Any, tokenizer: Any, *, name: str | None = None, kind: str = "encoder"
+) -> LoadedModel:
     """Wrap a transformers model and tokenizer the caller already has, for any function that
     takes a model (its identity, for signatures, is the name plus the hub revision when known).
 

@@ -125,7 +125,7 @@ def _is_first_word(token: Any) -> bool:
 
 
 def _is_clitic(token: Any) -> bool:
-    return token.text.startswith("'") or token.text.startswith("’")
+    return bool(token.text.startswith(("'", "’")))
 
 
 def negation_sites(doc: Any) -> list[NegationSite]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -212,7 +212,8 @@ class Detection(StudyProtocol):
     def follow_up(self, study: Study, answers: Mapping[str, float]) -> str | None:
         options = self.options(study.config)
         rating = int(answers.get("source", 0))
-        return options.why_question if rating in options.why_for else options.change_question
+        question = options.why_question if rating in options.why_for else options.change_question
+        return cast("str | None", question)
 
     def follow_up_required(self, study: Study) -> bool:
         return bool(self.options(study.config).explanation_required)
