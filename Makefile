@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 OUT := out
 
-.PHONY: setup setup-test demo test test-fast lint format typecheck bench bench-study examples cards clean
+.PHONY: setup setup-test demo test test-fast lint format typecheck check docs bench bench-study examples cards clean
 
 setup:
 	@scripts/setup.sh
@@ -53,6 +53,18 @@ format:
 
 typecheck:
 	$(BIN)/mypy
+
+## check: lint, format, types, import cycles and the API site (what CI runs before the tests)
+check: setup-test
+	$(BIN)/ruff check src tests benchmarks scripts
+	$(BIN)/ruff format --check src tests benchmarks scripts
+	$(BIN)/mypy
+	$(BIN)/python scripts/check_import_cycles.py
+	$(BIN)/mkdocs build --strict --quiet
+
+## docs: build the API reference site into site/
+docs: setup
+	$(BIN)/mkdocs build --strict
 
 bench-study: setup-test
 	$(BIN)/python benchmarks/bench_study_server.py
