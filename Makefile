@@ -60,6 +60,7 @@ check: setup-test
 	$(BIN)/ruff format --check src tests benchmarks scripts
 	$(BIN)/mypy
 	$(BIN)/python scripts/check_import_cycles.py
+	$(BIN)/python scripts/docstring_coverage.py
 	$(BIN)/mkdocs build --strict --quiet
 
 ## docs: build the API reference site into site/

@@ -67,6 +67,7 @@ class Story:
         return [self.reference] if isinstance(self.reference, str) else list(self.reference)
 
     def to_dict(self) -> dict[str, Any]:
+        """The record as written to a story file (absent optional fields left out)."""
         record: dict[str, Any] = {"id": self.id, "prompt": self.prompt, "story": self.story}
         if self.reference is not None:
             record["reference"] = self.reference
@@ -90,6 +91,7 @@ class Judgment:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
+        """The record as written to a judgment file (absent optional fields left out)."""
         record: dict[str, Any] = {
             "item_id": self.item_id,
             "rater_id": self.rater_id,
@@ -114,6 +116,7 @@ class Score:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
+        """The record as written to a score file (NaN as null)."""
         value: float | None = self.value if math.isfinite(self.value) else None
         record: dict[str, Any] = {"item_id": self.item_id, "metric": self.metric, "value": value}
         record["signature"] = self.signature
@@ -254,6 +257,7 @@ def parse_score(record: Mapping[str, Any]) -> Score:
 
 
 def detect_format(path: str | Path, fmt: FileFormat | None = None) -> FileFormat:
+    """``jsonl`` or ``csv`` from a file's suffix (``.jsonl``/``.json`` or ``.csv``); anything else raises ``ValueError``."""
     if fmt is not None:
         if fmt not in ("jsonl", "csv"):
             raise ValueError(f"fmt must be one of jsonl, csv; got {fmt!r}")

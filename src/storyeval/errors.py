@@ -79,6 +79,7 @@ class DataFileError(StoryevalError, ValueError):
 
     @classmethod
     def single(cls, path: str | Path, line: int, reason: str) -> DataFileError:
+        """An error for one problem at ``path:line``."""
         return cls([DataProblem(str(path), line, reason)])
 
 

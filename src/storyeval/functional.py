@@ -92,10 +92,12 @@ class BleuScore(MetricResult):
 
     @property
     def scores(self) -> np.ndarray:
+        """Sentence BLEU of each hypothesis (0-100)."""
         return self.values
 
     @property
     def corpus(self) -> float:
+        """Corpus BLEU of all hypotheses (equal to ``sacrebleu.corpus_bleu``)."""
         return float(next(iter(self.corpus_values.values())))
 
 
@@ -123,6 +125,7 @@ class Perplexity(MetricResult):
 
     @property
     def corpus(self) -> float:
+        """Perplexity of all texts as one corpus."""
         return float(self.corpus_values["corpus_perplexity"])
 
 

@@ -72,9 +72,11 @@ class Document:
         self._blocks: list[str] = []
 
     def heading(self, level: int, text: str) -> None:
+        """A heading of ``level`` (1 = ``#``)."""
         self._blocks.append(f"{'#' * level} {text}")
 
     def paragraph(self, text: str) -> None:
+        """A paragraph (or any preformatted block)."""
         self._blocks.append(text)
 
     def lines(self, lines: Iterable[str]) -> None:
@@ -84,12 +86,15 @@ class Document:
             self._blocks.append(block)
 
     def bullets(self, items: Iterable[str]) -> None:
+        """A bulleted list."""
         self.lines(f"- {item}" for item in items)
 
     def quote(self, text: str) -> None:
+        """A block quote (``> (none)`` for an empty text)."""
         self._blocks.append(quote(text) if text.strip() else "> (none)")
 
     def table(self, header: Sequence[str], rows: Iterable[Sequence[Any]], digits: int = 3) -> None:
+        """A table; cells through :func:`cell` (numbers with ``digits`` decimals, missing as n/a)."""
         body = [
             "| " + " | ".join(header) + " |",
             "|" + "---|" * len(header),
@@ -103,7 +108,9 @@ class Document:
         self.table(shown, ([row[c] for c in shown] for row in frame.to_dict("records")), digits)
 
     def extend(self, other: Document) -> None:
+        """Append the blocks of another document."""
         self._blocks.extend(other._blocks)
 
     def render(self) -> str:
+        """The document as Markdown text."""
         return "\n\n".join(self._blocks) + "\n"

@@ -156,10 +156,12 @@ class Registry(Generic[T]):
         return tuple(self._items)
 
     def items(self) -> list[tuple[str, T]]:
+        """``(name, plug-in)`` pairs in registration order."""
         self.load()
         return list(self._items.items())
 
     def values(self) -> list[T]:
+        """The plug-ins in registration order."""
         self.load()
         return list(self._items.values())
 

@@ -106,13 +106,16 @@ class Signature:
         return Signature(self.name, merged, self.version)
 
     def to_dict(self) -> dict[str, Any]:
+        """The signature as a JSON-ready mapping."""
         return {"name": self.name, "fields": dict(self.fields), "version": self.version}
 
     def to_json(self) -> str:
+        """The signature as JSON text."""
         return json.dumps(self.to_dict(), sort_keys=False, ensure_ascii=False)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Signature:
+        """A signature from :meth:`to_dict`'s mapping."""
         missing = {"name", "fields", "version"} - set(data)
         if missing:
             raise ValueError(f"signature dict lacks {sorted(missing)}; got keys {sorted(data)}")
@@ -120,6 +123,7 @@ class Signature:
 
     @classmethod
     def from_json(cls, text: str) -> Signature:
+        """A signature from :meth:`to_json`'s text."""
         return cls.from_dict(json.loads(text))
 
     @classmethod

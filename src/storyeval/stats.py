@@ -34,6 +34,7 @@ def check_method(method: str) -> str:
 
 
 def check_variant(variant: str) -> str:
+    """``variant`` if it is a Kendall variant (``b`` or ``c``), else ``ValueError``."""
     if variant not in KENDALL_VARIANTS:
         raise ValueError(
             f"kendall_variant must be one of {', '.join(KENDALL_VARIANTS)}; got {variant!r}"
@@ -393,12 +394,14 @@ def percentile_interval(
 
 
 def check_confidence(confidence: float) -> float:
+    """``confidence`` if it is strictly between 0 and 1, else ``ValueError``."""
     if not 0.0 < confidence < 1.0:
         raise ValueError(f"confidence must be between 0 and 1 (exclusive); got {confidence!r}")
     return confidence
 
 
 def check_n_boot(n_boot: int) -> int:
+    """``n_boot`` if it is a non-negative integer, else ``ValueError``."""
     if isinstance(n_boot, bool) or not isinstance(n_boot, int | np.integer) or n_boot < 0:
         raise ValueError(f"n_boot must be a non-negative integer; got {n_boot!r}")
     return int(n_boot)

@@ -181,6 +181,7 @@ class YamlDocument:
         return f"{self.path}:{self.line(loc)}: {loc_text(loc)}"
 
     def line(self, loc: Sequence[str | int]) -> int:
+        """The 1-based line of the key at ``loc`` (or of its deepest existing ancestor)."""
         return yaml_line(self.root, loc) or 1
 
     def problems(self, found: Sequence[tuple[Loc, str]]) -> list[str]:

@@ -118,4 +118,5 @@ def export(
 
 
 def register(app: typer.Typer) -> None:
+    """Add the ``cyoa`` commands to the application."""
     app.add_typer(cyoa_app, name="cyoa", rich_help_panel="Collaborative writing")

@@ -44,4 +44,5 @@ def describe(
 
 
 def register(app: typer.Typer) -> None:
+    """Add the ``describe`` command to the application."""
     app.command(rich_help_panel="Data")(describe)

@@ -161,4 +161,5 @@ def generate(
 
 
 def register(app: typer.Typer) -> None:
+    """Add the ``generate`` command to the application."""
     app.command(rich_help_panel="Generate")(generate)

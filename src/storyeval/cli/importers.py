@@ -67,4 +67,5 @@ def import_command(
 
 
 def register(app: typer.Typer) -> None:
+    """Add the ``import`` command to the application."""
     app.command("import", rich_help_panel="Data")(import_command)

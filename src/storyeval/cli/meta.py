@@ -486,6 +486,7 @@ def drift_dataset(
 
 
 def register(app: typer.Typer) -> None:
+    """Add the meta-evaluation commands (correlate, agreement, compare, discriminate, drift) to the application."""
     panel = "Meta-evaluation"
     app.command("correlate", rich_help_panel=panel)(correlate_command)
     app.command("compare", rich_help_panel=panel)(compare_command)

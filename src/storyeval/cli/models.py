@@ -27,4 +27,5 @@ def defaults() -> None:
 
 
 def register(app: typer.Typer) -> None:
+    """Add the ``models`` commands to the application."""
     app.add_typer(models_app, name="models", rich_help_panel="Setup")

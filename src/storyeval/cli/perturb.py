@@ -97,4 +97,5 @@ def perturb(
 
 
 def register(app: typer.Typer) -> None:
+    """Add the ``perturb`` command to the application."""
     app.command(rich_help_panel="Learned metrics")(perturb)

@@ -100,4 +100,5 @@ def report_command(
 
 
 def register(app: typer.Typer) -> None:
+    """Add the ``report`` command to the application."""
     app.command("report", rich_help_panel="Meta-evaluation")(report_command)

@@ -198,5 +198,6 @@ def metrics(
 
 
 def register(app: typer.Typer) -> None:
+    """Add the ``score`` and ``metrics`` commands to the application."""
     app.command(rich_help_panel="Metrics")(score)
     app.command(name="metrics", rich_help_panel="Metrics")(metrics)

@@ -156,4 +156,5 @@ def serve(
 
 
 def register(app: typer.Typer) -> None:
+    """Add the ``serve`` command to the application."""
     app.command(rich_help_panel="Human studies")(serve)

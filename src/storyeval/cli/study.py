@@ -311,4 +311,5 @@ def statement(
 
 
 def register(app: typer.Typer) -> None:
+    """Add the ``study`` commands to the application."""
     app.add_typer(study_app, name="study", rich_help_panel="Human studies")

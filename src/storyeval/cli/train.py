@@ -273,4 +273,5 @@ def nsp(
 
 
 def register(app: typer.Typer) -> None:
+    """Add the ``train`` commands to the application."""
     app.add_typer(train_app, name="train", rich_help_panel="Learned metrics")

@@ -163,4 +163,5 @@ def orders(
 
 
 def register(app: typer.Typer) -> None:
+    """Add the ``triangle`` commands to the application."""
     app.add_typer(triangle_app, name="triangle", rich_help_panel="Human studies")

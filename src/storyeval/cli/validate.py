@@ -34,4 +34,5 @@ def validate(
 
 
 def register(app: typer.Typer) -> None:
+    """Add the ``validate`` command to the application."""
     app.command(rich_help_panel="Data")(validate)

@@ -121,6 +121,7 @@ class DecodingSpec(_Strict):
         return self
 
     def config(self) -> Any:
+        """These settings as a :class:`storyeval.generate.DecodingConfig`."""
         from storyeval.generate import DecodingConfig
 
         return DecodingConfig.from_options(
@@ -188,6 +189,8 @@ class PromptSpec(_Strict):
 
 
 class Statement(_Strict):
+    """A Likert statement of the writing survey (its name and text)."""
+
     name: str
     statement: str = Field(min_length=1)
 
@@ -221,6 +224,8 @@ class LikertSpec(_Strict):
 
 
 class Completion(_Strict):
+    """What a writer sees at the end (an optional completion code)."""
+
     code: str | None = None
     message: str = "Thank you! Your story and answers have been saved."
 
@@ -289,9 +294,11 @@ class CyoaConfig(_Common):
 
     @property
     def generator_names(self) -> tuple[str, ...]:
+        """The two generators' names, in file order."""
         return tuple(g.name for g in self.generators)
 
     def suggestion_cap(self, spec: GeneratorSpec) -> int:
+        """The most words a suggestion of ``spec`` may have."""
         return spec.max_chars if spec.max_chars is not None else self.max_chars
 
 
@@ -324,10 +331,12 @@ class MilConfig(_Common):
 
     @property
     def generators(self) -> list[GeneratorSpec]:
+        """The one generator, as a list (the shape CYOA sessions have)."""
         return [self.generator]
 
     @property
     def generator_names(self) -> tuple[str, ...]:
+        """The generator's name."""
         return (self.generator.name,)
 
     @property
@@ -336,6 +345,7 @@ class MilConfig(_Common):
         return self.sentences // 2
 
     def suggestion_cap(self, spec: GeneratorSpec) -> int:
+        """The most words a machine sentence may have."""
         return spec.max_chars if spec.max_chars is not None else self.max_chars
 
 

@@ -42,6 +42,8 @@ FORMAT = "storyeval-writing-session"
 
 @dataclass(frozen=True)
 class Suggestion:
+    """One generator's suggestion in a round: its generator, its position on the page and its text."""
+
     generator: str
     position: int
     text: str
@@ -59,17 +61,22 @@ class SuggestionTurn:
 
     @property
     def chosen_text(self) -> str:
+        """The text of the suggestion the writer chose."""
         return next(s.text for s in self.suggestions if s.generator == self.chosen)
 
 
 @dataclass(frozen=True)
 class WriterTurn:
+    """A round's text written by the writer alone."""
+
     round: int
     text: str
 
 
 @dataclass(frozen=True)
 class LikertAnswer:
+    """An answer to a Likert statement of the survey (value on a 1..scale scale)."""
+
     name: str
     statement: str
     value: int
@@ -78,6 +85,8 @@ class LikertAnswer:
 
 @dataclass(frozen=True)
 class OpenAnswer:
+    """An answer to an open question of the survey."""
+
     name: str
     question: str
     answer: str
@@ -101,6 +110,7 @@ class SessionRecord:
 
     @property
     def complete(self) -> bool:
+        """Whether the writer finished the story and the survey."""
         return self.status == "complete"
 
 

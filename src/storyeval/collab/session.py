@@ -103,6 +103,7 @@ class SuggestionResult:
     complete: bool = True
 
     def to_dict(self) -> dict[str, Any]:
+        """The result as a JSON-ready mapping."""
         data = asdict(self)
         data["dropped"] = dict(self.dropped)
         return data
@@ -164,31 +165,38 @@ class WritingSession:
 
     @classmethod
     def from_dict(cls, config: CyoaConfig | MilConfig, data: Mapping[str, Any]) -> WritingSession:
+        """A session from :meth:`to_dict`'s mapping (as stored by the server)."""
         return cls(config, copy.deepcopy(dict(data)))
 
     def to_dict(self) -> dict[str, Any]:
+        """The session as a JSON-ready mapping (config name, participant, turns, phase)."""
         return copy.deepcopy(self.data)
 
     # ------------------------------------------------------------------ reading
 
     @property
     def phase(self) -> str:
+        """Where the writer is: writing, choosing, surveying or done."""
         return str(self.data["phase"])
 
     @property
     def kind(self) -> str:
+        """``cyoa`` or ``mil``."""
         return self.config.kind
 
     @property
     def participant(self) -> str:
+        """The participant id of the writer."""
         return str(self.data["participant"])
 
     @property
     def turns(self) -> list[dict[str, Any]]:
+        """Every turn so far, open ones included."""
         turns: list[dict[str, Any]] = self.data["turns"]
         return turns
 
     def submitted_turns(self) -> list[dict[str, Any]]:
+        """The turns the writer has submitted."""
         return [t for t in self.turns if t.get("submitted_at") is not None]
 
     def current_turn(self) -> dict[str, Any] | None:
@@ -223,6 +231,7 @@ class WritingSession:
 
     @property
     def total_rounds(self) -> int:
+        """The number of rounds of this session."""
         return int(self.config.rounds)
 
     def sentences_written(self) -> int:

@@ -197,14 +197,17 @@ class GenerationWorker:
 
     @property
     def completed(self) -> int:
+        """Generation jobs that finished with a text."""
         return self._stats.completed
 
     @property
     def failed(self) -> int:
+        """Generation jobs that raised."""
         return self._stats.failed
 
     @property
     def timed_out(self) -> int:
+        """Generation jobs that exceeded ``generation.timeout_s``."""
         return self._stats.timed_out
 
     @property

@@ -107,6 +107,7 @@ class DecodingConfig:
         )
 
     def generate_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments of ``model.generate`` for these settings."""
         kwargs: dict[str, Any] = {
             "max_new_tokens": self.max_new_tokens,
             "do_sample": self.do_sample,
@@ -139,6 +140,7 @@ class DecodingConfig:
         return "-".join(parts) or "sample"
 
     def signature_fields(self) -> dict[str, Any]:
+        """The settings that change the generated texts, for the signature."""
         return dict(asdict(self))
 
 

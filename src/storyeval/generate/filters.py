@@ -121,6 +121,7 @@ class WordListFilter:
 
     @classmethod
     def from_terms(cls, terms: Iterable[str], *, name: str = "custom") -> WordListFilter:
+        """A filter of the given terms (``name`` labels it in signatures)."""
         cleaned: list[str] = []
         for term in terms:
             term = " ".join(term.strip().lower().split())
@@ -193,6 +194,7 @@ class WordListFilter:
 
     @property
     def pattern(self) -> re.Pattern[str]:
+        """The compiled pattern matching any term as a whole word, case-insensitively."""
         return _compile(self.terms)
 
     def find(self, text: str) -> list[str]:

@@ -138,6 +138,7 @@ class StudyAnalysis:
         return self.__dict__.get("extra", {}).get(name)
 
     def tables(self) -> dict[str, Any]:
+        """Every table of the analysis by file name (without ``.csv``)."""
         out = {
             "summary": self.summary,
             "agreement": self.agreement,

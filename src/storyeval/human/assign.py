@@ -193,4 +193,5 @@ def participants_needed(study: Study) -> int:
 
 
 def items_by_key(study: Study) -> dict[str, Item]:
+    """The study's items by their key."""
     return {item.key: item for item in study.items}

@@ -204,6 +204,7 @@ class Platform(StrictModel):
 
     @property
     def parameters(self) -> tuple[str, ...]:
+        """The URL parameters the platform sends with each participant (stored with them)."""
         return PLATFORM_PARAMETERS[self.name]
 
     def redirect_url(self, code: str | None) -> str | None:
@@ -214,11 +215,15 @@ class Platform(StrictModel):
 
 
 class Quality(StrictModel):
+    """Quality-control settings: minimum time per item and the attention-check policy."""
+
     min_median_time_s: float = Field(default=40.0, ge=0)
     exclude_failed_checks: bool = True
 
 
 class Completion(StrictModel):
+    """What a participant sees at the end: a completion code and/or a redirect URL."""
+
     code: str | None = None
     url: str | None = None
     message: str = "Thank you! Your answers have been saved."
@@ -304,10 +309,12 @@ class Text:
     story: str
 
     def to_dict(self) -> dict[str, Any]:
+        """The text as a JSON-ready mapping."""
         return {"id": self.id, "system": self.system, "prompt": self.prompt, "story": self.story}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Text:
+        """A text from :meth:`to_dict`'s mapping."""
         return cls(
             str(data["id"]), data.get("system"), str(data.get("prompt", "")), str(data["story"])
         )
@@ -336,6 +343,7 @@ class Item:
         return str(self.meta.get("prompt_group", self.key))
 
     def to_dict(self) -> dict[str, Any]:
+        """The item as a JSON-ready mapping (stored by the server)."""
         return {
             "key": self.key,
             "condition": self.condition,
@@ -345,6 +353,7 @@ class Item:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Item:
+        """An item from :meth:`to_dict`'s mapping."""
         return cls(
             str(data["key"]),
             str(data["condition"]),
@@ -396,33 +405,40 @@ class Study:
 
     @property
     def name(self) -> str:
+        """The study's name (from its file)."""
         return self.config.name
 
     @property
     def protocol(self) -> str:
+        """The study's protocol name."""
         return self.config.protocol
 
     @property
     def criteria(self) -> list[Criterion]:
+        """The study's criteria."""
         return list(self.config.criteria)
 
     @property
     def items_per_participant(self) -> int:
+        """Items in one participant's batch."""
         return self.config.assignment.items_per_participant
 
     @property
     def max_items_per_participant(self) -> int:
+        """The most items one participant may judge (None: one batch)."""
         cap = self.config.assignment.max_items_per_participant
         return cap if cap is not None else self.items_per_participant
 
     @property
     def conditions(self) -> list[str]:
+        """The conditions (systems) of the study's items, in order of appearance."""
         seen: dict[str, None] = {}
         for item in self.items:
             seen.setdefault(item.condition, None)
         return list(seen)
 
     def item(self, key: str) -> Item:
+        """The item with ``key``; an unknown key raises ``KeyError``."""
         return self.item_index[key]
 
     def answer_keys(self) -> dict[str, tuple[int, ...]]:

@@ -84,6 +84,7 @@ def judgments_table(
 
 
 def group_label(frame: Any) -> Any:
+    """A readable label of a group key (a tuple joined with " / ")."""
     if frame["study"].nunique() > 1:
         return frame["study"] + "/" + frame["condition"]
     return frame["condition"]
@@ -265,6 +266,7 @@ def krippendorff_alpha(frame: Any, *, level: str) -> tuple[float, int, int]:
 def alpha_with_interval(
     frame: Any, *, level: str, n_boot: int, seed: int
 ) -> tuple[float, int, int, float, float]:
+    """Krippendorff's alpha of one criterion with a bootstrap interval, as a table row."""
     from storyeval.meta.agreement import krippendorff_alpha as alpha
 
     pivot = _reliability_matrix(frame)

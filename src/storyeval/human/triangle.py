@@ -304,6 +304,7 @@ class TrianglePlan:
     signature: str
 
     def to_dict(self) -> dict[str, Any]:
+        """The plan as a JSON-ready mapping."""
         return asdict(self)
 
 
@@ -394,6 +395,7 @@ class TriangleResult:
     signature: str
 
     def to_dict(self) -> dict[str, Any]:
+        """The result as a JSON-ready mapping."""
         record = asdict(self)
         record["notes"] = list(self.notes)
         return record

@@ -77,5 +77,6 @@ def pad_batch(encoded: Sequence[Encoded], pad_id: int) -> dict[str, Any]:
 
 
 def pad_id(tokenizer: Any) -> int:
+    """The tokenizer's padding id (its end-of-text id when it has none)."""
     value = tokenizer.pad_token_id
     return int(value) if value is not None else 0

@@ -171,10 +171,12 @@ class NspTask:
         return tensors
 
     def batch_loss(self, batch: Sequence[NspExample]) -> tuple[Any, dict[str, float]]:
+        """Cross-entropy of the NSP head on a batch of pairs, and the values to show."""
         output = self.model(**self._tensors(batch))
         return output.loss, {"loss": float(output.loss.detach())}
 
     def evaluate(self, examples: Sequence[NspExample]) -> dict[str, float]:
+        """Dev loss and accuracy."""
         import torch.nn.functional as F
 
         total = correct = 0.0
@@ -191,6 +193,7 @@ class NspTask:
         return {"loss": total / len(examples), "accuracy": correct / len(examples)}
 
     def save(self, directory: Path) -> None:
+        """Write the model (loadable with ``from_pretrained``) and the tokenizer."""
         directory.mkdir(parents=True, exist_ok=True)
         self.model.save_pretrained(directory)
         self.tokenizer.save_pretrained(directory)
@@ -208,6 +211,7 @@ class SiameseNspTask:
         self.config = config
 
     def logits(self, batch: Sequence[NspExample]) -> Any:
+        """The head's logits for a batch of pairs."""
         from storyeval.learn.siamese import tokenize
 
         first = tokenize(self.tokenizer, [e.first for e in batch], self.config.max_length)
@@ -216,17 +220,20 @@ class SiameseNspTask:
 
     @staticmethod
     def targets(batch: Sequence[NspExample]) -> Any:
+        """The labels of a batch of pairs as a float tensor."""
         import torch
 
         return torch.tensor([1.0 if e.label == IS_NEXT else 0.0 for e in batch])
 
     def batch_loss(self, batch: Sequence[NspExample]) -> tuple[Any, dict[str, float]]:
+        """Binary cross-entropy of the siamese head on a batch of pairs."""
         import torch.nn.functional as F
 
         loss = F.binary_cross_entropy_with_logits(self.logits(batch), self.targets(batch))
         return loss, {"loss": float(loss.detach())}
 
     def evaluate(self, examples: Sequence[NspExample]) -> dict[str, float]:
+        """Dev loss and accuracy."""
         import torch.nn.functional as F
 
         total = correct = 0.0
@@ -256,6 +263,7 @@ class SiameseNspTask:
         fit_head_to_cosines(self.model, torch.cat(cosines), self.targets(sample))
 
     def save(self, directory: Path) -> None:
+        """Write the encoder, the tokenizer and the head."""
         directory.mkdir(parents=True, exist_ok=True)
         self.model.encoder.save_pretrained(directory)
         self.tokenizer.save_pretrained(directory)
@@ -365,6 +373,7 @@ def nsp_signature(
     n: int,
     dev: str,
 ) -> Signature:
+    """The signature of an NSP head: base model, task settings, optimization and data hash."""
     return Signature(
         "nsp",
         {

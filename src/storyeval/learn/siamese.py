@@ -44,6 +44,7 @@ class SiameseNsp(torch.nn.Module):
     def cosine(
         self, first: dict[str, torch.Tensor], second: dict[str, torch.Tensor]
     ) -> torch.Tensor:
+        """Cosine of the mean-pooled embeddings of the two texts of each pair."""
         return (self.embed(first) * self.embed(second)).sum(dim=-1)
 
     def forward(
@@ -54,6 +55,7 @@ class SiameseNsp(torch.nn.Module):
         return result
 
     def save_head(self, directory: Path) -> None:
+        """Write the head's scale and bias into ``directory``."""
         from safetensors.torch import save_file
 
         save_file(
@@ -62,6 +64,7 @@ class SiameseNsp(torch.nn.Module):
         )
 
     def load_head(self, directory: Path) -> None:
+        """Read the head's scale and bias from ``directory``."""
         from safetensors.torch import load_file
 
         state = load_file(str(directory / HEAD_FILE))

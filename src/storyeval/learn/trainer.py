@@ -112,6 +112,7 @@ class TrainingConfig:
             raise ValueError(f"seed must be an integer; got {self.seed!r}")
 
     def signature_fields(self) -> dict[str, int | float | None]:
+        """The optimization settings that change the trained model, for its signature."""
         return {
             "lr": self.learning_rate,
             "head_lr": self.head_learning_rate,

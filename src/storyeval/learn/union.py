@@ -120,12 +120,14 @@ class UnionConfig:
             )
 
     def to_dict(self) -> dict[str, Any]:
+        """The settings as a JSON-ready mapping (stored with the model)."""
         data = asdict(self)
         data["techniques"] = list(self.techniques)
         return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> UnionConfig:
+        """Settings from :meth:`to_dict`'s mapping."""
         values = dict(data)
         values["techniques"] = tuple(values.get("techniques", cls.techniques))
         values["perturb"] = PerturbOptions(**values.get("perturb", {}))
@@ -282,6 +284,7 @@ class UnionTask:
         return cls_loss, recon_loss, torch.sigmoid(logits), total
 
     def batch_loss(self, batch: Sequence[UnionExample]) -> tuple[Any, dict[str, float]]:
+        """BCE of the classifier plus lambda times the reconstruction loss, on a batch."""
         cls_loss, recon_loss, _, total = self._losses(batch)
         shown = {"loss": float(total.detach()), "bce": float(cls_loss.detach().mean())}
         if self.model.reconstructor is not None:
@@ -289,6 +292,7 @@ class UnionTask:
         return total, shown
 
     def evaluate(self, examples: Sequence[UnionExample]) -> dict[str, float]:
+        """Dev loss, accuracy and the two loss parts."""
         total = bce = nll = correct = 0.0
         for start in range(0, len(examples), 32):
             batch = examples[start : start + 32]
@@ -308,6 +312,7 @@ class UnionTask:
         return metrics
 
     def save(self, directory: Path) -> None:
+        """Write the encoder, the tokenizer and the heads."""
         from safetensors.torch import save_file
 
         directory.mkdir(parents=True, exist_ok=True)

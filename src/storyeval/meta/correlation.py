@@ -72,6 +72,7 @@ CORRELATION_COLUMNS: tuple[str, ...] = (
 
 
 def check_level(level: str) -> str:
+    """``level`` if it is one of :data:`LEVELS`, else ``ValueError``."""
     if level not in LEVELS:
         raise ValueError(f"level must be one of {', '.join(LEVELS)}; got {level!r}")
     return level
@@ -471,6 +472,7 @@ class CorrelationSettings:
             raise ValueError(f"confidence must be between 0 and 1; got {self.confidence}")
 
     def with_levels(self, levels: Sequence[str]) -> CorrelationSettings:
+        """These settings at other levels."""
         return replace(self, levels=tuple(levels))
 
     def compute(

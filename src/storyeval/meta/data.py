@@ -199,18 +199,22 @@ class MetaTable:
 
     @property
     def metric_names(self) -> list[str]:
+        """The metrics of the table, in column order."""
         return [str(c) for c in self.metrics.columns]
 
     @property
     def criteria(self) -> list[str]:
+        """The human criteria of the table, in column order."""
         return [str(c) for c in self.human.columns]
 
     @property
     def has_prompts(self) -> bool:
+        """Whether some item has a prompt id (needed for the story level)."""
         return bool(self.items["prompt_id"].notna().any())
 
     @property
     def has_systems(self) -> bool:
+        """Whether some item has a system (needed for the system level)."""
         return bool(self.items["system"].notna().any())
 
     def subset(self, mask: Any) -> MetaTable:
@@ -564,4 +568,5 @@ def filter_judgments(
 
 
 def metric_signature_map(table: MetaTable) -> Mapping[str, str]:
+    """Each metric's signature in the scores (several distinct ones joined with ``; ``)."""
     return {m: table.metric_signature(m) for m in table.metric_names}

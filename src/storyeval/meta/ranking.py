@@ -52,6 +52,7 @@ class ComparisonCounts:
 
     @property
     def n(self) -> int:
+        """The number of comparisons of each pair (wins both ways plus ties)."""
         return int(self.wins.sum() + np.triu(self.ties).sum())
 
     def win_rates(self) -> NDArray[np.float64]:

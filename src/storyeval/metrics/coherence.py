@@ -174,6 +174,7 @@ def _embedding_plan(
     plan=_embedding_plan,
 )
 def embedding_coherence(batch: MetricBatch, options: Mapping[str, Any]) -> MetricOutput:
+    """Mean cosine of consecutive sentence embeddings of the story."""
     cache = batch.context.cache(options["model"])
     layer = resolve_layer(cache.encoder.model, options["layer"])
     values = []

@@ -131,10 +131,12 @@ class EncoderCache:
 
     @property
     def identity(self) -> str:
+        """The encoder's identity (for signatures)."""
         return str(self.encoder.identity)
 
     @property
     def n_layers(self) -> int:
+        """The encoder's number of hidden layers."""
         return num_layers(self.encoder.model)
 
     def request(self, texts: Iterable[str], layers: Iterable[int]) -> None:
@@ -406,6 +408,7 @@ class ScoringContext:
         return self._given.get(name) if name is not None else None
 
     def encoder(self, name: str | None = None) -> Any:
+        """The encoder ``name`` (a model given to :meth:`use`, or loaded once per process)."""
         if name in self._given:
             return self._given[name]
         from storyeval.models import load_encoder
@@ -422,9 +425,11 @@ class ScoringContext:
 
     @property
     def caches(self) -> list[EncoderCache]:
+        """The encoder caches of this context."""
         return list(self._caches.values())
 
     def causal_lm(self, name: str | None = None) -> Any:
+        """The causal LM ``name`` (a model given to :meth:`use`, or loaded once per process)."""
         if name in self._given:
             return self._given[name]
         from storyeval.models import load_causal_lm
@@ -432,6 +437,7 @@ class ScoringContext:
         return load_causal_lm(name)
 
     def glove(self, name: str | None = None) -> Any:
+        """The word vectors ``name`` (given to :meth:`use`, or loaded once per process)."""
         if name in self._given:
             return self._given[name]
         from storyeval.models import load_glove
@@ -439,6 +445,7 @@ class ScoringContext:
         return load_glove(name)
 
     def spacy(self, name: str | None = None) -> Any:
+        """The spaCy pipeline ``name`` (given to :meth:`use`, or loaded once per process)."""
         if name in self._given:
             return self._given[name]
         from storyeval.models import load_spacy
@@ -455,4 +462,5 @@ class ScoringContext:
         return list(self.memo[key])
 
     def progress_bar(self, total: int, description: str) -> Any:
+        """A progress bar (a no-op unless the context shows progress)."""
         return _progress(total, description, self.progress)

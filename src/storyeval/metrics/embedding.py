@@ -153,6 +153,7 @@ class Greedy:
         self._weights: dict[str, np.ndarray] = {}
 
     def normed(self, text: str) -> np.ndarray:
+        """The unit-normed token embeddings of ``text``."""
         key = text.strip()
         if key not in self._normed:
             states = self.cache.embeddings(key, self.layer)
@@ -162,6 +163,7 @@ class Greedy:
         return self._normed[key]
 
     def weights(self, text: str) -> np.ndarray:
+        """The idf weights of the tokens of ``text`` (uniform without idf)."""
         key = text.strip()
         if key not in self._weights:
             ids = self.cache.token_ids(key)

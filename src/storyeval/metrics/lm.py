@@ -258,6 +258,7 @@ def _corpus_perplexity(stats: np.ndarray, options: Mapping[str, Any]) -> float:
     item_statistic="mean_item_perplexity",
 )
 def perplexity(batch: MetricBatch, options: Mapping[str, Any]) -> MetricOutput:
+    """Perplexity of each story under a causal LM (see :func:`perplexity_stats`)."""
     lm = batch.context.causal_lm(options["model"])
     window = options["window"] or int(lm.max_length)
     stride = options["stride"] or max(1, window // 2)

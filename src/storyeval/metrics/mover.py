@@ -87,6 +87,7 @@ class Document:
 
     @property
     def n_words(self) -> int:
+        """The number of words with an embedding."""
         return sum(len(words) for words, _ in self.sentences)
 
 
@@ -344,6 +345,7 @@ def _moverscore_plan(
     plan=_moverscore_plan,
 )
 def moverscore(batch: MetricBatch, options: Mapping[str, Any]) -> MetricOutput:
+    """MoverScore of each story against its best reference."""
     cache = batch.context.cache(options["model"])
     layer = resolve_layer(cache.encoder.model, options["layer"])
     tokenizer = cache.encoder.tokenizer

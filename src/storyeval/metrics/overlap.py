@@ -289,6 +289,7 @@ def self_bleu_values(
     ],
 )
 def self_bleu(batch: MetricBatch, options: Mapping[str, Any]) -> MetricOutput:
+    """Self-BLEU of each story against the other stories of its system."""
     values = self_bleu_values(
         [s.story for s in batch.stories],
         [s.system for s in batch.stories],

@@ -272,6 +272,7 @@ class MetricSpec:
 
     @property
     def option_map(self) -> dict[str, MetricOption]:
+        """The options by name."""
         return {option.name: option for option in self.options}
 
     def defaults(self) -> dict[str, Any]:
@@ -293,12 +294,14 @@ class MetricSpec:
 
     @property
     def direction(self) -> str:
+        """``higher``, ``lower`` or ``neither``."""
         if self.higher_is_better is None:
             return "neither"
         return "higher" if self.higher_is_better else "lower"
 
     @property
     def range_text(self) -> str:
+        """The value range as text, e.g. ``[0, 1]``."""
         low, high = self.value_range
         show = lambda v, inf: inf if v is None else f"{v:g}"  # noqa: E731
         return f"[{show(low, '-inf')}, {show(high, 'inf')}]"

@@ -378,6 +378,7 @@ class WordVectors:
 
     @property
     def dim(self) -> int:
+        """The dimension of the vectors."""
         return int(self.vectors.shape[1])
 
     def __contains__(self, word: object) -> bool:

@@ -70,6 +70,7 @@ class Edit:
     detail: Mapping[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
+        """The edit as a JSON-ready mapping (recorded with the perturbed story)."""
         record: dict[str, Any] = {
             "technique": self.technique,
             "operation": self.operation,
@@ -121,6 +122,7 @@ class PerturbOptions:
             raise ValueError(f"max_ngram must be a positive integer; got {self.max_ngram!r}")
 
     def signature_fields(self) -> dict[str, float | int]:
+        """The settings that change the perturbations, for the signature."""
         return {
             "keyword_rate": self.keyword_rate,
             "sentence_substitution": self.sentence_substitution_probability,
@@ -131,6 +133,8 @@ class PerturbOptions:
 
 
 class TechniqueFunction(Protocol):
+    """What a technique is: sentences, a random generator and the corpus in, new sentences and their edits out."""
+
     def __call__(
         self,
         sentences: list[str],

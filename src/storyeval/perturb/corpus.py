@@ -152,6 +152,7 @@ class PerturbationCorpus:
 
     @property
     def sentences(self) -> dict[str, list[str]]:
+        """The sentences of story ``story_id``."""
         return {story_id: split.sentences for story_id, split in self.splits.items()}
 
     def __len__(self) -> int:
@@ -174,6 +175,7 @@ class PerturbationCorpus:
         return [(sid, sentence) for sid, sentence in self._sentence_pool if sid != story_id]
 
     def has_other_stories(self, story_id: str) -> bool:
+        """Whether the corpus has a story other than ``story_id`` (to borrow sentences from)."""
         return any(sid != story_id for sid in self.splits)
 
     def keyword_candidates(self, tag: str, exclude: set[str]) -> tuple[list[str], list[int]]:

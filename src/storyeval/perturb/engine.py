@@ -242,6 +242,7 @@ class PerturbationRun:
     signature: Signature
 
     def records(self) -> list[dict[str, Any]]:
+        """The perturbed stories as story records (with their techniques and edits)."""
         return [story.to_record(self.signature) for story in self.stories]
 
 
@@ -255,6 +256,7 @@ def perturbation_signature(
     delexicalize: bool,
     nlp: Any,
 ) -> Signature:
+    """The signature of a perturbation run: techniques, mode, seed, options, spaCy and WordNet."""
     from storyeval.models import spacy_identity
 
     return Signature(

@@ -65,6 +65,7 @@ class ReportData:
 
     @property
     def n_raters(self) -> int:
+        """The number of individual raters."""
         return int(self.per_rater["rater_id"].nunique())
 
 

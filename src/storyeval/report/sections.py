@@ -36,17 +36,20 @@ class ReportFiles:
     files: dict[str, Path] = field(default_factory=dict)
 
     def csv(self, name: str, frame: pd.DataFrame) -> None:
+        """Write a table as ``name``."""
         path = self.directory / name
         write_text_atomic(path, frame.to_csv(index=False))
         self.files[name] = path
 
     def png(self, name: str, data: bytes) -> str:
+        """Write a figure under ``figures/``; returns its path relative to the report."""
         path = self.directory / "figures" / name
         write_bytes_atomic(path, data)
         self.files[f"figures/{name}"] = path
         return f"figures/{name}"
 
     def text(self, name: str, text: str) -> None:
+        """Write a page as ``name``."""
         write_text_atomic(self.directory / name, text)
         self.files[name] = self.directory / name
 
@@ -68,6 +71,7 @@ def _formatted(frame: pd.DataFrame, columns: Sequence[str], digits: int = 3) -> 
 
 
 def overview_section(data: ReportData, out: ReportFiles) -> Section:
+    """The data: items, systems, raters, and the mean metric value and rating per system."""
     table = data.table
     coverage = table.coverage
     systems = table.items["system"].fillna("(unknown)").value_counts().sort_index()
@@ -133,6 +137,7 @@ def _ceiling_table(ceiling: pd.DataFrame) -> Table | None:
 
 
 def human_section(data: ReportData, out: ReportFiles) -> Section:
+    """Ratings per criterion, agreement among raters and the human ceiling."""
     from storyeval.meta import describe_ratings
 
     section = Section("Human judgments: agreement and ceiling")
@@ -204,6 +209,7 @@ def _correlation_tables(data: ReportData) -> list[Table]:
 
 
 def correlation_section(data: ReportData, out: ReportFiles) -> Section:
+    """Heatmaps and tables of the metric-human correlations at each level."""
     section = Section("Correlation of metrics with human judgments")
     section.paragraphs.append(CORRELATION_TEXT)
     out.csv("correlations.csv", data.correlations)
@@ -223,6 +229,7 @@ def correlation_section(data: ReportData, out: ReportFiles) -> Section:
 
 
 def matrix_section(data: ReportData, out: ReportFiles) -> Section:
+    """The correlation matrix of criteria and metrics (Callan & Foster 2023, Table 2)."""
     method = data.matrix_method
     section = Section("Correlation matrix of criteria and metrics")
     section.paragraphs.append(
@@ -250,6 +257,7 @@ def _scatter_labels(data: ReportData, metrics: Sequence[str], criterion: str) ->
 
 
 def scatter_section(data: ReportData, out: ReportFiles, per_figure: int) -> Section:
+    """Every metric against every criterion, points coloured by system."""
     section = Section("Metric scores against human ratings")
     metrics = data.table.metric_names
     chunks = [metrics[i : i + per_figure] for i in range(0, len(metrics), per_figure)]
@@ -273,6 +281,7 @@ WILLIAMS_COLUMNS = ("criterion", "metric_a", "metric_b", "r_a", "r_b", "r_ab", "
 
 
 def williams_section(data: ReportData, out: ReportFiles) -> Section:
+    """Williams tests between metrics, per criterion."""
     section = Section("Comparing metrics (Williams test)")
     williams = data.williams
     if williams is None or williams.empty:
@@ -322,6 +331,7 @@ def _signature_rows(
 def signature_section(
     data: ReportData, out: ReportFiles, inputs: Mapping[str, Sequence[str | Path]] | None
 ) -> Section:
+    """The signature of every metric and statistic, and the inputs' hashes."""
     signatures = pd.DataFrame(_signature_rows(data, inputs))
     out.csv("signatures.csv", signatures)
     section = Section("Signatures")
@@ -334,6 +344,7 @@ def signature_section(
 
 
 def warning_section(data: ReportData) -> Section | None:
+    """The warnings raised while computing, grouped (None when there were none)."""
     if not data.warnings:
         return None
     section = Section("Warnings")

@@ -111,9 +111,11 @@ class HotQuery:
         return cursor
 
     def rows(self, conn: Connection, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+        """Run the statement and return every row."""
         return [tuple(row) for row in self._execute(conn, params, False).fetchall()]
 
     def one(self, conn: Connection, params: Mapping[str, Any]) -> tuple[Any, ...] | None:
+        """Run the statement and return its first row (None when there is none)."""
         row = self._execute(conn, params, False).fetchone()
         return None if row is None else tuple(row)
 
@@ -122,6 +124,7 @@ class HotQuery:
         return int(self._execute(conn, params, False).rowcount)
 
     def run_many(self, conn: Connection, params: Sequence[Mapping[str, Any]]) -> None:
+        """Run the statement once per parameter set, in one round trip."""
         if params:
             self._execute(conn, params, True)
 
@@ -209,6 +212,7 @@ class Database:
 
     @property
     def is_sqlite(self) -> bool:
+        """Whether the database is SQLite (else PostgreSQL)."""
         return self.backend == "sqlite"
 
     def describe(self) -> str:
@@ -307,6 +311,7 @@ class Database:
         self._checkpointer.start()
 
     def dispose(self) -> None:
+        """Stop the background checkpointer and close every connection."""
         self._stop.set()
         if self._checkpointer is not None:
             self._checkpointer.join(timeout=5)

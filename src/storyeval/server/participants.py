@@ -137,6 +137,7 @@ class Participant:
 
     @classmethod
     def from_row(cls, row: Any) -> Participant:
+        """A participant from a row of the participants table."""
         return cls(**{name: row._mapping[name] for name in cls.__dataclass_fields__})
 
     @property
@@ -251,6 +252,7 @@ def set_status(conn: Connection, participant_id: int, status: str, now: float, c
 
 
 def count_participants(conn: Connection, kind: str, session: str) -> int:
+    """The number of participants of ``session`` (every status)."""
     return int(
         conn.execute(
             select(func.count())
@@ -360,12 +362,14 @@ def mark_finished(
 
 
 def get_meta(conn: Connection, key: str) -> str | None:
+    """A value of the server's key-value metadata (None when unset)."""
     return conn.execute(
         select(server_meta.c.value).where(server_meta.c.key == key)
     ).scalar_one_or_none()
 
 
 def set_meta(conn: Connection, key: str, value: str) -> None:
+    """Set a value of the server's key-value metadata."""
     if get_meta(conn, key) is None:
         conn.execute(insert(server_meta).values(key=key, value=value))
     else:

@@ -83,6 +83,7 @@ class TemporaryPostgres:
 
     @property
     def url(self) -> str:
+        """The SQLAlchemy URL of the running cluster."""
         return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/postgres"
 
     def _as_owner(self) -> list[str]:
@@ -107,6 +108,7 @@ class TemporaryPostgres:
         return subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
 
     def start(self) -> TemporaryPostgres:
+        """Create the cluster in a temporary directory and start it on a free loopback port."""
         assert self.bin is not None
         self.root = Path(tempfile.mkdtemp(prefix="storyeval-pg-"))
         if os.geteuid() == 0:
@@ -186,6 +188,7 @@ class TemporaryPostgres:
         return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/{name}"
 
     def stop(self) -> None:
+        """Stop the cluster (fast shutdown)."""
         if self._started and self.root is not None and self.bin is not None:
             self._run(
                 [
@@ -202,6 +205,7 @@ class TemporaryPostgres:
         self.cleanup()
 
     def cleanup(self) -> None:
+        """Stop the cluster and delete its directory."""
         if self.root is not None:
             shutil.rmtree(self.root, ignore_errors=True)
             self.root = None

@@ -57,6 +57,7 @@ class SessionPlugin:
         return []
 
     def enrollment(self) -> EnrollmentPolicy:
+        """The open-enrollment settings of the session (None: personal links only)."""
         return EnrollmentPolicy()
 
     def can_enroll(self, conn: Connection, now: float) -> bool:
@@ -72,4 +73,5 @@ class SessionPlugin:
         return {}
 
     def admin_path(self, admin_token: str) -> str:
+        """The path of the session's admin page."""
         return f"/admin/{admin_token}/{self.kind}/{self.name}/"

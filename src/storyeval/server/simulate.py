@@ -48,6 +48,8 @@ class Acknowledged:
 
 @dataclass
 class Outcome:
+    """What one simulated participant did: judgments acknowledged, errors, latencies."""
+
     token: str
     acknowledged: list[Acknowledged] = field(default_factory=list)
     completion_code: str | None = None
@@ -274,6 +276,7 @@ class KeepAliveClient:
         return PlainResponse(status, received, text, self.base + path)
 
     def get(self, path: str, *, follow_redirects: bool = False) -> PlainResponse:
+        """GET ``path`` on the open connection; returns status, headers and body."""
         response = self._request("GET", path, None)
         for _ in range(20):
             if not follow_redirects or response.status_code not in (301, 302, 303, 307, 308):
@@ -284,6 +287,7 @@ class KeepAliveClient:
     def post(
         self, path: str, *, data: Mapping[str, str], follow_redirects: bool = False
     ) -> PlainResponse:
+        """POST a form to ``path`` on the open connection; returns status, headers and body."""
         from urllib.parse import urlencode
 
         response = self._request("POST", path, urlencode(dict(data)))
@@ -302,6 +306,7 @@ class KeepAliveClient:
         )
 
     def close(self) -> None:
+        """Close the connection."""
         if self._socket is not None:
             self._socket.close()
             self._socket = None

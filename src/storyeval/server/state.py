@@ -103,9 +103,11 @@ class ServerState:
         return found
 
     def session(self, kind: str, name: str) -> SessionPlugin | None:
+        """The session ``name``; an unknown name is a 404."""
         return self.sessions.get((kind, name))
 
     def page(self, name: str, context: dict[str, Any], *, status_code: int = 200) -> Response:
+        """Render template ``name`` with ``context`` as an HTML response."""
         return render(
             self.templates, name, {"version": __version__, **context}, status_code=status_code
         )
@@ -127,6 +129,7 @@ class ServerState:
 
 
 def server_state(request: Request) -> ServerState:
+    """The server state of the running application (a FastAPI dependency)."""
     state: ServerState = request.app.state.storyeval
     return state
 
@@ -256,6 +259,7 @@ class FormData:
     values: dict[str, str]
 
     def get(self, key: str, default: str = "") -> str:
+        """The value of field ``name`` (``default`` when absent)."""
         return self.values.get(key, default)
 
     def text(self, key: str) -> str:

@@ -77,6 +77,7 @@ def export_judgments(
 
 
 def export_responses(conn: Connection, study_name: str) -> list[dict[str, Any]]:
+    """Every free-text response of the study (item follow-ups and end questions)."""
     rows = conn.execute(
         select(responses).where(responses.c.study == study_name).order_by(responses.c.id)
     ).all()
@@ -96,6 +97,7 @@ def export_responses(conn: Connection, study_name: str) -> list[dict[str, Any]]:
 
 
 def export_training(conn: Connection, study_name: str) -> list[dict[str, Any]]:
+    """Every answer to a training example, with whether it was correct."""
     rows = conn.execute(
         select(training_answers)
         .where(training_answers.c.study == study_name)

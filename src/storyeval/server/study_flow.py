@@ -137,6 +137,8 @@ class Step:
 
 @dataclass(frozen=True)
 class Member:
+    """A participant's membership of a study: their condition order and status."""
+
     participant_id: int
     seq: int
     batches: int
@@ -147,6 +149,8 @@ class Member:
 
 @dataclass(frozen=True)
 class SlotRow:
+    """One reserved slot: the item, its position in the participant's batch and its state."""
+
     id: int
     kind: str
     item_key: str
@@ -179,6 +183,7 @@ class SlotRow:
 
     @classmethod
     def from_row(cls, row: Any) -> SlotRow:
+        """A slot from a row of the slots table."""
         return cls(
             int(row.id),
             str(row.kind),
@@ -207,6 +212,7 @@ class Snapshot:
 
     @property
     def items_done(self) -> int:
+        """The number of items the participant has submitted."""
         return sum(1 for s in self.slots if s.kind == "item" and s.status == "done")
 
 
@@ -214,6 +220,7 @@ class Snapshot:
 
 
 def get_member(conn: Connection, participant_id: int) -> Member | None:
+    """The participant's membership of the study (None before consent)."""
     row = conn.execute(_MEMBER, {"pid": participant_id}).first()
     if row is None:
         return None
@@ -228,6 +235,7 @@ def get_member(conn: Connection, participant_id: int) -> Member | None:
 
 
 def participant_slots(conn: Connection, participant_id: int) -> list[SlotRow]:
+    """The participant's slots in batch order."""
     return [SlotRow.from_tuple(r) for r in _MY_SLOTS.rows(conn, {"pid": participant_id})]
 
 
@@ -241,6 +249,7 @@ def slot_of(
 
 
 def items_done(conn: Connection, participant_id: int) -> int:
+    """The number of items the participant has submitted."""
     return sum(
         1
         for s in participant_slots(conn, participant_id)
@@ -354,6 +363,7 @@ def _lock_study(conn: Connection, study: Study) -> None:
 
 
 def open_slot_count(conn: Connection, study: Study) -> int:
+    """The number of items that can still be reserved (expired reservations released)."""
     row = _OPEN_COUNT.one(conn, {"study": study.name})
     return int(row[0]) if row else 0
 
@@ -563,6 +573,7 @@ def decline(conn: Connection, study: Study, participant: Participant, now: float
 
 
 def comprehension_passed(study: Study, answers: Mapping[str, int]) -> bool:
+    """Whether the participant passed the comprehension check."""
     check = study.config.comprehension
     if check is None:
         return True
@@ -653,6 +664,7 @@ def submit_training(
 
 
 def training_answer(conn: Connection, participant_id: int, index: int) -> dict[str, int] | None:
+    """The participant's stored answer to a training example (None if not answered)."""
     value = conn.execute(
         select(training_answers.c.answer).where(
             training_answers.c.participant_id == participant_id, training_answers.c.idx == index
@@ -699,6 +711,8 @@ def page_for(study: Study, slot: SlotRow, mine: Sequence[SlotRow]) -> Page:
 
 @dataclass(frozen=True)
 class SubmitResult:
+    """What storing an item's answers did: stored, repeated (idempotent) or refused, and where to go next."""
+
     status: str  # saved | duplicate | missing
     judgments: int = 0
     check_passed: bool | None = None
@@ -917,6 +931,7 @@ def more(conn: Connection, study: Study, participant: Participant, action: str, 
 
 
 def close_items(conn: Connection, participant: Participant) -> None:
+    """Mark items with all their judgments as closed (never reserved again)."""
     conn.execute(
         update(members).where(members.c.participant_id == participant.id).values(items_closed=1)
     )

@@ -27,12 +27,14 @@ class StudySession(SessionPlugin):
 
     @classmethod
     def from_file(cls, path: Path) -> StudySession:
+        """The study session of a study file."""
         return cls(load_study(path))
 
     def setup(self, db: Database, *, now: float) -> None:
         study_tables.register_study(db, self.study, now=now)
 
     def enrollment(self) -> EnrollmentPolicy:
+        """The study's open-enrollment settings."""
         config = self.study.config
         e = config.enrollment
         return EnrollmentPolicy(

@@ -174,6 +174,7 @@ def iso(ts: float | None) -> str | None:
 
 
 def page_key(slot_id: int) -> str:
+    """The key of a page view (participant, page, slot) for server-side timing."""
     return f"slot:{slot_id}"
 
 
@@ -256,6 +257,7 @@ def register_study(db: Database, study: Study, *, now: float) -> bool:
 
 
 def stored_definition(conn: Connection, name: str) -> dict[str, Any] | None:
+    """The study definition stored with the database (None for a new database)."""
     value = conn.execute(
         select(studies.c.definition).where(studies.c.name == name)
     ).scalar_one_or_none()

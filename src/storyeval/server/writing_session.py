@@ -58,6 +58,7 @@ class WritingSessionPlugin(SessionPlugin):
 
     @classmethod
     def from_file(cls, path: Path) -> WritingSessionPlugin:
+        """The writing session of a CYOA or MIL file."""
         config = load_writing_config(path)
         plugin_class = CyoaSessionPlugin if config.kind == "cyoa" else MilSessionPlugin
         return plugin_class(config, path=Path(path))
@@ -92,6 +93,7 @@ class WritingSessionPlugin(SessionPlugin):
             self.worker.close(wait=False)
 
     def enrollment(self) -> EnrollmentPolicy:
+        """The session's open-enrollment settings."""
         e = self.config.enrollment
         return EnrollmentPolicy(e.open, e.external_id_param, e.max_participants)
 
@@ -146,10 +148,14 @@ class WritingSessionPlugin(SessionPlugin):
 
 
 class CyoaSessionPlugin(WritingSessionPlugin):
+    """A Choose-Your-Own-Adventure writing session (two generators, a choice per round)."""
+
     kind: ClassVar[str] = "cyoa"
 
 
 class MilSessionPlugin(WritingSessionPlugin):
+    """A machine-in-the-loop writing session (the machine writes every other sentence)."""
+
     kind: ClassVar[str] = "mil"
 
 

@@ -102,6 +102,7 @@ def load(
 
 
 def save(conn: Connection, session: WritingSession, participant_id: int, now: float) -> None:
+    """Store a writer's session (its JSON), creating or replacing the row."""
     conn.execute(
         update(writing_sessions)
         .where(writing_sessions.c.participant_id == participant_id)

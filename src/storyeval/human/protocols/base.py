@@ -169,6 +169,7 @@ class StudyProtocol:
         raise NotImplementedError
 
     def raters_per_item(self, config: StudyConfig) -> int:
+        """How many judgments each item collects (the study's setting by default)."""
         return config.assignment.raters_per_item
 
     def layout(
@@ -221,6 +222,7 @@ class StudyProtocol:
         return None
 
     def follow_up_required(self, study: Study) -> bool:
+        """Whether the follow-up question of an answer must be answered."""
         return True
 
     def template_context(self, study: Study) -> dict[str, Any]:
@@ -250,6 +252,7 @@ class StudyProtocol:
 
 
 def text_of(story: Story) -> Text:
+    """The text of ``story`` that participants read (the story, or the field the study names)."""
     return Text(story.id, story.system, story.prompt, story.story)
 
 

@@ -236,6 +236,8 @@ def bradley_terry_table(part: pd.DataFrame, settings: AnalysisSettings) -> pd.Da
 
 
 class BestWorst(StudyProtocol):
+    """Best-worst scaling: four stories, the best and the worst per criterion (counts and Bradley-Terry strengths in the analysis)."""
+
     name = "best_worst"
     options_model = BestWorstOptions
     texts_per_page = 4

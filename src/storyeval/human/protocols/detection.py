@@ -46,6 +46,8 @@ DETECTION_CHANGE = "What would you change to make it seem more human-like?"
 
 
 class DetectionOptions(StrictModel):
+    """Settings of a detection study: the question, its scale and the follow-up questions."""
+
     human_systems: list[str] = Field(default_factory=lambda: ["human"])
     question: str = DETECTION_QUESTION
     labels: tuple[str, str, str, str] = DETECTION_LABELS
@@ -130,6 +132,8 @@ def detection_metrics(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 class Detection(StudyProtocol):
+    """Detection: was this story written by a person or a machine (Clark et al. 2021), with the reason asked."""
+
     name = "detection"
     options_model = DetectionOptions
     texts_per_page = 1

@@ -24,6 +24,8 @@ from storyeval.yamlfile import Loc
 
 
 class Likert(RatingProtocol):
+    """Likert ratings of one story per page, on each criterion's scale."""
+
     name = "likert"
     texts_per_page = 1
     summary = (

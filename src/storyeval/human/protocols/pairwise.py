@@ -33,6 +33,8 @@ from storyeval.yamlfile import Loc, StrictModel
 
 
 class PairwiseOptions(StrictModel):
+    """Settings of a pairwise study: the two conditions compared and whether ties are allowed."""
+
     systems: tuple[str, str]
     allow_tie: bool = False
     labels: tuple[str, str] = ("Story A", "Story B")
@@ -79,6 +81,8 @@ def pairwise_preferences(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 class Pairwise(StudyProtocol):
+    """Pairwise preference: two stories for one prompt, which is better per criterion."""
+
     name = "pairwise"
     options_model = PairwiseOptions
     options_required = True

@@ -61,6 +61,7 @@ class RatingProtocol(StudyProtocol):
                 check_labels(criterion, ("criteria", i, "labels"), problem)
 
     def criteria_lines(self, config: StudyConfig) -> StatementPart:
+        """The criteria and their scales as lines of the design statement."""
         lines = [
             "| criterion | question (exact wording) | definition shown | scale | labels |",
             "|---|---|---|---|---|",

@@ -25,6 +25,8 @@ from storyeval.yamlfile import Loc, StrictModel
 
 
 class SideBySideOptions(StrictModel):
+    """Settings of a side-by-side study: the field holding the reference shown beside the story."""
+
     reference_system: str = "human"
     labels: tuple[str, str] = ("Story A", "Story B")
 
@@ -51,6 +53,8 @@ def reference_text(story: Story, by_id: Mapping[str, Story], reference_system: s
 
 
 class SideBySide(RatingProtocol):
+    """Side-by-side rating: the story beside its reference, rated on each criterion."""
+
     name = "side_by_side"
     options_model = SideBySideOptions
     texts_per_page = 2

@@ -40,12 +40,16 @@ TRIANGLE_QUESTION = "Select the text you think has been written by a different s
 
 
 class TrianglePlanSpec(StrictModel):
+    """The planned triangle test: risks, proportion of distinguishers and test type."""
+
     alpha: float = Field(gt=0, lt=1)
     beta: float = Field(gt=0, lt=1)
     pd: float = Field(gt=0, lt=1)
 
 
 class TriangleOptions(StrictModel):
+    """Settings of a triangle study: the two conditions and the plan."""
+
     systems: tuple[str, str]
     test: Literal["difference", "similarity"] = "difference"
     judges: int | None = Field(default=None, ge=1)
@@ -111,6 +115,8 @@ def triangle_results(
 
 
 class Triangle(StudyProtocol):
+    """Triangle test: three stories, two from one condition; which one is different?"""
+
     name = "triangle"
     options_model = TriangleOptions
     options_required = True

@@ -52,17 +52,21 @@ COOKIE_PREFIX = "storyeval-"
 
 
 class Health(BaseModel):
+    """The health check's answer: status, version and database backend."""
+
     status: str
     version: str
     database: str
 
 
 def base_url(state: ServerState, request: Request) -> str:
+    """The server's public base URL (``--base-url``, else the request's)."""
     return state.settings.base_url or str(request.base_url).rstrip("/")
 
 
 @router.get("/healthz", response_model=Health)
 def health(request: Request) -> Health:
+    """Health check for load balancers and tests."""
     state = server_state(request)
     with state.db.read() as conn:
         conn.execute(select(1))
@@ -71,6 +75,7 @@ def health(request: Request) -> Health:
 
 @router.get("/")
 def home(request: Request) -> Response:
+    """The start page: the sessions this server runs."""
     return server_state(request).message(
         "storyeval study server",
         "This server runs evaluation studies. Please use the personal link you were given.",
@@ -79,6 +84,7 @@ def home(request: Request) -> Response:
 
 @router.get("/p/{token}")
 def participant_link(request: Request, token: str) -> Response:
+    """Open enrollment: give this browser a participant link (or its existing one), within the rate limit and the session's capacity."""
     state = server_state(request)
     if not valid_token(token):
         raise HTTPException(status_code=404, detail=NOT_FOUND)
@@ -195,6 +201,7 @@ def join(request: Request, kind: str, name: str) -> Response:
 
 @admin_router.get("/")
 def dashboard(state: Admin) -> Response:
+    """The admin's overview of every session (admin token required)."""
     with state.db.read() as conn:
         entries = [
             {
@@ -220,6 +227,7 @@ def new_links(
     name: str = Form(),
     count: int = Form(),
 ) -> Response:
+    """Make personal participant links (admin token required); CSV with formula-escaped cells."""
     session = state.session(kind, name)
     if session is None:
         raise HTTPException(status_code=404, detail=f"No session {kind}/{name} is served here.")

@@ -173,6 +173,7 @@ def _current_page(snap: flow.Snapshot, study: Study, slot_id: int) -> flow.Page 
 @router.get("/item/{slot_id}")
 @database_bound
 def item(request: Request, token: str, slot_id: int, who: Participation) -> Response:
+    """The participant's current item page."""
     state, participant, study = _parts(request, who)
     step, snap = _look(state, participant, study, flow.page_key(slot_id))
     if step.kind != "item" or step.slot_id != slot_id:
@@ -188,6 +189,7 @@ def item(request: Request, token: str, slot_id: int, who: Participation) -> Resp
 def item_submit(
     request: Request, token: str, slot_id: int, who: Participation, form: Form
 ) -> Response:
+    """Store the answers to an item (idempotent; 409 when the item is not the participant's current one)."""
     state, participant, study = _parts(request, who)
     answers, problems = parse_answers(study, form)
     if problems:
@@ -262,6 +264,7 @@ def _explain_context(
 @router.get("/item/{slot_id}/explain")
 @database_bound
 def explain(request: Request, token: str, slot_id: int, who: Participation) -> Response:
+    """The follow-up question of an answer (e.g. why a story seemed machine-written)."""
     state, participant, study = _parts(request, who)
     step, _ = _look(state, participant, study, f"explain:{slot_id}")
     if step.kind != "explain" or step.slot_id != slot_id:
@@ -276,6 +279,7 @@ def explain(request: Request, token: str, slot_id: int, who: Participation) -> R
 def explain_submit(
     request: Request, token: str, slot_id: int, who: Participation, form: Form
 ) -> Response:
+    """Store the follow-up answer."""
     state, participant, study = _parts(request, who)
     text = form.text("explanation")
     error = too_long(text)
@@ -299,6 +303,7 @@ def explain_submit(
 @router.get("/")
 @database_bound
 def entry(request: Request, token: str, who: Participation) -> Response:
+    """A participant link: send the participant to the page of their current step."""
     state, participant, study = _parts(request, who)
     step, _ = _look(state, participant, study)
     return _redirect(_url(token, step))
@@ -317,6 +322,7 @@ def _welcome(
 @router.get("/welcome")
 @database_bound
 def welcome(request: Request, token: str, who: Participation) -> Response:
+    """The consent page (and content warning)."""
     state, participant, study = _parts(request, who)
     step, _ = _look(state, participant, study)
     if step.kind != "welcome":
@@ -327,6 +333,7 @@ def welcome(request: Request, token: str, who: Participation) -> Response:
 @router.post("/start")
 @database_bound
 def start(request: Request, token: str, who: Participation, form: Form) -> Response:
+    """Consent given (or declined): reserve the participant's items or return them."""
     state, participant, study = _parts(request, who)
     if participant.browser_key is not None:  # came through open enrollment, not an admin link
         rate_limited(request, "start")
@@ -346,6 +353,7 @@ def start(request: Request, token: str, who: Participation, form: Form) -> Respo
 @router.get("/full")
 @database_bound
 def full(request: Request, token: str, who: Participation) -> Response:
+    """The page shown when the study has no item left for a new participant."""
     state, participant, study = _parts(request, who)
     step, _ = _look(state, participant, study)
     if step.kind != "full":
@@ -359,6 +367,7 @@ def full(request: Request, token: str, who: Participation) -> Response:
 @router.get("/returned")
 @database_bound
 def returned(request: Request, token: str, who: Participation) -> Response:
+    """The page shown after declining consent (with the platform's return code)."""
     state, participant, study = _parts(request, who)
     step, snap = _look(state, participant, study)
     if step.kind != "returned":
@@ -405,6 +414,7 @@ def _comprehension_page(
 @router.get("/comprehension/{attempt}")
 @database_bound
 def comprehension(request: Request, token: str, attempt: int, who: Participation) -> Response:
+    """The comprehension check before the task."""
     state, participant, study = _parts(request, who)
     step, _ = _look(state, participant, study, f"comprehension:{attempt}")
     if step.kind != "comprehension" or step.index != attempt:
@@ -417,6 +427,7 @@ def comprehension(request: Request, token: str, attempt: int, who: Participation
 def comprehension_submit(
     request: Request, token: str, attempt: int, who: Participation, form: Form
 ) -> Response:
+    """Grade the comprehension check: pass, a second attempt, or screen-out."""
     state, participant, study = _parts(request, who)
     check = study.config.comprehension
     if check is None:
@@ -437,6 +448,7 @@ def comprehension_submit(
 @router.get("/screened_out")
 @database_bound
 def screened_out(request: Request, token: str, who: Participation) -> Response:
+    """The page shown after failing the comprehension check twice (with the screen-out code)."""
     state, participant, study = _parts(request, who)
     step, snap = _look(state, participant, study)
     if step.kind != "screened_out":
@@ -475,6 +487,7 @@ def _training_context(study: Study, participant: Participant, index: int) -> dic
 @router.get("/training/{index}")
 @database_bound
 def training(request: Request, token: str, index: int, who: Participation) -> Response:
+    """A training example."""
     state, participant, study = _parts(request, who)
     step, _ = _look(state, participant, study, f"training:{index}")
     if step.kind != "training" or step.index != index:
@@ -489,6 +502,7 @@ def training(request: Request, token: str, index: int, who: Participation) -> Re
 def training_submit(
     request: Request, token: str, index: int, who: Participation, form: Form
 ) -> Response:
+    """Store the answer to a training example."""
     state, participant, study = _parts(request, who)
     if not 0 <= index < len(study.training):
         raise HTTPException(status_code=404, detail="There is no such training example.")
@@ -509,6 +523,7 @@ def training_submit(
 @router.get("/training/{index}/feedback")
 @database_bound
 def training_feedback(request: Request, token: str, index: int, who: Participation) -> Response:
+    """The expected answer of a training example, after the participant's."""
     state, participant, study = _parts(request, who)
     if not 0 <= index < len(study.training):
         raise HTTPException(status_code=404, detail="There is no such training example.")
@@ -534,6 +549,7 @@ def training_feedback(request: Request, token: str, index: int, who: Participati
 @router.get("/more")
 @database_bound
 def more(request: Request, token: str, who: Participation) -> Response:
+    """Offer another batch of items (when the study allows more than one)."""
     state, participant, study = _parts(request, who)
     step, snap = _look(state, participant, study)
     if step.kind != "more":
@@ -553,6 +569,7 @@ def more(request: Request, token: str, who: Participation) -> Response:
 @router.post("/more")
 @database_bound
 def more_submit(request: Request, token: str, who: Participation, form: Form) -> Response:
+    """Reserve another batch, or finish."""
     state, participant, study = _parts(request, who)
     action = form.get("action")
     if action not in ("continue", "finish"):
@@ -565,6 +582,7 @@ def more_submit(request: Request, token: str, who: Participation, form: Form) ->
 @router.get("/questions")
 @database_bound
 def questions(request: Request, token: str, who: Participation) -> Response:
+    """The questions at the end of the study."""
     state, participant, study = _parts(request, who)
     step, _ = _look(state, participant, study, "questions")
     if step.kind != "questions":
@@ -578,6 +596,7 @@ def questions(request: Request, token: str, who: Participation) -> Response:
 @router.post("/questions")
 @database_bound
 def questions_submit(request: Request, token: str, who: Participation, form: Form) -> Response:
+    """Store the end questions and finish."""
     state, participant, study = _parts(request, who)
     values = {q.name: form.text(q.name) for q in study.config.questions}
     messages = {name: too_long(text) for name, text in values.items()}
@@ -608,6 +627,7 @@ def questions_submit(request: Request, token: str, who: Participation, form: For
 @router.get("/done")
 @database_bound
 def done(request: Request, token: str, who: Participation) -> Response:
+    """The completion page (code and/or redirect to the platform)."""
     state, participant, study = _parts(request, who)
     step, _ = _look(state, participant, study)
     if step.kind != "done":

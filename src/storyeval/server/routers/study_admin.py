@@ -22,6 +22,8 @@ router = APIRouter(prefix="/study/{name}")
 
 
 class ItemProgress(BaseModel):
+    """Progress of one item: judgments collected, reserved and wanted."""
+
     item: str
     condition: str
     done: int
@@ -57,6 +59,7 @@ def _study(state: ServerState, name: str) -> Study:
 
 @router.get("/")
 def study_dashboard(state: Admin, name: str) -> Response:
+    """The admin page of a study: participants, progress and exports."""
     study = _study(state, name)
     with state.db.read() as conn:
         progress = study_export.progress(conn, study)
@@ -77,6 +80,7 @@ def study_dashboard(state: Admin, name: str) -> Response:
 
 @router.get("/progress.json", response_model=Progress)
 def progress_json(state: Admin, name: str) -> Progress:
+    """The study's progress as JSON."""
     study = _study(state, name)
     with state.db.read() as conn:
         return Progress.model_validate(study_export.progress(conn, study))
@@ -84,6 +88,7 @@ def progress_json(state: Admin, name: str) -> Progress:
 
 @router.get("/export/judgments.{fmt}")
 def export_judgments(state: Admin, name: str, fmt: str) -> Response:
+    """Download the judgments (or participants, responses, attention checks...) as JSONL or CSV."""
     study = _study(state, name)
     if fmt not in ("jsonl", "csv"):
         raise HTTPException(status_code=404, detail="Judgments export as .jsonl or .csv.")
@@ -120,6 +125,7 @@ def export_table(state: Admin, name: str, table: str) -> Response:
 
 @router.get("/export/study.json")
 def export_definition(state: Admin, name: str) -> Response:
+    """Download the study definition the server runs."""
     study = _study(state, name)
     with state.db.read() as conn:
         definition = stored_definition(conn, study.name)

@@ -213,6 +213,7 @@ def _suggestions(_: ServerState, __: Participant, session: WritingSession | None
 
 @router.get("/")
 def entry(request: Request, who: Writer) -> Response:
+    """A writer's link: send them to the page of their current step."""
     state, participant, plugin = _parts(request, who)
     session = _load(state, plugin, participant)
     return _redirect(f"{_base(plugin, participant)}/{_page_of(session)}")
@@ -220,11 +221,13 @@ def entry(request: Request, who: Writer) -> Response:
 
 @router.get("/welcome")
 def welcome(request: Request, who: Writer) -> Response:
+    """The consent page of a writing session."""
     return _show(request, who, "welcome")
 
 
 @router.post("/start")
 def start(request: Request, who: Writer, form: Form) -> Response:
+    """Consent given: start the writer's session."""
     state, participant, plugin = _parts(request, who)
     if participant.browser_key is not None:  # came through open enrollment, not an admin link
         rate_limited(request, "start")
@@ -242,11 +245,13 @@ def start(request: Request, who: Writer, form: Form) -> Response:
 
 @router.get("/write")
 def write(request: Request, who: Writer) -> Response:
+    """The page where the writer writes the next part of the story."""
     return _show(request, who, "write")
 
 
 @router.post("/write")
 def write_submit(request: Request, who: Writer, form: Form) -> Response:
+    """Store the writer's text and ask the generators for suggestions."""
     state, participant, plugin = _parts(request, who)
     text = form.get("text")
     try:
@@ -267,6 +272,7 @@ def write_submit(request: Request, who: Writer, form: Form) -> Response:
 
 @router.get("/wait")
 def wait(request: Request, who: Writer) -> Response:
+    """Wait while the suggestions are generated (refreshes itself)."""
     response = _show(request, who, "wait")
     if not isinstance(response, RedirectResponse):
         response.headers["Refresh"] = "1"  # as the page's <meta refresh>: no JavaScript
@@ -275,11 +281,13 @@ def wait(request: Request, who: Writer) -> Response:
 
 @router.get("/failed")
 def failed(request: Request, who: Writer) -> Response:
+    """The page shown when generating a suggestion failed or timed out."""
     return _show(request, who, "failed")
 
 
 @router.post("/retry")
 def retry(request: Request, who: Writer, form: Form) -> Response:
+    """Ask for the failed suggestions again."""
     state, participant, plugin = _parts(request, who)
     with contextlib.suppress(TurnError):  # not failed any more: the entry page shows where
         _act(state, plugin, participant, form, lambda s, now: s.retry(now=now))
@@ -291,6 +299,7 @@ def retry(request: Request, who: Writer, form: Form) -> Response:
 
 @router.get("/choose")
 def choose(request: Request, who: Writer) -> Response:
+    """The suggestions to choose from."""
     if who.participant.kind != "cyoa":
         raise HTTPException(status_code=404, detail="This session has no choices.")
     return _show(request, who, "choose", _suggestions)
@@ -298,6 +307,7 @@ def choose(request: Request, who: Writer) -> Response:
 
 @router.post("/choose")
 def choose_submit(request: Request, who: Writer, form: Form) -> Response:
+    """Store the chosen suggestion (and the switches between them)."""
     state, participant, plugin = _parts(request, who)
     if plugin.kind != "cyoa":
         raise HTTPException(status_code=404, detail="This session has no choices.")
@@ -320,11 +330,13 @@ def choose_submit(request: Request, who: Writer, form: Form) -> Response:
 
 @router.get("/edit")
 def edit(request: Request, who: Writer) -> Response:
+    """The page where the writer edits the chosen suggestion."""
     return _show(request, who, "edit", _suggestions)
 
 
 @router.post("/edit")
 def edit_submit(request: Request, who: Writer, form: Form) -> Response:
+    """Store the edited text."""
     state, participant, plugin = _parts(request, who)
     text = form.get("text")
     action = form.get("action", "add")
@@ -382,11 +394,13 @@ def _survey_answers(
 
 @router.get("/survey")
 def survey(request: Request, who: Writer) -> Response:
+    """The writing survey at the end."""
     return _show(request, who, "survey", lambda *_: {"values": {}, "errors": []})
 
 
 @router.post("/survey")
 def survey_submit(request: Request, who: Writer, form: Form) -> Response:
+    """Store the survey answers and finish."""
     state, participant, plugin = _parts(request, who)
     likert, answers, errors, message = _survey_answers(plugin, form)
     if errors:
@@ -414,6 +428,7 @@ def survey_submit(request: Request, who: Writer, form: Form) -> Response:
 
 @router.get("/done")
 def done(request: Request, who: Writer) -> Response:
+    """The completion page of a writing session."""
     configured = _parts(request, who)[2].config.completion.code
 
     def fill(
@@ -431,6 +446,7 @@ def done(request: Request, who: Writer) -> Response:
 
 @router.get("/image")
 def image(request: Request, who: Writer) -> Response:
+    """An image prompt of the session."""
     state, participant, plugin = _parts(request, who)
     session = _load(state, plugin, participant)
     path = plugin.image_path(session) if session is not None else None

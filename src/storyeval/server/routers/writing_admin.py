@@ -28,6 +28,7 @@ def _plugin(state: ServerState, kind: str, name: str) -> WritingSessionPlugin:
 
 @router.get("/")
 def dashboard(state: Admin, kind: str, name: str) -> Response:
+    """The admin page of a writing session."""
     plugin = _plugin(state, kind, name)
     with state.db.read() as conn:
         progress = writing_store.progress(conn, plugin.config)
@@ -61,6 +62,7 @@ def dashboard(state: Admin, kind: str, name: str) -> Response:
 
 @router.get("/progress.json")
 def progress_json(state: Admin, kind: str, name: str) -> dict[str, Any]:
+    """The writing session's progress as JSON."""
     plugin = _plugin(state, kind, name)
     with state.db.read() as conn:
         progress = writing_store.progress(conn, plugin.config)
@@ -75,6 +77,7 @@ def progress_json(state: Admin, kind: str, name: str) -> dict[str, Any]:
 
 @router.get("/export/sessions.jsonl")
 def sessions_jsonl(state: Admin, kind: str, name: str) -> Response:
+    """Download every writer's session as JSONL (the input of ``storyeval cyoa analyse``)."""
     plugin = _plugin(state, kind, name)
     with state.db.read() as conn:
         records = writing_store.export(conn, plugin.config)
@@ -83,6 +86,7 @@ def sessions_jsonl(state: Admin, kind: str, name: str) -> Response:
 
 @router.get("/export/session.json")
 def definition(state: Admin, kind: str, name: str) -> Response:
+    """Download the session definition the server runs."""
     plugin = _plugin(state, kind, name)
     body = json.dumps(
         {"version": plugin.config.version(), "config": plugin.config.model_dump(mode="json")},
