@@ -27,6 +27,7 @@ EXTRA_OF_MODULE: dict[str, str] = {
     "python_multipart": "server",
     "matplotlib": "report",
     "psycopg": "postgres",
+    "openai": "judge",
 }
 
 

@@ -255,7 +255,7 @@ def seeded_generator(seed: int) -> Any:
     return generator
 
 
-def _generate_raw(
+def generate_raw(
     lm: Any,
     contexts: Sequence[str],
     decoding: DecodingConfig,
@@ -548,7 +548,7 @@ def _run_attempts(
         for start in range(0, len(pending), batch_size):
             batch = pending[start : start + batch_size]
             contexts = [job.context for job in batch]
-            raws = _generate_raw(lm, contexts, decoding, separator=sep, generator=generator)
+            raws = generate_raw(lm, contexts, decoding, separator=sep, generator=generator)
             for job, raw in zip(batch, raws, strict=True):
                 job.attempts += 1
                 text, reason, overlap = judge(raw)
@@ -715,7 +715,7 @@ def continue_text(
     fallback: tuple[str, str, int] | None = None
     generator = seeded_generator(seed)
     for attempt in range(1, max_attempts + 1):
-        raw = _generate_raw(lm, [context], decoding, separator=None, generator=generator)[0]
+        raw = generate_raw(lm, [context], decoding, separator=None, generator=generator)[0]
         text, reason, _ = _judge(
             raw,
             max_words=max_words,

@@ -1,0 +1,347 @@
+"""``storyeval judge``, ``storyeval judge-eval``, ``storyeval rank`` and ``storyeval paired``:
+LLM judges, judges against people, system rankings from comparisons, paired tests."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from storyeval.cli._common import check_choice, exit_with, user_errors
+
+_MODES = ("absolute", "pairwise")
+
+
+def _backends(
+    models: list[str],
+    base_url: str | None,
+    api_key_env: str,
+    device: str,
+    precision: str,
+    prefix_cache: bool,
+    concurrency: int,
+    timeout: float,
+    retries: int,
+) -> list[Any]:
+    from storyeval.judge.backends import OpenAIJudge, TransformersJudge
+
+    names: list[str | None] = list(models) or [None]
+    if base_url is not None:
+        if not models:
+            raise exit_with("error: --base-url needs --model (the name the server knows)")
+        return [
+            OpenAIJudge(
+                m,
+                base_url=base_url,
+                api_key_env=api_key_env,
+                concurrency=concurrency,
+                timeout=timeout,
+                retries=retries,
+            )
+            for m in models
+        ]
+    return [
+        TransformersJudge(m, device=device, precision=precision, prefix_cache=prefix_cache)
+        for m in names
+    ]
+
+
+def judge(
+    stories: Path = typer.Argument(..., help="A story file (.jsonl or .csv)."),
+    output: Path = typer.Option(
+        ..., "-o", "--output", help="Judgments (absolute) or comparisons (pairwise), JSONL."
+    ),
+    rubric: str = typer.Option(
+        "karpinska",
+        "--rubric",
+        help="A built-in rubric (hanna, karpinska, callan_foster, checklist) or a rubric file.",
+    ),
+    mode: str = typer.Option(
+        "absolute",
+        "--mode",
+        help="absolute (a score per criterion) or pairwise (which story of a prompt is better).",
+    ),
+    model: list[str] = typer.Option(
+        None,
+        "--model",
+        help="The judge: a hub name or local directory, or the model name at --base-url (repeat for an ensemble). Default: the offline SmolLM2 (not a credible judge).",
+    ),
+    base_url: str = typer.Option(
+        None, "--base-url", help="An OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1."
+    ),
+    api_key_env: str = typer.Option(
+        "OPENAI_API_KEY",
+        "--api-key-env",
+        help="The environment variable holding the endpoint's API key.",
+    ),
+    repeats: int = typer.Option(
+        1,
+        "--repeats",
+        min=1,
+        help="Samples per item (needs an analyse-first rubric and --temperature > 0).",
+    ),
+    seed: int = typer.Option(0, "--seed", help="Seed of the sampling and of any random order."),
+    temperature: float = typer.Option(
+        0.0, "--temperature", min=0.0, help="Sampling temperature of written answers (0: greedy)."
+    ),
+    max_new_tokens: int = typer.Option(
+        160, "--max-new-tokens", min=1, help="Longest written answer."
+    ),
+    score: str = typer.Option(
+        "expected", "--score", help="expected (over the answer probabilities) or argmax."
+    ),
+    one_order: bool = typer.Option(
+        False, "--one-order", help="Pairwise: one seeded random order per pair instead of both."
+    ),
+    margin: float = typer.Option(
+        0.0, "--margin", help="Pairwise: a preference within 0.5 +- margin is a tie."
+    ),
+    max_words: int = typer.Option(
+        None, "--max-words", min=1, help="Flag stories longer than this."
+    ),
+    truncate: bool = typer.Option(
+        False, "--truncate", help="Cut flagged stories to --max-words (recorded in the signature)."
+    ),
+    cache: Path = typer.Option(
+        None, "--cache", help="The answer cache (default: ~/.cache/storyeval/judge-cache.sqlite)."
+    ),
+    no_cache: bool = typer.Option(False, "--no-cache", help="Neither read nor write the cache."),
+    prefix_cache: bool = typer.Option(
+        True,
+        "--prefix-cache/--no-prefix-cache",
+        help="Local judge: compute the rubric prefix once per criterion.",
+    ),
+    device: str = typer.Option("cpu", "--device", help="cpu, cuda, mps or auto (local judge)."),
+    precision: str = typer.Option(
+        "float32", "--precision", help="float32 or bfloat16 (local judge)."
+    ),
+    concurrency: int = typer.Option(
+        4, "--concurrency", min=1, help="Requests in flight (endpoint)."
+    ),
+    timeout: float = typer.Option(60.0, "--timeout", help="Seconds per request (endpoint)."),
+    retries: int = typer.Option(3, "--retries", min=0, help="Retries with back-off (endpoint)."),
+) -> None:
+    """Judge stories with an LLM: a score per rubric criterion, or pairwise preferences in both
+    orders. Every parse failure is counted and written beside the output, never imputed."""
+    from storyeval.corpus import read_stories, write_judgments
+    from storyeval.io import write_text_atomic
+    from storyeval.judge import judge_stories, load_rubric
+    from storyeval.judge.backends import Decoding
+    from storyeval.judge.cache import JudgeCache, default_cache_path
+    from storyeval.judge.core import JudgeSettings
+
+    check_choice(mode, _MODES, "--mode")
+    check_choice(score, ("expected", "argmax"), "--score")
+    with user_errors():
+        settings = JudgeSettings(
+            mode=mode,  # type: ignore[arg-type]
+            score=score,  # type: ignore[arg-type]
+            repeats=repeats,
+            seed=seed,
+            decoding=Decoding(temperature, max_new_tokens, seed),
+            max_words=max_words,
+            truncate=truncate,
+            both_orders=not one_order,
+            margin=margin,
+        )
+        settings.check()
+        chosen = load_rubric(rubric)
+        records = read_stories(stories)
+        judges = _backends(
+            model or [],
+            base_url,
+            api_key_env,
+            device,
+            precision,
+            prefix_cache,
+            concurrency,
+            timeout,
+            retries,
+        )
+        store = None if no_cache else JudgeCache(cache or default_cache_path())
+        run = judge_stories(
+            records,
+            chosen,
+            judges,
+            settings=settings,
+            cache=store,
+            progress=lambda line: typer.echo(line, err=True),
+        )
+    if mode == "absolute":
+        write_judgments(output, run.judgments)
+    else:
+        write_text_atomic(output, "".join(json.dumps(c) + "\n" for c in run.comparisons))
+    failures = output.with_name(output.stem + ".failures.jsonl")
+    if run.failures:
+        write_text_atomic(failures, "".join(json.dumps(f) + "\n" for f in run.failures))
+    _report(run, output, failures)
+
+
+def _report(run: Any, output: Path, failures: Path) -> None:
+    summary = run.summary()
+    if not summary.empty:
+        typer.echo(summary.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    count = len(run.judgments) or len(run.comparisons)
+    typer.echo(f"{count} answers -> {output}; {run.calls} model calls, {run.cached} from the cache")
+    if run.failures:
+        typer.echo(f"{len(run.failures)} answers did not parse (not imputed) -> {failures}")
+    for note in run.notes:
+        typer.echo(f"note: {note}")
+    for name, signature in run.signatures.items():
+        typer.echo(f"signature ({name}): {signature.render()}")
+
+
+def judge_eval(
+    judge_file: Path = typer.Option(..., "--judge", help="Judgments written by storyeval judge."),
+    humans: Path = typer.Option(..., "--humans", help="People's judgments of the same stories."),
+    stories: Path = typer.Option(
+        None,
+        "--stories",
+        help="The story file (systems and prompts, for the story and system levels).",
+    ),
+    comparisons: Path = typer.Option(
+        None, "--comparisons", help="A pairwise judge run, for position bias."
+    ),
+    output: Path = typer.Option(..., "-o", "--output", help="A directory for the tables."),
+    bootstrap: int = typer.Option(
+        1000, "--bootstrap", help="Bootstrap replicates of the intervals."
+    ),
+    seed: int = typer.Option(0, "--seed", help="Seed of the bootstrap."),
+) -> None:
+    """A judge against people: correlations at three levels beside the human ceiling, the
+    judge as one more rater (alpha, kappa), confusion matrices, calibration, consistency."""
+    from storyeval.corpus import read_judgments, read_stories
+    from storyeval.judge.evaluate import evaluate_judge, write_evaluation
+
+    with user_errors():
+        result = evaluate_judge(
+            read_judgments(judge_file),
+            read_judgments(humans),
+            stories=read_stories(stories) if stories is not None else None,
+            comparisons=_read_jsonl(comparisons) if comparisons is not None else None,
+            n_boot=bootstrap,
+            seed=seed,
+        )
+        files = write_evaluation(result, output)
+    typer.echo(result.headline().to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    for note in result.notes:
+        typer.echo(f"note: {note}")
+    typer.echo(f"tables: {', '.join(sorted(p.name for p in files))} in {output}")
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    return [
+        json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()
+    ]
+
+
+def rank(
+    pairs: Path = typer.Argument(
+        ...,
+        help="Comparisons: item_id, prompt_id, system_a, system_b, winner (a system or tie), rater_id, criterion.",
+    ),
+    output: Path = typer.Option(
+        ..., "-o", "--output", help="One row per system and method (.csv or .jsonl)."
+    ),
+    criterion: str = typer.Option(None, "--criterion", help="Only this criterion's comparisons."),
+    ties: str = typer.Option("davidson", "--ties", help="davidson, half or drop."),
+    bootstrap: int = typer.Option(
+        1000, "--bootstrap", min=0, help="Bootstrap replicates over prompts."
+    ),
+    confidence: float = typer.Option(0.95, "--confidence", help="Coverage of the intervals."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the bootstrap and of Elo's orders."),
+    matrix: Path = typer.Option(None, "--matrix", help="Write the win-rate matrix here (.csv)."),
+    plan: int = typer.Option(
+        0,
+        "--plan",
+        min=0,
+        help="Print the N pairs to compare next (least compared, then neighbours).",
+    ),
+) -> None:
+    """Rank systems from pairwise comparisons: Bradley-Terry (log-odds, Davidson ties) and
+    Elo, with bootstrap intervals over prompts."""
+    from storyeval.cli._tables import write_table
+    from storyeval.meta.rank import next_pairs, rank_systems, read_comparisons, win_rate_matrix
+
+    check_choice(ties, ("davidson", "half", "drop"), "--ties")
+    with user_errors():
+        frame = read_comparisons(pairs)
+        table = rank_systems(
+            frame,
+            criterion=criterion,
+            ties=ties,
+            n_boot=bootstrap,
+            confidence=confidence,
+            seed=seed,
+        )
+        write_table(table, output)
+        if matrix is not None:
+            write_table(win_rate_matrix(frame).reset_index(names="system"), matrix)
+    typer.echo(
+        table.drop(columns=["signature"]).to_string(index=False, float_format=lambda v: f"{v:.3f}")
+    )
+    typer.echo(f"signature: {table['signature'].iloc[0]}")
+    if plan:
+        typer.echo("compare next:")
+        typer.echo(
+            next_pairs(frame, budget=plan).to_string(index=False, float_format=lambda v: f"{v:.3f}")
+        )
+
+
+def paired(
+    scores: Path = typer.Argument(
+        ...,
+        help="Scores or judgments (item_id, metric or criterion, value) with system and prompt_id, or a story file given with --stories.",
+    ),
+    metric: str = typer.Option(
+        ..., "--metric", help="The metric (or judged criterion) to compare on."
+    ),
+    system_a: str = typer.Option(..., "--system-a", help="System A."),
+    system_b: str = typer.Option(..., "--system-b", help="System B."),
+    stories: Path = typer.Option(
+        None, "--stories", help="The story file, when the scores lack system and prompt_id."
+    ),
+    method: str = typer.Option("bootstrap", "--method", help="bootstrap, permutation or sign."),
+    resamples: int = typer.Option(
+        10_000, "--resamples", min=100, help="Resamples (bootstrap, permutation)."
+    ),
+    seed: int = typer.Option(0, "--seed", help="Seed."),
+    effect: float = typer.Option(
+        None,
+        "--plan-effect",
+        help="Also print the prompts needed to detect this mean difference (with the observed SD).",
+    ),
+) -> None:
+    """Is system A better than system B on a per-story score? Paired over prompts."""
+    from storyeval.meta.rank import paired_test, paired_values, prompts_needed
+
+    check_choice(method, ("bootstrap", "permutation", "sign"), "--method")
+    with user_errors():
+        a, b = paired_values(scores, metric, system_a, system_b, stories=stories)
+        result = paired_test(a, b, method=method, n_resamples=resamples, seed=seed)  # type: ignore[arg-type]
+    typer.echo(
+        f"{system_a} - {system_b} on {metric}: mean difference {result['mean_difference']:.4f} over "
+        f"{result['n']} prompts; {method} p = {result['p_value']:.4g}"
+        + (
+            f", interval [{result['ci_low']:.4f}, {result['ci_high']:.4f}]"
+            if method == "bootstrap"
+            else ""
+        )
+    )
+    if effect is not None:
+        import numpy as np
+
+        sd = float(np.std(np.asarray(a) - np.asarray(b), ddof=1))
+        typer.echo(
+            f"prompts needed to detect {effect} (SD {sd:.3f}, alpha .05, power .8): {prompts_needed(effect, sd)}"
+        )
+
+
+def register(app: typer.Typer) -> None:
+    """Add the judge, judge-eval, rank and paired commands to the application."""
+    app.command(rich_help_panel="LLM judges")(judge)
+    app.command(name="judge-eval", rich_help_panel="LLM judges")(judge_eval)
+    app.command(rich_help_panel="Meta-evaluation")(rank)
+    app.command(rich_help_panel="Meta-evaluation")(paired)

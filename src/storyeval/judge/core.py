@@ -1,0 +1,511 @@
+"""Judging stories: absolute scores per criterion, or pairwise preferences in both orders;
+several judges and repeats in one run; every parse failure counted, never imputed.
+
+The output is long-format :class:`~storyeval.corpus.Judgment` records (``rater_id`` is the
+judge's signature), so ``correlate``, ``agreement``, ``report`` and ``judge-eval`` treat a
+judge like a person; pairwise runs give comparison records for ``storyeval rank``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import math
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from storyeval import __version__
+from storyeval.corpus import Judgment, Story
+from storyeval.errors import StoryevalError
+from storyeval.judge.backends import Decoding, JudgeAnswer, JudgeBackend
+from storyeval.judge.cache import JudgeCache, cache_key
+from storyeval.judge.parse import parse_answer
+from storyeval.judge.prompts import SYSTEM, JudgeRequest, absolute_request, pairwise_request
+from storyeval.judge.rubric import Criterion, Rubric
+from storyeval.signature import Signature
+
+Mode = Literal["absolute", "pairwise"]
+#: The version of the prompt layout (part of every judge signature).
+TEMPLATE = "v1-" + hashlib.sha256(SYSTEM.encode()).hexdigest()[:8]
+LOW_MASS = 0.5
+
+
+@dataclass
+class JudgeRun:
+    """The result of :func:`judge_stories`.
+
+    Attributes
+    ----------
+    judgments : list of Judgment
+        Absolute mode: one per judge, story, criterion and repeat that parsed.
+    comparisons : list of dict
+        Pairwise mode: one per judge, pair, order, criterion and repeat, in the format of
+        ``storyeval rank`` (``item_id, prompt_id, system_a, system_b, winner, rater_id,
+        criterion``) with ``order``, ``first`` (the system shown as A), ``p_first`` and the
+        parse status.
+    failures : list of dict
+        Answers that did not parse (judge, item, criterion, sample, the raw answer).
+    signatures : dict of str to Signature
+        Per judge.
+    notes : list of str
+        Long texts, judges of the generators' family, low probability mass on the answers.
+    calls, cached : int
+        Model calls made, answers taken from the cache.
+    """
+
+    judgments: list[Judgment] = field(default_factory=list)
+    comparisons: list[dict[str, Any]] = field(default_factory=list)
+    failures: list[dict[str, Any]] = field(default_factory=list)
+    signatures: dict[str, Signature] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    calls: int = 0
+    cached: int = 0
+
+    def summary(self) -> Any:
+        """Per judge and criterion: answers, parse failures, the mean score (absolute) or the
+        share of first-position wins and the consistency across orders (pairwise)."""
+        import pandas as pd
+
+        rows = []
+        for judge, signature in self.signatures.items():
+            rater = signature.render()
+            failed = [f for f in self.failures if f["judge"] == judge]
+            for criterion in dict.fromkeys(f["criterion"] for f in self._records(rater)):
+                records = [r for r in self._records(rater) if r["criterion"] == criterion]
+                n_failed = sum(1 for f in failed if f["criterion"] == criterion)
+                row = {"judge": judge, "criterion": criterion, "answers": len(records) + n_failed}
+                row["parse_failures"] = n_failed
+                row.update(
+                    _absolute_stats(records)
+                    if records and "value" in records[0]
+                    else _pair_stats(records)
+                )
+                rows.append(row)
+        return pd.DataFrame(rows)
+
+    def _records(self, rater: str) -> list[dict[str, Any]]:
+        if self.comparisons:
+            return [c for c in self.comparisons if c["rater_id"] == rater]
+        return [j.to_dict() for j in self.judgments if j.rater_id == rater]
+
+
+def _absolute_stats(records: list[dict[str, Any]]) -> dict[str, Any]:
+    values = [r["value"] for r in records]
+    masses = [r["label_mass"] for r in records if r.get("label_mass") is not None]
+    return {
+        "mean": sum(values) / len(values),
+        "min": min(values),
+        "max": max(values),
+        "mean_label_mass": sum(masses) / len(masses) if masses else math.nan,
+    }
+
+
+def _pair_stats(records: list[dict[str, Any]]) -> dict[str, Any]:
+    decided = [r for r in records if r["winner"] != "tie"]
+    first = sum(1 for r in decided if r["winner"] == r["first"])
+    by_pair: dict[tuple[str, str, int], set[str]] = {}
+    for r in records:
+        by_pair.setdefault((r["item_id"], r["criterion"], r["sample"]), set()).add(r["winner"])
+    both = [winners for winners in by_pair.values()]
+    consistent = sum(1 for winners in both if len(winners) == 1)
+    return {
+        "first_position_wins": first / len(decided) if decided else math.nan,
+        "ties": len(records) - len(decided),
+        "position_consistency": consistent / len(both) if both else math.nan,
+    }
+
+
+# --------------------------------------------------------------------------- settings
+
+
+@dataclass(frozen=True)
+class JudgeSettings:
+    """Everything besides the stories, the rubric and the judge that changes the numbers."""
+
+    mode: Mode = "absolute"
+    score: Literal["expected", "argmax"] = "expected"
+    repeats: int = 1
+    seed: int = 0
+    decoding: Decoding = field(default_factory=Decoding)
+    max_words: int | None = None
+    truncate: bool = False
+    both_orders: bool = True
+    margin: float = 0.0
+
+    def check(self) -> None:
+        """Refuse settings that cannot work together."""
+        if self.mode not in ("absolute", "pairwise"):
+            raise ValueError(f"mode must be absolute or pairwise; got {self.mode!r}")
+        if self.repeats < 1:
+            raise ValueError(f"repeats must be >= 1; got {self.repeats}")
+        if not 0 <= self.margin < 0.5:
+            raise ValueError(f"margin must be in [0, 0.5); got {self.margin}")
+        if self.truncate and self.max_words is None:
+            raise ValueError("truncate needs max_words")
+
+    def signature(self, backend: JudgeBackend, rubric: Rubric, scoring: str) -> Signature:
+        """The judge's signature: model, rubric, template and every setting."""
+        fields: dict[str, Any] = {
+            "model": backend.identity,
+            "rubric": rubric.identity,
+            "mode": self.mode,
+            "template": TEMPLATE,
+            "scoring": scoring,
+        }
+        if scoring == "first-token" and self.mode == "absolute":
+            fields["score"] = self.score
+        if scoring == "generated":
+            fields.update(self.decoding.fields())
+        if self.mode == "pairwise":
+            fields["orders"] = "both" if self.both_orders else "seeded-random"
+            fields["margin"] = self.margin
+        fields.update(repeats=self.repeats, seed=self.seed)
+        fields["max_words"] = self.max_words
+        fields["truncate"] = self.truncate
+        return Signature("judge", fields, __version__)
+
+
+# --------------------------------------------------------------------------- texts
+
+
+def _length_checked(
+    stories: Sequence[Story], settings: JudgeSettings, notes: list[str]
+) -> list[Story]:
+    if settings.max_words is None:
+        return list(stories)
+    long = [s for s in stories if len(s.story.split()) > settings.max_words]
+    if not long:
+        return list(stories)
+    action = "truncated to" if settings.truncate else "longer than"
+    notes.append(
+        f"{len(long)} stor(ies) {action} {settings.max_words} words: {', '.join(s.id for s in long[:5])}"
+    )
+    if not settings.truncate:
+        return list(stories)
+    return [
+        Story(
+            s.id,
+            s.prompt,
+            " ".join(s.story.split()[: settings.max_words]),
+            s.reference,
+            s.system,
+            s.extra,
+        )
+        if s in long
+        else s
+        for s in stories
+    ]
+
+
+def _family_note(stories: Sequence[Story], backend: JudgeBackend) -> str | None:
+    family = backend.name.lower().split("/")[-1].split("-")[0]
+    systems = {
+        str(s.system) for s in stories if s.system and family and family in str(s.system).lower()
+    }
+    if not systems:
+        return None
+    return (
+        f"judge {backend.name} shares a model family ({family}) with the system(s) "
+        f"{', '.join(sorted(systems))}: judges tend to prefer their own family's text"
+    )
+
+
+# --------------------------------------------------------------------------- answering
+
+
+class _Asker:
+    """Answers requests through the cache, then the backend (in batches)."""
+
+    def __init__(
+        self,
+        backend: JudgeBackend,
+        settings: JudgeSettings,
+        cache: JudgeCache | None,
+        run: JudgeRun,
+    ) -> None:
+        self.backend, self.settings, self.cache, self.run = backend, settings, cache, run
+
+    def __call__(self, requests: Sequence[JudgeRequest], sample: int) -> list[JudgeAnswer]:
+        decoding = Decoding(
+            self.settings.decoding.temperature,
+            self.settings.decoding.max_new_tokens,
+            self.settings.seed,
+        )
+        keys = [self._key(r, decoding, sample) for r in requests]
+        answers: list[JudgeAnswer | None] = [
+            self.cache.get(k) if self.cache else None for k in keys
+        ]
+        self.run.cached += sum(a is not None for a in answers)
+        todo = [i for i, a in enumerate(answers) if a is None]
+        if todo:
+            before = getattr(self.backend, "calls", 0)
+            fresh = self.backend.answer([requests[i] for i in todo], decoding, sample=sample)
+            self.run.calls += getattr(self.backend, "calls", 0) - before
+            for i, answer in zip(todo, fresh, strict=True):
+                answers[i] = answer
+                if self.cache is not None:
+                    self.cache.put(keys[i], answer)
+        return [a for a in answers if a is not None]
+
+    def _key(self, request: JudgeRequest, decoding: Decoding, sample: int) -> str:
+        settings: dict[str, Any] = {
+            "sample": sample if request.generate and decoding.temperature > 0 else 0
+        }
+        if request.generate:
+            settings.update(decoding.fields(), seed=decoding.seed)
+        return cache_key(self.backend.identity, request, settings)
+
+
+@dataclass(frozen=True)
+class _Reading:
+    """What an answer says: the chosen label's index (None: no answer), the label
+    probabilities renormalised, the probability mass the judge put on the labels, a status."""
+
+    index: int | None
+    probabilities: list[float] | None
+    mass: float | None
+    status: str
+
+
+def _read(answer: JudgeAnswer, request: JudgeRequest) -> _Reading:
+    if answer.probabilities is not None and not request.generate:
+        total = sum(answer.probabilities)
+        if total <= 0:
+            return _Reading(None, None, 0.0, "no_probability")
+        probs = [p / total for p in answer.probabilities]
+        best = max(range(len(probs)), key=probs.__getitem__)
+        return _Reading(best, probs, total, "probabilities")
+    label = parse_answer(answer.text or "", request.labels, analysed=request.analysed)
+    if label is None:
+        return _Reading(None, None, None, "parse_error")
+    return _Reading(list(request.labels).index(label), None, None, "parsed")
+
+
+# --------------------------------------------------------------------------- absolute
+
+
+def _absolute(
+    stories: Sequence[Story], rubric: Rubric, ask: _Asker, rater: str, judge: str, run: JudgeRun
+) -> None:
+    from storyeval.meta.data import story_prompt_id
+
+    settings = ask.settings
+    for criterion in rubric.criteria:
+        requests = [absolute_request(s, rubric, criterion) for s in stories]
+        for sample in range(settings.repeats):
+            for story, request, answer in zip(
+                stories, requests, ask(requests, sample), strict=True
+            ):
+                reading = _read(answer, request)
+                where = {"item_id": story.id, "criterion": criterion.name, "sample": sample}
+                if reading.index is None:
+                    failure = {
+                        "judge": judge,
+                        **where,
+                        "status": reading.status,
+                        "raw": answer.text,
+                    }
+                    run.failures.append(failure)
+                    continue
+                value, extra = _absolute_value(
+                    criterion, reading.index, reading.probabilities, settings.score
+                )
+                extra.update(
+                    system=story.system,
+                    prompt_id=story_prompt_id(story),
+                    sample=sample,
+                    parse_status=reading.status,
+                    label_mass=None if reading.mass is None else round(reading.mass, 6),
+                    raw=answer.text,
+                )
+                run.judgments.append(Judgment(story.id, rater, criterion.name, value, extra=extra))
+
+
+def _absolute_value(
+    criterion: Criterion, index: int, probs: list[float] | None, score: str
+) -> tuple[float, dict[str, Any]]:
+    values = criterion.values
+    argmax = float(values[index])
+    if probs is None:
+        return argmax, {"argmax": argmax}
+    expected = sum(p * v for p, v in zip(probs, values, strict=True))
+    extra: dict[str, Any] = {
+        "argmax": argmax,
+        "expected": round(expected, 6),
+        "probabilities": [round(p, 6) for p in probs],
+    }
+    return (round(expected, 6) if score == "expected" else argmax), extra
+
+
+# --------------------------------------------------------------------------- pairwise
+
+
+def _pairs(stories: Sequence[Story]) -> list[tuple[str, Story, Story]]:
+    """Every two stories of different systems for one prompt: ``(prompt id, x, y)``."""
+    from storyeval.meta.data import story_prompt_id
+
+    by_prompt: dict[str, list[Story]] = {}
+    for story in stories:
+        key = story_prompt_id(story)
+        if key is None or story.system is None:
+            raise StoryevalError(
+                f"pairwise judging needs a system and a prompt (or prompt_id) on every story; "
+                f"story {story.id!r} lacks one"
+            )
+        by_prompt.setdefault(key, []).append(story)
+    pairs = []
+    for key, group in by_prompt.items():
+        for x, y in itertools.combinations(group, 2):
+            if x.system != y.system:
+                pairs.append((key, x, y))
+    if not pairs:
+        raise StoryevalError("no prompt has stories of two systems to compare")
+    return pairs
+
+
+def _pairwise(
+    stories: Sequence[Story], rubric: Rubric, ask: _Asker, rater: str, judge: str, run: JudgeRun
+) -> None:
+    settings = ask.settings
+    pairs = _pairs(stories)
+    rng = random.Random(settings.seed)
+    orders: list[tuple[str, Story, Story, str]] = []
+    for key, x, y in pairs:
+        if settings.both_orders:
+            orders += [(key, x, y, "xy"), (key, y, x, "yx")]
+        else:
+            orders.append((key, x, y, "xy") if rng.random() < 0.5 else (key, y, x, "yx"))
+    for criterion in rubric.criteria:
+        requests = [pairwise_request(a, b, rubric, criterion) for _, a, b, _ in orders]
+        for sample in range(settings.repeats):
+            for (key, a, b, order), request, answer in zip(
+                orders, requests, ask(requests, sample), strict=True
+            ):
+                x, y = (a, b) if order == "xy" else (b, a)
+                item = f"{key}:{x.id}~{y.id}"
+                reading = _read(answer, request)
+                if reading.index is None:
+                    where = {"item_id": item, "criterion": criterion.name, "sample": sample}
+                    failure = {
+                        "judge": judge,
+                        **where,
+                        "status": reading.status,
+                        "raw": answer.text,
+                    }
+                    run.failures.append(failure)
+                    continue
+                probs, status = reading.probabilities, reading.status
+                p_first = probs[0] if probs is not None else (1.0 if reading.index == 0 else 0.0)
+                winner = _winner(p_first, a, b, settings.margin)
+                run.comparisons.append(
+                    {
+                        "item_id": item,
+                        "prompt_id": key,
+                        "system_a": x.system,
+                        "system_b": y.system,
+                        "winner": winner,
+                        "rater_id": rater,
+                        "criterion": criterion.name,
+                        "order": order,
+                        "first": a.system,
+                        "p_first": round(p_first, 6),
+                        "sample": sample,
+                        "parse_status": status,
+                        "raw": answer.text,
+                    }
+                )
+
+
+def _winner(p_first: float, first: Story, second: Story, margin: float) -> str:
+    if p_first > 0.5 + margin:
+        return str(first.system)
+    if p_first < 0.5 - margin:
+        return str(second.system)
+    return "tie"
+
+
+# --------------------------------------------------------------------------- the run
+
+
+def judge_stories(
+    stories: Sequence[Story],
+    rubric: Rubric,
+    backends: Sequence[JudgeBackend],
+    *,
+    settings: JudgeSettings | None = None,
+    cache: JudgeCache | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> JudgeRun:
+    """Judge stories with one or more judges.
+
+    Parameters
+    ----------
+    stories : sequence of Story
+        Pairwise mode needs ``system`` and a prompt (or ``prompt_id``) on every story.
+    rubric : Rubric
+        From :func:`storyeval.judge.load_rubric`.
+    backends : sequence of JudgeBackend
+        :class:`~storyeval.judge.backends.TransformersJudge` or
+        :class:`~storyeval.judge.backends.OpenAIJudge` instances (several: an ensemble).
+    settings : JudgeSettings, optional
+        Mode, score, repeats, seed, decoding, length control.
+    cache : JudgeCache, optional
+        Answers already given are taken from it; new ones are added.
+    progress : callable, optional
+        Called with a line of text as each judge starts.
+
+    Returns
+    -------
+    JudgeRun
+
+    Raises
+    ------
+    ValueError
+        Bad settings (repeats of deterministic probability answers, a margin outside [0, 0.5)).
+    StoryevalError
+        No story, or (pairwise) no prompt with two systems.
+    """
+    settings = settings or JudgeSettings()
+    settings.check()
+    if not stories:
+        raise StoryevalError("there are no stories to judge")
+    if not backends:
+        raise ValueError("give at least one judge")
+    sampled = rubric.analyse_first and settings.decoding.temperature > 0
+    if settings.repeats > 1 and not sampled:
+        raise ValueError(
+            "repeats need sampled written answers (a rubric with analyse_first and a temperature "
+            "> 0); probability answers are deterministic"
+        )
+    run = JudgeRun()
+    texts = _length_checked(stories, settings, run.notes)
+    for backend in backends:
+        scoring = "generated" if rubric.analyse_first else "first-token"
+        signature = settings.signature(backend, rubric, scoring)
+        run.signatures[backend.name] = signature
+        note = _family_note(texts, backend)
+        if note:
+            run.notes.append(note)
+        if progress is not None:
+            progress(f"judging with {backend.name} ({settings.mode}, rubric {rubric.name})")
+        ask = _Asker(backend, settings, cache, run)
+        judge = _absolute if settings.mode == "absolute" else _pairwise
+        judge(texts, rubric, ask, signature.render(), backend.name, run)
+    _mass_note(run)
+    return run
+
+
+def _mass_note(run: JudgeRun) -> None:
+    """Warn when the judge put little probability on the answers it was asked for (it was
+    answering something else: the prompt's format did not land)."""
+    masses = [
+        float(j.extra["label_mass"]) for j in run.judgments if j.extra.get("label_mass") is not None
+    ]
+    low = [m for m in masses if m < LOW_MASS]
+    if low:
+        run.notes.append(
+            f"{len(low)} of {len(masses)} answers put less than {LOW_MASS} of the probability on "
+            "the scale's answers: the judge may not be following the format"
+        )

@@ -1,0 +1,306 @@
+"""A judge against people (``storyeval judge-eval``).
+
+For every criterion both rated: the judge's correlation with the human mean at the pooled,
+story and system levels with bootstrap intervals, beside the human ceiling (each person
+against the others); Krippendorff's alpha of the people with and without the judge as one more
+rater, and Cohen's kappa of the judge against the rounded human mean; a confusion matrix and a
+calibration map (the human mean at each judge score); the judge's self-consistency over
+repeats (ICC); and, from a pairwise run, its position bias.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from storyeval.corpus import Judgment, Story
+from storyeval.errors import StoryevalError, StoryevalWarning
+
+JUDGE_RATER = "judge"
+
+
+@dataclass
+class JudgeEvaluation:
+    """The tables of :func:`evaluate_judge` (each a tidy DataFrame; empty when not
+    applicable) and notes."""
+
+    correlations: pd.DataFrame
+    ceiling: pd.DataFrame
+    agreement: pd.DataFrame
+    confusion: pd.DataFrame
+    calibration: pd.DataFrame
+    consistency: pd.DataFrame
+    position: pd.DataFrame
+    notes: list[str] = field(default_factory=list)
+
+    def headline(self) -> pd.DataFrame:
+        """Per criterion and level: the judge's Spearman correlation with the human mean
+        [interval], the human ceiling, and alpha without and with the judge."""
+        rows = self.correlations[self.correlations["method"] == "spearman"]
+        table = rows[["criterion", "level", "estimate", "ci_low", "ci_high", "n"]].copy()
+        ceiling = self.ceiling[
+            (self.ceiling["rater"] == "mean") & (self.ceiling["method"] == "spearman")
+        ]
+        table = table.merge(
+            ceiling[["criterion", "level", "estimate"]].rename(
+                columns={"estimate": "human_ceiling"}
+            ),
+            on=["criterion", "level"],
+            how="left",
+        )
+        if not self.agreement.empty:
+            table = table.merge(
+                self.agreement[["criterion", "alpha_people", "alpha_with_judge", "kappa"]],
+                on="criterion",
+                how="left",
+            )
+        return table.rename(columns={"estimate": "spearman"})
+
+    def tables(self) -> dict[str, pd.DataFrame]:
+        """Every table by file name (without ``.csv``)."""
+        return {
+            "correlations": self.correlations,
+            "ceiling": self.ceiling,
+            "agreement": self.agreement,
+            "confusion": self.confusion,
+            "calibration": self.calibration,
+            "consistency": self.consistency,
+            "position": self.position,
+        }
+
+
+def _frame(judgments: Sequence[Judgment]) -> pd.DataFrame:
+    rows = []
+    for j in judgments:
+        row = {
+            "item_id": j.item_id,
+            "rater_id": j.rater_id,
+            "criterion": j.criterion,
+            "value": float(j.value),
+        }
+        row.update({k: j.extra.get(k) for k in ("system", "prompt_id", "sample")})
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def evaluate_judge(
+    judge: Sequence[Judgment],
+    humans: Sequence[Judgment],
+    *,
+    stories: Sequence[Story] | None = None,
+    comparisons: Sequence[dict[str, Any]] | None = None,
+    n_boot: int = 1000,
+    seed: int = 0,
+) -> JudgeEvaluation:
+    """Compare one judge's judgments with people's on the criteria both rated.
+
+    Raises
+    ------
+    StoryevalError
+        No criterion, or no item, in common.
+    """
+    judged, people = _frame(judge), _frame(humans)
+    criteria = [c for c in dict.fromkeys(judged["criterion"]) if c in set(people["criterion"])]
+    if not criteria:
+        raise StoryevalError(
+            f"the judge and the people share no criterion (judge: {', '.join(sorted(set(judged['criterion'])))}; "
+            f"people: {', '.join(sorted(set(people['criterion'])))})"
+        )
+    if len(set(judged["rater_id"])) > 1:
+        raise StoryevalError("give the judgments of one judge (filter by rater_id)")
+    per_item = judged.groupby(["item_id", "criterion"], as_index=False)["value"].mean()
+    notes: list[str] = []
+    correlations, ceiling = _correlations(per_item, people, criteria, stories, n_boot, seed, notes)
+    return JudgeEvaluation(
+        correlations=correlations,
+        ceiling=ceiling,
+        agreement=_agreement(per_item, people, criteria, n_boot, seed),
+        confusion=_confusion(per_item, people, criteria),
+        calibration=_calibration(per_item, people, criteria),
+        consistency=_consistency(judged, criteria, n_boot, seed),
+        position=_position(comparisons or []),
+        notes=notes,
+    )
+
+
+def _correlations(
+    per_item: pd.DataFrame,
+    people: pd.DataFrame,
+    criteria: list[str],
+    stories: Sequence[Story] | None,
+    n_boot: int,
+    seed: int,
+    notes: list[str],
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    from storyeval.meta import build_meta_table, correlate, human_ceiling
+    from storyeval.report.compute import available_levels
+
+    scores = per_item.rename(columns={"criterion": "metric"})
+    scores["metric"] = "judge:" + scores["metric"]
+    table = build_meta_table(scores, people[people["criterion"].isin(criteria)], stories=stories)
+    levels, level_notes = available_levels(table, None)
+    notes.extend(level_notes)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", StoryevalWarning)
+        result = correlate(table, levels=levels, n_boot=n_boot, seed=seed)
+        mine = result[result["metric"] == "judge:" + result["criterion"]].reset_index(drop=True)
+        individual = people[people["rater_id"] != "mean"]
+        ceiling = pd.DataFrame()
+        if individual["rater_id"].nunique() >= 2:
+            ceiling = human_ceiling(
+                individual,
+                items=table.items,
+                criteria=criteria,
+                levels=levels,
+                n_boot=n_boot,
+                seed=seed,
+            )
+        else:
+            notes.append("the human ceiling needs two or more individual raters")
+    return mine, ceiling
+
+
+def _agreement(
+    per_item: pd.DataFrame, people: pd.DataFrame, criteria: list[str], n_boot: int, seed: int
+) -> pd.DataFrame:
+    from statsmodels.stats.inter_rater import cohens_kappa
+
+    from storyeval.meta import agreement
+
+    individual = people[(people["rater_id"] != "mean") & people["criterion"].isin(criteria)]
+    if individual["rater_id"].nunique() < 2:
+        return pd.DataFrame()
+    judge_rows = per_item.assign(rater_id=JUDGE_RATER, value=per_item["value"].round())
+    judge_rows = judge_rows[judge_rows["item_id"].isin(set(individual["item_id"]))]
+    columns = ["item_id", "rater_id", "criterion", "value"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", StoryevalWarning)
+        alone = agreement(individual[columns], n_boot=n_boot, seed=seed)
+        joined = agreement(
+            pd.concat([individual[columns], judge_rows[columns]]), n_boot=n_boot, seed=seed
+        )
+    method = "krippendorff_alpha_interval"
+    rows = []
+    human_mean = individual.groupby(["item_id", "criterion"])["value"].mean().round()
+    for criterion in criteria:
+        a = alone[(alone["criterion"] == criterion) & (alone["method"] == method)]["estimate"]
+        b = joined[(joined["criterion"] == criterion) & (joined["method"] == method)]["estimate"]
+        pairs = per_item[per_item["criterion"] == criterion].set_index("item_id")["value"].round()
+        truth = human_mean.xs(criterion, level="criterion").reindex(pairs.index)
+        both = pd.DataFrame({"judge": pairs, "human": truth}).dropna()
+        kappa = math.nan
+        if len(both) >= 2:
+            crosstab = pd.crosstab(both["human"], both["judge"])
+            labels = sorted(set(crosstab.index) | set(crosstab.columns))
+            square = crosstab.reindex(index=labels, columns=labels, fill_value=0).to_numpy()
+            kappa = float(cohens_kappa(square, wt="quadratic").kappa)
+        rows.append(
+            {
+                "criterion": criterion,
+                "alpha_people": float(a.iloc[0]) if len(a) else math.nan,
+                "alpha_with_judge": float(b.iloc[0]) if len(b) else math.nan,
+                "kappa": kappa,
+                "kappa_kind": "quadratic-weighted, judge vs rounded human mean",
+                "items": len(both),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def _joined(per_item: pd.DataFrame, people: pd.DataFrame, criterion: str) -> pd.DataFrame:
+    judge = per_item[per_item["criterion"] == criterion].set_index("item_id")["value"]
+    human = people[people["criterion"] == criterion].groupby("item_id")["value"].mean()
+    return pd.DataFrame({"judge": judge, "human": human}).dropna()
+
+
+def _confusion(per_item: pd.DataFrame, people: pd.DataFrame, criteria: list[str]) -> pd.DataFrame:
+    """Long format: criterion, judge score (rounded), human mean (rounded), count."""
+    frames = []
+    for criterion in criteria:
+        both = _joined(per_item, people, criterion).round()
+        counts = both.groupby(["judge", "human"]).size().reset_index(name="count")
+        frames.append(counts.assign(criterion=criterion))
+    if not frames:
+        return pd.DataFrame(columns=["criterion", "judge", "human", "count"])
+    return pd.concat(frames, ignore_index=True)[["criterion", "judge", "human", "count"]]
+
+
+def _calibration(per_item: pd.DataFrame, people: pd.DataFrame, criteria: list[str]) -> pd.DataFrame:
+    """Per criterion and judge score (rounded): the human mean, its SD and the items."""
+    rows = []
+    for criterion in criteria:
+        both = _joined(per_item, people, criterion)
+        for score, group in both.groupby(both["judge"].round()):
+            rows.append(
+                {
+                    "criterion": criterion,
+                    "judge_score": float(score),
+                    "human_mean": float(group["human"].mean()),
+                    "human_sd": float(group["human"].std(ddof=1)) if len(group) > 1 else math.nan,
+                    "items": len(group),
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def _consistency(judged: pd.DataFrame, criteria: list[str], n_boot: int, seed: int) -> pd.DataFrame:
+    """ICC of the judge's repeats (each repeat as a rater), when there are repeats."""
+    from storyeval.meta import agreement
+
+    if judged["sample"].isna().all() or judged["sample"].nunique() < 2:
+        return pd.DataFrame()
+    repeats = judged.assign(rater_id="sample" + judged["sample"].astype(str))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", StoryevalWarning)
+        table = agreement(
+            repeats[["item_id", "rater_id", "criterion", "value"]], n_boot=n_boot, seed=seed
+        )
+    return table[
+        table["method"].isin(["icc2", "icc2k", "krippendorff_alpha_interval"])
+    ].reset_index(drop=True)
+
+
+def _position(comparisons: Sequence[dict[str, Any]]) -> pd.DataFrame:
+    """Per criterion: the share of decided comparisons won by the story shown first, ties,
+    and the share of pairs judged alike in both orders."""
+    if not comparisons:
+        return pd.DataFrame()
+    frame = pd.DataFrame(comparisons)
+    rows = []
+    for criterion, group in frame.groupby("criterion", sort=False):
+        decided = group[group["winner"] != "tie"]
+        per_pair = group.groupby(["item_id", "sample"])["winner"].nunique()
+        rows.append(
+            {
+                "criterion": criterion,
+                "comparisons": len(group),
+                "first_position_wins": float((decided["winner"] == decided["first"]).mean())
+                if len(decided)
+                else math.nan,
+                "ties": int((group["winner"] == "tie").sum()),
+                "position_consistency": float((per_pair == 1).mean()),
+                "pairs": len(per_pair),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def write_evaluation(result: JudgeEvaluation, directory: str | Path) -> list[Path]:
+    """Write every non-empty table as CSV into ``directory`` (atomically); returns the paths."""
+    from storyeval.io import write_table
+
+    target = Path(directory)
+    target.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, table in result.tables().items():
+        if not table.empty:
+            written.append(write_table(target / f"{name}.csv", table))
+    headline = result.headline()
+    written.append(write_table(target / "headline.csv", headline))
+    return written

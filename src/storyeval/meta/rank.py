@@ -1,0 +1,450 @@
+"""System rankings from pairwise comparisons, paired tests between two systems, and planning.
+
+- :func:`read_comparisons` reads long-format comparisons (people's pairwise and best-worst
+  judgments, or a judge's): one record per comparison with ``item_id``, ``prompt_id``,
+  ``system_a``, ``system_b``, ``winner`` (a system or ``tie``), ``rater_id``, ``criterion``.
+- :func:`rank_systems` rates the systems with Bradley-Terry (Davidson ties) and Elo, with
+  bootstrap intervals that resample prompts (the unit a new study would sample).
+- :func:`win_rate_matrix` and :func:`next_pairs` (an adaptive plan: the least-compared pairs
+  first, then neighbours in the current ranking).
+- :func:`paired_test` (paired bootstrap, approximate randomisation, sign test) and
+  :func:`prompts_needed` (how many prompts detect a given difference).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import pandas as pd
+
+from storyeval import __version__
+from storyeval.errors import DataFileError, DataProblem
+from storyeval.meta.ranking import bradley_terry, count_comparisons, elo
+from storyeval.signature import Signature
+
+COMPARISON_FIELDS = ("item_id", "prompt_id", "system_a", "system_b", "winner")
+RANK_COLUMNS = (
+    "system",
+    "method",
+    "estimate",
+    "ci_low",
+    "ci_high",
+    "comparisons",
+    "wins",
+    "losses",
+    "ties",
+    "signature",
+)
+PairedMethod = Literal["bootstrap", "permutation", "sign"]
+
+
+def read_comparisons(path: str | Path) -> pd.DataFrame:
+    """Read comparisons (JSONL or CSV); every bad line is ``FILE:LINE: reason``.
+
+    ``rater_id`` and ``criterion`` default to ``""`` when absent.
+
+    Raises
+    ------
+    DataFileError
+        A missing field, a winner that is neither system nor ``tie``, a system compared with
+        itself.
+    """
+    from storyeval.corpus import iter_raw_records
+
+    problems: list[DataProblem] = []
+    rows: list[dict[str, Any]] = []
+    for number, record in iter_raw_records(path, required=COMPARISON_FIELDS):
+        if isinstance(record, DataProblem):
+            problems.append(record)
+            continue
+        reason = _comparison_problem(record)
+        if reason:
+            problems.append(DataProblem(str(path), number, reason))
+            continue
+        row = {key: str(record[key]) for key in COMPARISON_FIELDS}
+        row["rater_id"] = str(record.get("rater_id") or "")
+        row["criterion"] = str(record.get("criterion") or "")
+        rows.append(row)
+    if problems:
+        raise DataFileError(problems)
+    if not rows:
+        raise DataFileError.single(Path(path), 1, "the file holds no comparisons")
+    return pd.DataFrame(rows)
+
+
+def _comparison_problem(record: dict[str, Any]) -> str:
+    missing = [k for k in COMPARISON_FIELDS if record.get(k) in (None, "")]
+    if missing:
+        return f"missing field(s) {', '.join(missing)}"
+    a, b, winner = str(record["system_a"]), str(record["system_b"]), str(record["winner"])
+    if a == b:
+        return f"system {a!r} is compared with itself"
+    if winner not in (a, b, "tie"):
+        return f"winner must be {a!r}, {b!r} or 'tie'; got {winner!r}"
+    return ""
+
+
+def _triples(frame: pd.DataFrame) -> list[tuple[str, str, str]]:
+    return list(zip(frame["system_a"], frame["system_b"], frame["winner"], strict=True))
+
+
+def _tallies(frame: pd.DataFrame, systems: Sequence[str]) -> dict[str, tuple[int, int, int, int]]:
+    """Per system: comparisons, wins, losses, ties."""
+    result = {}
+    for system in systems:
+        mine = frame[(frame["system_a"] == system) | (frame["system_b"] == system)]
+        wins = int((mine["winner"] == system).sum())
+        ties = int((mine["winner"] == "tie").sum())
+        result[system] = (len(mine), wins, len(mine) - wins - ties, ties)
+    return result
+
+
+def _elo_mean(
+    triples: list[tuple[str, str, str]], systems: Sequence[str], shuffles: int, seed: int
+) -> dict[str, float]:
+    """Elo averaged over seeded shuffles of the comparisons (Elo depends on their order)."""
+    rng = random.Random(seed)
+    totals = dict.fromkeys(systems, 0.0)
+    for _ in range(shuffles):
+        order = list(triples)
+        rng.shuffle(order)
+        for system, rating in elo(order, systems=systems).items():
+            totals[system] += rating / shuffles
+    return totals
+
+
+def rank_systems(
+    comparisons: pd.DataFrame,
+    *,
+    criterion: str | None = None,
+    ties: str = "davidson",
+    n_boot: int = 1000,
+    confidence: float = 0.95,
+    seed: int = 0,
+    elo_shuffles: int = 20,
+) -> pd.DataFrame:
+    """Bradley-Terry strengths (log-odds scale, mean 0) and Elo ratings per system, with
+    percentile bootstrap intervals over prompts.
+
+    Parameters
+    ----------
+    comparisons : DataFrame
+        From :func:`read_comparisons` (or the ``comparisons`` of a pairwise judge run).
+    criterion : str, optional
+        Use only this criterion's comparisons (default: all).
+    ties : {"davidson", "half", "drop"}
+    n_boot : int
+        Bootstrap replicates (0: no interval); each resamples prompts with replacement.
+    confidence : float
+    seed : int
+    elo_shuffles : int
+        Elo is averaged over this many seeded orders of the comparisons.
+
+    Returns
+    -------
+    DataFrame
+        :data:`RANK_COLUMNS`, one row per system and method (``bradley-terry``, ``elo``),
+        best first within a method.
+
+    Examples
+    --------
+    >>> frame = pd.DataFrame({"item_id": list("abcdef"), "prompt_id": list("pqrpqr"),
+    ...     "system_a": ["x", "x", "x", "y", "y", "y"], "system_b": ["y", "y", "y", "z", "z", "z"],
+    ...     "winner": ["x", "x", "y", "y", "y", "z"]})
+    >>> table = rank_systems(frame, n_boot=0)
+    >>> table[table["method"] == "bradley-terry"]["system"].tolist()
+    ['x', 'y', 'z']
+    """
+    frame = comparisons if criterion is None else comparisons[comparisons["criterion"] == criterion]
+    if frame.empty:
+        raise ValueError(
+            f"no comparison{'' if criterion is None else f' of criterion {criterion!r}'}"
+        )
+    if n_boot < 0 or not 0 < confidence < 1:
+        raise ValueError("n_boot must be >= 0 and confidence between 0 and 1")
+    systems = list(dict.fromkeys([*frame["system_a"], *frame["system_b"]]))
+    fit = bradley_terry(_triples(frame), ties=ties, systems=systems)
+    ratings = _elo_mean(_triples(frame), systems, elo_shuffles, seed)
+    intervals = _bootstrap(frame, systems, ties, n_boot, confidence, seed, elo_shuffles)
+    tallies = _tallies(frame, systems)
+    signature = Signature(
+        "rank",
+        {
+            "ties": ties,
+            "bootstrap": n_boot,
+            "resample": "prompts",
+            "confidence": confidence,
+            "seed": seed,
+            "elo_shuffles": elo_shuffles,
+            "criterion": criterion or "all",
+            "comparisons": len(frame),
+        },
+        __version__,
+    ).render()
+    rows = []
+    for method, values in (("bradley-terry", fit.strengths), ("elo", ratings)):
+        for system in sorted(systems, key=lambda s: -values[s]):
+            low, high = intervals.get((method, system), (math.nan, math.nan))
+            rows.append(
+                dict(
+                    zip(
+                        RANK_COLUMNS,
+                        (system, method, values[system], low, high, *tallies[system], signature),
+                        strict=True,
+                    )
+                )
+            )
+    return pd.DataFrame(rows, columns=list(RANK_COLUMNS))
+
+
+def _bootstrap(
+    frame: pd.DataFrame,
+    systems: Sequence[str],
+    ties: str,
+    n_boot: int,
+    confidence: float,
+    seed: int,
+    shuffles: int,
+) -> dict[tuple[str, str], tuple[float, float]]:
+    import warnings
+
+    from storyeval.errors import DegenerateInputWarning
+
+    if n_boot == 0:
+        return {}
+    rng = np.random.default_rng(seed)
+    groups = {key: group for key, group in frame.groupby("prompt_id", sort=True)}
+    keys = list(groups)
+    draws: dict[tuple[str, str], list[float]] = {}
+    for replicate in range(n_boot):
+        chosen = rng.integers(0, len(keys), len(keys))
+        sample = pd.concat([groups[keys[i]] for i in chosen], ignore_index=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DegenerateInputWarning)
+            fit = bradley_terry(_triples(sample), ties=ties, systems=systems, prior=0.01)
+        ratings = _elo_mean(_triples(sample), systems, max(1, shuffles // 5), seed + replicate)
+        for system in systems:
+            draws.setdefault(("bradley-terry", system), []).append(fit.strengths[system])
+            draws.setdefault(("elo", system), []).append(ratings[system])
+    tail = (1 - confidence) / 2 * 100
+    return {
+        key: (float(np.percentile(values, tail)), float(np.percentile(values, 100 - tail)))
+        for key, values in draws.items()
+    }
+
+
+def win_rate_matrix(comparisons: pd.DataFrame) -> pd.DataFrame:
+    """``[row, column]``: share of their comparisons the row system won, ties counting half.
+
+    >>> frame = pd.DataFrame({"system_a": ["x", "x"], "system_b": ["y", "y"], "winner": ["x", "tie"]})
+    >>> win_rate_matrix(frame).loc["x", "y"]
+    np.float64(0.75)
+    """
+    counts = count_comparisons(_triples(comparisons))
+    return pd.DataFrame(
+        counts.win_rates(), index=list(counts.systems), columns=list(counts.systems)
+    )
+
+
+def next_pairs(
+    comparisons: pd.DataFrame, *, budget: int = 10, systems: Sequence[str] | None = None
+) -> pd.DataFrame:
+    """Which pairs to compare next: never-compared (then least-compared) pairs first, ties
+    broken by closeness in the current Bradley-Terry ranking (neighbours are the informative
+    comparisons), so K systems need about K log K comparisons, not K^2.
+
+    Returns
+    -------
+    DataFrame
+        ``system_a, system_b, comparisons, gap`` (strength difference), ``budget`` rows.
+    """
+    import itertools
+    import warnings
+
+    from storyeval.errors import DegenerateInputWarning
+
+    names = (
+        list(systems)
+        if systems is not None
+        else list(dict.fromkeys([*comparisons["system_a"], *comparisons["system_b"]]))
+    )
+    counts = count_comparisons(_triples(comparisons), systems=names)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DegenerateInputWarning)
+        strengths = (
+            bradley_terry(counts, prior=0.01).strengths if counts.n else dict.fromkeys(names, 0.0)
+        )
+    total = counts.wins + counts.wins.T + counts.ties
+    rows = []
+    for i, j in itertools.combinations(range(len(names)), 2):
+        gap = abs(strengths[names[i]] - strengths[names[j]])
+        rows.append(
+            {
+                "system_a": names[i],
+                "system_b": names[j],
+                "comparisons": int(total[i, j]),
+                "gap": gap,
+            }
+        )
+    plan = pd.DataFrame(rows).sort_values(["comparisons", "gap"], kind="stable")
+    return plan.head(budget).reset_index(drop=True)
+
+
+# --------------------------------------------------------------------------- paired tests
+
+
+def paired_test(
+    a: Sequence[float],
+    b: Sequence[float],
+    *,
+    method: PairedMethod = "bootstrap",
+    n_resamples: int = 10_000,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Is system A better than system B on paired values (the same prompts)?
+
+    ``bootstrap``: percentile interval of the mean difference from resampled pairs, and the
+    two-sided p-value of 0 lying outside it; ``permutation``: approximate randomisation (each
+    pair's difference flips sign at random), two-sided; ``sign``: the two-sided sign test
+    (zero differences left out).
+
+    Returns
+    -------
+    dict
+        ``method, n, mean_difference, ci_low, ci_high, p_value``.
+
+    Examples
+    --------
+    >>> result = paired_test([3, 4, 5, 4, 5, 4], [2, 3, 4, 4, 3, 3], method="sign")
+    >>> result["n"], round(result["p_value"], 4)
+    (6, 0.0625)
+    """
+    from scipy.stats import binomtest
+
+    x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if x.shape != y.shape or x.ndim != 1 or len(x) < 2:
+        raise ValueError("a and b must be 1-D and of one length >= 2 (one value per prompt)")
+    keep = np.isfinite(x) & np.isfinite(y)
+    diff = (x - y)[keep]
+    rng = np.random.default_rng(seed)
+    result: dict[str, Any] = {
+        "method": method,
+        "n": len(diff),
+        "mean_difference": float(diff.mean()),
+    }
+    result.update(ci_low=math.nan, ci_high=math.nan, p_value=math.nan)
+    tail = (1 - confidence) / 2
+    if method == "bootstrap":
+        means = diff[rng.integers(0, len(diff), (n_resamples, len(diff)))].mean(axis=1)
+        result.update(
+            ci_low=float(np.quantile(means, tail)), ci_high=float(np.quantile(means, 1 - tail))
+        )
+        share = min((means <= 0).mean(), (means >= 0).mean())
+        result["p_value"] = float(min(1.0, 2 * share))
+    elif method == "permutation":
+        signs = rng.choice([-1.0, 1.0], size=(n_resamples, len(diff)))
+        null = np.abs((signs * diff).mean(axis=1))
+        result["p_value"] = float(
+            (1 + (null >= abs(diff.mean()) - 1e-12).sum()) / (1 + n_resamples)
+        )
+    elif method == "sign":
+        wins, losses = int((diff > 0).sum()), int((diff < 0).sum())
+        if wins + losses:
+            result["p_value"] = float(binomtest(wins, wins + losses, 0.5).pvalue)
+    else:
+        raise ValueError(f"method must be bootstrap, permutation or sign; got {method!r}")
+    return result
+
+
+def prompts_needed(effect: float, sd: float, *, alpha: float = 0.05, power: float = 0.8) -> int:
+    """Prompts needed to detect a mean paired difference ``effect`` when the per-prompt
+    differences have standard deviation ``sd`` (two-sided paired t-test).
+
+    >>> prompts_needed(0.5, 1.0)
+    34
+    """
+    from statsmodels.stats.power import TTestPower
+
+    if effect <= 0 or sd <= 0:
+        raise ValueError("effect and sd must be > 0")
+    n = TTestPower().solve_power(
+        effect_size=effect / sd, alpha=alpha, power=power, alternative="two-sided"
+    )
+    return math.ceil(float(n))
+
+
+def minimum_detectable_effect(
+    n: int, sd: float, *, alpha: float = 0.05, power: float = 0.8
+) -> float:
+    """The smallest mean paired difference ``n`` prompts detect (two-sided paired t-test).
+
+    >>> round(minimum_detectable_effect(34, 1.0), 3)
+    0.495
+    """
+    from statsmodels.stats.power import TTestPower
+
+    if n < 2 or sd <= 0:
+        raise ValueError("n must be >= 2 and sd > 0")
+    size = TTestPower().solve_power(nobs=n, alpha=alpha, power=power, alternative="two-sided")
+    return float(size * sd)
+
+
+def paired_values(
+    path: str | Path,
+    metric: str,
+    system_a: str,
+    system_b: str,
+    *,
+    stories: str | Path | None = None,
+) -> tuple[list[float], list[float]]:
+    """The values of two systems on the prompts both have, from a score file (``metric``) or
+    a judgment file (``criterion``); systems and prompts from the records or a story file.
+
+    Raises
+    ------
+    ValueError
+        An unknown metric or system, or fewer than two shared prompts.
+    """
+    frame = _long_values(path, metric)
+    if stories is not None:
+        from storyeval.corpus import read_stories
+        from storyeval.meta.data import story_prompt_id
+
+        info = {s.id: (s.system, story_prompt_id(s)) for s in read_stories(stories)}
+        frame["system"] = frame["item_id"].map(lambda i: info.get(i, (None, None))[0])
+        frame["prompt_id"] = frame["item_id"].map(lambda i: info.get(i, (None, None))[1])
+    if frame.get("system") is None or frame["system"].isna().all():
+        raise ValueError("the records have no system: pass the story file with --stories")
+    for system in (system_a, system_b):
+        if system not in set(frame["system"]):
+            raise ValueError(
+                f"no value of system {system!r}; systems: {', '.join(sorted(map(str, set(frame['system']))))}"
+            )
+    means = frame.groupby(["prompt_id", "system"])["value"].mean().unstack("system")
+    shared = means[[system_a, system_b]].dropna()
+    if len(shared) < 2:
+        raise ValueError(f"{system_a} and {system_b} share fewer than two prompts")
+    return shared[system_a].tolist(), shared[system_b].tolist()
+
+
+def _long_values(path: str | Path, name: str) -> pd.DataFrame:
+    from storyeval.corpus import read_judgments, read_scores
+
+    try:
+        records = [s.to_dict() for s in read_scores(path)]
+        key = "metric"
+    except DataFileError:
+        records = [j.to_dict() for j in read_judgments(path)]
+        key = "criterion"
+    frame = pd.DataFrame(records)
+    chosen = frame[frame[key] == name].copy()
+    if chosen.empty:
+        raise ValueError(f"no {key} {name!r} in {path}; found {', '.join(sorted(set(frame[key])))}")
+    chosen["value"] = pd.to_numeric(chosen["value"], errors="coerce")
+    return chosen

@@ -1,0 +1,369 @@
+"""LLM judges: rubrics, strict parsing, both-order pairwise judging, the offline model end to
+end (deterministic, cached, prefix cache equal to the full forward pass), the OpenAI-compatible
+backend against a real local server that serves the real small model, and judge-eval."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from storyeval.corpus import Story, read_judgments, read_stories
+from storyeval.judge import judge_stories, load_rubric
+from storyeval.judge.backends import Decoding, JudgeAnswer
+from storyeval.judge.cache import JudgeCache
+from storyeval.judge.core import JudgeSettings
+from storyeval.judge.prompts import JudgeRequest
+from storyeval.judge.rubric import RUBRICS
+from storyeval.yamlfile import YamlFileError
+
+ONE_CRITERION = """\
+name: tiny
+criteria:
+  - name: coherence
+    question: How much sense does the story make?
+    scale:
+      - {value: 1, description: none}
+      - {value: 2, description: little}
+      - {value: 3, description: some}
+      - {value: 4, description: much}
+      - {value: 5, description: complete}
+"""
+
+
+class Scripted:
+    """A judge whose written answers are given by the test (for parsing and order logic)."""
+
+    def __init__(self, reply: Any, name: str = "scripted") -> None:
+        self.reply, self.name, self.identity, self.calls = reply, name, f"{name}@test", 0
+
+    def answer(
+        self, requests: Sequence[JudgeRequest], decoding: Decoding, *, sample: int = 0
+    ) -> list[JudgeAnswer]:
+        self.calls += 1
+        return [JudgeAnswer(None, self.reply(request)) for request in requests]
+
+
+def _stories() -> list[Story]:
+    return [
+        Story(
+            "p1-x",
+            "A door creaked.",
+            "Mara opened it and found the garden.",
+            system="x",
+            extra={"prompt_id": "p1"},
+        ),
+        Story(
+            "p1-y",
+            "A door creaked.",
+            "Garden the it found and opened Mara.",
+            system="y",
+            extra={"prompt_id": "p1"},
+        ),
+        Story(
+            "p2-x",
+            "Rain fell.",
+            "Tom stayed in and read all day.",
+            system="x",
+            extra={"prompt_id": "p2"},
+        ),
+        Story(
+            "p2-y",
+            "Rain fell.",
+            "Read day all in Tom stayed and.",
+            system="y",
+            extra={"prompt_id": "p2"},
+        ),
+    ]
+
+
+def test_every_builtin_rubric_loads_and_bad_files_name_the_line(tmp_path: Path) -> None:
+    assert set(RUBRICS.names()) >= {"hanna", "karpinska", "callan_foster", "checklist"}
+    hanna = load_rubric("hanna")
+    assert [c.name for c in hanna.criteria] == [
+        "relevance",
+        "coherence",
+        "empathy",
+        "surprise",
+        "engagement",
+        "complexity",
+    ]
+    assert load_rubric("callan_foster").criteria[0].values == [1, 2, 3, 4, 5, 6, 7]
+    assert load_rubric("checklist").criteria[0].values == [1, 0]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(ONE_CRITERION.replace("    question:", "    questoin:"))
+    with pytest.raises(YamlFileError, match=r"bad.yaml:4: criteria\[0\].questoin: unknown key"):
+        load_rubric(bad)
+    bad.write_text(
+        "name: t\ncriteria:\n  - {name: a, question: q, scale: [{value: 1, description: d}]}\n"
+    )
+    with pytest.raises(YamlFileError, match="scale of 2 or more points"):
+        load_rubric(bad)
+    with pytest.raises(KeyError, match="must be one of"):
+        load_rubric("no-such-rubric")
+
+
+def test_parse_failures_are_counted_and_never_imputed(tmp_path: Path) -> None:
+    rubric_file = tmp_path / "tiny.yaml"
+    rubric_file.write_text(ONE_CRITERION)
+    replies = iter(["4", "I would say 4", "5.", "Score: 9"])
+    judge = Scripted(lambda request: next(replies))
+    run = judge_stories(_stories(), load_rubric(rubric_file), [judge])
+    assert [(j.item_id, j.value) for j in run.judgments] == [("p1-x", 4.0), ("p2-x", 5.0)]
+    assert [(f["item_id"], f["status"], f["raw"]) for f in run.failures] == [
+        ("p1-y", "parse_error", "I would say 4"),
+        ("p2-y", "parse_error", "Score: 9"),
+    ]
+    summary = run.summary().iloc[0]
+    assert summary["answers"] == 4 and summary["parse_failures"] == 2 and summary["mean"] == 4.5
+
+
+def test_pairwise_runs_both_orders_and_measures_position_bias(tmp_path: Path) -> None:
+    rubric_file = tmp_path / "tiny.yaml"
+    rubric_file.write_text(ONE_CRITERION)
+    rubric = load_rubric(rubric_file)
+    settings = JudgeSettings(mode="pairwise")
+    first = judge_stories(_stories(), rubric, [Scripted(lambda r: "A")], settings=settings)
+    assert len(first.comparisons) == 4  # 2 prompts x 2 orders
+    stats = first.summary().iloc[0]
+    assert stats["first_position_wins"] == 1.0 and stats["position_consistency"] == 0.0
+
+    def fluent(request: JudgeRequest) -> str:  # prefers the story that is not scrambled
+        text = request.messages[1]["content"]
+        story_a = text.split("Story A: ")[1].split("\n")[0]
+        return "A" if story_a.startswith(("Mara", "Tom")) else "B"
+
+    fair = judge_stories(_stories(), rubric, [Scripted(fluent)], settings=settings)
+    stats = fair.summary().iloc[0]
+    assert stats["first_position_wins"] == 0.5 and stats["position_consistency"] == 1.0
+    assert {c["winner"] for c in fair.comparisons} == {"x"}
+    assert {c["order"] for c in fair.comparisons} == {"xy", "yx"}
+    one = judge_stories(
+        _stories(),
+        rubric,
+        [Scripted(fluent)],
+        settings=JudgeSettings(mode="pairwise", both_orders=False, seed=3),
+    )
+    assert len(one.comparisons) == 2
+    assert "orders:seeded-random" in one.signatures["scripted"].render()
+
+
+@pytest.mark.slow
+def test_offline_model_judges_deterministically_with_cache_and_prefix_cache(
+    tmp_path: Path, causal_lm: Any
+) -> None:
+    from storyeval.judge.backends import TransformersJudge
+
+    rubric_file = tmp_path / "tiny.yaml"
+    rubric_file.write_text(ONE_CRITERION)
+    rubric = load_rubric(rubric_file)
+    stories = _stories()[:3]
+    cached, plain = TransformersJudge(prefix_cache=True), TransformersJudge(prefix_cache=False)
+    a = judge_stories(stories, rubric, [cached])
+    b = judge_stories(stories, rubric, [plain])
+    probs_a = np.array([j.extra["probabilities"] for j in a.judgments])
+    probs_b = np.array([j.extra["probabilities"] for j in b.judgments])
+    np.testing.assert_allclose(probs_a, probs_b, atol=1e-4)  # the prefix cache changes nothing
+    assert all(abs(sum(p) - 1) < 1e-5 for p in probs_a)
+    assert all(
+        1 <= j.value <= 5 and j.extra["parse_status"] == "probabilities" for j in a.judgments
+    )
+    again = judge_stories(stories, rubric, [TransformersJudge(prefix_cache=True)])
+    assert [j.value for j in again.judgments] == [j.value for j in a.judgments]  # deterministic
+    store = JudgeCache(tmp_path / "cache.sqlite")
+    first = judge_stories(stories, rubric, [cached], cache=store)
+    second = judge_stories(stories, rubric, [cached], cache=store)
+    assert first.calls > 0 and second.calls == 0 and second.cached == len(stories)
+    assert [j.value for j in second.judgments] == [j.value for j in first.judgments]
+    rater = a.judgments[0].rater_id
+    assert (
+        rater.startswith("judge|model:SmolLM2")
+        and "rubric:tiny@" in rater
+        and "score:expected" in rater
+    )
+    assert any("shares a model family" in note for note in a.notes) is False  # systems x, y
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def chat_server(causal_lm: Any) -> Iterator[str]:
+    """A real OpenAI-compatible HTTP server on 127.0.0.1 that serves the offline SmolLM2: chat
+    completions with the top log-probabilities of the first token, and greedy text."""
+    import torch
+    import uvicorn
+    from fastapi import FastAPI
+
+    from storyeval.judge.backends import chat_text
+
+    app = FastAPI()
+    tokenizer, model = causal_lm.tokenizer, causal_lm.model
+
+    @app.post("/v1/chat/completions")
+    def completions(body: dict[str, Any]) -> dict[str, Any]:
+        text = chat_text(tokenizer, body["messages"])
+        ids = tokenizer(text, add_special_tokens=False, return_tensors="pt")["input_ids"]
+        with torch.no_grad():
+            logits = model(ids).logits[0, -1].float()
+        logprobs = torch.log_softmax(logits, dim=-1)
+        top = torch.topk(logprobs, int(body.get("top_logprobs") or 1))
+        token = tokenizer.decode([int(top.indices[0])])
+        content = [
+            {
+                "token": token,
+                "logprob": float(top.values[0]),
+                "bytes": None,
+                "top_logprobs": [
+                    {"token": tokenizer.decode([int(i)]), "logprob": float(v), "bytes": None}
+                    for v, i in zip(top.values, top.indices, strict=True)
+                ],
+            }
+        ]
+        choice = {
+            "index": 0,
+            "finish_reason": "stop",
+            "message": {"role": "assistant", "content": token},
+        }
+        if body.get("logprobs"):
+            choice["logprobs"] = {"content": content}
+        return {
+            "id": "x",
+            "object": "chat.completion",
+            "created": 0,
+            "model": body["model"],
+            "choices": [choice],
+        }
+
+    port = _free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert server.started, "the test server did not start"
+    yield f"http://127.0.0.1:{port}/v1"
+    server.should_exit = True
+    thread.join(timeout=10)
+
+
+@pytest.mark.slow
+def test_openai_backend_reads_log_probabilities_from_a_real_local_server(
+    tmp_path: Path, chat_server: str
+) -> None:
+    from storyeval.judge.backends import OpenAIJudge, TransformersJudge
+
+    rubric_file = tmp_path / "tiny.yaml"
+    rubric_file.write_text(ONE_CRITERION)
+    rubric = load_rubric(rubric_file)
+    stories = _stories()[:2]
+    remote = judge_stories(
+        stories, rubric, [OpenAIJudge("smollm2", base_url=chat_server, concurrency=2)]
+    )
+    local = judge_stories(stories, rubric, [TransformersJudge(prefix_cache=False)])
+    assert not remote.failures and remote.calls == 2
+    remote_probs = np.array([j.extra["probabilities"] for j in remote.judgments])
+    local_probs = np.array([j.extra["probabilities"] for j in local.judgments])
+    np.testing.assert_allclose(
+        remote_probs, local_probs, atol=1e-3
+    )  # the same model, the same prompt
+    assert remote.judgments[0].rater_id.startswith("judge|model:smollm2@http://127.0.0.1")
+
+
+@pytest.mark.slow
+def test_cli_judge_then_judge_eval_and_rank(
+    tmp_path: Path, run_cli: Any, examples_dir: Path
+) -> None:
+    stories = [
+        s
+        for s in read_stories(examples_dir / "stories.jsonl")
+        if s.extra.get("prompt_id") in ("s001", "s002", "s003")
+    ]
+    story_file = tmp_path / "stories.jsonl"
+    story_file.write_text("".join(json.dumps(s.to_dict()) + "\n" for s in stories))
+    rubric_file = tmp_path / "tiny.yaml"
+    rubric_file.write_text(ONE_CRITERION)
+    out = tmp_path / "judge.jsonl"
+    code, stdout, err = run_cli(
+        "judge",
+        str(story_file),
+        "-o",
+        str(out),
+        "--rubric",
+        str(rubric_file),
+        "--cache",
+        str(tmp_path / "c.sqlite"),
+    )
+    assert code == 0, err
+    judged = read_judgments(out)
+    assert len(judged) == len(stories) and "signature (SmolLM2" in stdout
+    code, stdout, err = run_cli(
+        "judge",
+        str(story_file),
+        "-o",
+        str(out),
+        "--rubric",
+        str(rubric_file),
+        "--cache",
+        str(tmp_path / "c.sqlite"),
+    )
+    assert code == 0 and "0 model calls" in stdout
+    humans = tmp_path / "humans.jsonl"
+    ids = {s.id for s in stories}
+    lines = [
+        line
+        for line in (examples_dir / "judgments.jsonl").read_text().splitlines()
+        if json.loads(line)["item_id"] in ids
+    ]
+    humans.write_text("\n".join(lines) + "\n")
+    code, stdout, err = run_cli(
+        "judge-eval",
+        "--judge",
+        str(out),
+        "--humans",
+        str(humans),
+        "--stories",
+        str(story_file),
+        "-o",
+        str(tmp_path / "eval"),
+        "--bootstrap",
+        "50",
+    )
+    assert code == 0, err
+    headline = (tmp_path / "eval" / "headline.csv").read_text()
+    assert "coherence" in headline and (tmp_path / "eval" / "calibration.csv").is_file()
+    pairs = tmp_path / "pairs.jsonl"
+    code, stdout, err = run_cli(
+        "judge",
+        str(story_file),
+        "-o",
+        str(pairs),
+        "--rubric",
+        str(rubric_file),
+        "--mode",
+        "pairwise",
+        "--no-cache",
+    )
+    assert code == 0, err
+    comparisons = [json.loads(line) for line in pairs.read_text().splitlines()]
+    assert len(comparisons) == 3 * 3 * 2  # 3 prompts x 3 system pairs x 2 orders
+    code, stdout, err = run_cli(
+        "rank", str(pairs), "-o", str(tmp_path / "rank.csv"), "--bootstrap", "50", "--plan", "2"
+    )
+    assert code == 0, err
+    import pandas as pd
+
+    table = pd.read_csv(tmp_path / "rank.csv")
+    assert {"system", "method", "estimate", "ci_low", "ci_high"} <= set(table.columns)
+    assert set(table["method"]) == {"bradley-terry", "elo"} and len(table) == 6

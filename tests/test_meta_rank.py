@@ -1,0 +1,122 @@
+"""Rankings from comparisons (recovery of known strengths, bootstrap over prompts, the file
+format and its errors, the adaptive plan) and paired tests between two systems."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from storyeval.errors import DataFileError
+from storyeval.meta.rank import (
+    minimum_detectable_effect,
+    next_pairs,
+    paired_test,
+    prompts_needed,
+    rank_systems,
+    read_comparisons,
+    win_rate_matrix,
+)
+
+TRUE = {"strong": 1.0, "middle": 0.0, "weak": -1.0}
+
+
+def _simulated(prompts: int, seed: int = 0) -> pd.DataFrame:
+    """Each prompt: every pair of systems compared three times under Bradley-Terry."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    names = list(TRUE)
+    for p in range(prompts):
+        for i in range(3):
+            for j in range(i + 1, 3):
+                a, b = names[i], names[j]
+                for r in range(3):
+                    p_a = 1 / (1 + math.exp(TRUE[b] - TRUE[a]))
+                    winner = a if rng.random() < p_a else b
+                    rows.append(
+                        {
+                            "item_id": f"{p}-{a}-{b}-{r}",
+                            "prompt_id": f"p{p}",
+                            "system_a": a,
+                            "system_b": b,
+                            "winner": winner,
+                            "rater_id": f"r{r}",
+                            "criterion": "overall",
+                        }
+                    )
+    return pd.DataFrame(rows)
+
+
+def test_bradley_terry_recovers_known_strengths_with_intervals_that_cover_them() -> None:
+    table = rank_systems(_simulated(150), n_boot=200, seed=1)
+    bt = table[table["method"] == "bradley-terry"].set_index("system")
+    assert bt.index.tolist() == ["strong", "middle", "weak"]
+    for system, value in TRUE.items():
+        assert bt.loc[system, "estimate"] == pytest.approx(value, abs=0.2)
+        assert bt.loc[system, "ci_low"] <= value <= bt.loc[system, "ci_high"]
+    elo = table[table["method"] == "elo"]["system"].tolist()
+    assert elo == ["strong", "middle", "weak"]
+    assert (bt["comparisons"] == 2 * 150 * 3).all()
+    assert "resample:prompts" in bt["signature"].iloc[0]
+
+
+def test_comparison_files_are_checked_line_by_line(tmp_path: Path) -> None:
+    path = tmp_path / "pairs.jsonl"
+    path.write_text(
+        '{"item_id": "a", "prompt_id": "p", "system_a": "x", "system_b": "y", "winner": "x"}\n'
+        '{"item_id": "b", "prompt_id": "p", "system_a": "x", "system_b": "x", "winner": "x"}\n'
+        '{"item_id": "c", "prompt_id": "p", "system_a": "x", "system_b": "y", "winner": "z"}\n'
+        '{"item_id": "d", "prompt_id": "p", "system_a": "x", "winner": "x"}\n'
+    )
+    with pytest.raises(DataFileError) as info:
+        read_comparisons(path)
+    text = str(info.value)
+    assert f"{path}:2: system 'x' is compared with itself" in text
+    assert f"{path}:3: winner must be 'x', 'y' or 'tie'; got 'z'" in text
+    assert f"{path}:4: missing field(s) system_b" in text
+
+
+def test_win_rates_and_the_adaptive_plan() -> None:
+    frame = pd.DataFrame(
+        {"system_a": ["a", "a", "b"], "system_b": ["b", "b", "c"], "winner": ["a", "tie", "b"]}
+    )
+    rates = win_rate_matrix(frame)
+    assert (
+        rates.loc["a", "b"] == 0.75
+        and rates.loc["b", "a"] == 0.25
+        and math.isnan(rates.loc["a", "c"])
+    )
+    plan = next_pairs(frame, budget=2, systems=["a", "b", "c", "d"])
+    never = {frozenset(p) for p in zip(plan["system_a"], plan["system_b"], strict=True)}
+    assert all(count == 0 for count in plan["comparisons"])  # never-compared pairs first
+    assert frozenset({"a", "b"}) not in never
+
+
+def test_paired_tests_detect_a_real_shift_and_not_noise() -> None:
+    rng = np.random.default_rng(0)
+    base = rng.normal(3, 1, 60)
+    better = base + 0.5 + rng.normal(0, 0.5, 60)
+    same = base + rng.normal(0, 0.5, 60)
+    for method in ("bootstrap", "permutation", "sign"):
+        assert paired_test(better, base, method=method, n_resamples=2000)["p_value"] < 0.01  # type: ignore[arg-type]
+        assert paired_test(same, base, method=method, n_resamples=2000)["p_value"] > 0.05  # type: ignore[arg-type]
+    boot = paired_test(better, base, n_resamples=2000)
+    assert boot["ci_low"] < 0.5 < boot["ci_high"]
+    from scipy.stats import binomtest
+
+    exact = binomtest(int((better > base).sum()), 60, 0.5).pvalue
+    assert paired_test(better, base, method="sign")["p_value"] == pytest.approx(exact)
+    with pytest.raises(ValueError, match="one length"):
+        paired_test([1, 2, 3], [1, 2])
+
+
+def test_power_planning_matches_statsmodels() -> None:
+    from statsmodels.stats.power import TTestPower
+
+    n = prompts_needed(0.3, 1.2, alpha=0.05, power=0.9)
+    exact = TTestPower().solve_power(effect_size=0.25, alpha=0.05, power=0.9)
+    assert n == math.ceil(exact)
+    assert minimum_detectable_effect(n, 1.2, power=0.9) <= 0.3 + 1e-9
