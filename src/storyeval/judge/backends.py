@@ -144,27 +144,40 @@ class TransformersJudge:
         device_type = "cuda" if self.device.startswith("cuda") else "cpu"
         return torch.autocast(device_type=device_type, dtype=torch.bfloat16, enabled=enabled)
 
-    def _prefix_state(self, prefix: tuple[int, ...]) -> Any:
-        """The key-value cache after the prefix tokens (computed once per prefix)."""
+    def _state(self, tokens: tuple[int, ...], start: tuple[tuple[int, ...], Any] | None) -> Any:
+        """The key-value cache after ``tokens``, extending ``start`` (its tokens, its cache)
+        when given; the rubric's is kept for the run, a subject's is not."""
         import torch
 
-        with self._lock:
-            if prefix not in self._prefixes:
-                with torch.no_grad(), self._autocast():
-                    out = self.lm.model(
-                        torch.tensor([list(prefix)], device=self.device), use_cache=True
-                    )
-                self.calls += 1
-                self._prefixes[prefix] = out.past_key_values
-            return self._prefixes[prefix]
+        past = copy.deepcopy(start[1]) if start is not None else None
+        offset = len(start[0]) if start is not None else 0
+        with torch.no_grad(), self._autocast():
+            out = self.lm.model(
+                torch.tensor([list(tokens[offset:])], device=self.device),
+                past_key_values=past,
+                use_cache=True,
+            )
+        self.calls += 1
+        return out.past_key_values
 
-    def _last_logits_cached(self, token_lists: Sequence[list[int]]) -> list[Any]:
-        """Logits after each token list, computing their common leading tokens once (the
-        rubric part of the prompt) and only the rest (the story) per list."""
+    def _rubric_state(self, tokens: tuple[int, ...]) -> Any:
+        with self._lock:
+            if tokens not in self._prefixes:
+                self._prefixes[tokens] = self._state(tokens, None)
+            return self._prefixes[tokens]
+
+    def _last_logits_cached(
+        self, token_lists: Sequence[list[int]], rubric_length: int
+    ) -> list[Any]:
+        """Logits after each token list (prompts about one subject): the rubric part is
+        computed once per run, the subject once, and only each question after it."""
         import torch
 
         shared = _common_prefix(token_lists)
-        state = self._prefix_state(tuple(token_lists[0][:shared]))
+        rubric = tuple(token_lists[0][: min(rubric_length, shared)])
+        start = (rubric, self._rubric_state(rubric))
+        subject = tuple(token_lists[0][:shared])
+        state = self._state(subject, start) if len(subject) > len(rubric) else start[1]
         result = []
         for ids in token_lists:
             past = copy.deepcopy(state)
@@ -197,22 +210,33 @@ class TransformersJudge:
             result += [row.float() for row in out.logits[:, -1]]
         return result
 
+    def _cached_logits(
+        self, requests: Sequence[JudgeRequest], texts: Sequence[str], logits: list[Any | None]
+    ) -> None:
+        """Fill ``logits`` for the requests that share a rubric and a subject with others."""
+        tokens = [self._encode(text) for text in texts]
+        rubric_length = _common_prefix(tokens) if len(tokens) > 1 else 0
+        groups: dict[str, list[int]] = {}
+        for index, request in enumerate(requests):
+            groups.setdefault(request.prefix + "\x00" + request.subject, []).append(index)
+        for members in groups.values():
+            lists = [tokens[i] for i in members]
+            if len(members) < 2 and rubric_length < 1:
+                continue
+            if _common_prefix(lists) < 1:
+                continue
+            for index, row in zip(
+                members, self._last_logits_cached(lists, rubric_length), strict=True
+            ):
+                logits[index] = row
+
     def _probabilities(self, requests: Sequence[JudgeRequest]) -> list[JudgeAnswer]:
         import torch
 
         texts = [chat_text(self.lm.tokenizer, r.messages) for r in requests]
         logits: list[Any | None] = [None] * len(requests)
-        groups: dict[str, list[int]] = {}
-        for index, request in enumerate(requests):
-            groups.setdefault(request.prefix, []).append(index)
-        for members in groups.values():
-            if not self.prefix_cache or len(members) < 2:
-                continue
-            token_lists = [self._encode(texts[i]) for i in members]
-            if _common_prefix(token_lists) < 1:
-                continue
-            for index, row in zip(members, self._last_logits_cached(token_lists), strict=True):
-                logits[index] = row
+        if self.prefix_cache:
+            self._cached_logits(requests, texts, logits)
         missing = [i for i, value in enumerate(logits) if value is None]
         rows = self._last_logits_batch([texts[i] for i in missing]) if missing else []
         for index, row in zip(missing, rows, strict=True):

@@ -292,35 +292,35 @@ def _absolute(
     from storyeval.meta.data import story_prompt_id
 
     settings = ask.settings
-    for criterion in rubric.criteria:
-        requests = [absolute_request(s, rubric, criterion) for s in stories]
-        for sample in range(settings.repeats):
-            for story, request, answer in zip(
-                stories, requests, ask(requests, sample), strict=True
-            ):
-                reading = _read(answer, request)
-                where = {"item_id": story.id, "criterion": criterion.name, "sample": sample}
-                if reading.index is None:
-                    failure = {
-                        "judge": judge,
-                        **where,
-                        "status": reading.status,
-                        "raw": answer.text,
-                    }
-                    run.failures.append(failure)
-                    continue
-                value, extra = _absolute_value(
-                    criterion, reading.index, reading.probabilities, settings.score
-                )
-                extra.update(
-                    system=story.system,
-                    prompt_id=story_prompt_id(story),
-                    sample=sample,
-                    parse_status=reading.status,
-                    label_mass=None if reading.mass is None else round(reading.mass, 6),
-                    raw=answer.text,
-                )
-                run.judgments.append(Judgment(story.id, rater, criterion.name, value, extra=extra))
+    jobs = [(criterion, story) for criterion in rubric.criteria for story in stories]
+    requests = [absolute_request(story, rubric, criterion) for criterion, story in jobs]
+    for sample in range(settings.repeats):  # one call: the backend shares prompt parts
+        for (criterion, story), request, answer in zip(
+            jobs, requests, ask(requests, sample), strict=True
+        ):
+            reading = _read(answer, request)
+            where = {"item_id": story.id, "criterion": criterion.name, "sample": sample}
+            if reading.index is None:
+                failure = {
+                    "judge": judge,
+                    **where,
+                    "status": reading.status,
+                    "raw": answer.text,
+                }
+                run.failures.append(failure)
+                continue
+            value, extra = _absolute_value(
+                criterion, reading.index, reading.probabilities, settings.score
+            )
+            extra.update(
+                system=story.system,
+                prompt_id=story_prompt_id(story),
+                sample=sample,
+                parse_status=reading.status,
+                label_mass=None if reading.mass is None else round(reading.mass, 6),
+                raw=answer.text,
+            )
+            run.judgments.append(Judgment(story.id, rater, criterion.name, value, extra=extra))
 
 
 def _absolute_value(
@@ -377,45 +377,45 @@ def _pairwise(
             orders += [(key, x, y, "xy"), (key, y, x, "yx")]
         else:
             orders.append((key, x, y, "xy") if rng.random() < 0.5 else (key, y, x, "yx"))
-    for criterion in rubric.criteria:
-        requests = [pairwise_request(a, b, rubric, criterion) for _, a, b, _ in orders]
-        for sample in range(settings.repeats):
-            for (key, a, b, order), request, answer in zip(
-                orders, requests, ask(requests, sample), strict=True
-            ):
-                x, y = (a, b) if order == "xy" else (b, a)
-                item = f"{key}:{x.id}~{y.id}"
-                reading = _read(answer, request)
-                if reading.index is None:
-                    where = {"item_id": item, "criterion": criterion.name, "sample": sample}
-                    failure = {
-                        "judge": judge,
-                        **where,
-                        "status": reading.status,
-                        "raw": answer.text,
-                    }
-                    run.failures.append(failure)
-                    continue
-                probs, status = reading.probabilities, reading.status
-                p_first = probs[0] if probs is not None else (1.0 if reading.index == 0 else 0.0)
-                winner = _winner(p_first, a, b, settings.margin)
-                run.comparisons.append(
-                    {
-                        "item_id": item,
-                        "prompt_id": key,
-                        "system_a": x.system,
-                        "system_b": y.system,
-                        "winner": winner,
-                        "rater_id": rater,
-                        "criterion": criterion.name,
-                        "order": order,
-                        "first": a.system,
-                        "p_first": round(p_first, 6),
-                        "sample": sample,
-                        "parse_status": status,
-                        "raw": answer.text,
-                    }
-                )
+    jobs = [(criterion, order) for criterion in rubric.criteria for order in orders]
+    requests = [pairwise_request(a, b, rubric, criterion) for criterion, (_, a, b, _) in jobs]
+    for sample in range(settings.repeats):  # one call: the backend shares prompt parts
+        for (criterion, (key, a, b, order)), request, answer in zip(
+            jobs, requests, ask(requests, sample), strict=True
+        ):
+            x, y = (a, b) if order == "xy" else (b, a)
+            item = f"{key}:{x.id}~{y.id}"
+            reading = _read(answer, request)
+            if reading.index is None:
+                where = {"item_id": item, "criterion": criterion.name, "sample": sample}
+                failure = {
+                    "judge": judge,
+                    **where,
+                    "status": reading.status,
+                    "raw": answer.text,
+                }
+                run.failures.append(failure)
+                continue
+            probs, status = reading.probabilities, reading.status
+            p_first = probs[0] if probs is not None else (1.0 if reading.index == 0 else 0.0)
+            winner = _winner(p_first, a, b, settings.margin)
+            run.comparisons.append(
+                {
+                    "item_id": item,
+                    "prompt_id": key,
+                    "system_a": x.system,
+                    "system_b": y.system,
+                    "winner": winner,
+                    "rater_id": rater,
+                    "criterion": criterion.name,
+                    "order": order,
+                    "first": a.system,
+                    "p_first": round(p_first, 6),
+                    "sample": sample,
+                    "parse_status": status,
+                    "raw": answer.text,
+                }
+            )
 
 
 def _winner(p_first: float, first: Story, second: Story, margin: float) -> str:

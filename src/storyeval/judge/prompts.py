@@ -1,10 +1,13 @@
 """The judge's prompts: one chat per story (or pair of stories) and criterion.
 
-The rubric's instructions come first and the story last, so that every story judged on one
-criterion shares the same prompt prefix (a local backend computes it once; servers with prefix
-caching reuse it too). The judge answers with one of the criterion's answers (``1``..``5``,
-``yes``/``no``, ``A``/``B``), which a backend with probabilities reads in one forward pass; with
-``analyse_first`` it writes a short analysis and ends with ``Score: N`` (or ``Winner: A``).
+Every prompt is laid out as: the rubric (all its criteria and scales), then the story, then
+the question about one criterion. So every prompt of a run shares the rubric part, and every
+criterion of a story shares the rubric and the story: a local backend computes the rubric once
+per run and the story once per story, and only the short question per criterion (servers with
+prefix caching reuse the same parts). The judge answers with one of the criterion's answers
+(``1``..``5``, ``yes``/``no``, ``A``/``B``), which a backend with probabilities reads in one
+forward pass; with ``analyse_first`` it writes a short analysis and ends with ``Score: N`` (or
+``Winner: A``).
 """
 
 from __future__ import annotations
@@ -33,7 +36,10 @@ class JudgeRequest:
     labels : tuple of str
         The answers whose probabilities are read (in scale order), e.g. ``("1", ..., "5")``.
     prefix : str
-        The leading part of the user message shared by every story of the criterion.
+        The leading part of the user message shared by every prompt of the rubric.
+    subject : str
+        The story (or pair) the question is about: prompts with one subject share the
+        rubric and the subject, and differ only in the question.
     generate : bool
         Ask for a written answer instead of reading probabilities.
     analysed : bool
@@ -43,6 +49,7 @@ class JudgeRequest:
     messages: tuple[dict[str, str], ...]
     labels: tuple[str, ...]
     prefix: str
+    subject: str = ""
     generate: bool = False
     analysed: bool = False
     meta: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
@@ -71,40 +78,46 @@ def _story_block(story: Story, rubric: Rubric, label: str = "Story") -> str:
     return "\n\n".join(parts)
 
 
+def rubric_text(rubric: Rubric) -> str:
+    """The rubric as the judge reads it: every criterion, its question and its scale."""
+    parts = [f"You will rate a story on the criteria of the rubric {rubric.name!r}."]
+    for criterion in rubric.criteria:
+        parts.append(
+            f"Criterion: {criterion.name}\nQuestion: {criterion.question}\n"
+            f"Scale:\n{_scale_text(criterion)}"
+        )
+    return "\n\n".join(parts) + "\n\n"
+
+
+def _request(rubric: Rubric, subject: str, question: str, labels: tuple[str, ...]) -> JudgeRequest:
+    prefix = rubric_text(rubric)
+    user = prefix + subject + "\n\n" + question
+    messages = ({"role": "system", "content": SYSTEM}, {"role": "user", "content": user})
+    analysed = rubric.analyse_first
+    return JudgeRequest(messages, labels, prefix, subject, analysed, analysed)
+
+
 def absolute_request(story: Story, rubric: Rubric, criterion: Criterion) -> JudgeRequest:
     """The question of one criterion about one story.
 
     >>> from storyeval.judge.rubric import load_rubric
     >>> rubric = load_rubric("karpinska")
     >>> request = absolute_request(Story("s", "A door.", "It opened."), rubric, rubric.criteria[0])
-    >>> request.labels, request.messages[1]["content"].startswith(request.prefix)
+    >>> request.labels, request.messages[1]["content"].startswith(request.prefix + request.subject)
     (('1', '2', '3', '4', '5'), True)
     """
     options = ", ".join(criterion.labels)
-    prefix = (
-        f"Criterion: {criterion.name}\nQuestion: {criterion.question}\n"
-        f"Scale:\n{_scale_text(criterion)}\n\n"
+    question = f"Rate the story on {criterion.name} only: {criterion.question} " + _instruction(
+        criterion, rubric.analyse_first, options
     )
-    user = (
-        prefix
-        + _story_block(story, rubric)
-        + "\n\n"
-        + _instruction(criterion, rubric.analyse_first, options)
-    )
-    messages = ({"role": "system", "content": SYSTEM}, {"role": "user", "content": user})
-    analysed = rubric.analyse_first
-    return JudgeRequest(messages, tuple(criterion.labels), prefix, analysed, analysed)
+    return _request(rubric, _story_block(story, rubric), question, tuple(criterion.labels))
 
 
 def pairwise_request(
     first: Story, second: Story, rubric: Rubric, criterion: Criterion
 ) -> JudgeRequest:
     """Which of two stories for one prompt is better on a criterion (``A`` is ``first``)."""
-    prefix = (
-        f"Criterion: {criterion.name}\nQuestion: {criterion.question}\n"
-        "Two stories were written for the same prompt. Which one is better on this criterion?\n\n"
-    )
-    shown = []
+    shown = ["Two stories were written for the same prompt."]
     if rubric.show_prompt and first.prompt.strip():
         shown.append(f"Prompt: {first.prompt.strip()}")
     shown.append(f"Story A: {first.story.strip()}")
@@ -116,7 +129,7 @@ def pairwise_request(
         )
     else:
         instruction = "Answer with exactly one letter, A or B, and nothing else."
-    user = prefix + "\n\n".join(shown) + "\n\n" + instruction
-    messages = ({"role": "system", "content": SYSTEM}, {"role": "user", "content": user})
-    analysed = rubric.analyse_first
-    return JudgeRequest(messages, PAIR_LABELS, prefix, analysed, analysed)
+    question = (
+        f"Which story is better on {criterion.name} only ({criterion.question})? " + instruction
+    )
+    return _request(rubric, "\n\n".join(shown), question, PAIR_LABELS)
