@@ -367,3 +367,32 @@ def test_cli_judge_then_judge_eval_and_rank(
     table = pd.read_csv(tmp_path / "rank.csv")
     assert {"system", "method", "estimate", "ci_low", "ci_high"} <= set(table.columns)
     assert set(table["method"]) == {"bradley-terry", "elo"} and len(table) == 6
+
+
+def test_several_judges_give_their_mean_and_agreement(tmp_path: Path) -> None:
+    rubric_file = tmp_path / "tiny.yaml"
+    rubric_file.write_text(ONE_CRITERION)
+    stories = _stories()
+    scores = {"p1-x": "5", "p1-y": "1", "p2-x": "4", "p2-y": "2"}
+
+    def scorer(offset: int) -> Any:
+        def reply(request: JudgeRequest) -> str:
+            story = request.subject.split("Story: ")[1]
+            key = next(s.id for s in stories if s.story == story)
+            return str(min(5, int(scores[key]) + offset))
+
+        return reply
+
+    run = judge_stories(
+        stories, load_rubric(rubric_file), [Scripted(scorer(0), "one"), Scripted(scorer(1), "two")]
+    )
+    mean, agreement = run.ensemble()
+    assert dict(zip(mean["item_id"], mean["value"], strict=True)) == {
+        "p1-x": 5.0,
+        "p1-y": 1.5,
+        "p2-x": 4.5,
+        "p2-y": 2.5,
+    }
+    alpha = agreement[agreement["method"] == "krippendorff_alpha_interval"]["estimate"].iloc[0]
+    assert 0.8 < alpha <= 1.0
+    assert set(run.signatures) == {"one", "two"}

@@ -120,3 +120,68 @@ def test_power_planning_matches_statsmodels() -> None:
     exact = TTestPower().solve_power(effect_size=0.25, alpha=0.05, power=0.9)
     assert n == math.ceil(exact)
     assert minimum_detectable_effect(n, 1.2, power=0.9) <= 0.3 + 1e-9
+
+
+def test_study_exports_are_read_as_comparisons(tmp_path: Path) -> None:
+    import json
+
+    pairwise = tmp_path / "pairwise.jsonl"
+    pairwise.write_text(
+        json.dumps(
+            {
+                "item_id": "p1",
+                "rater_id": "r1",
+                "criterion": "overall",
+                "value": 1.0,
+                "system_a": "x",
+                "system_b": "y",
+                "chosen": "x",
+            }
+        )
+        + "\n"
+        + json.dumps(
+            {
+                "item_id": "p2",
+                "rater_id": "r1",
+                "criterion": "overall",
+                "value": 0.5,
+                "system_a": "x",
+                "system_b": "y",
+                "chosen": "tie",
+            }
+        )
+        + "\n"
+    )
+    frame = read_comparisons(pairwise)
+    assert frame["winner"].tolist() == ["x", "tie"] and frame["prompt_id"].tolist() == ["p1", "p2"]
+    bws = tmp_path / "bws.jsonl"
+    roles = {
+        "s1": ("a", "best"),
+        "s2": ("b", "neither"),
+        "s3": ("c", "neither"),
+        "s4": ("d", "worst"),
+    }
+    bws.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "item_id": f"t1:{story}",
+                    "rater_id": "r1",
+                    "criterion": "overall",
+                    "value": 0,
+                    "story": story,
+                    "system": system,
+                    "role": role,
+                    "item_key": "t1",
+                }
+            )
+            + "\n"
+            for story, (system, role) in roles.items()
+        )
+    )
+    implied = read_comparisons(bws)
+    wins = implied.groupby("winner").size().to_dict()
+    assert wins == {"a": 3, "b": 1, "c": 1}  # best beats 3; the two others beat the worst
+    assert set(implied["prompt_id"]) == {"t1"}
+    table = rank_systems(implied, n_boot=0)
+    assert table[table["method"] == "bradley-terry"]["system"].iloc[0] == "a"

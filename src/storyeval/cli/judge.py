@@ -187,6 +187,11 @@ def _report(run: Any, output: Path, failures: Path) -> None:
     typer.echo(f"{count} answers -> {output}; {run.calls} model calls, {run.cached} from the cache")
     if run.failures:
         typer.echo(f"{len(run.failures)} answers did not parse (not imputed) -> {failures}")
+    _, agreement = run.ensemble()
+    if not agreement.empty:
+        typer.echo("agreement among the judges:")
+        shown = agreement[["criterion", "method", "estimate", "ci_low", "ci_high", "n"]]
+        typer.echo(shown.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     for note in run.notes:
         typer.echo(f"note: {note}")
     for name, signature in run.signatures.items():

@@ -85,6 +85,33 @@ class JudgeRun:
                 rows.append(row)
         return pd.DataFrame(rows)
 
+    def ensemble(self) -> tuple[Any, Any]:
+        """With several judges (absolute mode): the judges' mean per item and criterion
+        (``rater_id`` ``ensemble-mean``) and their agreement (Krippendorff's alpha, ICC) per
+        criterion. Empty tables with one judge."""
+        import warnings
+
+        import pandas as pd
+
+        from storyeval.errors import StoryevalWarning
+        from storyeval.meta import agreement
+
+        if len(self.signatures) < 2 or not self.judgments:
+            return pd.DataFrame(), pd.DataFrame()
+        frame = pd.DataFrame(
+            [(j.item_id, j.rater_id, j.criterion, j.value) for j in self.judgments],
+            columns=["item_id", "rater_id", "criterion", "value"],
+        )
+        per_judge = frame.groupby(["item_id", "rater_id", "criterion"], as_index=False)[
+            "value"
+        ].mean()
+        mean = per_judge.groupby(["item_id", "criterion"], as_index=False)["value"].mean()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", StoryevalWarning)
+            table = agreement(per_judge, n_boot=200)
+        chosen = table[table["method"].isin(["krippendorff_alpha_interval", "icc2", "icc2k"])]
+        return mean.assign(rater_id="ensemble-mean"), chosen.reset_index(drop=True)
+
     def _records(self, rater: str) -> list[dict[str, Any]]:
         if self.comparisons:
             return [c for c in self.comparisons if c["rater_id"] == rater]

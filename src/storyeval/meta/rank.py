@@ -46,7 +46,10 @@ PairedMethod = Literal["bootstrap", "permutation", "sign"]
 def read_comparisons(path: str | Path) -> pd.DataFrame:
     """Read comparisons (JSONL or CSV); every bad line is ``FILE:LINE: reason``.
 
-    ``rater_id`` and ``criterion`` default to ``""`` when absent.
+    Besides comparison records, the judgments exported by a ``pairwise`` study (with
+    ``system_a``, ``system_b`` and ``chosen``) and by a ``best_worst`` study (with ``role``,
+    ``system`` and ``item_key``: the best story beats the others of its tuple, which beat the
+    worst) are read as comparisons. ``rater_id`` and ``criterion`` default to ``""``.
 
     Raises
     ------
@@ -57,11 +60,24 @@ def read_comparisons(path: str | Path) -> pd.DataFrame:
     from storyeval.corpus import iter_raw_records
 
     problems: list[DataProblem] = []
-    rows: list[dict[str, Any]] = []
-    for number, record in iter_raw_records(path, required=COMPARISON_FIELDS):
+    records: list[tuple[int, dict[str, Any]]] = []
+    for number, record in iter_raw_records(path):
         if isinstance(record, DataProblem):
             problems.append(record)
-            continue
+        else:
+            records.append((number, record))
+    if problems:
+        raise DataFileError(problems)
+    if records and all("role" in r and "item_key" in r for _, r in records):
+        records = _best_worst_comparisons(records)
+    rows: list[dict[str, Any]] = []
+    for number, record in records:
+        if "winner" not in record and "chosen" in record:  # a pairwise study's judgment
+            record = {
+                **record,
+                "winner": record["chosen"],
+                "prompt_id": record.get("prompt_id") or record.get("item_id"),
+            }
         reason = _comparison_problem(record)
         if reason:
             problems.append(DataProblem(str(path), number, reason))
@@ -75,6 +91,43 @@ def read_comparisons(path: str | Path) -> pd.DataFrame:
     if not rows:
         raise DataFileError.single(Path(path), 1, "the file holds no comparisons")
     return pd.DataFrame(rows)
+
+
+def _best_worst_comparisons(
+    records: list[tuple[int, dict[str, Any]]],
+) -> list[tuple[int, dict[str, Any]]]:
+    """Best-worst judgments as the comparisons they imply, per rater, criterion and tuple."""
+    tuples: dict[tuple[str, str, str], list[tuple[int, dict[str, Any]]]] = {}
+    for number, record in records:
+        key = (str(record.get("rater_id")), str(record.get("criterion")), str(record["item_key"]))
+        tuples.setdefault(key, []).append((number, record))
+    result = []
+    for (rater, criterion, item_key), members in tuples.items():
+        best = [(n, r) for n, r in members if r["role"] == "best"]
+        worst = [(n, r) for n, r in members if r["role"] == "worst"]
+        for number, winner in best:
+            for _, other in members:
+                if other is not winner:
+                    result.append((number, _implied(winner, other, rater, criterion, item_key)))
+        for number, loser in worst:
+            for _, other in members:
+                if other is not loser and other["role"] == "neither":
+                    result.append((number, _implied(other, loser, rater, criterion, item_key)))
+    return result
+
+
+def _implied(
+    winner: dict[str, Any], loser: dict[str, Any], rater: str, criterion: str, item_key: str
+) -> dict[str, Any]:
+    return {
+        "item_id": f"{item_key}:{winner.get('story')}>{loser.get('story')}",
+        "prompt_id": item_key,
+        "system_a": winner.get("system"),
+        "system_b": loser.get("system"),
+        "winner": winner.get("system"),
+        "rater_id": rater,
+        "criterion": criterion,
+    }
 
 
 def _comparison_problem(record: dict[str, Any]) -> str:
