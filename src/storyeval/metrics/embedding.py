@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from importlib import resources
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 
@@ -305,9 +305,17 @@ def _plan(
     yield options["model"], texts, [layer]
 
 
-def bertscore_arrays(
-    batch: MetricBatch, options: Mapping[str, Any]
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, Any], str]:
+class BertScoreArrays(NamedTuple):
+    """BERTScore of every story of a batch, with what its signature records."""
+
+    precision: np.ndarray
+    recall: np.ndarray
+    f1: np.ndarray
+    fields: dict[str, Any]
+    identity: str
+
+
+def bertscore_arrays(batch: MetricBatch, options: Mapping[str, Any]) -> BertScoreArrays:
     """P, R, F of every story of the batch against its references (memoised per run)."""
     cache, layer = _setup(batch, options)
     key = (
@@ -330,14 +338,15 @@ def bertscore_arrays(
         )
         rescale, fields = rescaler(cache.encoder, layer, options)
         p, r, f = rescale(scores[:, 0], scores[:, 1], scores[:, 2])
-        memo[key] = (p, r, f, {"layer": layer, **fields}, cache.identity)
-    return cast("tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, Any], str]", memo[key])
+        memo[key] = BertScoreArrays(p, r, f, {"layer": layer, **fields}, cache.identity)
+    return cast(BertScoreArrays, memo[key])
 
 
 def _bertscore(component: int) -> Any:
     def compute(batch: MetricBatch, options: Mapping[str, Any]) -> MetricOutput:
-        p, r, f, fields, identity = bertscore_arrays(batch, options)
-        values = (p, r, f)[component]
+        arrays = bertscore_arrays(batch, options)
+        values = (arrays.precision, arrays.recall, arrays.f1)[component]
+        fields, identity = arrays.fields, arrays.identity
         notes = []
         if np.isnan(values).any():
             notes.append(f"{int(np.isnan(values).sum())} stories have no token to match: undefined")
