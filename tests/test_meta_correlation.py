@@ -293,3 +293,30 @@ def test_unknown_names_are_refused(table):
         correlate(table, levels=["segment"])
     with pytest.raises(ValueError, match="unknown metric 'rouge'"):
         correlate(table, metrics=["rouge"])
+
+
+def test_equal_rational_means_are_ties_at_the_system_level() -> None:
+    """Two systems whose mean ratings are equal as fractions (3.0555...) but differ in the last
+    bit when summed as floats: Kendall's tau counts them as a tie, in any summation order."""
+    from scipy.stats import kendalltau
+
+    from storyeval.meta.correlation import level_correlation
+
+    a = [3.0, 1.0, 14 / 3, 7 / 3, 8 / 3, 14 / 3]  # item means of three raters' integer ratings
+    b = [5 / 3, 7 / 3, 5.0, 3.0, 5.0, 4 / 3]
+    c = [2.0, 2.0, 2.0, 2.0, 2.0, 2.0]
+    assert np.mean(a) != np.mean(b) and sum(a) * 3 == pytest.approx(sum(b) * 3)
+    human = np.array(a + b + c)
+    metric = np.array([0.9] * 6 + [0.5] * 6 + [0.1] * 6)
+    systems = ["A"] * 6 + ["B"] * 6 + ["C"] * 6
+    exact = kendalltau([0.9, 0.5, 0.1], [55 / 18, 55 / 18, 2.0]).statistic
+    for order in (np.arange(18), np.arange(18)[::-1], np.random.default_rng(3).permutation(18)):
+        out = level_correlation(
+            metric[order],
+            human[order],
+            level="system",
+            systems=np.array(systems)[order],
+            method="kendall",
+            n_boot=0,
+        )
+        assert out["estimate"] == pytest.approx(exact, abs=1e-12)

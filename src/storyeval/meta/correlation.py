@@ -36,6 +36,7 @@ from storyeval.errors import DegenerateInputWarning, warn
 from storyeval.meta.data import MetaInputError, MetaTable
 from storyeval.signature import Signature
 from storyeval.stats import (
+    RANK_METHODS,
     FloatArray,
     bootstrap_indices,
     bootstrap_weights,
@@ -48,6 +49,7 @@ from storyeval.stats import (
     percentile_interval,
     rows_correlation,
     sign_flip_test,
+    tie_safe,
 )
 
 LEVELS: tuple[str, ...] = ("pooled", "story", "system")
@@ -351,6 +353,8 @@ def _system(
     with np.errstate(invalid="ignore", divide="ignore"):
         mx = np.bincount(s_codes, weights=x, minlength=n_sys) / counts
         my = np.bincount(s_codes, weights=y, minlength=n_sys) / counts
+    if method in RANK_METHODS:  # equal means summed in another order are ties
+        mx, my = tie_safe(mx), tie_safe(my)
     estimate, p_value, n = correlation(
         mx, my, method=method, kendall_variant=kendall_variant, label=f"{label}, system means"
     )
@@ -383,6 +387,8 @@ def _system(
         wc = weights @ cc
         bx = (weights @ ax) / wc
         by = (weights @ ay) / wc
+    if method in RANK_METHODS:
+        bx, by = tie_safe(bx), tie_safe(by)
     complete = np.isfinite(bx).all(axis=1) & np.isfinite(by).all(axis=1)
     replicates = np.full(n_boot, np.nan)
     if complete.any():
