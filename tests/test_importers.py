@@ -128,13 +128,14 @@ def test_hanna_errors_name_file_and_line(write_file):
 
 def test_deltascore_string_ratings_and_prompts(tmp_path):
     result = import_deltascore(DATA / "deltascore_sample.jsonl")
-    assert [s.id for s in result.stories] == ["d00001", "d00002", "d00003", "d00004"]
+    ids = ["d00001", "d00002", "d00003", "d00004"]
+    assert [s.id for s in result.stories] == [f"deltascore_sample:{i}" for i in ids]
     assert result.stories[0].system == "gpt2" and result.stories[0].reference.startswith("Ada kept")
     prompt_ids = {s.extra["prompt_id"] for s in result.stories}
     assert len(prompt_ids) == 2
     ratings = {(j.item_id, j.criterion): j.value for j in result.judgments}
-    assert ratings[("d00001", "fluency")] == pytest.approx(4.33)
-    assert ratings[("d00002", "relatedness")] == pytest.approx(2.33)
+    assert ratings[("deltascore_sample:d00001", "fluency")] == pytest.approx(4.33)
+    assert ratings[("deltascore_sample:d00002", "relatedness")] == pytest.approx(2.33)
     assert {j.criterion for j in result.judgments} == {
         "fluency",
         "coherence",

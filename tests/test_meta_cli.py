@@ -433,3 +433,36 @@ def test_report_groups_repeated_warnings_by_kind():
         "no raters to compare",
         "odd case (2 cases: a, b, c; a ~ b): x",
     ]
+
+
+def test_correlate_skips_unsupported_levels_with_a_note_and_filters_systems(tmp_path):
+    bare = write_example_scores(tmp_path / "bare.jsonl", with_groups=False)
+    out = tmp_path / "c.csv"
+    result = invoke(
+        "correlate", "-s", bare, "-j", JUDGMENTS, "-o", out, "--n-boot", "0", "-m", "kendall"
+    )
+    assert result.exit_code == 0, result.output
+    assert "note: The story level is left out" in result.output
+    assert set(pd.read_csv(out)["level"]) == {"pooled"}
+    grouped = write_example_scores(tmp_path / "grouped.jsonl")
+    result = invoke(
+        "correlate",
+        "-s",
+        grouped,
+        "-j",
+        JUDGMENTS,
+        "-o",
+        out,
+        "--n-boot",
+        "0",
+        "-m",
+        "kendall",
+        "--exclude-systems",
+        "human",
+        "--level",
+        "system",
+    )
+    assert result.exit_code == 0, result.output
+    assert (pd.read_csv(out)["n"] == 2).all()  # two systems left
+    result = invoke("correlate", "-s", grouped, "-j", JUDGMENTS, "-o", out, "--systems", "nobody")
+    assert result.exit_code == 2 and "no item of system 'nobody'" in result.output

@@ -528,6 +528,9 @@ def _deltascore_story(
 def import_deltascore(path: str | Path, *, aspects: Sequence[str] | None = None) -> ImportResult:
     """Import DeltaScore-style JSONL (``title``, ``story``, ``model``, ``reference``, aspects).
 
+    Item ids are ``FILESTEM:ID`` (``FILESTEM:d00001`` for records without an ``id``): the ids
+    of DeltaScore's files restart in every file, so imports of several files can be pooled.
+
     Parameters
     ----------
     path : str or Path
@@ -562,7 +565,8 @@ def import_deltascore(path: str | Path, *, aspects: Sequence[str] | None = None)
     seen: dict[str, int] = {}
     for ordinal, (number, record) in enumerate(records, start=1):
         missing = [k for k in ("title", "story", "model") if not str(record.get(k) or "").strip()]
-        item_id = str(record["id"]) if record.get("id") not in (None, "") else f"d{ordinal:05d}"
+        local = str(record["id"]) if record.get("id") not in (None, "") else f"d{ordinal:05d}"
+        item_id = f"{file_path.stem}:{local}"  # ids restart in every file: pooled imports collide
         if missing or item_id in seen:
             reason = (
                 f"missing field(s) {', '.join(missing)}"

@@ -11,6 +11,8 @@ from typing import Any
 
 import typer
 
+from storyeval.markdown import MISSING
+
 TABLE_SUFFIXES = (".csv", ".jsonl")
 
 
@@ -31,7 +33,7 @@ def write_table(frame: Any, path: Path) -> None:
 
 
 @contextlib.contextmanager
-def reported_warnings(limit: int = 8) -> Iterator[None]:
+def reported_warnings() -> Iterator[None]:
     """Collect the warnings raised inside and print one line per kind to stderr."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -45,16 +47,14 @@ def reported_warnings(limit: int = 8) -> Iterator[None]:
         if issubclass(item.category, MetaEvaluationWarning)
     ]
     kinds = group_warnings(texts)  # one line per kind, the cases merged and counted
-    for line in kinds[:limit]:
+    for line in kinds:  # every kind: a hidden kind of warning is a hidden problem
         typer.echo(f"warning: {line}", err=True)
-    if len(kinds) > limit:
-        typer.echo(f"warning: ... and {len(kinds) - limit} more kind(s) of warning", err=True)
 
 
 def format_estimate(row: Any) -> str:
     est = row["estimate"]
     if est is None or (isinstance(est, float) and math.isnan(est)):
-        return "nan"
+        return MISSING
     text = f"{est:+.3f}"
     low, high = row.get("ci_low"), row.get("ci_high")
     if low is not None and high is not None and not (math.isnan(low) or math.isnan(high)):
@@ -72,7 +72,7 @@ def print_table(frame: Any, columns: Sequence[str], *, limit: int = 40) -> None:
         shown["estimate [ci]"] = [format_estimate(r) for r in shown.to_dict("records")]
     if "p_value" in shown.columns:
         shown["p"] = [
-            "nan" if p is None or (isinstance(p, float) and math.isnan(p)) else f"{p:.3g}"
+            MISSING if p is None or (isinstance(p, float) and math.isnan(p)) else f"{p:.3g}"
             for p in shown["p_value"]
         ]
     keep = [c for c in columns if c in shown.columns]

@@ -55,6 +55,29 @@ def _load(
     )
 
 
+def _systems_only(table: Any, keep: list[str] | None, drop: list[str] | None) -> Any:
+    """The table without the systems left out by ``--systems``/``--exclude-systems``."""
+    import numpy as np
+
+    if not keep and not drop:
+        return table
+    systems = table.items["system"]
+    known = set(systems.dropna())
+    for name in [*(keep or []), *(drop or [])]:
+        if name not in known:
+            raise ValueError(
+                f"no item of system {name!r}; systems: {', '.join(sorted(map(str, known)))}"
+            )
+    mask = np.ones(len(systems), dtype=bool)
+    if keep:
+        mask &= systems.isin(keep).to_numpy()
+    if drop:
+        mask &= ~systems.isin(drop).to_numpy()
+    if not mask.any():
+        raise ValueError("the system filters leave no item")
+    return table.subset(mask)
+
+
 def correlate_command(
     scores: list[Path] = scores_option(),
     judgments: list[Path] = judgments_option(),
@@ -78,6 +101,12 @@ def correlate_command(
     ),
     study: str = typer.Option(None, "--study", help="Only judgments of this study."),
     condition: str = typer.Option(None, "--condition", help="Only judgments of this condition."),
+    systems: list[str] = typer.Option(
+        None, "--systems", help="Only these systems (repeat); e.g. leave the human stories out."
+    ),
+    exclude_systems: list[str] = typer.Option(
+        None, "--exclude-systems", help="Leave these systems out (repeat), e.g. human."
+    ),
 ) -> None:
     """Correlate every metric with every human criterion at the pooled, story and system levels.
 
@@ -87,6 +116,7 @@ def correlate_command(
     """
     from storyeval.meta import LEVELS, METHODS, adjust_pvalues, correlate
     from storyeval.meta.significance import CORRECTIONS
+    from storyeval.report.compute import available_levels
 
     check_table_path(output)
     levels = check_choices(level or list(LEVELS), LEVELS, "--level")
@@ -95,6 +125,11 @@ def correlate_command(
     check_choice(adjust, ("none", *CORRECTIONS), "--adjust")
     with user_errors(), reported_warnings():
         table = _load(scores, judgments, stories, aggregate, metric, criterion, study, condition)
+        table = _systems_only(table, systems, exclude_systems)
+        if not level:  # the default: every level the data support, a note for the others
+            levels, notes = available_levels(table, levels)
+            for note in notes:
+                typer.echo(f"note: {note}", err=True)
         result = correlate(
             table,
             levels=levels,

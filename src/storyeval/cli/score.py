@@ -171,8 +171,10 @@ def metrics(
         typer.echo(json.dumps(payload, indent=2))
         return
     table = Table(title="storyeval metrics")
-    for column in ("name", "inputs", "model", "better", "range", "level", "default suite"):
-        table.add_column(column)
+    longest = max((len(spec.name) for spec in specs), default=4)
+    table.add_column("name", no_wrap=True, min_width=longest)  # never cut a name to "bertscor…"
+    for column in ("inputs", "model", "better", "range", "level", "default suite"):
+        table.add_column(column, overflow="fold")
     for spec in specs:
         ok, why = spec.runnable_offline()
         suite = "yes" if spec.default and ok else ("no: " + (why or "ask for it by name"))
@@ -185,7 +187,7 @@ def metrics(
             spec.level,
             suite,
         )
-    console = Console()
+    console = Console(width=None if sys.stdout.isatty() else 200)  # piped: never cut
     console.print(table)
     if show_options:
         for spec in specs:
