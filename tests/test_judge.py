@@ -396,3 +396,67 @@ def test_several_judges_give_their_mean_and_agreement(tmp_path: Path) -> None:
     alpha = agreement[agreement["method"] == "krippendorff_alpha_interval"]["estimate"].iloc[0]
     assert 0.8 < alpha <= 1.0
     assert set(run.signatures) == {"one", "two"}
+
+
+def test_a_pairwise_judge_is_checked_against_peoples_preferences(
+    tmp_path: Path, run_cli: Any
+) -> None:
+    from storyeval.importers import import_file, write_import
+    from storyeval.judge.evaluate import preference_agreement
+
+    pairs = tmp_path / "litbench.jsonl"
+    records = [
+        {
+            "id": "p1",
+            "prompt": "Rain.",
+            "chosen_story": "Rain sang on the tin roof all night.",
+            "rejected_story": "It rained.",
+        },
+        {
+            "id": "p2",
+            "prompt": "Snow.",
+            "chosen_story": "Snow.",
+            "rejected_story": "A white hush fell over the town.",
+        },
+        {
+            "id": "p3",
+            "prompt": "Wind.",
+            "story_a": "Wind.",
+            "story_b": "The wind pulled the door wide open.",
+            "preferred": "b",
+        },
+    ]
+    pairs.write_text("".join(json.dumps(r) + "\n" for r in records))
+    written = write_import(import_file("pairwise", pairs), tmp_path / "data")
+    stories = read_stories(written["stories"])
+    rubric_file = tmp_path / "tiny.yaml"
+    rubric_file.write_text(ONE_CRITERION)
+
+    def longer(request: JudgeRequest) -> str:
+        text = request.subject
+        a = text.split("Story A: ")[1].split("\n\nStory B: ")[0]
+        b = text.split("Story B: ")[1]
+        return "A" if len(a) > len(b) else "B"
+
+    run = judge_stories(
+        stories,
+        load_rubric(rubric_file),
+        [Scripted(longer)],
+        settings=JudgeSettings(mode="pairwise"),
+    )
+    people = [json.loads(line) for line in written["comparisons"].read_text().splitlines()]
+    table = preference_agreement(run.comparisons, people).iloc[0]
+    assert table["pairs"] == 3 and table["agree"] == 2 and table["accuracy"] == pytest.approx(2 / 3)
+    judged = tmp_path / "judge-pairs.jsonl"
+    judged.write_text("".join(json.dumps(c) + "\n" for c in run.comparisons))
+    code, stdout, err = run_cli(
+        "judge-eval",
+        "--judge",
+        str(judged),
+        "--human-pairs",
+        str(written["comparisons"]),
+        "-o",
+        str(tmp_path / "eval"),
+    )
+    assert code == 0, err
+    assert (tmp_path / "eval" / "preferences.csv").is_file() and "0.667" in stdout

@@ -32,6 +32,9 @@ Formats
     aspect. The ratings are means, imported with ``rater_id`` ``mean``.
 ``judgments``
     Our own long-format judgments (JSONL or CSV), validated and written as JSONL.
+``hanna-raw``, ``openmeva``, ``pairwise``
+    HANNA's raw annotations, OpenMEVA's MAGS JSON and LitBench-style pairwise preferences:
+    see :mod:`storyeval.importers_more`.
 """
 
 from __future__ import annotations
@@ -56,17 +59,11 @@ from storyeval.corpus import (
     write_stories,
 )
 from storyeval.errors import DataFileError, DataProblem
+from storyeval.importers_more import HANNA_CRITERIA
+from storyeval.io import write_text_atomic
 from storyeval.registry import Registry, UnknownNameError
 from storyeval.signature import Signature
 
-HANNA_CRITERIA: tuple[str, ...] = (
-    "Relevance",
-    "Coherence",
-    "Empathy",
-    "Surprise",
-    "Engagement",
-    "Complexity",
-)
 _HANNA_RATER = re.compile(r"^Human\s+(\d+)\s+(" + "|".join(HANNA_CRITERIA) + r")$")
 _HANNA_TEXT_COLUMNS = ("Story", "Prompt")
 
@@ -81,6 +78,7 @@ class ImportResult:
     judgments: list[Judgment] = field(default_factory=list)
     scores: list[Score] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    comparisons: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _file_digest(path: Path) -> str:
@@ -615,6 +613,21 @@ IMPORTERS.register("deltascore", import_deltascore)
 IMPORTERS.register("judgments", import_judgments)
 
 
+def _import_more(name: str) -> Callable[..., ImportResult]:
+    def run(path: str | Path) -> ImportResult:
+        import storyeval.importers_more as more
+
+        result = ImportResult(name, str(path))
+        getattr(more, f"import_{name.replace('-', '_')}")(path, result)
+        return result
+
+    return run
+
+
+for _name in ("hanna-raw", "openmeva", "pairwise"):
+    IMPORTERS.register(_name, _import_more(_name))
+
+
 def import_file(fmt: str, path: str | Path, **options: Any) -> ImportResult:
     """Run the importer registered as ``fmt``."""
     return IMPORTERS.get(fmt)(path, **options)
@@ -640,4 +653,8 @@ def write_import(result: ImportResult, out_dir: str | Path) -> dict[str, Path]:
     if result.scores:
         written["scores"] = directory / "scores.jsonl"
         write_scores(written["scores"], result.scores)
+    if result.comparisons:
+        written["comparisons"] = directory / "comparisons.jsonl"
+        text = "".join(json.dumps(c) + "\n" for c in result.comparisons)
+        write_text_atomic(written["comparisons"], text)
     return written

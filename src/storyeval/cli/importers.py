@@ -10,7 +10,12 @@ from storyeval.cli._common import check_choice, user_error
 
 
 def import_command(
-    fmt: str = typer.Argument(..., metavar="FORMAT", help="union, hanna, deltascore or judgments."),
+    fmt: str = typer.Argument(
+        ...,
+        metavar="FORMAT",
+        help="union, hanna (per-system summary), hanna-raw (per-annotator file), deltascore, "
+        "openmeva (MAGS JSON), pairwise (LitBench-style preferences) or judgments.",
+    ),
     file: Path = typer.Argument(..., help="The file to import."),
     out_dir: Path = typer.Option(
         ..., "--out-dir", help="Directory for stories/judgments/scores.jsonl."
@@ -26,10 +31,12 @@ def import_command(
         None, "--aspect", help="deltascore: rating fields (repeat; default: every numeric field)."
     ),
 ) -> None:
-    """Convert a UNION, HANNA, DeltaScore or long-format judgment file to canonical files.
+    """Convert a public benchmark file (UNION, HANNA, DeltaScore, OpenMEVA, pairwise
+    preferences) or long-format judgments to canonical files.
 
-    Writes DIR/stories.jsonl, DIR/judgments.jsonl and, when the file carries metric values,
-    DIR/scores.jsonl. Bad input exits 2 with FILE:LINE: reason lines.
+    Writes DIR/stories.jsonl, DIR/judgments.jsonl and, when the file carries them,
+    DIR/scores.jsonl (metric values) and DIR/comparisons.jsonl (pairwise preferences, the
+    input of `storyeval rank`). Bad input exits 2 with FILE:LINE: reason lines.
     """
     from storyeval.errors import DataFileError
     from storyeval.importers import IMPORTERS, import_file, write_import
@@ -53,6 +60,7 @@ def import_command(
         "stories": len(result.stories),
         "judgments": len(result.judgments),
         "scores": len(result.scores),
+        "comparisons": len(result.comparisons),
     }
     for kind, path in written.items():
         typer.echo(f"wrote {counts[kind]} {kind} to {path}")

@@ -199,8 +199,17 @@ def _report(run: Any, output: Path, failures: Path) -> None:
 
 
 def judge_eval(
-    judge_file: Path = typer.Option(..., "--judge", help="Judgments written by storyeval judge."),
-    humans: Path = typer.Option(..., "--humans", help="People's judgments of the same stories."),
+    judge_file: Path = typer.Option(
+        ...,
+        "--judge",
+        help="Judgments written by storyeval judge (or its comparisons, with --human-pairs).",
+    ),
+    humans: Path = typer.Option(None, "--humans", help="People's judgments of the same stories."),
+    human_pairs: Path = typer.Option(
+        None,
+        "--human-pairs",
+        help="People's pairwise preferences (comparisons.jsonl of storyeval import pairwise); --judge is then a pairwise judge run.",
+    ),
     stories: Path = typer.Option(
         None,
         "--stories",
@@ -218,8 +227,21 @@ def judge_eval(
     """A judge against people: correlations at three levels beside the human ceiling, the
     judge as one more rater (alpha, kappa), confusion matrices, calibration, consistency."""
     from storyeval.corpus import read_judgments, read_stories
-    from storyeval.judge.evaluate import evaluate_judge, write_evaluation
+    from storyeval.judge.evaluate import evaluate_judge, preference_agreement, write_evaluation
 
+    if (humans is None) == (human_pairs is None):
+        raise exit_with("error: give --humans (ratings) or --human-pairs (preferences)")
+    if human_pairs is not None:
+        from storyeval.cli._tables import write_table
+        from storyeval.meta.rank import read_comparisons
+
+        with user_errors():
+            people = read_comparisons(human_pairs).to_dict("records")
+            table = preference_agreement(_read_jsonl(judge_file), people)
+            output.mkdir(parents=True, exist_ok=True)
+            write_table(table, output / "preferences.csv")
+        typer.echo(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+        return
     with user_errors():
         result = evaluate_judge(
             read_judgments(judge_file),

@@ -291,6 +291,61 @@ def _position(comparisons: Sequence[dict[str, Any]]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def preference_agreement(
+    judge: Sequence[dict[str, Any]], humans: Sequence[dict[str, Any]], *, confidence: float = 0.95
+) -> pd.DataFrame:
+    """How often a pairwise judge prefers the story people preferred (LitBench-style data).
+
+    Pairs are matched by their two systems (stories) and prompt; the judge's decision on a
+    pair is the majority over its orders and repeats (a split is a tie). Per criterion of the
+    judge: ``pairs`` matched, ``agree`` (same winner), ``judge_ties``, ``human_ties``,
+    ``accuracy`` (agree / pairs with two decisions) with a Clopper-Pearson interval.
+    """
+    from storyeval.stats import binomial_test
+
+    def key(record: dict[str, Any]) -> tuple[str, frozenset[str]]:
+        return str(record["prompt_id"]), frozenset(
+            (str(record["system_a"]), str(record["system_b"]))
+        )
+
+    truth = {key(r): str(r["winner"]) for r in humans}
+    votes: dict[tuple[str, tuple[str, frozenset[str]]], list[str]] = {}
+    for record in judge:
+        votes.setdefault((str(record["criterion"]), key(record)), []).append(str(record["winner"]))
+    rows = []
+    for criterion in dict.fromkeys(c for c, _ in votes):
+        decided = agree = judge_ties = human_ties = matched = 0
+        for (c, pair), winners in votes.items():
+            if c != criterion or pair not in truth:
+                continue
+            matched += 1
+            counts = pd.Series(winners).value_counts()
+            top = counts.index[0] if len(counts) == 1 or counts.iloc[0] > counts.iloc[1] else "tie"
+            if top == "tie":
+                judge_ties += 1
+            elif truth[pair] == "tie":
+                human_ties += 1
+            else:
+                decided += 1
+                agree += int(top == truth[pair])
+        low, high = (math.nan, math.nan)
+        if decided:
+            _, low, high = binomial_test(agree, decided, confidence=confidence)
+        rows.append(
+            {
+                "criterion": criterion,
+                "pairs": matched,
+                "agree": agree,
+                "judge_ties": judge_ties,
+                "human_ties": human_ties,
+                "accuracy": agree / decided if decided else math.nan,
+                "ci_low": low,
+                "ci_high": high,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
 def write_evaluation(result: JudgeEvaluation, directory: str | Path) -> list[Path]:
     """Write every non-empty table as CSV into ``directory`` (atomically); returns the paths."""
     from storyeval.io import write_table
