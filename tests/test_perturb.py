@@ -460,3 +460,53 @@ def test_cli_help_lists_the_registry():
     from storyeval.cli.perturb import _TECHNIQUES_HELP
 
     assert ", ".join(technique_names()) in _TECHNIQUES_HELP
+
+
+TOKENIZED = [
+    "Kim went to her friends ' house . She did n't like the food . Her dog was n't there . She left early . It was a long night .",
+    "Tom wanted a bike . He could n't pay for it . He saved for a month . He bought the bike . He rode it every day .",
+    "Ana lost her keys . She looked in the car . They were n't in her bag . She called her brother . He had the keys .",
+    "The rain did n't stop . Joe stayed inside . He read a book . He made some tea . He fell asleep on the couch .",
+]
+
+
+def test_negation_follows_the_corpus_style_and_leaves_no_surface_cue(nlp):
+    """A tokenized corpus that writes "n't" apart and never "not": negated stories keep that
+    form (no "didn't", no "did not"), and tokenized sentences are split one by one."""
+    import re
+
+    from storyeval.perturb import PerturbOptions, perturb_stories
+    from storyeval.text import split_sentences
+
+    assert all(len(split_sentences(text)) == 5 for text in TOKENIZED)
+    stories = [Story(f"t{i}", "", text) for i, text in enumerate(TOKENIZED)]
+    for contraction in (0.0, 0.5, None):
+        run = perturb_stories(
+            stories,
+            "negation",
+            seed=5,
+            samples=4,
+            nlp=nlp,
+            options=PerturbOptions(contraction_probability=contraction),
+        )
+        added = [s for s in run.stories if any(e.operation == "add_negation" for e in s.edits)]
+        assert added, "some negations were added"
+        for story in run.stories:
+            assert not re.search(r"\wn't\b", story.story), story.story  # never "didn't"
+            assert not re.search(r"\bnot\b", story.story), (
+                story.story
+            )  # the corpus never writes "not"
+        assert "negation_style:tokenized,n't=5,not=0" in run.signature.render()
+    plain = [
+        Story(f"p{i}", "", re.sub(r" n't", " not", t).replace(" .", ".").replace(" '", "'"))
+        for i, t in enumerate(TOKENIZED)
+    ]
+    run = perturb_stories(
+        plain,
+        "negation",
+        seed=5,
+        samples=4,
+        nlp=nlp,
+        options=PerturbOptions(contraction_probability=1.0),
+    )
+    assert all("n't" not in s.story for s in run.stories)  # a plain corpus that never contracts

@@ -31,6 +31,43 @@ def _pysbd_segmenter() -> Any:
     return pysbd.Segmenter(language="en", clean=False)
 
 
+#: Tokenized text (as in ROCStories-derived corpora): "did n't", "friends ' house", "it ."
+_TOKENIZED = re.compile(r"\w n't\b|\w '(?:s|re|ve|ll|d|m)?(?=\s)|\w [.!?,;:](?=\s|$)")
+#: The spaces a detokenized copy drops: before clitics, a lone apostrophe and punctuation
+_SPACE_BEFORE = re.compile(r" (?=n't\b|'(?:s|re|ve|ll|d|m)?(?=\s|$)|[.!?,;:](?=\s|$))")
+
+
+def looks_tokenized(text: str) -> bool:
+    """Whether ``text`` is tokenized (spaces before clitics and punctuation).
+
+    >>> looks_tokenized("She did n't like it ."), looks_tokenized("She didn't like it.")
+    (True, False)
+    """
+    return _TOKENIZED.search(text) is not None
+
+
+def _detokenized(text: str) -> tuple[str, list[int]]:
+    """``text`` without the spaces :data:`_SPACE_BEFORE` matches, and for every character
+    left its index in ``text``."""
+    dropped = {match.start() for match in _SPACE_BEFORE.finditer(text)}
+    keep = [i for i in range(len(text)) if i not in dropped]
+    return "".join(text[i] for i in keep), keep
+
+
+def _split_tokenized(text: str) -> list[str]:
+    """pysbd on a detokenized copy (spaced apostrophes read as quotes stop it splitting),
+    the sentences cut from the original text."""
+    import pysbd
+
+    plain, keep = _detokenized(text)
+    spans = pysbd.Segmenter(language="en", clean=False, char_span=True).segment(plain)
+    pieces = []
+    for span in spans:
+        if span.end > span.start:
+            pieces.append(text[keep[span.start] : keep[span.end - 1] + 1])
+    return pieces
+
+
 def split_sentences(
     text: str, *, method: SplitMethod = "pysbd", spacy_model: str | None = None
 ) -> list[str]:
@@ -50,6 +87,11 @@ def split_sentences(
     ['Mara opened the door.', 'It was dark!', 'Was anyone there?']
     >>> split_sentences("   ")
     []
+    >>> split_sentences("Kim went to her friends ' house . She did n't stay .")
+    ["Kim went to her friends ' house .", "She did n't stay ."]
+
+    Tokenized text (spaces before clitics and punctuation) is split on a detokenized copy and
+    the sentences are cut from the original, which is kept as it is.
     """
     if not isinstance(text, str):
         raise TypeError(f"text must be a str; got {type(text).__name__}")
@@ -62,6 +104,8 @@ def split_sentences(
 
         doc = load_spacy(spacy_model)(text)
         pieces = [sent.text for sent in doc.sents]
+    elif looks_tokenized(text):
+        pieces = _split_tokenized(text)
     else:
         pieces = _pysbd_segmenter().segment(text)
     return [piece.strip() for piece in pieces if piece.strip()]

@@ -98,15 +98,18 @@ class PerturbOptions:
         Probability that repetition repeats a sentence instead of an n-gram.
     max_ngram : int
         Longest n-gram repetition repeats (N = 1..4).
-    contraction_probability : float
-        Probability that an added negation is written "n't" where the verb allows it.
+    contraction_probability : float or None
+        Probability that an added negation is written "n't" where the verb allows it (None:
+        the corpus's own share). Whatever it is, a form the corpus never uses is never
+        written, and a tokenized corpus gets "did n't" (see
+        :class:`storyeval.perturb.corpus.ContractionStyle`).
     """
 
     keyword_rate: float = 0.15
     sentence_substitution_probability: float = 0.5
     sentence_repetition_probability: float = 0.5
     max_ngram: int = 4
-    contraction_probability: float = 0.5
+    contraction_probability: float | None = 0.5
 
     def __post_init__(self) -> None:
         for name in (
@@ -116,19 +119,23 @@ class PerturbOptions:
             "contraction_probability",
         ):
             value = getattr(self, name)
+            if value is None and name == "contraction_probability":
+                continue
             if not isinstance(value, int | float) or not 0.0 <= value <= 1.0:
                 raise ValueError(f"{name} must be a number in [0, 1]; got {value!r}")
         if not isinstance(self.max_ngram, int) or self.max_ngram < 1:
             raise ValueError(f"max_ngram must be a positive integer; got {self.max_ngram!r}")
 
-    def signature_fields(self) -> dict[str, float | int]:
+    def signature_fields(self) -> dict[str, float | int | str]:
         """The settings that change the perturbations, for the signature."""
         return {
             "keyword_rate": self.keyword_rate,
             "sentence_substitution": self.sentence_substitution_probability,
             "sentence_repetition": self.sentence_repetition_probability,
             "max_ngram": self.max_ngram,
-            "contraction": self.contraction_probability,
+            "contraction": "match"
+            if self.contraction_probability is None
+            else self.contraction_probability,
         }
 
 

@@ -92,6 +92,64 @@ def is_keyword(token: Any) -> bool:
     return _in_wordnet(token.lemma_.lower(), pos)
 
 
+@dataclass(frozen=True)
+class ContractionStyle:
+    """How a corpus writes negations: ``contracted`` ("n't"), ``spaced`` (of those, written
+    " n't" as tokenized corpora do) and ``full`` ("not").
+
+    >>> style = ContractionStyle.of(["She did n't go .", "He was not there ."])
+    >>> style.tokenized, style.probability(0.5)
+    (True, 0.5)
+    >>> ContractionStyle.of(["He was not there.", "It is not."]).probability(0.5)
+    0.0
+    """
+
+    contracted: int = 0
+    spaced: int = 0
+    full: int = 0
+
+    @classmethod
+    def of(cls, texts: Iterable[str]) -> ContractionStyle:
+        contracted = spaced = full = 0
+        for text in texts:
+            contracted += len(_CONTRACTED_RE.findall(text))
+            spaced += len(_SPACED_RE.findall(text))
+            full += len(_FULL_RE.findall(text))
+        return cls(contracted, spaced, full)
+
+    @property
+    def tokenized(self) -> bool:
+        """Whether the corpus writes "n't" as a separate token ("did n't")."""
+        return self.spaced > self.contracted - self.spaced
+
+    def probability(self, requested: float | None) -> float:
+        """The probability of writing an added negation "n't": ``requested`` (None: the
+        corpus's own share), except that a form the corpus never uses is never written."""
+        if self.contracted == 0 and self.full > 0:
+            return 0.0
+        if self.full == 0 and self.contracted > 0:
+            return 1.0
+        if requested is None:
+            total = self.contracted + self.full
+            return self.contracted / total if total else 0.5
+        return requested
+
+    def render(self, sentence: str) -> str:
+        """``sentence`` with its "n't" spaced as the corpus writes it."""
+        return _ATTACHED_RE.sub(r"\1 n't", sentence) if self.tokenized else sentence
+
+    def describe(self) -> str:
+        """For signatures: ``tokenized,n't=3,not=40``."""
+        kind = "tokenized" if self.tokenized else "plain"
+        return f"{kind},n't={self.contracted},not={self.full}"
+
+
+_CONTRACTED_RE = re.compile(r"n't\b", re.IGNORECASE)
+_SPACED_RE = re.compile(r"\s n't\b|\w n't\b", re.IGNORECASE)
+_ATTACHED_RE = re.compile(r"(\w)n't\b", re.IGNORECASE)
+_FULL_RE = re.compile(r"\bnot\b", re.IGNORECASE)
+
+
 class PerturbationCorpus:
     """The stories being perturbed, parsed once, with keyword and sentence pools.
 
@@ -126,8 +184,12 @@ class PerturbationCorpus:
             nlp = load_spacy()
         self.nlp = nlp
         self.splits: dict[str, SplitText] = {}
+        texts = []
         for story_id, text in stories:
             self.splits[str(story_id)] = split_text(text)
+            texts.append(text)
+        #: how the corpus writes negations (perturbations follow it: no surface cue)
+        self.style = ContractionStyle.of(texts)
         self.keyword_counts: dict[str, Counter[str]] = {}
         self._sentence_pool: list[tuple[str, str]] = [  # sorted: independent of input order
             (story_id, sentence)

@@ -255,23 +255,23 @@ def perturbation_signature(
     options: PerturbOptions,
     delexicalize: bool,
     nlp: Any,
+    style: str | None = None,
 ) -> Signature:
-    """The signature of a perturbation run: techniques, mode, seed, options, spaCy and WordNet."""
+    """The signature of a perturbation run: techniques, mode, seed, options, the corpus's
+    negation style, spaCy and WordNet."""
     from storyeval.models import spacy_identity
 
-    return Signature(
-        "perturb",
-        {
-            "techniques": ",".join(techniques),
-            "mode": mode,
-            "samples": samples,
-            "seed": seed,
-            **options.signature_fields(),
-            "delex": delexicalize,
-            "spacy": spacy_identity(nlp),
-            "wordnet": "3.0",
-        },
-    )
+    fields: dict[str, Any] = {
+        "techniques": ",".join(techniques),
+        "mode": mode,
+        "samples": samples,
+        "seed": seed,
+        **options.signature_fields(),
+    }
+    if style is not None:
+        fields["negation_style"] = style
+    fields.update(delex=delexicalize, spacy=spacy_identity(nlp), wordnet="3.0")
+    return Signature("perturb", fields)
 
 
 def perturb_stories(
@@ -357,6 +357,7 @@ def perturb_stories(
         options=options,
         delexicalize=delexicalize,
         nlp=nlp,
+        style=corpus.style.describe(),
     )
     jobs = _jobs(sources, names, mode, samples)
     iterator: Any = jobs

@@ -292,10 +292,11 @@ def negation(
     index, doc, site = rng.choice(places)
     from storyeval.perturb.negation import apply_site
 
+    chance = corpus.style.probability(options.contraction_probability)
     contract = site.direction == "add" and (
-        site.must_contract or (site.can_contract and rng.random() < options.contraction_probability)
+        site.must_contract or (site.can_contract and rng.random() < chance)
     )
-    altered = apply_site(doc, site, contract=contract)
+    altered = corpus.style.render(apply_site(doc, site, contract=contract))
     new = list(sentences)
     new[index] = altered
     edit = Edit(
