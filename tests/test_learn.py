@@ -445,3 +445,30 @@ def test_unreachable_base_model_names_the_model_flag(human, tmp_path, monkeypatc
     finally:
         loading._hub_reachable.cache_clear()
     assert not (tmp_path / "n").exists() and not (tmp_path / "u").exists()
+
+
+def test_union_negatives_are_cached_and_can_come_from_a_perturb_file(
+    human, nlp, tmp_path, monkeypatch
+):
+    import json
+
+    from storyeval.learn.union import UnionConfig, cached_examples, examples_from_file
+    from storyeval.perturb import perturb_stories
+
+    monkeypatch.setenv("STORYEVAL_CACHE", str(tmp_path / "cache"))
+    train, dev = human[:6], human[6:8]
+    config = UnionConfig()
+    first = cached_examples(train, dev, config, seed=3, nlp=nlp)
+    files = list((tmp_path / "cache").rglob("*.json"))
+    assert len(files) == 1, "the negatives were written to the cache"
+    assert cached_examples(train, dev, config, seed=3, nlp=nlp) == first  # read back, equal
+    assert cached_examples(train, dev, config, seed=4, nlp=nlp) != first  # another seed: drawn
+    run = perturb_stories(train, mode="mix", seed=1, nlp=nlp, skip_inapplicable=True)
+    path = tmp_path / "negatives.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in run.records()))
+    examples, missing = examples_from_file(train, path)
+    negatives = [e for e in examples if e.label == 0]
+    assert len(negatives) == len(run.stories) and not set(missing) & {
+        e.source_id for e in negatives
+    }
+    assert all(e.original == next(s.story for s in train if s.id == e.source_id) for e in negatives)

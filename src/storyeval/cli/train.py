@@ -175,6 +175,12 @@ def union(
     max_steps: int = _MAX_STEPS,
     threads: int = _THREADS,
     overwrite: bool = _OVERWRITE,
+    negatives_file: Path = typer.Option(
+        None,
+        "--negatives-file",
+        help="Use the negatives of a `storyeval perturb` output file (made from these stories, "
+        "or windows with --window) instead of drawing them; drawn ones are cached on disk.",
+    ),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
     """Train UNION (Guan & Huang 2020) on human-written stories.
@@ -210,7 +216,10 @@ def union(
         )
     except ValueError as exc:
         raise exit_with(f"error: {exc}") from None
-    _train_and_report(train_union, stories, output, config, **_common(locals()))
+    import functools
+
+    run = functools.partial(train_union, negatives=negatives_file)
+    _train_and_report(run, stories, output, config, **_common(locals()))
 
 
 @train_app.command("nsp")

@@ -473,6 +473,9 @@ class _Training:
         self.best_weights: dict[str, Any] | None = None
         self.best_on_disk = -1  # the step whose weights best.pt holds
         self.started = 0.0
+        self.step_seconds = 0.0  # optimizer steps only: no evaluation, no checkpoint
+        self._first_step = 0
+        self.quiet = False  # no bar: one line per evaluation instead
         self.updating = False  # True while the optimizer changes weights not yet counted
 
     def start(self, *, resume: bool) -> bool:
@@ -546,7 +549,26 @@ class _Training:
         else:
             state.bad_evaluations += 1
         self.save_checkpoint()
+        if self.quiet:
+            import sys
+
+            rate = self._rate()
+            speed = f", {rate:.2f} examples/s" if rate else ""
+            print(
+                f"{self.task.kind}: step {state.global_step}/{self.total_steps}, dev loss "
+                f"{metrics['loss']:.4f}{speed}",
+                file=sys.stderr,
+                flush=True,
+            )
         return state.bad_evaluations >= self.config.patience
+
+    def _rate(self) -> float | None:
+        """Training examples per second of optimizer steps (evaluation and checkpoints are
+        not counted)."""
+        steps = self.state.global_step - self._first_step
+        if self.step_seconds <= 0 or steps <= 0:
+            return None
+        return steps * self.config.batch_size / self.step_seconds
 
     def evaluation_due(self, at_end: bool) -> bool:
         """An evaluation belongs to this point and has not happened (also after a resume
@@ -566,6 +588,7 @@ class _Training:
         """One optimizer step on ``batch``."""
         import torch
 
+        began = time.perf_counter()
         loss, shown = self.task.batch_loss(batch)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.max_grad_norm)
@@ -577,6 +600,7 @@ class _Training:
         self.state.global_step += 1
         self.updating = False
         self.state.seconds = time.perf_counter() - self.started
+        self.step_seconds += time.perf_counter() - began
         bar.update(1)
         bar.set_postfix({k: f"{v:.3f}" for k, v in shown.items()}, refresh=False)
         if self.on_step is not None:
@@ -604,6 +628,8 @@ class _Training:
         consistent checkpoint and raises :class:`TrainingInterrupted`."""
         state = self.state
         self.model.train()
+        self.quiet = not progress
+        self._first_step = state.global_step  # a resumed run counts its own steps
         label = f"training {self.task.kind}"
         try:
             with _progress(self.total_steps, state.global_step, progress, label) as bar:
@@ -636,8 +662,9 @@ class _Training:
         self.model.eval()
 
     def summary(self, data_summary: dict[str, Any] | None) -> dict[str, Any]:
-        state, config = self.state, self.config
-        speed = state.global_step * config.batch_size / state.seconds if state.seconds > 0 else None
+        """The ``training`` section of ``storyeval.json``."""
+        state = self.state
+        speed = self._rate()
         return {
             "steps": state.global_step,
             "total_steps": self.total_steps,

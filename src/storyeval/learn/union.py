@@ -421,6 +421,120 @@ def build_examples(
     return examples, run.skipped
 
 
+def _example_record(example: UnionExample) -> list[Any]:
+    return [
+        example.id,
+        example.prompt,
+        example.text,
+        example.original,
+        example.label,
+        list(example.techniques),
+        example.source_id,
+    ]
+
+
+def _example_of(record: list[Any]) -> UnionExample:
+    return UnionExample(
+        record[0], record[1], record[2], record[3], int(record[4]), tuple(record[5]), record[6]
+    )
+
+
+def cached_examples(
+    train: Sequence[Story],
+    dev: Sequence[Story],
+    config: UnionConfig,
+    *,
+    seed: int,
+    nlp: Any,
+    progress: bool = False,
+) -> tuple[tuple[list[UnionExample], dict[str, str]], tuple[list[UnionExample], dict[str, str]]]:
+    """The training and dev examples with their negatives, drawn once per corpus and
+    settings and cached on disk (keyed by every story, the techniques, the number of
+    negatives, the perturbation options, the seed, the spaCy pipeline and the storyeval
+    version), so a second run skips parsing and perturbing."""
+    import hashlib
+    import json
+
+    from storyeval import __version__
+    from storyeval.io import write_text_atomic
+    from storyeval.models import cache_dir, spacy_identity
+    from storyeval.perturb.corpus import PerturbationCorpus
+
+    payload = {
+        "train": [(s.id, s.prompt, s.story) for s in train],
+        "dev": [(s.id, s.prompt, s.story) for s in dev],
+        "techniques": list(config.techniques),
+        "negatives": config.negatives,
+        "perturb": config.perturb.signature_fields(),
+        "seed": seed,
+        "spacy": spacy_identity(nlp),
+        "version": __version__,
+    }
+    key = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:24]
+    path = cache_dir() / "union-negatives" / f"{key}.json"
+    if path.is_file():
+        stored = json.loads(path.read_text(encoding="utf-8"))
+        return (
+            ([_example_of(r) for r in stored["train"]], stored["skipped_train"]),
+            ([_example_of(r) for r in stored["dev"]], stored["skipped_dev"]),
+        )
+    corpus = PerturbationCorpus(
+        ((s.id, s.story) for s in [*train, *dev]), nlp=nlp, progress=progress
+    )
+    train_part = build_examples(train, config, seed=seed, corpus=corpus, nlp=nlp, progress=progress)
+    dev_part = build_examples(dev, config, seed=seed + 1, corpus=corpus, nlp=nlp)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    stored = {
+        "train": [_example_record(e) for e in train_part[0]],
+        "skipped_train": train_part[1],
+        "dev": [_example_record(e) for e in dev_part[0]],
+        "skipped_dev": dev_part[1],
+    }
+    write_text_atomic(path, json.dumps(stored))
+    return train_part, dev_part
+
+
+def examples_from_file(
+    stories: Sequence[Story], path: str | Path
+) -> tuple[list[UnionExample], dict[str, str]]:
+    """The stories (label 1) and, as their negatives, the records of a ``storyeval perturb``
+    output file made from them (label 0); stories without one are reported (id -> reason)."""
+    import json
+
+    by_id = {story.id: story for story in stories}
+    examples = [UnionExample(s.id, s.prompt, s.story, s.story, 1) for s in stories]
+    found: set[str] = set()
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+                source = by_id.get(str(record["source_id"]))
+                text = str(record["story"])
+            except (json.JSONDecodeError, KeyError, TypeError) as exc:
+                raise StoryevalError(
+                    f"{path}:{number}: not a perturbation record ({exc})"
+                ) from None
+            if source is None:
+                continue
+            found.add(source.id)
+            techniques = tuple(record.get("techniques") or ())
+            examples.append(
+                UnionExample(
+                    str(record.get("id") or f"{source.id}-n{number}"),
+                    source.prompt,
+                    text,
+                    source.story,
+                    0,
+                    techniques,
+                    source.id,
+                )
+            )
+    missing = {s.id: "no negative in the file" for s in stories if s.id not in found}
+    return examples, missing
+
+
 def union_signature(
     config: UnionConfig,
     training: TrainingConfig,
@@ -464,6 +578,7 @@ def train_union(
     progress: bool = True,
     nlp: Any = None,
     on_step: Callable[[int], None] | None = None,
+    negatives: str | Path | None = None,
 ) -> TrainingResult:
     """Train UNION on human-written stories and write the model to ``output``.
 
@@ -487,6 +602,11 @@ def train_union(
         Pipeline for the perturbations (default :func:`storyeval.models.load_spacy`).
     on_step : callable, optional
         Called after every optimizer step with the step number.
+    negatives : path, optional
+        A ``storyeval perturb`` output file whose records (``source_id``, ``story``,
+        ``techniques``) are the negatives of the stories they were made from, instead of
+        drawing them here. Without it, the negatives drawn for these stories and settings are
+        cached on disk (``~/.cache/storyeval/union-negatives``) and reused by the next run.
 
     Returns
     -------
@@ -518,6 +638,11 @@ def train_union(
         n_stories=len(train_stories),
         dev=data.dev_tag,
     )
+    if negatives is not None:
+        from storyeval.models import file_identity
+
+        fields = {**signature.fields, "negatives_file": file_identity(str(negatives))}
+        signature = Signature(signature.name, fields, signature.version)
     reused = existing_model(output, signature, overwrite=overwrite)
     if reused is not None:
         return reused
@@ -527,17 +652,13 @@ def train_union(
     if config.window is not None:
         train_stories = sentence_windows(train_stories, config.window, config.stride)
         dev_list = sentence_windows(dev_list, config.window, config.stride)
-    from storyeval.perturb.corpus import PerturbationCorpus
-
-    corpus = PerturbationCorpus(
-        ((s.id, s.story) for s in [*train_stories, *dev_list]), nlp=nlp, progress=progress
-    )
-    train_examples, skipped_train = build_examples(
-        train_stories, config, seed=training.seed, corpus=corpus, nlp=nlp, progress=progress
-    )
-    dev_examples, skipped_dev = build_examples(
-        dev_list, config, seed=training.seed + 1, corpus=corpus, nlp=nlp
-    )
+    if negatives is not None:
+        train_examples, skipped_train = examples_from_file(train_stories, negatives)
+        dev_examples, skipped_dev = examples_from_file(dev_list, negatives)
+    else:
+        (train_examples, skipped_train), (dev_examples, skipped_dev) = cached_examples(
+            train_stories, dev_list, config, seed=training.seed, nlp=nlp, progress=progress
+        )
     skipped = {**skipped_train, **skipped_dev}
     if skipped:
         warnings.warn(
