@@ -110,6 +110,7 @@ class ContractionStyle:
 
     @classmethod
     def of(cls, texts: Iterable[str]) -> ContractionStyle:
+        """Count the negation forms of ``texts``."""
         contracted = spaced = full = 0
         for text in texts:
             contracted += len(_CONTRACTED_RE.findall(text))
