@@ -63,6 +63,21 @@ class JudgeRun:
     calls: int = 0
     cached: int = 0
 
+    def failed(
+        self, judge: str, item_id: str, criterion: str, sample: int, status: str, raw: str | None
+    ) -> None:
+        """Record an answer that gave no score (counted, written out, never imputed)."""
+        self.failures.append(
+            {
+                "judge": judge,
+                "item_id": item_id,
+                "criterion": criterion,
+                "sample": sample,
+                "status": status,
+                "raw": raw,
+            }
+        )
+
     def summary(self) -> Any:
         """Per judge and criterion: answers, parse failures, the mean score (absolute) or the
         share of first-position wins and the consistency across orders (pairwise)."""
@@ -326,15 +341,8 @@ def _absolute(
             jobs, requests, ask(requests, sample), strict=True
         ):
             reading = _read(answer, request)
-            where = {"item_id": story.id, "criterion": criterion.name, "sample": sample}
             if reading.index is None:
-                failure = {
-                    "judge": judge,
-                    **where,
-                    "status": reading.status,
-                    "raw": answer.text,
-                }
-                run.failures.append(failure)
+                run.failed(judge, story.id, criterion.name, sample, reading.status, answer.text)
                 continue
             value, extra = _absolute_value(
                 criterion, reading.index, reading.probabilities, settings.score
@@ -414,14 +422,7 @@ def _pairwise(
             item = f"{key}:{x.id}~{y.id}"
             reading = _read(answer, request)
             if reading.index is None:
-                where = {"item_id": item, "criterion": criterion.name, "sample": sample}
-                failure = {
-                    "judge": judge,
-                    **where,
-                    "status": reading.status,
-                    "raw": answer.text,
-                }
-                run.failures.append(failure)
+                run.failed(judge, item, criterion.name, sample, reading.status, answer.text)
                 continue
             probs, status = reading.probabilities, reading.status
             p_first = probs[0] if probs is not None else (1.0 if reading.index == 0 else 0.0)
