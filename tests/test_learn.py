@@ -472,3 +472,28 @@ def test_union_negatives_are_cached_and_can_come_from_a_perturb_file(
         e.source_id for e in negatives
     }
     assert all(e.original == next(s.story for s in train if s.id == e.source_id) for e in negatives)
+
+
+@pytest.mark.slow
+def test_bfloat16_training_runs_and_is_in_the_signature(human, nlp, tmp_path):
+    import warnings
+
+    from storyeval.learn import TrainingConfig
+    from storyeval.learn.union import UnionConfig, train_union
+
+    training = TrainingConfig(epochs=1, max_steps=2, batch_size=4, precision="bfloat16", seed=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = train_union(
+            human[:12],
+            tmp_path / "u",
+            config=UnionConfig(max_length=32),
+            training=training,
+            progress=False,
+            nlp=nlp,
+        )
+    assert result.signature.fields["precision"] == "bfloat16"
+    assert result.metadata["training"]["steps"] == 2
+    assert "precision" not in TrainingConfig().signature_fields()  # float32 signatures unchanged
+    with pytest.raises(ValueError, match="precision must be float32 or bfloat16"):
+        TrainingConfig(precision="float16")

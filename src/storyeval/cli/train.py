@@ -40,6 +40,7 @@ def _set_threads(threads: int | None) -> None:
 
 #: the options every ``storyeval train`` command shares (command-line name -> setting)
 _COMMON = {
+    "precision": "precision",
     "dev": "dev",
     "overwrite": "overwrite",
     "quiet": "quiet",
@@ -121,6 +122,11 @@ _EVAL_EVERY = typer.Option(
 )
 _MAX_STEPS = typer.Option(None, "--max-steps", min=1, help="Stop after N steps.")
 _THREADS = typer.Option(None, "--threads", min=1, help="CPU threads for torch.")
+_PRECISION = typer.Option(
+    "float32",
+    "--precision",
+    help="float32, or bfloat16 autocast for the forward passes (about 2x on CPUs with bf16).",
+)
 _OVERWRITE = typer.Option(False, "--overwrite", help="Replace a model trained with other settings.")
 
 
@@ -175,6 +181,7 @@ def union(
     max_steps: int = _MAX_STEPS,
     threads: int = _THREADS,
     overwrite: bool = _OVERWRITE,
+    precision: str = _PRECISION,
     negatives_file: Path = typer.Option(
         None,
         "--negatives-file",
@@ -258,6 +265,7 @@ def nsp(
     max_steps: int = _MAX_STEPS,
     threads: int = _THREADS,
     overwrite: bool = _OVERWRITE,
+    precision: str = _PRECISION,
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
     """Train a next-sentence-prediction head (BERT's NSP objective) on a story corpus.

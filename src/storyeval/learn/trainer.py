@@ -72,6 +72,10 @@ class TrainingConfig:
     head_learning_rate : float or None
         Peak learning rate of the newly initialized heads (``None``: ``learning_rate``, as in
         the paper). A higher one shortens the initial plateau on small CPU budgets.
+    precision : {"float32", "bfloat16"}
+        ``bfloat16`` runs the forward passes of training under autocast (about 2x on CPUs
+        with bf16 support; the weights, gradients and optimizer stay float32). In the
+        signature when not float32.
     """
 
     epochs: int = 3
@@ -86,8 +90,11 @@ class TrainingConfig:
     save_every: int = 200
     max_steps: int | None = None
     head_learning_rate: float | None = None
+    precision: str = "float32"
 
     def __post_init__(self) -> None:
+        if self.precision not in ("float32", "bfloat16"):
+            raise ValueError(f"precision must be float32 or bfloat16; got {self.precision!r}")
         positive_ints = {"epochs": self.epochs, "batch_size": self.batch_size}
         positive_ints["patience"] = self.patience
         positive_ints["save_every"] = self.save_every
@@ -111,9 +118,9 @@ class TrainingConfig:
         if not isinstance(self.seed, int) or isinstance(self.seed, bool):
             raise ValueError(f"seed must be an integer; got {self.seed!r}")
 
-    def signature_fields(self) -> dict[str, int | float | None]:
+    def signature_fields(self) -> dict[str, int | float | str | None]:
         """The optimization settings that change the trained model, for its signature."""
-        return {
+        fields: dict[str, int | float | str | None] = {
             "lr": self.learning_rate,
             "head_lr": self.head_learning_rate,
             "batch": self.batch_size,
@@ -125,6 +132,9 @@ class TrainingConfig:
             "eval_every": self.eval_every,
             "seed": self.seed,
         }
+        if self.precision != "float32":
+            fields["precision"] = self.precision
+        return fields
 
 
 class TrainingTask(Protocol):
@@ -589,7 +599,9 @@ class _Training:
         import torch
 
         began = time.perf_counter()
-        loss, shown = self.task.batch_loss(batch)
+        bf16 = self.config.precision == "bfloat16"
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            loss, shown = self.task.batch_loss(batch)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.max_grad_norm)
         self.updating = True
