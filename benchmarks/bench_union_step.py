@@ -37,7 +37,10 @@ def main() -> None:
     stories = read_stories(EXAMPLES / "human.jsonl")
     config = UnionConfig(max_length=args.max_length)
     (train, _), _ = cached_examples(stories[:50], stories[50:], config, seed=0, nlp=load_spacy())
-    batches = [train[i : i + args.batch] for i in range(0, args.batch * args.steps, args.batch)]
+    batches = [
+        [train[(step * args.batch + j) % len(train)] for j in range(args.batch)]
+        for step in range(args.steps)
+    ]
     encoder, tokenizer, _ = _base_encoder(None)
     model = _union_model_class()(encoder, True)
     task = UnionTask(model, tokenizer, config)
