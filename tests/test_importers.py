@@ -241,3 +241,102 @@ def test_cli_import_long_judgments(tmp_path):
         "value": 5.0,
         "time_s": 41.5,
     }
+
+
+RELEASE = DATA / "union_release"
+
+
+def test_union_release_side_files_contexts_references_metric_outputs_error_types(tmp_path):
+    result = import_union(
+        RELEASE / "ant_data_all.txt",
+        prompts=RELEASE / "reference_ipt.txt",
+        references=RELEASE / "reference_opt.txt",
+        metric_outputs=RELEASE / "metric_output",
+    )
+    first = result.stories[0]
+    # the whole two-sentence context is the prompt, not only its first sentence
+    assert first.prompt == "a dragon guards the last library . the librarian is a child ."
+    assert first.story.startswith("the dragon let the child read")
+    assert (
+        first.reference
+        == "the child read to the dragon until it slept . in the morning the books were still there ."
+    )
+    types = {s.id: s.extra["error_type"] for s in result.stories}
+    assert types == {
+        "wp-0": ["reasonable"],
+        "wp-1": ["repeated_plots"],
+        "wp-2": ["conflicting_logic", "chaotic_scenes"],
+        "wp-3": ["poor_coherence", "chaotic_scenes"],
+        "wp-4": ["reasonable"],
+        "wp-5": ["unagreed"],
+    }
+    assert len(result.judgments) == 42
+    values = {(s.metric, s.item_id): s.value for s in result.scores}
+    assert values[("bleu", "wp-2")] == 0.08 and values[("union", "wp-4")] == 0.87
+    assert len(result.scores) == 12
+    strict = import_union(RELEASE / "ant_data_all.txt", error_min_votes=5)
+    assert strict.stories[1].extra["error_type"] == ["repeated_plots"]
+    assert strict.stories[2].extra["error_type"] == ["unagreed"]
+    written = write_import(result, tmp_path)
+    assert set(written) == {"stories", "judgments", "scores"}
+    assert read_stories(written["stories"])[2].extra["error_type"] == [
+        "conflicting_logic",
+        "chaotic_scenes",
+    ]
+
+
+def test_union_release_error_type_subsets_table7_from_the_cli(tmp_path):
+    out = tmp_path / "imported"
+    result = runner.invoke(
+        app,
+        [
+            "import", "union", str(RELEASE / "ant_data_all.txt"), "--out-dir", str(out),
+            "--prompts", str(RELEASE / "reference_ipt.txt"),
+            "--references", str(RELEASE / "reference_opt.txt"),
+            "--metric-outputs", str(RELEASE / "metric_output"),
+        ],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "metric outputs: bleu, union" in result.output
+    assert "error types (>= 3 votes): chaotic_scenes 2" in result.output
+    table = tmp_path / "subsets.csv"
+    result = runner.invoke(
+        app,
+        [
+            "drift", "subsets", "--scores", str(out / "scores.jsonl"),
+            "--judgments", str(out / "judgments.jsonl"), "--stories", str(out / "stories.jsonl"),
+            "--by", "error_type", "--include-with-each", "reasonable", "--min-items", "3",
+            "--n-boot", "0", "-o", str(table),
+        ],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    import pandas as pd
+
+    frame = pd.read_csv(table)
+    sizes = frame.groupby("subset")["n"].max().to_dict()
+    # each error type's stories with the two reasonable ones (seed 001 Table 7); "unagreed"
+    # (one story + 2) is a subset too
+    assert sizes == {
+        "(all)": 6,
+        "chaotic_scenes + reasonable": 4,
+        "conflicting_logic + reasonable": 3,
+        "poor_coherence + reasonable": 3,
+        "repeated_plots + reasonable": 3,
+        "unagreed + reasonable": 3,
+    }
+
+
+def test_union_release_bad_side_files_name_file_and_line(tmp_path):
+    short = tmp_path / "reference_opt.txt"
+    short.write_text("one\ntwo\n")
+    with pytest.raises(DataFileError, match=r"reference_opt.txt:3: references: 2 lines for 6"):
+        import_union(RELEASE / "ant_data_all.txt", references=short)
+    bad_types = tmp_path / "ant.txt"
+    bad_types.write_text("x ||| a story . more . ||| 1 0 ||| 1 sideways\n")
+    with pytest.raises(DataFileError, match=r"ant.txt:1: unknown error type 'sideways'"):
+        import_union(bad_types)
+    metrics = tmp_path / "metric_output"
+    metrics.mkdir()
+    (metrics / "ppl.txt").write_text("1.0\n2.0\nthree\n4\n5\n6\n")
+    with pytest.raises(DataFileError, match=r"ppl.txt:3: not a number: 'three'"):
+        import_union(RELEASE / "ant_data_all.txt", metric_outputs=metrics)

@@ -192,6 +192,39 @@ def test_keyword_substitution_uses_inflected_wordnet_antonyms(corpus):
             assert edit.after.lower() in corpus.keyword_counts[edit.detail["tag"]]
 
 
+def test_antonym_file_joins_wordnet_for_substitution(corpus, tmp_path):
+    from storyeval.errors import DataFileError
+    from storyeval.perturb.lexicon import antonym_file_identity, file_antonyms
+
+    lexicon = tmp_path / "antonyms.txt"
+    lexicon.write_text(
+        "# ConceptNet antonyms\n"
+        "library|||/r/Antonym|||open_street\n"
+        "pamphlet|||/r/Antonym|||book\n"  # read both ways: book -> pamphlet
+        "library|||/r/RelatedTo|||book\n"  # another relation: skipped
+    )
+    assert file_antonyms(lexicon, "library") == ("open street",)
+    assert file_antonyms(lexicon, "book") == ("pamphlet",)
+    assert file_antonyms(lexicon, "table") == ()
+    story = STORIES[1]
+    options = {"sentence_substitution_probability": 0.0, "keyword_rate": 1.0}
+    _, _, plain = _apply(corpus, "substitution", story, 0, **options)
+    assert {e.before: e.operation for e in plain}["library"] == "keyword"  # WordNet: none
+    text, _, edits = _apply(corpus, "substitution", story, 0, antonyms_file=str(lexicon), **options)
+    by_word = {e.before: e for e in edits}
+    assert by_word["library"].operation == "antonym" and by_word["library"].after == "open street"
+    assert by_word["books"].operation == "antonym" and by_word["books"].after == "pamphlets"
+    assert by_word["loved"].after == "hated"  # WordNet's antonyms are still used
+    assert "open street" in text and "pamphlets" in text
+    fields = PerturbOptions(antonyms_file=str(lexicon)).signature_fields()
+    assert fields["antonyms"] == antonym_file_identity(lexicon)
+    assert str(fields["antonyms"]).startswith("antonyms.txt@")
+    bad = tmp_path / "bad.txt"
+    bad.write_text("hot|||/r/Antonym|||cold\nwarm /r/Antonym cool\n")
+    with pytest.raises(DataFileError, match=r"bad.txt:2: expected 'word\|\|\|/r/Antonym"):
+        file_antonyms(bad, "hot")
+
+
 def test_keyword_substitution_replaces_about_15_percent(nlp, examples_dir):
     from storyeval.corpus import read_stories
     from storyeval.perturb import is_keyword
@@ -510,3 +543,24 @@ def test_negation_follows_the_corpus_style_and_leaves_no_surface_cue(nlp):
         options=PerturbOptions(contraction_probability=1.0),
     )
     assert all("n't" not in s.story for s in run.stories)  # a plain corpus that never contracts
+
+
+def test_perturb_and_train_union_report_a_bad_antonym_file_by_line(tmp_path, examples_dir):
+    from typer.testing import CliRunner
+
+    from storyeval.cli import app
+
+    bad = tmp_path / "ants.txt"
+    bad.write_text("hot|||/r/Antonym|||cold\nwarm|||cool\n")
+    runner = CliRunner()
+    stories = str(examples_dir / "human.jsonl")
+    for args in (
+        ["perturb", stories, "-o", str(tmp_path / "p.jsonl"), "--antonyms", str(bad)],
+        ["train", "union", "--stories", stories, "-o", str(tmp_path / "m"), "--antonyms", str(bad)],
+    ):
+        result = runner.invoke(app, args)
+        assert result.exit_code == 2, result.output
+        assert f"{bad}:2: expected 'word|||/r/Antonym|||antonym'" in result.output
+        assert not (tmp_path / "p.jsonl").exists() and not (tmp_path / "m").exists()
+    missing = runner.invoke(app, [*args[:-1], str(tmp_path / "none.txt")])
+    assert missing.exit_code == 2 and "no such antonym file" in missing.output

@@ -15,7 +15,11 @@ Formats
     includes the leading context: its first ``context_sentences`` sentences become the
     ``prompt`` and the rest the ``story`` (the full text is kept as ``text``). Each label is a
     binary judgment on the criterion ``reasonable`` by annotator slot ``a1``, ``a2``... (the
-    slots are positions, not people: use Krippendorff's alpha, not ICC, on them).
+    slots are positions, not people: use Krippendorff's alpha, not ICC, on them). The
+    release's side files are read on request: the contexts (``reference_ipt.txt``, whole
+    multi-sentence prompts), the human continuations (``reference_opt.txt``, as references),
+    the ``metric_output`` directory (a score file per metric) and the error types of
+    ``ant_data_all.txt`` (see :mod:`storyeval.importers_union`).
 ``hanna``
     A CSV with one row per system (column ``Model``; the human-written stories are the row
     ``Human``) whose other cells are JSON lists of per-story values, the list position being
@@ -119,14 +123,18 @@ def _utf8_lines(path: Path, problems: list[DataProblem]) -> list[tuple[int, str]
     return lines
 
 
-def _union_line(line: str) -> tuple[str, str, list[str]] | str | None:
-    """``(id, text, labels)`` of a UNION line, a reason why it is invalid, or None if blank."""
+def _union_line(line: str) -> tuple[str, str, list[str], str] | str | None:
+    """``(id, text, labels, error types)`` of a UNION line, a reason why it is invalid, or
+    None if blank. The error-type field (``ant_data_all.txt``) is optional."""
     if not line.strip():
         return None
     parts = line.split("|||")
-    if len(parts) != 3:
-        return f"expected 3 fields 'ID ||| story ||| labels', found {len(parts)}"
-    item_id, text, labels_text = (p.strip() for p in parts)
+    if len(parts) not in (3, 4):
+        return (
+            "expected 3 fields 'ID ||| story ||| labels' (or a 4th, the error types), "
+            f"found {len(parts)}"
+        )
+    item_id, text, labels_text = (p.strip() for p in parts[:3])
     if not item_id:
         return "the ID field is empty"
     if not text:
@@ -137,7 +145,72 @@ def _union_line(line: str) -> tuple[str, str, list[str]] | str | None:
     bad = [label for label in labels if label not in ("0", "1")]
     if bad:
         return f"labels must be 0 or 1; got {', '.join(map(repr, bad[:3]))}"
-    return item_id, text, labels
+    return item_id, text, labels, parts[3].strip() if len(parts) == 4 else ""
+
+
+@dataclass
+class _UnionRow:
+    number: int
+    item_id: str
+    text: str
+    labels: list[str]
+    error_types: list[str] | None
+
+
+def _union_rows(path: Path, min_votes: int) -> list[_UnionRow]:
+    """The parsed lines of a UNION annotation file; every bad line is a problem."""
+    from storyeval.importers_union import error_votes, story_error_types
+
+    problems: list[DataProblem] = []
+    rows: list[_UnionRow] = []
+    seen: dict[str, int] = {}
+    for number, line in _utf8_lines(path, problems):
+        parsed = _union_line(line)
+        if parsed is None:
+            continue
+        if isinstance(parsed, str):
+            problems.append(DataProblem(str(path), number, parsed))
+            continue
+        item_id, text, labels, errors = parsed
+        if item_id in seen:
+            reason = f"duplicate ID {item_id!r} (first on line {seen[item_id]})"
+            problems.append(DataProblem(str(path), number, reason))
+            continue
+        seen[item_id] = number
+        types = None
+        if len(line.split("|||")) == 4:
+            try:
+                types = story_error_types(error_votes(errors), labels, min_votes)
+            except ValueError as exc:
+                problems.append(DataProblem(str(path), number, str(exc)))
+                continue
+        rows.append(_UnionRow(number, item_id, text, labels, types))
+    if problems:
+        raise DataFileError(problems)
+    if not rows:
+        raise DataFileError.single(path, 1, "the file holds no stories")
+    return rows
+
+
+def _split_context(text: str, context_sentences: int) -> tuple[str, str] | None:
+    """``(prompt, story)``: the first sentences as the prompt; None if too few sentences."""
+    from storyeval.text import split_sentences
+
+    if not context_sentences:
+        return "", text
+    sentences = split_sentences(text)
+    if len(sentences) <= context_sentences:
+        return None
+    return " ".join(sentences[:context_sentences]), " ".join(sentences[context_sentences:])
+
+
+def _strip_prompt(text: str, prompt: str) -> str | None:
+    """The text after its leading ``prompt`` (whitespace-insensitive), None if it does not
+    start with it."""
+    words, prompt_words = text.split(), prompt.split()
+    if words[: len(prompt_words)] != prompt_words:
+        return None
+    return " ".join(words[len(prompt_words) :])
 
 
 def import_union(
@@ -146,83 +219,129 @@ def import_union(
     context_sentences: int = 1,
     criterion: str = "reasonable",
     system: str | None = None,
+    prompts: str | Path | None = None,
+    references: str | Path | None = None,
+    metric_outputs: str | Path | None = None,
+    error_min_votes: int = 3,
 ) -> ImportResult:
-    """Import UNION's ``ID ||| story ||| labels`` annotation file.
+    """Import UNION's ``ID ||| story ||| labels`` annotation file, with the release's side files.
 
     Parameters
     ----------
     path : str or Path
+        ``ant_data.txt``, or ``ant_data_all.txt`` whose 4th field holds the annotators' error
+        types (see :mod:`storyeval.importers_union`); each story then gets an ``error_type``
+        field (the types at least ``error_min_votes`` annotators marked, else ``reasonable`` or
+        ``unagreed``), for ``storyeval drift subsets --by error_type`` (Table 7).
     context_sentences : int
         Leading sentences that form the prompt (UNION's ROC stories start with one). 0 keeps
-        the whole text as the story with an empty prompt.
+        the whole text as the story with an empty prompt. Ignored with ``prompts``.
     criterion : str
         The criterion name of the binary labels.
     system : str, optional
         Recorded as every story's ``system``.
+    prompts : str or Path, optional
+        ``reference_ipt.txt``: line N is story N's leading context, whole (several sentences
+        for WritingPrompts); it is cut from the front of the story text.
+    references : str or Path, optional
+        ``reference_opt.txt``: line N is the human continuation of story N's context, kept as
+        the story's ``reference``.
+    metric_outputs : str or Path, optional
+        The ``metric_output`` directory: a file per metric, line N the score of story N.
+    error_min_votes : int
+        Votes an error type needs (the paper: 3 of 7 annotators).
 
     Raises
     ------
     DataFileError
         ``FILE:LINE: reason`` for a line without three ``|||`` fields, an empty id or text, a
-        label other than 0 or 1, or a duplicate id.
+        label other than 0 or 1, an unknown error type, a duplicate id, or a side file whose
+        line count differs from the number of stories.
     """
-    from storyeval.text import split_sentences
-
     file_path = _require_file(path)
     if context_sentences < 0:
         raise ValueError(f"context_sentences must be >= 0; got {context_sentences}")
+    if error_min_votes < 1:
+        raise ValueError(f"error_min_votes must be >= 1; got {error_min_votes}")
+    rows = _union_rows(file_path, error_min_votes)
     result = ImportResult("union", str(file_path))
-    problems: list[DataProblem] = []
-    seen: dict[str, int] = {}
-    annotator_counts: set[int] = set()
-    whole_text = 0
-    for number, line in _utf8_lines(file_path, problems):
-        parsed = _union_line(line)
-        if isinstance(parsed, str):
-            problems.append(DataProblem(str(file_path), number, parsed))
-            continue
-        if parsed is None:
-            continue
-        item_id, text, labels = parsed
-        if item_id in seen:
-            problems.append(
-                DataProblem(
-                    str(file_path),
-                    number,
-                    f"duplicate ID {item_id!r} (first on line {seen[item_id]})",
-                )
-            )
-            continue
-        seen[item_id] = number
-        annotator_counts.add(len(labels))
-        sentences = split_sentences(text) if context_sentences else []
-        if context_sentences and len(sentences) > context_sentences:
-            prompt = " ".join(sentences[:context_sentences])
-            story = " ".join(sentences[context_sentences:])
-        else:
-            if context_sentences:
-                whole_text += 1
-            prompt, story = "", text
-        result.stories.append(Story(item_id, prompt, story, system=system, extra={"text": text}))
-        for slot, label in enumerate(labels, start=1):
-            extra = {"system": system} if system else {}
+    _union_stories(result, rows, context_sentences, system, prompts, references)
+    for row in rows:
+        extra = {"system": system} if system else {}
+        for slot, label in enumerate(row.labels, start=1):
             result.judgments.append(
-                Judgment(item_id, f"a{slot}", criterion, float(label), extra=extra)
+                Judgment(row.item_id, f"a{slot}", criterion, float(label), extra=dict(extra))
             )
-    if problems:
-        raise DataFileError(problems)
-    if not result.stories:
-        raise DataFileError.single(file_path, 1, "the file holds no stories")
-    if len(annotator_counts) > 1:
+    if metric_outputs is not None:
+        from storyeval.importers_union import read_metric_outputs
+
+        result.scores = read_metric_outputs(metric_outputs, [row.item_id for row in rows])
+        metrics = sorted({score.metric for score in result.scores})
+        result.notes.append(f"metric outputs: {', '.join(metrics)}")
+    counts = {len(row.labels) for row in rows}
+    if len(counts) > 1:
         result.notes.append(
-            f"stories have different numbers of labels ({', '.join(map(str, sorted(annotator_counts)))})"
+            f"stories have different numbers of labels ({', '.join(map(str, sorted(counts)))})"
+        )
+    _note_error_types(result, rows, error_min_votes)
+    return result
+
+
+def _union_stories(
+    result: ImportResult,
+    rows: list[_UnionRow],
+    context_sentences: int,
+    system: str | None,
+    prompts: str | Path | None,
+    references: str | Path | None,
+) -> None:
+    """The stories of the rows, their prompts from the contexts file or the first sentences."""
+    from storyeval.importers_union import read_line_file
+
+    contexts = read_line_file(prompts, len(rows), "contexts") if prompts is not None else None
+    outputs = (
+        read_line_file(references, len(rows), "references") if references is not None else None
+    )
+    whole_text = unmatched = 0
+    for index, row in enumerate(rows):
+        extra: dict[str, Any] = {"text": row.text}
+        if row.error_types is not None:
+            extra["error_type"] = row.error_types
+        if contexts is not None:
+            prompt = contexts[index]
+            story = _strip_prompt(row.text, prompt)
+            unmatched += story is None
+            split: tuple[str, str] | None = (prompt, row.text if story is None else story)
+        else:
+            split = _split_context(row.text, context_sentences)
+        if split is None:
+            whole_text += 1
+            split = ("", row.text)
+        reference = outputs[index] if outputs is not None else None
+        result.stories.append(
+            Story(row.item_id, split[0], split[1], reference, system=system, extra=extra)
         )
     if whole_text:
         result.notes.append(
             f"{whole_text} stories have no more than {context_sentences} sentence(s): kept whole "
             "as the story with an empty prompt"
         )
-    return result
+    if unmatched:
+        result.notes.append(
+            f"{unmatched} stories do not start with their context line: kept whole as the story"
+        )
+
+
+def _note_error_types(result: ImportResult, rows: list[_UnionRow], min_votes: int) -> None:
+    typed = [row.error_types for row in rows if row.error_types is not None]
+    if not typed:
+        return
+    counts: dict[str, int] = {}
+    for types in typed:
+        for name in types:
+            counts[name] = counts.get(name, 0) + 1
+    shown = ", ".join(f"{name} {count}" for name, count in sorted(counts.items()))
+    result.notes.append(f"error types (>= {min_votes} votes): {shown}")
 
 
 # --------------------------------------------------------------------------- HANNA

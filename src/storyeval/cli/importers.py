@@ -27,6 +27,18 @@ def import_command(
         "reasonable", "--criterion", help="union: the criterion of the 0/1 labels."
     ),
     system: str = typer.Option(None, "--system", help="union: the system that wrote the stories."),
+    prompts: Path = typer.Option(
+        None, "--prompts", help="union: reference_ipt.txt, line N story N's whole context."
+    ),
+    references: Path = typer.Option(
+        None, "--references", help="union: reference_opt.txt, line N story N's human ending."
+    ),
+    metric_outputs: Path = typer.Option(
+        None, "--metric-outputs", help="union: the metric_output directory (a file per metric)."
+    ),
+    error_min_votes: int = typer.Option(
+        3, "--error-min-votes", help="union (ant_data_all.txt): votes an error type needs."
+    ),
     aspect: list[str] = typer.Option(
         None, "--aspect", help="deltascore: rating fields (repeat; default: every numeric field)."
     ),
@@ -44,7 +56,15 @@ def import_command(
     check_choice(fmt, tuple(IMPORTERS), "FORMAT")
     options: dict[str, object] = {}
     if fmt == "union":
-        options = {"context_sentences": context_sentences, "criterion": criterion, "system": system}
+        options = {
+            "context_sentences": context_sentences,
+            "criterion": criterion,
+            "system": system,
+            "prompts": prompts,
+            "references": references,
+            "metric_outputs": metric_outputs,
+            "error_min_votes": error_min_votes,
+        }
     elif fmt == "deltascore" and aspect:
         options = {"aspects": aspect}
     try:

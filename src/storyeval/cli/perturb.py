@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from storyeval.cli._common import exit_with
+from storyeval.cli._common import exit_with, user_error
 
 # The help text lists the registry; it is kept in step with it by a test.
 _TECHNIQUES_HELP = (
@@ -40,6 +40,12 @@ def perturb(
     keyword_rate: float = typer.Option(
         0.15, "--keyword-rate", help="Share of keywords replaced by word-level substitution."
     ),
+    antonyms: Path = typer.Option(
+        None,
+        "--antonyms",
+        help="A ConceptNet-style antonym file (word|||/r/Antonym|||antonym lines) whose "
+        "antonyms join WordNet's for substitution.",
+    ),
     skip_inapplicable: bool = typer.Option(
         False,
         "--skip-inapplicable",
@@ -55,6 +61,7 @@ def perturb(
     Each output record has id, source_id, prompt, story, techniques, edits (what changed and
     where) and the run's signature.
     """
+    import dataclasses
     import sys
     import warnings
 
@@ -63,10 +70,18 @@ def perturb(
 
     if mix and each:
         raise exit_with("error: --mix and --each cannot be combined")
+    from storyeval.perturb.lexicon import antonym_file_identity
+
     try:
         options = PerturbOptions(keyword_rate=keyword_rate)
     except ValueError as exc:
         raise exit_with(f"error: --keyword-rate: {exc}") from None
+    if antonyms is not None:
+        try:
+            antonym_file_identity(antonyms)  # a missing or malformed file fails now
+        except (ValueError, OSError) as exc:
+            raise user_error(exc) from None
+        options = dataclasses.replace(options, antonyms_file=str(antonyms))
     try:
         from storyeval.perturb import parse_techniques
 

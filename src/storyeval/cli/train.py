@@ -7,7 +7,7 @@ from typing import Any
 
 import typer
 
-from storyeval.cli._common import exit_with
+from storyeval.cli._common import exit_with, user_error
 
 train_app = typer.Typer(
     help="Train learned metrics on human-written stories (CPU is fine). Re-running the same "
@@ -182,6 +182,12 @@ def union(
     threads: int = _THREADS,
     overwrite: bool = _OVERWRITE,
     precision: str = _PRECISION,
+    antonyms: Path = typer.Option(
+        None,
+        "--antonyms",
+        help="A ConceptNet-style antonym file (word|||/r/Antonym|||antonym lines, as in the "
+        "UNION repository) for substitution, beside WordNet's sparse antonyms.",
+    ),
     negatives_file: Path = typer.Option(
         None,
         "--negatives-file",
@@ -197,7 +203,8 @@ def union(
     with `storyeval score STORIES --metrics union --option union.model=DIR`.
     """
     from storyeval.learn.union import UnionConfig, train_union
-    from storyeval.perturb import parse_techniques, technique_names
+    from storyeval.perturb import PerturbOptions, parse_techniques, technique_names
+    from storyeval.perturb.lexicon import antonym_file_identity
 
     try:
         chosen = list(parse_techniques(techniques))
@@ -220,9 +227,12 @@ def union(
             window=window,
             stride=stride,
             dev_fraction=dev_fraction,
+            perturb=PerturbOptions(antonyms_file=str(antonyms) if antonyms else None),
         )
-    except ValueError as exc:
-        raise exit_with(f"error: {exc}") from None
+        if antonyms is not None:
+            antonym_file_identity(antonyms)  # a missing or malformed file fails now
+    except (ValueError, OSError) as exc:
+        raise user_error(exc) from None
     import functools
 
     run = functools.partial(train_union, negatives=negatives_file)

@@ -103,6 +103,9 @@ class PerturbOptions:
         the corpus's own share). Whatever it is, a form the corpus never uses is never
         written, and a tokenized corpus gets "did n't" (see
         :class:`storyeval.perturb.corpus.ContractionStyle`).
+    antonyms_file : str or None
+        A ConceptNet-style antonym file (``word|||/r/Antonym|||antonym`` lines, as in the UNION
+        repository) whose antonyms join WordNet's for substitution; WordNet's are sparse.
     """
 
     keyword_rate: float = 0.15
@@ -110,6 +113,7 @@ class PerturbOptions:
     sentence_repetition_probability: float = 0.5
     max_ngram: int = 4
     contraction_probability: float | None = 0.5
+    antonyms_file: str | None = None
 
     def __post_init__(self) -> None:
         for name in (
@@ -125,10 +129,12 @@ class PerturbOptions:
                 raise ValueError(f"{name} must be a number in [0, 1]; got {value!r}")
         if not isinstance(self.max_ngram, int) or self.max_ngram < 1:
             raise ValueError(f"max_ngram must be a positive integer; got {self.max_ngram!r}")
+        if self.antonyms_file is not None:  # read when used: a saved config may outlive it
+            object.__setattr__(self, "antonyms_file", str(self.antonyms_file))
 
     def signature_fields(self) -> dict[str, float | int | str]:
         """The settings that change the perturbations, for the signature."""
-        return {
+        fields: dict[str, float | int | str] = {
             "keyword_rate": self.keyword_rate,
             "sentence_substitution": self.sentence_substitution_probability,
             "sentence_repetition": self.sentence_repetition_probability,
@@ -137,6 +143,11 @@ class PerturbOptions:
             if self.contraction_probability is None
             else self.contraction_probability,
         }
+        if self.antonyms_file is not None:
+            from storyeval.perturb.lexicon import antonym_file_identity
+
+            fields["antonyms"] = antonym_file_identity(self.antonyms_file)
+        return fields
 
 
 class TechniqueFunction(Protocol):

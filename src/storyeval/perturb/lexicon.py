@@ -1,8 +1,11 @@
-"""Word-level helpers: WordNet antonyms, verb and adjective inflection, case matching."""
+"""Word-level helpers: WordNet antonyms, an antonym file, verb and adjective inflection, case
+matching."""
 
 from __future__ import annotations
 
 import functools
+import hashlib
+from pathlib import Path
 
 _WN_POS = {"NOUN": "n", "VERB": "v", "ADJ": "a", "ADV": "r"}
 
@@ -65,6 +68,61 @@ def antonyms(lemma: str, upos: str) -> tuple[str, ...]:
                     indirect += [a.name().replace("_", " ") for a in word.antonyms()]
     chosen = direct or indirect
     return tuple(dict.fromkeys(word for word in chosen if word.lower() != lemma))
+
+
+@functools.lru_cache(maxsize=8)
+def _antonym_file(path: str, mtime_ns: int) -> tuple[dict[str, tuple[str, ...]], str]:
+    from storyeval.errors import DataFileError, DataProblem
+
+    table: dict[str, list[str]] = {}
+    problems: list[DataProblem] = []
+    raw = Path(path).read_bytes()
+    digest = hashlib.sha256(raw).hexdigest()[:12]
+    for number, line in enumerate(raw.decode("utf-8-sig").splitlines(), start=1):
+        if not line.strip() or line.startswith("#"):
+            continue
+        parts = [part.strip() for part in line.split("|||")]
+        if len(parts) != 3 or not parts[0] or not parts[2]:
+            problems.append(DataProblem(path, number, "expected 'word|||/r/Antonym|||antonym'"))
+            continue
+        word, relation, other = parts
+        if relation.rstrip("/").lower() != "/r/antonym":
+            continue  # other ConceptNet relations may share the file
+        word, other = (w.replace("_", " ").lower() for w in (word, other))
+        if word != other:
+            table.setdefault(word, []).append(other)
+            table.setdefault(other, []).append(word)  # antonymy is symmetric
+    if problems:
+        raise DataFileError(problems)
+    return {w: tuple(dict.fromkeys(a)) for w, a in table.items()}, digest
+
+
+def file_antonyms(path: str | Path, lemma: str) -> tuple[str, ...]:
+    """Antonyms of ``lemma`` in a ConceptNet-style file (the UNION repository's format: one
+    ``word|||/r/Antonym|||antonym`` per line; other relations and ``#`` lines are skipped,
+    ``_`` means a space, both directions count).
+
+    Raises
+    ------
+    FileNotFoundError
+        If the file does not exist.
+    DataFileError
+        ``FILE:LINE: reason`` for a line without three ``|||`` fields.
+    """
+    file_path = Path(path)
+    if not file_path.is_file():
+        raise FileNotFoundError(f"{file_path}: no such antonym file")
+    table, _ = _antonym_file(str(file_path), file_path.stat().st_mtime_ns)
+    return table.get(lemma.lower(), ())
+
+
+def antonym_file_identity(path: str | Path) -> str:
+    """``name@sha256[:12]`` of an antonym file, for signatures."""
+    file_path = Path(path)
+    if not file_path.is_file():
+        raise FileNotFoundError(f"{file_path}: no such antonym file")
+    _, digest = _antonym_file(str(file_path), file_path.stat().st_mtime_ns)
+    return f"{file_path.name}@{digest}"
 
 
 def inflect(lemma: str, tag: str) -> str | None:

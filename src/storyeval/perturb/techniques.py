@@ -13,7 +13,7 @@ from typing import Any
 
 from storyeval.perturb.base import Edit, NotApplicableError, PerturbOptions, register_technique
 from storyeval.perturb.corpus import PerturbationCorpus, is_keyword
-from storyeval.perturb.lexicon import antonyms, inflect, match_case
+from storyeval.perturb.lexicon import antonyms, file_antonyms, inflect, match_case
 from storyeval.perturb.negation import alter_negation, negation_sites
 
 _WORD_RE = re.compile(r"[A-Za-z0-9]+(?:['’][A-Za-z]+)*")
@@ -113,11 +113,23 @@ def _rebuild(doc: Any, replacements: dict[int, str]) -> str:
     ).strip()
 
 
+def _antonym_candidates(token: Any, options: PerturbOptions) -> list[str]:
+    """WordNet's antonyms of the keyword, then those of the antonym file."""
+    lemma = token.lemma_.lower()
+    candidates = list(antonyms(lemma, token.pos_))
+    if options.antonyms_file is not None:
+        found = file_antonyms(options.antonyms_file, lemma) or file_antonyms(
+            options.antonyms_file, token.text.lower()
+        )
+        candidates += [word for word in found if word not in candidates]
+    return candidates
+
+
 def _replacement_for(
-    token: Any, rng: random.Random, corpus: PerturbationCorpus
+    token: Any, rng: random.Random, corpus: PerturbationCorpus, options: PerturbOptions
 ) -> tuple[str, str] | None:
     """An antonym of the keyword in the right form, else a random keyword of the same tag."""
-    candidates = list(antonyms(token.lemma_.lower(), token.pos_))
+    candidates = _antonym_candidates(token, options)
     rng.shuffle(candidates)
     for antonym in candidates:
         form = inflect(antonym, token.tag_)
@@ -148,7 +160,7 @@ def _substitute_keywords(
     edits: list[Edit] = []
     for position in chosen:
         index, token = keywords[position]
-        found = _replacement_for(token, rng, corpus)
+        found = _replacement_for(token, rng, corpus, options)
         if found is None:
             continue
         word, kind = found
@@ -199,8 +211,9 @@ def _substitute_sentence(
     min_sentences=1,
     mix_weight=0.3,
     error_type="poor coherence",
-    description="replace ~15% of the keywords with a WordNet antonym (else a random keyword of "
-    "the same POS, by corpus frequency), or a sentence with one from another story",
+    description="replace ~15% of the keywords with an antonym (WordNet's, and an antonym "
+    "file's if given; else a random keyword of the same POS, by corpus frequency), or a "
+    "sentence with one from another story",
 )
 def substitution(
     sentences: list[str],
