@@ -50,7 +50,7 @@ def main() -> None:
     from storyeval.learn import TrainingConfig
     from storyeval.learn.union import (
         UnionConfig,
-        discrimination,
+        heldout_discrimination,
         load_union,
         sentence_windows,
         train_union,
@@ -107,15 +107,16 @@ def main() -> None:
         units = heldout if window is None else sentence_windows(heldout, window, stride=1)
         kinds = "stories" if window is None else "windows"
         for techniques in (None, *([name] for name in config.techniques)):
-            held = discrimination(scorer, units, seed=2024, samples=2, techniques=techniques)
+            held = heldout_discrimination(
+                scorer, units, seed=2024, samples=2, techniques=techniques
+            ).iloc[0]
             label = "mixture" if techniques is None else techniques[0]
             print(
-                f"held-out discrimination, {label} ({int(held['n'])} pairs of held-out {kinds} "
-                f"and negatives): accuracy {held['accuracy']:.3f}, pairwise {held['pairwise']:.3f} "
-                f"(p = {held['p_value']:.2g}), mean score human {held['mean_human']:.3f} vs "
-                f"perturbed {held['mean_perturbed']:.3f}"
+                f"held-out discrimination, {label} ({int(held['n_pairs'])} pairs of held-out "
+                f"{kinds} and negatives): balanced accuracy {held['accuracy']:.3f}, pairwise "
+                f"{held['estimate']:.3f} (p = {held['p_value']:.2g}), mean score human "
+                f"{held['mean_human']:.3f} vs perturbed {held['mean_perturbed']:.3f}"
             )
-
 
 if __name__ == "__main__":
     main()

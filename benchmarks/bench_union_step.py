@@ -30,6 +30,7 @@ def main() -> None:
         _union_model_class,
         cached_examples,
     )
+    from storyeval.learn.trainer import TrainingConfig, _optimizer
     from storyeval.models import load_spacy
 
     torch.set_num_threads(args.threads)
@@ -42,9 +43,9 @@ def main() -> None:
         for step in range(args.steps)
     ]
     encoder, tokenizer, _ = _base_encoder(None)
-    model = _union_model_class()(encoder, True)
+    model = _union_model_class()(encoder, True, tie=True)
     task = UnionTask(model, tokenizer, config)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=5e-5)
+    optimizer = _optimizer(model, TrainingConfig(), UnionTask.head_prefixes)  # the trainer's
     model.train()
 
     def bare(batch: list) -> None:  # the encoder alone: forward, a scalar loss, backward

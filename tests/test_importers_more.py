@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from storyeval.corpus import read_judgments
 from storyeval.errors import DataFileError
 from storyeval.importers import import_file, write_import
 from storyeval.meta import agreement
@@ -144,3 +145,66 @@ def test_pairwise_preferences_feed_rank(tmp_path: Path) -> None:
         DataFileError, match=r"litbench.jsonl:1: preferred must be a, b or tie; got 'maybe'"
     ):
         import_file("pairwise", path)
+
+
+def _csv(path: Path, header: list[str], rows: list[list[Any]]) -> Path:
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(header)
+        writer.writerows(rows)
+    return path
+
+
+def test_hanna_llm_stories_and_llm_ratings_as_judges(tmp_path: Path) -> None:
+    stories = _csv(
+        tmp_path / "hanna_llm_stories.csv",
+        ["Story ID", "Prompt", "Story", "Model"],
+        [
+            ["1056", "A door opened.", "The door opened onto snow.", "Mistral-7B"],
+            ["1057", "A door opened.", "Behind it, a second door.", "Llama-2-13B"],
+        ],
+    )
+    result = import_file("hanna-llm", stories)
+    assert [(s.id, s.system) for s in result.stories] == [
+        ("1056", "Mistral-7B"),
+        ("1057", "Llama-2-13B"),
+    ]
+    assert not result.judgments
+    header = ["Story ID", "Model", "LLM", "Eval prompt", *HANNA_HEADER[5:11]]
+    rows = [
+        ["0", "GPT-2", "Beluga-13B", "simple", 4, 3, 2, 2, 3, 2],
+        ["0", "GPT-2", "Beluga-13B", "simple", 5, 3, 2, 3, 3, 2],  # a repeat
+        ["0", "GPT-2", "Beluga-13B", "explained", 4, 4, 3, 2, 3, 3],
+        ["1", "Human", "Beluga-13B", "simple", 5, 5, 4, 3, 4, ""],  # one rating missing
+        ["1", "Human", "Mistral-7B", "simple", 5, 4, 4, 4, 5, 4],
+    ]
+    scores = _csv(tmp_path / "hanna_metric_scores_llm.csv", header, rows)
+    result = import_file("hanna-llm", scores)
+    judges = {j.extra["judge"] for j in result.judgments}
+    assert judges == {"Beluga-13B|simple", "Beluga-13B|explained", "Mistral-7B|simple"}
+    assert {j.rater_id for j in result.judgments} == judges | {"Beluga-13B|simple#2"}
+    assert len(result.judgments) == 5 * 6 - 1
+    assert any("1 empty rating cell(s) left out" in note for note in result.notes)
+    repeats = sorted(
+        (j.extra["repeat"], j.value)
+        for j in result.judgments
+        if j.item_id == "0"
+        and j.extra["judge"] == "Beluga-13B|simple"
+        and j.criterion == "Relevance"
+    )
+    assert repeats == [(0, 4.0), (1, 5.0)]
+    first = result.judgments[0]
+    assert first.extra["rater_kind"] == "llm" and first.extra["system"] == "GPT-2"
+    written = write_import(result, tmp_path / "out")
+    assert set(written) == {"judgments"}
+    assert len(read_judgments(written["judgments"])) == 29  # repeats are not duplicates
+    rows[2][4] = "four"
+    rows[3][2] = ""
+    bad = _csv(tmp_path / "bad.csv", header, rows)
+    with pytest.raises(DataFileError) as info:
+        import_file("hanna-llm", bad)
+    assert f"{bad}:4: Relevance: not a rating: 'four'" in str(info.value)
+    assert f"{bad}:5: the rater (LLM) is empty" in str(info.value)
+    no_rater = _csv(tmp_path / "norater.csv", ["Story ID", "Relevance"], [["0", 3]])
+    with pytest.raises(DataFileError, match=r"norater\.csv:1: ratings without a rater column"):
+        import_file("hanna-llm", no_rater)

@@ -497,3 +497,72 @@ def test_bfloat16_training_runs_and_is_in_the_signature(human, nlp, tmp_path):
     assert "precision" not in TrainingConfig().signature_fields()  # float32 signatures unchanged
     with pytest.raises(ValueError, match="precision must be float32 or bfloat16"):
         TrainingConfig(precision="float16")
+
+
+def test_length_buckets_cover_every_example_once_and_pad_little():
+    import random
+
+    from storyeval.learn.trainer import _batches
+
+    rng = random.Random(0)
+    lengths = [rng.randint(20, 400) for _ in range(1003)]
+    bucketed = _batches(len(lengths), 10, 7, 0, lengths)
+    plain = _batches(len(lengths), 10, 7, 0)
+    for batches in (bucketed, plain):
+        assert sorted(i for batch in batches for i in batch) == list(range(1003))
+
+    def padding(batches):  # padded positions, the waste dynamic padding leaves
+        return sum(
+            max(lengths[i] for i in b) * len(b) - sum(lengths[i] for i in b) for b in batches
+        )
+
+    assert padding(bucketed) < 0.1 * padding(plain)
+    assert bucketed == _batches(len(lengths), 10, 7, 0, lengths)  # seeded
+    assert bucketed != _batches(len(lengths), 10, 7, 1, lengths)  # a new order every epoch
+    assert TrainingConfig().signature_fields()["bucket"] == "length"
+    assert "bucket" not in TrainingConfig(bucket=False).signature_fields()
+
+
+def test_sampled_reconstruction_softmax_keeps_every_target_and_bounds_the_full_loss():
+    import torch
+
+    from storyeval.learn.union import (
+        UnionConfig,
+        UnionExample,
+        UnionTask,
+        _base_encoder,
+        _union_model_class,
+    )
+
+    original = "Kim baked bread for her friends. They ate it warm."
+    batch = [
+        UnionExample(
+            "a", "", "Kim did not bake bread for her friends. They ate it warm.", original, 0
+        ),
+        UnionExample("b", "", "They ate it warm. Kim baked bread for her friends.", original, 0),
+        UnionExample("c", "", original, original, 1),
+    ]
+    encoder, tokenizer, _ = _base_encoder(None)
+    torch.manual_seed(0)
+    model = _union_model_class()(encoder, True).eval()
+    full = UnionTask(model, tokenizer, UnionConfig(max_length=32, recon_sample=None))
+    sampled = UnionTask(model, tokenizer, UnionConfig(max_length=32, recon_sample=256))
+    with torch.no_grad():
+        _, full_recon, _, _ = full._losses(batch, sampled=True)  # None: the full softmax
+        _, exact_recon, _, _ = full._losses(batch)
+        _, sampled_recon, _, _ = sampled._losses(batch, sampled=True)
+    assert torch.equal(full_recon, exact_recon)
+    # a softmax over a subset that holds the target: each token's loss can only shrink
+    assert bool((sampled_recon <= full_recon + 1e-5).all()) and bool((sampled_recon > 0).all())
+    tensors = sampled._tensors(batch)
+    wanted = tensors["targets"][tensors["targets"] != -100]
+    vocabulary, positions = sampled._sampled_vocabulary(tensors, wanted)
+    assert torch.equal(vocabulary[positions], wanted)  # every target is in the vocabulary
+    assert len(vocabulary) < 0.05 * model.reconstructor.out_features
+    model.zero_grad()
+    sampled._losses(batch, sampled=True)[3].backward()
+    touched = model.reconstructor.weight.grad.abs().sum(dim=1).nonzero().flatten()
+    assert len(touched) < 0.05 * model.reconstructor.out_features
+    with pytest.raises(ValueError, match="recon_sample must be an integer >= 0 or None"):
+        UnionConfig(recon_sample=-1)
+    assert UnionConfig.from_dict({"techniques": ["negation"]}).recon_sample is None  # 0.1 models

@@ -39,6 +39,8 @@ Formats
 ``hanna-raw``, ``openmeva``, ``pairwise``
     HANNA's raw annotations, OpenMEVA's MAGS JSON and LitBench-style pairwise preferences:
     see :mod:`storyeval.importers_more`.
+``hanna-llm``
+    HANNA's LLM-written stories and LLM ratings: see :mod:`storyeval.importers_llm`.
 """
 
 from __future__ import annotations
@@ -745,6 +747,17 @@ def _import_more(name: str) -> Callable[..., ImportResult]:
 
 for _name in ("hanna-raw", "openmeva", "pairwise"):
     IMPORTERS.register(_name, _import_more(_name))
+
+
+def _import_hanna_llm(path: str | Path) -> ImportResult:
+    from storyeval.importers_llm import import_hanna_llm
+
+    result = ImportResult("hanna-llm", str(path))
+    import_hanna_llm(_require_file(path), result)
+    return result
+
+
+IMPORTERS.register("hanna-llm", _import_hanna_llm)
 
 
 def import_file(fmt: str, path: str | Path, **options: Any) -> ImportResult:

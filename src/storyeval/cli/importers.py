@@ -13,7 +13,8 @@ def import_command(
     fmt: str = typer.Argument(
         ...,
         metavar="FORMAT",
-        help="union, hanna (per-system summary), hanna-raw (per-annotator file), deltascore, "
+        help="union, hanna (per-system summary), hanna-raw (per-annotator file), hanna-llm "
+        "(LLM stories or LLM ratings), deltascore, "
         "openmeva (MAGS JSON), pairwise (LitBench-style preferences) or judgments.",
     ),
     file: Path = typer.Argument(..., help="The file to import."),

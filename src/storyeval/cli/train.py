@@ -25,6 +25,7 @@ _DEV = typer.Option(
 def _training_config(**values: Any) -> Any:
     from storyeval.learn.trainer import TrainingConfig
 
+    values["bucket"] = not values.pop("no_bucket", False)
     try:
         return TrainingConfig(**values)
     except ValueError as exc:
@@ -41,6 +42,7 @@ def _set_threads(threads: int | None) -> None:
 #: the options every ``storyeval train`` command shares (command-line name -> setting)
 _COMMON = {
     "precision": "precision",
+    "no_bucket": "no_bucket",
     "dev": "dev",
     "overwrite": "overwrite",
     "quiet": "quiet",
@@ -127,6 +129,11 @@ _PRECISION = typer.Option(
     "--precision",
     help="float32, or bfloat16 autocast for the forward passes (about 2x on CPUs with bf16).",
 )
+_NO_BUCKET = typer.Option(
+    False,
+    "--no-bucket",
+    help="Plain shuffled batches instead of length-bucketed ones (less padding).",
+)
 _OVERWRITE = typer.Option(False, "--overwrite", help="Replace a model trained with other settings.")
 
 
@@ -182,6 +189,7 @@ def union(
     threads: int = _THREADS,
     overwrite: bool = _OVERWRITE,
     precision: str = _PRECISION,
+    no_bucket: bool = _NO_BUCKET,
     antonyms: Path = typer.Option(
         None,
         "--antonyms",
@@ -276,6 +284,7 @@ def nsp(
     threads: int = _THREADS,
     overwrite: bool = _OVERWRITE,
     precision: str = _PRECISION,
+    no_bucket: bool = _NO_BUCKET,
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
     """Train a next-sentence-prediction head (BERT's NSP objective) on a story corpus.

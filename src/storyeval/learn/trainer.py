@@ -76,6 +76,11 @@ class TrainingConfig:
         ``bfloat16`` runs the forward passes of training under autocast (about 2x on CPUs
         with bf16 support; the weights, gradients and optimizer stay float32). In the
         signature when not float32.
+    bucket : bool
+        Length-bucketed batches: the shuffled examples are cut into pools of 50 batches, each
+        pool sorted by length and cut into batches, and the batches shuffled, so a batch pads
+        to similar lengths (dynamic padding wastes little). Needs the task's
+        ``example_length``; in the signature.
     """
 
     epochs: int = 3
@@ -91,6 +96,7 @@ class TrainingConfig:
     max_steps: int | None = None
     head_learning_rate: float | None = None
     precision: str = "float32"
+    bucket: bool = True
 
     def __post_init__(self) -> None:
         if self.precision not in ("float32", "bfloat16"):
@@ -134,6 +140,8 @@ class TrainingConfig:
         }
         if self.precision != "float32":
             fields["precision"] = self.precision
+        if self.bucket:
+            fields["bucket"] = "length"
         return fields
 
 
@@ -154,6 +162,8 @@ class TrainingTask(Protocol):
     def save(self, directory: Path) -> None:
         """Write the trained model's files (not the metadata) into ``directory``."""
         ...
+
+    # Optional: ``example_length(example) -> int``, a cheap length for length-bucketed batches.
 
 
 @dataclass
@@ -302,10 +312,28 @@ def _difference(old: Signature | None, new: Signature) -> str:
     return "differs in " + ", ".join(keys) if keys else "differs"
 
 
-def _batches(n: int, batch_size: int, seed: int, epoch: int) -> list[list[int]]:
+#: Batches per pool that length bucketing sorts together: big enough to find similar
+#: lengths, small enough to keep the order random.
+BUCKET_POOL = 50
+
+
+def _batches(
+    n: int, batch_size: int, seed: int, epoch: int, lengths: Sequence[int] | None = None
+) -> list[list[int]]:
+    """The epoch's batches of example indices: a seeded shuffle, or with ``lengths`` length
+    buckets (pools of ``BUCKET_POOL`` batches sorted by length, the batches then shuffled)."""
+    rng = random.Random(f"{seed}|epoch|{epoch}")
     order = list(range(n))
-    random.Random(f"{seed}|epoch|{epoch}").shuffle(order)
-    return [order[i : i + batch_size] for i in range(0, n, batch_size)]
+    rng.shuffle(order)
+    if lengths is None:
+        return [order[i : i + batch_size] for i in range(0, n, batch_size)]
+    pool = batch_size * BUCKET_POOL
+    batches: list[list[int]] = []
+    for start in range(0, n, pool):
+        chunk = sorted(order[start : start + pool], key=lambda index: lengths[index])
+        batches += [chunk[i : i + batch_size] for i in range(0, len(chunk), batch_size)]
+    rng.shuffle(batches)
+    return batches
 
 
 def _optimizer(model: Any, config: TrainingConfig, head_prefixes: tuple[str, ...] = ()) -> Any:
@@ -320,17 +348,18 @@ def _optimizer(model: Any, config: TrainingConfig, head_prefixes: tuple[str, ...
         no_decay = name.endswith("bias") or "layernorm" in lowered
         head = name.startswith(head_prefixes) if head_prefixes else False
         groups.setdefault((no_decay, head), []).append(parameter)
-    return torch.optim.AdamW(
-        [
-            {
-                "params": params,
-                "weight_decay": 0.0 if no_decay else config.weight_decay,
-                "lr": head_lr if head else config.learning_rate,
-            }
-            for (no_decay, head), params in sorted(groups.items())
-        ],
-        lr=config.learning_rate,
-    )
+    param_groups = [
+        {
+            "params": params,
+            "weight_decay": 0.0 if no_decay else config.weight_decay,
+            "lr": head_lr if head else config.learning_rate,
+        }
+        for (no_decay, head), params in sorted(groups.items())
+    ]
+    try:  # the fused kernel: one pass over all parameters (8x faster than the loop on CPU)
+        return torch.optim.AdamW(param_groups, lr=config.learning_rate, fused=True)
+    except (RuntimeError, TypeError):  # a device or dtype without the fused kernel
+        return torch.optim.AdamW(param_groups, lr=config.learning_rate)
 
 
 def _schedule(optimizer: Any, total_steps: int, warmup: float) -> Any:
@@ -484,6 +513,7 @@ class _Training:
         self.best_on_disk = -1  # the step whose weights best.pt holds
         self.started = 0.0
         self.step_seconds = 0.0  # optimizer steps only: no evaluation, no checkpoint
+        self._lengths: list[int] | None = None
         self._first_step = 0
         self.quiet = False  # no bar: one line per evaluation instead
         self.updating = False  # True while the optimizer changes weights not yet counted
@@ -618,10 +648,21 @@ class _Training:
         if self.on_step is not None:
             self.on_step(self.state.global_step)
 
+    def lengths(self) -> list[int] | None:
+        """The examples' lengths for bucketing, None when off or the task cannot tell."""
+        length = getattr(self.task, "example_length", None)
+        if not self.config.bucket or length is None:
+            return None
+        if self._lengths is None:
+            self._lengths = [length(example) for example in self.train]
+        return self._lengths
+
     def epoch(self, bar: Any) -> None:
         """The rest of the current epoch (stops early when the dev loss stops improving)."""
         state, config = self.state, self.config
-        batches = _batches(len(self.train), config.batch_size, config.seed, state.epoch)
+        batches = _batches(
+            len(self.train), config.batch_size, config.seed, state.epoch, self.lengths()
+        )
         while state.step_in_epoch < len(batches) and state.global_step < self.total_steps:
             self.step([self.train[i] for i in batches[state.step_in_epoch]], bar)
             if self.evaluation_due(state.global_step >= self.total_steps) and config.eval_every:

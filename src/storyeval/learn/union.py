@@ -83,6 +83,17 @@ class UnionConfig:
         Share of the stories held out for early stopping (when no dev file is given).
     perturb : PerturbOptions
         Knobs of the techniques.
+    recon_sample : int or None
+        The reconstruction loss of a training step is a softmax over the batch's own tokens
+        (inputs and targets) plus this many vocabulary tokens sampled at random, instead of
+        the whole vocabulary (30,522 word pieces for BERT: the full softmax cost more than the
+        encoder). ``None``: the full softmax, as in the paper. Dev losses always use the full
+        softmax.
+    tie_recon : bool
+        The reconstruction head's weights are the encoder's input embeddings (as in BERT's
+        masked-LM head; a bias of its own): a third fewer parameters to train and checkpoint
+        for MiniLM, and a heads file of kilobytes. ``False``: a separate matrix initialized
+        from the embeddings (before 0.2.0).
     """
 
     encoder: str | None = None
@@ -97,9 +108,17 @@ class UnionConfig:
     stride: int | None = None
     dev_fraction: float = 0.1
     perturb: PerturbOptions = field(default_factory=PerturbOptions)
+    recon_sample: int | None = 1024
+    tie_recon: bool = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "techniques", parse_techniques(list(self.techniques)))
+        if self.recon_sample is not None and (
+            not isinstance(self.recon_sample, int) or self.recon_sample < 0
+        ):
+            raise ValueError(
+                f"recon_sample must be an integer >= 0 or None; got {self.recon_sample!r}"
+            )
         if not (isinstance(self.lam, int | float) and self.lam >= 0 and math.isfinite(self.lam)):
             raise ValueError(f"lam must be a finite number >= 0; got {self.lam!r}")
         if not isinstance(self.max_length, int) or not 16 <= self.max_length <= 4096:
@@ -131,6 +150,8 @@ class UnionConfig:
         values = dict(data)
         values["techniques"] = tuple(values.get("techniques", cls.techniques))
         values["perturb"] = PerturbOptions(**values.get("perturb", {}))
+        values.setdefault("recon_sample", None)  # saved before 0.2.0: the full softmax,
+        values.setdefault("tie_recon", False)  # and a separate reconstruction matrix
         return cls(**values)
 
 
@@ -157,7 +178,7 @@ def _union_model_class() -> Any:
     class UnionModel(torch.nn.Module):
         """Encoder + classifier on [CLS] + optional reconstruction head over the vocabulary."""
 
-        def __init__(self, encoder: Any, reconstruction: bool) -> None:
+        def __init__(self, encoder: Any, reconstruction: bool, tie: bool = False) -> None:
             super().__init__()
             hidden = encoder.config.hidden_size
             vocab = encoder.config.vocab_size
@@ -171,9 +192,18 @@ def _union_model_class() -> Any:
                 self.reconstructor = torch.nn.Linear(hidden, vocab)
                 embeddings = encoder.get_input_embeddings().weight
                 if tuple(embeddings.shape) == (vocab, hidden):
-                    with torch.no_grad():
-                        self.reconstructor.weight.copy_(embeddings)
+                    if tie:  # BERT's MLM head: the decoder is the input embedding matrix
+                        self.reconstructor.weight = embeddings
+                    else:
+                        with torch.no_grad():
+                            self.reconstructor.weight.copy_(embeddings)
                 torch.nn.init.zeros_(self.reconstructor.bias)
+
+        @property
+        def tied(self) -> bool:
+            """Whether the reconstruction head shares the input embeddings."""
+            embeddings = self.encoder.get_input_embeddings().weight
+            return self.reconstructor is not None and self.reconstructor.weight is embeddings
 
         def forward(
             self,
@@ -181,9 +211,11 @@ def _union_model_class() -> Any:
             attention_mask: Any,
             token_type_ids: Any = None,
             positions: Any = None,
+            vocabulary: Any = None,
         ) -> tuple[Any, Any]:
             """Classifier logits (batch,) and, for ``positions`` (a boolean mask), the
-            reconstruction logits of those tokens (count, vocab)."""
+            reconstruction logits of those tokens (count, vocab), or over the token ids
+            ``vocabulary`` only (count, len(vocabulary)): a sampled softmax."""
             kwargs = {"input_ids": input_ids, "attention_mask": attention_mask}
             if token_type_ids is not None and _accepts_token_types(self.encoder):
                 kwargs["token_type_ids"] = token_type_ids
@@ -191,7 +223,14 @@ def _union_model_class() -> Any:
             logits = self.classifier(hidden[:, 0]).squeeze(-1)
             recon = None
             if positions is not None and self.reconstructor is not None:
-                recon = self.reconstructor(hidden[positions])
+                chosen = hidden[positions]
+                if vocabulary is None:
+                    recon = self.reconstructor(chosen)
+                else:
+                    weight = self.reconstructor.weight[vocabulary]
+                    recon = torch.nn.functional.linear(
+                        chosen, weight, self.reconstructor.bias[vocabulary]
+                    )
             return logits, recon
 
     return UnionModel
@@ -257,25 +296,46 @@ class UnionTask:
         tensors["labels"] = torch.tensor([float(e.label) for e in batch])
         return tensors
 
-    def _losses(self, batch: Sequence[UnionExample]) -> tuple[Any, Any, Any, Any]:
+    def example_length(self, example: UnionExample) -> int:
+        """A cheap length (characters) for length-bucketed batches."""
+        return len(example.prompt) + len(example.text)
+
+    def _sampled_vocabulary(self, tensors: dict[str, Any], wanted: Any) -> tuple[Any, Any]:
+        """The token ids of a sampled softmax (the batch's inputs and targets and
+        ``recon_sample`` random ids, sorted) and the targets as positions among them."""
+        import torch
+
+        size = self.model.reconstructor.out_features
+        sample = torch.randint(0, size, (int(self.config.recon_sample or 0),))
+        vocabulary = torch.unique(torch.cat([tensors["input_ids"].flatten(), wanted, sample]))
+        return vocabulary, torch.searchsorted(vocabulary, wanted)
+
+    def _losses(
+        self, batch: Sequence[UnionExample], *, sampled: bool = False
+    ) -> tuple[Any, Any, Any, Any]:
         """Per-example classification loss, reconstruction loss and probability, plus the
-        mean total loss."""
+        mean total loss (the reconstruction over a sampled vocabulary if ``sampled``)."""
         import torch
         import torch.nn.functional as F
 
         tensors = self._tensors(batch)
         targets = tensors["targets"]
         positions = targets != -100 if self.model.reconstructor is not None else None
+        vocabulary = None
+        wanted = targets[positions] if positions is not None else None
+        if sampled and wanted is not None and self.config.recon_sample is not None:
+            vocabulary, wanted = self._sampled_vocabulary(tensors, wanted)
         logits, recon = self.model(
             tensors["input_ids"],
             tensors["attention_mask"],
             tensors["token_type_ids"],
             positions,
+            vocabulary,
         )
         cls_loss = F.binary_cross_entropy_with_logits(logits, tensors["labels"], reduction="none")
         recon_loss = torch.zeros_like(cls_loss)
-        if recon is not None and positions is not None:
-            token_loss = F.cross_entropy(recon, targets[positions], reduction="none")
+        if recon is not None and positions is not None and wanted is not None:
+            token_loss = F.cross_entropy(recon, wanted, reduction="none")
             rows = positions.nonzero(as_tuple=True)[0]
             sums = torch.zeros_like(cls_loss).index_add(0, rows, token_loss)
             counts = positions.sum(dim=1).clamp(min=1).to(sums.dtype)
@@ -285,7 +345,7 @@ class UnionTask:
 
     def batch_loss(self, batch: Sequence[UnionExample]) -> tuple[Any, dict[str, float]]:
         """BCE of the classifier plus lambda times the reconstruction loss, on a batch."""
-        cls_loss, recon_loss, _, total = self._losses(batch)
+        cls_loss, recon_loss, _, total = self._losses(batch, sampled=True)
         shown = {"loss": float(total.detach()), "bce": float(cls_loss.detach().mean())}
         if self.model.reconstructor is not None:
             shown["nll"] = float(recon_loss.detach().mean())
@@ -326,6 +386,7 @@ class UnionTask:
                 {
                     f"reconstructor.{k}": v.contiguous()
                     for k, v in self.model.reconstructor.state_dict().items()
+                    if not (k == "weight" and self.model.tied)  # it is the encoder's
                 }
             )
         save_file(heads, str(directory / HEADS_FILE))
@@ -552,6 +613,14 @@ def union_signature(
             "techniques": ",".join(config.techniques),
             "recon": config.reconstruction,
             "lambda": config.lam if config.reconstruction else None,
+            "recon_softmax": (
+                None
+                if not config.reconstruction
+                else "full"
+                if config.recon_sample is None
+                else f"sampled:{config.recon_sample}"
+            ),
+            "recon_tied": config.tie_recon if config.reconstruction else None,
             "max_length": config.max_length,
             "prompt": config.use_prompt,
             "delex": config.delexicalize,
@@ -670,7 +739,7 @@ def train_union(
     import torch
 
     torch.manual_seed(training.seed)
-    model = _union_model_class()(encoder, config.reconstruction)
+    model = _union_model_class()(encoder, config.reconstruction, tie=config.tie_recon)
     task = UnionTask(model, tokenizer, config)
     techniques_used: dict[str, int] = {}
     for example in train_examples:
@@ -745,14 +814,17 @@ class UnionScorer:
         self.tokenizer = AutoTokenizer.from_pretrained(str(path))
         encoder = AutoModel.from_pretrained(str(path), dtype=torch.float32)
         heads = load_file(str(heads_file))
-        model = _union_model_class()(encoder, "reconstructor.weight" in heads)
+        reconstruction = "reconstructor.bias" in heads
+        tied = reconstruction and "reconstructor.weight" not in heads
+        model = _union_model_class()(encoder, reconstruction, tie=tied)
         model.classifier.load_state_dict(
             {k.split(".", 1)[1]: v for k, v in heads.items() if k.startswith("classifier.")}
         )
         if model.reconstructor is not None:
-            model.reconstructor.load_state_dict(
-                {k.split(".", 1)[1]: v for k, v in heads.items() if k.startswith("reconstructor.")}
-            )
+            recon = {
+                k.split(".", 1)[1]: v for k, v in heads.items() if k.startswith("reconstructor.")
+            }
+            model.reconstructor.load_state_dict(recon, strict=not tied)
         model.eval()
         self.model = model
         self.identity = f"{path.name}@{file_identity(str(path))}"
