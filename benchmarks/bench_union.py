@@ -40,6 +40,8 @@ def main() -> None:
     parser.add_argument("--stride", type=int, default=1)
     parser.add_argument("--whole-stories", action="store_true", help="no sentence windows")
     parser.add_argument("--no-recon", action="store_true")
+    parser.add_argument("--techniques", default=None, help="comma-separated (default: all four)")
+    parser.add_argument("--negatives", type=int, default=1, help="negatives per story")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
@@ -65,6 +67,8 @@ def main() -> None:
         window=window,
         stride=None if window is None else args.stride,
         reconstruction=not args.no_recon,
+        negatives=args.negatives,
+        **({"techniques": tuple(args.techniques.split(","))} if args.techniques else {}),
     )
     training = TrainingConfig(
         epochs=args.epochs,
@@ -117,6 +121,7 @@ def main() -> None:
                 f"{held['estimate']:.3f} (p = {held['p_value']:.2g}), mean score human "
                 f"{held['mean_human']:.3f} vs perturbed {held['mean_perturbed']:.3f}"
             )
+
 
 if __name__ == "__main__":
     main()

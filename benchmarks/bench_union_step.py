@@ -23,6 +23,7 @@ def main() -> None:
     import torch
 
     from storyeval.corpus import read_stories
+    from storyeval.learn.trainer import TrainingConfig, _optimizer
     from storyeval.learn.union import (
         UnionConfig,
         UnionTask,
@@ -30,7 +31,6 @@ def main() -> None:
         _union_model_class,
         cached_examples,
     )
-    from storyeval.learn.trainer import TrainingConfig, _optimizer
     from storyeval.models import load_spacy
 
     torch.set_num_threads(args.threads)

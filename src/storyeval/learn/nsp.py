@@ -170,6 +170,10 @@ class NspTask:
         tensors["labels"] = torch.tensor([e.label for e in batch], dtype=torch.long)
         return tensors
 
+    def example_length(self, example: NspExample) -> int:
+        """A cheap length (characters) for length-bucketed batches."""
+        return len(example.first) + len(example.second)
+
     def batch_loss(self, batch: Sequence[NspExample]) -> tuple[Any, dict[str, float]]:
         """Cross-entropy of the NSP head on a batch of pairs, and the values to show."""
         output = self.model(**self._tensors(batch))
@@ -224,6 +228,10 @@ class SiameseNspTask:
         import torch
 
         return torch.tensor([1.0 if e.label == IS_NEXT else 0.0 for e in batch])
+
+    def example_length(self, example: NspExample) -> int:
+        """A cheap length (characters) for length-bucketed batches."""
+        return len(example.first) + len(example.second)
 
     def batch_loss(self, batch: Sequence[NspExample]) -> tuple[Any, dict[str, float]]:
         """Binary cross-entropy of the siamese head on a batch of pairs."""

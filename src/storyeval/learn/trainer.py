@@ -385,7 +385,18 @@ def _save_torch(obj: Any, path: Path) -> None:
 
 
 def _cpu_state(model: Any) -> dict[str, Any]:
-    return {key: value.detach().clone() for key, value in model.state_dict().items()}
+    """A copy of the weights; tensors shared in the model (tied heads) stay shared."""
+    copies: dict[tuple[int, tuple[int, ...], Any], Any] = {}
+    state = {}
+    for key, value in model.state_dict().items():
+        if value.numel() == 0:
+            state[key] = value.detach().clone()
+            continue
+        same = (value.data_ptr(), tuple(value.shape), value.dtype)
+        if same not in copies:
+            copies[same] = value.detach().clone()
+        state[key] = copies[same]
+    return state
 
 
 @contextlib.contextmanager
