@@ -628,7 +628,7 @@ def test_readme_per_technique_check_on_heldout_windows(union_model, human, tmp_p
         )  # fmt: skip
         assert code == 0, stderr
     table = tmp_path / "per-technique.csv"
-    code, stdout, stderr = run_cli(
+    code, _, stderr = run_cli(
         "discriminate", "-s", str(tmp_path / "s-human.jsonl"), "-s", str(tmp_path / "s-neg.jsonl"),
         "--perturbed", str(negatives), "--by", "techniques", "-o", str(table),
     )  # fmt: skip
