@@ -255,8 +255,8 @@ def test_siamese_nsp_head_separates_unseen_sentence_pairs(human, tmp_path):
     """Trained for one epoch (37 steps) on 45 stories, the head ranks the true next sentence
     above a random one for the same first sentence in the 15 held-out stories far above
     chance, and fine-tuning lowered the dev loss below that of the fitted initial head
-    (seen here: pairwise 0.84 over 108 held-out pairs, p = 1e-13; dev loss 0.61 -> 0.51,
-    dev accuracy 0.70 -> 0.77)."""
+    (seen here: pairwise 0.83 over 108 held-out pairs; dev loss 0.61 -> 0.54, dev accuracy
+    0.70 -> 0.77, with length-bucketed batches)."""
     from scipy.stats import binomtest
 
     from storyeval.learn.nsp import NspConfig, NspScorer, nsp_pairs, train_nsp
@@ -277,6 +277,7 @@ def test_siamese_nsp_head_separates_unseen_sentence_pairs(human, tmp_path):
     assert all(p.label == 0 for p in heldout[0::2]) and all(p.label == 1 for p in heldout[1::2])
     wins = sum(t > r for t, r in zip(true_pairs, random_pairs, strict=True))
     n = len(true_pairs)
+    print(f"\nNSP held-out pairwise {wins}/{n} = {wins / n:.3f}; dev {initial} -> {result.dev}")
     assert n >= 80 and wins / n >= 0.7, (wins, n)
     assert binomtest(wins, n, 0.5, alternative="greater").pvalue < 1e-4
 
