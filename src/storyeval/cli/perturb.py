@@ -10,7 +10,9 @@ from storyeval.cli._common import exit_with, user_error
 
 # The help text lists the registry; it is kept in step with it by a test.
 _TECHNIQUES_HELP = (
-    "Comma-separated techniques: repetition, substitution, reordering, negation (default: all)."
+    "Comma-separated techniques: repetition, substitution, reordering, negation (default: these "
+    "four, UNION's); or a suite name: discrimination (causal_reordering, antonym_swap, "
+    "entity_swap, repeated_plot), invariance (synonym, contraction, punctuation, typos)."
 )
 
 

@@ -103,6 +103,9 @@ class PerturbOptions:
         the corpus's own share). Whatever it is, a form the corpus never uses is never
         written, and a tokenized corpus gets "did n't" (see
         :class:`storyeval.perturb.corpus.ContractionStyle`).
+    typo_rate : float
+        Probability of a typo in each word of four or more letters (the ``typos`` invariance
+        test; at least one typo per story).
     antonyms_file : str or None
         A ConceptNet-style antonym file (``word|||/r/Antonym|||antonym`` lines, as in the UNION
         repository) whose antonyms join WordNet's for substitution; WordNet's are sparse.
@@ -114,6 +117,7 @@ class PerturbOptions:
     max_ngram: int = 4
     contraction_probability: float | None = 0.5
     antonyms_file: str | None = None
+    typo_rate: float = 0.05
 
     def __post_init__(self) -> None:
         for name in (
@@ -121,6 +125,7 @@ class PerturbOptions:
             "sentence_substitution_probability",
             "sentence_repetition_probability",
             "contraction_probability",
+            "typo_rate",
         ):
             value = getattr(self, name)
             if value is None and name == "contraction_probability":
@@ -143,6 +148,8 @@ class PerturbOptions:
             if self.contraction_probability is None
             else self.contraction_probability,
         }
+        if self.typo_rate != 0.05:  # the default is implied by the version
+            fields["typo_rate"] = self.typo_rate
         if self.antonyms_file is not None:
             from storyeval.perturb.lexicon import antonym_file_identity
 
@@ -184,6 +191,11 @@ class Technique:
         The error of generated stories it mimics (repeated plots, poor coherence, ...).
     description : str
         One line for help texts and docs.
+    suite : {"union", "discrimination", "invariance"}
+        ``union``: UNION's four negative-sampling techniques, the default set. The others
+        are asked for by name or by suite: ``discrimination`` introduces an error of
+        generated stories (OpenMEVA's tests), ``invariance`` keeps the quality (a robust
+        metric barely moves).
     """
 
     name: str
@@ -192,6 +204,7 @@ class Technique:
     mix_weight: float
     error_type: str
     description: str
+    suite: str = "union"
 
 
 class UnknownTechniqueError(UnknownNameError, ValueError):
@@ -202,7 +215,7 @@ class UnknownTechniqueError(UnknownNameError, ValueError):
 #: techniques, then the ``storyeval.perturb`` entry points.
 TECHNIQUES: Registry[Technique] = Registry(
     "technique",
-    builtins=("storyeval.perturb.techniques",),
+    builtins=("storyeval.perturb.techniques", "storyeval.perturb.openmeva"),
     entry_point_group="storyeval.perturb",
     error=UnknownTechniqueError,
 )
@@ -212,26 +225,44 @@ TECHNIQUES: Registry[Technique] = Registry(
 UNION_COUNT_PROBABILITIES: dict[int, float] = {1: 0.5, 2: 0.2, 3: 0.2, 4: 0.1}
 
 
+#: The suites of techniques (see :class:`Technique`).
+SUITES: tuple[str, ...] = ("union", "discrimination", "invariance")
+
+
 def register_technique(
-    name: str, *, min_sentences: int, mix_weight: float, error_type: str, description: str
+    name: str,
+    *,
+    min_sentences: int,
+    mix_weight: float,
+    error_type: str,
+    description: str,
+    suite: str = "union",
 ) -> Callable[[TechniqueFunction], TechniqueFunction]:
     """Register a technique function under ``name`` (a decorator)."""
+    if suite not in SUITES:
+        raise ValueError(f"suite must be one of {', '.join(SUITES)}; got {suite!r}")
 
     def decorator(function: TechniqueFunction) -> TechniqueFunction:
-        technique = Technique(name, function, min_sentences, mix_weight, error_type, description)
+        technique = Technique(
+            name, function, min_sentences, mix_weight, error_type, description, suite
+        )
         TECHNIQUES.register(name, technique)
         return function
 
     return decorator
 
 
-def technique_names() -> tuple[str, ...]:
-    """Registered technique names in application order.
+def technique_names(suite: str = "union") -> tuple[str, ...]:
+    """Registered technique names of a suite (``all``: every one) in application order.
 
     >>> technique_names()
     ('repetition', 'substitution', 'reordering', 'negation')
     """
-    return TECHNIQUES.names()
+    if suite == "all":
+        return TECHNIQUES.names()
+    if suite not in SUITES:
+        raise ValueError(f"suite must be all or one of {', '.join(SUITES)}; got {suite!r}")
+    return tuple(name for name in TECHNIQUES.names() if TECHNIQUES.get(name).suite == suite)
 
 
 def get_technique(name: str) -> Technique:
@@ -240,7 +271,9 @@ def get_technique(name: str) -> Technique:
 
 
 def parse_techniques(names: str | Sequence[str] | None) -> tuple[str, ...]:
-    """Validate a comma-separated string or a list of technique names; ``None`` means all.
+    """Validate a comma-separated string or a list of technique names; ``None`` means UNION's
+    four. A suite name (``union``, ``discrimination``, ``invariance``) stands for its
+    techniques.
 
     Duplicates are dropped and the registry order is kept.
 
@@ -248,9 +281,14 @@ def parse_techniques(names: str | Sequence[str] | None) -> tuple[str, ...]:
     ('reordering', 'negation')
     """
     if names is None:
-        return TECHNIQUES.names()
+        return technique_names()
     items = names.split(",") if isinstance(names, str) else list(names)
-    cleaned = [item.strip() for item in items if item.strip()]
+    cleaned: list[str] = []
+    for item in (item.strip() for item in items):
+        if item in SUITES and item not in TECHNIQUES:
+            cleaned += technique_names(item)
+        elif item:
+            cleaned.append(item)
     if not cleaned:
         raise ValueError(
             f"give at least one technique; they must be one of {', '.join(TECHNIQUES.names())}"
