@@ -308,6 +308,74 @@ def nsp(
     _train_and_report(train_nsp, stories, output, config, **_common(locals()))
 
 
+@train_app.command("nubia")
+def nubia(
+    stories: Path = _STORIES,
+    judgments: Path = typer.Option(..., "--judgments", help="Human judgments of those stories."),
+    output: Path = _OUTPUT,
+    criterion: str = typer.Option(
+        None, "--criterion", help="The criterion to learn (needed when there are several)."
+    ),
+    aggregator: str = typer.Option("linear", "--aggregator", help="linear (-LREG) or mlp (-NN)."),
+    calibration: str = typer.Option(
+        "self", "--calibration", help="self (divide by the candidate against itself) or clip."
+    ),
+    nli: str = typer.Option(
+        None,
+        "--nli",
+        help="An NLI classifier (hub name or directory, e.g. roberta-large-mnli); default: "
+        "zero-shot NLI with the causal LM (weaker; named in the signature).",
+    ),
+    encoder: str = typer.Option(
+        None, "--encoder", help="Encoder for similarity (default offline)."
+    ),
+    lm: str = typer.Option(None, "--lm", help="Causal LM for perplexity (default offline)."),
+    lengths: bool = typer.Option(False, "--lengths", help="Add word counts (the 8-DIM variant)."),
+    folds: int = typer.Option(5, "--folds", min=2, help="Cross-validation folds."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the folds and the MLP."),
+    get_features: Path = typer.Option(
+        None, "--get-features", help="Write every feature per story (and the held-out prediction)."
+    ),
+    threads: int = _THREADS,
+) -> None:
+    """Train NUBIA (Kane et al. 2020): features -> aggregator -> calibrator, on human judgments
+    of stories that have references. Prints held-out correlations; score with
+    `storyeval score S --metrics nubia --option nubia.model=DIR`."""
+    from storyeval.corpus import read_judgments, read_stories
+    from storyeval.errors import StoryevalError
+    from storyeval.io import write_table
+    from storyeval.learn.nubia import train_nubia
+
+    _set_threads(threads)
+    try:
+        model, table = train_nubia(
+            read_stories(stories),
+            read_judgments(judgments),
+            output,
+            criterion=criterion,
+            aggregator=aggregator,
+            calibration=calibration,
+            encoder=encoder,
+            nli=nli,
+            lm=lm,
+            lengths=lengths,
+            folds=folds,
+            seed=seed,
+        )
+        if get_features is not None:
+            write_table(get_features, table)
+    except (StoryevalError, OSError, ValueError) as exc:
+        raise user_error(exc) from None
+    report = model.report
+    typer.echo(
+        f"held-out ({report['folds']}-fold, {report['n']} stories, {report['criterion']}): "
+        f"Pearson {report['heldout_pearson']:.3f}, Spearman {report['heldout_spearman']:.3f}, "
+        f"Kendall {report['heldout_kendall']:.3f}"
+    )
+    typer.echo(f"model: {output}")
+    typer.echo(f"signature: {model.signature.render()}")
+
+
 def register(app: typer.Typer) -> None:
     """Add the ``train`` commands to the application."""
     app.add_typer(train_app, name="train", rich_help_panel="Learned metrics")

@@ -62,3 +62,46 @@ def union(batch: MetricBatch, options: Mapping[str, Any]) -> MetricOutput:
         fields=fields,
         notes=notes,
     )
+
+
+@register_metric(
+    "nubia",
+    description="NUBIA: a learned aggregate of semantic similarity, NLI in both directions and "
+    "LM likelihood against the reference, calibrated to [0, 1] (Kane et al. 2020)",
+    families=("nubia", "learned"),
+    needs_reference=True,
+    model="checkpoint",
+    higher_is_better=True,
+    value_range=(0.0, 1.0),
+    options=[
+        MetricOption(
+            "model", str, None, "directory written by `storyeval train nubia`", required=True
+        ),
+        MetricOption(
+            "features",
+            str,
+            None,
+            "also write every feature of every story to this CSV (why a score is low)",
+            in_signature=False,
+        ),
+    ],
+    unavailable_offline="needs a trained NUBIA model: storyeval train nubia --stories S --judgments J -o DIR",
+)
+def nubia(batch: MetricBatch, options: Mapping[str, Any]) -> MetricOutput:
+    """Score stories against their first reference with a trained NUBIA model."""
+    import hashlib
+    from pathlib import Path
+
+    from storyeval.io import write_table
+    from storyeval.learn.nubia import NubiaModel
+
+    model = NubiaModel.load(options["model"])
+    stories = batch.stories
+    values, table = model.score([s.story for s in stories], [s.references[0] for s in stories])
+    if options.get("features"):
+        write_table(Path(options["features"]), table.assign(item_id=[s.id for s in stories]))
+    directory = Path(options["model"])
+    saved = directory / "nubia.json" if directory.is_dir() else directory
+    identity = f"{directory.name}@{hashlib.sha256(saved.read_bytes()).hexdigest()[:12]}"
+    fields = {k: v for k, v in model.signature.fields.items() if k not in ("n", "seed")}
+    return MetricOutput(values, models={"model": identity}, fields=fields)

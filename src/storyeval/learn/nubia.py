@@ -1,0 +1,530 @@
+"""NUBIA (Kane et al. 2020, seed 002): neural features -> aggregator -> calibrator.
+
+**Features** of a (reference, candidate) pair of stories:
+
+* ``similarity``: cosine of the two stories' embeddings (the mean of their sentences'
+  mean-pooled, normalised encoder embeddings; the paper used RoBERTa fine-tuned on STS-B);
+* ``entail_fwd``, ``neutral_fwd``, ``contra_fwd``: NLI probabilities with the reference as the
+  premise and the candidate as the hypothesis, and ``*_bwd`` the other way round. Stories are
+  documents, so NLI runs on aligned sentence pairs: each candidate sentence against the
+  reference sentence most similar to it (encoder cosine), and the probabilities are averaged
+  over the candidate's sentences;
+* ``logppl_candidate``, ``logppl_reference``: log perplexity of each text under the causal LM
+  (the paper's GPT-2 "intelligibility" features);
+* with ``lengths``: ``words_candidate``, ``words_reference`` (the paper's 8-DIM variant).
+
+The NLI model is any hub sequence classifier with entailment/neutral/contradiction labels
+(``roberta-large-mnli``, as NUBIA used). No licensed three-way NLI model installs offline, so
+the offline default is **zero-shot NLI with the causal LM**: the probabilities of " True",
+" Neither" and " False" after the prompt ``PREMISE\\nQuestion: HYPOTHESIS True, False or
+Neither?\\nAnswer:``, renormalised. It is much weaker than a trained NLI model and is named in
+the signature (``nli:lm-zero-shot:...``).
+
+**Aggregator**: a regression from the features (standardised) to the human score scaled to
+[0, 1] by the observed rating range: linear (``-LREG``) or a one-hidden-layer tanh network of
+10 units (``-NN``), cross-validated (held-out correlations reported), then fit on everything.
+**Calibrator** (paper, 3.3): the prediction divided by the prediction for the candidate
+against itself, then clipped to [0, 1] (``calibration="self"``), or only clipped (``"clip"``).
+
+The model is a JSON file of numbers (no pickle): ``DIR/nubia.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from storyeval.corpus import Judgment, Story
+from storyeval.errors import StoryevalError
+from storyeval.signature import Signature
+
+NLI_FEATURES = ("entail", "neutral", "contra")
+FORMAT_VERSION = 1
+_LABEL_WORDS = (" True", " Neither", " False")
+
+
+def feature_names(lengths: bool) -> list[str]:
+    """The features in order (see the module docstring)."""
+    names = ["similarity"]
+    names += [f"{k}_fwd" for k in NLI_FEATURES] + [f"{k}_bwd" for k in NLI_FEATURES]
+    names += ["logppl_candidate", "logppl_reference"]
+    return names + (["words_candidate", "words_reference"] if lengths else [])
+
+
+# --------------------------------------------------------------------------- NLI backends
+
+
+class HubNli:
+    """A sequence classifier fine-tuned on NLI (e.g. ``roberta-large-mnli``)."""
+
+    def __init__(self, name: str) -> None:
+        from transformers import AutoModelForSequenceClassification
+
+        from storyeval.models.loading import load_pretrained
+
+        self.loaded = load_pretrained(
+            name, "encoder", AutoModelForSequenceClassification, option="--nli"
+        )
+        labels = {int(k): str(v).lower() for k, v in self.loaded.model.config.id2label.items()}
+        order = []
+        for stem in ("entail", "neutral", "contra"):
+            found = [index for index, label in labels.items() if label.startswith(stem)]
+            if not found:
+                raise StoryevalError(
+                    f"{name}: not an NLI classifier (labels {sorted(labels.values())}; need "
+                    "entailment, neutral and contradiction)"
+                )
+            order.append(found[0])
+        self.order = order
+        self.identity = self.loaded.identity
+
+    def probabilities(self, premises: Sequence[str], hypotheses: Sequence[str]) -> np.ndarray:
+        """(n, 3) probabilities of entailment, neutral, contradiction."""
+        import torch
+
+        rows = []
+        tokenizer, model = self.loaded.tokenizer, self.loaded.model
+        for start in range(0, len(premises), 16):
+            inputs = tokenizer(
+                list(premises[start : start + 16]),
+                list(hypotheses[start : start + 16]),
+                return_tensors="pt",
+                padding=True,
+                truncation=True,
+                max_length=512,
+            )
+            with torch.no_grad():
+                logits = model(**inputs).logits
+            rows.append(torch.softmax(logits, dim=-1)[:, self.order].numpy())
+        return np.concatenate(rows) if rows else np.zeros((0, 3))
+
+
+class LmZeroShotNli:
+    """Zero-shot NLI with a causal LM: the renormalised probabilities of the label words."""
+
+    def __init__(self, name: str | None = None) -> None:
+        from storyeval.models import load_causal_lm
+
+        self.loaded = load_causal_lm(name, option="--lm")
+        tokenizer = self.loaded.tokenizer
+        self.label_ids = [
+            tokenizer.encode(word, add_special_tokens=False)[0] for word in _LABEL_WORDS
+        ]
+        self.identity = f"lm-zero-shot:{self.loaded.identity}"
+
+    def probabilities(self, premises: Sequence[str], hypotheses: Sequence[str]) -> np.ndarray:
+        """(n, 3) probabilities of entailment (True), neutral (Neither), contradiction (False)."""
+        import torch
+
+        tokenizer, model = self.loaded.tokenizer, self.loaded.model
+        prompts = [
+            f"{premise}\nQuestion: {hypothesis} True, False or Neither?\nAnswer:"
+            for premise, hypothesis in zip(premises, hypotheses, strict=True)
+        ]
+        rows = []
+        pad = (
+            tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        )
+        for start in range(0, len(prompts), 16):
+            encoded = [tokenizer.encode(p)[-1024:] for p in prompts[start : start + 16]]
+            width = max(len(ids) for ids in encoded)
+            # left padding: the answer position is the last one of every row
+            ids = torch.tensor([[pad] * (width - len(e)) + e for e in encoded])
+            mask = torch.tensor([[0] * (width - len(e)) + [1] * len(e) for e in encoded])
+            positions = (mask.cumsum(dim=1) - 1).clamp(min=0)
+            with torch.no_grad():
+                logits = model(  # the vocabulary projection of the last position only
+                    input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=1
+                ).logits
+            rows.append(torch.softmax(logits[:, -1, self.label_ids].float(), dim=-1).numpy())
+        return np.concatenate(rows) if rows else np.zeros((0, 3))
+
+
+# --------------------------------------------------------------------------- features
+
+
+@dataclass
+class NubiaFeatures:
+    """The feature extractor: an encoder, an NLI backend and a causal LM."""
+
+    encoder: Any
+    nli: Any
+    lm_name: str | None
+    lengths: bool = False
+
+    @classmethod
+    def load(
+        cls,
+        *,
+        encoder: str | None = None,
+        nli: str | None = None,
+        lm: str | None = None,
+        lengths: bool = False,
+    ) -> NubiaFeatures:
+        """Load the models (``nli=None``: zero-shot NLI with the causal LM ``lm``)."""
+        from storyeval.models import load_encoder
+
+        backend = HubNli(nli) if nli else LmZeroShotNli(lm)
+        return cls(load_encoder(encoder, option="--encoder"), backend, lm, lengths)
+
+    def identity(self) -> dict[str, str]:
+        """The models, for signatures."""
+        from storyeval.models import load_causal_lm
+
+        return {
+            "encoder": self.encoder.identity,
+            "nli": self.nli.identity,
+            "lm": load_causal_lm(self.lm_name).identity,
+        }
+
+    def _embed(self, texts: Sequence[str]) -> np.ndarray:
+        import torch
+
+        tokenizer, model = self.encoder.tokenizer, self.encoder.model
+        out = []
+        for start in range(0, len(texts), 64):
+            inputs = tokenizer(
+                list(texts[start : start + 64]),
+                return_tensors="pt",
+                padding=True,
+                truncation=True,
+                max_length=256,
+            )
+            with torch.no_grad():
+                hidden = model(**inputs).last_hidden_state
+            mask = inputs["attention_mask"].unsqueeze(-1).float()
+            pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)
+            out.append(torch.nn.functional.normalize(pooled, dim=-1).numpy())
+        return np.concatenate(out) if out else np.zeros((0, 1))
+
+    def extract(self, candidates: Sequence[str], references: Sequence[str]) -> pd.DataFrame:
+        """One row of features per (candidate, reference) pair; columns :func:`feature_names`."""
+        from storyeval.functional import perplexity
+        from storyeval.text import split_sentences
+
+        if len(candidates) != len(references):
+            raise ValueError("candidates and references must have the same length")
+        cand_sents = [split_sentences(c) or [c] for c in candidates]
+        ref_sents = [split_sentences(r) or [r] for r in references]
+        flat = [s for group in cand_sents + ref_sents for s in group]
+        unique = list(dict.fromkeys(flat))
+        embedded = dict(zip(unique, self._embed(unique), strict=True))
+        premises_f, hypotheses_f, owner = [], [], []
+        similarity = []
+        for index, (cands, refs) in enumerate(zip(cand_sents, ref_sents, strict=True)):
+            cv = np.stack([embedded[s] for s in cands])
+            rv = np.stack([embedded[s] for s in refs])
+            doc_c, doc_r = cv.mean(0), rv.mean(0)
+            similarity.append(
+                float(doc_c @ doc_r / max(np.linalg.norm(doc_c) * np.linalg.norm(doc_r), 1e-12))
+            )
+            best = (cv @ rv.T).argmax(axis=1)
+            for i, j in enumerate(best):
+                premises_f.append(refs[j])
+                hypotheses_f.append(cands[i])
+                owner.append(index)
+        forward = self.nli.probabilities(premises_f, hypotheses_f)
+        backward = self.nli.probabilities(hypotheses_f, premises_f)
+        owners = np.asarray(owner)
+        rows = []
+        ppl_c = perplexity(list(candidates), model=self.lm_name).values
+        ppl_r = perplexity(list(references), model=self.lm_name).values
+        for index in range(len(candidates)):
+            mine = owners == index
+            row = {"similarity": similarity[index]}
+            row.update(
+                {
+                    f"{k}_fwd": float(v)
+                    for k, v in zip(NLI_FEATURES, forward[mine].mean(0), strict=True)
+                }
+            )
+            row.update(
+                {
+                    f"{k}_bwd": float(v)
+                    for k, v in zip(NLI_FEATURES, backward[mine].mean(0), strict=True)
+                }
+            )
+            row["logppl_candidate"] = float(math.log(ppl_c[index]))
+            row["logppl_reference"] = float(math.log(ppl_r[index]))
+            if self.lengths:
+                row["words_candidate"] = float(len(candidates[index].split()))
+                row["words_reference"] = float(len(references[index].split()))
+            rows.append(row)
+        return pd.DataFrame(rows, columns=feature_names(self.lengths))
+
+
+# --------------------------------------------------------------------------- aggregator
+
+
+@dataclass
+class Aggregator:
+    """Standardised features -> a score in the human scale mapped to [0, 1]."""
+
+    kind: str
+    mean: np.ndarray
+    scale: np.ndarray
+    weights: list[np.ndarray]
+    biases: list[np.ndarray]
+
+    def predict(self, features: np.ndarray) -> np.ndarray:
+        """Raw (uncalibrated) predictions."""
+        x = (np.asarray(features, dtype=float) - self.mean) / self.scale
+        for layer, (w, b) in enumerate(zip(self.weights, self.biases, strict=True)):
+            x = x @ w + b
+            if layer < len(self.weights) - 1:
+                x = np.tanh(x)
+        return np.asarray(x, dtype=float).reshape(-1)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready numbers."""
+        return {
+            "kind": self.kind,
+            "mean": self.mean.tolist(),
+            "scale": self.scale.tolist(),
+            "weights": [w.tolist() for w in self.weights],
+            "biases": [b.tolist() for b in self.biases],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Aggregator:
+        """The aggregator saved by :meth:`to_dict`."""
+        return cls(
+            str(data["kind"]),
+            np.asarray(data["mean"], dtype=float),
+            np.asarray(data["scale"], dtype=float),
+            [np.asarray(w, dtype=float).reshape(len(w), -1) for w in data["weights"]],
+            [np.asarray(b, dtype=float).reshape(-1) for b in data["biases"]],
+        )
+
+
+def fit_aggregator(
+    features: np.ndarray, target: np.ndarray, *, kind: str = "linear", seed: int = 0
+) -> Aggregator:
+    """Fit a linear or a 10-unit tanh MLP regressor (scikit-learn) on standardised features."""
+    from sklearn.linear_model import Ridge
+    from sklearn.neural_network import MLPRegressor
+
+    x = np.asarray(features, dtype=float)
+    mean, scale = x.mean(0), x.std(0)
+    scale[scale < 1e-12] = 1.0
+    z = (x - mean) / scale
+    if kind == "linear":
+        model = Ridge(alpha=1e-3).fit(z, target)
+        return Aggregator(
+            kind, mean, scale, [model.coef_.reshape(-1, 1)], [np.asarray([model.intercept_])]
+        )
+    if kind == "mlp":
+        net = MLPRegressor(
+            hidden_layer_sizes=(10,),
+            activation="tanh",
+            solver="adam",
+            max_iter=3000,
+            random_state=seed,
+            alpha=1e-3,
+        ).fit(z, target)
+        return Aggregator(
+            kind,
+            mean,
+            scale,
+            [np.asarray(w) for w in net.coefs_],
+            [np.asarray(b) for b in net.intercepts_],
+        )
+    raise ValueError(f"aggregator must be linear or mlp; got {kind!r}")
+
+
+# --------------------------------------------------------------------------- model
+
+
+@dataclass
+class NubiaModel:
+    """A trained NUBIA: the feature settings, the aggregator, the calibration and its target scale."""
+
+    aggregator: Aggregator
+    features: list[str]
+    settings: dict[str, Any]
+    target_range: tuple[float, float]
+    calibration: str
+    signature: Signature
+    report: dict[str, Any]
+
+    def save(self, directory: str | Path) -> Path:
+        """Write ``DIR/nubia.json`` atomically."""
+        from storyeval.io import write_text_atomic
+
+        folder = Path(directory)
+        folder.mkdir(parents=True, exist_ok=True)
+        data = {
+            "format": FORMAT_VERSION,
+            "kind": "nubia",
+            "aggregator": self.aggregator.to_dict(),
+            "features": self.features,
+            "settings": self.settings,
+            "target_range": list(self.target_range),
+            "calibration": self.calibration,
+            "signature": self.signature.to_dict(),
+            "report": self.report,
+        }
+        path = folder / "nubia.json"
+        write_text_atomic(path, json.dumps(data, indent=1) + "\n")
+        return path
+
+    @classmethod
+    def load(cls, directory: str | Path) -> NubiaModel:
+        """A model saved by :meth:`save` (a directory or the JSON file)."""
+        from storyeval.errors import ModelLoadError
+
+        path = Path(directory)
+        path = path / "nubia.json" if path.is_dir() else path
+        if not path.is_file():
+            raise ModelLoadError(
+                f"{directory}: no nubia.json; train one with `storyeval train nubia --stories S "
+                "--judgments J -o DIR`"
+            )
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if data.get("kind") != "nubia":
+            raise ModelLoadError(f"{path}: not a NUBIA model")
+        return cls(
+            Aggregator.from_dict(data["aggregator"]),
+            list(data["features"]),
+            dict(data["settings"]),
+            (float(data["target_range"][0]), float(data["target_range"][1])),
+            str(data["calibration"]),
+            Signature.from_dict(data["signature"]),
+            dict(data.get("report", {})),
+        )
+
+    def extractor(self) -> NubiaFeatures:
+        """The feature extractor with the models the aggregator was trained on."""
+        s = self.settings
+        return NubiaFeatures.load(
+            encoder=s.get("encoder"),
+            nli=s.get("nli"),
+            lm=s.get("lm"),
+            lengths=bool(s.get("lengths")),
+        )
+
+    def score(
+        self,
+        candidates: Sequence[str],
+        references: Sequence[str],
+        *,
+        extractor: NubiaFeatures | None = None,
+    ) -> tuple[np.ndarray, pd.DataFrame]:
+        """Calibrated scores in [0, 1] and the features behind them."""
+        extractor = extractor or self.extractor()
+        table = extractor.extract(candidates, references)
+        raw = self.aggregator.predict(table[self.features].to_numpy())
+        if self.calibration == "self":
+            itself = extractor.extract(candidates, candidates)
+            norm = self.aggregator.predict(itself[self.features].to_numpy())
+            scores = np.where(
+                np.abs(norm) > 1e-9, raw / np.where(np.abs(norm) > 1e-9, norm, 1.0), raw
+            )
+        else:
+            scores = raw
+        table = table.assign(raw=raw, nubia=np.clip(scores, 0.0, 1.0))
+        return table["nubia"].to_numpy(), table
+
+
+def _targets(
+    stories: Sequence[Story], judgments: Sequence[Judgment], criterion: str | None
+) -> tuple[list[Story], np.ndarray, str]:
+    criteria = sorted({j.criterion for j in judgments})
+    if criterion is None:
+        if len(criteria) != 1:
+            raise ValueError(
+                f"the judgments hold several criteria ({', '.join(criteria)}): choose one with --criterion"
+            )
+        criterion = criteria[0]
+    elif criterion not in criteria:
+        raise ValueError(f"no judgment on criterion {criterion!r}; criteria: {', '.join(criteria)}")
+    ratings: dict[str, list[float]] = {}
+    for judgment in judgments:
+        if judgment.criterion == criterion:
+            ratings.setdefault(judgment.item_id, []).append(float(judgment.value))
+    usable = [s for s in stories if s.id in ratings and s.references]
+    if len(usable) < 10:
+        raise ValueError(
+            f"{len(usable)} stories have both a reference and a {criterion!r} rating; NUBIA needs at least 10"
+        )
+    return usable, np.asarray([np.mean(ratings[s.id]) for s in usable]), criterion
+
+
+def train_nubia(
+    stories: Sequence[Story],
+    judgments: Sequence[Judgment],
+    output: str | Path,
+    *,
+    criterion: str | None = None,
+    aggregator: str = "linear",
+    calibration: str = "self",
+    encoder: str | None = None,
+    nli: str | None = None,
+    lm: str | None = None,
+    lengths: bool = False,
+    folds: int = 5,
+    seed: int = 0,
+    extractor: NubiaFeatures | None = None,
+) -> tuple[NubiaModel, pd.DataFrame]:
+    """Train NUBIA's aggregator on human judgments of stories with references.
+
+    Returns the saved model and the feature table (one row per story, with ``target`` and the
+    cross-validated ``heldout`` prediction). The model's ``report`` holds the held-out Pearson,
+    Spearman and Kendall correlations.
+    """
+    from scipy.stats import kendalltau, pearsonr, spearmanr
+    from sklearn.model_selection import KFold
+
+    if calibration not in ("self", "clip"):
+        raise ValueError(f"calibration must be self or clip; got {calibration!r}")
+    if folds < 2:
+        raise ValueError(f"folds must be >= 2; got {folds}")
+    usable, ratings, criterion = _targets(stories, judgments, criterion)
+    low, high = float(ratings.min()), float(ratings.max())
+    if high <= low:
+        raise ValueError(f"every {criterion!r} rating is {low}: nothing to learn")
+    target = (ratings - low) / (high - low)
+    extractor = extractor or NubiaFeatures.load(encoder=encoder, nli=nli, lm=lm, lengths=lengths)
+    table = extractor.extract([s.story for s in usable], [s.references[0] for s in usable])
+    names = feature_names(extractor.lengths)
+    x = table[names].to_numpy()
+    heldout = np.zeros(len(target))
+    for train_index, test_index in KFold(
+        min(folds, len(target)), shuffle=True, random_state=seed
+    ).split(x):
+        fitted = fit_aggregator(x[train_index], target[train_index], kind=aggregator, seed=seed)
+        heldout[test_index] = fitted.predict(x[test_index])
+    report = {
+        "criterion": criterion,
+        "n": len(target),
+        "folds": folds,
+        "heldout_pearson": float(pearsonr(heldout, target)[0]),
+        "heldout_spearman": float(spearmanr(heldout, target)[0]),
+        "heldout_kendall": float(kendalltau(heldout, target)[0]),
+    }
+    final = fit_aggregator(x, target, kind=aggregator, seed=seed)
+    settings = {"encoder": encoder, "nli": nli, "lm": lm, "lengths": lengths}
+    signature = Signature(
+        "nubia",
+        {
+            **extractor.identity(),
+            "aggregator": aggregator,
+            "calibration": calibration,
+            "features": len(names),
+            "alignment": "best-cosine-sentence",
+            "criterion": criterion,
+            "n": len(target),
+            "seed": seed,
+        },
+    )
+    model = NubiaModel(final, names, settings, (low, high), calibration, signature, report)
+    model.save(output)
+    table = table.assign(id=[s.id for s in usable], target=target, heldout=heldout)
+    return model, table
