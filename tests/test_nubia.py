@@ -162,6 +162,14 @@ def test_train_nubia_and_score_end_to_end(examples_dir, tmp_path, run_cli):
     why = pd.read_csv(per_story)
     assert {"similarity", "entail_fwd", "raw", "nubia", "item_id"} <= set(why.columns)
     assert np.allclose(why["nubia"], [r["value"] for r in rows])
+    import storyeval.functional as F
+    from storyeval.learn.nubia import NubiaModel
+
+    texts, refs = [s["story"] for s in chosen], [s["reference"] for s in chosen]
+    by_path = F.nubia(texts, refs, model=str(model_dir))
+    by_object = F.nubia(texts, refs, model=NubiaModel.load(model_dir))
+    assert np.allclose(by_path.values, [r["value"] for r in rows])
+    assert np.allclose(by_object.values, by_path.values)
     code, _, stderr = run_cli(
         "train", "nubia", "--stories", str(path), "--judgments", str(examples_dir / "judgments.jsonl"),
         "-o", str(tmp_path / "x"),

@@ -42,6 +42,7 @@ __all__ = [
     "distinct",
     "metric",
     "moverscore",
+    "nubia",
     "perplexity",
     "repetition",
     "rouge",
@@ -540,6 +541,27 @@ def self_bleu(
     stories = _stories("self_bleu", texts, None, None)
     options = {"max_order": max_order, "tokenize": tokenize, "lowercase": lowercase}
     return _run("self_bleu", stories, options)
+
+
+def nubia(
+    candidates: Sequence[str],
+    references: References,
+    *,
+    model: ModelArg,
+) -> MetricResult:
+    """NUBIA (Kane et al. 2020): calibrated interchangeability of each story with its
+    reference, in [0, 1].
+
+    Parameters
+    ----------
+    candidates : sequence of str
+    references : sequence of str (or of lists of str: the first is used)
+    model : str or NubiaModel
+        A directory written by ``storyeval train nubia`` or
+        :meth:`storyeval.learn.nubia.NubiaModel.load`'s result.
+    """
+    records = _stories("nubia", candidates, references, None)
+    return _run("nubia", records, {}, {"model": model})
 
 
 def union(

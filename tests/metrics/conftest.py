@@ -68,7 +68,33 @@ def nsp_checkpoint(tmp_path_factory: pytest.TempPathFactory, encoder: Any) -> Pa
 
 
 @pytest.fixture(scope="session")
-def checkpoints(nsp_checkpoint: Path, union_model: Any) -> dict[str, str]:
-    """Options pointing the metrics that need a trained checkpoint at one: the NSP head above
-    and the session's UNION model (trained by tests/conftest.py)."""
-    return {"nsp.model": str(nsp_checkpoint), "union.model": str(union_model.directory)}
+def nubia_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A NUBIA model with a seeded linear aggregator on synthetic features (the offline
+    extractor's models, so scoring runs the real feature path), saved as `train nubia` does."""
+    import numpy as np
+
+    from storyeval.learn.nubia import NubiaFeatures, NubiaModel, feature_names, fit_aggregator
+    from storyeval.signature import Signature
+
+    names = feature_names(False)
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(40, len(names)))
+    target = np.clip(0.5 + 0.2 * x[:, 0] - 0.1 * x[:, 3], 0, 1)
+    fields = {**NubiaFeatures.load().identity(), "aggregator": "linear", "calibration": "self"}
+    model = NubiaModel(
+        fit_aggregator(x, target), names, {}, (1.0, 5.0), "self", Signature("nubia", fields), {}
+    )
+    target_dir = tmp_path_factory.mktemp("nubia") / "model"
+    model.save(target_dir)
+    return target_dir
+
+
+@pytest.fixture(scope="session")
+def checkpoints(nsp_checkpoint: Path, union_model: Any, nubia_checkpoint: Path) -> dict[str, str]:
+    """Options pointing the metrics that need a trained checkpoint at one: the NSP head above,
+    the session's UNION model (trained by tests/conftest.py) and a NUBIA model."""
+    return {
+        "nsp.model": str(nsp_checkpoint),
+        "union.model": str(union_model.directory),
+        "nubia.model": str(nubia_checkpoint),
+    }

@@ -354,6 +354,17 @@ class NubiaModel:
     signature: Signature
     report: dict[str, Any]
 
+    @property
+    def identity(self) -> str:
+        """``nubia@HASH`` of the aggregator's numbers and calibration (for signatures)."""
+        import hashlib
+
+        content = json.dumps(
+            {"aggregator": self.aggregator.to_dict(), "calibration": self.calibration},
+            sort_keys=True,
+        ).encode()
+        return f"nubia@{hashlib.sha256(content).hexdigest()[:12]}"
+
     def save(self, directory: str | Path) -> Path:
         """Write ``DIR/nubia.json`` atomically."""
         from storyeval.io import write_text_atomic

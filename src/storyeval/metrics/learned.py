@@ -95,13 +95,17 @@ def nubia(batch: MetricBatch, options: Mapping[str, Any]) -> MetricOutput:
     from storyeval.io import write_table
     from storyeval.learn.nubia import NubiaModel
 
-    model = NubiaModel.load(options["model"])
+    given = batch.context.given(options["model"])
+    model = given or NubiaModel.load(options["model"])
     stories = batch.stories
     values, table = model.score([s.story for s in stories], [s.references[0] for s in stories])
     if options.get("features"):
         write_table(Path(options["features"]), table.assign(item_id=[s.id for s in stories]))
-    directory = Path(options["model"])
-    saved = directory / "nubia.json" if directory.is_dir() else directory
-    identity = f"{directory.name}@{hashlib.sha256(saved.read_bytes()).hexdigest()[:12]}"
+    if given is not None:  # a model object: its numbers are its identity
+        identity = model.identity
+    else:
+        directory = Path(options["model"])
+        saved = directory / "nubia.json" if directory.is_dir() else directory
+        identity = f"{directory.name}@{hashlib.sha256(saved.read_bytes()).hexdigest()[:12]}"
     fields = {k: v for k, v in model.signature.fields.items() if k not in ("n", "seed")}
     return MetricOutput(values, models={"model": identity}, fields=fields)
