@@ -22,7 +22,7 @@ from typing import Any
 from storyeval.perturb.base import Edit, NotApplicableError, PerturbOptions, register_technique
 from storyeval.perturb.corpus import PerturbationCorpus, is_keyword
 from storyeval.perturb.lexicon import inflect, match_case
-from storyeval.perturb.techniques import _antonym_candidates
+from storyeval.perturb.techniques import _antonym_candidates, _rebuild
 
 # --------------------------------------------------------------------------- discrimination
 
@@ -136,10 +136,6 @@ def antonym_swap(
     for index, changes in replacements.items():
         new[index] = _rebuild(docs[index], changes)
     return new, edits
-
-
-def _rebuild(doc: Any, replacements: dict[int, str]) -> str:
-    return "".join(replacements.get(t.i, t.text) + t.whitespace_ for t in doc).strip()
 
 
 def _names(docs: list[Any]) -> list[str]:
