@@ -34,12 +34,7 @@ class SiameseNsp(torch.nn.Module):
 
     def embed(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
         """Mean-pooled, L2-normalised last hidden states of a tokenized batch."""
-        hidden = self.encoder(
-            input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"]
-        ).last_hidden_state
-        mask = inputs["attention_mask"].unsqueeze(-1).to(hidden.dtype)
-        pooled = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)
-        return F.normalize(pooled, dim=-1)
+        return mean_pooled(self.encoder, inputs)
 
     def cosine(
         self, first: dict[str, torch.Tensor], second: dict[str, torch.Tensor]
@@ -54,21 +49,31 @@ class SiameseNsp(torch.nn.Module):
         result: torch.Tensor = self.head(self.cosine(first, second).unsqueeze(-1)).squeeze(-1)
         return result
 
-    def save_head(self, directory: Path) -> None:
+    def save_head(self, directory: Path, filename: str = HEAD_FILE) -> None:
         """Write the head's scale and bias into ``directory``."""
         from safetensors.torch import save_file
 
         save_file(
             {"weight": self.head.weight.detach().clone(), "bias": self.head.bias.detach().clone()},
-            str(directory / HEAD_FILE),
+            str(directory / filename),
         )
 
-    def load_head(self, directory: Path) -> None:
+    def load_head(self, directory: Path, filename: str = HEAD_FILE) -> None:
         """Read the head's scale and bias from ``directory``."""
         from safetensors.torch import load_file
 
-        state = load_file(str(directory / HEAD_FILE))
+        state = load_file(str(directory / filename))
         self.head.load_state_dict(state)
+
+
+def mean_pooled(encoder: Any, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+    """The L2-normalised mean of an encoder's last hidden states over the unpadded tokens."""
+    hidden = encoder(
+        input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"]
+    ).last_hidden_state
+    mask = inputs["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+    pooled = (hidden * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)
+    return F.normalize(pooled, dim=-1)
 
 
 def tokenize(tokenizer: Any, texts: Sequence[str], max_length: int) -> dict[str, torch.Tensor]:

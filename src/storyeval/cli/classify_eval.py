@@ -1,0 +1,183 @@
+"""``storyeval classify-eval``: classifier-based evaluation of style transfer (seed 002)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from storyeval.cli._common import user_error
+
+classify_app = typer.Typer(
+    help="Classifier-based evaluation of style transfer (De Mattei et al. 2021, seed 002): a "
+    "style classifier, content checks (HH, AH) and the compliancy score.",
+    no_args_is_help=True,
+)
+
+_CORPUS_HELP = (
+    "The two-style corpus (.jsonl or .csv): `story` is the text, the style is in `system` (or "
+    "--style-field), the source document in `prompt`, aligned texts share a `pair` value."
+)
+
+
+def _styles(text: str | None) -> list[str] | None:
+    return [s.strip() for s in text.split(",")] if text else None
+
+
+@classify_app.command("train")
+def train(
+    corpus: Path = typer.Argument(..., help=_CORPUS_HELP),
+    output: Path = typer.Option(..., "-o", "--output", help="The directory for the classifiers."),
+    style_field: str = typer.Option("system", "--style-field", help="The field holding the style."),
+    pair_field: str = typer.Option(
+        "pair", "--pair-field", help="Texts of the two styles with the same value are aligned."
+    ),
+    styles: str = typer.Option(
+        None, "--styles", help="The two styles A,B (if the corpus has more)."
+    ),
+    checks: str = typer.Option(
+        "hh,ah", "--checks", help="Content checks to train: hh, ah, both or none."
+    ),
+    model: str = typer.Option(
+        None,
+        "--model",
+        help="Base encoder: a hub name or a local directory (default: the offline one).",
+    ),
+    max_length: int = typer.Option(128, "--max-length", min=16, help="Longest text in tokens."),
+    epochs: int = typer.Option(3, "--epochs", min=1, help="Passes over the data (at most)."),
+    batch_size: int = typer.Option(16, "--batch-size", min=1, help="Examples per step."),
+    learning_rate: float = typer.Option(2e-5, "--lr", help="Peak learning rate."),
+    max_steps: int = typer.Option(
+        None, "--max-steps", min=1, help="Stop each classifier after N steps."
+    ),
+    test_fraction: float = typer.Option(
+        0.2,
+        "--test-fraction",
+        help="Share of the aligned groups held out to measure the classifiers.",
+    ),
+    dev_fraction: float = typer.Option(
+        0.1, "--dev-fraction", help="Share held out for early stopping."
+    ),
+    seed: int = typer.Option(
+        42, "--seed", help="Seed of the split, the negative pairs and training."
+    ),
+    threads: int = typer.Option(None, "--threads", min=1, help="CPU threads for torch."),
+    overwrite: bool = typer.Option(
+        False, "--overwrite", help="Replace classifiers trained otherwise."
+    ),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
+) -> None:
+    """Train the main style classifier and the content checks on a two-style corpus, and print
+    their precision, recall and F1 on held-out gold texts (the paper's Table 1) and the
+    compliancy of the held-out aligned texts (the upper bound)."""
+    import pandas as pd
+
+    from storyeval.classify_eval import train_classifiers
+    from storyeval.cli._tables import print_table
+    from storyeval.corpus import read_stories
+    from storyeval.errors import StoryevalError
+    from storyeval.learn.trainer import TrainingConfig
+
+    if threads is not None:
+        import torch
+
+        torch.set_num_threads(threads)
+    chosen = (
+        []
+        if checks.strip().lower() == "none"
+        else [c.strip() for c in checks.split(",") if c.strip()]
+    )
+    try:
+        training = TrainingConfig(
+            epochs=epochs,
+            batch_size=batch_size,
+            learning_rate=learning_rate,
+            max_steps=max_steps,
+            seed=seed,
+        )
+        summary = train_classifiers(
+            read_stories(corpus),
+            output,
+            style_field=style_field,
+            pair_field=pair_field,
+            styles=_styles(styles),
+            checks=chosen,
+            encoder=model,
+            max_length=max_length,
+            training=training,
+            test_fraction=test_fraction,
+            dev_fraction=dev_fraction,
+            overwrite=overwrite,
+            progress=not quiet,
+        )
+    except (StoryevalError, OSError, ValueError) as exc:
+        raise user_error(exc) from None
+    typer.echo("The classifiers on held-out gold data:")
+    typer.echo(pd.DataFrame(summary["gold"]).round(3).to_string(index=False))
+    typer.echo("Upper bound (the aligned human texts as transfers):")
+    print_table(
+        pd.DataFrame(summary["upper_bound"]), ["direction", "measure", "estimate [ci]", "n"]
+    )
+    for check, reason in summary["skipped"].items():
+        typer.echo(f"skipped {check}: {reason}")
+    typer.echo(f"wrote the classifiers to {output}")
+
+
+@classify_app.command("evaluate")
+def evaluate(
+    outputs: Path = typer.Argument(
+        ...,
+        help="Transfer outputs (story file): `system`, and `source` naming the source text's id.",
+    ),
+    classifiers: Path = typer.Option(
+        ..., "--classifiers", "-c", help="A `classify-eval train` directory."
+    ),
+    corpus: Path = typer.Option(
+        ..., "--corpus", help="The corpus holding the source texts. " + _CORPUS_HELP
+    ),
+    output: Path = typer.Option(
+        ..., "-o", "--output", help="The directory for the tables and report."
+    ),
+    source_field: str = typer.Option(
+        "source", "--source-field", help="The field naming the source text."
+    ),
+    threshold: float = typer.Option(0.5, "--threshold", help="P(match) needed to pass HH and AH."),
+    confidence: float = typer.Option(0.95, "--confidence", help="Interval coverage."),
+    no_overlap: bool = typer.Option(
+        False, "--no-overlap", help="Skip BLEU, ROUGE-L and BERTScore."
+    ),
+    no_gold: bool = typer.Option(False, "--no-gold", help="Leave out the gold upper bound."),
+) -> None:
+    """Check every output (style reversed, content kept, fits the document), and write per system
+    and direction the shares and the compliancy score with intervals, beside BLEU, ROUGE-L and
+    BERTScore against the source: summary.csv (the paper's Table 2), compliancy.csv, items.csv,
+    classifiers.csv (Table 1) and classify-eval.md."""
+    from storyeval.classify_eval import Classifiers, evaluate_transfers, write_classify_eval
+    from storyeval.cli._tables import reported_warnings
+    from storyeval.corpus import read_stories
+    from storyeval.errors import StoryevalError
+
+    try:
+        with reported_warnings():
+            result = evaluate_transfers(
+                Classifiers.load(classifiers),
+                read_stories(corpus),
+                read_stories(outputs),
+                source_field=source_field,
+                threshold=threshold,
+                confidence=confidence,
+                overlap=not no_overlap,
+                gold=not no_gold,
+            )
+        written = write_classify_eval(result, output)
+    except (StoryevalError, OSError, ValueError) as exc:
+        raise user_error(exc) from None
+    typer.echo(result.summary.round(3).to_string(index=False))
+    for kind, path in written.items():
+        typer.echo(f"wrote {kind}: {path}")
+    typer.echo(f"signature: {result.signature.render()}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``classify-eval`` commands to the application."""
+    app.add_typer(classify_app, name="classify-eval", rich_help_panel="Meta-evaluation")
