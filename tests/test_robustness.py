@@ -179,8 +179,54 @@ def test_robustness_command_writes_tables_heatmap_and_report(examples_dir, tmp_p
     report = (out / "robustness.md").read_text()
     assert "## Discrimination" in report and "## Invariance" in report
     assert "signature: robustness|invariance:synonym,contraction,punctuation,typos|" in stdout
+    saved = json.loads((out / "robustness.json").read_text())
+    assert saved["signature"]["name"] == "robustness" and set(saved["metrics"]) == {
+        "distinct2", "repeated_ngram_rate"
+    }  # fmt: skip
+
+    # the tables become a section of the meta-evaluation report
+    from metahelpers import JUDGMENTS, STORIES, write_example_scores
+
+    scores = write_example_scores(tmp_path / "scores.jsonl")
+    code, _, stderr = run_cli(
+        "report", "-s", str(scores), "-j", str(JUDGMENTS), "--stories", str(STORIES),
+        "-o", str(tmp_path / "report"), "--n-boot", "20", "--robustness", str(out),
+    )  # fmt: skip
+    assert code == 0, stderr
+    markdown = (tmp_path / "report" / "report.md").read_text()
+    assert "Robustness of metrics" in markdown and "figures/robustness.png" in markdown
+    assert "repeated_plot" in markdown and "robustness\\|invariance:synonym" in markdown
+    shown = pd.read_csv(tmp_path / "report" / "robustness_invariance.csv")
+    pd.testing.assert_frame_equal(shown, pd.read_csv(out / "invariance.csv"))
+    html = (tmp_path / "report" / "index.html").read_text()
+    assert 'src="figures/robustness.png"' in html
     code, _, stderr = run_cli(
         "robustness", str(stories), "--metrics", "distinct2", "-o", str(tmp_path / "x"),
         "--invariance", "none", "--discrimination", "sideways",
     )  # fmt: skip
     assert code == 2 and "sideways" in stderr
+
+
+def test_paraphrase_rewrites_keep_the_meaning_and_are_reproducible(corpus, causal_lm):
+    from storyeval import functional
+    from storyeval.perturb import NotApplicableError
+    from storyeval.perturb.paraphrase import paraphraser
+
+    assert parse_techniques("invariance-lm") == ("paraphrase",)
+    assert "paraphrase" not in parse_techniques("invariance")  # slow: asked for by name
+    sentence = "She could not remember where she had hidden the key."
+    rewrite = paraphraser().paraphrase(sentence, seed=1)
+    assert rewrite is not None, "the offline LM found no paraphrase"
+    assert _letters(rewrite.text) != _letters(sentence) and rewrite.similarity >= 0.85
+    f1 = functional.bertscore([rewrite.text], [sentence]).f1
+    assert f1[0] > 0.8  # meaning kept, by another measure than the filter's
+    assert paraphraser().paraphrase(sentence, seed=1) == rewrite
+
+    text, _, edits = _apply(corpus, "paraphrase", PLAIN, seed=3)
+    assert edits and text != PLAIN.story
+    for edit in edits:
+        assert edit.operation == "paraphrase" and edit.detail["similarity"] >= 0.85
+        assert split_sentences(PLAIN.story)[edit.sentence] == edit.before
+    one = Story("one", "", sentence)
+    with pytest.raises(NotApplicableError, match="no sentence got a rewrite"):
+        _apply(corpus, "paraphrase", one, seed=1, paraphrase_similarity=1.0)

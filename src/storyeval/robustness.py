@@ -48,6 +48,9 @@ INVARIANCE_COLUMNS = (
 )
 
 
+SIGNATURE_FILE = "robustness.json"
+
+
 @dataclass
 class RobustnessResult:
     """What :func:`robustness` found.
@@ -161,6 +164,8 @@ def robustness(
     tolerance: float = 0.1,
     confidence: float = 0.95,
     typo_rate: float = 0.05,
+    paraphrase_model: str | None = None,
+    paraphrase_similarity: float = 0.85,
     options: Mapping[str, Any] | None = None,
     nlp: Any = None,
     progress: bool = False,
@@ -183,6 +188,9 @@ def robustness(
         See :func:`invariance_table`.
     typo_rate : float
         Typo probability per word of the ``typos`` test.
+    paraphrase_model, paraphrase_similarity
+        The LM of the ``paraphrase`` test (asked for by name: ``invariance=[..., "paraphrase"]``)
+        and the cosine its rewrites need (see :mod:`storyeval.perturb.paraphrase`).
     options : mapping, optional
         Metric options, as for :func:`storyeval.metrics.score_stories`.
     nlp : spaCy Language, optional
@@ -219,7 +227,11 @@ def robustness(
             seed=seed,
             skip_inapplicable=True,
             nlp=nlp,
-            options=PerturbOptions(typo_rate=typo_rate),
+            options=PerturbOptions(
+                typo_rate=typo_rate,
+                paraphrase_model=paraphrase_model,
+                paraphrase_similarity=paraphrase_similarity,
+            ),
         )
     if not run.stories:
         raise StoryevalError("no test could change any story")
@@ -327,7 +339,8 @@ def _heatmap_panel(ax: Any, matrix: pd.DataFrame, cmap: str, short: Any) -> None
 
 def write_robustness(result: RobustnessResult, directory: str | Path) -> dict[str, Path]:
     """Write ``invariance.csv``, ``discrimination.csv``, ``perturbed.jsonl``,
-    ``robustness.png`` and ``robustness.md`` into ``directory`` (each atomically)."""
+    ``robustness.png``, ``robustness.md`` and ``robustness.json`` (the signatures) into
+    ``directory`` (each atomically)."""
     import json
 
     from storyeval.io import write_bytes_atomic, write_table, write_text_atomic
@@ -347,7 +360,44 @@ def write_robustness(result: RobustnessResult, directory: str | Path) -> dict[st
     write_bytes_atomic(written["heatmap"], robustness_heatmap(result))
     written["report"] = folder / "robustness.md"
     write_text_atomic(written["report"], robustness_markdown(result))
+    written["signatures"] = folder / SIGNATURE_FILE
+    signatures = {"signature": result.signature.to_dict(), "metrics": result.metric_signatures}
+    write_text_atomic(written["signatures"], json.dumps(signatures, indent=2) + "\n")
     return written
+
+
+def read_robustness(directory: str | Path) -> RobustnessResult:
+    """The tables and signatures of a directory written by :func:`write_robustness` (for
+    ``storyeval report --robustness DIR``); the perturbed stories are not read.
+
+    Raises
+    ------
+    StoryevalError
+        When the directory lacks the tables.
+    """
+    import json
+
+    folder = Path(directory)
+    tables = {}
+    for name in ("invariance", "discrimination"):
+        path = folder / f"{name}.csv"
+        if not path.is_file():
+            raise StoryevalError(
+                f"{folder}: no {name}.csv; write one with `storyeval robustness STORIES "
+                "--metrics M1,M2 -o DIR`"
+            )
+        tables[name] = pd.read_csv(path) if path.stat().st_size > 1 else pd.DataFrame()
+    saved: dict[str, Any] = {}
+    if (folder / SIGNATURE_FILE).is_file():
+        saved = json.loads((folder / SIGNATURE_FILE).read_text(encoding="utf-8"))
+    signature = (
+        Signature.from_dict(saved["signature"])
+        if "signature" in saved
+        else Signature("robustness", {})
+    )
+    return RobustnessResult(
+        tables["invariance"], tables["discrimination"], [], {}, signature, saved.get("metrics", {})
+    )
 
 
 def robustness_markdown(result: RobustnessResult) -> str:

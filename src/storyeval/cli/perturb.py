@@ -12,7 +12,8 @@ from storyeval.cli._common import exit_with, user_error
 _TECHNIQUES_HELP = (
     "Comma-separated techniques: repetition, substitution, reordering, negation (default: these "
     "four, UNION's); or a suite name: discrimination (causal_reordering, antonym_swap, "
-    "entity_swap, repeated_plot), invariance (synonym, contraction, punctuation, typos)."
+    "entity_swap, repeated_plot), invariance (synonym, contraction, punctuation, typos), "
+    "invariance-lm (paraphrase: LM rewrites, slow)."
 )
 
 
@@ -48,6 +49,11 @@ def perturb(
         help="A ConceptNet-style antonym file (word|||/r/Antonym|||antonym lines) whose "
         "antonyms join WordNet's for substitution.",
     ),
+    paraphrase_model: str = typer.Option(
+        None,
+        "--paraphrase-model",
+        help="Instruction-tuned LM of the paraphrase technique (default: the offline one).",
+    ),
     skip_inapplicable: bool = typer.Option(
         False,
         "--skip-inapplicable",
@@ -75,7 +81,7 @@ def perturb(
     from storyeval.perturb.lexicon import antonym_file_identity
 
     try:
-        options = PerturbOptions(keyword_rate=keyword_rate)
+        options = PerturbOptions(keyword_rate=keyword_rate, paraphrase_model=paraphrase_model)
     except ValueError as exc:
         raise exit_with(f"error: --keyword-rate: {exc}") from None
     if antonyms is not None:

@@ -40,6 +40,9 @@ def report_command(
     n_boot: int = typer.Option(1000, "--n-boot", help="Bootstrap replicates."),
     seed: int = typer.Option(0, "--seed"),
     title: str = typer.Option("storyeval meta-evaluation report", "--title"),
+    robustness: Path = typer.Option(
+        None, "--robustness", help="A `storyeval robustness` output directory to add as a section."
+    ),
 ) -> None:
     """Write OUT/index.html and OUT/report.md with heatmaps, scatter plots, agreement, the human
     ceiling, Williams tests, signatures, and the CSVs behind them."""
@@ -78,6 +81,7 @@ def report_command(
             n_boot=n_boot,
             seed=seed,
             title=title,
+            robustness=robustness,
             inputs={
                 "scores": scores,
                 "judgments": judgments,

@@ -17,8 +17,8 @@ def robustness_command(
     invariance: str = typer.Option(
         None,
         "--invariance",
-        help="Quality-preserving tests (default: synonym, contraction, punctuation, typos; "
-        "'none' to skip).",
+        help="Quality-preserving tests (default: synonym, contraction, punctuation, typos; add "
+        "paraphrase for LM rewrites, e.g. invariance,paraphrase; 'none' to skip).",
     ),
     discrimination: str = typer.Option(
         None,
@@ -30,6 +30,14 @@ def robustness_command(
         0.1, "--tolerance", help="A change beyond this many sds of the metric counts as moved."
     ),
     typo_rate: float = typer.Option(0.05, "--typo-rate", help="Typo probability per word."),
+    paraphrase_model: str = typer.Option(
+        None,
+        "--paraphrase-model",
+        help="Instruction-tuned LM of the paraphrase test (default: the offline SmolLM2-135M).",
+    ),
+    paraphrase_similarity: float = typer.Option(
+        0.85, "--paraphrase-similarity", help="Encoder cosine a rewrite needs to count."
+    ),
     seed: int = typer.Option(0, "--seed", help="Seed of the perturbations."),
     option: list[str] = typer.Option(
         None, "--option", help="Metric option NAME.KEY=VALUE (repeat), as for `score`."
@@ -64,6 +72,8 @@ def robustness_command(
             seed=seed,
             tolerance=tolerance,
             typo_rate=typo_rate,
+            paraphrase_model=paraphrase_model,
+            paraphrase_similarity=paraphrase_similarity,
             options=parse_option_assignments(option or []),
             progress=progress and sys.stderr.isatty(),
         )

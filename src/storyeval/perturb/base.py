@@ -109,6 +109,11 @@ class PerturbOptions:
     antonyms_file : str or None
         A ConceptNet-style antonym file (``word|||/r/Antonym|||antonym`` lines, as in the UNION
         repository) whose antonyms join WordNet's for substitution; WordNet's are sparse.
+    paraphrase_model : str or None
+        The instruction-tuned causal LM of the ``paraphrase`` test (a hub name or a local
+        directory; None: the offline SmolLM2-135M-Instruct).
+    paraphrase_similarity : float
+        The encoder cosine a rewrite needs to count as a paraphrase (0.85).
     """
 
     keyword_rate: float = 0.15
@@ -118,6 +123,8 @@ class PerturbOptions:
     contraction_probability: float | None = 0.5
     antonyms_file: str | None = None
     typo_rate: float = 0.05
+    paraphrase_model: str | None = None
+    paraphrase_similarity: float = 0.85
 
     def __post_init__(self) -> None:
         for name in (
@@ -126,6 +133,7 @@ class PerturbOptions:
             "sentence_repetition_probability",
             "contraction_probability",
             "typo_rate",
+            "paraphrase_similarity",
         ):
             value = getattr(self, name)
             if value is None and name == "contraction_probability":
@@ -150,6 +158,10 @@ class PerturbOptions:
         }
         if self.typo_rate != 0.05:  # the default is implied by the version
             fields["typo_rate"] = self.typo_rate
+        if self.paraphrase_model is not None:
+            fields["paraphrase_model"] = self.paraphrase_model
+        if self.paraphrase_similarity != 0.85:
+            fields["paraphrase_similarity"] = self.paraphrase_similarity
         if self.antonyms_file is not None:
             from storyeval.perturb.lexicon import antonym_file_identity
 
@@ -191,11 +203,12 @@ class Technique:
         The error of generated stories it mimics (repeated plots, poor coherence, ...).
     description : str
         One line for help texts and docs.
-    suite : {"union", "discrimination", "invariance"}
+    suite : {"union", "discrimination", "invariance", "invariance-lm"}
         ``union``: UNION's four negative-sampling techniques, the default set. The others
         are asked for by name or by suite: ``discrimination`` introduces an error of
         generated stories (OpenMEVA's tests), ``invariance`` keeps the quality (a robust
-        metric barely moves).
+        metric barely moves), ``invariance-lm`` keeps it with a language model's rewrites
+        (slow).
     """
 
     name: str
@@ -226,7 +239,7 @@ UNION_COUNT_PROBABILITIES: dict[int, float] = {1: 0.5, 2: 0.2, 3: 0.2, 4: 0.1}
 
 
 #: The suites of techniques (see :class:`Technique`).
-SUITES: tuple[str, ...] = ("union", "discrimination", "invariance")
+SUITES: tuple[str, ...] = ("union", "discrimination", "invariance", "invariance-lm")
 
 
 def register_technique(

@@ -1,13 +1,16 @@
 """Robustness tests beyond UNION's four techniques (OpenMEVA, Guan et al. 2021).
 
-Two suites, asked for by name or by suite (``--techniques discrimination``), never part of
+Three suites, asked for by name or by suite (``--techniques discrimination``), never part of
 UNION's default mixture:
 
 * ``discrimination``: errors generated stories make that UNION's techniques do not mimic:
   causal and temporal reordering of events, commonsense swaps (antonyms only; two entities
   swapped) and repeated plots (an earlier event told again later);
 * ``invariance``: changes that keep a story's quality (synonyms, contractions, punctuation,
-  typos at a controlled rate): a robust metric should barely move.
+  typos at a controlled rate): a robust metric should barely move;
+* ``invariance-lm``: ``paraphrase``, sentences rewritten by a language model and kept only
+  when they pass a similarity check (:mod:`storyeval.perturb.paraphrase`); slow, so asked for
+  by name, never in a default run.
 
 Each technique guarantees a real change or raises
 :class:`~storyeval.perturb.base.NotApplicableError`.
@@ -496,4 +499,48 @@ def typos(
         edits.append(Edit("typos", "typo", index, before=match.group(0), after=wrong))
     if not edits:
         raise NotApplicableError("typos", "no typo changed a word")
+    return new, edits
+
+
+@register_technique(
+    "paraphrase",
+    min_sentences=1,
+    mix_weight=0.0,
+    error_type="none (quality kept)",
+    description="each sentence rewritten by an instruction-tuned LM (--paraphrase-model; the "
+    "offline SmolLM2-135M-Instruct by default), kept only when the encoder's cosine to the "
+    "original is >= 0.85, the words differ and the length is 0.6-1.6x (slow: opt-in)",
+    suite="invariance-lm",
+)
+def paraphrase(
+    sentences: list[str],
+    rng: random.Random,
+    corpus: PerturbationCorpus,
+    *,
+    story_id: str,
+    options: PerturbOptions,
+) -> tuple[list[str], list[Edit]]:
+    """Paraphrase by LM rewriting (:mod:`storyeval.perturb.paraphrase`)."""
+    from storyeval.perturb.paraphrase import paraphraser
+
+    model = paraphraser(options.paraphrase_model)
+    new, edits = list(sentences), []
+    for index, sentence in enumerate(sentences):
+        found = model.paraphrase(
+            sentence, seed=rng.randrange(2**31), min_similarity=options.paraphrase_similarity
+        )
+        if found is not None:
+            new[index] = found.text
+            edits.append(
+                Edit(
+                    "paraphrase",
+                    "paraphrase",
+                    index,
+                    before=sentence,
+                    after=found.text,
+                    detail={"similarity": round(found.similarity, 4)},
+                )
+            )
+    if not edits:
+        raise NotApplicableError("paraphrase", "no sentence got a rewrite that passes the checks")
     return new, edits

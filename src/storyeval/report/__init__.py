@@ -8,7 +8,9 @@ judgments, and writes into the output directory:
   ``figures/matrix.png`` (the criteria + metrics matrix, Callan & Foster 2023 Table 2),
   ``figures/scatter_<n>.png`` (each metric against each criterion, points by system);
 - ``correlations.csv``, ``matrix.csv``, ``agreement.csv``, ``ratings.csv``, ``ceiling.csv``,
-  ``system_means.csv``, ``williams.csv``, ``signatures.csv`` (whichever apply).
+  ``system_means.csv``, ``williams.csv``, ``signatures.csv`` (whichever apply);
+- with ``robustness=DIR`` (a ``storyeval robustness`` directory): ``figures/robustness.png``,
+  ``robustness_discrimination.csv`` and ``robustness_invariance.csv`` and their section.
 
 Files are written one by one, atomically; other files in the directory are left alone.
 Sections that do not apply to the data (one rater: no agreement; no prompt ids: no story
@@ -37,6 +39,7 @@ from storyeval.report.sections import (
     human_section,
     matrix_section,
     overview_section,
+    robustness_section,
     scatter_section,
     signature_section,
     warning_section,
@@ -59,6 +62,7 @@ def report_sections(
     *,
     inputs: Mapping[str, Sequence[str | Path]] | None = None,
     max_scatter_metrics: int = 12,
+    robustness: str | Path | None = None,
 ) -> list[Section]:
     """The report's sections, in order (writing the CSVs and figures they show)."""
     sections = [
@@ -68,8 +72,10 @@ def report_sections(
         matrix_section(data, out),
         scatter_section(data, out, max_scatter_metrics),
         williams_section(data, out),
-        signature_section(data, out, inputs),
     ]
+    if robustness is not None:
+        sections.append(robustness_section(robustness, out))
+    sections.append(signature_section(data, out, inputs))
     warnings = warning_section(data)
     return sections + ([warnings] if warnings is not None else [])
 
@@ -89,6 +95,7 @@ def build_report(
     title: str = "storyeval meta-evaluation report",
     inputs: Mapping[str, Sequence[str | Path]] | None = None,
     max_scatter_metrics: int = 12,
+    robustness: str | Path | None = None,
 ) -> ReportResult:
     """Compute the meta-evaluation and write the report (see the module docstring):
     :func:`~storyeval.report.compute.compute_report`, then the sections, then the pages.
@@ -117,6 +124,9 @@ def build_report(
         SHA-256 in the signature section.
     max_scatter_metrics : int
         Metrics per scatter figure (more metrics make more figures).
+    robustness : str or Path, optional
+        A directory written by ``storyeval robustness``: its tables and heatmap become the
+        section "Robustness of metrics".
 
     Returns
     -------
@@ -145,7 +155,9 @@ def build_report(
     )
     (directory / "figures").mkdir(parents=True, exist_ok=True)
     out = ReportFiles(directory)
-    sections = report_sections(data, out, inputs=inputs, max_scatter_metrics=max_scatter_metrics)
+    sections = report_sections(
+        data, out, inputs=inputs, max_scatter_metrics=max_scatter_metrics, robustness=robustness
+    )
     out.text("index.html", render_html(title, sections))
     out.text("report.md", render_markdown(title, sections))
     return ReportResult(directory, out.files, data.warnings)

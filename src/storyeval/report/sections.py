@@ -304,6 +304,49 @@ def williams_section(data: ReportData, out: ReportFiles) -> Section:
     return section
 
 
+def robustness_section(directory: str | Path, out: ReportFiles) -> Section:
+    """The robustness tests of ``storyeval robustness`` (a directory it wrote): the heatmap,
+    the discrimination and invariance tables and their signature."""
+    from storyeval.robustness import read_robustness
+
+    result = read_robustness(directory)
+    section = Section("Robustness of metrics")
+    section.paragraphs.append(
+        "From `storyeval robustness` (OpenMEVA's tests). Discrimination: the share of "
+        "(original, altered) pairs where the metric prefers the original (0.5 is chance). "
+        "Invariance: the share of stories a quality-preserving change moved by more than the "
+        "tolerance (0 is robust), and the mean change."
+    )
+    heatmap = Path(directory) / "robustness.png"
+    if heatmap.is_file():
+        image = out.png("robustness.png", heatmap.read_bytes())
+        section.figures.append(Figure(image, "robustness heatmap"))
+    if len(result.discrimination):
+        out.csv("robustness_discrimination.csv", result.discrimination)
+        shown = result.discrimination.copy()
+        shown["preferred original [ci]"] = [
+            estimate_cell(r, "p_value", stars=False) for r in shown.to_dict("records")
+        ]
+        shown["p"] = shown["p_value"].map(fmt_p)
+        columns = ["metric", "group", "n_pairs", "preferred original [ci]", "p"]
+        section.tables.append(Table(shown[columns], "Discrimination"))
+    if len(result.invariance):
+        out.csv("robustness_invariance.csv", result.invariance)
+        shown = result.invariance.rename(columns={"changed_share": "estimate"})
+        shown["moved [ci]"] = [
+            estimate_cell(r, "p_value", stars=False) for r in shown.to_dict("records")
+        ]
+        shown = _formatted(shown, ["mean_change", "mean_abs_change"])
+        columns = ["metric", "test", "n_pairs", "moved [ci]", "mean_change", "mean_abs_change"]
+        section.tables.append(Table(shown[columns], "Invariance"))
+    signatures = [{"what": "robustness", "signature": result.signature.render()}]
+    signatures += [
+        {"what": f"metric {m}", "signature": s} for m, s in result.metric_signatures.items()
+    ]
+    section.tables.append(Table(pd.DataFrame(signatures), "Signatures of the robustness tests"))
+    return section
+
+
 # --------------------------------------------------------------------------- provenance
 
 
