@@ -230,3 +230,13 @@ def test_paraphrase_rewrites_keep_the_meaning_and_are_reproducible(corpus, causa
     one = Story("one", "", sentence)
     with pytest.raises(NotApplicableError, match="no sentence got a rewrite"):
         _apply(corpus, "paraphrase", one, seed=1, paraphrase_similarity=1.0)
+
+
+def test_paraphrase_filter_rejects_flipped_negations_and_strips_labels():
+    from storyeval.perturb.paraphrase import _clean, _negations, _words
+
+    assert _clean('Rewrite: "Tomas explained it."\nThis sentence uses...') == "Tomas explained it."
+    original = _words("Priya could fix the engine, but only if she went outside alone.")
+    flipped = _words("Priya could not fix the engine alone if she went outside alone.")
+    assert _negations(original) == 0 and _negations(flipped) == 1
+    assert _negations(_words("She couldn't go; she never did.")) == 2

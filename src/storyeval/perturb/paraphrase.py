@@ -9,7 +9,9 @@ paraphrase by three checks:
 * the encoder's cosine between the original and the sample is at least ``min_similarity``
   (0.85: the meaning is kept);
 * its words differ from the original's (lower-cased, punctuation ignored);
-* its length is within 0.6-1.6 times the original's (no added commentary, no truncation).
+* its length is within 0.6-1.6 times the original's (no added commentary, no truncation);
+* it has as many negations (not, n't, never, no, nothing, ...) as the original: embedding
+  similarity barely sees a flipped negation.
 
 Of the samples that pass, the most similar one is kept; a sentence without one stays as it
 was, and a story none of whose sentences could be paraphrased is not applicable. Small LMs
@@ -33,6 +35,10 @@ MIN_SIMILARITY = 0.85
 CANDIDATES = 4
 LENGTH_RATIO = (0.6, 1.6)
 _WORD = re.compile(r"[a-z0-9']+")
+_LABEL = re.compile(r"^(?:rewrite|rewritten|paraphrase|answer|sentence|new sentence)\s*:\s*", re.I)
+_NEGATIONS = frozenset(
+    {"not", "no", "never", "nothing", "nobody", "none", "nowhere", "neither", "nor"}
+)
 
 
 @dataclass(frozen=True)
@@ -47,10 +53,14 @@ def _words(text: str) -> list[str]:
     return _WORD.findall(text.lower().replace("’", "'"))
 
 
+def _negations(words: list[str]) -> int:
+    return sum(word in _NEGATIONS or word.endswith("n't") for word in words)
+
+
 def _clean(sample: str) -> str:
-    """The first line of a sample, without surrounding quotes."""
+    """The first line of a sample, without a label ("Rewrite:") or surrounding quotes."""
     lines = [line.strip() for line in sample.strip().splitlines() if line.strip()]
-    text = lines[0] if lines else ""
+    text = _LABEL.sub("", lines[0] if lines else "")
     return text.strip().strip('"“”').strip()
 
 
@@ -121,6 +131,7 @@ class Paraphraser:
             if s
             and _words(s) != original
             and LENGTH_RATIO[0] <= len(_words(s)) / max(1, len(original)) <= LENGTH_RATIO[1]
+            and _negations(_words(s)) == _negations(original)
         ]
         if not samples:
             return None
