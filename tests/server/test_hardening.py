@@ -262,3 +262,37 @@ def test_bad_input_is_a_4xx_and_changes_nothing(db_url, study_dir, tmp_path):
     assert client.post(questions, data={"comments": "fine"}).status_code == 200
     with client.app.state.storyeval.db.read() as conn:
         assert conn.execute(select(store.responses.c.text)).scalars().all() == ["fine"]
+
+
+RACE_STUDY = """
+name: race
+title: Race for the last items
+protocol: likert
+stories: stories.jsonl
+select: {systems: [human, smollm2-p0.9], per_system: 1, seed: 1}
+criteria:
+  - {name: coherence, question: "How coherent?", scale: 5, labels: {1: low, 5: high}}
+assignment: {items_per_participant: 1, max_items_per_participant: 2, raters_per_item: 1}
+"""
+
+
+def test_more_items_taken_by_others_since_the_offer_is_not_a_conflict(study_dir, tmp_path):
+    """Two items, two participants. Alice answers one and is offered more; Bob takes the last
+    item meanwhile; Alice's "continue" then closes her items (no 409 error page) and leads to
+    her completion code; a second "continue" after the completion code is still a 409."""
+    study = write_study(study_dir, RACE_STUDY, "race.yaml")
+    settings = Settings(database_url=f"sqlite:///{tmp_path / 'r.sqlite3'}", admin_token=ADMIN)
+    app = create_app(settings, [StudySession(study)])
+    with TestClient(app) as alice, TestClient(app) as bob:
+        token = _participant(alice, study)
+        item = alice.post(f"/study/{token}/start", data={"consent": "yes"})
+        alice.post(item.url.path, data={"coherence": "4"})
+        offer = alice.get(f"/study/{token}/")
+        assert offer.url.path.endswith("/more"), offer.url.path
+        other = _participant(bob, study)
+        assert "/item/" in bob.post(f"/study/{other}/start", data={"consent": "yes"}).url.path
+        answer = alice.post(f"/study/{token}/more", data={"action": "continue"})
+        assert answer.status_code == 200 and answer.url.path.endswith("/done"), answer.text[:300]
+        assert "completion-code" in answer.text
+        late = alice.post(f"/study/{token}/more", data={"action": "continue"})
+        assert late.status_code == 409

@@ -922,12 +922,30 @@ def more(conn: Connection, study: Study, participant: Participant, action: str, 
             return "replay"  # the batch this request asked for is already reserved
         if closed and action == "finish" and current.finished_at is None:
             return "replay"
+        if _items_ran_out(snap, step, current):
+            # the page offered more items, but others took the last ones since: the answer
+            # is honoured as far as it can be (no more items), not refused
+            close_items(conn, current)
+            return "closed"
         raise Conflict(step)
     if action == "continue" and claim_batch(conn, study, current, now) > 0:
         _view_next(conn, study, current, now)
         return "claimed"
     close_items(conn, current)
     return "closed"
+
+
+def _items_ran_out(snap: Snapshot, step: Step, participant: Participant) -> bool:
+    """Whether a participant between batches lost the offer of more items because every
+    open item was taken by others (not because they finished or closed their items)."""
+    member = snap.member
+    return (
+        participant.finished_at is None
+        and member is not None
+        and not member.items_closed
+        and member.batches > 0
+        and step.kind in ("questions", "done")
+    )
 
 
 def close_items(conn: Connection, participant: Participant) -> None:
