@@ -435,6 +435,48 @@ NARRATIVE: dict[str, dict[str, str]] = {
         "limits": EDIT_LIMITS + " Moved blocks count only once (the longest run wins).",
         "refs": "Akoury et al. (2020), STORIUM (EMNLP); Ratcliff & Metzener (1988).",
     },
+    "mauve": {
+        "measures": "MAUVE (Pillutla et al. 2021): how close the distribution of a system's "
+        "stories is to the distribution of people's stories (`reference_system`, default "
+        "`human`). Each story becomes a feature vector (default: the offline encoder's "
+        "mean-pooled last layer; `features=causal-lm`: the causal LM's last-token state, as "
+        "the authors do with GPT-2 large); both sets are L2-normalised, reduced by PCA (90% "
+        "of the variance) and quantised together by k-means into n/10 clusters; MAUVE is the "
+        "area under the divergence curve of the two cluster histograms. k-means depends on "
+        "its seed, so storyeval runs `seeds` quantisations and reports their mean with a "
+        "Student t interval across seeds. Implemented in storyeval (MIT) and tested equal to "
+        "the authors' `mauve-text` on the same features and seed.",
+        "read": "0-1, higher = closer to people's stories (1: indistinguishable in feature "
+        "space). A corpus-level metric: one value per system, no value per story (`storyeval "
+        "score` writes no per-story record for it; the per-system table has it). `storyeval "
+        "mauve STORIES -o DIR` writes the table, every seed's divergence curve and a plot; "
+        "`storyeval report --mauve DIR` adds them to a report.",
+        "papers": "Pillutla et al. (2021) compute MAUVE on web text with GPT-2 large features "
+        "and 5,000 texts a side, where nucleus sampling scores far above greedy decoding and "
+        "larger models above smaller ones. Values depend on the feature model, so they are "
+        "not comparable with the offline encoder's.",
+        "limits": "Needs many texts: below 100 a side (a warning says so) the histogram has "
+        "fewer than 10 clusters and the value moves with the seed (see the interval); the "
+        "authors use 5,000. When the two sides' lengths differ strongly (median ratio above "
+        "1.5, warned), MAUVE mostly measures length: truncate both to similar lengths. "
+        "Values are comparable only under the same features, model, buckets and seeds (all in "
+        "the signature). On short texts the features carry little signal (mauve issue #9).",
+        "refs": "Pillutla et al. (2021), MAUVE (NeurIPS); Pillutla et al. (2023), MAUVE "
+        "scores for generative models (JMLR); Liu et al. (2021), divergence frontiers.",
+    },
+    "mauve_star": {
+        "measures": "MAUVE* (Pillutla et al. 2023): MAUVE computed from cluster histograms "
+        "with Krichevsky-Trofimov smoothing (half a count added to every cluster), which "
+        "lowers its bias on small samples. Same features, quantisation and seeds as `mauve` "
+        "(the two share one computation).",
+        "read": "0-1, higher = closer to people's stories; usually a little above MAUVE on "
+        "small samples. One value per system (corpus level).",
+        "papers": "Pillutla et al. (2023) recommend the smoothed estimate for small samples; "
+        "no story-generation values are reported.",
+        "limits": "As for `mauve`: many texts needed, lengths matter, comparable only under the "
+        "same signature.",
+        "refs": "Pillutla et al. (2023), MAUVE scores for generative models (JMLR).",
+    },
 }
 
 EXTRA_NOTES = {
@@ -456,6 +498,8 @@ def _inputs_text(spec) -> str:  # type: ignore[no-untyped-def]
         parts.append(f"the field named by `{spec.name}.{key}`")
     if spec.level == "system":
         parts.append("`system` (stories are compared with the other stories of their system)")
+    if spec.level == "corpus":
+        parts.append("`system` (each system is compared with the reference system)")
     model = {
         "encoder": "an encoder (default: the offline all-MiniLM-L6-v2; `model` option)",
         "causal-lm": "a causal LM (default: the offline SmolLM2-135M; `model` option)",
@@ -466,6 +510,13 @@ def _inputs_text(spec) -> str:  # type: ignore[no-untyped-def]
         "checkpoint": "a checkpoint directory (`model` option)",
     }.get(spec.model or "", "no model")
     return f"Fields: {', '.join(parts)}. Model: {model}."
+
+
+def _per_system_text(spec, corpus: str) -> str:  # type: ignore[no-untyped-def]
+    if spec.level == "corpus":
+        against = ", ".join(f"`{s.name}`" for s in spec.system_statistics)
+        return f"{against} of each system against `reference_system` (no per-story value)"
+    return f"`{spec.item_statistic}` (with sd and bootstrap CI), corpus: {corpus}"
 
 
 def render(spec) -> str:  # type: ignore[no-untyped-def]
@@ -493,7 +544,7 @@ def render(spec) -> str:  # type: ignore[no-untyped-def]
         f"| direction | {spec.direction} |",
         f"| range | {spec.range_text} |",
         f"| level | {spec.level} |",
-        f"| per-system statistics | `{spec.item_statistic}` (with sd and bootstrap CI), corpus: {corpus} |",
+        f"| per-system statistics | {_per_system_text(spec, corpus)} |",
         f"| families (for `--option FAMILY.KEY=...`) | {', '.join(f'`{f}`' for f in spec.families)} |",
         f"| default suite | {suite} |",
         "",

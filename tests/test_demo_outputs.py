@@ -38,6 +38,7 @@ def same_numbers(now: str, before: str) -> bool:
             return False
     return True
 
+
 STORED = Path(__file__).parent / "data" / "demo_outputs"
 PROMPTS = {f"s{index:03d}" for index in range(1, 13)}
 

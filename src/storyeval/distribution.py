@@ -36,6 +36,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
@@ -127,7 +128,7 @@ class MauveResult:
 # --------------------------------------------------------------------------- the pieces
 
 
-def kmeans_backend(requested: KMeansBackend = "auto") -> str:
+def kmeans_backend(requested: str = "auto") -> KMeansBackend:
     """``faiss`` when faiss-cpu is installed (the reference implementation's quantiser, so
     numbers match it), else ``sklearn``; a requested backend that is missing is an error."""
     if requested not in ("auto", "faiss", "sklearn"):
@@ -151,7 +152,7 @@ def auto_buckets(n_p: int, n_q: int) -> int:
     >>> auto_buckets(60, 60), auto_buckets(5000, 4000), auto_buckets(5, 9)
     (6, 400, 2)
     """
-    return max(2, int(round(min(n_p, n_q) / 10)))
+    return max(2, round(min(n_p, n_q) / 10))
 
 
 def _reduce(
@@ -178,9 +179,15 @@ def _cluster(
         import faiss
 
         kmeans = faiss.Kmeans(
-            data.shape[1], k, niter=max_iter, verbose=False, nredo=num_redo,
-            update_index=True, seed=seed + 2,
-        )  # fmt: skip
+            data.shape[1],
+            k,
+            niter=max_iter,
+            verbose=False,
+            nredo=num_redo,
+            update_index=True,
+            seed=seed + 2,
+            min_points_per_centroid=1,
+        )  # min_points_per_centroid only silences a warning
         kmeans.train(data)
         _, labels = kmeans.index.search(data, 1)
         return np.asarray(labels).reshape(-1)
@@ -258,8 +265,10 @@ def _trapezoid(x: np.ndarray, y: np.ndarray) -> float:
 def curve_area(curve: np.ndarray) -> float:
     """MAUVE from a divergence curve: the mean of the areas taken along each axis.
 
-    >>> curve_area(divergence_curve(np.array([1.0, 0.0]), np.array([0.0, 1.0])))
-    0.0
+    >>> same = divergence_curve(np.array([0.3, 0.7]), np.array([0.3, 0.7]))
+    >>> disjoint = divergence_curve(np.array([1.0, 0.0]), np.array([0.0, 1.0]))
+    >>> round(curve_area(same), 4), round(curve_area(disjoint), 4)
+    (1.0, 0.0041)
     """
     x, y = curve[:, 0], curve[:, 1]
     by_x, by_y = np.argsort(x, kind="stable"), np.argsort(y, kind="stable")
@@ -398,9 +407,16 @@ def mauve_features(
     runs, dims = [], 0
     for index, current in enumerate(_seed_list(seeds, seed)):
         p_counts, q_counts, kept = quantize(
-            p, q, num_buckets=buckets, seed=current, explained_variance=explained_variance,
-            num_redo=num_redo, max_iter=max_iter, pca_max_data=pca_max_data, kmeans=backend,
-        )  # fmt: skip
+            p,
+            q,
+            num_buckets=buckets,
+            seed=current,
+            explained_variance=explained_variance,
+            num_redo=num_redo,
+            max_iter=max_iter,
+            pca_max_data=pca_max_data,
+            kmeans=backend,
+        )
         dims = kept if index == 0 else dims
         runs.append(_one_seed(p_counts, q_counts, current, points, scaling))
     for note in notes:
@@ -442,4 +458,210 @@ def length_note(p_lengths: Sequence[int], q_lengths: Sequence[int]) -> str:
         f"median lengths differ strongly ({a:g} vs {b:g} words): MAUVE then mostly measures "
         "length; compare texts of similar length (e.g. truncate both sides to the same number "
         "of words)"
+    )
+
+
+# --------------------------------------------------------------------------- per system, files
+
+
+MAUVE_COLUMNS = (
+    "system",
+    "statistic",
+    "estimate",
+    "ci_low",
+    "ci_high",
+    "sd",
+    "n",
+    "method",
+    "signature",
+)
+SIGNATURE_FILE = "mauve.json"
+
+
+@dataclass
+class MauveTable:
+    """MAUVE and MAUVE* of every system against the reference system.
+
+    Attributes
+    ----------
+    frame : pandas.DataFrame
+        Columns :data:`MAUVE_COLUMNS`, a row per system and statistic.
+    curves : pandas.DataFrame
+        ``system``, ``seed``, ``point``, ``x``, ``y``: every seed's divergence curve.
+    reference : str
+        The reference system.
+    notes : list of str
+        Warnings (small samples, lengths that differ), each prefixed with its system.
+    signatures : dict of str to str
+        The signature of each statistic.
+    """
+
+    frame: Any
+    curves: Any
+    reference: str
+    notes: list[str]
+    signatures: dict[str, str]
+
+
+def mauve_by_system(
+    stories: Sequence[Any],
+    *,
+    options: Any = None,
+    progress: bool = False,
+) -> MauveTable:
+    """MAUVE and MAUVE* of each system's stories against the reference system's, through
+    :func:`storyeval.metrics.score_stories` (so the numbers are those of ``storyeval score
+    --metrics mauve,mauve_star``).
+
+    Parameters
+    ----------
+    stories : sequence of Story
+        Stories of several systems, the reference system's among them.
+    options : mapping, optional
+        ``{"mauve.KEY": value}`` settings (``mauve.reference_system``, ``mauve.features``,
+        ``mauve.seeds``, ...; ``storyeval metrics --options`` lists them).
+    progress : bool
+        Progress bars.
+
+    Returns
+    -------
+    MauveTable
+    """
+    import pandas as pd
+
+    from storyeval.metrics.pipeline import score_stories
+
+    run = score_stories(
+        stories, "mauve,mauve_star", options=options or {}, bootstrap=0, progress=progress
+    )
+    frame = run.systems[list(MAUVE_COLUMNS)].reset_index(drop=True)
+    reference = ""
+    curve_frames = []
+    for (metric, _, system), result in sorted(run.details.items()):
+        if metric == "mauve" and result is not None:
+            curves = result.curves()
+            curves.insert(0, "system", system)
+            curve_frames.append(curves)
+    for info in run.metrics.values():
+        reference = str(info.signature.fields.get("reference_system", "human"))
+    columns = ["system", "seed", "point", "x", "y"]
+    curves = (
+        pd.concat(curve_frames, ignore_index=True)
+        if curve_frames
+        else pd.DataFrame(columns=columns)
+    )
+    notes = sorted({note for info in run.metrics.values() for note in info.notes})
+    signatures = {name: info.signature.render() for name, info in run.metrics.items()}
+    return MauveTable(frame, curves, reference, notes, signatures)
+
+
+def divergence_plot(table: MauveTable) -> bytes:
+    """The divergence curves (PNG): one colour per system, one line per k-means seed."""
+    from storyeval.report.plots import _figure, _png
+
+    fig = _figure(5.2, 4.4)
+    ax = fig.add_subplot(1, 1, 1)
+    colours = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2"]
+    for index, (system, curves) in enumerate(table.curves.groupby("system", sort=True)):
+        colour = colours[index % len(colours)]
+        mean = table.frame.query("system == @system and statistic == 'mauve'")["estimate"]
+        label = f"{system} (MAUVE {float(mean.iloc[0]):.3f})" if len(mean) else str(system)
+        for position, (_, one) in enumerate(curves.groupby("seed", sort=True)):
+            one = one.sort_values("point")
+            inner = one[(one["point"] > one["point"].min()) & (one["point"] < one["point"].max())]
+            ax.plot(
+                inner["x"],
+                inner["y"],
+                color=colour,
+                alpha=0.6,
+                linewidth=1.2,
+                label=label if position == 0 else None,
+            )
+    ax.set_xlabel(f"exp(-c KL(Q || R)),  Q = {table.reference}")
+    ax.set_ylabel("exp(-c KL(P || R)),  P = the system")
+    ax.set_xlim(0, 1.02)
+    ax.set_ylim(0, 1.02)
+    ax.set_title("Divergence curves (one line per k-means seed)", fontsize=10)
+    if len(table.curves):
+        ax.legend(fontsize=8, loc="lower left")
+    return _png(fig)
+
+
+def mauve_markdown(table: MauveTable) -> str:
+    """The summary page of a ``storyeval mauve`` directory."""
+    from storyeval.markdown import Document
+
+    doc = Document()
+    doc.heading(1, "MAUVE")
+    doc.paragraph(
+        f"Each system's stories against the {table.reference!r} stories: MAUVE (Pillutla et "
+        "al. 2021) and MAUVE* (smoothed histograms; Pillutla et al. 2023), the mean over "
+        "k-means seeds with a Student t interval across seeds. 1 means the two distributions "
+        f"cannot be told apart in feature space. Below {MIN_TEXTS} stories a side, values vary "
+        "strongly with the seed; lengths that differ strongly dominate the score."
+    )
+    doc.lines(["![divergence curves](divergence.png)"])
+    doc.frame(table.frame, ["system", "statistic", "estimate", "ci_low", "ci_high", "sd", "n"])
+    if table.notes:
+        doc.heading(2, "Warnings")
+        doc.bullets(table.notes)
+    doc.heading(2, "Signatures")
+    doc.bullets([f"`{sig}`" for sig in table.signatures.values()])
+    return doc.render()
+
+
+def write_mauve(table: MauveTable, directory: str | Path) -> dict[str, Path]:
+    """Write ``mauve.csv``, ``curves.csv``, ``divergence.png``, ``mauve.md`` and
+    ``mauve.json`` (signatures, reference, notes) into ``directory``, each atomically."""
+    import json
+
+    from storyeval.io import write_bytes_atomic, write_table, write_text_atomic
+
+    folder = Path(directory)
+    if folder.exists() and not folder.is_dir():
+        raise NotADirectoryError(f"{folder}: exists and is not a directory")
+    folder.mkdir(parents=True, exist_ok=True)
+    written = {
+        "table": write_table(folder / "mauve.csv", table.frame),
+        "curves": write_table(folder / "curves.csv", table.curves),
+        "figure": folder / "divergence.png",
+        "report": folder / "mauve.md",
+        "signatures": folder / SIGNATURE_FILE,
+    }
+    write_bytes_atomic(written["figure"], divergence_plot(table))
+    write_text_atomic(written["report"], mauve_markdown(table))
+    saved = {"reference": table.reference, "notes": table.notes, "signatures": table.signatures}
+    write_text_atomic(written["signatures"], json.dumps(saved, indent=2) + "\n")
+    return written
+
+
+def read_mauve(directory: str | Path) -> MauveTable:
+    """A directory written by :func:`write_mauve` (for ``storyeval report --mauve DIR``).
+
+    Raises
+    ------
+    StoryevalError
+        When the directory lacks ``mauve.csv`` or ``curves.csv``.
+    """
+    import json
+
+    import pandas as pd
+
+    from storyeval.errors import StoryevalError
+
+    folder = Path(directory)
+    for name in ("mauve.csv", "curves.csv"):
+        if not (folder / name).is_file():
+            raise StoryevalError(
+                f"{folder}: no {name}; write one with `storyeval mauve STORIES -o DIR`"
+            )
+    saved: dict[str, Any] = {}
+    if (folder / SIGNATURE_FILE).is_file():
+        saved = json.loads((folder / SIGNATURE_FILE).read_text(encoding="utf-8"))
+    return MauveTable(
+        pd.read_csv(folder / "mauve.csv"),
+        pd.read_csv(folder / "curves.csv"),
+        str(saved.get("reference", "human")),
+        list(saved.get("notes", [])),
+        dict(saved.get("signatures", {})),
     )

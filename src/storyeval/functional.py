@@ -40,6 +40,7 @@ __all__ = [
     "bertscore",
     "bleu",
     "distinct",
+    "mauve",
     "metric",
     "moverscore",
     "nubia",
@@ -183,13 +184,14 @@ def _stories(
     ]
 
 
-def _run(
+def _prepare(
     name: str,
     stories: list[Story],
     options: Mapping[str, Any],
     models: Mapping[str, ModelArg] | None = None,
-) -> MetricResult:
-    """Run the registered metric ``name`` on ``stories`` with ``options`` (its own keys)."""
+) -> tuple[Any, dict[str, Any], Any]:
+    """Run the registered metric ``name`` on ``stories`` with ``options`` (its own keys):
+    its spec, resolved options and raw output."""
     from storyeval.metrics.context import ScoringContext
     from storyeval.metrics.registry import MetricBatch, get_metric, resolve_options
 
@@ -204,7 +206,17 @@ def _run(
             context.cache(encoder_name).request(texts, layers)
         for cache in context.caches:
             cache.run()
-    output = spec.compute(batch, resolved)
+    return spec, resolved, spec.compute(batch, resolved)
+
+
+def _run(
+    name: str,
+    stories: list[Story],
+    options: Mapping[str, Any],
+    models: Mapping[str, ModelArg] | None = None,
+) -> MetricResult:
+    """Run the registered metric ``name`` on ``stories`` with ``options`` (its own keys)."""
+    spec, resolved, output = _prepare(name, stories, options, models)
     values = np.asarray(output.values, dtype=np.float64)
     corpus = {}
     if output.stats is not None:
@@ -585,3 +597,67 @@ def union(
     """
     records = _stories("union", stories, None, prompts)
     return _run("union", records, {"batch_size": batch_size}, {"model": model})
+
+
+def mauve(
+    texts: Sequence[str],
+    reference_texts: Sequence[str],
+    *,
+    model: ModelArg = None,
+    features: Literal["encoder", "causal-lm"] = "encoder",
+    seeds: int = 5,
+    seed: int = 25,
+    num_buckets: int | None = None,
+    **options: Any,
+) -> Any:
+    """MAUVE and MAUVE* (Pillutla et al.) of ``texts`` against ``reference_texts`` (people's),
+    over several k-means seeds, from the features ``storyeval score --metrics mauve`` uses.
+
+    Parameters
+    ----------
+    texts : sequence of str
+        A system's texts (``p``).
+    reference_texts : sequence of str
+        People's texts (``q``).
+    model : str, loaded model or None
+        The encoder (``features="encoder"``) or causal LM (``"causal-lm"``); None: offline.
+    features : {"encoder", "causal-lm"}
+        Mean-pooled encoder states, or the causal LM's last-token state (as MAUVE's authors).
+    seeds, seed : int
+        k-means seeds: ``seed``, ``seed + 1``, ... (mean and t interval across them).
+    num_buckets : int, optional
+        k-means clusters (default: a tenth of the smaller side).
+    **options
+        Further options of the ``mauve`` metric (``explained_variance``, ``kmeans``, ...).
+
+    Returns
+    -------
+    MauveResult
+        See :class:`storyeval.distribution.MauveResult`; plus ``.signature``-compatible
+        settings in :func:`storyeval.metrics.get_metric` ``("mauve")``.
+
+    Examples
+    --------
+    >>> people = [f"The {w} walked home after the storm and made tea." for w in ("girl", "man", "dog", "cat", "boy", "woman")]
+    >>> system = [f"Buy {w} now at the best price in town!" for w in ("shoes", "hats", "cars", "bikes", "tea", "maps")]
+    >>> result = mauve(system, people, seeds=2, num_buckets=2, kmeans="sklearn")
+    >>> bool(result.mauve < 0.5), len(result.per_seed)
+    (True, 2)
+    """
+    import warnings
+
+    from storyeval.metrics.distributional import _mauve
+
+    system = _texts("mauve", texts, "texts")
+    people = _texts("mauve", reference_texts, "reference_texts")
+    if not system or not people:
+        raise ValueError("mauve: both texts and reference_texts must be non-empty")
+    records = [Story(f"p{i}", "", t, system="system") for i, t in enumerate(system)] + [
+        Story(f"q{i}", "", t, system="human") for i, t in enumerate(people)
+    ]
+    settings = {"features": features, "seeds": seeds, "seed": seed, "num_buckets": num_buckets}
+    _, resolved, output = _prepare("mauve", records, {**settings, **options}, {"model": model})
+    stats = np.asarray(output.stats, dtype=np.float64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return _mauve(stats[: len(system)], stats[len(system) :], resolved)

@@ -43,6 +43,9 @@ def report_command(
     robustness: Path = typer.Option(
         None, "--robustness", help="A `storyeval robustness` output directory to add as a section."
     ),
+    mauve: Path = typer.Option(
+        None, "--mauve", help="A `storyeval mauve` output directory to add as a section."
+    ),
 ) -> None:
     """Write OUT/index.html and OUT/report.md with heatmaps, scatter plots, agreement, the human
     ceiling, Williams tests, signatures, and the CSVs behind them."""
@@ -82,6 +85,7 @@ def report_command(
             seed=seed,
             title=title,
             robustness=robustness,
+            mauve=mauve,
             inputs={
                 "scores": scores,
                 "judgments": judgments,

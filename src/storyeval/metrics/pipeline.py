@@ -110,6 +110,9 @@ class ScoreRun:
         Metrics of the default suite that were not run, and why.
     timings : dict of str to float
         Seconds spent encoding (``encoder``) and loading/computing each metric.
+    details : dict
+        ``(metric, statistic, system)`` -> further results of corpus-level metrics (e.g.
+        MAUVE's divergence curves), for reports.
     """
 
     scores: list[Score]
@@ -118,6 +121,7 @@ class ScoreRun:
     skipped: dict[str, str]
     timings: dict[str, float]
     context: ScoringContext | None = None
+    details: dict[tuple[str, str, str], Any] = field(default_factory=dict)
 
     def frame(self) -> Any:
         """The per-item scores as a tidy DataFrame (item_id, metric, value, signature,
@@ -287,7 +291,8 @@ def score_stories(
         signature = spec.signature(
             resolved[name], outputs[name].models, outputs[name].fields, outputs[name].omit
         )
-        scores += _score_records(name, batches[name].stories, outputs[name], signature.render())
+        if spec.level != "corpus":  # a corpus-level metric has no value per story
+            scores += _score_records(name, batches[name].stories, outputs[name], signature.render())
         count, reason = missing_count[name]
         runs[name] = MetricRun(
             name,
@@ -300,6 +305,7 @@ def score_stories(
         )
         bar.update(1)
     bar.close()
+    details: dict[tuple[str, str, str], Any] = {}
     systems = aggregate(
         specs,
         batches,
@@ -309,8 +315,9 @@ def score_stories(
         bootstrap=bootstrap,
         confidence=confidence,
         seed=seed,
+        details=details,
     )
-    return ScoreRun(scores, systems, runs, skipped, timings, context)
+    return ScoreRun(scores, systems, runs, skipped, timings, context, details)
 
 
 def _eligible(
@@ -413,6 +420,7 @@ def aggregate(
     bootstrap: int,
     confidence: float,
     seed: int,
+    details: dict[tuple[str, str, str], Any] | None = None,
 ) -> Any:
     """Per-system aggregates of a run (see :data:`SYSTEM_COLUMNS`).
 
@@ -420,6 +428,8 @@ def aggregate(
     the metric's ``item_statistic`` such as ``mean_item_perplexity``) with its sd and a
     percentile bootstrap interval over items, and each corpus statistic of the metric
     computed from summed sufficient statistics, with an interval from the same resamples.
+    Corpus-level metrics (MAUVE) give each system's value against the reference system
+    instead; their further results go into ``details`` when given.
     """
     import pandas as pd
 
@@ -430,13 +440,12 @@ def aggregate(
     for name, spec in specs.items():
         batch, output, run = batches[name], outputs[name], runs[name]
         systems = [s.system or NO_SYSTEM for s in batch.stories]
-        missing_by_system: dict[str, int] = {}
-        if run.n_missing:
-            eligible_ids = {s.id for s in batch.stories}
-            for story in batch.all_stories:
-                if story.id not in eligible_ids:
-                    key = story.system or NO_SYSTEM
-                    missing_by_system[key] = missing_by_system.get(key, 0) + 1
+        missing_by_system = _missing_by_system(batch, run)
+        if spec.level == "corpus":
+            rows += _against_reference(
+                spec, batch, output, run, options[name], missing_by_system, details
+            )
+            continue
         base = run.signature
         names_in_order = sorted(set(systems) | set(missing_by_system))
         for system in names_in_order:
@@ -516,6 +525,87 @@ def aggregate(
                 )
     frame = pd.DataFrame(rows, columns=list(SYSTEM_COLUMNS))
     return frame
+
+
+def _missing_by_system(batch: MetricBatch, run: MetricRun) -> dict[str, int]:
+    """Per system, the stories skipped for lacking an input of the metric."""
+    counts: dict[str, int] = {}
+    if run.n_missing:
+        eligible_ids = {s.id for s in batch.stories}
+        for story in batch.all_stories:
+            if story.id not in eligible_ids:
+                key = story.system or NO_SYSTEM
+                counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+def _against_reference(
+    spec: MetricSpec,
+    batch: MetricBatch,
+    output: MetricOutput,
+    run: MetricRun,
+    options: Mapping[str, Any],
+    missing_by_system: Mapping[str, int],
+    details: dict[tuple[str, str, str], Any] | None,
+) -> list[dict[str, Any]]:
+    """The rows of a corpus-level metric: each system against the reference system."""
+    from storyeval.errors import StoryevalError
+
+    reference = str(options["reference_system"])
+    systems = [s.system or NO_SYSTEM for s in batch.stories]
+    if not batch.stories:
+        return []
+    if output.stats is None:
+        raise RuntimeError(f"metric {spec.name} is corpus-level but returned no statistics")
+    stats = np.asarray(output.stats, dtype=np.float64)
+    ref_index = [i for i, s in enumerate(systems) if s == reference]
+    if not ref_index:
+        present = ", ".join(sorted(set(systems)))
+        raise StoryevalError(
+            f"metric {spec.name} compares each system with the reference system {reference!r}, "
+            f"but no story has that system; set {spec.name}.reference_system to one of {present}"
+        )
+    others = sorted(set(systems) - {reference})
+    if not others:
+        raise StoryevalError(
+            f"metric {spec.name} compares other systems with the reference system "
+            f"{reference!r}, but every story is the reference's"
+        )
+    rows = []
+    for system in others:
+        index = [i for i, s in enumerate(systems) if s == system]
+        for statistic in spec.system_statistics:
+            value = statistic.compute(
+                stats[index],
+                stats[ref_index],
+                [batch.stories[i] for i in index],
+                [batch.stories[i] for i in ref_index],
+                options,
+            )
+            run.notes.extend(f"{system}: {note}" for note in value.notes)
+            if details is not None:
+                details[(spec.name, statistic.name, system)] = value.details
+            signature = run.signature.with_fields(
+                statistic=statistic.name, reference=reference, n=value.n, **dict(value.fields)
+            )
+            rows.append(
+                {
+                    "system": system,
+                    "metric": spec.name,
+                    "statistic": statistic.name,
+                    "estimate": value.estimate,
+                    "ci_low": value.ci_low,
+                    "ci_high": value.ci_high,
+                    "sd": value.sd,
+                    "n": value.n,
+                    "n_undefined": 0,
+                    "n_missing": missing_by_system.get(system, 0),
+                    "method": value.method,
+                    "higher_is_better": spec.higher_is_better,
+                    "signature": signature.render(),
+                }
+            )
+    return rows
 
 
 def story_lines(path: str | Path) -> dict[str, int]:

@@ -53,7 +53,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from storyeval.corpus import Story
     from storyeval.metrics.context import ScoringContext
 
-Level = Literal["item", "system"]
+Level = Literal["item", "system", "corpus"]
 ModelRole = Literal["encoder", "causal-lm", "glove", "spacy", "nsp", "checkpoint"]
 
 _TRUE = {"1", "true", "yes", "y", "on"}
@@ -240,6 +240,56 @@ class CorpusStatistic:
     description: str = ""
 
 
+@dataclass(frozen=True)
+class SystemValue:
+    """One system's value of a :class:`SystemStatistic`.
+
+    Attributes
+    ----------
+    estimate, ci_low, ci_high, sd : float
+        The value, its interval and spread (nan where the statistic has none).
+    n : int
+        The system's items.
+    method : str
+        How the interval was obtained.
+    fields : dict
+        Settings resolved at run time, added to the signature (e.g. the k-means backend).
+    notes : tuple of str
+        Things the user should know (e.g. a sample too small).
+    details : object
+        Further results for reports (e.g. MAUVE's divergence curves), not written to tables.
+    """
+
+    estimate: float
+    ci_low: float = float("nan")
+    ci_high: float = float("nan")
+    sd: float = float("nan")
+    n: int = 0
+    method: str = "none"
+    fields: Mapping[str, SignatureValue] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+    details: Any = None
+
+
+@dataclass(frozen=True)
+class SystemStatistic:
+    """A value of a whole system's stories against a reference system's (MAUVE against the
+    human stories), computed from per-item statistics after every item is scored.
+
+    ``compute(system_stats, reference_stats, system_stories, reference_stories, options)``
+    receives the stacked per-item statistics of the two systems (shape ``(n, n_stats)``)
+    and their stories (for lengths and notes), and returns a :class:`SystemValue`. The
+    reference system is named by the metric's option ``reference_system``.
+    """
+
+    name: str
+    compute: Callable[
+        [np.ndarray, np.ndarray, Sequence[Story], Sequence[Story], Mapping[str, Any]],
+        SystemValue,
+    ]
+    description: str = ""
+
+
 EncoderPlan = Callable[
     ["MetricBatch", Mapping[str, Any]], Iterable[tuple[str | None, Sequence[str], Sequence[int]]]
 ]
@@ -262,6 +312,7 @@ class MetricSpec:
     level: Level = "item"
     options: tuple[MetricOption, ...] = ()
     corpus: tuple[CorpusStatistic, ...] = ()
+    system_statistics: tuple[SystemStatistic, ...] = ()
     item_statistic: str = "mean"
     offline: bool = True
     default: bool = True
@@ -288,7 +339,7 @@ class MetricSpec:
         if self.needs_reference:
             names.append("reference")
         names += [f"<{name} field>" for name in self.field_options]
-        if self.level == "system":
+        if self.level in ("system", "corpus"):
             names.append("system")
         return tuple(names)
 
@@ -404,6 +455,7 @@ def register_metric(
     level: Level = "item",
     options: Sequence[MetricOption] = (),
     corpus: Sequence[CorpusStatistic] = (),
+    system_statistics: Sequence[SystemStatistic] = (),
     item_statistic: str = "mean",
     offline: bool = True,
     default: bool = True,
@@ -437,12 +489,18 @@ def register_metric(
         Direction; ``None`` for descriptive measures (e.g. sentence length).
     value_range : (low, high)
         Bounds (``None`` for unbounded).
-    level : {"item", "system"}
-        ``"system"`` for values that only make sense across a system's stories (self-BLEU).
+    level : {"item", "system", "corpus"}
+        ``"system"`` for values that only make sense across a system's stories (self-BLEU);
+        ``"corpus"`` for metrics with no value per story, only per system against a reference
+        system (MAUVE): their per-item output is the sufficient statistics, and no per-item
+        score is written.
     options : sequence of MetricOption
         The option schema; unknown keys are rejected.
     corpus : sequence of CorpusStatistic
         Corpus-level statistics computed from the per-item sufficient statistics.
+    system_statistics : sequence of SystemStatistic
+        Per-system values against the reference system (the option ``reference_system``),
+        computed from the per-item sufficient statistics (level ``"corpus"``).
     item_statistic : str
         The name of the mean of item values in per-system tables (e.g.
         ``mean_item_perplexity``).
@@ -461,8 +519,10 @@ def register_metric(
     """
     if not name or not name.replace("_", "").isalnum() or not name.isascii():
         raise ValueError(f"metric names are made of [A-Za-z0-9_]; got {name!r}")
-    if level not in ("item", "system"):
-        raise ValueError(f"level must be item or system; got {level!r}")
+    if level not in ("item", "system", "corpus"):
+        raise ValueError(f"level must be item, system or corpus; got {level!r}")
+    if system_statistics and "reference_system" not in [o.name for o in options]:
+        raise ValueError(f"metric {name}: system statistics need an option reference_system")
     option_names = [o.name for o in options]
     if len(set(option_names)) != len(option_names):
         raise ValueError(f"metric {name}: duplicate option names in {option_names}")
@@ -487,6 +547,7 @@ def register_metric(
             level=level,
             options=tuple(options),
             corpus=tuple(corpus),
+            system_statistics=tuple(system_statistics),
             item_statistic=item_statistic,
             offline=offline,
             default=default,

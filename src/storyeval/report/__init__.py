@@ -10,7 +10,9 @@ judgments, and writes into the output directory:
 - ``correlations.csv``, ``matrix.csv``, ``agreement.csv``, ``ratings.csv``, ``ceiling.csv``,
   ``system_means.csv``, ``williams.csv``, ``signatures.csv`` (whichever apply);
 - with ``robustness=DIR`` (a ``storyeval robustness`` directory): ``figures/robustness.png``,
-  ``robustness_discrimination.csv`` and ``robustness_invariance.csv`` and their section.
+  ``robustness_discrimination.csv`` and ``robustness_invariance.csv`` and their section;
+- with ``mauve=DIR`` (a ``storyeval mauve`` directory): ``figures/mauve_divergence.png``,
+  ``mauve.csv`` and their section.
 
 Files are written one by one, atomically; other files in the directory are left alone.
 Sections that do not apply to the data (one rater: no agreement; no prompt ids: no story
@@ -38,6 +40,7 @@ from storyeval.report.sections import (
     correlation_section,
     human_section,
     matrix_section,
+    mauve_section,
     overview_section,
     robustness_section,
     scatter_section,
@@ -63,6 +66,7 @@ def report_sections(
     inputs: Mapping[str, Sequence[str | Path]] | None = None,
     max_scatter_metrics: int = 12,
     robustness: str | Path | None = None,
+    mauve: str | Path | None = None,
 ) -> list[Section]:
     """The report's sections, in order (writing the CSVs and figures they show)."""
     sections = [
@@ -75,6 +79,8 @@ def report_sections(
     ]
     if robustness is not None:
         sections.append(robustness_section(robustness, out))
+    if mauve is not None:
+        sections.append(mauve_section(mauve, out))
     sections.append(signature_section(data, out, inputs))
     warnings = warning_section(data)
     return sections + ([warnings] if warnings is not None else [])
@@ -96,6 +102,7 @@ def build_report(
     inputs: Mapping[str, Sequence[str | Path]] | None = None,
     max_scatter_metrics: int = 12,
     robustness: str | Path | None = None,
+    mauve: str | Path | None = None,
 ) -> ReportResult:
     """Compute the meta-evaluation and write the report (see the module docstring):
     :func:`~storyeval.report.compute.compute_report`, then the sections, then the pages.
@@ -127,6 +134,8 @@ def build_report(
     robustness : str or Path, optional
         A directory written by ``storyeval robustness``: its tables and heatmap become the
         section "Robustness of metrics".
+    mauve : str or Path, optional
+        A directory written by ``storyeval mauve``: the section "Distribution of the stories".
 
     Returns
     -------
@@ -156,7 +165,12 @@ def build_report(
     (directory / "figures").mkdir(parents=True, exist_ok=True)
     out = ReportFiles(directory)
     sections = report_sections(
-        data, out, inputs=inputs, max_scatter_metrics=max_scatter_metrics, robustness=robustness
+        data,
+        out,
+        inputs=inputs,
+        max_scatter_metrics=max_scatter_metrics,
+        robustness=robustness,
+        mauve=mauve,
     )
     out.text("index.html", render_html(title, sections))
     out.text("report.md", render_markdown(title, sections))

@@ -347,6 +347,36 @@ def robustness_section(directory: str | Path, out: ReportFiles) -> Section:
     return section
 
 
+def mauve_section(directory: str | Path, out: ReportFiles) -> Section:
+    """MAUVE of each system against people (a ``storyeval mauve`` directory): the divergence
+    curves, the table with intervals across k-means seeds, warnings and signatures."""
+    from storyeval.distribution import read_mauve
+
+    table = read_mauve(directory)
+    section = Section("Distribution of the stories (MAUVE)")
+    section.paragraphs.append(
+        f"From `storyeval mauve`: each system's stories against the {table.reference!r} "
+        "stories, MAUVE and MAUVE* (1: indistinguishable in feature space), the mean over "
+        "k-means seeds with a t interval across seeds."
+    )
+    figure = Path(directory) / "divergence.png"
+    if figure.is_file():
+        section.figures.append(
+            Figure(out.png("mauve_divergence.png", figure.read_bytes()), "divergence curves")
+        )
+    out.csv("mauve.csv", table.frame)
+    shown = table.frame.copy()
+    shown["estimate [ci]"] = [
+        estimate_cell(r, "p_value", stars=False) for r in shown.to_dict("records")
+    ]
+    section.tables.append(Table(shown[["system", "statistic", "estimate [ci]", "n"]], "MAUVE"))
+    section.paragraphs.extend(f"Warning: {note}" for note in table.notes)
+    rows = [{"what": name, "signature": signature} for name, signature in table.signatures.items()]
+    if rows:
+        section.tables.append(Table(pd.DataFrame(rows), "Signatures of MAUVE"))
+    return section
+
+
 # --------------------------------------------------------------------------- provenance
 
 
