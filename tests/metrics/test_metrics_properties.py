@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from storyeval.corpus import Story
-from storyeval.errors import MissingInputError
+from storyeval.errors import MissingInputError, StoryevalError
 from storyeval.metrics import all_metrics, score_stories
 from storyeval.metrics.context import ScoringContext, UndefinedScoreWarning
 
@@ -20,20 +20,22 @@ EDIT_FIELD = "suggestion"
 
 def _options(checkpoints, spec=None):
     """Options for every metric: trained checkpoints (NSP head, UNION) and the edit field."""
-    options = {**checkpoints, "edits.original": EDIT_FIELD}
+    # two stories a system: a phrase shared by both counts as repeated
+    options = {**checkpoints, "edits.original": EDIT_FIELD, "prose.min_stories": "2"}
     if spec is None:
         return options
     return {key: value for key, value in options.items() if key.split(".")[0] in spec.families}
 
 
 def _with_original(stories):
-    """Give every story an 'original' text (its first sentence), for the edit metrics."""
+    """Give every story an 'original' text (its first sentence), for the edit metrics, and a
+    paragraph break after that sentence (for the paragraph metrics)."""
     result = []
     for story in stories:
-        extra = {**story.extra, EDIT_FIELD: story.story.split(". ")[0] + "."}
-        result.append(
-            Story(story.id, story.prompt, story.story, story.reference, story.system, extra)
-        )
+        first, _, rest = story.story.partition(". ")
+        extra = {**story.extra, EDIT_FIELD: first + "."}
+        text = f"{first}.\n\n{rest}" if rest else story.story  # two paragraphs
+        result.append(Story(story.id, story.prompt, text, story.reference, story.system, extra))
     return result
 
 
@@ -62,6 +64,11 @@ def test_order_invariance_and_declared_range(spec, forward_and_reversed):
     _, forward, backward = forward_and_reversed
     a = {s.item_id: s.value for s in forward.scores if s.metric == spec.name}
     b = {s.item_id: s.value for s in backward.scores if s.metric == spec.name}
+    if spec.level == "corpus":  # no value per story: each system's value against the reference
+        rows = forward.systems[forward.systems.metric == spec.name]
+        a = {(r.system, r.statistic): r.estimate for r in rows.itertuples()}
+        rows = backward.systems[backward.systems.metric == spec.name]
+        b = {(r.system, r.statistic): r.estimate for r in rows.itertuples()}
     assert a.keys() == b.keys() and a
     for key in a:
         assert (math.isnan(a[key]) and math.isnan(b[key])) or a[key] == pytest.approx(
@@ -99,6 +106,11 @@ def test_single_story(spec, short_stories, checkpoints, context):
             run = score_stories(story, spec.name, options=options, bootstrap=10, context=context)
         assert math.isnan(run.scores[0].value) and run.metrics["moverscore"].notes
         options["moverscore.idf"] = "false"
+    if spec.level == "corpus" or "reference_system" in spec.option_map:
+        # one machine story: no reference system to compare it with
+        with pytest.raises(StoryevalError, match="reference"):
+            score_stories(story, spec.name, options=options, bootstrap=10, context=context)
+        return
     run = score_stories(story, spec.name, options=options, bootstrap=10, context=context)
     assert len(run.scores) == 1
     if spec.level == "system":  # self-BLEU of a story alone in its system is undefined

@@ -46,7 +46,7 @@ def test_every_metric_the_issue_names_is_registered():
 
 @pytest.mark.parametrize("spec", all_metrics(), ids=lambda s: s.name)
 def test_metadata_is_complete_and_defaults_validate(spec):
-    assert spec.description and spec.level in ("item", "system")
+    assert spec.description and spec.level in ("item", "system", "corpus")
     assert spec.higher_is_better in (True, False, None)
     low, high = spec.value_range
     assert low is None or high is None or low < high

@@ -170,6 +170,9 @@ def _missing_everywhere(
         name = options.get(key)
         if not any(_field_text(s, name) for s in stories):
             return f"no story has the field {name!r} (set {spec.name}.{key})"
+    reference = options.get("reference_system")
+    if reference is not None and not any(s.system == reference for s in stories):
+        return f"no story of the reference system {reference!r} (set {spec.name}.reference_system)"
     return ""
 
 
@@ -558,7 +561,10 @@ def _against_reference(
     if output.stats is None:
         raise RuntimeError(f"metric {spec.name} is corpus-level but returned no statistics")
     stats = np.asarray(output.stats, dtype=np.float64)
-    ref_index = [i for i, s in enumerate(systems) if s == reference]
+    # each system's stories in id order: the value must not depend on the order of the file
+    # (k-means initialisation does) nor on how an engine partitioned it
+    by_id = sorted(range(len(systems)), key=lambda i: batch.stories[i].id)
+    ref_index = [i for i in by_id if systems[i] == reference]
     if not ref_index:
         present = ", ".join(sorted(set(systems)))
         raise StoryevalError(
@@ -573,7 +579,7 @@ def _against_reference(
         )
     rows = []
     for system in others:
-        index = [i for i, s in enumerate(systems) if s == system]
+        index = [i for i in by_id if systems[i] == system]
         for statistic in spec.system_statistics:
             value = statistic.compute(
                 stats[index],

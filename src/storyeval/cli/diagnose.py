@@ -1,0 +1,83 @@
+"""``storyeval diagnose STORIES -o DIR``: diagnostics of model prose."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from storyeval.cli._common import user_error
+
+
+def diagnose_command(
+    stories: Path = typer.Argument(..., help="Stories of one or more systems (.jsonl or .csv)."),
+    output: Path = typer.Option(..., "-o", "--output", help="The directory to write."),
+    reference_system: str = typer.Option(
+        "human", "--reference-system", help="The system whose stories give the human profile."
+    ),
+    n: int = typer.Option(3, "-n", help="Length of the over-used phrases, in words."),
+    repeat_n: int = typer.Option(4, "--repeat-n", help="Length of repeated phrases, in words."),
+    min_stories: int = typer.Option(
+        3, "--min-stories", help="A phrase must occur in at least this many stories."
+    ),
+    min_ratio: float = typer.Option(
+        3.0, "--min-ratio", help="Over-used: share of stories >= this x the reference's share."
+    ),
+    words: Path = typer.Option(
+        None, "--words", help="A slop word list (one word a line) instead of storyeval's slop-v1."
+    ),
+    bootstrap: int = typer.Option(1000, "--bootstrap", help="Bootstrap resamples for the CIs."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the bootstrap."),
+) -> None:
+    """Over-used phrases against the human profile, phrases repeated across a system's
+    stories, the slop index and sentence/paragraph-length variability.
+
+    Writes DIR/diagnostics.csv (per system and metric: mean, interval, n, signature),
+    DIR/overused_phrases.csv (system, phrase, stories, share, reference share, ratio),
+    DIR/repeated_phrases.csv and DIR/diagnostics.md.
+    """
+    from storyeval.corpus import read_stories
+    from storyeval.diagnostics import diagnose, diagnostics_markdown
+    from storyeval.errors import StoryevalError
+    from storyeval.io import write_table, write_text_atomic
+
+    try:
+        result = diagnose(
+            read_stories(stories),
+            reference_system=reference_system,
+            n=n,
+            repeat_n=repeat_n,
+            min_stories=min_stories,
+            min_ratio=min_ratio,
+            words_file=words,
+            bootstrap=bootstrap,
+            seed=seed,
+        )
+        if output.exists() and not output.is_dir():
+            raise NotADirectoryError(f"{output}: exists and is not a directory")
+        output.mkdir(parents=True, exist_ok=True)
+        write_table(output / "diagnostics.csv", result["systems"])
+        write_table(output / "overused_phrases.csv", result["overused"])
+        write_table(output / "repeated_phrases.csv", result["repeated"])
+        write_text_atomic(output / "diagnostics.md", diagnostics_markdown(result))
+    except (StoryevalError, OSError, ValueError) as exc:
+        raise user_error(exc) from None
+    for note in result["notes"]:
+        typer.echo(f"note: {note}", err=True)
+    from storyeval.cli._tables import print_table
+
+    print_table(result["systems"], ["metric", "system", "estimate [ci]", "n"], limit=40)
+    top = result["overused"].groupby("system").head(5)
+    if len(top):
+        typer.echo("\nmost over-used phrases (share of stories vs the reference's):")
+        typer.echo(
+            top[["system", "ngram", "stories", "reference_stories", "ratio"]].to_string(index=False)
+        )
+    typer.echo(
+        f"wrote {output}/diagnostics.csv, overused_phrases.csv, repeated_phrases.csv, diagnostics.md"
+    )
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``diagnose`` command to the application."""
+    app.command("diagnose", rich_help_panel="Metrics")(diagnose_command)

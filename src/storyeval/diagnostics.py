@@ -1,0 +1,460 @@
+"""Diagnostics of model prose: cheap measures researchers report beside quality scores.
+
+- **Over-used phrases**: word n-grams found in many more of a system's stories than of the
+  reference (human) stories of the same corpus, with the ratio of the shares of stories
+  containing them (:func:`overused_phrases`); per story, the share of its n-grams that are its
+  system's over-used phrases (the ``overused_phrase_rate`` metric).
+- **Repetition across stories**: n-grams that recur in many stories of one system
+  (:func:`repeated_phrases`); per story, the share of its n-grams found in other stories of its
+  system (``cross_story_repetition``).
+- **Slop index**: the share of a story's words on a list of words language models over-use
+  (``slop_index``; the list is versioned, shipped, and replaceable).
+- **Rhythm**: the coefficient of variation of sentence and paragraph lengths
+  (``sentence_length_cv``, ``paragraph_length_cv``): people vary their sentence lengths more
+  than models do.
+
+Every function counts in one pass over the stories (linear in the corpus size).
+
+Examples
+--------
+>>> from storyeval.corpus import Story
+>>> stories = [Story(f"h{i}", "", f"Tom walked to the shop number {i}.", system="human") for i in range(4)]
+>>> stories += [Story(f"m{i}", "", f"A testament to the quiet shop {i}.", system="model") for i in range(4)]
+>>> table = overused_phrases(stories, n=3, min_stories=3)
+>>> table[["system", "ngram", "stories", "reference_stories"]].head(2).to_dict("records")
+[{'system': 'model', 'ngram': 'a testament to', 'stories': 4, 'reference_stories': 0}, {'system': 'model', 'ngram': 'testament to the', 'stories': 4, 'reference_stories': 0}]
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from storyeval.text import tokenize_words
+
+Gram = tuple[str, ...]
+SLOP_LIST_VERSION = "slop-v1"
+PHRASE_COLUMNS = (
+    "system",
+    "ngram",
+    "n",
+    "stories",
+    "share",
+    "reference_stories",
+    "reference_share",
+    "ratio",
+)
+REPEATED_COLUMNS = ("system", "ngram", "n", "stories", "share", "occurrences")
+
+
+def words(text: str) -> list[str]:
+    """Lower-cased word tokens without punctuation.
+
+    >>> words("A testament, to the QUIET shop!")
+    ['a', 'testament', 'to', 'the', 'quiet', 'shop']
+    """
+    return tokenize_words(text, lowercase=True, punctuation=False)
+
+
+def ngrams(tokens: Sequence[str], n: int) -> list[Gram]:
+    """The word n-grams of a token list, in order."""
+    if n < 1:
+        raise ValueError(f"n must be >= 1; got {n}")
+    return [tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)]
+
+
+def _document_frequencies(texts: Iterable[str], n: int) -> tuple[Counter[Gram], Counter[Gram], int]:
+    """In how many texts each n-gram occurs, how often in all, and the number of texts."""
+    df: Counter[Gram] = Counter()
+    total: Counter[Gram] = Counter()
+    count = 0
+    for text in texts:
+        grams = ngrams(words(text), n)
+        total.update(grams)
+        df.update(set(grams))
+        count += 1
+    return df, total, count
+
+
+def _by_system(stories: Sequence[Any]) -> dict[str, list[Any]]:
+    groups: dict[str, list[Any]] = defaultdict(list)
+    for story in stories:
+        groups[story.system or "(none)"].append(story)
+    return dict(groups)
+
+
+def smoothed_ratio(stories: int, n_stories: int, reference: int, n_reference: int) -> float:
+    """Ratio of the shares of stories containing a phrase, each smoothed with half a story
+    (so a phrase absent from the reference has a finite ratio).
+
+    >>> round(smoothed_ratio(10, 20, 0, 20), 2)
+    21.0
+    """
+    return ((stories + 0.5) / (n_stories + 1)) / ((reference + 0.5) / (n_reference + 1))
+
+
+def overused_phrase_sets(
+    stories: Sequence[Any],
+    *,
+    n: int = 3,
+    reference_system: str = "human",
+    min_stories: int = 3,
+    min_ratio: float = 3.0,
+) -> tuple[dict[str, dict[Gram, tuple[int, int, float]]], int]:
+    """Per system (the reference excluded), its over-used n-grams with (stories containing
+    it, reference stories containing it, ratio); and the number of reference stories."""
+    _check(n, min_stories, min_ratio)
+    groups = _by_system(stories)
+    if reference_system not in groups:
+        present = ", ".join(sorted(groups))
+        raise ValueError(
+            f"no story has the reference system {reference_system!r}; the systems are {present}"
+        )
+    ref_df, _, n_ref = _document_frequencies((s.story for s in groups[reference_system]), n)
+    result: dict[str, dict[Gram, tuple[int, int, float]]] = {}
+    for system, members in sorted(groups.items()):
+        if system == reference_system:
+            continue
+        df, _, count = _document_frequencies((s.story for s in members), n)
+        chosen = {}
+        for gram, stories_with in df.items():
+            if stories_with < min_stories:
+                continue
+            ratio = smoothed_ratio(stories_with, count, ref_df.get(gram, 0), n_ref)
+            if ratio >= min_ratio:
+                chosen[gram] = (stories_with, ref_df.get(gram, 0), ratio)
+        result[system] = chosen
+    return result, n_ref
+
+
+def _check(n: int, min_stories: int, min_ratio: float) -> None:
+    if n < 1:
+        raise ValueError(f"n must be >= 1; got {n}")
+    if min_stories < 1:
+        raise ValueError(f"min_stories must be >= 1; got {min_stories}")
+    if min_ratio <= 0:
+        raise ValueError(f"min_ratio must be > 0; got {min_ratio}")
+
+
+def overused_phrases(
+    stories: Sequence[Any],
+    *,
+    n: int = 3,
+    reference_system: str = "human",
+    min_stories: int = 3,
+    min_ratio: float = 3.0,
+) -> Any:
+    """Phrases (word n-grams) found in many more of a system's stories than of the reference
+    system's stories of the same corpus.
+
+    Parameters
+    ----------
+    stories : sequence of Story
+        Stories of several systems, the reference among them.
+    n : int
+        Phrase length in words.
+    reference_system : str
+        The system whose stories give the profile (people's).
+    min_stories : int
+        A phrase must occur in at least this many of the system's stories.
+    min_ratio : float
+        ... and its share of stories must be at least this many times the reference's (each
+        share smoothed by half a story, see :func:`smoothed_ratio`).
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns :data:`PHRASE_COLUMNS`, most over-used first within each system.
+
+    Raises
+    ------
+    ValueError
+        For bad settings, or when no story has the reference system.
+    """
+    import pandas as pd
+
+    sets, n_ref = overused_phrase_sets(
+        stories,
+        n=n,
+        reference_system=reference_system,
+        min_stories=min_stories,
+        min_ratio=min_ratio,
+    )
+    sizes = {system: len(members) for system, members in _by_system(stories).items()}
+    rows = [
+        {
+            "system": system,
+            "ngram": " ".join(gram),
+            "n": n,
+            "stories": count,
+            "share": count / sizes[system],
+            "reference_stories": ref,
+            "reference_share": ref / n_ref,
+            "ratio": ratio,
+        }
+        for system, grams in sets.items()
+        for gram, (count, ref, ratio) in grams.items()
+    ]
+    frame = pd.DataFrame(rows, columns=list(PHRASE_COLUMNS))
+    if len(frame):
+        frame = frame.sort_values(
+            ["system", "ratio", "stories", "ngram"], ascending=[True, False, False, True]
+        )
+    return frame.reset_index(drop=True)
+
+
+def repeated_phrases(stories: Sequence[Any], *, n: int = 4, min_stories: int = 3) -> Any:
+    """Phrases (word n-grams) that recur in at least ``min_stories`` stories of one system.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns :data:`REPEATED_COLUMNS` (``occurrences`` counts every use), most
+        widespread first within each system.
+
+    Examples
+    --------
+    >>> from storyeval.corpus import Story
+    >>> s = [Story(str(i), "", "Once upon a time there was a cat.", system="m") for i in range(3)]
+    >>> repeated_phrases(s, n=4, min_stories=3)["ngram"].tolist()[:2]
+    ['a time there was', 'once upon a time']
+    """
+    import pandas as pd
+
+    _check(n, min_stories, 1.0)
+    rows = []
+    for system, members in sorted(_by_system(stories).items()):
+        df, total, count = _document_frequencies((s.story for s in members), n)
+        rows += [
+            {
+                "system": system,
+                "ngram": " ".join(gram),
+                "n": n,
+                "stories": k,
+                "share": k / count,
+                "occurrences": total[gram],
+            }
+            for gram, k in df.items()
+            if k >= min_stories
+        ]
+    frame = pd.DataFrame(rows, columns=list(REPEATED_COLUMNS))
+    if len(frame):
+        frame = frame.sort_values(["system", "stories", "ngram"], ascending=[True, False, True])
+    return frame.reset_index(drop=True)
+
+
+def share_in(tokens_grams: Sequence[Gram], chosen: set[Gram] | dict[Gram, Any]) -> float:
+    """The share of the n-grams that are in ``chosen`` (NaN without n-grams)."""
+    if not tokens_grams:
+        return math.nan
+    return sum(1 for gram in tokens_grams if gram in chosen) / len(tokens_grams)
+
+
+def cross_story_shares(texts: Sequence[str], *, n: int = 4, min_stories: int = 3) -> np.ndarray:
+    """For each text of one system, the share of its n-grams that occur in at least
+    ``min_stories - 1`` *other* texts of the system (a phrase the system repeats across
+    stories); NaN for a text without n-grams.
+
+    >>> cross_story_shares(["a b c d e", "a b c d x", "a b c d y", "p q r s t"], n=4, min_stories=3).round(2).tolist()
+    [0.5, 0.5, 0.5, 0.0]
+    """
+    grams = [ngrams(words(text), n) for text in texts]
+    df: Counter[Gram] = Counter()
+    for row in grams:
+        df.update(set(row))
+    values = np.full(len(texts), np.nan)
+    for index, row in enumerate(grams):
+        if row:
+            values[index] = sum(1 for g in row if df[g] - 1 >= min_stories - 1) / len(row)
+    return values
+
+
+def coefficient_of_variation(lengths: Sequence[float]) -> float:
+    """sd (n - 1) over mean of the lengths; NaN for fewer than two or a zero mean.
+
+    >>> round(coefficient_of_variation([10, 20, 30]), 3)
+    0.5
+    """
+    values = np.asarray(lengths, dtype=float)
+    if values.size < 2 or values.mean() == 0:
+        return math.nan
+    return float(values.std(ddof=1) / values.mean())
+
+
+_BLANK_LINE = re.compile(r"\n\s*\n")
+
+
+def paragraphs(text: str) -> list[str]:
+    """Paragraphs: blocks separated by blank lines, or by line breaks when there is none.
+
+    >>> paragraphs("One.\\n\\nTwo. Three.\\n\\n\\nFour.")
+    ['One.', 'Two. Three.', 'Four.']
+    >>> paragraphs("One.\\nTwo.")
+    ['One.', 'Two.']
+    """
+    blocks = _BLANK_LINE.split(text.strip())
+    if len(blocks) == 1:
+        blocks = text.strip().split("\n")
+    return [b.strip() for b in blocks if b.strip()]
+
+
+# --------------------------------------------------------------------------- the slop list
+
+
+def read_word_list(path: str | Path | None = None) -> tuple[frozenset[str], str]:
+    """The slop word list and its identity: the shipped list (:data:`SLOP_LIST_VERSION`) or a
+    file in the same format (one word a line, ``#`` comments), identified by its name and
+    content hash.
+
+    >>> words_, identity = read_word_list()
+    >>> "tapestry" in words_, identity
+    (True, 'slop-v1')
+    """
+    if path is None:
+        text = resources.files("storyeval.metrics").joinpath("data", "slop_words_v1.txt")
+        content = text.read_text(encoding="utf-8")
+        identity = SLOP_LIST_VERSION
+    else:
+        file = Path(path)
+        if not file.is_file():
+            raise FileNotFoundError(f"{file}: no such word list")
+        content = file.read_text(encoding="utf-8")
+        identity = f"{file.name}@{hashlib.sha256(content.encode()).hexdigest()[:12]}"
+    entries = set()
+    for number, line in enumerate(content.splitlines(), 1):
+        word = line.split("#", 1)[0].strip().lower()
+        if not word:
+            continue
+        if " " in word:
+            raise ValueError(f"{path}:{number}: one word per line; got {word!r}")
+        entries.add(word)
+    if not entries:
+        raise ValueError(f"{path or SLOP_LIST_VERSION}: the word list is empty")
+    return frozenset(entries), identity
+
+
+def slop_share(text: str, vocabulary: frozenset[str]) -> float:
+    """The share of the text's words on the list (NaN for a text without words).
+
+    >>> slop_share("A testament to the tapestry of our life.", read_word_list()[0])
+    0.25
+    """
+    tokens = words(text)
+    if not tokens:
+        return math.nan
+    return sum(1 for token in tokens if token in vocabulary) / len(tokens)
+
+
+# --------------------------------------------------------------------------- one call, files
+
+#: The diagnostics metrics, in report order.
+DIAGNOSTIC_METRICS = (
+    "overused_phrase_rate",
+    "cross_story_repetition",
+    "slop_index",
+    "sentence_length_cv",
+    "paragraph_length_cv",
+)
+
+
+def diagnose(
+    stories: Sequence[Any],
+    *,
+    reference_system: str = "human",
+    n: int = 3,
+    repeat_n: int = 4,
+    min_stories: int = 3,
+    min_ratio: float = 3.0,
+    words_file: str | Path | None = None,
+    bootstrap: int = 1000,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Every diagnostic of a corpus: ``{"systems": per-system table of the diagnostic
+    metrics (:data:`storyeval.metrics.pipeline.SYSTEM_COLUMNS`), "overused": over-used phrases
+    (:func:`overused_phrases`; empty without reference stories), "repeated": phrases repeated
+    across stories (:func:`repeated_phrases`), "signatures": metric -> signature}``."""
+    from storyeval.metrics.pipeline import score_stories
+
+    has_reference = any(s.system == reference_system for s in stories)
+    names = [m for m in DIAGNOSTIC_METRICS if has_reference or m != "overused_phrase_rate"]
+    options: dict[str, Any] = {
+        "cross_story_repetition.n": repeat_n,
+        "prose.min_stories": min_stories,
+    }
+    if has_reference:
+        options.update(
+            {
+                "overused_phrase_rate.reference_system": reference_system,
+                "overused_phrase_rate.n": n,
+                "overused_phrase_rate.min_ratio": min_ratio,
+            }
+        )
+    if words_file is not None:
+        options["slop_index.words"] = str(words_file)
+    run = score_stories(stories, names, options=options, bootstrap=bootstrap, seed=seed)
+    import pandas as pd
+
+    overused = pd.DataFrame(columns=list(PHRASE_COLUMNS))
+    if has_reference:
+        overused = overused_phrases(
+            stories,
+            n=n,
+            reference_system=reference_system,
+            min_stories=min_stories,
+            min_ratio=min_ratio,
+        )
+    return {
+        "systems": run.systems,
+        "overused": overused,
+        "repeated": repeated_phrases(stories, n=repeat_n, min_stories=min_stories),
+        "signatures": {name: info.signature.render() for name, info in run.metrics.items()},
+        "notes": [f"{name}: {note}" for name, info in run.metrics.items() for note in info.notes],
+    }
+
+
+def diagnostics_markdown(result: dict[str, Any], *, top: int = 15) -> str:
+    """The summary page of ``storyeval diagnose``: per-system diagnostics, the most
+    over-used and most repeated phrases of each system, signatures."""
+    from storyeval.markdown import Document
+
+    doc = Document()
+    doc.heading(1, "Diagnostics of the prose")
+    doc.paragraph(
+        "Per system: the share of each story's phrases over-used against the human profile, "
+        "the share repeated across the system's stories, the slop index (share of words on "
+        "the over-used word list) and the variability of sentence and paragraph lengths "
+        "(coefficient of variation). Means of stories with bootstrap intervals."
+    )
+    doc.frame(result["systems"], ["metric", "system", "estimate", "ci_low", "ci_high", "n"])
+    for title, key, columns in (
+        (
+            "Over-used phrases",
+            "overused",
+            ["system", "ngram", "stories", "reference_stories", "ratio"],
+        ),
+        (
+            "Phrases repeated across stories",
+            "repeated",
+            ["system", "ngram", "stories", "occurrences"],
+        ),
+    ):
+        doc.heading(2, title)
+        frame = result[key]
+        if len(frame):
+            doc.frame(frame.groupby("system").head(top), columns)
+        else:
+            doc.paragraph("None found.")
+    if result["notes"]:
+        doc.heading(2, "Notes")
+        doc.bullets(result["notes"])
+    doc.heading(2, "Signatures")
+    doc.bullets([f"`{sig}`" for sig in result["signatures"].values()])
+    return doc.render()
