@@ -460,3 +460,22 @@ def test_a_pairwise_judge_is_checked_against_peoples_preferences(
     )
     assert code == 0, err
     assert (tmp_path / "eval" / "preferences.csv").is_file() and "0.667" in stdout
+
+
+def test_a_story_longer_than_the_judges_context_is_refused_not_cut(tmp_path: Path) -> None:
+    """SmolLM2's context is 8,192 tokens: a 9,000-word story is refused with a message that
+    says how to flag and cut it; with --max-words and truncate it is judged (and noted)."""
+    from storyeval.judge.backends import JudgeBackendError, TransformersJudge
+    from storyeval.judge.core import JudgeSettings
+
+    rubric_file = tmp_path / "tiny.yaml"
+    rubric_file.write_text(ONE_CRITERION)
+    rubric = load_rubric(rubric_file)
+    long = Story("long", "A prompt.", " ".join(["The rain fell on the town."] * 1500), system="x")
+    judge = TransformersJudge()
+    with pytest.raises(JudgeBackendError, match=r"longer than .* context of 8192 tokens"):
+        judge_stories([long], rubric, [judge])
+    settings = JudgeSettings(max_words=300, truncate=True)
+    result = judge_stories([long], rubric, [judge], settings=settings)
+    assert any("truncated to 300 words" in note for note in result.notes)
+    assert "truncate:yes" in result.judgments[0].rater_id

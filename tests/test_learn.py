@@ -645,3 +645,49 @@ def test_readme_per_technique_check_on_heldout_windows(union_model, human, tmp_p
     assert rows.loc["negation", "estimate"] > 0.8 and rows.loc["negation", "p_value"] < 1e-6
     # seen: repetition 0.70 (p = 1e-5); substitution and reordering near 0.5 on 45 stories
     assert rows.loc["repetition", "p_value"] < 0.01
+
+
+def test_union_scores_a_long_story_in_sentence_windows_never_cut(union_model, human):
+    """A story longer than the model's 48 tokens: every token of it is read, in windows of
+    whole sentences, and its score is the token-weighted mean of the windows' scores."""
+    import torch
+
+    from storyeval.learn.encoding import pad_batch, pad_id
+    from storyeval.learn.union import UnionTask, load_union
+    from storyeval.text import TruncationWarning
+
+    scorer = load_union(union_model.directory)
+    story = max(human, key=lambda s: len(s.story))
+    with pytest.warns(TruncationWarning, match="windows of whole sentences"):
+        [score] = scorer.score([story])
+    prepared = scorer._prepare([story])[0]
+    task = UnionTask(scorer.model, scorer.tokenizer, scorer.config)
+    windows = scorer._windows(task, prepared)
+    assert len(windows) > 2 and not any(w.cut_second for w in windows)
+    read = []
+    for k, window in enumerate(windows):
+        part = 1 if k == 0 and prepared.prompt.strip() else 0
+        read += [
+            token
+            for token, special, kind in zip(
+                window.input_ids, window.special, window.token_type_ids, strict=True
+            )
+            if not special and kind == part
+        ]
+    expected = scorer.tokenizer(prepared.story, add_special_tokens=False)["input_ids"]
+    assert read == expected, "the windows read every token of the story, once"
+    with torch.no_grad():
+        logits, _ = scorer.model(
+            **{
+                k: v
+                for k, v in pad_batch(windows, pad_id(scorer.tokenizer)).items()
+                if k != "token_type_ids"
+            },
+            token_type_ids=pad_batch(windows, pad_id(scorer.tokenizer))["token_type_ids"],
+        )
+    values = torch.sigmoid(logits).tolist()
+    sizes = [len(w.input_ids) for w in windows]
+    assert score == pytest.approx(
+        sum(v * n for v, n in zip(values, sizes, strict=True)) / sum(sizes), abs=1e-6
+    )
+    assert "long:sentence-windows" in scorer.signature.render()

@@ -204,3 +204,20 @@ def test_nsp_hub_model_without_network_names_the_nsp_option(short_stories, monke
             score_stories(short_stories[:1], "nsp_prev", options={"nsp.model": "bert-base-uncased"})
     finally:
         loading._hub_reachable.cache_clear()
+
+
+def test_nsp_reports_contexts_it_reads_in_part(nsp_checkpoint):
+    """A prompt of ~600 tokens is longer than the 512 the NSP head reads beside a sentence:
+    the run says so in a note instead of cutting it silently."""
+    from storyeval.corpus import Story
+    from storyeval.metrics import score_stories
+    from storyeval.metrics.coherence import load_nsp_model, nsp_cuts
+
+    prompt = " ".join(["The old lighthouse keeper counted the ships."] * 75)
+    story = Story("a", prompt, "He slept. The sea was calm.", system="x")
+    run = score_stories(
+        [story], "nsp_prompt", options={"nsp.model": str(nsp_checkpoint)}, bootstrap=0
+    )
+    assert any("2 of 2 contexts" in note for note in run.metrics["nsp_prompt"].notes)
+    model = load_nsp_model(str(nsp_checkpoint))
+    assert nsp_cuts(model, [("A short prompt.", "A sentence.")]) == (0, 0)

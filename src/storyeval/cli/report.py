@@ -46,6 +46,9 @@ def report_command(
     mauve: Path = typer.Option(
         None, "--mauve", help="A `storyeval mauve` output directory to add as a section."
     ),
+    curves: Path = typer.Option(
+        None, "--curves", help="A `storyeval curves` output directory to add as a section."
+    ),
 ) -> None:
     """Write OUT/index.html and OUT/report.md with heatmaps, scatter plots, agreement, the human
     ceiling, Williams tests, signatures, and the CSVs behind them."""
@@ -86,6 +89,7 @@ def report_command(
             title=title,
             robustness=robustness,
             mauve=mauve,
+            curves=curves,
             inputs={
                 "scores": scores,
                 "judgments": judgments,

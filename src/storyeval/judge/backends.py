@@ -230,10 +230,25 @@ class TransformersJudge:
             ):
                 logits[index] = row
 
+    def _check_length(self, texts: Sequence[str], room: int) -> None:
+        """Refuse a prompt that, with ``room`` tokens of answer, exceeds the model's context
+        (it would be cut or garbled, never judged whole)."""
+        limit = self.lm.max_length
+        for text in texts:
+            length = len(self._encode(text))
+            if length + room > limit:
+                raise JudgeBackendError(
+                    f"a judge prompt is {length} tokens (+{room} for the answer), longer than "
+                    f"{self.name}'s context of {limit} tokens; flag long stories with "
+                    "--max-words N and cut them with --truncate, or use a model with a longer "
+                    "context"
+                )
+
     def _probabilities(self, requests: Sequence[JudgeRequest]) -> list[JudgeAnswer]:
         import torch
 
         texts = [chat_text(self.lm.tokenizer, r.messages) for r in requests]
+        self._check_length(texts, 1)
         logits: list[Any | None] = [None] * len(requests)
         if self.prefix_cache:
             self._cached_logits(requests, texts, logits)
@@ -262,6 +277,7 @@ class TransformersJudge:
             max_new_tokens=decoding.max_new_tokens,
         )
         texts = [chat_text(self.lm.tokenizer, r.messages) for r in requests]
+        self._check_length(texts, decoding.max_new_tokens)
         generator = seeded_generator(decoding.seed * 1_000_003 + sample)
         answers = []
         for start in range(0, len(texts), self.batch_size):

@@ -9,12 +9,14 @@ from typing import Any
 
 @dataclass(frozen=True)
 class Encoded:
-    """Token ids of one input; ``truncated`` says whether anything was cut."""
+    """Token ids of one input; ``truncated`` says whether anything was cut, ``cut_second``
+    whether the second text (the one evaluated) was."""
 
     input_ids: list[int]
     token_type_ids: list[int]
     special: list[bool]
     truncated: bool
+    cut_second: bool = False
 
 
 def encode_pair(tokenizer: Any, first: str | None, second: str, max_length: int) -> Encoded:
@@ -54,10 +56,9 @@ def encode_pair(tokenizer: Any, first: str | None, second: str, max_length: int)
     input_ids = list(encoded["input_ids"])
     special = [bool(x) for x in encoded["special_tokens_mask"]]
     kept_second = sum(not x for x in special) - first_count
-    if kept_second < second_count:
-        truncated = True
+    cut_second = kept_second < second_count
     token_types = list(encoded.get("token_type_ids") or [0] * len(input_ids))
-    return Encoded(input_ids, token_types, special, truncated)
+    return Encoded(input_ids, token_types, special, truncated or cut_second, cut_second)
 
 
 def pad_batch(encoded: Sequence[Encoded], pad_id: int) -> dict[str, Any]:

@@ -63,8 +63,9 @@ class UnionConfig:
     lam : float
         Weight of the reconstruction loss (lambda, 0.1).
     max_length : int
-        Longest input in tokens (prompt and story); longer inputs are cut, with a warning
-        when scoring.
+        Longest input in tokens (prompt and story); longer training inputs are cut (the
+        perturbation may then be past the cut: use ``window``); longer stories are scored in
+        sentence windows that fit, never cut.
     use_prompt : bool
         Give the prompt as the first segment of the input.
     delexicalize : bool
@@ -842,6 +843,7 @@ class UnionScorer:
                 "techniques": fields.get("techniques"),
                 "recon": fields.get("recon"),
                 "max_length": self.config.max_length,
+                "long": "sentence-windows",
                 "prompt": self.config.use_prompt,
                 "delex": self.config.delexicalize,
                 "seed": fields.get("seed"),
@@ -863,8 +865,13 @@ class UnionScorer:
     ) -> list[float]:
         """The UNION score (probability of being human-written, in [0, 1]) of each story.
 
-        Inputs longer than the model's ``max_length`` tokens are cut at that length and a
-        :class:`storyeval.text.TruncationWarning` says how many were.
+        A story whose input (prompt and story) is longer than the model's ``max_length``
+        tokens is never cut: it is scored in windows of consecutive sentences that fit (the
+        first with the prompt, the others without, as windows are trained), and its score is
+        the mean of the windows' scores weighted by their tokens; a
+        :class:`storyeval.text.TruncationWarning` says how many stories were. A prompt keeps
+        at most its last ``max_length // 2 - 2`` tokens, the context nearest the story (see
+        :func:`storyeval.learn.encoding.encode_pair`).
         """
         import torch
 
@@ -872,9 +879,17 @@ class UnionScorer:
 
         prepared = self._prepare(stories)
         task = UnionTask(self.model, self.tokenizer, replace(self.config))
-        encoded = [task._encode(story.prompt, story.story) for story in prepared]
-        order = sorted(range(len(encoded)), key=lambda i: len(encoded[i].input_ids))
-        scores = [math.nan] * len(encoded)
+        pieces: list[tuple[int, Encoded]] = []
+        long = 0
+        for index, story in enumerate(prepared):
+            whole = task._encode(story.prompt, story.story)
+            if not whole.cut_second:
+                pieces.append((index, whole))
+                continue
+            long += 1
+            pieces += [(index, encoded) for encoded in self._windows(task, story)]
+        order = sorted(range(len(pieces)), key=lambda i: len(pieces[i][1].input_ids))
+        values = [math.nan] * len(pieces)
         batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
         iterator: Any = batches
         if progress:
@@ -883,22 +898,70 @@ class UnionScorer:
             iterator = tqdm(batches, desc="union", unit="batch", leave=False)
         with torch.no_grad():
             for batch in iterator:
-                tensors = pad_batch([encoded[i] for i in batch], pad_id(self.tokenizer))
+                tensors = pad_batch([pieces[i][1] for i in batch], pad_id(self.tokenizer))
                 logits, _ = self.model(
                     tensors["input_ids"], tensors["attention_mask"], tensors["token_type_ids"]
                 )
                 for index, value in zip(batch, torch.sigmoid(logits).tolist(), strict=True):
-                    scores[index] = float(value)
-        truncated = sum(item.truncated for item in encoded)
-        if truncated:
+                    values[index] = float(value)
+        totals = [0.0] * len(prepared)
+        weights = [0.0] * len(prepared)
+        for (index, encoded), value in zip(pieces, values, strict=True):
+            totals[index] += value * len(encoded.input_ids)
+            weights[index] += len(encoded.input_ids)
+        if long:
             warnings.warn(
-                f"{truncated} of {len(encoded)} inputs were longer than the model's "
-                f"max_length ({self.config.max_length} tokens) and were scored on their first "
-                f"{self.config.max_length} tokens",
+                f"{long} of {len(prepared)} inputs were longer than the model's max_length "
+                f"({self.config.max_length} tokens): each was scored in windows of whole "
+                "sentences that fit (the token-weighted mean of the windows' scores)",
                 TruncationWarning,
                 stacklevel=2,
             )
-        return scores
+        return [t / w if w else math.nan for t, w in zip(totals, weights, strict=True)]
+
+    def _windows(self, task: UnionTask, story: Story) -> list[Encoded]:
+        """The encoded windows of consecutive sentences of a story too long for one input."""
+        from storyeval.text import split_sentences
+
+        encoded: list[Encoded] = []
+        current: list[str] = []
+        for sentence in split_sentences(story.story) or [story.story]:
+            context = story.prompt if not encoded else ""
+            candidate = " ".join([*current, sentence])
+            if current and task._encode(context, candidate).cut_second:
+                encoded += _fitting(task, context, " ".join(current))
+                current = []
+            current.append(sentence)
+        if current:
+            context = story.prompt if not encoded else ""
+            encoded += _fitting(task, context, " ".join(current))
+        return encoded
+
+
+def _fitting(task: UnionTask, context: str, text: str) -> list[Encoded]:
+    """``text`` encoded whole when it fits, else in consecutive runs of words that fit (a
+    single sentence longer than the model's input)."""
+    whole = task._encode(context, text)
+    if not whole.cut_second:
+        return [whole]
+    words = text.split()
+    result: list[Encoded] = []
+    start = 0
+    while start < len(words):
+        end = len(words)
+        low, high = start + 1, len(words)
+        while low <= high:  # the longest run of words from start that fits
+            middle = (low + high) // 2
+            if task._encode(
+                context if not result else "", " ".join(words[start:middle])
+            ).cut_second:
+                high = middle - 1
+            else:
+                end, low = middle, middle + 1
+        end = max(end, start + 1)
+        result.append(task._encode(context if not result else "", " ".join(words[start:end])))
+        start = end
+    return result
 
 
 @functools.lru_cache(maxsize=8)

@@ -278,11 +278,46 @@ def nsp_probabilities(
     return result
 
 
+def nsp_cuts(model: Any, pairs: Sequence[tuple[str, str]]) -> tuple[int, int]:
+    """How many ``(context, sentence)`` pairs the NSP model reads in part: contexts longer
+    than it keeps, and sentences longer than it keeps (counted, reported, never silent)."""
+    from storyeval.learn.nsp import NspScorer
+
+    tokenizer = model.tokenizer
+    count = lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"])  # noqa: E731
+    contexts = sentences = 0
+    for context, sentence in pairs:
+        a, b = count(context), count(sentence)
+        if isinstance(model, NspScorer) and model.architecture == "siamese":
+            keep_a = keep_b = model.max_length - 2  # each text on its own
+        elif isinstance(model, NspScorer):  # encode_pair: the context keeps its last tokens
+            keep_a = max(1, model.max_length // 2 - 2)
+            keep_b = model.max_length - 3 - min(a, keep_a)
+        else:  # truncation="only_first": the sentence whole, the context cut to fit
+            keep_b = int(model.max_length) - 3
+            keep_a = max(0, keep_b - b)
+        contexts += a > keep_a
+        sentences += b > keep_b
+    return contexts, sentences
+
+
 def _nsp(mode: str) -> Any:
     def compute(batch: MetricBatch, options: Mapping[str, Any]) -> MetricOutput:
         model = load_nsp_model(options["model"])
         stories = _story_pairs(batch, options, mode)
         flat = [(context, sentence) for pairs in stories for sentence, context in pairs]
+        contexts, sentences = nsp_cuts(model, flat)
+        notes = []
+        if contexts:
+            notes.append(
+                f"{contexts} of {len(flat)} contexts (prompt or previous sentence) are longer "
+                "than the NSP model reads beside a sentence and were read in part"
+            )
+        if sentences:
+            notes.append(
+                f"{sentences} of {len(flat)} sentences are longer than the NSP model reads and "
+                "were read in part (their first tokens)"
+            )
         probabilities = nsp_probabilities(model, flat, batch_size=options["batch_size"])
         if options["score"] == "label":
             probabilities = (probabilities > 0.5).astype(np.float64)
@@ -292,7 +327,9 @@ def _nsp(mode: str) -> Any:
             chunk = probabilities[position : position + len(pairs)]
             position += len(pairs)
             values.append(float(chunk.mean()) if len(chunk) else math.nan)
-        return MetricOutput(np.asarray(values, dtype=np.float64), models={"model": model.identity})
+        return MetricOutput(
+            np.asarray(values, dtype=np.float64), models={"model": model.identity}, notes=notes
+        )
 
     return compute
 

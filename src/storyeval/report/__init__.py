@@ -12,7 +12,8 @@ judgments, and writes into the output directory:
 - with ``robustness=DIR`` (a ``storyeval robustness`` directory): ``figures/robustness.png``,
   ``robustness_discrimination.csv`` and ``robustness_invariance.csv`` and their section;
 - with ``mauve=DIR`` (a ``storyeval mauve`` directory): ``figures/mauve_divergence.png``,
-  ``mauve.csv`` and their section.
+  ``mauve.csv`` and their section; with ``curves=DIR`` (``storyeval curves``):
+  ``figures/curves.png``, ``curves.csv`` and their section.
 
 Files are written one by one, atomically; other files in the directory are left alone.
 Sections that do not apply to the data (one rater: no agreement; no prompt ids: no story
@@ -38,6 +39,7 @@ from storyeval.report.render import (
 from storyeval.report.sections import (
     ReportFiles,
     correlation_section,
+    curves_section,
     human_section,
     matrix_section,
     mauve_section,
@@ -67,6 +69,7 @@ def report_sections(
     max_scatter_metrics: int = 12,
     robustness: str | Path | None = None,
     mauve: str | Path | None = None,
+    curves: str | Path | None = None,
 ) -> list[Section]:
     """The report's sections, in order (writing the CSVs and figures they show)."""
     sections = [
@@ -81,6 +84,8 @@ def report_sections(
         sections.append(robustness_section(robustness, out))
     if mauve is not None:
         sections.append(mauve_section(mauve, out))
+    if curves is not None:
+        sections.append(curves_section(curves, out))
     sections.append(signature_section(data, out, inputs))
     warnings = warning_section(data)
     return sections + ([warnings] if warnings is not None else [])
@@ -103,6 +108,7 @@ def build_report(
     max_scatter_metrics: int = 12,
     robustness: str | Path | None = None,
     mauve: str | Path | None = None,
+    curves: str | Path | None = None,
 ) -> ReportResult:
     """Compute the meta-evaluation and write the report (see the module docstring):
     :func:`~storyeval.report.compute.compute_report`, then the sections, then the pages.
@@ -136,6 +142,8 @@ def build_report(
         section "Robustness of metrics".
     mauve : str or Path, optional
         A directory written by ``storyeval mauve``: the section "Distribution of the stories".
+    curves : str or Path, optional
+        A directory written by ``storyeval curves``: the section "Along the stories".
 
     Returns
     -------
@@ -171,6 +179,7 @@ def build_report(
         max_scatter_metrics=max_scatter_metrics,
         robustness=robustness,
         mauve=mauve,
+        curves=curves,
     )
     out.text("index.html", render_html(title, sections))
     out.text("report.md", render_markdown(title, sections))

@@ -377,6 +377,30 @@ def mauve_section(directory: str | Path, out: ReportFiles) -> Section:
     return section
 
 
+def curves_section(directory: str | Path, out: ReportFiles) -> Section:
+    """Metrics along long stories (a ``storyeval curves`` directory): the figure, the
+    segmentation and the signatures."""
+    from storyeval.curves import read_curves
+
+    table, signatures = read_curves(directory)
+    section = Section("Along the stories (chapters and windows)")
+    stories = table["item_id"].nunique()
+    segments = table.groupby("item_id")["segment"].nunique()
+    section.paragraphs.append(
+        f"From `storyeval curves`: {stories} stories cut into {int(segments.sum())} chapters or "
+        "windows, each scored with the previous one as its prompt; per system, the mean value "
+        "in each tenth of the stories' length."
+    )
+    figure = Path(directory) / "curves.png"
+    if figure.is_file():
+        section.figures.append(Figure(out.png("curves.png", figure.read_bytes()), "curves"))
+    out.csv("curves.csv", table)
+    rows = [{"what": name, "signature": signature} for name, signature in signatures.items()]
+    if rows:
+        section.tables.append(Table(pd.DataFrame(rows), "Signatures of the curves"))
+    return section
+
+
 # --------------------------------------------------------------------------- provenance
 
 
