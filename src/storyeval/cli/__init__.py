@@ -74,6 +74,9 @@ def main() -> None:
     That covers a bad option value or a missing option (click's usage errors, which would
     otherwise print a usage panel), the library's own errors and a missing or unreadable file.
     """
+    from storyeval.models.devices import passive_openmp
+
+    passive_openmp()  # before torch starts OpenMP: idle threads sleep instead of spinning
     try:
         code = app(standalone_mode=False)
     except NoArgsIsHelpError as exc:  # a bare group: its help, as before

@@ -84,3 +84,40 @@ def metric_option() -> Any:
 
 def criterion_option() -> Any:
     return typer.Option(None, "--criterion", help="Only these criteria (repeat).")
+
+
+def device_option() -> Any:
+    return typer.Option(
+        "cpu", "--device", help="Where models run: cpu, cuda, cuda:N, mps or auto (a GPU if any)."
+    )
+
+
+def precision_option() -> Any:
+    return typer.Option(
+        "float32",
+        "--precision",
+        help="Matrix products in float32, bfloat16 (CPUs with AVX-512 BF16/AMX, GPUs) or "
+        "float16 (GPUs); in the signatures.",
+    )
+
+
+def threads_option() -> Any:
+    return typer.Option(
+        None,
+        "--threads",
+        help="CPU threads for models (default: the CPUs free when the command starts).",
+    )
+
+
+def compute_settings(device: str, precision: str, threads: int | None) -> tuple[str, str]:
+    """Check the device and precision, set the CPU threads; returns the resolved device and
+    the precision (a bad value is a one-line error, exit 2)."""
+    from storyeval.models.devices import check_precision, configure_threads, resolve_device
+
+    try:
+        resolved = resolve_device(device)
+        check_precision(precision, resolved)
+        configure_threads(threads)
+    except ValueError as exc:
+        raise user_error(exc) from None
+    return resolved, precision

@@ -6,7 +6,14 @@ from pathlib import Path
 
 import typer
 
-from storyeval.cli._common import exit_with, user_error
+from storyeval.cli._common import (
+    compute_settings,
+    device_option,
+    exit_with,
+    precision_option,
+    threads_option,
+    user_error,
+)
 
 
 def generate(
@@ -75,6 +82,9 @@ def generate(
         None, "--limit", min=1, help="Only the first N prompts (a quick try)."
     ),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
+    device: str = device_option(),
+    precision: str = precision_option(),
+    threads: int = threads_option(),
 ) -> None:
     """Generate stories from prompts with any causal LM and decoding setting.
 
@@ -94,6 +104,7 @@ def generate(
         read_prompts,
     )
 
+    device, precision = compute_settings(device, precision, threads)
     if top_k is not None and top_p is not None:
         raise exit_with("error: give --top-k or --top-p, not both")
     if max_words is not None and max_chars is not None:
@@ -147,6 +158,8 @@ def generate(
             copy_threshold=copy_threshold,
             word_filter=word_filter,
             max_attempts=max_attempts,
+            device=device,
+            precision=precision,
         )
     except (StoryevalError, ValueError) as exc:
         raise user_error(exc) from None

@@ -10,7 +10,13 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from storyeval.cli._common import user_error
+from storyeval.cli._common import (
+    compute_settings,
+    device_option,
+    precision_option,
+    threads_option,
+    user_error,
+)
 from storyeval.errors import StoryevalError
 
 if TYPE_CHECKING:
@@ -50,11 +56,15 @@ def score(
     progress: bool = typer.Option(
         True, "--progress/--no-progress", help="Show progress bars (on a terminal)."
     ),
+    device: str = device_option(),
+    precision: str = precision_option(),
+    threads: int = threads_option(),
 ) -> None:
     """Score every story with automatic metrics; print and write per-system aggregates."""
     from storyeval.metrics.pipeline import score_file
     from storyeval.metrics.registry import parse_option_assignments
 
+    device, precision = compute_settings(device, precision, threads)
     try:
         options = parse_option_assignments(option or [])
         run = score_file(
@@ -66,6 +76,8 @@ def score(
             confidence=confidence,
             seed=seed,
             progress=progress and sys.stderr.isatty(),
+            device=device,
+            precision=precision,
         )
     except (StoryevalError, FileNotFoundError, IsADirectoryError, ValueError) as exc:
         raise user_error(exc) from None

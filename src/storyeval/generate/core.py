@@ -226,10 +226,11 @@ class _SeededSampler:
     def __call__(self, input_ids: Any, scores: Any) -> Any:
         import torch
 
-        probs = torch.nn.functional.softmax(scores, dim=-1)
+        # drawn on the CPU with the private generator, whatever device the model is on
+        probs = torch.nn.functional.softmax(scores.float(), dim=-1).cpu()
         chosen = torch.multinomial(probs, num_samples=1, generator=self.generator)
         only = torch.full_like(scores, float("-inf"))
-        return only.scatter_(1, chosen, 0.0)
+        return only.scatter_(1, chosen.to(scores.device), 0.0)
 
 
 def _warpers(decoding: DecodingConfig) -> list[Any]:
@@ -262,25 +263,31 @@ def generate_raw(
     *,
     separator: str | None,
     generator: Any,
+    precision: str = "float32",
 ) -> list[str]:
     """One batch of raw continuations (no cleaning), cut at the first stop token; sampling
-    draws from ``generator`` (see :class:`_SeededSampler`)."""
+    draws from ``generator`` (see :class:`_SeededSampler`). The model runs where its
+    parameters are, its matrix products in ``precision``."""
     import torch
     from transformers import LogitsProcessorList
 
+    from storyeval.models.devices import autocast, model_device
+
     tokenizer, model = lm.tokenizer, lm.model
+    device = model_device(lm)
     pad_id = (
         tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     )
     stop = _stop_ids(tokenizer, separator)
     encoded = tokenizer(list(contexts), return_tensors="pt", padding=True, padding_side="left")
+    encoded = encoded.to(device)
     kwargs = decoding.generate_kwargs()
     processors = LogitsProcessorList()
     if decoding.do_sample:
         processors.extend(_warpers(decoding))
         processors.append(_SeededSampler(generator))
         kwargs.update(do_sample=False, temperature=None, top_k=None, top_p=None)
-    with torch.no_grad():
+    with torch.no_grad(), autocast(str(device), precision):
         output = model.generate(
             **encoded,
             **kwargs,
@@ -383,6 +390,8 @@ def generate_stories(
     copy_threshold: float = COPY_THRESHOLD,
     word_filter: WordListFilter | None = None,
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    device: str = "cpu",
+    precision: str = "float32",
 ) -> list[Story]:
     """Continue each prompt ``num_stories`` times.
 
@@ -423,6 +432,8 @@ def generate_stories(
         A story containing a listed term is dropped and generated again.
     max_attempts : int
         Generations allowed per story before :class:`GenerationError` is raised.
+    device, precision : str
+        Where the model runs and the precision of its matrix products (in the signature).
 
     Returns
     -------
@@ -442,12 +453,15 @@ def generate_stories(
         On empty prompts, bad settings, or a prompt too long for the model.
     """
     from storyeval.models import load_causal_lm
+    from storyeval.models.devices import check_precision, compute_fields, place, resolve_device
 
     _check_settings(
         prompts, num_stories, batch_size, max_attempts, copy_threshold, max_words, max_chars
     )
     decoding = decoding or DecodingConfig()
-    lm = load_causal_lm(model, option="--model")
+    device = resolve_device(device)
+    check_precision(precision, device)
+    lm = place(load_causal_lm(model, option="--model"), device)
     priming = [text.strip() for text in priming if text.strip()]
     sep = (separator or default_separator(lm.tokenizer)) if priming else None
     label = decoding.describe() + (f"-{len(priming)}shot" if priming else "")
@@ -468,6 +482,7 @@ def generate_stories(
             "copy_threshold": copy_threshold if priming else None,
             "word_filter": word_filter.identity if word_filter else None,
             "max_attempts": max_attempts,
+            **compute_fields(device, precision),
         },
     ).render()
     contexts = {record.id: build_context(record.prompt, priming, sep or "") for record in prompts}
@@ -493,6 +508,7 @@ def generate_stories(
         max_attempts=max_attempts,
         label=f"generate {system}",
         progress=progress,
+        precision=precision,
     )
     _raise_failures(jobs, decoding, max_attempts)
     suffixes = num_stories > 1
@@ -535,6 +551,7 @@ def _run_attempts(
     max_attempts: int,
     label: str,
     progress: bool,
+    precision: str = "float32",
 ) -> None:
     """Generate for every job until each has a kept text or its attempts run out."""
     from tqdm.auto import tqdm
@@ -548,7 +565,9 @@ def _run_attempts(
         for start in range(0, len(pending), batch_size):
             batch = pending[start : start + batch_size]
             contexts = [job.context for job in batch]
-            raws = generate_raw(lm, contexts, decoding, separator=sep, generator=generator)
+            raws = generate_raw(
+                lm, contexts, decoding, separator=sep, generator=generator, precision=precision
+            )
             for job, raw in zip(batch, raws, strict=True):
                 job.attempts += 1
                 text, reason, overlap = judge(raw)

@@ -121,6 +121,8 @@ class EncoderCache:
     max_batch: int = 64
     progress: bool = False
     stats: CacheStats = field(default_factory=CacheStats)
+    device: str = "cpu"
+    precision: str = "float32"
 
     def __post_init__(self) -> None:
         self._ids: dict[str, np.ndarray] = {}
@@ -231,6 +233,9 @@ class EncoderCache:
     def _encode(self, keys: list[str], layers: list[int], wanted: dict[str, set[int]]) -> None:
         import torch
 
+        from storyeval.models.devices import autocast, place
+
+        place(self.encoder, self.device)
         model = self.encoder.model
         limit = int(self.encoder.max_length)
         started = time.perf_counter()
@@ -265,7 +270,11 @@ class EncoderCache:
             batches.append(current)
         pad_id = self.encoder.tokenizer.pad_token_id or 0
         bar = _progress(len(batches), "encoding", self.progress)
-        with torch.inference_mode(), _truncated(model, top):
+        with (
+            torch.inference_mode(),
+            _truncated(model, top),
+            autocast(self.device, self.precision),
+        ):
             for batch in batches:
                 rows = [pieces[i].ids for i in batch]
                 width = max(len(r) for r in rows)
@@ -274,7 +283,11 @@ class EncoderCache:
                 for r, row in enumerate(rows):
                     input_ids[r, : len(row)] = torch.tensor(row, dtype=torch.long)
                     mask[r, : len(row)] = 1
-                result = model(input_ids=input_ids, attention_mask=mask, output_hidden_states=True)
+                result = model(
+                    input_ids=input_ids.to(self.device),
+                    attention_mask=mask.to(self.device),
+                    output_hidden_states=True,
+                )
                 hidden = result.hidden_states
                 if hidden is None or len(hidden) <= top:
                     raise RuntimeError(
@@ -289,7 +302,9 @@ class EncoderCache:
                     target = filled.setdefault(piece.text_index, {})
                     n_tokens = len(all_ids[piece.text_index])
                     for layer in layers:
-                        states = hidden[layer][r, piece.keep_from : piece.keep_to].float().numpy()
+                        states = (
+                            hidden[layer][r, piece.keep_from : piece.keep_to].float().cpu().numpy()
+                        )
                         if layer not in target:
                             target[layer] = np.empty((n_tokens, states.shape[1]), dtype=np.float32)
                         target[layer][piece.target_from : piece.target_from + len(states)] = states
@@ -378,9 +393,22 @@ class ScoringContext:
     ----------
     progress : bool
         Show progress bars for long work.
+    device : str
+        Where models run: ``cpu``, ``cuda``, ``cuda:N``, ``mps`` or ``auto``
+        (:func:`storyeval.models.devices.resolve_device`).
+    precision : {"float32", "bfloat16", "float16"}
+        Matrix products of every model in this precision (float16 on GPUs only); recorded
+        in the signatures.
     """
 
-    def __init__(self, *, progress: bool = False) -> None:
+    def __init__(
+        self, *, progress: bool = False, device: str = "cpu", precision: str = "float32"
+    ) -> None:
+        from storyeval.models.devices import batch_scale, check_precision, resolve_device
+
+        self.device = resolve_device(device)
+        self.precision = check_precision(precision, self.device)
+        self.batch_scale = batch_scale(self.device)
         self.progress = progress
         self._caches: dict[str, EncoderCache] = {}
         self.notes: list[str] = []
@@ -420,7 +448,13 @@ class ScoringContext:
         encoder = self.encoder(name)
         key = encoder.identity
         if key not in self._caches:
-            self._caches[key] = EncoderCache(encoder, progress=self.progress)
+            self._caches[key] = EncoderCache(
+                encoder,
+                batch_tokens=int(16384 * self.batch_scale),
+                progress=self.progress,
+                device=self.device,
+                precision=self.precision,
+            )
         return self._caches[key]
 
     @property
@@ -429,12 +463,21 @@ class ScoringContext:
         return list(self._caches.values())
 
     def causal_lm(self, name: str | None = None) -> Any:
-        """The causal LM ``name`` (a model given to :meth:`use`, or loaded once per process)."""
+        """The causal LM ``name`` (a model given to :meth:`use`, or loaded once per process),
+        on this context's device."""
+        from storyeval.models.devices import place
+
         if name in self._given:
-            return self._given[name]
+            return place(self._given[name], self.device)
         from storyeval.models import load_causal_lm
 
-        return load_causal_lm(name)
+        return place(load_causal_lm(name), self.device)
+
+    def compute_fields(self) -> dict[str, str]:
+        """Where and how the models of this context run, for signatures."""
+        from storyeval.models.devices import compute_fields
+
+        return compute_fields(self.device, self.precision)
 
     def glove(self, name: str | None = None) -> Any:
         """The word vectors ``name`` (given to :meth:`use`, or loaded once per process)."""

@@ -293,7 +293,9 @@ def _unused(options: Mapping[str, Any]) -> tuple[str, ...]:
 
 def _setup(batch: MetricBatch, options: Mapping[str, Any]) -> tuple[EncoderCache, int]:
     cache = batch.context.cache(options["model"])
-    cache.batch_tokens = int(options.get("batch_tokens", cache.batch_tokens))
+    cache.batch_tokens = int(
+        options.get("batch_tokens", cache.batch_tokens) * batch.context.batch_scale
+    )
     return cache, default_layer(cache.encoder, options["layer"])
 
 

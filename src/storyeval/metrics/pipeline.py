@@ -42,6 +42,8 @@ from storyeval.metrics.registry import (
 from storyeval.signature import Signature
 
 MissingPolicy = Literal["error", "skip"]
+#: Metric model roles that run a neural network (their signatures say where and how).
+NEURAL_ROLES = ("encoder", "causal-lm", "nsp", "checkpoint")
 NO_SYSTEM = "(none)"
 
 #: Columns of the per-system table, in order.
@@ -208,6 +210,8 @@ def score_stories(
     source: str | Path | None = None,
     lines: Mapping[str, int] | None = None,
     context: ScoringContext | None = None,
+    device: str = "cpu",
+    precision: str = "float32",
 ) -> ScoreRun:
     """Score stories with registered metrics.
 
@@ -236,6 +240,10 @@ def score_stories(
         The file the stories came from and each story id's line, for error messages.
     context : ScoringContext, optional
         Reuse loaded models and encoded texts across calls.
+    device, precision : str
+        Where and in what precision the models run (``cpu``/``cuda``/``mps``/``auto``;
+        ``float32``/``bfloat16``/``float16``), for a new context; recorded in the signatures
+        of the metrics that run a model.
 
     Returns
     -------
@@ -274,7 +282,7 @@ def score_stories(
     resolved = resolve_options(names, options)
     for target in unused_options(names, options):
         warnings.warn(f"option {target} applies to none of the metrics run", stacklevel=2)
-    context = context or ScoringContext(progress=progress)
+    context = context or ScoringContext(progress=progress, device=device, precision=precision)
     specs = {name: get_metric(name) for name in names}
     where = str(source) if source is not None else "<stories>"
     eligible, missing_count = _eligible(specs, stories, resolved, policy, lines or {}, where)
@@ -291,9 +299,11 @@ def score_stories(
         started = time.perf_counter()
         outputs[name] = _compute(spec, batches[name], resolved[name])
         timings[name] = time.perf_counter() - started
-        signature = spec.signature(
-            resolved[name], outputs[name].models, outputs[name].fields, outputs[name].omit
-        )
+        fields = dict(outputs[name].fields)
+        if spec.model in NEURAL_ROLES:  # where and how the model ran
+            for key, value in context.compute_fields().items():
+                fields.setdefault(key, value)
+        signature = spec.signature(resolved[name], outputs[name].models, fields, outputs[name].omit)
         if spec.level != "corpus":  # a corpus-level metric has no value per story
             scores += _score_records(name, batches[name].stories, outputs[name], signature.render())
         count, reason = missing_count[name]
