@@ -9,7 +9,13 @@ from typing import Any
 
 import typer
 
-from storyeval.cli._common import check_choice, exit_with, user_errors
+from storyeval.cli._common import (
+    check_choice,
+    compute_settings,
+    exit_with,
+    threads_option,
+    user_errors,
+)
 
 _MODES = ("absolute", "pairwise")
 
@@ -113,10 +119,13 @@ def judge(
         "--prefix-cache/--no-prefix-cache",
         help="Local judge: compute the rubric prefix once per criterion.",
     ),
-    device: str = typer.Option("cpu", "--device", help="cpu, cuda, mps or auto (local judge)."),
-    precision: str = typer.Option(
-        "float32", "--precision", help="float32 or bfloat16 (local judge)."
+    device: str = typer.Option(
+        "cpu", "--device", help="cpu, cuda, cuda:N, mps or auto (local judge)."
     ),
+    precision: str = typer.Option(
+        "float32", "--precision", help="float32, bfloat16 or float16 (GPUs) (local judge)."
+    ),
+    threads: int = threads_option(),
     concurrency: int = typer.Option(
         4, "--concurrency", min=1, help="Requests in flight (endpoint)."
     ),
@@ -134,6 +143,8 @@ def judge(
 
     check_choice(mode, _MODES, "--mode")
     check_choice(score, ("expected", "argmax"), "--score")
+    if not base_url:
+        device, precision = compute_settings(device, precision, threads)
     with user_errors():
         settings = JudgeSettings(
             mode=mode,  # type: ignore[arg-type]

@@ -33,15 +33,15 @@ def _training_config(**values: Any) -> Any:
 
 
 def _set_threads(threads: int | None) -> None:
-    if threads is not None:
-        import torch
+    from storyeval.models.devices import configure_threads
 
-        torch.set_num_threads(threads)
+    configure_threads(threads)
 
 
 #: the options every ``storyeval train`` command shares (command-line name -> setting)
 _COMMON = {
     "precision": "precision",
+    "device": "device",
     "no_bucket": "no_bucket",
     "dev": "dev",
     "overwrite": "overwrite",
@@ -123,7 +123,12 @@ _EVAL_EVERY = typer.Option(
     None, "--eval-every", min=1, help="Evaluate every N steps (default: every epoch)."
 )
 _MAX_STEPS = typer.Option(None, "--max-steps", min=1, help="Stop after N steps.")
-_THREADS = typer.Option(None, "--threads", min=1, help="CPU threads for torch.")
+_THREADS = typer.Option(
+    None, "--threads", min=1, help="CPU threads for torch (default: the CPUs free at the start)."
+)
+_DEVICE = typer.Option(
+    "cpu", "--device", help="Where to train: cpu, cuda, cuda:N, mps or auto (in the signature)."
+)
 _PRECISION = typer.Option(
     "float32",
     "--precision",
@@ -189,6 +194,7 @@ def union(
     threads: int = _THREADS,
     overwrite: bool = _OVERWRITE,
     precision: str = _PRECISION,
+    device: str = _DEVICE,
     no_bucket: bool = _NO_BUCKET,
     antonyms: Path = typer.Option(
         None,
@@ -284,6 +290,7 @@ def nsp(
     threads: int = _THREADS,
     overwrite: bool = _OVERWRITE,
     precision: str = _PRECISION,
+    device: str = _DEVICE,
     no_bucket: bool = _NO_BUCKET,
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:

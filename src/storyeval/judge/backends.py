@@ -103,11 +103,11 @@ class TransformersJudge:
         batch_size: int = 8,
     ) -> None:
         from storyeval.models import load_causal_lm
+        from storyeval.models.devices import check_precision
 
-        if precision not in ("float32", "bfloat16"):
-            raise ValueError(f"precision must be float32 or bfloat16; got {precision!r}")
         self.lm = load_causal_lm(model, option="--model")
         self.device = _device(device)
+        check_precision(precision, self.device)
         self.precision = precision
         self.prefix_cache = prefix_cache
         self.batch_size = batch_size
@@ -319,17 +319,9 @@ def _common_prefix(token_lists: Sequence[list[int]]) -> int:
 
 
 def _device(device: str) -> str:
-    import torch
+    from storyeval.models.devices import resolve_device
 
-    if device == "auto":
-        if torch.cuda.is_available():
-            return "cuda"
-        if torch.backends.mps.is_available():
-            return "mps"
-        return "cpu"
-    if device not in ("cpu", "cuda", "mps") and not device.startswith("cuda:"):
-        raise ValueError(f"device must be cpu, cuda, mps or auto; got {device!r}")
-    return device
+    return resolve_device(device)
 
 
 # --------------------------------------------------------------------------- endpoint

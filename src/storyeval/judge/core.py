@@ -196,6 +196,11 @@ class JudgeSettings:
             "template": TEMPLATE,
             "scoring": scoring,
         }
+        device = getattr(backend, "device", None)
+        if device is not None:  # a local model: where and how it ran
+            from storyeval.models.devices import compute_fields
+
+            fields.update(compute_fields(device, getattr(backend, "precision", "float32")))
         if scoring == "first-token" and self.mode == "absolute":
             fields["score"] = self.score
         if scoring == "generated":

@@ -81,6 +81,10 @@ class TrainingConfig:
         pool sorted by length and cut into batches, and the batches shuffled, so a batch pads
         to similar lengths (dynamic padding wastes little). Needs the task's
         ``example_length``; in the signature.
+    device : str
+        Where the model trains (``cpu``, ``cuda``, ``cuda:N``, ``mps``, ``auto``); in the
+        signature when not the CPU. Tensors the task makes land there (torch's default device
+        inside the run).
     """
 
     epochs: int = 3
@@ -97,10 +101,17 @@ class TrainingConfig:
     head_learning_rate: float | None = None
     precision: str = "float32"
     bucket: bool = True
+    device: str = "cpu"
 
     def __post_init__(self) -> None:
         if self.precision not in ("float32", "bfloat16"):
-            raise ValueError(f"precision must be float32 or bfloat16; got {self.precision!r}")
+            raise ValueError(
+                f"precision must be float32 or bfloat16 for training; got {self.precision!r}"
+            )
+        from storyeval.models.devices import check_precision, resolve_device
+
+        object.__setattr__(self, "device", resolve_device(self.device))
+        check_precision(self.precision, self.device)
         positive_ints = {"epochs": self.epochs, "batch_size": self.batch_size}
         positive_ints["patience"] = self.patience
         positive_ints["save_every"] = self.save_every
@@ -140,6 +151,8 @@ class TrainingConfig:
         }
         if self.precision != "float32":
             fields["precision"] = self.precision
+        if self.device != "cpu":
+            fields["device"] = self.device.split(":", 1)[0]
         if self.bucket:
             fields["bucket"] = "length"
         return fields
@@ -478,10 +491,15 @@ def fit(
     checkpoint = output / CHECKPOINT_DIR
     checkpoint.mkdir(parents=True, exist_ok=True)
     write_text_atomic(checkpoint / "signature.json", signature.to_json() + "\n")
-    run = _Training(task, train, dev, config, checkpoint, on_step)
-    resumed = run.start(resume=action == "resume")
-    run.loop(progress)
-    run.finish()
+    from storyeval.models.devices import on_device, place
+
+    place(task.model, config.device)
+    with on_device(config.device):
+        run = _Training(task, train, dev, config, checkpoint, on_step)
+        resumed = run.start(resume=action == "resume")
+        run.loop(progress)
+        run.finish()
+    place(task.model, "cpu")
     task.save(output)
     metadata = {
         "format": FORMAT_VERSION,
@@ -639,9 +657,10 @@ class _Training:
         """One optimizer step on ``batch``."""
         import torch
 
+        from storyeval.models.devices import autocast
+
         began = time.perf_counter()
-        bf16 = self.config.precision == "bfloat16"
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        with autocast(self.config.device, self.config.precision):
             loss, shown = self.task.batch_loss(batch)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.max_grad_norm)

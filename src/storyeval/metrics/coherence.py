@@ -272,8 +272,8 @@ def nsp_probabilities(
                 max_length=limit,
                 return_tensors="pt",
             )
-            logits = model.model(**encoded).logits.float()
-            probabilities = torch.softmax(logits, dim=-1)[:, 0].double().numpy()
+            logits = model.model(**encoded.to(model.model.device)).logits.float()
+            probabilities = torch.softmax(logits, dim=-1)[:, 0].double().cpu().numpy()
             result[chunk] = probabilities
     return result
 
@@ -307,6 +307,10 @@ def _nsp(mode: str) -> Any:
         stories = _story_pairs(batch, options, mode)
         flat = [(context, sentence) for pairs in stories for sentence, context in pairs]
         contexts, sentences = nsp_cuts(model, flat)
+        from storyeval.models.devices import autocast, on_device, place
+
+        device, precision = batch.context.device, batch.context.precision
+        place(model, device)
         notes = []
         if contexts:
             notes.append(
@@ -318,7 +322,8 @@ def _nsp(mode: str) -> Any:
                 f"{sentences} of {len(flat)} sentences are longer than the NSP model reads and "
                 "were read in part (their first tokens)"
             )
-        probabilities = nsp_probabilities(model, flat, batch_size=options["batch_size"])
+        with on_device(device), autocast(device, precision):
+            probabilities = nsp_probabilities(model, flat, batch_size=options["batch_size"])
         if options["score"] == "label":
             probabilities = (probabilities > 0.5).astype(np.float64)
         values = []

@@ -42,13 +42,17 @@ def union(batch: MetricBatch, options: Mapping[str, Any]) -> MetricOutput:
     import numpy as np
 
     from storyeval.learn.union import load_union
+    from storyeval.models.devices import autocast, on_device, place
     from storyeval.text import TruncationWarning
 
     scorer = batch.context.given(options["model"]) or load_union(options["model"])
+    device, precision = batch.context.device, batch.context.precision
+    place(scorer.model, device)
     notes: list[str] = []
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", TruncationWarning)
-        values = scorer.score(batch.stories, batch_size=int(options.get("batch_size") or 32))
+        with on_device(device), autocast(device, precision):
+            values = scorer.score(batch.stories, batch_size=int(options.get("batch_size") or 32))
     for warning in caught:
         if issubclass(warning.category, TruncationWarning):
             notes.append(str(warning.message))

@@ -125,6 +125,19 @@ def autocast(device: str = "cpu", precision: str = "float32") -> Iterator[None]:
         yield
 
 
+@contextlib.contextmanager
+def on_device(device: str) -> Iterator[None]:
+    """Inside, tensors made without a device land on ``device`` (torch's default device);
+    nothing changes on the CPU."""
+    if device == "cpu":
+        yield
+        return
+    import torch
+
+    with torch.device(device):
+        yield
+
+
 def place(model: Any, device: str) -> Any:
     """Move ``model`` (a torch module, or a loaded model with ``.model``) to ``device`` when it
     is elsewhere; returns it."""
