@@ -127,6 +127,8 @@ def story_curves(
     chapter_pattern: str | None = CHAPTER_PATTERN,
     window_words: int = 300,
     progress: bool = False,
+    device: str = "cpu",
+    precision: str = "float32",
 ) -> tuple[Any, dict[str, str]]:
     """Score every segment of every story with ``metrics``; returns the tidy table (columns
     :data:`CURVE_COLUMNS`; ``position`` is the segment's midpoint as a share of the story's
@@ -165,7 +167,14 @@ def story_curves(
     if not pieces:
         raise StoryevalError("no story has any text to segment")
     run = score_stories(
-        pieces, names, options=options or {}, missing="skip", bootstrap=0, progress=progress
+        pieces,
+        names,
+        options=options or {},
+        missing="skip",
+        bootstrap=0,
+        progress=progress,
+        device=device,
+        precision=precision,
     )
     rows = []
     for score in run.scores:

@@ -508,6 +508,8 @@ def mauve_by_system(
     *,
     options: Any = None,
     progress: bool = False,
+    device: str = "cpu",
+    precision: str = "float32",
 ) -> MauveTable:
     """MAUVE and MAUVE* of each system's stories against the reference system's, through
     :func:`storyeval.metrics.score_stories` (so the numbers are those of ``storyeval score
@@ -522,6 +524,8 @@ def mauve_by_system(
         ``mauve.seeds``, ...; ``storyeval metrics --options`` lists them).
     progress : bool
         Progress bars.
+    device, precision : str
+        Where and how the feature model runs (in the signatures).
 
     Returns
     -------
@@ -532,7 +536,13 @@ def mauve_by_system(
     from storyeval.metrics.pipeline import score_stories
 
     run = score_stories(
-        stories, "mauve,mauve_star", options=options or {}, bootstrap=0, progress=progress
+        stories,
+        "mauve,mauve_star",
+        options=options or {},
+        bootstrap=0,
+        progress=progress,
+        device=device,
+        precision=precision,
     )
     frame = run.systems[list(MAUVE_COLUMNS)].reset_index(drop=True)
     reference = ""

@@ -169,6 +169,8 @@ def robustness(
     options: Mapping[str, Any] | None = None,
     nlp: Any = None,
     progress: bool = False,
+    device: str = "cpu",
+    precision: str = "float32",
 ) -> RobustnessResult:
     """Run invariance and discrimination tests of ``metrics`` on ``stories``.
 
@@ -194,6 +196,8 @@ def robustness(
     options : mapping, optional
         Metric options, as for :func:`storyeval.metrics.score_stories`.
     nlp : spaCy Language, optional
+    device, precision : str
+        Where and how the metrics' models run (see :func:`storyeval.metrics.score_stories`).
 
     Raises
     ------
@@ -248,7 +252,13 @@ def robustness(
         for p in run.stories
     ]
     scored = score_stories(
-        [*stories, *changed], metrics, options=options, bootstrap=0, progress=progress
+        [*stories, *changed],
+        metrics,
+        options=options,
+        bootstrap=0,
+        progress=progress,
+        device=device,
+        precision=precision,
     )
     frame = scored.frame()
     records = run.records()

@@ -7,7 +7,13 @@ from pathlib import Path
 
 import typer
 
-from storyeval.cli._common import user_error
+from storyeval.cli._common import (
+    compute_settings,
+    device_option,
+    precision_option,
+    threads_option,
+    user_error,
+)
 
 
 def curves_command(
@@ -30,6 +36,9 @@ def curves_command(
     ),
     option: list[str] = typer.Option(None, "--option", "-O", help="NAME.KEY=VALUE (repeat)."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bars."),
+    device: str = device_option(),
+    precision: str = precision_option(),
+    threads: int = threads_option(),
 ) -> None:
     """Score each chapter (or window) of each story and draw the metrics along the story:
     DIR/curves.csv (story, segment, word span, position, metric, value), DIR/curves.png,
@@ -39,6 +48,7 @@ def curves_command(
     from storyeval.errors import StoryevalError
     from storyeval.metrics.registry import parse_option_assignments
 
+    device, precision = compute_settings(device, precision, threads)
     pattern = CHAPTER_PATTERN if chapters is None else (None if chapters == "none" else chapters)
     try:
         table, signatures = story_curves(
@@ -48,6 +58,8 @@ def curves_command(
             chapter_pattern=pattern,
             window_words=window_words,
             progress=progress and sys.stderr.isatty(),
+            device=device,
+            precision=precision,
         )
         written = write_curves(table, signatures, output)
     except (StoryevalError, OSError, ValueError) as exc:

@@ -7,7 +7,13 @@ from pathlib import Path
 
 import typer
 
-from storyeval.cli._common import user_error
+from storyeval.cli._common import (
+    compute_settings,
+    device_option,
+    precision_option,
+    threads_option,
+    user_error,
+)
 
 
 def mauve_command(
@@ -31,6 +37,9 @@ def mauve_command(
         None, "--option", "-O", help="mauve.KEY=VALUE (repeat; `storyeval metrics --options`)."
     ),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bars."),
+    device: str = device_option(),
+    precision: str = precision_option(),
+    threads: int = threads_option(),
 ) -> None:
     """MAUVE and MAUVE* of each system against the reference system, over several k-means
     seeds: DIR/mauve.csv (estimate, interval across seeds, n), DIR/curves.csv and
@@ -42,6 +51,7 @@ def mauve_command(
     from storyeval.errors import StoryevalError
     from storyeval.metrics.registry import parse_option_assignments
 
+    device, precision = compute_settings(device, precision, threads)
     try:
         settings: dict[str, object] = {
             "mauve.reference_system": reference_system,
@@ -55,7 +65,11 @@ def mauve_command(
             settings["mauve.num_buckets"] = buckets
         settings.update(parse_option_assignments(option or []))
         table = mauve_by_system(
-            read_stories(stories), options=settings, progress=progress and sys.stderr.isatty()
+            read_stories(stories),
+            options=settings,
+            progress=progress and sys.stderr.isatty(),
+            device=device,
+            precision=precision,
         )
         written = write_mauve(table, output)
     except (StoryevalError, OSError, ValueError) as exc:

@@ -7,7 +7,13 @@ from pathlib import Path
 
 import typer
 
-from storyeval.cli._common import user_error
+from storyeval.cli._common import (
+    compute_settings,
+    device_option,
+    precision_option,
+    threads_option,
+    user_error,
+)
 
 
 def robustness_command(
@@ -43,6 +49,9 @@ def robustness_command(
         None, "--option", help="Metric option NAME.KEY=VALUE (repeat), as for `score`."
     ),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bars."),
+    device: str = device_option(),
+    precision: str = precision_option(),
+    threads: int = threads_option(),
 ) -> None:
     """Robustness of metrics (OpenMEVA): do quality-preserving changes leave a metric alone,
     and do errors lower it?
@@ -57,6 +66,8 @@ def robustness_command(
     from storyeval.errors import StoryevalError
     from storyeval.metrics.registry import parse_option_assignments
     from storyeval.robustness import robustness, write_robustness
+
+    device, precision = compute_settings(device, precision, threads)
 
     def tests(text: str | None) -> list[str] | None:
         if text is None:
@@ -76,6 +87,8 @@ def robustness_command(
             paraphrase_similarity=paraphrase_similarity,
             options=parse_option_assignments(option or []),
             progress=progress and sys.stderr.isatty(),
+            device=device,
+            precision=precision,
         )
         written = write_robustness(result, output)
     except (StoryevalError, OSError, ValueError) as exc:
