@@ -26,18 +26,30 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def bare_forward(encoder, texts: list[str], max_batch: int = 64) -> float:  # type: ignore[no-untyped-def]
-    """One forward pass of the whole encoder over ``texts`` (sorted by length, batched,
-    outputs discarded): the floor for any metric that needs their embeddings."""
+def bare_forward(  # type: ignore[no-untyped-def]
+    encoder, texts: list[str], max_batch: int = 32, batch_tokens: int = 4096
+) -> float:
+    """One forward pass of the whole encoder over ``texts`` (sorted by length, in the
+    batches the encoder cache makes by default, outputs discarded): the floor for any metric
+    that needs their embeddings."""
     import torch
 
     tokenizer, model = encoder.tokenizer, encoder.model
     started = time.perf_counter()
     ids = tokenizer(texts, add_special_tokens=True, truncation=True)["input_ids"]
     order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+    batches: list[list[int]] = []
+    for i in order:
+        if (
+            batches
+            and len(batches[-1]) < max_batch
+            and (len(batches[-1]) + 1) * len(ids[i]) <= batch_tokens
+        ):
+            batches[-1].append(i)
+        else:
+            batches.append([i])
     with torch.inference_mode():
-        for start in range(0, len(order), max_batch):
-            batch = order[start : start + max_batch]
+        for batch in batches:
             width = max(len(ids[i]) for i in batch)
             input_ids = torch.zeros((len(batch), width), dtype=torch.long)
             mask = torch.zeros_like(input_ids)

@@ -470,7 +470,7 @@ def perplexity(
     window: int | None = None,
     stride: int | None = None,
     precision: Literal["float32", "bfloat16"] = "float32",
-    batch_tokens: int = 4096,
+    batch_tokens: int = 2048,
 ) -> Perplexity:
     """Perplexity of each text under a causal LM, after its prompt when prompts are given.
 

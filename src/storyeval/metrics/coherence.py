@@ -168,7 +168,7 @@ def _embedding_plan(
         MetricOption("layer", int, -1, "hidden layer to mean-pool (-1 = last)"),
         _SPLIT,
         MetricOption(
-            "batch_tokens", int, 16384, "tokens per encoder batch", minimum=64, in_signature=False
+            "batch_tokens", int, 4096, "tokens per encoder batch", minimum=64, in_signature=False
         ),
     ],
     plan=_embedding_plan,

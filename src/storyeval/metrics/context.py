@@ -117,8 +117,8 @@ class EncoderCache:
     """
 
     encoder: Any
-    batch_tokens: int = 16384
-    max_batch: int = 64
+    batch_tokens: int = 4096
+    max_batch: int = 32
     progress: bool = False
     stats: CacheStats = field(default_factory=CacheStats)
     device: str = "cpu"
@@ -450,7 +450,7 @@ class ScoringContext:
         if key not in self._caches:
             self._caches[key] = EncoderCache(
                 encoder,
-                batch_tokens=int(16384 * self.batch_scale),
+                batch_tokens=int(4096 * self.batch_scale),
                 progress=self.progress,
                 device=self.device,
                 precision=self.precision,

@@ -86,7 +86,7 @@ def encoder_options(*, rescale: bool = True) -> list[MetricOption]:
         ]
     options.append(
         MetricOption(
-            "batch_tokens", int, 16384, "tokens per encoder batch", minimum=64, in_signature=False
+            "batch_tokens", int, 4096, "tokens per encoder batch", minimum=64, in_signature=False
         )
     )
     return options

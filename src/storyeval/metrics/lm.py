@@ -77,7 +77,7 @@ def token_nll(
     *,
     window: int | None = None,
     stride: int | None = None,
-    batch_tokens: int = 4096,
+    batch_tokens: int = 2048,
     progress: bool = False,
     precision: str = "float32",
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -226,7 +226,7 @@ def perplexity_stats(
     *,
     window: int | None = None,
     stride: int | None = None,
-    batch_tokens: int = 4096,
+    batch_tokens: int = 2048,
     progress: bool = False,
     precision: str = "float32",
 ) -> np.ndarray:
@@ -296,7 +296,7 @@ def _corpus_perplexity(stats: np.ndarray, options: Mapping[str, Any]) -> float:
         ),
         MetricOption("stride", int, None, "window step (auto: half the window)", minimum=1),
         MetricOption(
-            "batch_tokens", int, 4096, "tokens per forward batch", minimum=16, in_signature=False
+            "batch_tokens", int, 2048, "tokens per forward batch", minimum=16, in_signature=False
         ),
         MetricOption(
             "precision",
