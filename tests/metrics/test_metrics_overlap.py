@@ -85,3 +85,20 @@ def test_self_bleu_matches_sacrebleu_with_the_other_stories_as_references(exampl
 def test_self_bleu_is_undefined_for_a_story_alone_in_its_system():
     values = self_bleu_values(["a b c", "a b c", "x y z"], ["s", "s", "t"])
     assert values[0] == pytest.approx(100.0) and np.isnan(values[2])
+
+
+def test_self_bleu_reference_lengths_with_ties_and_duplicates():
+    """Short texts of many equal and near lengths (the closest other length, ties to the
+    shorter, a length shared with another text): still sacrebleu's multi-reference BLEU."""
+    import random
+
+    rng = random.Random(3)
+    words = "the a cat dog sat ran on in mat park big small".split()
+    texts = [
+        " ".join(rng.choice(words) for _ in range(rng.choice([3, 4, 4, 6, 7, 9])))
+        for _ in range(40)
+    ]
+    values = self_bleu_values(texts, ["s"] * len(texts))
+    for index, text in enumerate(texts):
+        others = texts[:index] + texts[index + 1 :]
+        assert values[index] == pytest.approx(sacrebleu.sentence_bleu(text, others).score, abs=1e-9)

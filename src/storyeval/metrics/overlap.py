@@ -234,6 +234,8 @@ def self_bleu_values(
             counter, length = extract_all_word_ngrams(tokens, 1, max_order)
             grams.append(counter)
             lengths.append(length)
+        length_counts = Counter(lengths)
+        unique_lengths = sorted(length_counts)
         top: dict[tuple[str, ...], list[tuple[int, int]]] = defaultdict(list)
         for position, counter in enumerate(grams):
             for gram, count in counter.items():
@@ -254,9 +256,8 @@ def self_bleu_values(
                         clip = other_count
                         break
                 correct[n] += min(count, clip)
-            others = [lengths[p] for p in range(len(members)) if p != position]
             hyp_len = lengths[position]
-            ref_len = min(others, key=lambda length: (abs(length - hyp_len), length))
+            ref_len = _closest_other_length(hyp_len, length_counts, unique_lengths)
             score = metric.compute_bleu(
                 correct,
                 total,
@@ -269,6 +270,28 @@ def self_bleu_values(
             )
             values[index] = float(score.score)
     return values
+
+
+def _closest_other_length(length: int, counts: Counter[int], unique: list[int]) -> int:
+    """The length of another text closest to ``length`` (ties: the shorter), as sacrebleu
+    picks the reference length; O(log n) with the sorted distinct lengths and their counts.
+
+    >>> _closest_other_length(5, Counter([5, 3, 8]), [3, 5, 8])
+    3
+    >>> _closest_other_length(5, Counter([5, 5, 9]), [5, 9])
+    5
+    """
+    import bisect
+
+    if counts[length] > 1:
+        return length
+    at = bisect.bisect_left(unique, length)
+    candidates = [
+        unique[i]
+        for i in (at - 1, at + 1 if at < len(unique) and unique[at] == length else at)
+        if 0 <= i < len(unique)
+    ]
+    return min(candidates, key=lambda other: (abs(other - length), other))
 
 
 @register_metric(
