@@ -440,7 +440,7 @@ def mauve_features(
     )
 
 
-def length_note(p_lengths: Sequence[int], q_lengths: Sequence[int]) -> str:
+def length_note(p_lengths: Sequence[float], q_lengths: Sequence[float]) -> str:
     """A warning text when the median lengths differ by more than :data:`LENGTH_RATIO`
     (MAUVE then mostly measures length), else ``""``.
 
@@ -449,7 +449,7 @@ def length_note(p_lengths: Sequence[int], q_lengths: Sequence[int]) -> str:
     >>> length_note([10, 12], [11, 13])
     ''
     """
-    if not len(p_lengths) or not len(q_lengths):
+    if len(p_lengths) == 0 or len(q_lengths) == 0:
         return ""
     a, b = float(np.median(p_lengths)), float(np.median(q_lengths))
     if min(a, b) <= 0 or max(a, b) / min(a, b) <= LENGTH_RATIO:

@@ -657,7 +657,7 @@ def mauve(
     ]
     settings = {"features": features, "seeds": seeds, "seed": seed, "num_buckets": num_buckets}
     _, resolved, output = _prepare("mauve", records, {**settings, **options}, {"model": model})
-    stats = np.asarray(output.stats, dtype=np.float64)
+    stats = np.asarray(output.stats, dtype=np.float64)[:, :-1]  # the last column: lengths
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         return _mauve(stats[: len(system)], stats[len(system) :], resolved)

@@ -138,6 +138,7 @@ for _mode, _name, _label, _what in (
             ),
         ],
         plan=_bertscore_plan(_mode),
+        corpus_wide=lambda options: bool(options.get("idf")),
     )(_bertscore_coherence(_mode))
 
 

@@ -416,6 +416,12 @@ class ScoringContext:
         self.memo: dict[Any, Any] = {}
         self._given: dict[str, Any] = {}
 
+    def fork(self) -> ScoringContext:
+        """A new context on the same device, with the same given models and fresh caches."""
+        other = ScoringContext(progress=False, device=self.device, precision=self.precision)
+        other._given = dict(self._given)
+        return other
+
     def use(self, model: Any) -> str | None:
         """A name under which the metrics of this context find ``model``: a name or None is
         returned as is; a loaded model object (an encoder, causal LM, word vectors or spaCy

@@ -139,6 +139,13 @@ def causal_lm_features(
     return features, longer
 
 
+def _with_lengths(features: np.ndarray, texts: Sequence[str]) -> np.ndarray:
+    """Each story's statistics: its features, then its length in words (for the length
+    warning), so MAUVE needs nothing but the statistics gathered after the map."""
+    lengths = np.array([[len(text.split())] for text in texts], dtype=np.float64)
+    return np.hstack([np.asarray(features, dtype=np.float64), lengths])
+
+
 def _features(batch: MetricBatch, options: Mapping[str, Any]) -> MetricOutput:
     from storyeval.distribution import kmeans_backend
 
@@ -146,7 +153,9 @@ def _features(batch: MetricBatch, options: Mapping[str, Any]) -> MetricOutput:
     backend = kmeans_backend(options["kmeans"])
     if options["features"] == "encoder":
         cache, layer = _encoder_layer(batch, options)
-        stats = np.stack([cache.sentence_embedding(text, layer) for text in texts])
+        stats = _with_lengths(
+            np.stack([cache.sentence_embedding(text, layer) for text in texts]), texts
+        )
         return MetricOutput(
             np.full(len(texts), np.nan),
             stats=stats,
@@ -155,9 +164,10 @@ def _features(batch: MetricBatch, options: Mapping[str, Any]) -> MetricOutput:
             omit=("max_tokens",),
         )
     lm = batch.context.causal_lm(options["model"])
-    stats, longer = causal_lm_features(
+    features, longer = causal_lm_features(
         lm, texts, max_tokens=int(options["max_tokens"]), batch_tokens=int(options["batch_tokens"])
     )
+    stats = _with_lengths(features, texts)
     notes = []
     if longer:
         notes.append(
@@ -223,12 +233,9 @@ def _statistic(star: bool) -> SystemStatistic:
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the notes below carry them
-            result = _mauve(system_stats, reference_stats, options)
+            result = _mauve(system_stats[:, :-1], reference_stats[:, :-1], options)
         notes = list(result.notes)
-        lengths = length_note(
-            [len(s.story.split()) for s in system_stories],
-            [len(s.story.split()) for s in reference_stories],
-        )
+        lengths = length_note(system_stats[:, -1].tolist(), reference_stats[:, -1].tolist())
         if lengths:
             notes.append(lengths)
         low, high = result.mauve_star_ci if star else result.mauve_ci

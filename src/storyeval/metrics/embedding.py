@@ -371,4 +371,5 @@ for _index, (_suffix, _what) in enumerate((("p", "precision"), ("r", "recall"), 
         value_range=(None, 1.0),
         options=encoder_options(),
         plan=_plan,
+        corpus_wide=lambda options: bool(options.get("idf")),
     )(_bertscore(_index))

@@ -326,6 +326,7 @@ def _moverscore_plan(
 
 @register_metric(
     "moverscore",
+    corpus_wide=lambda options: bool(options.get("idf")),
     description="MoverScore (Zhao et al. 2019): 1 / (1 + earth mover's distance) between the "
     "idf-weighted contextual token embeddings of the story and its reference(s)",
     families=("moverscore", "encoder"),

@@ -136,13 +136,59 @@ class ScoreRun:
         )
 
 
-def default_suite(stories: Sequence[Story]) -> tuple[list[str], dict[str, str]]:
+@dataclass
+class CorpusPresence:
+    """What the stories of a corpus have, for choosing the default suite without holding the
+    stories (an engine merges the presence of its partitions).
+
+    >>> from storyeval.corpus import Story
+    >>> p = corpus_presence([Story("a", "P.", "S.", reference="R.", system="x", extra={"o": "t"})])
+    >>> p.has_reference, p.has_prompt, sorted(p.text_fields), sorted(p.systems)
+    (True, True, ['id', 'o', 'prompt', 'reference', 'story', 'system'], ['x'])
+    """
+
+    has_reference: bool = False
+    has_prompt: bool = False
+    text_fields: set[str] = field(default_factory=set)
+    systems: set[str] = field(default_factory=set)
+
+    def merge(self, other: CorpusPresence) -> CorpusPresence:
+        """The presence of both corpora."""
+        return CorpusPresence(
+            self.has_reference or other.has_reference,
+            self.has_prompt or other.has_prompt,
+            self.text_fields | other.text_fields,
+            self.systems | other.systems,
+        )
+
+
+def corpus_presence(stories: Sequence[Story]) -> CorpusPresence:
+    """The :class:`CorpusPresence` of ``stories``."""
+    fields: set[str] = set()
+    for story in stories:
+        fields.update(
+            key
+            for key, value in story.to_dict().items()
+            if isinstance(value, str) and value.strip()
+        )
+    return CorpusPresence(
+        any(s.references for s in stories),
+        any(s.prompt.strip() for s in stories),
+        fields,
+        {s.system for s in stories if s.system},
+    )
+
+
+def default_suite(
+    stories: Sequence[Story] | CorpusPresence,
+) -> tuple[list[str], dict[str, str]]:
     """The metrics that can run with the offline defaults on the fields present in
-    ``stories``, and the reasons the others are left out.
+    ``stories`` (or a :class:`CorpusPresence`), and the reasons the others are left out.
 
     A metric needing a reference (prompt, field) runs when at least one story has one; the
     stories without it are then skipped and counted.
     """
+    presence = stories if isinstance(stories, CorpusPresence) else corpus_presence(stories)
     chosen: list[str] = []
     skipped: dict[str, str] = {}
     for spec in all_metrics():
@@ -153,7 +199,7 @@ def default_suite(stories: Sequence[Story]) -> tuple[list[str], dict[str, str]]:
         if not ok:
             skipped[spec.name] = why
             continue
-        lacking = _missing_everywhere(spec, stories, spec.defaults())
+        lacking = _missing_everywhere(spec, presence, spec.defaults())
         if lacking:
             skipped[spec.name] = lacking
             continue
@@ -162,18 +208,18 @@ def default_suite(stories: Sequence[Story]) -> tuple[list[str], dict[str, str]]:
 
 
 def _missing_everywhere(
-    spec: MetricSpec, stories: Sequence[Story], options: Mapping[str, Any]
+    spec: MetricSpec, presence: CorpusPresence, options: Mapping[str, Any]
 ) -> str:
-    if spec.needs_reference and not any(s.references for s in stories):
+    if spec.needs_reference and not presence.has_reference:
         return "no story has a reference"
-    if spec.needs_prompt and not any(s.prompt.strip() for s in stories):
+    if spec.needs_prompt and not presence.has_prompt:
         return "no story has a prompt"
     for key in spec.field_options:
         name = options.get(key)
-        if not any(_field_text(s, name) for s in stories):
+        if not name or str(name) not in presence.text_fields:
             return f"no story has the field {name!r} (set {spec.name}.{key})"
     reference = options.get("reference_system")
-    if reference is not None and not any(s.system == reference for s in stories):
+    if reference is not None and reference not in presence.systems:
         return f"no story of the reference system {reference!r} (set {spec.name}.reference_system)"
     return ""
 
@@ -212,6 +258,7 @@ def score_stories(
     context: ScoringContext | None = None,
     device: str = "cpu",
     precision: str = "float32",
+    block_size: int = 500,
 ) -> ScoreRun:
     """Score stories with registered metrics.
 
@@ -244,6 +291,11 @@ def score_stories(
         Where and in what precision the models run (``cpu``/``cuda``/``mps``/``auto``;
         ``float32``/``bfloat16``/``float16``), for a new context; recorded in the signatures
         of the metrics that run a model.
+    block_size : int
+        Stories are scored in consecutive blocks of this many (each with its own encoder
+        pass, so memory stays bounded); metrics whose values depend on the whole corpus
+        (self-BLEU, idf weights) run on all stories at once. The Dask engine scores the same
+        blocks, so both give the same numbers.
 
     Returns
     -------
@@ -290,15 +342,43 @@ def score_stories(
         name: MetricBatch([stories[i] for i in eligible[name]], context, list(stories))
         for name in names
     }
-    timings = {"encoder": _encode_once(specs, batches, resolved, context)}
+    outputs, timings = compute_blocks(
+        stories, specs, resolved, eligible, context, block_size=block_size
+    )
+    return finish_run(
+        specs,
+        resolved,
+        batches,
+        outputs,
+        missing_count,
+        skipped,
+        timings,
+        context,
+        bootstrap=bootstrap,
+        confidence=confidence,
+        seed=seed,
+    )
+
+
+def finish_run(
+    specs: Mapping[str, MetricSpec],
+    resolved: Mapping[str, Mapping[str, Any]],
+    batches: Mapping[str, MetricBatch],
+    outputs: Mapping[str, MetricOutput],
+    missing_count: Mapping[str, tuple[int, str]],
+    skipped: dict[str, str],
+    timings: dict[str, float],
+    context: ScoringContext,
+    *,
+    bootstrap: int,
+    confidence: float,
+    seed: int,
+) -> ScoreRun:
+    """Signatures, score records and per-system aggregates of computed metric outputs (the
+    last step of every engine: the outputs may come from blocks scored anywhere)."""
     scores: list[Score] = []
     runs: dict[str, MetricRun] = {}
-    outputs: dict[str, MetricOutput] = {}
-    bar = context.progress_bar(len(names), "metrics")
     for name, spec in specs.items():
-        started = time.perf_counter()
-        outputs[name] = _compute(spec, batches[name], resolved[name])
-        timings[name] = time.perf_counter() - started
         fields = dict(outputs[name].fields)
         if spec.model in NEURAL_ROLES:  # where and how the model ran
             for key, value in context.compute_fields().items():
@@ -313,11 +393,9 @@ def score_stories(
             len(batches[name].stories),
             count,
             reason,
-            timings[name],
+            timings.get(name, 0.0),
             outputs[name].notes,
         )
-        bar.update(1)
-    bar.close()
     details: dict[tuple[str, str, str], Any] = {}
     systems = aggregate(
         specs,
@@ -331,6 +409,129 @@ def score_stories(
         details=details,
     )
     return ScoreRun(scores, systems, runs, skipped, timings, context, details)
+
+
+# --------------------------------------------------------------------------- blocks
+
+
+def block_plan(n_stories: int, block_size: int) -> list[tuple[int, int]]:
+    """Consecutive ``(start, end)`` index ranges of at most ``block_size`` stories.
+
+    >>> block_plan(5, 2)
+    [(0, 2), (2, 4), (4, 5)]
+    """
+    if block_size < 1:
+        raise ValueError(f"block_size must be >= 1; got {block_size}")
+    return [
+        (start, min(start + block_size, n_stories)) for start in range(0, n_stories, block_size)
+    ]
+
+
+def corpus_wide(spec: MetricSpec, options: Mapping[str, Any]) -> bool:
+    """Whether a metric's value of a story depends on the other stories of the run (system
+    level, or idf weights computed on the corpus): such a metric runs on all stories at once."""
+    return spec.level == "system" or bool(spec.corpus_wide and spec.corpus_wide(options))
+
+
+@dataclass
+class BlockTask:
+    """The metrics to run on one block of stories (the unit of work of every engine)."""
+
+    start: int
+    end: int
+    names: list[str]
+
+
+def block_tasks(
+    n_stories: int,
+    specs: Mapping[str, MetricSpec],
+    resolved: Mapping[str, Mapping[str, Any]],
+    block_size: int,
+) -> list[BlockTask]:
+    """The blocks of a run: with one block, every metric on it (one shared encoder pass); with
+    several, the per-story metrics on each block and the corpus-wide ones on all stories."""
+    plan = block_plan(n_stories, block_size)
+    if len(plan) == 1:
+        return [BlockTask(0, n_stories, list(specs))]
+    wide = [name for name, spec in specs.items() if corpus_wide(spec, resolved[name])]
+    local = [name for name in specs if name not in wide]
+    tasks = [BlockTask(start, end, local) for start, end in plan] if local else []
+    return tasks + ([BlockTask(0, n_stories, wide)] if wide else [])
+
+
+def run_block(
+    stories: Sequence[Story],
+    offset: int,
+    names: Sequence[str],
+    resolved: Mapping[str, Mapping[str, Any]],
+    eligible: Mapping[str, Sequence[int]],
+    context: ScoringContext,
+) -> tuple[dict[str, MetricOutput], dict[str, float]]:
+    """Run ``names`` on a block of stories (``stories[i]`` is story ``offset + i`` of the
+    run; ``eligible`` holds run indices): each text encoded once, then every metric."""
+    specs = {name: get_metric(name) for name in names}
+    batches = {}
+    for name in names:
+        mine = [i - offset for i in eligible[name] if offset <= i < offset + len(stories)]
+        batches[name] = MetricBatch([stories[i] for i in mine], context, list(stories))
+    timings = {"encoder": _encode_once(specs, batches, resolved, context)}
+    outputs = {}
+    for name, spec in specs.items():
+        started = time.perf_counter()
+        outputs[name] = _compute(spec, batches[name], resolved[name])
+        timings[name] = time.perf_counter() - started
+    return outputs, timings
+
+
+def merge_outputs(parts: Sequence[MetricOutput]) -> MetricOutput:
+    """One metric's outputs of consecutive blocks as one output (values and statistics in
+    block order; models, fields and omitted options from the first block that scored)."""
+    scored = [p for p in parts if len(p.values)] or list(parts[:1])
+    values = np.concatenate([np.asarray(p.values, dtype=np.float64) for p in parts])
+    stats = None
+    if any(p.stats is not None for p in parts):
+        stats = np.vstack(
+            [
+                np.asarray(p.stats, dtype=np.float64)
+                for p in parts
+                if p.stats is not None and len(p.values)
+            ]
+        )
+    notes = list(dict.fromkeys(note for p in parts for note in p.notes))
+    first = scored[0]
+    return MetricOutput(values, stats, dict(first.models), dict(first.fields), notes, first.omit)
+
+
+def compute_blocks(
+    stories: Sequence[Story],
+    specs: Mapping[str, MetricSpec],
+    resolved: Mapping[str, Mapping[str, Any]],
+    eligible: Mapping[str, Sequence[int]],
+    context: ScoringContext,
+    *,
+    block_size: int,
+) -> tuple[dict[str, MetricOutput], dict[str, float]]:
+    """Every metric's output over all stories, computed block by block (see
+    :func:`block_tasks`); each block has its own encoder cache, so memory is bounded by the
+    block, and an engine that scores the same blocks elsewhere gets the same numbers."""
+    tasks = block_tasks(len(stories), specs, resolved, block_size)
+    parts: dict[str, list[MetricOutput]] = {name: [] for name in specs}
+    timings: dict[str, float] = {}
+    bar = context.progress_bar(len(tasks), "blocks")
+    for task in tasks:
+        own = (
+            context if len(tasks) == 1 or task.end - task.start == len(stories) else context.fork()
+        )
+        outputs, seconds = run_block(
+            stories[task.start : task.end], task.start, task.names, resolved, eligible, own
+        )
+        for name, output in outputs.items():
+            parts[name].append(output)
+        for key, value in seconds.items():
+            timings[key] = timings.get(key, 0.0) + value
+        bar.update(1)
+    bar.close()
+    return {name: merge_outputs(found) for name, found in parts.items()}, timings
 
 
 def _eligible(

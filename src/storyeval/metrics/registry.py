@@ -313,6 +313,7 @@ class MetricSpec:
     options: tuple[MetricOption, ...] = ()
     corpus: tuple[CorpusStatistic, ...] = ()
     system_statistics: tuple[SystemStatistic, ...] = ()
+    corpus_wide: Callable[[Mapping[str, Any]], bool] | None = None
     item_statistic: str = "mean"
     offline: bool = True
     default: bool = True
@@ -456,6 +457,7 @@ def register_metric(
     options: Sequence[MetricOption] = (),
     corpus: Sequence[CorpusStatistic] = (),
     system_statistics: Sequence[SystemStatistic] = (),
+    corpus_wide: Callable[[Mapping[str, Any]], bool] | None = None,
     item_statistic: str = "mean",
     offline: bool = True,
     default: bool = True,
@@ -501,6 +503,10 @@ def register_metric(
     system_statistics : sequence of SystemStatistic
         Per-system values against the reference system (the option ``reference_system``),
         computed from the per-item sufficient statistics (level ``"corpus"``).
+    corpus_wide : callable, optional
+        ``corpus_wide(options)`` is true when a story's value depends on the other stories
+        of the run (e.g. idf weights computed on the corpus): the metric then runs on all
+        stories at once rather than block by block.
     item_statistic : str
         The name of the mean of item values in per-system tables (e.g.
         ``mean_item_perplexity``).
@@ -548,6 +554,7 @@ def register_metric(
             options=tuple(options),
             corpus=tuple(corpus),
             system_statistics=tuple(system_statistics),
+            corpus_wide=corpus_wide,
             item_statistic=item_statistic,
             offline=offline,
             default=default,
