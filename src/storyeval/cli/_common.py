@@ -8,7 +8,7 @@ from typing import Any
 
 import typer
 
-from storyeval.errors import DataFileError
+from storyeval.errors import DataFileError, StoryevalError
 
 
 def exit_with(message: str, code: int = 2) -> typer.Exit:
@@ -121,3 +121,51 @@ def compute_settings(device: str, precision: str, threads: int | None) -> tuple[
     except ValueError as exc:
         raise user_error(exc) from None
     return resolved, precision
+
+
+def engine_option() -> Any:
+    return typer.Option(
+        "local", "--engine", help="local (this process) or dask (a Dask cluster: storyeval[dask])."
+    )
+
+
+def scheduler_option() -> Any:
+    return typer.Option(
+        None,
+        "--scheduler",
+        help="With --engine dask: a scheduler address (tcp://host:8786); default: a local "
+        "cluster on 127.0.0.1, one worker per CPU.",
+    )
+
+
+def workers_option() -> Any:
+    return typer.Option(
+        None, "--workers", min=1, help="With --engine dask and no --scheduler: worker processes."
+    )
+
+
+def block_size_option(default: int = 500, what: str = "stories") -> Any:
+    return typer.Option(
+        default,
+        "--block-size",
+        min=1,
+        help=f"{what.capitalize()} per block, the unit of work (both engines score the same "
+        "blocks, so they give the same numbers).",
+    )
+
+
+def dask_client(engine: str, scheduler: str | None, workers: int | None) -> Any:
+    """A Dask client for ``--engine dask`` (None for the local engine); a missing extra or an
+    unreachable scheduler is a one-line error."""
+    from storyeval.engine import check_engine
+
+    try:
+        if check_engine(engine) == "local":
+            if scheduler is not None or workers is not None:
+                raise ValueError("--scheduler and --workers go with --engine dask")
+            return None
+        from storyeval.engine.dask import connect
+
+        return connect(scheduler, workers=workers)
+    except (ValueError, StoryevalError) as exc:
+        raise user_error(exc) from None

@@ -11,11 +11,16 @@ from typing import TYPE_CHECKING
 import typer
 
 from storyeval.cli._common import (
+    block_size_option,
     compute_settings,
+    dask_client,
     device_option,
+    engine_option,
     precision_option,
+    scheduler_option,
     threads_option,
     user_error,
+    workers_option,
 )
 from storyeval.errors import StoryevalError
 
@@ -59,28 +64,66 @@ def score(
     device: str = device_option(),
     precision: str = precision_option(),
     threads: int = threads_option(),
+    engine: str = engine_option(),
+    scheduler: str = scheduler_option(),
+    workers: int = workers_option(),
+    block_size: int = block_size_option(),
+    num_cpus: int = typer.Option(
+        1, "--num-cpus", min=1, help="With --engine dask: torch threads per block task."
+    ),
+    num_gpus: float = typer.Option(
+        0,
+        "--num-gpus",
+        min=0,
+        help="With --engine dask: GPUs per block task (workers started with --resources GPU=N).",
+    ),
 ) -> None:
-    """Score every story with automatic metrics; print and write per-system aggregates."""
+    """Score every story with automatic metrics; print and write per-system aggregates.
+
+    With --engine dask the file (a local path or any fsspec URL; JSONL, CSV or Parquet) is
+    read and scored in blocks on a Dask cluster, with the local engine's numbers; finished
+    blocks are kept in OUTPUT.blocks/ until the output is written, so a re-run resumes.
+    """
     from storyeval.metrics.pipeline import score_file
     from storyeval.metrics.registry import parse_option_assignments
 
     device, precision = compute_settings(device, precision, threads)
+    client = dask_client(engine, scheduler, workers)
     try:
         options = parse_option_assignments(option or [])
-        run = score_file(
-            stories,
-            metrics,
-            options=options,
-            missing="skip" if skip_missing else None,
-            bootstrap=bootstrap,
-            confidence=confidence,
-            seed=seed,
-            progress=progress and sys.stderr.isatty(),
-            device=device,
-            precision=precision,
-        )
+        settings = {
+            "missing": "skip" if skip_missing else None,
+            "bootstrap": bootstrap,
+            "confidence": confidence,
+            "seed": seed,
+            "progress": progress and sys.stderr.isatty(),
+            "device": device,
+            "precision": precision,
+            "block_size": block_size,
+        }
+        if client is None:
+            run = score_file(stories, metrics, options=options, **settings)
+        else:
+            from storyeval.engine.dask import score_source
+
+            work = Path(f"{output}.blocks") if output is not None else None
+            run = score_source(
+                stories,
+                metrics,
+                client=client,
+                options=options,
+                num_cpus=num_cpus,
+                num_gpus=num_gpus,
+                work_dir=work,
+                **settings,  # type: ignore[arg-type]
+            )
     except (StoryevalError, FileNotFoundError, IsADirectoryError, ValueError) as exc:
         raise user_error(exc) from None
+    finally:
+        if client is not None:
+            from storyeval.engine.dask import close
+
+            close(client)
     from storyeval.corpus import write_records, write_scores
 
     try:
@@ -90,6 +133,10 @@ def score(
             write_records(per_system, _system_records(run.systems))
     except ValueError as exc:
         raise user_error(exc) from None
+    if output is not None and Path(f"{output}.blocks").is_dir():
+        import shutil
+
+        shutil.rmtree(f"{output}.blocks", ignore_errors=True)  # written: nothing to resume
     _report(run, stories, output, per_system)
 
 

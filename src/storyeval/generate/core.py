@@ -247,6 +247,18 @@ def _warpers(decoding: DecodingConfig) -> list[Any]:
     return warpers
 
 
+def block_seed(seed: int, block: int) -> int:
+    """The seed of block ``block`` of a generation run: ``seed`` for the first block (so a
+    run of one block draws what it always drew), a mix of both for the others.
+
+    >>> block_seed(7, 0), block_seed(7, 1) != block_seed(7, 2)
+    (7, True)
+    """
+    if block == 0:
+        return seed
+    return (seed * 1_000_003 + block * 97_531) % (2**63)
+
+
 def seeded_generator(seed: int) -> Any:
     """A private random generator for one generation run."""
     import torch
@@ -392,6 +404,8 @@ def generate_stories(
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     device: str = "cpu",
     precision: str = "float32",
+    block_size: int | None = None,
+    block: int = 0,
 ) -> list[Story]:
     """Continue each prompt ``num_stories`` times.
 
@@ -434,6 +448,12 @@ def generate_stories(
         Generations allowed per story before :class:`GenerationError` is raised.
     device, precision : str
         Where the model runs and the precision of its matrix products (in the signature).
+    block_size : int, optional
+        Generate blocks of this many prompts, block ``k`` with the random stream of
+        :func:`block_seed` ``(seed, k)`` (block 0: ``seed`` itself), so that an engine that
+        generates the blocks apart (Dask) gives the same stories; in the signature.
+    block : int
+        The index of the block these prompts are (for an engine generating one block).
 
     Returns
     -------
@@ -458,6 +478,32 @@ def generate_stories(
     _check_settings(
         prompts, num_stories, batch_size, max_attempts, copy_threshold, max_words, max_chars
     )
+    if block_size is not None and len(prompts) > block_size:  # the local engine: block by block
+        from storyeval.metrics.pipeline import block_plan
+
+        settings: dict[str, Any] = {
+            "model": model,
+            "decoding": decoding,
+            "num_stories": num_stories,
+            "seed": seed,
+            "batch_size": batch_size,
+            "max_words": max_words,
+            "max_chars": max_chars,
+            "system": system,
+            "progress": progress,
+            "priming": priming,
+            "separator": separator,
+            "copy_threshold": copy_threshold,
+            "word_filter": word_filter,
+            "max_attempts": max_attempts,
+            "device": device,
+            "precision": precision,
+            "block_size": block_size,
+        }
+        result: list[Story] = []
+        for k, (start, end) in enumerate(block_plan(len(prompts), block_size)):
+            result += generate_stories(prompts[start:end], block=k, **settings)
+        return result
     decoding = decoding or DecodingConfig()
     device = resolve_device(device)
     check_precision(precision, device)
@@ -482,6 +528,7 @@ def generate_stories(
             "copy_threshold": copy_threshold if priming else None,
             "word_filter": word_filter.identity if word_filter else None,
             "max_attempts": max_attempts,
+            "block_size": block_size,
             **compute_fields(device, precision),
         },
     ).render()
@@ -509,6 +556,7 @@ def generate_stories(
         label=f"generate {system}",
         progress=progress,
         precision=precision,
+        seed_of_block=block_seed(seed, block),
     )
     _raise_failures(jobs, decoding, max_attempts)
     suffixes = num_stories > 1
@@ -552,12 +600,13 @@ def _run_attempts(
     label: str,
     progress: bool,
     precision: str = "float32",
+    seed_of_block: int | None = None,
 ) -> None:
     """Generate for every job until each has a kept text or its attempts run out."""
     from tqdm.auto import tqdm
 
     bar = tqdm(total=len(jobs), desc=label, disable=not progress, unit="story")
-    generator = seeded_generator(seed)
+    generator = seeded_generator(seed if seed_of_block is None else seed_of_block)
     for attempt in range(max_attempts):
         pending = [job for job in jobs if job.text is None]
         if not pending or (attempt > 0 and not decoding.do_sample):

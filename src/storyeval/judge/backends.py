@@ -430,3 +430,60 @@ def _label_probabilities(choice: Any, labels: Sequence[str]) -> tuple[float, ...
     if not top:
         return None
     return tuple(top.get(label.lower(), 0.0) for label in labels)
+
+
+# --------------------------------------------------------------------------- specs
+
+
+@dataclass(frozen=True)
+class BackendSpec:
+    """The judges of a run as settings rather than loaded models (picklable: an engine's
+    workers build the judges from it, each model loaded once per worker process).
+
+    ``models``: local causal LMs (``None``: the offline SmolLM2), or, with ``base_url``, the
+    names an OpenAI-compatible server knows.
+    """
+
+    models: tuple[str | None, ...] = (None,)
+    base_url: str | None = None
+    api_key_env: str = "OPENAI_API_KEY"
+    device: str = "cpu"
+    precision: str = "float32"
+    prefix_cache: bool = True
+    concurrency: int = 4
+    timeout: float = 60.0
+    retries: int = 3
+
+    def build(self) -> list[Any]:
+        """The judges (cached per process: a worker builds them once)."""
+        found = _BUILT.get(self)
+        if found is None:
+            if self.base_url is not None:
+                if not all(self.models):
+                    raise ValueError("a judge behind --base-url needs --model (the server's name)")
+                found = [
+                    OpenAIJudge(
+                        str(m),
+                        base_url=self.base_url,
+                        api_key_env=self.api_key_env,
+                        concurrency=self.concurrency,
+                        timeout=self.timeout,
+                        retries=self.retries,
+                    )
+                    for m in self.models
+                ]
+            else:
+                found = [
+                    TransformersJudge(
+                        m,
+                        device=self.device,
+                        precision=self.precision,
+                        prefix_cache=self.prefix_cache,
+                    )
+                    for m in self.models
+                ]
+            _BUILT[self] = found
+        return found
+
+
+_BUILT: dict[BackendSpec, list[Any]] = {}

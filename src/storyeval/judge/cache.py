@@ -49,7 +49,8 @@ class JudgeCache:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(self.path, check_same_thread=False)
+        # several worker processes may share the file: wait for a writer rather than fail
+        self._db = sqlite3.connect(self.path, check_same_thread=False, timeout=120)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute(
             "CREATE TABLE IF NOT EXISTS answers (key TEXT PRIMARY KEY, probabilities TEXT, text TEXT)"

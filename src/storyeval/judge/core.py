@@ -410,13 +410,15 @@ def _pairwise(
 ) -> None:
     settings = ask.settings
     pairs = _pairs(stories)
-    rng = random.Random(settings.seed)
     orders: list[tuple[str, Story, Story, str]] = []
     for key, x, y in pairs:
         if settings.both_orders:
             orders += [(key, x, y, "xy"), (key, y, x, "yx")]
-        else:
-            orders.append((key, x, y, "xy") if rng.random() < 0.5 else (key, y, x, "yx"))
+            continue
+        # one seeded draw per pair: the order of a pair does not depend on the other pairs
+        # of the run (nor on how an engine split the stories into blocks)
+        rng = random.Random(f"{settings.seed}|{key}|{x.id}|{y.id}")
+        orders.append((key, x, y, "xy") if rng.random() < 0.5 else (key, y, x, "yx"))
     jobs = [(criterion, order) for criterion in rubric.criteria for order in orders]
     requests = [pairwise_request(a, b, rubric, criterion) for criterion, (_, a, b, _) in jobs]
     for sample in range(settings.repeats):  # one call: the backend shares prompt parts
@@ -470,6 +472,7 @@ def judge_stories(
     settings: JudgeSettings | None = None,
     cache: JudgeCache | None = None,
     progress: Callable[[str], None] | None = None,
+    finish: bool = True,
 ) -> JudgeRun:
     """Judge stories with one or more judges.
 
@@ -488,6 +491,8 @@ def judge_stories(
         Answers already given are taken from it; new ones are added.
     progress : callable, optional
         Called with a line of text as each judge starts.
+    finish : bool
+        Add the run-level notes (False for a block of a larger run).
 
     Returns
     -------
@@ -526,8 +531,85 @@ def judge_stories(
         ask = _Asker(backend, settings, cache, run)
         judge = _absolute if settings.mode == "absolute" else _pairwise
         judge(texts, rubric, ask, signature.render(), backend.name, run)
-    _mass_note(run)
+    if finish:
+        _mass_note(run)
     return run
+
+
+def judge_blocks_plan(stories: Sequence[Story], mode: str, block_size: int) -> list[list[int]]:
+    """The stories of each block, as indices: consecutive runs of ``block_size`` stories
+    (absolute mode), or whole prompts packed in order up to ``block_size`` stories
+    (pairwise: the stories of a prompt are compared with each other).
+
+    >>> from storyeval.corpus import Story
+    >>> s = [Story(str(i), f"P{i // 2}", "x", system=f"s{i % 2}") for i in range(6)]
+    >>> judge_blocks_plan(s, "absolute", 4), judge_blocks_plan(s, "pairwise", 3)
+    ([[0, 1, 2, 3], [4, 5]], [[0, 1], [2, 3], [4, 5]])
+    """
+    from storyeval.meta.data import story_prompt_id
+
+    if block_size < 1:
+        raise ValueError(f"block_size must be >= 1; got {block_size}")
+    if mode == "absolute":
+        return [
+            list(range(a, min(a + block_size, len(stories))))
+            for a in range(0, len(stories), block_size)
+        ]
+    groups: dict[str, list[int]] = {}
+    for index, story in enumerate(stories):
+        groups.setdefault(str(story_prompt_id(story)), []).append(index)
+    blocks: list[list[int]] = []
+    for members in groups.values():
+        if blocks and len(blocks[-1]) + len(members) <= block_size:
+            blocks[-1] += members
+        else:
+            blocks.append(list(members))
+    return blocks
+
+
+def merge_judge_runs(runs: Sequence[JudgeRun]) -> JudgeRun:
+    """The runs of consecutive blocks as one run (records in block order, notes once, the
+    probability-mass note over all answers)."""
+    merged = JudgeRun()
+    for part in runs:
+        merged.judgments += part.judgments
+        merged.comparisons += part.comparisons
+        merged.failures += part.failures
+        merged.signatures.update(part.signatures)
+        merged.notes += [note for note in part.notes if note not in merged.notes]
+        merged.calls += part.calls
+        merged.cached += part.cached
+    _mass_note(merged)
+    return merged
+
+
+def judge_blocks(
+    stories: Sequence[Story],
+    rubric: Rubric,
+    backends: Sequence[JudgeBackend],
+    *,
+    settings: JudgeSettings | None = None,
+    cache: JudgeCache | None = None,
+    block_size: int = 500,
+    progress: Callable[[str], None] | None = None,
+) -> JudgeRun:
+    """:func:`judge_stories` block by block (:func:`judge_blocks_plan`): the local engine's
+    way of judging, whose blocks the Dask engine judges on its workers."""
+    settings = settings or JudgeSettings()
+    plan = judge_blocks_plan(stories, settings.mode, block_size)
+    runs = [
+        judge_stories(
+            [stories[i] for i in block],
+            rubric,
+            backends,
+            settings=settings,
+            cache=cache,
+            progress=progress if k == 0 else None,
+            finish=False,
+        )
+        for k, block in enumerate(plan)
+    ]
+    return merge_judge_runs(runs)
 
 
 def _mass_note(run: JudgeRun) -> None:

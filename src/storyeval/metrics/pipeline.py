@@ -368,20 +368,25 @@ def finish_run(
     missing_count: Mapping[str, tuple[int, str]],
     skipped: dict[str, str],
     timings: dict[str, float],
-    context: ScoringContext,
+    context: ScoringContext | None,
     *,
     bootstrap: int,
     confidence: float,
     seed: int,
+    compute: Mapping[str, str] | None = None,
 ) -> ScoreRun:
     """Signatures, score records and per-system aggregates of computed metric outputs (the
-    last step of every engine: the outputs may come from blocks scored anywhere)."""
+    last step of every engine: the outputs may come from blocks scored anywhere).
+    ``compute``: where and how the models ran (default: the context's)."""
     scores: list[Score] = []
     runs: dict[str, MetricRun] = {}
+    where_run = dict(compute) if compute is not None else {}
+    if compute is None and context is not None:
+        where_run = context.compute_fields()
     for name, spec in specs.items():
         fields = dict(outputs[name].fields)
         if spec.model in NEURAL_ROLES:  # where and how the model ran
-            for key, value in context.compute_fields().items():
+            for key, value in where_run.items():
                 fields.setdefault(key, value)
         signature = spec.signature(resolved[name], outputs[name].models, fields, outputs[name].omit)
         if spec.level != "corpus":  # a corpus-level metric has no value per story
@@ -534,6 +539,54 @@ def compute_blocks(
     return {name: merge_outputs(found) for name, found in parts.items()}, timings
 
 
+def lacking_inputs(
+    specs: Mapping[str, MetricSpec],
+    stories: Sequence[Story],
+    resolved: Mapping[str, Mapping[str, Any]],
+    offset: int = 0,
+) -> dict[str, list[tuple[int, str]]]:
+    """Per metric, ``(index + offset, reason)`` of the stories lacking an input it needs."""
+    result: dict[str, list[tuple[int, str]]] = {}
+    for name, spec in specs.items():
+        result[name] = [
+            (offset + index, reason)
+            for index, story in enumerate(stories)
+            if (reason := _lacks(spec, story, resolved[name]))
+        ]
+    return result
+
+
+def eligibility(
+    specs: Mapping[str, MetricSpec],
+    resolved: Mapping[str, Mapping[str, Any]],
+    lacking: Mapping[str, Sequence[tuple[int, str]]],
+    n_stories: int,
+    policy: MissingPolicy,
+    locate: Any,
+    where: str,
+) -> tuple[dict[str, list[int]], dict[str, tuple[int, str]]]:
+    """Per metric, the indices of the stories that have its inputs, and how many lack them;
+    a missing input is an error naming the file and line (``locate(index)`` gives the
+    story's id and line), unless skipped."""
+    eligible: dict[str, list[int]] = {}
+    missing_count: dict[str, tuple[int, str]] = {}
+    for name, spec in specs.items():
+        found = sorted(lacking[name])
+        needs = _needs_text(spec, resolved[name])
+        if found and policy == "error":
+            index, reason = found[0]
+            story_id, line = locate(index)
+            raise MissingInputError(
+                f"metric {name} needs {needs}: {where}:{line}: story "
+                f"{story_id!r} {reason} ({len(found)} of {n_stories} "
+                "stories lack it); skip and count them with --skip-missing, or leave the metric out"
+            )
+        out = {index for index, _ in found}
+        eligible[name] = [index for index in range(n_stories) if index not in out]
+        missing_count[name] = (len(found), needs if found else "")
+    return eligible, missing_count
+
+
 def _eligible(
     specs: Mapping[str, MetricSpec],
     stories: Sequence[Story],
@@ -542,25 +595,13 @@ def _eligible(
     lines: Mapping[str, int],
     where: str,
 ) -> tuple[dict[str, list[int]], dict[str, tuple[int, str]]]:
-    """Per metric, the indices of the stories that have its inputs, and how many lack them
-    (a missing input is an error naming the file and line, unless skipped)."""
-    eligible: dict[str, list[int]] = {}
-    missing_count: dict[str, tuple[int, str]] = {}
-    for name, spec in specs.items():
-        reasons = [_lacks(spec, story, resolved[name]) for story in stories]
-        lacking = [index for index, reason in enumerate(reasons) if reason]
-        needs = _needs_text(spec, resolved[name])
-        if lacking and policy == "error":
-            index = lacking[0]
-            line = lines.get(stories[index].id, index + 1)
-            raise MissingInputError(
-                f"metric {name} needs {needs}: {where}:{line}: story "
-                f"{stories[index].id!r} {reasons[index]} ({len(lacking)} of {len(stories)} "
-                "stories lack it); skip and count them with --skip-missing, or leave the metric out"
-            )
-        eligible[name] = [index for index, reason in enumerate(reasons) if not reason]
-        missing_count[name] = (len(lacking), needs if lacking else "")
-    return eligible, missing_count
+    """:func:`eligibility` of stories held in this process."""
+
+    def locate(index: int) -> tuple[str, int]:
+        return stories[index].id, lines.get(stories[index].id, index + 1)
+
+    lacking = lacking_inputs(specs, stories, resolved)
+    return eligibility(specs, resolved, lacking, len(stories), policy, locate, where)
 
 
 def _encode_once(
@@ -839,8 +880,35 @@ def story_lines(path: str | Path) -> dict[str, int]:
 def score_file(
     path: str | Path, metrics: str | Sequence[str] | None = None, **kwargs: Any
 ) -> ScoreRun:
-    """Read a story file and :func:`score_stories` it (errors name the file and line)."""
+    """Read a story file (JSONL or CSV; Parquet, and any fsspec URL, through
+    :mod:`storyeval.engine.sources`) and :func:`score_stories` it (errors name the file and
+    line)."""
     from storyeval.corpus import read_stories
 
+    text = str(path)
+    if "://" in text or text.lower().endswith((".parquet", ".pq")):
+        stories, lines = read_partitioned(text)
+        return score_stories(stories, metrics, source=path, lines=lines, **kwargs)
     stories = read_stories(path)
     return score_stories(stories, metrics, source=path, lines=story_lines(path), **kwargs)
+
+
+def read_partitioned(url: str) -> tuple[list[Story], dict[str, int]]:
+    """Every story of a file read partition by partition in this process, and each id's line
+    (row), checked as :func:`storyeval.corpus.read_stories` checks a file."""
+    from storyeval.engine.sources import check_partitions, plan_partitions, read_partition
+
+    parts = [read_partition(spec) for spec in plan_partitions(url)]
+    check_partitions(
+        url, [(p.n_lines, [s.id for s in p.stories], p.lines, p.problems) for p in parts]
+    )
+    stories: list[Story] = []
+    lines: dict[str, int] = {}
+    offset = 0
+    for part in parts:
+        stories += part.stories
+        lines.update(
+            {s.id: offset + line for s, line in zip(part.stories, part.lines, strict=True)}
+        )
+        offset += part.n_lines
+    return stories, lines

@@ -151,6 +151,45 @@ _ATTACHED_RE = re.compile(r"(\w)n't\b", re.IGNORECASE)
 _FULL_RE = re.compile(r"\bnot\b", re.IGNORECASE)
 
 
+@dataclass
+class CorpusCounts:
+    """What :class:`PerturbationCorpus` needs of some stories, additive over parts of a
+    corpus (so workers can count their partitions and a driver sum them): each story's
+    sentences, the keyword mentions per Penn tag, and the negation forms."""
+
+    splits: dict[str, SplitText]
+    keyword_counts: dict[str, Counter[str]]
+    style: ContractionStyle
+
+
+def count_corpus(
+    stories: Iterable[tuple[str, str]], nlp: Any, progress: bool = False
+) -> CorpusCounts:
+    """The :class:`CorpusCounts` of ``(id, text)`` stories (each distinct sentence parsed once)."""
+    splits: dict[str, SplitText] = {}
+    texts = []
+    for story_id, text in stories:
+        splits[str(story_id)] = split_text(text)
+        texts.append(text)
+    pool = [sentence for _, split in sorted(splits.items()) for sentence in split.sentences]
+    unique = list(dict.fromkeys(pool))
+    docs: Iterable[Any] = nlp.pipe(unique, batch_size=256, disable=["ner"])
+    if progress and len(unique) > 2000:
+        from tqdm import tqdm
+
+        docs = tqdm(docs, total=len(unique), desc="parsing", unit="sent", leave=False)
+    by_sentence: dict[str, list[tuple[str, str]]] = {}
+    for sentence, doc in zip(unique, docs, strict=True):
+        by_sentence[sentence] = [
+            (token.tag_, token.text.lower()) for token in doc if is_keyword(token)
+        ]
+    keyword_counts: dict[str, Counter[str]] = {}
+    for sentence in pool:
+        for tag, word in by_sentence[sentence]:
+            keyword_counts.setdefault(tag, Counter())[word] += 1
+    return CorpusCounts(splits, keyword_counts, ContractionStyle.of(texts))
+
+
 class PerturbationCorpus:
     """The stories being perturbed, parsed once, with keyword and sentence pools.
 
@@ -163,6 +202,9 @@ class PerturbationCorpus:
         :func:`storyeval.models.load_spacy`).
     progress : bool
         Show a progress bar while parsing a large corpus.
+    counts : sequence of CorpusCounts, optional
+        The counts of the corpus's parts, made elsewhere (:func:`count_corpus` on each
+        partition); ``stories`` is then not read.
 
     Attributes
     ----------
@@ -178,40 +220,33 @@ class PerturbationCorpus:
         *,
         nlp: Any = None,
         progress: bool = False,
+        counts: Sequence[CorpusCounts] | None = None,
     ) -> None:
         if nlp is None:
             from storyeval.models import load_spacy
 
             nlp = load_spacy()
         self.nlp = nlp
+        parts = list(counts) if counts is not None else [count_corpus(stories, nlp, progress)]
         self.splits: dict[str, SplitText] = {}
-        texts = []
-        for story_id, text in stories:
-            self.splits[str(story_id)] = split_text(text)
-            texts.append(text)
         #: how the corpus writes negations (perturbations follow it: no surface cue)
-        self.style = ContractionStyle.of(texts)
+        self.style = ContractionStyle()
         self.keyword_counts: dict[str, Counter[str]] = {}
+        for part in parts:
+            self.splits.update(part.splits)
+            self.style = ContractionStyle(
+                self.style.contracted + part.style.contracted,
+                self.style.spaced + part.style.spaced,
+                self.style.full + part.style.full,
+            )
+            for tag, found in part.keyword_counts.items():
+                self.keyword_counts.setdefault(tag, Counter()).update(found)
         self._sentence_pool: list[tuple[str, str]] = [  # sorted: independent of input order
             (story_id, sentence)
             for story_id, split in sorted(self.splits.items())
             for sentence in split.sentences
         ]
         self._parse = functools.lru_cache(maxsize=8192)(self._parse_uncached)
-        unique = list(dict.fromkeys(sentence for _, sentence in self._sentence_pool))
-        docs: Iterable[Any] = self.nlp.pipe(unique, batch_size=256, disable=["ner"])
-        if progress and len(unique) > 2000:
-            from tqdm import tqdm
-
-            docs = tqdm(docs, total=len(unique), desc="parsing", unit="sent", leave=False)
-        counts_by_sentence: dict[str, list[tuple[str, str]]] = {}
-        for sentence, doc in zip(unique, docs, strict=True):
-            counts_by_sentence[sentence] = [
-                (token.tag_, token.text.lower()) for token in doc if is_keyword(token)
-            ]
-        for _, sentence in self._sentence_pool:
-            for tag, word in counts_by_sentence[sentence]:
-                self.keyword_counts.setdefault(tag, Counter())[word] += 1
 
     @property
     def sentences(self) -> dict[str, list[str]]:
