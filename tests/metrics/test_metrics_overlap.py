@@ -93,7 +93,7 @@ def test_self_bleu_reference_lengths_with_ties_and_duplicates():
     import random
 
     rng = random.Random(3)
-    words = "the a cat dog sat ran on in mat park big small".split()
+    words = ["the", "a", "cat", "dog", "sat", "ran", "on", "in", "mat", "park", "big", "small"]
     texts = [
         " ".join(rng.choice(words) for _ in range(rng.choice([3, 4, 4, 6, 7, 9])))
         for _ in range(40)

@@ -7,12 +7,17 @@ from pathlib import Path
 import typer
 
 from storyeval.cli._common import (
+    block_size_option,
     compute_settings,
+    dask_client,
     device_option,
+    engine_option,
     exit_with,
     precision_option,
+    scheduler_option,
     threads_option,
     user_error,
+    workers_option,
 )
 
 
@@ -85,6 +90,10 @@ def generate(
     device: str = device_option(),
     precision: str = precision_option(),
     threads: int = threads_option(),
+    engine: str = engine_option(),
+    scheduler: str = scheduler_option(),
+    workers: int = workers_option(),
+    block_size: int = block_size_option(500, "prompts"),
 ) -> None:
     """Generate stories from prompts with any causal LM and decoding setting.
 
@@ -142,25 +151,43 @@ def generate(
             err=True,
         )
     try:
-        stories = generate_stories(
-            records,
-            model=model,
-            decoding=decoding,
-            num_stories=num_stories,
-            seed=seed,
-            batch_size=batch_size,
-            max_words=max_words,
-            max_chars=max_chars,
-            system=system,
-            progress=progress,
-            priming=priming_texts,
-            separator=separator,
-            copy_threshold=copy_threshold,
-            word_filter=word_filter,
-            max_attempts=max_attempts,
-            device=device,
-            precision=precision,
-        )
+        settings = {
+            "model": model,
+            "decoding": decoding,
+            "num_stories": num_stories,
+            "seed": seed,
+            "batch_size": batch_size,
+            "max_words": max_words,
+            "max_chars": max_chars,
+            "system": system,
+            "priming": priming_texts,
+            "separator": separator,
+            "copy_threshold": copy_threshold,
+            "word_filter": word_filter,
+            "max_attempts": max_attempts,
+            "device": device,
+            "precision": precision,
+        }
+        client = dask_client(engine, scheduler, workers)
+        if client is None:
+            stories = generate_stories(
+                records, progress=progress, block_size=block_size, **settings
+            )
+        else:
+            from storyeval.engine.dask import close, generate_source
+
+            if limit is not None:
+                raise ValueError("--limit goes with the local engine")
+            try:
+                stories = generate_source(
+                    prompts,
+                    client=client,
+                    block_size=block_size,
+                    progress=progress,
+                    **{**settings, "progress": False},
+                )
+            finally:
+                close(client)
     except (StoryevalError, ValueError) as exc:
         raise user_error(exc) from None
     write_stories(output, stories)

@@ -10,11 +10,16 @@ from typing import Any
 import typer
 
 from storyeval.cli._common import (
+    block_size_option,
     check_choice,
     compute_settings,
+    dask_client,
+    engine_option,
     exit_with,
+    scheduler_option,
     threads_option,
     user_errors,
+    workers_option,
 )
 
 _MODES = ("absolute", "pairwise")
@@ -30,28 +35,23 @@ def _backends(
     concurrency: int,
     timeout: float,
     retries: int,
-) -> list[Any]:
-    from storyeval.judge.backends import OpenAIJudge, TransformersJudge
+) -> Any:
+    """The judges of the run as a :class:`~storyeval.judge.backends.BackendSpec`."""
+    from storyeval.judge.backends import BackendSpec
 
-    names: list[str | None] = list(models) or [None]
-    if base_url is not None:
-        if not models:
-            raise exit_with("error: --base-url needs --model (the name the server knows)")
-        return [
-            OpenAIJudge(
-                m,
-                base_url=base_url,
-                api_key_env=api_key_env,
-                concurrency=concurrency,
-                timeout=timeout,
-                retries=retries,
-            )
-            for m in models
-        ]
-    return [
-        TransformersJudge(m, device=device, precision=precision, prefix_cache=prefix_cache)
-        for m in names
-    ]
+    if base_url is not None and not models:
+        raise exit_with("error: --base-url needs --model (the name the server knows)")
+    return BackendSpec(
+        models=tuple(models) if models else (None,),
+        base_url=base_url,
+        api_key_env=api_key_env,
+        device=device,
+        precision=precision,
+        prefix_cache=prefix_cache,
+        concurrency=concurrency,
+        timeout=timeout,
+        retries=retries,
+    )
 
 
 def judge(
@@ -131,15 +131,23 @@ def judge(
     ),
     timeout: float = typer.Option(60.0, "--timeout", help="Seconds per request (endpoint)."),
     retries: int = typer.Option(3, "--retries", min=0, help="Retries with back-off (endpoint)."),
+    engine: str = engine_option(),
+    scheduler: str = scheduler_option(),
+    workers: int = workers_option(),
+    block_size: int = block_size_option(),
 ) -> None:
     """Judge stories with an LLM: a score per rubric criterion, or pairwise preferences in both
-    orders. Every parse failure is counted and written beside the output, never imputed."""
+    orders. Every parse failure is counted and written beside the output, never imputed.
+
+    Stories are judged in blocks (pairwise: whole prompts); with --engine dask the blocks run
+    on a Dask cluster, with the same answers (the answer cache must then be on a file system
+    every worker reaches)."""
     from storyeval.corpus import read_stories, write_judgments
     from storyeval.io import write_text_atomic
-    from storyeval.judge import judge_stories, load_rubric
+    from storyeval.judge import load_rubric
     from storyeval.judge.backends import Decoding
     from storyeval.judge.cache import JudgeCache, default_cache_path
-    from storyeval.judge.core import JudgeSettings
+    from storyeval.judge.core import JudgeSettings, judge_blocks
 
     check_choice(mode, _MODES, "--mode")
     check_choice(score, ("expected", "argmax"), "--score")
@@ -159,8 +167,8 @@ def judge(
         )
         settings.check()
         chosen = load_rubric(rubric)
-        records = read_stories(stories)
-        judges = _backends(
+        records = read_stories(stories) if engine == "local" else []
+        spec = _backends(
             model or [],
             base_url,
             api_key_env,
@@ -171,15 +179,34 @@ def judge(
             timeout,
             retries,
         )
-        store = None if no_cache else JudgeCache(cache or default_cache_path())
-        run = judge_stories(
-            records,
-            chosen,
-            judges,
-            settings=settings,
-            cache=store,
-            progress=lambda line: typer.echo(line, err=True),
-        )
+        cache_path = None if no_cache else (cache or default_cache_path())
+        client = dask_client(engine, scheduler, workers)
+        if client is None:
+            store = JudgeCache(cache_path) if cache_path is not None else None
+            run = judge_blocks(
+                records,
+                chosen,
+                spec.build(),
+                settings=settings,
+                cache=store,
+                block_size=block_size,
+                progress=lambda line: typer.echo(line, err=True),
+            )
+        else:
+            from storyeval.engine.dask import close, judge_source
+
+            try:
+                run = judge_source(
+                    stories,
+                    chosen,
+                    spec,
+                    client=client,
+                    settings=settings,
+                    cache_path=cache_path,
+                    block_size=block_size,
+                )
+            finally:
+                close(client)
     if mode == "absolute":
         write_judgments(output, run.judgments)
     else:

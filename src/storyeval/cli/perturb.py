@@ -3,10 +3,20 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
-from storyeval.cli._common import exit_with, user_error
+from storyeval.cli._common import (
+    block_size_option,
+    dask_client,
+    engine_option,
+    exit_with,
+    scheduler_option,
+    user_error,
+    workers_option,
+)
+from storyeval.errors import StoryevalError
 
 # The help text lists the registry; it is kept in step with it by a test.
 _TECHNIQUES_HELP = (
@@ -63,6 +73,10 @@ def perturb(
     quiet: bool = typer.Option(
         False, "--quiet", "-q", help="No progress bar (shown only on a terminal anyway)."
     ),
+    engine: str = engine_option(),
+    scheduler: str = scheduler_option(),
+    workers: int = workers_option(),
+    block_size: int = block_size_option(),
 ) -> None:
     """Perturb stories (Guan & Huang 2020): repetition, substitution, reordering, negation.
 
@@ -96,20 +110,37 @@ def perturb(
         names = parse_techniques(techniques)
     except ValueError as exc:
         raise exit_with(f"error: --techniques: {exc}") from None
-    records = read_stories(stories)
+    settings: dict[str, Any] = {
+        "techniques": names,
+        "mode": "mix" if mix else "each" if each else "all",
+        "seed": seed,
+        "samples": samples,
+        "options": options,
+        "delexicalize": delex,
+        "skip_inapplicable": skip_inapplicable,
+    }
+    client = dask_client(engine, scheduler, workers)
     with warnings.catch_warnings(record=True):
         warnings.simplefilter("always")
-        run = perturb_stories(
-            records,
-            names,
-            mode="mix" if mix else "each" if each else "all",
-            seed=seed,
-            samples=samples,
-            options=options,
-            delexicalize=delex,
-            skip_inapplicable=skip_inapplicable,
-            progress=not quiet and sys.stderr.isatty(),
-        )
+        if client is None:
+            run = perturb_stories(
+                read_stories(stories), progress=not quiet and sys.stderr.isatty(), **settings
+            )
+        else:
+            from storyeval.engine.dask import close, perturb_source
+
+            try:
+                run = perturb_source(
+                    stories,
+                    client=client,
+                    block_size=block_size,
+                    progress=not quiet and sys.stderr.isatty(),
+                    **settings,
+                )
+            except (StoryevalError, ValueError, OSError) as exc:
+                raise user_error(exc) from None
+            finally:
+                close(client)
     write_records(output, run.records())
     typer.echo(f"wrote {len(run.stories)} perturbed stories to {output}")
     if run.skipped:

@@ -179,8 +179,8 @@ def score_block(
 
     if saved is not None and Path(saved).is_file():
         with open(saved, "rb") as handle:
-            result: tuple[dict[str, Any], dict[str, float]] = pickle.load(handle)
-        return result
+            outputs, timings = pickle.load(handle)
+        return outputs, {**timings, "blocks_reused": 1.0}
     configure_threads(threads or 1)
     context = ScoringContext(device=device, precision=precision)
     computed = run_block(stories, offset, names, resolved, eligible, context)
@@ -255,7 +255,9 @@ class Source:
         return pieces
 
 
-def read_source(client: Any, url: str | Path, *, blocksize: int = 64 * 2**20) -> Source:
+def read_source(
+    client: Any, url: str | Path, *, blocksize: int = 64 * 2**20, kind: str = "stories"
+) -> Source:
     """Read a story file on the cluster and check it whole.
 
     Raises
@@ -263,7 +265,7 @@ def read_source(client: Any, url: str | Path, *, blocksize: int = 64 * 2**20) ->
     DataFileError
         For bad lines or duplicate ids, with the file's line numbers.
     """
-    specs: list[PartitionSpec] = plan_partitions(str(url), blocksize=blocksize)
+    specs: list[PartitionSpec] = plan_partitions(str(url), blocksize=blocksize, kind=kind)
     futures = [client.submit(read_partition, spec, retries=2, pure=False) for spec in specs]
     summaries = client.gather([client.submit(summarize, f, retries=2) for f in futures])
     check_partitions(str(url), [(s.n_lines, s.ids, s.lines, s.problems) for s in summaries])
@@ -486,19 +488,27 @@ def map_blocks(
     read_blocksize: int = 64 * 2**20,
     resources: Mapping[str, float] | None = None,
     data: Source | None = None,
+    kind: str = "stories",
+    args: Sequence[Any] = (),
 ) -> list[Any]:
     """``function(stories, block_index)`` on every block of ``block_size`` consecutive
     records of a story file, on the cluster; the results concatenated in file order (what
     generation and perturbation use)."""
     from storyeval.metrics.pipeline import block_plan
 
-    data = data or read_source(client, source, blocksize=read_blocksize)
+    data = data or read_source(client, source, blocksize=read_blocksize, kind=kind)
     futures = []
     for k, (start, end) in enumerate(block_plan(data.n_stories, block_size)):
         stories = client.submit(block_stories, data.pieces(start, end), retries=2)
         futures.append(
             client.submit(
-                function, stories, k, retries=2, resources=dict(resources or {}) or None, pure=False
+                function,
+                stories,
+                k,
+                *args,
+                retries=2,
+                resources=dict(resources or {}) or None,
+                pure=False,
             )
         )
     _progress(futures, "blocks", progress)
@@ -596,7 +606,7 @@ def generate_block(
     from storyeval.models.devices import configure_threads
 
     configure_threads(threads or 1)
-    return generate_stories(stories, block=block, **settings)
+    return generate_stories(stories, block=block, **{**settings, "progress": False})
 
 
 def generate_source(
@@ -617,7 +627,9 @@ def generate_source(
     function = functools.partial(
         _generate_by_index, settings={**settings, "block_size": block_size}, threads=num_cpus
     )
-    return map_blocks(client, source, function, block_size=block_size, progress=progress)
+    return map_blocks(
+        client, source, function, block_size=block_size, progress=progress, kind="prompts"
+    )
 
 
 def _generate_by_index(
@@ -648,7 +660,7 @@ _CORPORA: dict[str, Any] = {}
 
 
 def perturb_block(
-    stories: list[Story], block: int, *, counts: Any, key: str, settings: dict[str, Any]
+    stories: list[Story], block: int, counts: Any, *, key: str, settings: dict[str, Any]
 ) -> Any:
     """Perturb one block on a worker with the corpus of the whole file (built once per worker
     from the partitions' counts)."""
@@ -691,11 +703,17 @@ def perturb_source(
             for f in data.partitions
         ]
     )
-    shared = client.scatter(counts, broadcast=True)
-    function = functools.partial(
-        perturb_block, counts=shared, key=uuid.uuid4().hex, settings=settings
+    shared = client.scatter([counts], broadcast=True)[0]  # the whole list, on every worker
+    function = functools.partial(perturb_block, key=uuid.uuid4().hex, settings=settings)
+    runs = map_blocks(
+        client,
+        source,
+        function,
+        block_size=block_size,
+        progress=progress,
+        data=data,
+        args=(shared,),
     )
-    runs = map_blocks(client, source, function, block_size=block_size, progress=progress, data=data)
     ids = {story_id for summary in data.summaries for story_id in summary.ids}
     stories, skipped = [], {}
     for run in runs:

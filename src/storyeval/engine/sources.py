@@ -26,14 +26,16 @@ FORMATS = ("jsonl", "csv", "parquet")
 
 @dataclass(frozen=True)
 class PartitionSpec:
-    """Where one partition of a story file is: the URL, the format, and a byte range
-    (JSONL) or a row group (Parquet)."""
+    """Where one partition of a story file is: the URL, the format, a byte range (JSONL) or
+    a row group (Parquet), and the kind of record (``stories``, or ``prompts`` for
+    generation: ``id`` and ``prompt``, the ``story`` optional)."""
 
     url: str
     fmt: str
     index: int
     start: int = 0
     length: int = -1
+    kind: str = "stories"
 
 
 @dataclass
@@ -63,7 +65,9 @@ def file_format(url: str) -> str:
     raise ValueError(f"{url}: cannot tell the format; use .jsonl, .csv or .parquet")
 
 
-def plan_partitions(url: str, *, blocksize: int = 64 * 2**20) -> list[PartitionSpec]:
+def plan_partitions(
+    url: str, *, blocksize: int = 64 * 2**20, kind: str = "stories"
+) -> list[PartitionSpec]:
     """The partitions of a story file (see the module docstring).
 
     Raises
@@ -77,19 +81,23 @@ def plan_partitions(url: str, *, blocksize: int = 64 * 2**20) -> list[PartitionS
     fs, path = fsspec.core.url_to_fs(url)
     if not fs.exists(path):
         raise FileNotFoundError(f"{url}: no such file")
+    if kind not in ("stories", "prompts"):
+        raise ValueError(f"kind must be stories or prompts; got {kind!r}")
     if fmt == "csv":
-        return [PartitionSpec(url, fmt, 0)]
+        return [PartitionSpec(url, fmt, 0, kind=kind)]
     if fmt == "parquet":
         import pyarrow.parquet as pq
 
         with fs.open(path, "rb") as handle:
             groups = pq.ParquetFile(handle).num_row_groups
-        return [PartitionSpec(url, fmt, g, g) for g in range(max(groups, 1))]
+        return [PartitionSpec(url, fmt, g, g, kind=kind) for g in range(max(groups, 1))]
     size = int(fs.size(path))
     if blocksize < 1:
         raise ValueError(f"blocksize must be >= 1; got {blocksize}")
     starts = list(range(0, max(size, 1), blocksize))
-    return [PartitionSpec(url, fmt, i, s, min(blocksize, size - s)) for i, s in enumerate(starts)]
+    return [
+        PartitionSpec(url, fmt, i, s, min(blocksize, size - s), kind) for i, s in enumerate(starts)
+    ]
 
 
 def _jsonl_lines(spec: PartitionSpec) -> tuple[list[bytes], bool]:
@@ -124,17 +132,19 @@ def read_partition(spec: PartitionSpec) -> Partition:
 
 
 def _parse(spec: PartitionSpec, numbered: list[tuple[int, Any]]) -> Partition:
-    from storyeval.corpus import _RecordError, parse_story
+    from storyeval.corpus import parse_story
+    from storyeval.generate.prompts import parse_prompt
 
+    parse = parse_prompt if spec.kind == "prompts" else parse_story
     stories, lines, problems = [], [], []
     for number, record in numbered:
         if isinstance(record, str):
             problems.append((number, record))
             continue
         try:
-            stories.append(parse_story(record))
+            stories.append(parse(record))
             lines.append(number)
-        except _RecordError as exc:
+        except ValueError as exc:
             problems.append((number, str(exc)))
     return Partition(spec, stories, lines, problems)
 
@@ -190,7 +200,8 @@ def _read_csv(spec: PartitionSpec) -> Partition:
     with fsspec.open(spec.url, "rb") as handle:
         raw = handle.read()
     numbered: list[tuple[int, Any]] = []
-    for number, item in _csv_records(spec.url, raw, ("id", "story")):  # type: ignore[arg-type]
+    required = ("id", "prompt") if spec.kind == "prompts" else ("id", "story")
+    for number, item in _csv_records(spec.url, raw, required):  # type: ignore[arg-type]
         numbered.append((number, item.reason if isinstance(item, DataProblem) else item))
     partition = _parse(spec, numbered)
     partition.n_lines = raw.count(b"\n") + 1
@@ -198,7 +209,9 @@ def _read_csv(spec: PartitionSpec) -> Partition:
 
 
 def check_partitions(
-    url: str, summaries: list[tuple[int, list[str], list[int], list[tuple[int, str]]]]
+    url: str,
+    summaries: list[tuple[int, list[str], list[int], list[tuple[int, str]]]],
+    kind: str = "stories",
 ) -> None:
     """Raise the problems and duplicate ids of all partitions with the file's own line
     numbers. ``summaries`` holds, per partition in order: its number of lines, its story ids,
@@ -232,4 +245,4 @@ def check_partitions(
     if problems:
         raise DataFileError(sorted(problems, key=lambda p: p.line))
     if total == 0:
-        raise DataFileError.single(url, 1, "the file holds no stories records")
+        raise DataFileError.single(url, 1, f"the file holds no {kind} records")

@@ -64,6 +64,22 @@ def _reference(record: Mapping[str, Any]) -> str | list[str] | None:
     return _text(record, "story", required=False)
 
 
+def parse_prompt(item: Mapping[str, Any]) -> Story:
+    """One prompt record as a :class:`Story` with an empty ``story`` (``ValueError`` on a
+    missing or empty ``id`` or ``prompt``)."""
+    prompt_id = _text(item, "id", required=True)
+    prompt = _text(item, "prompt", required=True)
+    reference = _reference(item)
+    if prompt_id is None or prompt is None:
+        raise ValueError("a prompt record needs 'id' and 'prompt'")
+    extra = {
+        key: value
+        for key, value in item.items()
+        if key not in PROMPT_FIELDS and key not in RESERVED_FIELDS
+    }
+    return Story(prompt_id, prompt, "", reference=reference, extra=extra)
+
+
 def read_prompts(path: str | Path, *, fmt: FileFormat | None = None) -> list[Story]:
     """Read and validate a prompts file (see the module docstring for the fields).
 
@@ -95,13 +111,11 @@ def read_prompts(path: str | Path, *, fmt: FileFormat | None = None) -> list[Sto
             problems.append(item)
             continue
         try:
-            prompt_id = _text(item, "id", required=True)
-            prompt = _text(item, "prompt", required=True)
-            reference = _reference(item)
+            record = parse_prompt(item)
         except ValueError as exc:
             problems.append(DataProblem(str(path), number, str(exc)))
             continue
-        assert prompt_id is not None and prompt is not None
+        prompt_id = record.id
         if prompt_id in first_line:
             problems.append(
                 DataProblem(
@@ -112,12 +126,7 @@ def read_prompts(path: str | Path, *, fmt: FileFormat | None = None) -> list[Sto
             )
             continue
         first_line[prompt_id] = number
-        extra = {
-            key: value
-            for key, value in item.items()
-            if key not in PROMPT_FIELDS and key not in RESERVED_FIELDS
-        }
-        prompts.append(Story(prompt_id, prompt, "", reference=reference, extra=extra))
+        prompts.append(record)
     if problems:
         raise DataFileError(problems)
     if not prompts:

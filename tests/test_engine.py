@@ -1,0 +1,263 @@
+"""The Dask engine against the local engine, on a real local Dask cluster (2 worker
+processes on 127.0.0.1, started once for this module): every score, per-system row and
+signature equal; resume after an interrupted run; a worker killed mid-run; generation,
+perturbation and judging; partitioned readers; the missing-extra message; devices."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from storyeval.corpus import read_stories
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def client() -> Any:
+    pytest.importorskip("distributed", reason="the dask extra")
+    from storyeval.engine.dask import close, connect
+
+    started = connect(workers=2)
+    addresses = started.scheduler_info()["address"]
+    assert addresses.startswith("tcp://127.0.0.1:"), addresses
+    yield started
+    close(started)
+
+
+def _records(run: Any) -> list[tuple[Any, ...]]:
+    return [(s.item_id, s.metric, repr(s.value), s.signature) for s in run.scores]
+
+
+def _demo_subset(examples_dir: Path, tmp_path: Path) -> Path:
+    """The stories of the first six prompts (all three systems)."""
+    rows = [json.loads(line) for line in (examples_dir / "stories.jsonl").open()]
+    keep = {f"s{i:03d}" for i in range(1, 7)}
+    path = tmp_path / "subset.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows if r["prompt_id"] in keep))
+    return path
+
+
+def test_dask_scores_equal_local_on_the_example_corpus(client, examples_dir, tmp_path):
+    """The default suite (perplexity, BERTScore, MoverScore, self-BLEU, ...) on 18 stories in
+    blocks of 6: the score records, signatures and per-system tables of the two engines are
+    identical, to the last bit."""
+    from storyeval.engine.dask import score_source
+    from storyeval.metrics.pipeline import score_file
+
+    path = _demo_subset(examples_dir, tmp_path)
+    local = score_file(path, None, bootstrap=200, block_size=6)
+    remote = score_source(
+        path, None, client=client, bootstrap=200, block_size=6, read_blocksize=4000
+    )
+    assert _records(remote) == _records(local)
+    assert remote.systems.equals(local.systems)
+    assert {name: run.signature.render() for name, run in remote.metrics.items()} == {
+        name: run.signature.render() for name, run in local.metrics.items()
+    }
+    assert {"perplexity", "bertscore_f", "moverscore", "self_bleu"} <= set(local.metrics)
+
+
+def test_corpus_level_statistics_equal_local(client, examples_dir):
+    """Corpus BLEU, self-BLEU and MAUVE from statistics gathered after the map."""
+    from storyeval.engine.dask import score_source
+    from storyeval.metrics.pipeline import score_file
+
+    path = examples_dir / "stories.jsonl"
+    names = "bleu,self_bleu,mauve,mauve_star,cross_story_repetition"
+    options = {"mauve.seeds": 2}
+    local = score_file(path, names, options=options, missing="skip", bootstrap=100, block_size=50)
+    remote = score_source(
+        path, names, client=client, options=options, missing="skip", bootstrap=100,
+        block_size=50, read_blocksize=30_000,
+    )  # fmt: skip
+    assert remote.systems.equals(local.systems)
+    assert set(local.systems.statistic) >= {"corpus_bleu", "mauve", "mauve_star"}
+
+
+def test_resume_skips_finished_blocks(client, examples_dir, tmp_path):
+    from storyeval.engine.dask import score_source
+
+    path = examples_dir / "stories.jsonl"
+    work = tmp_path / "work"
+    first = score_source(path, "bleu,distinct1,bertscore_f", client=client, missing="skip",
+                         bootstrap=0, block_size=40, work_dir=work)  # fmt: skip
+    blocks = sorted(work.glob("*/block-*.pkl"))
+    assert len(blocks) == 5 and first.timings.get("blocks_reused", 0) == 0
+    blocks[2].unlink()  # as if the run had stopped before this block
+    again = score_source(path, "bleu,distinct1,bertscore_f", client=client, missing="skip",
+                         bootstrap=0, block_size=40, work_dir=work)  # fmt: skip
+    assert again.timings["blocks_reused"] == 4
+    assert _records(again) == _records(first)
+
+
+def test_a_worker_killed_mid_run_is_replaced_and_nothing_is_lost(client, examples_dir, tmp_path):
+    """A worker process is killed with SIGKILL while blocks are being scored: its blocks are
+    computed again elsewhere, finished blocks are kept, and the result is unchanged."""
+    import signal
+
+    from storyeval.engine.dask import score_source
+    from storyeval.metrics.pipeline import score_file
+
+    path = _demo_subset(examples_dir, tmp_path)
+    work = tmp_path / "work"
+    result: dict[str, Any] = {}
+
+    def run() -> None:
+        result["run"] = score_source(path, "perplexity,distinct1", client=client, bootstrap=0,
+                                     block_size=4, work_dir=work)  # fmt: skip
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    deadline = time.monotonic() + 120
+    while not list(work.glob("*/block-*.pkl")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    pids = client.run(os.getpid)
+    os.kill(next(iter(pids.values())), signal.SIGKILL)
+    thread.join(timeout=300)
+    assert not thread.is_alive() and "run" in result
+    local = score_file(path, "perplexity,distinct1", bootstrap=0, block_size=4)
+    assert _records(result["run"]) == _records(local)
+    client.wait_for_workers(2, timeout=60)
+
+
+def test_generate_perturb_and_judge_on_the_cluster_equal_local(client, examples_dir, tmp_path):
+    from storyeval.engine.dask import generate_source, judge_source, perturb_source
+    from storyeval.generate import DecodingConfig, generate_stories, read_prompts
+    from storyeval.judge import load_rubric
+    from storyeval.judge.backends import BackendSpec
+    from storyeval.judge.core import JudgeSettings, judge_blocks
+    from storyeval.perturb import perturb_stories
+
+    human = examples_dir / "human.jsonl"
+    prompts = tmp_path / "prompts.jsonl"
+    rows = [json.loads(line) for line in human.open()][:3]
+    prompts.write_text(
+        "".join(json.dumps({"id": r["id"], "prompt": r["prompt"]}) + "\n" for r in rows)
+    )
+    decoding = DecodingConfig.from_options(top_p=0.9, max_new_tokens=50)
+    local = generate_stories(
+        read_prompts(prompts),
+        decoding=decoding,
+        seed=3,
+        progress=False,
+        block_size=2,
+        max_words=30,
+    )
+    remote = generate_source(
+        prompts, client=client, block_size=2, decoding=decoding, seed=3, max_words=30
+    )
+    assert [(s.id, s.story, s.extra["signature"]) for s in remote] == [
+        (s.id, s.story, s.extra["signature"]) for s in local
+    ]
+    stories = read_stories(human)[:20]
+    small = tmp_path / "small.jsonl"
+    small.write_text("".join(json.dumps(s.to_dict()) + "\n" for s in stories))
+    here = perturb_stories(stories, mode="mix", seed=5)
+    there = perturb_source(small, client=client, block_size=7, mode="mix", seed=5)
+    assert there.records() == here.records()
+    rubric = load_rubric("karpinska")
+    spec = BackendSpec()
+    judged = judge_blocks(stories[:4], rubric, spec.build(), block_size=2)
+    small4 = tmp_path / "four.jsonl"
+    small4.write_text("".join(json.dumps(s.to_dict()) + "\n" for s in stories[:4]))
+    on_cluster = judge_source(
+        small4, rubric, spec, client=client, block_size=2, settings=JudgeSettings()
+    )
+    assert [(j.item_id, j.criterion, j.value, j.rater_id) for j in on_cluster.judgments] == [
+        (j.item_id, j.criterion, j.value, j.rater_id) for j in judged.judgments
+    ]
+
+
+def test_partitioned_readers_give_the_files_lines(tmp_path, examples_dir):
+    """JSONL in byte ranges far smaller than the file, Parquet row groups, CSV: the same
+    stories as read_stories, and a bad line reported with the file's own line number."""
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from storyeval.engine.sources import plan_partitions
+    from storyeval.errors import DataFileError
+    from storyeval.metrics.pipeline import read_partitioned
+
+    path = examples_dir / "stories.jsonl"
+    expected = read_stories(path)
+    assert len(plan_partitions(str(path), blocksize=5000)) > 10
+    from storyeval.engine.sources import read_partition
+
+    parts = [read_partition(s) for s in plan_partitions(str(path), blocksize=5000)]
+    assert [s for p in parts for s in p.stories] == expected
+    table = pa.Table.from_pylist(
+        [{"id": s.id, "story": s.story, "prompt": s.prompt, "system": s.system} for s in expected]
+    )
+    parquet = tmp_path / "stories.parquet"
+    pq.write_table(table, parquet, row_group_size=50)
+    stories, lines = read_partitioned(str(parquet))
+    assert [s.id for s in stories] == [s.id for s in expected] and lines[expected[120].id] == 121
+    bad = tmp_path / "bad.jsonl"
+    text = path.read_text().splitlines()
+    text[150] = '{"id": "broken", "story": '
+    bad.write_text("\n".join(text) + "\n")
+    with pytest.raises(DataFileError, match=r"bad.jsonl:151: malformed JSON"):
+        read_partitioned(str(bad)) if False else _read_small_blocks(bad)
+    csv_path = tmp_path / "stories.csv"
+    pd.DataFrame([s.to_dict() for s in expected[:5]]).to_csv(csv_path, index=False)
+    assert [s.id for s in read_partitioned(str(csv_path))[0]] == [s.id for s in expected[:5]]
+
+
+def _read_small_blocks(path: Path) -> None:
+    from storyeval.engine.sources import check_partitions, plan_partitions, read_partition
+
+    parts = [read_partition(s) for s in plan_partitions(str(path), blocksize=3000)]
+    check_partitions(
+        str(path), [(p.n_lines, [s.id for s in p.stories], p.lines, p.problems) for p in parts]
+    )
+
+
+def test_score_command_with_the_dask_engine(run_cli, examples_dir, tmp_path):
+    local, remote = tmp_path / "local.jsonl", tmp_path / "remote.jsonl"
+    args = ["score", str(examples_dir / "stories.jsonl"), "--metrics", "bleu,distinct2",
+            "--skip-missing", "--no-progress", "--block-size", "70"]  # fmt: skip
+    assert run_cli(*args, "-o", str(local))[0] == 0
+    code, _out, err = run_cli(*args, "-o", str(remote), "--engine", "dask", "--workers", "2")
+    assert code == 0, err
+    assert remote.read_bytes() == local.read_bytes()
+    assert not Path(f"{remote}.blocks").exists(), (
+        "the resume folder goes once the output is written"
+    )
+
+
+def test_without_the_extra_the_message_names_it(run_cli, examples_dir, monkeypatch):
+    import sys
+
+    from storyeval.engine import EngineError, check_engine
+
+    monkeypatch.setitem(sys.modules, "dask", None)
+    with pytest.raises(EngineError, match=r"pip install 'storyeval\[dask\]'"):
+        check_engine("dask")
+    code, _, err = run_cli("score", str(examples_dir / "stories.jsonl"), "--metrics", "bleu",
+                           "--engine", "dask")  # fmt: skip
+    assert code == 2 and "storyeval[dask]" in err
+
+
+def test_devices_cpu_and_a_clear_error_for_one_this_machine_lacks(run_cli, examples_dir):
+    from storyeval.models.devices import DeviceError, resolve_device
+
+    assert resolve_device("cpu") == "cpu" and resolve_device("auto") in ("cpu", "cuda", "mps")
+    import torch
+
+    if not torch.cuda.is_available():
+        with pytest.raises(DeviceError, match="not available here"):
+            resolve_device("cuda")
+        code, _, err = run_cli("score", str(examples_dir / "human.jsonl"), "--metrics",
+                               "bertscore_prompt", "--device", "cuda")  # fmt: skip
+        assert code == 2 and "device cuda is not available here" in err
+    code, _, err = run_cli("score", str(examples_dir / "human.jsonl"), "--metrics", "distinct1",
+                           "--device", "tpu")  # fmt: skip
+    assert code == 2 and "device must be one of cpu, cuda" in err
