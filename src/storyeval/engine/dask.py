@@ -83,7 +83,14 @@ def connect(
     environ = dict(dask.config.get("distributed.nanny.pre-spawn-environ") or {})
     for key in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         environ.pop(key, None)
-    dask.config.set({"distributed.nanny.pre-spawn-environ": environ})
+    # the statistical profiler samples every worker's stack every 10 ms (a few percent of a
+    # model-bound task); storyeval's tasks are few and long, so it is off
+    dask.config.set(
+        {
+            "distributed.nanny.pre-spawn-environ": environ,
+            "distributed.worker.profile.enabled": False,
+        }
+    )
     if scheduler:
         try:
             return Client(scheduler, timeout=CONNECT_TIMEOUT)
@@ -203,6 +210,7 @@ class Source:
 
     @property
     def n_stories(self) -> int:
+        """How many stories the file holds, over all partitions."""
         return sum(len(s.ids) for s in self.summaries)
 
     def offsets(self) -> list[int]:
