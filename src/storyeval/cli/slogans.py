@@ -1,0 +1,73 @@
+"""``storyeval slogans INPUT -o OUTPUT``: skeleton-constrained slogan suggestions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from storyeval.cli._common import compute_settings, device_option, threads_option, user_error
+
+
+def slogans_command(
+    requests: Path = typer.Argument(
+        ..., help="JSONL: `id`, `keywords` (a list of words) and optionally `draft` per line."
+    ),
+    output: Path = typer.Option(..., "-o", "--output", help="The JSONL file to write."),
+    skeletons: Path = typer.Option(
+        None, "--skeletons", help="Lines to take skeletons from (default: storyeval's 80 lines)."
+    ),
+    model: str = typer.Option(
+        None, "--model", help="Causal LM for grammaticality (default: offline SmolLM2)."
+    ),
+    seed: int = typer.Option(0, "--seed", help="Seed of the target-word and skeleton draws."),
+    suggestions: int = typer.Option(3, "--suggestions", min=1, max=3, help="Suggestions each."),
+    beam: int = typer.Option(4, "--beam", min=1, help="Beam width of the slot filling."),
+    device: str = device_option(),
+    threads: int = threads_option(),
+) -> None:
+    """Slogan suggestions after BRAINSUP (seed 000, section 2.5.2): target words sampled from
+    the keywords and draft, three skeletons whose part-of-speech slots hold them, slots filled
+    by beam search over target use, LM log-probability and word diversity.
+
+    Each output line: id, suggestions (at most three), skeletons, targets, used_targets,
+    signature.
+    """
+    from storyeval.corpus import write_records
+    from storyeval.errors import StoryevalError
+    from storyeval.generate.slogans import (
+        SkeletonBank,
+        SloganSettings,
+        read_requests,
+        suggestion_records,
+    )
+    from storyeval.models import load_causal_lm, load_spacy
+    from storyeval.models.devices import place
+
+    device, _ = compute_settings(device, "float32", threads)
+    try:
+        if output.suffix.lower() != ".jsonl":
+            raise StoryevalError(f"{output}: write the suggestions to a .jsonl file")
+        parsed = read_requests(requests)
+        nlp = load_spacy()
+        bank = SkeletonBank.load(skeletons, nlp=nlp)
+        lm = place(load_causal_lm(model), device)
+        settings = SloganSettings(beam=beam, suggestions=suggestions)
+        records = list(
+            suggestion_records(parsed, bank=bank, lm=lm, nlp=nlp, seed=seed, settings=settings)
+        )
+        write_records(output, records)
+    except (StoryevalError, OSError, ValueError) as exc:
+        raise user_error(exc) from None
+    failed = sum(1 for r in records if r.get("error"))
+    for record in records[:3]:
+        typer.echo(f"{record['id']}: " + " | ".join(record["suggestions"]))
+    typer.echo(
+        f"wrote {len(records)} request(s) to {output}"
+        + (f" ({failed} without a content word)" if failed else "")
+    )
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``slogans`` command to the application."""
+    app.command("slogans", rich_help_panel="Generate")(slogans_command)

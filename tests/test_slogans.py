@@ -1,0 +1,128 @@
+"""Skeleton-constrained slogan suggestions (seed 000, section 2.5.2) and ``storyeval slogans``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from storyeval.errors import DataFileError, StoryevalError
+from storyeval.generate.slogans import (
+    SkeletonBank,
+    SloganSettings,
+    Target,
+    content_words,
+    extract_skeleton,
+    fill,
+    inflect,
+    read_lines,
+    suggest,
+)
+
+LINES = [
+    "Fresh bread makes happy mornings.",
+    "Strong coffee wakes sleepy people.",
+    "Knowledge is power.",
+]
+
+
+@pytest.fixture(scope="module")
+def bank(nlp: Any) -> SkeletonBank:
+    return SkeletonBank.from_lines(LINES, nlp=nlp, identity="test")
+
+
+def test_skeleton_replaces_content_words_by_their_tags(nlp: Any) -> None:
+    skeleton = extract_skeleton("Fresh bread makes happy mornings.", nlp)
+    assert skeleton.pattern == "* * * * *."
+    assert skeleton.tags == ("JJ", "NN", "VBZ", "JJ", "NNS", None)
+    # function words stay: only the content word is a slot
+    assert extract_skeleton("Knowledge is power.", nlp).pattern == "* is *."
+
+
+def test_the_bank_keeps_the_corpus_words_by_tag(bank: SkeletonBank) -> None:
+    assert len(bank.skeletons) == 3
+    assert bank.vocabulary["VBZ"] == {"makes": 1, "wakes": 1}
+    assert set(bank.vocabulary["NNS"]) == {"mornings", "people"}
+
+
+def test_targets_are_inflected_to_the_slot(nlp: Any) -> None:
+    [walk] = content_words(["walk"], nlp)
+    assert inflect(walk, "VBZ") == "walks"
+    assert inflect(walk, "NN") is None  # part of speech differs
+    [boot] = content_words(["boots"], nlp)
+    assert (boot.lemma, inflect(boot, "NN")) == ("boot", "boot")
+
+
+def test_filling_uses_the_targets_and_keeps_the_pattern(
+    bank: SkeletonBank, causal_lm: Any, nlp: Any
+) -> None:
+    targets = content_words(["tea", "evenings"], nlp)
+    skeleton = bank.skeletons[0]  # * * * * *. (JJ NN VBZ JJ NNS)
+    suggestion = fill(skeleton, targets, bank, causal_lm, SloganSettings())
+    assert set(suggestion.targets) == {"tea", "evening"}
+    words = suggestion.text.rstrip(".").lower().split()
+    assert "tea" in words and "evenings" in words
+    retagged = extract_skeleton(suggestion.text, nlp)
+    assert len(retagged.words) == len(skeleton.words)
+    assert retagged.words[-1] == "."
+
+
+def test_suggest_is_seeded_and_gives_at_most_three(
+    bank: SkeletonBank, causal_lm: Any, nlp: Any
+) -> None:
+    first = suggest(["coffee", "morning"], "Wake up happy.", bank=bank, lm=causal_lm, nlp=nlp)
+    again = suggest(["coffee", "morning"], "Wake up happy.", bank=bank, lm=causal_lm, nlp=nlp)
+    suggestions, targets = first
+    assert first == again
+    assert 1 <= len(suggestions) <= 3
+    assert set(targets) <= {"coffee", "morning", "wake", "happy"}
+    assert all(s.targets for s in suggestions)  # every suggestion uses a target word
+    with pytest.raises(StoryevalError, match="no content word"):
+        suggest(["the", "of"], bank=bank, lm=causal_lm, nlp=nlp)
+
+
+def test_shipped_lines_and_user_files(tmp_path: Path) -> None:
+    assert len(read_lines()) >= 50
+    empty = tmp_path / "empty.txt"
+    empty.write_text("# only a comment\n\n", encoding="utf-8")
+    with pytest.raises(StoryevalError, match="no line"):
+        read_lines(empty)
+    with pytest.raises(FileNotFoundError):
+        read_lines(tmp_path / "missing.txt")
+
+
+def test_cli_writes_the_interface_records(run_cli: Any, write_file: Any, tmp_path: Path) -> None:
+    requests = write_file(
+        "requests.jsonl",
+        '{"id": "a", "keywords": ["coffee", "morning"], "draft": "Wake up to better coffee."}\n'
+        '{"id": "b", "keywords": ["the"]}\n',
+    )
+    skeletons = write_file("lines.txt", "\n".join(LINES) + "\n")
+    output = tmp_path / "out.jsonl"
+    code, out, err = run_cli(
+        "slogans", str(requests), "-o", str(output), "--skeletons", str(skeletons)
+    )
+    assert code == 0, out + err
+    records = [json.loads(line) for line in output.read_text(encoding="utf-8").splitlines()]
+    assert [r["id"] for r in records] == ["a", "b"]
+    assert 1 <= len(records[0]["suggestions"]) <= 3
+    assert len(records[0]["skeletons"]) == len(records[0]["suggestions"])
+    assert records[0]["targets"] and "skeletons:lines.txt@" in records[0]["signature"]
+    assert records[1]["suggestions"] == [] and "content word" in records[1]["error"]
+
+
+def test_bad_requests_are_reported_by_line(write_file: Any) -> None:
+    from storyeval.generate.slogans import read_requests
+
+    path = write_file(
+        "bad.jsonl",
+        '{"id": "a", "keywords": ["tea"]}\n{"id": "a", "keywords": ["tea"]}\n'
+        '{"id": "c", "keywords": 3}\n{"keywords": ["x"]}\nnot json\n',
+    )
+    with pytest.raises(DataFileError) as info:
+        read_requests(path)
+    lines = [p.line for p in info.value.problems]
+    assert lines == [2, 3, 4, 5]
+    assert "duplicate id" in str(info.value)
