@@ -75,6 +75,7 @@ examples: setup
 
 ## bench: speed benchmarks (ratios measured in one run)
 bench: setup
+	$(BIN)/python benchmarks/bench_speed.py
 	$(BIN)/python benchmarks/bench_bertscore.py
 	$(BIN)/python benchmarks/bench_suite.py
 
