@@ -12,7 +12,6 @@ from storyeval.errors import DataFileError, StoryevalError
 from storyeval.generate.slogans import (
     SkeletonBank,
     SloganSettings,
-    Target,
     content_words,
     extract_skeleton,
     fill,

@@ -13,6 +13,13 @@ A session file is validated when loaded; every problem is reported as
     A ten-sentence story: the writer writes the odd sentences, and after each one the
     machine's next sentence is pushed into the writer's edit box, to be edited freely (or
     replaced) before it is added. Then the 7-point questions of Table 2.2.
+``kind: slogan`` (seed 000, section 2.5)
+    A slogan per prompt: the writer gives keywords and a draft and, in the machine-in-the-loop
+    condition, *pulls* up to three suggestions whenever they want (shown beside the draft, with
+    the history of drafts and suggestions); the final slogan is followed by the slogan column
+    of Table 2.2 and satisfaction, and the last slogan by the final survey. Writers are
+    assigned to the solo and machine-in-the-loop conditions in turn (balanced), and each sees
+    the prompts in a rotated order.
 
 Examples
 --------
@@ -349,8 +356,122 @@ class MilConfig(_Common):
         return spec.max_chars if spec.max_chars is not None else self.max_chars
 
 
-WritingConfig = Annotated[CyoaConfig | MilConfig, Field(discriminator="kind")]
-KINDS = ("cyoa", "mil")
+SLOGAN_STATEMENTS: tuple[tuple[str, str], ...] = (
+    ("slogan_creative", "Is the final slogan creative?"),
+    ("slogan_catchy", "Is the final slogan catchy?"),
+    ("slogan_relevant", "Is the final slogan relevant?"),
+    ("satisfied", "How satisfied are you with the final slogan?"),
+)
+"""The slogan column of Table 2.2's "Writing Survey" (seed 000) and satisfaction, asked after
+each slogan."""
+
+SLOGAN_FINAL_STATEMENTS: tuple[tuple[str, str], ...] = (
+    ("enjoyable", "How enjoyable was the writing process?"),
+)
+"""The final survey's question for every writer."""
+
+SLOGAN_SUGGESTION_STATEMENTS: tuple[tuple[str, str], ...] = (
+    ("suggestions_surprising", "Were the suggested slogans surprising?"),
+    ("suggestions_creative", "Were the suggested slogans creative?"),
+    ("suggestions_catchy", "Were the suggested slogans catchy?"),
+    ("suggestions_relevant", "Were the suggested slogans relevant?"),
+    ("liked_suggestions", "How much did you like the suggestions?"),
+    ("appreciated_suggestions", "How much did you appreciate the suggestions?"),
+)
+"""The final survey's questions for machine-in-the-loop writers (Table 2.2 "Final Survey",
+slogan column, and liking and appreciating the suggestions, section 2.6.1)."""
+
+USE_AGAIN_CHOICES = (
+    "Definitely not",
+    "Probably not",
+    "Probably yes",
+    "Definitely yes",
+)
+"""The four-choice "would you use the system again?" question (section 2.6.1)."""
+
+SLOGAN_QUESTIONS: tuple[tuple[str, str], ...] = (
+    ("interface", "What did you think of the writing interface?"),
+    ("difficulty", "How difficult was the task, and why?"),
+    ("improvements", "What improvements could be made to the tool?"),
+)
+SOLO_QUESTIONS: tuple[tuple[str, str], ...] = (
+    ("tools", "Describe any tools that could have helped your creative process."),
+)
+
+
+def _likert7(statements: tuple[tuple[str, str], ...]) -> LikertSpec:
+    return LikertSpec(
+        scale=7,
+        labels=list(MIL_LABELS),
+        statements=[Statement(name=n, statement=s) for n, s in statements],
+    )
+
+
+class SkeletonSettings(_Strict):
+    """How suggestions are made (``storyeval.generate.slogans``; every value in the
+    suggestions' signature)."""
+
+    skeletons: str | None = None
+    model: str | None = None
+    beam: int = Field(default=4, ge=1, le=32)
+    vocabulary: int = Field(default=8, ge=1, le=100)
+    coverage: float = 6.0
+    lm: float = 1.0
+    diversity: float = 0.5
+    targets: int = Field(default=3, ge=1, le=10)
+    suggestions: int = Field(default=3, ge=1, le=3)
+
+
+class SloganConfig(_Common):
+    """A slogan-writing session (see the module docstring)."""
+
+    kind: Literal["slogan"] = "slogan"
+    completion: Completion = Field(
+        default_factory=lambda: Completion(
+            message="Thank you! Your slogans and answers have been saved."
+        )
+    )
+    conditions: list[str] = Field(default_factory=lambda: ["solo", "mil"])
+    max_chars: int = Field(default=200, ge=10, le=2000)
+    max_keywords_chars: int = Field(default=200, ge=10, le=2000)
+    max_pulls: int = Field(default=30, ge=1, le=500)
+    suggester: SkeletonSettings = Field(default_factory=SkeletonSettings)
+    likert: LikertSpec = Field(default_factory=lambda: _likert7(SLOGAN_STATEMENTS))
+    final_likert: LikertSpec = Field(default_factory=lambda: _likert7(SLOGAN_FINAL_STATEMENTS))
+    suggestion_likert: LikertSpec = Field(
+        default_factory=lambda: _likert7(SLOGAN_SUGGESTION_STATEMENTS)
+    )
+    questions: list[OpenQuestion] = Field(
+        default_factory=lambda: [OpenQuestion(name=n, question=q) for n, q in SLOGAN_QUESTIONS]
+    )
+    solo_questions: list[OpenQuestion] = Field(
+        default_factory=lambda: [OpenQuestion(name=n, question=q) for n, q in SOLO_QUESTIONS]
+    )
+
+    @model_validator(mode="after")
+    def _slogan(self) -> SloganConfig:
+        if not self.prompts:
+            raise ValueError("prompts: a slogan session needs at least one prompt")
+        unknown = [c for c in self.conditions if c not in ("solo", "mil")]
+        if unknown or not self.conditions or len(set(self.conditions)) != len(self.conditions):
+            raise ValueError(
+                f"conditions: give solo, mil or both, once each; got {self.conditions}"
+            )
+        return self
+
+    @property
+    def generators(self) -> list[GeneratorSpec]:
+        """None: suggestions come from the skeleton suggester, not a generator."""
+        return []
+
+    @property
+    def generator_names(self) -> tuple[str, ...]:
+        """The one source of suggestions."""
+        return ("skeletons",)
+
+
+WritingConfig = Annotated[CyoaConfig | MilConfig | SloganConfig, Field(discriminator="kind")]
+KINDS = ("cyoa", "mil", "slogan")
 
 
 class _Wrapper(BaseModel):
@@ -359,7 +480,7 @@ class _Wrapper(BaseModel):
 
 # ----------------------------------------------------------------------------- YAML loading
 
-_WRAPPERS = ("config", "cyoa", "mil")
+_WRAPPERS = ("config", "cyoa", "mil", "slogan")
 
 
 def _document(data: Any, where: str, root: Any) -> YamlDocument:
@@ -368,8 +489,8 @@ def _document(data: Any, where: str, root: Any) -> YamlDocument:
 
 def parse_writing_config(
     data: Any, *, where: str = "<config>", root: Any = None
-) -> CyoaConfig | MilConfig:
-    """Validate a mapping as a CYOA or MIL configuration.
+) -> CyoaConfig | MilConfig | SloganConfig:
+    """Validate a mapping as a CYOA, MIL or slogan configuration.
 
     Raises
     ------
@@ -391,7 +512,9 @@ def parse_writing_config(
     return config
 
 
-def _missing_files(config: CyoaConfig | MilConfig, document: YamlDocument) -> list[str]:
+def _missing_files(
+    config: CyoaConfig | MilConfig | SloganConfig, document: YamlDocument
+) -> list[str]:
     """Image prompts and word lists must exist next to the file."""
     problems = []
     for index, prompt in enumerate(config.prompts):
@@ -413,11 +536,14 @@ def _missing_files(config: CyoaConfig | MilConfig, document: YamlDocument) -> li
                 else ("generator", "offensive_words")
             )
             problems.append(f"{document.where(key)}: no such file")
+    skeletons = config.suggester.skeletons if isinstance(config, SloganConfig) else None
+    if skeletons is not None and not resolve_path(document.path, skeletons).is_file():
+        problems.append(f"{document.where(('suggester', 'skeletons'))}: no such file")
     return problems
 
 
-def load_writing_config(path: str | Path) -> CyoaConfig | MilConfig:
-    """Read and validate a ``kind: cyoa`` or ``kind: mil`` file; image prompts and word lists
+def load_writing_config(path: str | Path) -> CyoaConfig | MilConfig | SloganConfig:
+    """Read and validate a ``kind: cyoa``, ``mil`` or ``slogan`` file; image prompts and word lists
     must exist next to it.
 
     Raises

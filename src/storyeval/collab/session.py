@@ -101,11 +101,14 @@ class SuggestionResult:
     dropped: Mapping[str, int] = field(default_factory=dict)
     error: str | None = None
     complete: bool = True
+    #: what a session kind needs beyond one text (slogans: the suggestions, skeletons, targets)
+    extra: Mapping[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """The result as a JSON-ready mapping."""
         data = asdict(self)
         data["dropped"] = dict(self.dropped)
+        data["extra"] = dict(self.extra)
         return data
 
 

@@ -1,5 +1,5 @@
 """The registry of session kinds the server can run: ``study`` (human evaluation studies),
-``cyoa`` and ``mil`` (collaborative writing). Each kind has a loader for its YAML files and
+``cyoa``, ``mil`` and ``slogan`` (collaborative writing). Each kind has a loader for its YAML files and
 the routers it mounts (participant pages, admin pages).
 
 A package adds a kind with ``SESSION_KINDS.register("mykind", SessionKind(...))`` in a module
@@ -16,8 +16,8 @@ from fastapi import APIRouter
 
 from storyeval.errors import StoryevalError
 from storyeval.registry import Registry
+from storyeval.server.routers import slogan, study_admin, writing, writing_admin
 from storyeval.server.routers import study as study_pages
-from storyeval.server.routers import study_admin, writing, writing_admin
 from storyeval.server.sessions import SessionPlugin
 from storyeval.server.study_session import StudySession
 from storyeval.server.writing_session import WritingSessionPlugin
@@ -48,6 +48,13 @@ SESSION_KINDS.register(
 )
 SESSION_KINDS.register("cyoa", _WRITING)
 SESSION_KINDS.register("mil", _WRITING)
+# fixed first path segment (/slogan/...): matched before the writing routers' /{kind}/...
+SESSION_KINDS.register(
+    "slogan",
+    SessionKind(
+        WritingSessionPlugin.from_file, (slogan.router,), (writing_admin.router,), first=True
+    ),
+)
 
 
 def load_session(path: str | Path) -> SessionPlugin:

@@ -16,8 +16,15 @@ from typing import Any, ClassVar
 
 from sqlalchemy import Connection
 
-from storyeval.collab.config import CyoaConfig, MilConfig, load_writing_config, resolve_path
+from storyeval.collab.config import (
+    CyoaConfig,
+    MilConfig,
+    SloganConfig,
+    load_writing_config,
+    resolve_path,
+)
 from storyeval.collab.session import SuggestionRequest, SuggestionResult, WritingSession
+from storyeval.collab.slogan import SloganEngine, SloganSession
 from storyeval.collab.worker import Engine, GenerationWorker, SuggestionEngine
 from storyeval.server import writing_store
 from storyeval.server.db import Database
@@ -34,7 +41,7 @@ class WritingSessionPlugin(SessionPlugin):
 
     def __init__(
         self,
-        config: CyoaConfig | MilConfig,
+        config: CyoaConfig | MilConfig | SloganConfig,
         *,
         path: Path | None = None,
         warm_up: bool = True,
@@ -51,16 +58,25 @@ class WritingSessionPlugin(SessionPlugin):
         self.warm_up = warm_up
         #: what generates suggestions (default: the session file's generators, see
         #: :class:`SuggestionEngine`); any ``request -> SuggestionResult`` callable
-        self.engine: Engine = engine or SuggestionEngine(config, config_path=path)
+        self.engine: Engine = engine or self.default_engine(config, path)
         self.db: Database | None = None
         self.worker: GenerationWorker | None = None
         self.models: dict[str, str] = {}
 
+    @staticmethod
+    def default_engine(config: Any, path: Path | None) -> Engine:
+        """What generates suggestions when no engine is given: the file's generators."""
+        return SuggestionEngine(config, config_path=path)
+
     @classmethod
     def from_file(cls, path: Path) -> WritingSessionPlugin:
-        """The writing session of a CYOA or MIL file."""
+        """The writing session of a CYOA, MIL or slogan file."""
         config = load_writing_config(path)
-        plugin_class = CyoaSessionPlugin if config.kind == "cyoa" else MilSessionPlugin
+        plugin_class = {
+            "cyoa": CyoaSessionPlugin,
+            "mil": MilSessionPlugin,
+            "slogan": SloganSessionPlugin,
+        }[config.kind]
         return plugin_class(config, path=Path(path))
 
     # ------------------------------------------------------------------ server hooks
@@ -135,9 +151,12 @@ class WritingSessionPlugin(SessionPlugin):
 
         db.run(work)
 
-    def image_path(self, session: WritingSession) -> Path | None:
+    def image_path(self, session: WritingSession | SloganSession) -> Path | None:
         """The file of the session's picture prompt, if it has one."""
-        prompt = session.data.get("prompt") or {}
+        if isinstance(session, SloganSession):
+            prompt = session.current_task()["prompt"] or {}
+        else:
+            prompt = session.data.get("prompt") or {}
         image = prompt.get("image")
         if not image or self.path is None:
             return None
@@ -159,4 +178,29 @@ class MilSessionPlugin(WritingSessionPlugin):
     kind: ClassVar[str] = "mil"
 
 
+class SloganSessionPlugin(WritingSessionPlugin):
+    """A slogan-writing session: suggestions pulled from the skeleton suggester."""
+
+    kind: ClassVar[str] = "slogan"
+
+    @staticmethod
+    def default_engine(config: Any, path: Path | None) -> Engine:
+        """The skeleton suggester of the file's ``suggester`` settings."""
+        return SloganEngine(config, config_path=path)
+
+    def summary(self, conn: Connection) -> dict[str, Any]:
+        p = writing_store.progress(conn, self.config)
+        worker = self.worker
+        return {
+            "kind": "slogan writing",
+            "participants": p["links"],
+            "started": p["started"],
+            "finished": p["finished"],
+            "writers per condition": p["choices"],
+            "suggestions pulled": p["suggestion_turns"],
+            "generations queued": worker.in_flight if worker is not None else 0,
+        }
+
+
 WRITING_KINDS = ("cyoa", "mil")
+ADMIN_KINDS = ("cyoa", "mil", "slogan")

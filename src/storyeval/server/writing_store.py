@@ -30,8 +30,9 @@ from sqlalchemy import (
 )
 from sqlalchemy.exc import IntegrityError
 
-from storyeval.collab.config import CyoaConfig, MilConfig
+from storyeval.collab.config import CyoaConfig, MilConfig, SloganConfig
 from storyeval.collab.session import WritingSession
+from storyeval.collab.slogan import SloganSession
 from storyeval.server.db import metadata
 from storyeval.server.participants import (
     Participant,
@@ -44,6 +45,24 @@ from storyeval.server.participants import (
 )
 
 T = TypeVar("T")
+AnyConfig = CyoaConfig | MilConfig | SloganConfig
+AnySession = WritingSession | SloganSession
+
+
+def _session(config: AnyConfig, data: dict[str, Any]) -> AnySession:
+    """The stored state as the session class of the config's kind."""
+    if isinstance(config, SloganConfig):
+        return SloganSession.from_dict(config, data)
+    return WritingSession.from_dict(config, data)
+
+
+def _new_session(config: AnyConfig, participant: str, now: float, prompt_index: int) -> AnySession:
+    if isinstance(config, SloganConfig):
+        return SloganSession.start(
+            config, participant=participant, now=now, prompt_index=prompt_index
+        )
+    return WritingSession.start(config, participant=participant, now=now, prompt_index=prompt_index)
+
 
 writing_sessions = Table(
     "writing_sessions",
@@ -64,7 +83,7 @@ class VersionConflict(ValueError):
     """The database holds sessions of another version of this session file."""
 
 
-def register(conn: Connection, config: CyoaConfig | MilConfig) -> None:
+def register(conn: Connection, config: AnyConfig) -> None:
     """Record the session file's version; refuse a changed file once writers have started."""
     key = f"writing:{config.kind}:{config.name}:version"
     stored = get_meta(conn, key)
@@ -87,8 +106,8 @@ def register(conn: Connection, config: CyoaConfig | MilConfig) -> None:
 
 
 def load(
-    conn: Connection, config: CyoaConfig | MilConfig, participant_id: int, *, lock: bool = False
-) -> WritingSession | None:
+    conn: Connection, config: AnyConfig, participant_id: int, *, lock: bool = False
+) -> AnySession | None:
     """The participant's session (``None`` before they start); ``lock`` takes the row lock."""
     query = select(writing_sessions.c.state).where(
         writing_sessions.c.participant_id == participant_id
@@ -98,10 +117,10 @@ def load(
     state = conn.execute(query).scalar_one_or_none()
     if state is None:
         return None
-    return WritingSession.from_dict(config, json.loads(state))
+    return _session(config, json.loads(state))
 
 
-def save(conn: Connection, session: WritingSession, participant_id: int, now: float) -> None:
+def save(conn: Connection, session: AnySession, participant_id: int, now: float) -> None:
     """Store a writer's session (its JSON), creating or replacing the row."""
     conn.execute(
         update(writing_sessions)
@@ -110,9 +129,7 @@ def save(conn: Connection, session: WritingSession, participant_id: int, now: fl
     )
 
 
-def start(
-    conn: Connection, config: CyoaConfig | MilConfig, participant: Participant, now: float
-) -> WritingSession:
+def start(conn: Connection, config: AnyConfig, participant: Participant, now: float) -> AnySession:
     """Create the participant's session (idempotent: an existing one is returned)."""
     existing = load(conn, config, participant.id, lock=True)
     if existing is not None:
@@ -122,9 +139,7 @@ def start(
         .select_from(writing_sessions)
         .where(writing_sessions.c.kind == config.kind, writing_sessions.c.session == config.name)
     ).scalar_one()
-    session = WritingSession.start(
-        config, participant=rater_id(participant.id), now=now, prompt_index=int(count)
-    )
+    session = _new_session(config, rater_id(participant.id), now, int(count))
     try:
         with conn.begin_nested():
             conn.execute(
@@ -149,11 +164,11 @@ def start(
 
 def step(
     conn: Connection,
-    config: CyoaConfig | MilConfig,
+    config: AnyConfig,
     participant_id: int,
     now: float,
-    action: Callable[[WritingSession], T],
-) -> tuple[WritingSession, T] | None:
+    action: Callable[[Any], T],
+) -> tuple[AnySession, T] | None:
     """Lock the session row, apply ``action`` and store the result; ``None`` if the participant
     has no session. An exception in ``action`` rolls the transaction back."""
     session = load(conn, config, participant_id, lock=True)
@@ -164,9 +179,7 @@ def step(
     return session, result
 
 
-def sessions_of(
-    conn: Connection, config: CyoaConfig | MilConfig
-) -> Iterator[tuple[int, WritingSession]]:
+def sessions_of(conn: Connection, config: AnyConfig) -> Iterator[tuple[int, AnySession]]:
     """Every stored session of this session file, by participant id."""
     rows = conn.execute(
         select(writing_sessions.c.participant_id, writing_sessions.c.state)
@@ -174,10 +187,10 @@ def sessions_of(
         .order_by(writing_sessions.c.participant_id)
     )
     for row in rows:
-        yield int(row.participant_id), WritingSession.from_dict(config, json.loads(row.state))
+        yield int(row.participant_id), _session(config, json.loads(row.state))
 
 
-def export(conn: Connection, config: CyoaConfig | MilConfig) -> list[dict[str, Any]]:
+def export(conn: Connection, config: AnyConfig) -> list[dict[str, Any]]:
     """Every session as a record of the sessions file (see :mod:`storyeval.collab.records`),
     with the participant's external id and completion code."""
     people = {
@@ -198,7 +211,7 @@ def export(conn: Connection, config: CyoaConfig | MilConfig) -> list[dict[str, A
     return records
 
 
-def progress(conn: Connection, config: CyoaConfig | MilConfig) -> dict[str, Any]:
+def progress(conn: Connection, config: AnyConfig) -> dict[str, Any]:
     """Counts for the admin pages: links, started, finished, sessions by phase, turns."""
     links = count_participants(conn, config.kind, config.name)
     phases: dict[str, int] = {}
@@ -206,6 +219,11 @@ def progress(conn: Connection, config: CyoaConfig | MilConfig) -> dict[str, Any]
     choices: dict[str, int] = {}
     for _, session in sessions_of(conn, config):
         phases[session.phase] = phases.get(session.phase, 0) + 1
+        if isinstance(session, SloganSession):
+            pulls = sum(len(task["pulls"]) for task in session.tasks)
+            suggestion_turns += pulls
+            choices[session.condition] = choices.get(session.condition, 0) + 1
+            continue
         for turn in session.submitted_turns():
             if turn["author"] == "suggestion":
                 suggestion_turns += 1

@@ -22,7 +22,7 @@ from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.responses import FileResponse, RedirectResponse, Response
 from sqlalchemy import Connection
 
-from storyeval.collab.config import IMAGE_TYPES
+from storyeval.collab.config import IMAGE_TYPES, SloganConfig
 from storyeval.collab.session import TurnError, WritingSession
 from storyeval.server import writing_store
 from storyeval.server.participants import Participant, mark_finished, touch
@@ -106,6 +106,7 @@ def _context(
     plugin: WritingSessionPlugin, participant: Participant, session: WritingSession | None
 ) -> dict[str, Any]:
     config = plugin.config
+    assert not isinstance(config, SloganConfig)  # slogan sessions have their own router
     prompt = (session.data.get("prompt") if session is not None else None) or {}
     return {
         "kind": plugin.kind,

@@ -9,21 +9,39 @@ from typing import Any
 from fastapi import APIRouter, HTTPException
 from fastapi.responses import Response
 
+from storyeval.collab.slogan import SloganSession
 from storyeval.server import writing_store
 from storyeval.server.routers import jsonl_attachment
 from storyeval.server.state import Admin, ServerState
-from storyeval.server.writing_session import WRITING_KINDS, WritingSessionPlugin
+from storyeval.server.writing_session import ADMIN_KINDS, WritingSessionPlugin
 
 router = APIRouter(prefix="/{kind}/{name}")
 
 
 def _plugin(state: ServerState, kind: str, name: str) -> WritingSessionPlugin:
-    plugin = state.session(kind, name) if kind in WRITING_KINDS else None
+    plugin = state.session(kind, name) if kind in ADMIN_KINDS else None
     if not isinstance(plugin, WritingSessionPlugin):
         raise HTTPException(
             status_code=404, detail=f"No {kind} session named {name!r} is served here."
         )
     return plugin
+
+
+def _person(session: writing_store.AnySession) -> dict[str, Any]:
+    """A writer's row on the dashboard: phase, turns (slogans: pulls) and choices."""
+    if isinstance(session, SloganSession):
+        return {
+            "participant": session.participant,
+            "phase": session.phase,
+            "turns": sum(len(task["pulls"]) for task in session.tasks),
+            "choices": [session.condition],
+        }
+    return {
+        "participant": session.participant,
+        "phase": session.phase,
+        "turns": len(session.submitted_turns()),
+        "choices": [t["chosen"] for t in session.submitted_turns() if t["author"] == "suggestion"],
+    }
 
 
 @router.get("/")
@@ -32,17 +50,7 @@ def dashboard(state: Admin, kind: str, name: str) -> Response:
     plugin = _plugin(state, kind, name)
     with state.db.read() as conn:
         progress = writing_store.progress(conn, plugin.config)
-        people = [
-            {
-                "participant": session.participant,
-                "phase": session.phase,
-                "turns": len(session.submitted_turns()),
-                "choices": [
-                    t["chosen"] for t in session.submitted_turns() if t["author"] == "suggestion"
-                ],
-            }
-            for _, session in writing_store.sessions_of(conn, plugin.config)
-        ]
+        people = [_person(session) for _, session in writing_store.sessions_of(conn, plugin.config)]
     prefix = f"/admin/{state.admin_token}/{kind}/{name}"
     return state.page(
         "writing/admin.html",
