@@ -80,7 +80,7 @@ def analyse(
 @cyoa_app.command("export")
 def export(
     session_file: Path = typer.Argument(
-        ..., help="The CYOA or MIL session file (YAML) that was served."
+        ..., help="The CYOA, MIL or slogan session file (YAML) that was served."
     ),
     db: str = typer.Option(
         None,
