@@ -141,7 +141,7 @@ def test_generate_perturb_and_judge_on_the_cluster_equal_local(client, examples_
     prompts.write_text(
         "".join(json.dumps({"id": r["id"], "prompt": r["prompt"]}) + "\n" for r in rows)
     )
-    decoding = DecodingConfig.from_options(top_p=0.9, max_new_tokens=50)
+    decoding = DecodingConfig.from_options(top_p=0.9, max_new_tokens=30)
     local = generate_stories(
         read_prompts(prompts),
         decoding=decoding,

@@ -130,7 +130,7 @@ def test_train_nubia_and_score_end_to_end(examples_dir, tmp_path, run_cli):
     stories = [
         json.loads(line) for line in (examples_dir / "stories.jsonl").read_text().splitlines()
     ]
-    chosen = [s for s in stories if s.get("reference")][:12]
+    chosen = [s for s in stories if s.get("reference")][:10]
     for story in chosen:  # keep the inputs short: the offline NLI runs an LM per sentence pair
         story["story"] = ". ".join(story["story"].split(". ")[:2])
         story["reference"] = ". ".join(story["reference"].split(". ")[:2])
@@ -139,17 +139,17 @@ def test_train_nubia_and_score_end_to_end(examples_dir, tmp_path, run_cli):
     model_dir, features = tmp_path / "nubia", tmp_path / "features.csv"
     code, stdout, stderr = run_cli(
         "train", "nubia", "--stories", str(path), "--judgments", str(examples_dir / "judgments.jsonl"),
-        "--criterion", "coherence", "-o", str(model_dir), "--folds", "4", "--get-features", str(features),
+        "--criterion", "coherence", "-o", str(model_dir), "--folds", "5", "--get-features", str(features),
         "--calibration", "clip",
     )  # fmt: skip
     assert code == 0, stderr
-    assert "held-out (4-fold, 12 stories, coherence): Pearson" in stdout
+    assert "held-out (5-fold, 10 stories, coherence): Pearson" in stdout
     assert "signature: nubia|encoder:all-MiniLM-L6-v2@" in stdout and "|nli:lm-zero-shot:" in stdout
     table = pd.read_csv(features)
-    assert len(table) == 12 and set(feature_names(False)) <= set(table.columns)
+    assert len(table) == 10 and set(feature_names(False)) <= set(table.columns)
     assert table["target"].between(0, 1).all() and {"heldout", "id"} <= set(table.columns)
     saved = json.loads((model_dir / "nubia.json").read_text())
-    assert saved["report"]["n"] == 12 and saved["calibration"] == "clip"
+    assert saved["report"]["n"] == 10 and saved["calibration"] == "clip"
     scored, per_story = tmp_path / "scores.jsonl", tmp_path / "why.csv"
     code, _, stderr = run_cli(
         "score", str(path), "--metrics", "nubia", "--option", f"nubia.model={model_dir}",
@@ -157,7 +157,7 @@ def test_train_nubia_and_score_end_to_end(examples_dir, tmp_path, run_cli):
     )  # fmt: skip
     assert code == 0, stderr
     rows = [json.loads(line) for line in scored.read_text().splitlines()]
-    assert len(rows) == 12 and all(0.0 <= r["value"] <= 1.0 for r in rows)
+    assert len(rows) == 10 and all(0.0 <= r["value"] <= 1.0 for r in rows)
     assert rows[0]["signature"].startswith("nubia|model:nubia@")
     why = pd.read_csv(per_story)
     assert {"similarity", "entail_fwd", "raw", "nubia", "item_id"} <= set(why.columns)
@@ -166,9 +166,9 @@ def test_train_nubia_and_score_end_to_end(examples_dir, tmp_path, run_cli):
     from storyeval.learn.nubia import NubiaModel
 
     texts, refs = [s["story"] for s in chosen], [s["reference"] for s in chosen]
-    by_path = F.nubia(texts, refs, model=str(model_dir))
-    by_object = F.nubia(texts, refs, model=NubiaModel.load(model_dir))
-    assert np.allclose(by_path.values, [r["value"] for r in rows])
+    by_path = F.nubia(texts[:3], refs[:3], model=str(model_dir))
+    by_object = F.nubia(texts[:3], refs[:3], model=NubiaModel.load(model_dir))
+    assert np.allclose(by_path.values, [r["value"] for r in rows[:3]])
     assert np.allclose(by_object.values, by_path.values)
     code, _, stderr = run_cli(
         "train", "nubia", "--stories", str(path), "--judgments", str(examples_dir / "judgments.jsonl"),
