@@ -25,17 +25,26 @@ _MODELS = typer.Option(
     None,
     "--model",
     "-m",
-    help="A causal LM: hub name or local directory (repeat; default: the offline one).",
+    help="A causal LM (hub name or local directory) or an ENGEN directory (repeat; default: the "
+    "offline LM).",
 )
 _FORMAT = typer.Option("auto", "--format", help="auto, annotated, conll or stories.")
 _OUTPUT = typer.Option(..., "-o", "--output", help="The directory for the tables.")
 
 
-def _scorers(models: list[str] | None) -> list[Any]:
+def _scorers(models: list[str] | None, texts: Any = ()) -> list[Any]:
+    """A scorer per model: ENGEN directories (``storyeval train engen``) score all three
+    mention tasks with the texts' annotations; any other name is a causal LM."""
     from storyeval.entity_eval import LanguageModelScorer
+    from storyeval.learn.engen import EngenScorer, is_engen_directory
 
     names: list[str | None] = list(models) if models else [None]
-    return [LanguageModelScorer(name) for name in names]
+    return [
+        EngenScorer(str(name)).bind(texts)
+        if is_engen_directory(name)
+        else LanguageModelScorer(name)
+        for name in names
+    ]
 
 
 def _write(result: object, output: Path, items_name: str, summary_name: str) -> None:
@@ -89,7 +98,10 @@ def mentions(
     try:
         annotated, source = read_entity_texts(texts, fmt=fmt)
         result = mention_generation(
-            annotated, scorers=_scorers(model), baseline=not no_baseline, source=source
+            annotated,
+            scorers=_scorers(model, annotated),
+            baseline=not no_baseline,
+            source=source,
         )
         _write(result, output, "slots.csv", "mention_generation.csv")
     except (StoryevalError, OSError, ValueError) as exc:

@@ -285,6 +285,8 @@ def generate_raw(
 
     from storyeval.models.devices import autocast, model_device
 
+    if hasattr(lm, "generate_texts"):  # a storyeval model (ENGEN) that samples word by word
+        return list(lm.generate_texts(contexts, decoding, generator=generator))
     tokenizer, model = lm.tokenizer, lm.model
     device = model_device(lm)
     pad_id = (
@@ -319,6 +321,18 @@ def generate_raw(
             text = text.split(separator, 1)[0]
         texts.append(text)
     return texts
+
+
+def load_generator(model: str | None) -> Any:
+    """The model ``generate_stories`` runs: an ENGEN directory (``storyeval train engen``) or
+    any causal LM (hub name, local directory, or the offline default)."""
+    from storyeval.learn.engen import EngenLM, EngenModel, is_engen_directory
+    from storyeval.models import load_causal_lm
+
+    if is_engen_directory(model):
+        assert model is not None
+        return EngenLM(EngenModel.load(model))
+    return load_causal_lm(model, option="--model")
 
 
 def _check_context_length(lm: Any, contexts: Sequence[tuple[str, str]], max_new: int) -> None:
@@ -472,7 +486,6 @@ def generate_stories(
     ValueError
         On empty prompts, bad settings, or a prompt too long for the model.
     """
-    from storyeval.models import load_causal_lm
     from storyeval.models.devices import check_precision, compute_fields, place, resolve_device
 
     _check_settings(
@@ -507,7 +520,7 @@ def generate_stories(
     decoding = decoding or DecodingConfig()
     device = resolve_device(device)
     check_precision(precision, device)
-    lm = place(load_causal_lm(model, option="--model"), device)
+    lm = place(load_generator(model), device)
     priming = [text.strip() for text in priming if text.strip()]
     sep = (separator or default_separator(lm.tokenizer)) if priming else None
     label = decoding.describe() + (f"-{len(priming)}shot" if priming else "")

@@ -1,0 +1,776 @@
+"""ENGEN: entity-based generation (seed 000, chapter 3; Clark, Ji and Smith 2018), with its
+two ablations.
+
+The model reads a text word by word with an LSTM. Before each word it combines three
+contexts into the state that predicts the word:
+
+* the local hidden state ``h_t``;
+* the **previous-sentence context** ``p_t``: attention over the hidden states of the previous
+  sentence with a bilinear score ``h_i^T W_a h_t`` (as S2SA);
+* the **entity context** ``e_t``: the dynamic representation of the entity being mentioned
+  (inside a mention) or else of the most salient entity (the most recently mentioned one).
+
+``c_t = tanh(W_h h_t + W_p p_t + W_e e_t)`` and ``P(word) = softmax(W_o c_t)``. As in
+EntityNLM (Ji et al. 2017), the model also predicts, before each word, whether a mention
+starts (``R``), which entity it refers to (``E``: a bilinear score of ``h_t`` with each known
+entity's vector plus a recency feature, or a new entity) and its length (``L``, up to
+``max_mention`` words). After each mention its entity's vector is updated,
+``e <- normalise(d e + (1 - d) h)`` with a learned gate ``d``, and a new entity starts from a
+learned vector. Training maximises the words' likelihood plus the R, E and L likelihoods on
+the annotated mentions and coreference clusters (the mention and coreference supervision).
+
+Variants (``variant``): ``engen`` (all three contexts), ``s2sa`` (no entity context, no
+entity predictions: a seq2seq-with-attention language model over sentences) and
+``entitynlm`` (no previous-sentence context).
+
+Words are tokens of a simple tokenizer (words and punctuation); the vocabulary is the
+``vocabulary`` most frequent training words, the rest ``<unk>``. Texts without annotations
+(a prompt to continue, a raw story) get approximate mentions from
+:func:`storyeval.entities.detect_mentions`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from storyeval.entities import AnnotatedText
+from storyeval.errors import ModelLoadError, StoryevalError
+from storyeval.signature import Signature
+
+VARIANTS = ("engen", "s2sa", "entitynlm")
+WEIGHTS_FILE = "engen.pt"
+VOCAB_FILE = "vocab.json"
+UNK, BOS, EOS = "<unk>", "<s>", "</s>"
+_TOKEN = re.compile(r"\w+(?:'\w+)?|[^\w\s]")
+_SENTENCE_END = {".", "!", "?"}
+
+
+def tokenize(text: str) -> list[tuple[str, int, int]]:
+    """Words and punctuation with their character offsets.
+
+    >>> [t for t, _, _ in tokenize("Emily's dog barked.")]
+    ["Emily's", 'dog', 'barked', '.']
+    """
+    return [(m.group(), m.start(), m.end()) for m in _TOKEN.finditer(text)]
+
+
+def detokenize(words: Sequence[str]) -> str:
+    """Words joined with spaces, none before punctuation.
+
+    >>> detokenize(["She", "ran", ",", "fast", "."])
+    'She ran, fast.'
+    """
+    text = ""
+    for word in words:
+        if text and not (len(word) == 1 and not word.isalnum() and word not in "([\"'"):
+            text += " "
+        text += word
+    return text
+
+
+@dataclass(frozen=True)
+class EngenConfig:
+    """The model's size and training settings (all in the signature). The defaults are the
+    small configuration that trains on a CPU in minutes; the thesis' full one is about
+    ``embedding=300, hidden=300, vocabulary=10000`` on a GPU."""
+
+    variant: str = "engen"
+    embedding: int = 64
+    hidden: int = 128
+    vocabulary: int = 4000
+    max_entities: int = 24
+    max_mention: int = 4
+    epochs: int = 3
+    batch_size: int = 8
+    learning_rate: float = 3e-3
+    dropout: float = 0.1
+    seed: int = 0
+    max_tokens: int = 400
+
+    def __post_init__(self) -> None:
+        if self.variant not in VARIANTS:
+            raise ValueError(f"variant must be one of {', '.join(VARIANTS)}; got {self.variant!r}")
+        for name in ("embedding", "hidden", "vocabulary", "max_entities", "max_mention"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1; got {getattr(self, name)}")
+
+    @property
+    def entities(self) -> bool:
+        """Whether the variant keeps entity representations."""
+        return self.variant != "s2sa"
+
+    @property
+    def previous_sentence(self) -> bool:
+        """Whether the variant attends to the previous sentence."""
+        return self.variant != "entitynlm"
+
+
+# --------------------------------------------------------------------------- encoding
+
+
+@dataclass
+class EncodedText:
+    """A text as word ids with, per position, the mention it starts (cluster index, length),
+    whether it is inside a mention (and of which entity), and the sentence of each word."""
+
+    ids: list[int]
+    starts: dict[int, tuple[int, int]] = field(default_factory=dict)
+    inside: list[int] = field(default_factory=list)
+    ends: dict[int, int] = field(default_factory=dict)
+    sentence: list[int] = field(default_factory=list)
+
+
+def encode(
+    text: AnnotatedText, vocab: dict[str, int], config: EngenConfig, *, end_of_text: bool = True
+) -> EncodedText:
+    """Word ids (BOS first) and the mention structure, clusters numbered by first mention.
+    Mentions are cut to ``max_mention`` words; clusters beyond ``max_entities`` are left out."""
+    tokens = tokenize(text.text)[: config.max_tokens - 2]
+    ids = [vocab[BOS]] + [vocab.get(word, vocab[UNK]) for word, _, _ in tokens]
+    inside = [-1] * len(ids)
+    starts: dict[int, tuple[int, int]] = {}
+    ends: dict[int, int] = {}
+    clusters: dict[str, int] = {}
+    for mention in text.mentions:
+        covered = [
+            i + 1
+            for i, (_, start, end) in enumerate(tokens)
+            if start < mention.end and end > mention.start
+        ]
+        if not covered or any(inside[i] >= 0 for i in covered):
+            continue
+        if mention.cluster not in clusters:
+            if len(clusters) >= config.max_entities:
+                continue
+            clusters[mention.cluster] = len(clusters)
+        entity = clusters[mention.cluster]
+        span = covered[: config.max_mention]
+        starts[span[0]] = (entity, len(span))
+        ends[span[-1]] = entity
+        for i in span:
+            inside[i] = entity
+    sentence, number = [0] * len(ids), 0
+    for i in range(1, len(ids)):
+        sentence[i] = number
+        if tokens[i - 1][0] in _SENTENCE_END:
+            number += 1
+    if end_of_text:
+        ids.append(vocab[EOS])
+        inside.append(-1)
+        sentence.append(number)
+    return EncodedText(ids, starts, inside, ends, sentence)
+
+
+def build_vocabulary(texts: Sequence[AnnotatedText], size: int) -> dict[str, int]:
+    """The ``size`` most frequent words (ties by first appearance) after the special tokens."""
+    counts: Counter[str] = Counter(word for t in texts for word, _, _ in tokenize(t.text))
+    words = [w for w, _ in counts.most_common(size)]
+    return {word: i for i, word in enumerate([UNK, BOS, EOS, *words])}
+
+
+# --------------------------------------------------------------------------- the model
+
+
+def _module(config: EngenConfig, vocab_size: int) -> Any:
+    import torch
+    from torch import nn
+
+    class Engen(nn.Module):
+        """The network (see the module docstring)."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            h = config.hidden
+            self.embed = nn.Embedding(vocab_size, config.embedding)
+            self.lstm = nn.LSTM(config.embedding, h, batch_first=True)
+            self.drop = nn.Dropout(config.dropout)
+            self.attend = nn.Linear(h, h, bias=False)  # W_a
+            self.w_h = nn.Linear(h, h)
+            self.w_p = nn.Linear(h, h, bias=False)
+            self.w_e = nn.Linear(h, h, bias=False)
+            self.out = nn.Linear(h, vocab_size)
+            self.r = nn.Linear(h, 1)  # does a mention start?
+            self.e_score = nn.Linear(h, h, bias=False)  # bilinear with each entity
+            self.recency = nn.Parameter(torch.tensor(-0.1))
+            self.new_entity = nn.Parameter(torch.randn(h) * 0.1)
+            self.new_score = nn.Linear(h, 1)
+            self.length = nn.Linear(2 * h, config.max_mention)
+            self.gate = nn.Linear(h, h, bias=False)
+
+        # ----------------------------------------------------------- pieces
+
+        def previous_context(self, states: Any, sentence: Any) -> Any:
+            """Attention of every position over the previous sentence's states (B, T, H)."""
+            if not config.previous_sentence:
+                return torch.zeros_like(states)
+            scores = torch.einsum("bth,bsh->bts", self.attend(states), states)
+            mask = sentence.unsqueeze(2) - 1 == sentence.unsqueeze(1)  # s in t's previous one
+            scores = scores.masked_fill(~mask, float("-inf"))
+            weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)  # first sentence: none
+            return torch.einsum("bts,bsh->bth", weights, states)
+
+        def entity_scores(self, h: Any, entities: Any, known: int, last: Any, t: int) -> Any:
+            """Log-probabilities of the known entities and of a new one (known + 1 values)."""
+            scores = []
+            if known:
+                bilinear = entities[:known] @ self.e_score(h)
+                distance = torch.log1p(torch.as_tensor(t - last[:known], dtype=h.dtype))
+                scores.append(bilinear + self.recency * distance)
+            scores.append(self.new_score(h))
+            return torch.log_softmax(torch.cat(scores), dim=0)
+
+        def update(self, entity: Any, h: Any) -> Any:
+            """EntityNLM's gated update of an entity after its mention."""
+            d = torch.sigmoid((self.gate(h) * entity).sum())
+            mixed = d * entity + (1 - d) * h
+            return mixed / mixed.norm().clamp_min(1e-6)
+
+    return Engen()
+
+
+def _text_terms(
+    model: Any, text: EncodedText, states: Any, previous: Any, cfg: EngenConfig
+) -> tuple[Any, Any]:
+    """Per predicted position ``t`` (word ``t + 1``): the word's log-probability and the log-
+    probability of the entity decisions made before it (R at every position; E and L where a
+    mention starts). Gold mentions are followed (teacher forcing)."""
+    import torch
+    import torch.nn.functional as F
+
+    n = len(text.ids)
+    h_all, p_all = states[: n - 1], previous[: n - 1]
+    zero = torch.zeros(cfg.hidden, dtype=states.dtype)
+    entity_ctx = [zero] * (n - 1)
+    decisions = torch.zeros(n - 1, dtype=states.dtype)
+    if cfg.entities:
+        r_logits = model.r(h_all).squeeze(-1)
+        starts = torch.tensor([1.0 if t + 1 in text.starts else 0.0 for t in range(n - 1)])
+        decisions = -F.binary_cross_entropy_with_logits(r_logits, starts, reduction="none")
+        entities: list[Any] = []
+        last: list[int] = []
+        salient: int | None = None
+        extra: dict[int, Any] = {}
+        for t in range(n - 1):  # predicting word t + 1 from the state after word t
+            h, target = states[t], t + 1
+            starting = text.starts.get(target)
+            if starting is not None:
+                entity, length = starting
+                known = len(entities)
+                stack = torch.stack(entities) if entities else None
+                scores = model.entity_scores(h, stack, known, torch.tensor(last or [0]), t)
+                vector = entities[entity] if entity < known else model.new_entity
+                length_logp = torch.log_softmax(model.length(torch.cat([h, vector])), dim=0)
+                extra[t] = scores[min(entity, known)] + length_logp[length - 1]
+            inside = text.inside[target]
+            if inside >= 0:
+                entity_ctx[t] = entities[inside] if inside < len(entities) else model.new_entity
+            elif salient is not None:
+                entity_ctx[t] = entities[salient]
+            ended = text.ends.get(target)
+            if ended is not None:
+                base = entities[ended] if ended < len(entities) else model.new_entity
+                updated = model.update(base, states[target])
+                if ended < len(entities):
+                    entities = [*entities[:ended], updated, *entities[ended + 1 :]]
+                    last[ended] = target
+                else:
+                    entities, last = [*entities, updated], [*last, target]
+                salient = ended
+        if extra:
+            index = torch.tensor(sorted(extra))
+            decisions = decisions.index_add(
+                0, index, torch.stack([extra[t] for t in sorted(extra)])
+            )
+    e_all = torch.stack(entity_ctx)
+    combined = torch.tanh(model.w_h(h_all) + model.w_p(p_all) + model.w_e(e_all))
+    logits = model.out(model.drop(combined))
+    words = torch.log_softmax(logits, dim=-1).gather(1, torch.tensor(text.ids[1:]).unsqueeze(1))
+    return words.squeeze(1), decisions
+
+
+def _forward(model: Any, batch: Sequence[EncodedText]) -> tuple[Any, Any]:
+    """LSTM states and previous-sentence contexts of a batch (padded)."""
+    import torch
+
+    width = max(len(t.ids) for t in batch)
+    ids = torch.zeros(len(batch), width, dtype=torch.long)
+    sentence = torch.full((len(batch), width), -5, dtype=torch.long)
+    for row, text in enumerate(batch):
+        ids[row, : len(text.ids)] = torch.tensor(text.ids)
+        sentence[row, : len(text.ids)] = torch.tensor(text.sentence)
+    states, _ = model.lstm(model.drop(model.embed(ids)))
+    return states, model.previous_context(states, sentence)
+
+
+# --------------------------------------------------------------------------- training
+
+
+@dataclass
+class EngenModel:
+    """A trained (or loaded) ENGEN model: the network, its vocabulary and configuration."""
+
+    module: Any
+    vocab: dict[str, int]
+    config: EngenConfig
+    signature: Signature
+    history: list[dict[str, float]] = field(default_factory=list)
+
+    @property
+    def words(self) -> list[str]:
+        """Word by id."""
+        return [w for w, _ in sorted(self.vocab.items(), key=lambda item: item[1])]
+
+    @property
+    def identity(self) -> str:
+        """The model's identity in signatures (variant and a hash of its settings)."""
+        import hashlib
+
+        digest = hashlib.sha256(self.signature.render().encode()).hexdigest()[:12]
+        return f"engen-{self.config.variant}@{digest}"
+
+    def loss(self, texts: Sequence[EncodedText]) -> tuple[Any, Any, int]:
+        """Summed word and entity losses of a batch, and its word count."""
+        states, previous = _forward(self.module, texts)
+        word_total, extra_total, count = 0.0, 0.0, 0
+        for row, text in enumerate(texts):
+            words, decisions = _text_terms(
+                self.module, text, states[row], previous[row], self.config
+            )
+            word_total = word_total - words.sum()
+            extra_total = extra_total - decisions.sum()
+            count += len(text.ids) - 1
+        return word_total, extra_total, count
+
+    def save(self, directory: str | Path) -> Path:
+        """Write the model directory atomically (weights, vocabulary, metadata)."""
+        import torch
+
+        from storyeval.io import atomic_directory
+        from storyeval.learn.trainer import METADATA_FILE
+
+        with atomic_directory(directory) as tmp:
+            torch.save(self.module.state_dict(), tmp / WEIGHTS_FILE)
+            (tmp / VOCAB_FILE).write_text(json.dumps(self.words), encoding="utf-8")
+            metadata = {
+                "kind": "engen",
+                "config": asdict(self.config),
+                "signature": self.signature.to_dict(),
+                "training": {"history": self.history},
+            }
+            (tmp / METADATA_FILE).write_text(json.dumps(metadata, indent=2) + "\n", "utf-8")
+        return Path(directory)
+
+    @classmethod
+    def load(cls, directory: str | Path) -> EngenModel:
+        """A model written by :meth:`save` (``storyeval train engen``).
+
+        Raises
+        ------
+        ModelLoadError
+            When the directory is not an ENGEN model.
+        """
+        import torch
+
+        from storyeval.learn.trainer import read_metadata
+
+        meta = read_metadata(directory)
+        if meta["kind"] != "engen":
+            raise ModelLoadError(f"{directory}: a {meta['kind']} model, not an ENGEN model")
+        config = EngenConfig(**meta["config"])
+        words = json.loads((Path(directory) / VOCAB_FILE).read_text(encoding="utf-8"))
+        vocab = {w: i for i, w in enumerate(words)}
+        module = _module(config, len(vocab))
+        module.load_state_dict(torch.load(Path(directory) / WEIGHTS_FILE, weights_only=True))
+        module.eval()
+        history = meta.get("training", {}).get("history", [])
+        return cls(module, vocab, config, Signature.from_dict(meta["signature"]), history)
+
+
+def train_engen(
+    texts: Sequence[AnnotatedText],
+    *,
+    config: EngenConfig | None = None,
+    dev_fraction: float = 0.1,
+    source: str = "annotated",
+    progress: bool = False,
+    max_steps: int | None = None,
+) -> EngenModel:
+    """Train ENGEN (or an ablation) on annotated texts; the dev loss (per word) after each
+    epoch is in ``history``.
+
+    Raises
+    ------
+    StoryevalError
+        With fewer than 4 texts, or no mention at all for an entity variant.
+    """
+    import random
+
+    import torch
+
+    from storyeval.learn.data import corpus_hash
+
+    config = config or EngenConfig()
+    if len(texts) < 4:
+        raise StoryevalError(f"ENGEN needs at least 4 texts to train on; got {len(texts)}")
+    if config.entities and not any(t.mentions for t in texts):
+        raise StoryevalError(
+            f"the {config.variant} variant needs mention annotations; the texts have none"
+        )
+    torch.manual_seed(config.seed)
+    rng = random.Random(config.seed)
+    order = list(texts)
+    rng.shuffle(order)
+    n_dev = max(1, round(len(order) * dev_fraction))
+    dev, train = order[:n_dev], order[n_dev:]
+    vocab = build_vocabulary(train, config.vocabulary)
+    encoded = [encode(t, vocab, config) for t in train]
+    dev_encoded = [encode(t, vocab, config) for t in dev]
+    module = _module(config, len(vocab))
+    from storyeval.corpus import Story
+
+    signature = Signature(
+        "engen",
+        {
+            **asdict(config),
+            "data": corpus_hash([Story(t.id, "", t.text) for t in texts]),
+            "texts": len(texts),
+            "mentions": source,
+            "torch": torch.__version__,
+        },
+    )
+    model = EngenModel(module, vocab, config, signature)
+    optimizer = torch.optim.Adam(module.parameters(), lr=config.learning_rate)
+    step = 0
+    for epoch in range(config.epochs):
+        module.train()
+        rng.shuffle(encoded)
+        started, total, words = time.perf_counter(), 0.0, 0
+        for start in range(0, len(encoded), config.batch_size):
+            batch = encoded[start : start + config.batch_size]
+            word_loss, extra_loss, count = model.loss(batch)
+            loss = (word_loss + extra_loss) / count
+            optimizer.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(module.parameters(), 5.0)
+            optimizer.step()
+            total, words, step = total + float(word_loss.detach()), words + count, step + 1
+            if progress:
+                print(f"epoch {epoch + 1} step {step}: loss/word {float(loss):.3f}", flush=True)
+            if max_steps is not None and step >= max_steps:
+                break
+        module.eval()
+        with torch.no_grad():
+            dev_words, dev_extra, dev_count = model.loss(dev_encoded)
+        model.history.append(
+            {
+                "epoch": epoch + 1,
+                "steps": step,
+                "train_word_nll": total / max(words, 1),
+                "dev_word_nll": float(dev_words) / dev_count,
+                "dev_perplexity": math.exp(float(dev_words) / dev_count),
+                "dev_entity_nll": float(dev_extra) / dev_count,
+                "seconds": time.perf_counter() - started,
+            }
+        )
+        if max_steps is not None and step >= max_steps:
+            break
+    module.eval()
+    return model
+
+
+# --------------------------------------------------------------------------- scoring
+
+
+def _joined(context: str, addition: str) -> tuple[str, int]:
+    """``context`` and ``addition`` joined by one space (none when the context is empty or
+    already ends in whitespace), and where the addition starts."""
+    gap = " " if context and not context[-1].isspace() else ""
+    return context + gap + addition, len(context) + len(gap)
+
+
+class EngenScorer:
+    """ENGEN for the entity evaluation tasks (:mod:`storyeval.entity_eval`): a
+    :class:`~storyeval.entity_eval.MentionScorer` on all three mention-generation tasks, and
+    ``score`` (log-probability of a continuation) for sentence selection.
+
+    The entity states of a context come from the annotated texts bound with :meth:`bind` (the
+    mention-generation task binds its texts), else from the approximate detector. Candidate
+    scores: *cluster and mention* ``log P(E = cluster) + log P(L) + log P(words | entity)``;
+    *cluster only* ``log P(E = cluster)``; *mention only* ``log P(words)`` with the most
+    salient entity as context. ``score`` is ``log P(words, entity decisions | context)``.
+    """
+
+    tasks = ("cluster_and_mention", "cluster_only", "mention_only")
+
+    def __init__(self, model: EngenModel | str | Path, *, batch_size: int = 16) -> None:
+        self.model = model if isinstance(model, EngenModel) else EngenModel.load(model)
+        self.name = self.model.identity
+        self.batch_size = batch_size
+        self._texts: list[AnnotatedText] = []
+        self._nlp: Any = None
+
+    def bind(self, texts: Sequence[AnnotatedText]) -> EngenScorer:
+        """Use these texts' annotations for contexts that are their prefixes."""
+        self._texts = list(texts)
+        return self
+
+    def _context_mentions(self, context: str) -> list[Any]:
+        for text in self._texts:
+            if text.text.startswith(context):
+                return [m for m in text.mentions if m.end <= len(context)]
+        if self._nlp is None:
+            from storyeval.models import load_spacy
+
+            self._nlp = load_spacy()
+        from storyeval.entities import detect_mentions
+
+        return list(detect_mentions([("context", context)], nlp=self._nlp)[0].mentions)
+
+    def _total(self, items: list[tuple[AnnotatedText, int, bool, bool]]) -> list[float]:
+        """For each (text, character offset, count words, count decisions): the summed
+        log-probabilities of the positions from the offset on."""
+        import torch
+
+        config = self.model.config
+        results: list[float] = []
+        with torch.no_grad():
+            for start in range(0, len(items), self.batch_size):
+                chunk = items[start : start + self.batch_size]
+                encoded = [
+                    encode(t, self.model.vocab, config, end_of_text=False) for t, *_ in chunk
+                ]
+                states, previous = _forward(self.model.module, encoded)
+                for row, ((text, offset, words, decisions), enc) in enumerate(
+                    zip(chunk, encoded, strict=True)
+                ):
+                    word_lp, decision_lp = _text_terms(
+                        self.model.module, enc, states[row], previous[row], config
+                    )
+                    first = 1 + sum(1 for _, s, _ in tokenize(text.text) if s < offset)
+                    total = 0.0
+                    if words:
+                        total += float(word_lp[first - 1 :].sum())
+                    if decisions:
+                        total += float(decision_lp[first - 1 :].sum())
+                    results.append(total)
+        return results
+
+    def score_mentions(self, requests: Sequence[tuple[str, str, str]]) -> list[float]:
+        """The score of each ``(context, words, cluster)`` candidate (see the class)."""
+        from storyeval.entities import Mention
+
+        items = []
+        for context, words, cluster in requests:
+            earlier = self._context_mentions(context)
+            if cluster and not words:  # cluster only: the entity decision at the next word
+                text, at = _joined(context, UNK)
+                mention = Mention(at, len(text), cluster)
+                items.append((AnnotatedText("c", text, (*earlier, mention)), at, False, True))
+            elif cluster:
+                text, at = _joined(context, words)
+                mention = Mention(at, len(text), cluster)
+                items.append((AnnotatedText("c", text, (*earlier, mention)), at, True, True))
+            else:
+                text, at = _joined(context, words)
+                items.append((AnnotatedText("c", text, tuple(earlier)), at, True, False))
+        return self._total(items)
+
+    def score(self, requests: Sequence[tuple[str, str]]) -> list[float]:
+        """``log P(continuation | context)`` of each pair (words and entity decisions; the
+        mentions of both found by the approximate detector unless bound)."""
+        from storyeval.entities import detect_mentions
+
+        if self._nlp is None:
+            from storyeval.models import load_spacy
+
+            self._nlp = load_spacy()
+        items = []
+        for context, continuation in requests:
+            text, at = _joined(context, continuation)
+            [annotated] = detect_mentions([("c", text)], nlp=self._nlp)
+            items.append((annotated, at, True, self.model.config.entities))
+        return self._total(items)
+
+
+# --------------------------------------------------------------------------- generation
+
+
+def _filtered(logits: Any, decoding: Any) -> Any:
+    """Temperature, top-k and top-p applied to one row of logits."""
+    import torch
+
+    if decoding.temperature and decoding.temperature != 1.0:
+        logits = logits / decoding.temperature
+    if decoding.top_k:
+        kth = torch.topk(logits, min(int(decoding.top_k), logits.numel())).values[-1]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if decoding.top_p is not None and decoding.top_p < 1.0:
+        ordered, order = torch.sort(logits, descending=True)
+        cumulative = torch.softmax(ordered, dim=0).cumsum(0)
+        cut = cumulative - torch.softmax(ordered, dim=0) > decoding.top_p
+        logits = logits.clone()
+        logits[order[cut]] = float("-inf")
+    return logits
+
+
+class EngenLM:
+    """ENGEN behind the generation interface of :func:`storyeval.generate.generate_stories`:
+    ``name``, ``identity``, ``max_length``, a ``tokenizer`` and :meth:`generate_texts`. The
+    prompt's entities come from the approximate detector; then, word by word, the model decides
+    whether a mention starts, its entity and length, and the word, and updates the entity after
+    each mention."""
+
+    def __init__(self, model: EngenModel) -> None:
+        self.engen = model
+        self.model = model.module
+        self.name = f"ENGEN-{model.config.variant}"
+        self.identity = model.identity
+        self.max_length = 10**6
+        self._words = model.words
+
+    def tokenizer(self, text: str, **_: Any) -> dict[str, list[int]]:
+        """Word ids of ``text`` (the interface of a Hugging Face tokenizer call)."""
+        vocab = self.engen.vocab
+        return {"input_ids": [vocab.get(w, vocab[UNK]) for w, _, _ in tokenize(text)]}
+
+    def generate_texts(
+        self, contexts: Sequence[str], decoding: Any, *, generator: Any
+    ) -> list[str]:
+        """One continuation of each context (sampling draws from ``generator``)."""
+        return [self._continue(context, decoding, generator) for context in contexts]
+
+    def _continue(self, context: str, decoding: Any, generator: Any) -> str:
+        import torch
+
+        from storyeval.entities import detect_mentions
+        from storyeval.models import load_spacy
+
+        model, config = self.model, self.engen.config
+        [annotated] = detect_mentions([("prompt", context)], nlp=load_spacy())
+        encoded = encode(annotated, self.engen.vocab, config, end_of_text=False)
+        with torch.no_grad():
+            states, _ = _forward(model, [encoded])
+            states = states[0]
+            _, (h_n, c_n) = model.lstm(model.embed(torch.tensor([encoded.ids])))
+            entities, salient = self._entities(encoded, states)
+            current = [
+                states[i]
+                for i in range(len(encoded.ids))
+                if encoded.sentence[i] == encoded.sentence[-1]
+            ]
+            previous = [
+                states[i]
+                for i in range(len(encoded.ids))
+                if encoded.sentence[i] == encoded.sentence[-1] - 1
+            ]
+            h, hidden = states[-1], (h_n, c_n)
+            words: list[str] = []
+            mention: tuple[int, int] | None = None  # (entity, words left)
+            for _ in range(decoding.max_new_tokens):
+                if config.entities and mention is None and self._sample_r(h, generator):
+                    mention = self._sample_mention(h, entities, generator)
+                entity_vec = self._entity_context(mention, salient, entities, h)
+                p = self._attend(previous, h) if config.previous_sentence else torch.zeros_like(h)
+                combined = torch.tanh(model.w_h(h) + model.w_p(p) + model.w_e(entity_vec))
+                logits = model.out(combined)
+                logits[self.engen.vocab[UNK]] = float("-inf")
+                logits[self.engen.vocab[BOS]] = float("-inf")
+                if decoding.do_sample:
+                    probs = torch.softmax(_filtered(logits, decoding), dim=0)
+                    word_id = int(torch.multinomial(probs, 1, generator=generator))
+                else:
+                    word_id = int(logits.argmax())
+                if word_id == self.engen.vocab[EOS]:
+                    break
+                word = self._words[word_id]
+                words.append(word)
+                out, hidden = model.lstm(model.embed(torch.tensor([[word_id]])), hidden)
+                h = out[0, -1]
+                current.append(h)
+                if mention is not None:
+                    entity, left = mention
+                    if left <= 1:
+                        entities, salient = self._updated(entities, entity, h), entity
+                        mention = None
+                    else:
+                        mention = (entity, left - 1)
+                if word in _SENTENCE_END:
+                    previous, current = current, []
+        return detokenize(words)
+
+    def _entities(self, encoded: EncodedText, states: Any) -> tuple[list[Any], int | None]:
+        entities: list[Any] = []
+        salient = None
+        for position in sorted(encoded.ends):
+            entity = encoded.ends[position]
+            entities = self._updated(entities, entity, states[position])
+            salient = entity
+        return entities, salient
+
+    def _updated(self, entities: list[Any], entity: int, h: Any) -> list[Any]:
+        model = self.model
+        if entity < len(entities):
+            return [*entities[:entity], model.update(entities[entity], h), *entities[entity + 1 :]]
+        return [*entities, model.update(model.new_entity, h)]
+
+    def _sample_r(self, h: Any, generator: Any) -> bool:
+        import torch
+
+        p = torch.sigmoid(self.model.r(h)).reshape(1)
+        return bool(torch.bernoulli(p, generator=generator).item())
+
+    def _sample_mention(self, h: Any, entities: list[Any], generator: Any) -> tuple[int, int]:
+        import torch
+
+        model, known = self.model, len(entities)
+        if known >= self.engen.config.max_entities:
+            known -= 1  # no room for a new entity: choose among the known ones
+        stack = torch.stack(entities) if entities else None
+        logp = model.entity_scores(h, stack, len(entities), torch.zeros(max(len(entities), 1)), 0)
+        logp = logp[: known + 1] if known < len(entities) else logp
+        entity = int(torch.multinomial(logp.exp(), 1, generator=generator))
+        vector = entities[entity] if entity < len(entities) else model.new_entity
+        lengths = torch.softmax(model.length(torch.cat([h, vector])), dim=0)
+        return entity, 1 + int(torch.multinomial(lengths, 1, generator=generator))
+
+    def _entity_context(
+        self, mention: tuple[int, int] | None, salient: int | None, entities: list[Any], h: Any
+    ) -> Any:
+        import torch
+
+        if not self.engen.config.entities:
+            return torch.zeros_like(h)
+        if mention is not None:
+            entity = mention[0]
+            return entities[entity] if entity < len(entities) else self.model.new_entity
+        return entities[salient] if salient is not None else torch.zeros_like(h)
+
+    def _attend(self, previous: list[Any], h: Any) -> Any:
+        import torch
+
+        if not previous:
+            return torch.zeros_like(h)
+        stack = torch.stack(previous)
+        weights = torch.softmax(stack @ self.model.attend(h), dim=0)
+        return weights @ stack
+
+
+def is_engen_directory(path: str | Path | None) -> bool:
+    """Whether ``path`` is a model directory written by ``storyeval train engen``."""
+    if path is None:
+        return False
+    meta = Path(path) / "storyeval.json"
+    if not meta.is_file():
+        return False
+    try:
+        return bool(json.loads(meta.read_text(encoding="utf-8")).get("kind") == "engen")
+    except (OSError, ValueError):
+        return False

@@ -1,0 +1,124 @@
+"""ENGEN (seed 000, chapter 3): encoding of mentions, training (the loss falls), the two
+ablations, saving and loading, the entity tasks on it, and generation with it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from storyeval.entities import AnnotatedText, Mention, detect_mentions
+from storyeval.errors import StoryevalError
+from storyeval.learn.engen import (
+    EngenConfig,
+    EngenModel,
+    EngenScorer,
+    build_vocabulary,
+    encode,
+    tokenize,
+    train_engen,
+)
+
+TEXT = "Emily saw Seth. She waved at him. Seth smiled."
+MENTIONS = (Mention(0, 5, "e"), Mention(10, 14, "s"), Mention(16, 19, "e"), Mention(29, 32, "s"))
+
+
+@pytest.fixture(scope="module")
+def texts(human: Any, nlp: Any) -> list[AnnotatedText]:
+    return detect_mentions([(s.id, s.story) for s in human[:40]], nlp=nlp)
+
+
+@pytest.fixture(scope="module")
+def trained(texts: list[AnnotatedText]) -> EngenModel:
+    return train_engen(texts, config=EngenConfig(epochs=3, hidden=64, embedding=32, seed=1))
+
+
+def test_encoding_marks_mention_starts_ends_and_entities() -> None:
+    text = AnnotatedText("t", TEXT, MENTIONS)
+    vocab = build_vocabulary([text], 100)
+    encoded = encode(text, vocab, EngenConfig())
+    words = ["<s>"] + [w for w, _, _ in tokenize(TEXT)] + ["</s>"]
+    assert [encoded.ids[i] for i in (1, 3)] == [vocab["Emily"], vocab["Seth"]]
+    # entities numbered by first mention; every mention is one word here
+    assert encoded.starts == {1: (0, 1), 3: (1, 1), 5: (0, 1), 8: (1, 1)}
+    assert encoded.ends == {1: 0, 3: 1, 5: 0, 8: 1}
+    assert [words[i] for i, e in enumerate(encoded.inside) if e >= 0] == [
+        "Emily",
+        "Seth",
+        "She",
+        "him",
+    ]
+    assert encoded.sentence[:5] == [0, 0, 0, 0, 0] and encoded.sentence[5] == 1
+    assert encoded.ids[-1] == vocab["</s>"]
+
+
+def test_training_lowers_the_loss_and_the_variants_differ(trained: EngenModel, texts) -> None:
+    first, last = trained.history[0], trained.history[-1]
+    assert last["train_word_nll"] < first["train_word_nll"] - 0.5
+    assert last["dev_entity_nll"] < first["dev_entity_nll"]
+    s2sa = train_engen(texts, config=EngenConfig(variant="s2sa", epochs=1, hidden=32, embedding=16))
+    assert s2sa.history[0]["dev_entity_nll"] == 0.0  # no entity decisions to predict
+    assert trained.signature.fields["variant"] == "engen"
+    with pytest.raises(StoryevalError, match="needs mention annotations"):
+        train_engen([AnnotatedText(str(i), "A b c.", ()) for i in range(5)])
+    with pytest.raises(ValueError, match="variant must be one of"):
+        EngenConfig(variant="gpt")
+
+
+def test_saved_model_scores_like_the_trained_one(trained: EngenModel, tmp_path: Path) -> None:
+    trained.save(tmp_path / "engen")
+    loaded = EngenModel.load(tmp_path / "engen")
+    text = AnnotatedText("t", TEXT, MENTIONS)
+    requests = [(TEXT[:16], "She", "e"), (TEXT[:16], "She", "s"), (TEXT[:16], "", "s")]
+    here = EngenScorer(trained).bind([text]).score_mentions(requests)
+    there = EngenScorer(loaded).bind([text]).score_mentions(requests)
+    assert here == pytest.approx(there, abs=1e-5)
+    assert here[0] != here[1]  # the cluster changes the score
+    assert loaded.identity == trained.identity
+
+
+def test_entity_tasks_and_generation_from_the_command_line(
+    trained: EngenModel,
+    texts: list[AnnotatedText],
+    tmp_path: Path,
+    run_cli: Any,
+    examples_dir: Path,
+) -> None:
+    model_dir = trained.save(tmp_path / "engen")
+    annotated = tmp_path / "annotated.jsonl"
+    annotated.write_text("".join(json.dumps(t.to_dict()) + "\n" for t in texts[:2]))
+    code, out, err = run_cli(
+        "entity-eval",
+        "mentions",
+        str(annotated),
+        "--model",
+        str(model_dir),
+        "-o",
+        str(tmp_path / "m"),
+    )
+    assert code == 0, out + err
+    summary = (tmp_path / "m" / "mention_generation.csv").read_text()
+    for task in ("cluster_and_mention", "cluster_only", "mention_only"):
+        assert f"{trained.identity},{task}" in summary
+    prompts = tmp_path / "prompts.jsonl"
+    rows = [json.loads(line) for line in (examples_dir / "human.jsonl").open()][:2]
+    prompts.write_text(
+        "".join(json.dumps({"id": r["id"], "prompt": r["prompt"]}) + "\n" for r in rows)
+    )
+    outputs = []
+    for name in ("a", "b"):
+        code, out, err = run_cli(
+            "generate", str(prompts), "--model", str(model_dir), "--top-p", "0.9",
+            "--max-new-tokens", "80", "--seed", "4", "-o", str(tmp_path / f"{name}.jsonl"), "--no-progress",
+        )  # fmt: skip
+        assert code == 0, out + err
+        outputs.append([json.loads(line) for line in (tmp_path / f"{name}.jsonl").open()])
+    assert outputs[0] == outputs[1] and len(outputs[0]) == 2
+    assert outputs[0][0]["signature"].startswith(f"generate|model:{trained.identity}")
+    assert all(r["story"] for r in outputs[0])
+    code, out, err = run_cli(
+        "train", "engen", "--texts", str(annotated), "-o", str(tmp_path / "x"), "-q"
+    )
+    assert code == 2 and "at least 4 texts" in err
