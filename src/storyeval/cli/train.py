@@ -449,6 +449,153 @@ def engen(
     typer.echo(f"signature: {model.signature.render()}")
 
 
+def _device(device: str) -> str:
+    """The resolved device (a bad or missing one is a one-line error)."""
+    from storyeval.models.devices import resolve_device
+
+    try:
+        return resolve_device(device)
+    except ValueError as exc:
+        raise exit_with(f"error: {exc}") from None
+
+
+def _reward_options(metric: str, assignments: list[str] | None) -> dict[str, Any]:
+    """The metric options the user set (typed and validated as `storyeval score` does)."""
+    from storyeval.metrics.registry import parse_option_assignments, resolve_options
+
+    parsed = parse_option_assignments(assignments or [])
+    if not parsed or metric.startswith("judge:"):
+        return {}
+    resolved = resolve_options([metric], parsed)[metric]
+    keys = {name.partition(".")[2] for name in parsed}
+    return {key: resolved[key] for key in sorted(keys)}
+
+
+_PROMPTS = typer.Option(
+    ...,
+    "--prompts",
+    help="Prompts file (.jsonl or .csv): id and prompt; reference (or story) for metrics that "
+    "need one and for maximum-likelihood steps.",
+)
+
+
+@train_app.command("reward")
+def reward(
+    prompts: Path = _PROMPTS,
+    output: Path = _OUTPUT,
+    metric: str = typer.Option(
+        "sms",
+        "--metric",
+        help="The reward: a registered metric (sms, bertscore_f, union, ...) or "
+        "judge:RUBRIC:CRITERION (an LLM judge's score).",
+    ),
+    option: list[str] = typer.Option(
+        None, "--option", "-O", help="NAME.KEY=VALUE for the metric (repeat)."
+    ),
+    judge_model: str = typer.Option(
+        None, "--judge-model", help="With a judge reward: the judge's causal LM."
+    ),
+    model: str = typer.Option(
+        None, "--model", help="The causal LM to train (default: the offline SmolLM2)."
+    ),
+    algorithm: str = typer.Option("grpo", "--algorithm", help="grpo or rloo (TRL's trainers)."),
+    steps: int = typer.Option(20, "--steps", min=1, help="Policy-gradient steps."),
+    batch_size: int = typer.Option(
+        4, "--batch-size", min=2, help="Continuations per step (a multiple of --generations)."
+    ),
+    generations: int = typer.Option(
+        4, "--generations", min=2, help="Continuations per prompt, compared with each other."
+    ),
+    max_new_tokens: int = typer.Option(48, "--max-new-tokens", min=1, help="Tokens each."),
+    learning_rate: float = typer.Option(2e-5, "--lr", help="Learning rate."),
+    beta: float = typer.Option(0.0, "--beta", help="KL penalty towards the initial model."),
+    temperature: float = typer.Option(1.0, "--temperature", help="Sampling temperature."),
+    mle_steps: int = typer.Option(
+        0, "--mle-steps", min=0, help="Maximum-likelihood steps on the references first."
+    ),
+    seed: int = typer.Option(0, "--seed", help="Seed of the sampling and the training."),
+    device: str = _DEVICE,
+    threads: int = _THREADS,
+) -> None:
+    """Fine-tune a causal LM with a storyeval metric as the reward (seed 000, chapter 5) using
+    TRL's policy-gradient trainers (storyeval[rl]). Prints the mean reward of seeded
+    continuations of the training prompts before and after; the directory is a Hugging Face
+    checkpoint with a signature naming the reward (`storyeval generate --model DIR`)."""
+    from storyeval.errors import StoryevalError
+    from storyeval.generate import read_prompts
+    from storyeval.learn.reward import RewardSpec, RewardTraining, train_reward
+
+    device = _device(device)
+    _set_threads(threads)
+    try:
+        settings = RewardTraining(
+            algorithm=algorithm,
+            steps=steps,
+            batch_size=batch_size,
+            num_generations=generations,
+            max_new_tokens=max_new_tokens,
+            learning_rate=learning_rate,
+            beta=beta,
+            temperature=temperature,
+            mle_steps=mle_steps,
+            seed=seed,
+        )
+        spec = RewardSpec(metric, _reward_options(metric, option), judge_model)
+        result = train_reward(
+            read_prompts(prompts),
+            output,
+            reward=spec,
+            model=model,
+            settings=settings,
+            device=device,
+        )
+    except (StoryevalError, OSError, ValueError) as exc:
+        raise user_error(exc) from None
+    typer.echo(
+        f"mean reward ({spec.describe()}) on the training prompts: {result.reward_before:.4f} "
+        f"before, {result.reward_after:.4f} after ({result.seconds:.0f} s)"
+    )
+    typer.echo(f"model: {output}")
+    typer.echo(f"signature: {result.signature.render()}")
+
+
+@train_app.command("mle")
+def mle(
+    prompts: Path = _PROMPTS,
+    output: Path = _OUTPUT,
+    model: str = typer.Option(
+        None, "--model", help="The causal LM to train (default: the offline SmolLM2)."
+    ),
+    steps: int = typer.Option(20, "--steps", min=1, help="Training steps."),
+    learning_rate: float = typer.Option(5e-5, "--lr", help="Learning rate."),
+    seed: int = typer.Option(0, "--seed", help="Seed."),
+    device: str = _DEVICE,
+    threads: int = _THREADS,
+) -> None:
+    """The baseline of `train reward`: the same model fine-tuned by maximum likelihood on the
+    prompts' references only (TRL's SFTTrainer), saved the same way."""
+    from storyeval.errors import StoryevalError
+    from storyeval.generate import read_prompts
+    from storyeval.learn.reward import train_mle
+
+    device = _device(device)
+    _set_threads(threads)
+    try:
+        signature = train_mle(
+            read_prompts(prompts),
+            output,
+            model=model,
+            steps=steps,
+            learning_rate=learning_rate,
+            seed=seed,
+            device=device,
+        )
+    except (StoryevalError, OSError, ValueError) as exc:
+        raise user_error(exc) from None
+    typer.echo(f"model: {output}")
+    typer.echo(f"signature: {signature.render()}")
+
+
 def register(app: typer.Typer) -> None:
     """Add the ``train`` commands to the application."""
     app.add_typer(train_app, name="train", rich_help_panel="Learned metrics")

@@ -1,0 +1,493 @@
+"""A metric as a training reward (seed 000, chapter 5): fine-tune a causal LM with
+reinforcement learning against any registered storyeval metric or an LLM judge's score.
+
+The policy-gradient loop is TRL's (:class:`trl.GRPOTrainer` or :class:`trl.RLOOTrainer`):
+for each prompt it samples ``num_generations`` continuations, scores them with the reward in
+one batch through :func:`storyeval.functional.metric` (or a judge), and moves the model
+towards the continuations scored above their group's mean. A metric where lower is better
+(perplexity) is negated. ``mle_steps`` first fine-tunes on the references by maximum
+likelihood (TRL's :class:`trl.SFTTrainer`), as the thesis' models were trained with MLE
+before the metric reward; :func:`train_mle` alone is the thesis' baseline.
+
+The model directory is a Hugging Face checkpoint (``storyeval generate --model DIR`` and any
+``from_pretrained`` load it) with ``storyeval.json``: the signature names the base model,
+the reward (metric and options), the algorithm and every setting, and the reward on the
+training prompts before and after training (seeded samples) is recorded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import time
+import warnings
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from storyeval.corpus import Story
+from storyeval.errors import StoryevalError
+from storyeval.signature import Signature
+
+ALGORITHMS = ("grpo", "rloo")
+
+
+class MissingTrainingExtra(StoryevalError, ImportError):
+    """TRL or datasets is not installed."""
+
+
+def require_trl() -> None:
+    """Fail with the extra to install when TRL is missing.
+
+    Raises
+    ------
+    MissingTrainingExtra
+        Naming ``storyeval[rl]``.
+    """
+    try:
+        import datasets  # noqa: F401
+        import trl  # noqa: F401
+    except ImportError as exc:
+        raise MissingTrainingExtra(
+            f"training with a reward needs TRL: pip install 'storyeval[rl]' ({exc.name} is missing)"
+        ) from None
+
+
+@dataclass(frozen=True)
+class RewardSpec:
+    """What the reward is: a registered metric with its options, or a judge's criterion
+    (``judge:RUBRIC:CRITERION``) with the judge model."""
+
+    name: str
+    options: Mapping[str, Any] = field(default_factory=dict)
+    judge_model: str | None = None
+
+    @property
+    def is_judge(self) -> bool:
+        """Whether the reward is an LLM judge's score."""
+        return self.name.startswith("judge:")
+
+    def describe(self) -> str:
+        """The reward in the signature: ``sms``, ``bertscore_f{layer=4}``, ``judge:...``."""
+        options = ",".join(f"{k}={v}" for k, v in sorted(self.options.items()))
+        model = f"@{self.judge_model}" if self.is_judge and self.judge_model else ""
+        return f"{self.name}{model}" + (f"{{{options}}}" if options else "")
+
+
+def reward_function(
+    spec: RewardSpec,
+) -> Callable[[Sequence[str], Sequence[str], Sequence[str | None]], list[float]]:
+    """``reward(prompts, completions, references) -> values`` (higher is better; NaN, an
+    undefined value, becomes the batch's lowest reward).
+
+    Raises
+    ------
+    StoryevalError
+        For an unknown metric, one with no direction, or a malformed judge reward.
+    """
+    if spec.is_judge:
+        return _judge_reward(spec)
+    from storyeval.metrics.registry import get_metric
+
+    metric = get_metric(spec.name)
+    if metric.higher_is_better is None:
+        raise StoryevalError(f"{spec.name} has no better direction: it cannot be a reward")
+    sign = 1.0 if metric.higher_is_better else -1.0
+
+    def reward(
+        prompts: Sequence[str], completions: Sequence[str], references: Sequence[str | None]
+    ) -> list[float]:
+        import storyeval.functional as F
+
+        refs = [r or "" for r in references] if metric.needs_reference else None
+        result = F.metric(spec.name, list(completions), refs, prompts=list(prompts), **spec.options)
+        return _finite([sign * float(v) for v in result.values])
+
+    return reward
+
+
+def _finite(values: list[float]) -> list[float]:
+    finite = [v for v in values if not math.isnan(v)]
+    floor = min(finite) if finite else 0.0
+    return [floor if math.isnan(v) else v for v in values]
+
+
+def _judge_reward(
+    spec: RewardSpec,
+) -> Callable[[Sequence[str], Sequence[str], Sequence[str | None]], list[float]]:
+    from storyeval.judge import load_rubric
+    from storyeval.judge.backends import BackendSpec
+    from storyeval.judge.core import JudgeSettings, judge_stories
+
+    parts = spec.name.split(":")
+    if len(parts) != 3:
+        raise StoryevalError(f"a judge reward is judge:RUBRIC:CRITERION; got {spec.name!r}")
+    rubric = load_rubric(parts[1])
+    criterion = parts[2]
+    if criterion not in [c.name for c in rubric.criteria]:
+        names = ", ".join(c.name for c in rubric.criteria)
+        raise StoryevalError(f"rubric {parts[1]} has no criterion {criterion!r} ({names})")
+    backends = BackendSpec(models=(spec.judge_model,)).build()
+
+    def reward(
+        prompts: Sequence[str], completions: Sequence[str], references: Sequence[str | None]
+    ) -> list[float]:
+        stories = [
+            Story(f"r{i}", p, c, system="policy")
+            for i, (p, c) in enumerate(zip(prompts, completions, strict=True))
+        ]
+        run = judge_stories(stories, rubric, backends, settings=JudgeSettings())
+        values = {j.item_id: j.value for j in run.judgments if j.criterion == criterion}
+        return _finite([float(values.get(s.id, math.nan)) for s in stories])
+
+    return reward
+
+
+@dataclass(frozen=True)
+class RewardTraining:
+    """The settings of a reward run (all in the signature)."""
+
+    algorithm: str = "grpo"
+    steps: int = 20
+    batch_size: int = 4
+    num_generations: int = 4
+    max_new_tokens: int = 48
+    learning_rate: float = 2e-5
+    beta: float = 0.0
+    temperature: float = 1.0
+    top_p: float = 1.0
+    mle_steps: int = 0
+    mle_learning_rate: float = 5e-5
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.algorithm not in ALGORITHMS:
+            raise ValueError(
+                f"algorithm must be one of {', '.join(ALGORITHMS)}; got {self.algorithm!r}"
+            )
+        if self.num_generations < 2:
+            raise ValueError("num_generations must be at least 2 (rewards are compared in a group)")
+        if self.batch_size % self.num_generations:
+            raise ValueError(
+                f"batch_size ({self.batch_size}) must be a multiple of num_generations "
+                f"({self.num_generations})"
+            )
+        for name in ("steps", "max_new_tokens"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1; got {getattr(self, name)}")
+
+
+def _check_prompts(prompts: Sequence[Story], spec: RewardSpec) -> None:
+    if len(prompts) < 2:
+        raise StoryevalError(f"reward training needs at least 2 prompts; got {len(prompts)}")
+    if spec.is_judge:
+        return
+    from storyeval.metrics.registry import get_metric
+
+    if get_metric(spec.name).needs_reference:
+        lacking = [p.id for p in prompts if not p.references]
+        if lacking:
+            raise StoryevalError(
+                f"{spec.name} needs a reference: {len(lacking)} prompt(s) have none "
+                f"(first: {lacking[0]}); give `reference` (or `story`) in the prompts file"
+            )
+
+
+def mean_reward(
+    lm: Any,
+    prompts: Sequence[Story],
+    reward: Callable[[Sequence[str], Sequence[str], Sequence[str | None]], list[float]],
+    *,
+    max_new_tokens: int,
+    samples: int = 4,
+    temperature: float = 1.0,
+    seed: int = 0,
+) -> tuple[float, list[str]]:
+    """The mean reward of ``samples`` seeded continuations of each prompt (the same seed
+    before and after training, so the two are compared on the same random draws), and the
+    texts."""
+    from storyeval.generate import DecodingConfig
+    from storyeval.generate.core import generate_raw, seeded_generator
+
+    decoding = DecodingConfig.from_options(temperature=temperature, max_new_tokens=max_new_tokens)
+    contexts = [p.prompt for p in prompts for _ in range(samples)]
+    texts = generate_raw(lm, contexts, decoding, separator=None, generator=seeded_generator(seed))
+    references = [_first_reference(p) for p in prompts for _ in range(samples)]
+    values = reward(contexts, texts, references)
+    return float(sum(values) / len(values)), texts
+
+
+def _first_reference(story: Story) -> str | None:
+    refs = story.references
+    return refs[0] if refs else None
+
+
+def _dataset(prompts: Sequence[Story]) -> Any:
+    from datasets import Dataset
+
+    return Dataset.from_list(
+        [{"prompt": p.prompt, "reference": _first_reference(p) or ""} for p in prompts]
+    )
+
+
+def _sft(
+    lm: Any, prompts: Sequence[Story], steps: int, learning_rate: float, seed: int, work: Path
+) -> None:
+    """Maximum-likelihood fine-tuning on (prompt, reference) pairs with TRL's SFTTrainer
+    (the loss on the reference only)."""
+    from datasets import Dataset
+    from trl import SFTConfig, SFTTrainer
+
+    pairs = [p for p in prompts if p.references]
+    if not pairs:
+        raise StoryevalError("maximum-likelihood training needs references in the prompts file")
+    data = Dataset.from_list(
+        [{"prompt": p.prompt, "completion": " " + (_first_reference(p) or "")} for p in pairs]
+    )
+    config = SFTConfig(
+        output_dir=str(work / "sft"),
+        max_steps=steps,
+        per_device_train_batch_size=min(4, len(pairs)),
+        learning_rate=learning_rate,
+        use_cpu=not _on_gpu(lm),
+        report_to=[],
+        save_strategy="no",
+        logging_steps=1,
+        seed=seed,
+        disable_tqdm=True,
+    )
+    SFTTrainer(
+        model=lm.model, args=config, train_dataset=data, processing_class=lm.tokenizer
+    ).train()
+
+
+@contextlib.contextmanager
+def _quiet_trl() -> Iterator[None]:
+    """TRL still calls transformers' deprecated gradient-checkpointing names: a warning per
+    call that the user cannot act on."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings(
+            "ignore", message=".*checkpointing.*deprecated", category=FutureWarning
+        )
+        yield
+
+
+def _private_copy(model: str | None, device: str) -> Any:
+    """A trainable copy of the causal LM (the loaded one is shared by every metric and
+    generator of the process and must not change)."""
+    import copy
+    import dataclasses
+
+    from storyeval.models import load_causal_lm
+    from storyeval.models.devices import place
+
+    shared = load_causal_lm(model, option="--model")
+    return place(dataclasses.replace(shared, model=copy.deepcopy(shared.model)), device)
+
+
+def _on_gpu(lm: Any) -> bool:
+    from storyeval.models.devices import model_device
+
+    return bool(model_device(lm).type != "cpu")
+
+
+@dataclass
+class RewardResult:
+    """What a run did: the before/after mean rewards on the training prompts, the trainer's
+    log, and the signature of the saved model."""
+
+    signature: Signature
+    reward_before: float
+    reward_after: float
+    history: list[dict[str, Any]]
+    seconds: float
+
+
+def _policy_trainer(
+    lm: Any, prompts: Sequence[Story], reward: Any, settings: RewardTraining, work: Path
+) -> Any:
+    from trl import GRPOConfig, GRPOTrainer, RLOOConfig, RLOOTrainer
+
+    def trl_reward(
+        prompts: list[str], completions: list[str], reference: list[str], **_: Any
+    ) -> list[float | None]:
+        return list(reward(prompts, completions, [r or None for r in reference]))
+
+    common: dict[str, Any] = {
+        "output_dir": str(work / "rl"),
+        "max_steps": settings.steps,
+        "per_device_train_batch_size": settings.batch_size,
+        "num_generations": settings.num_generations,
+        "max_completion_length": settings.max_new_tokens,
+        "learning_rate": settings.learning_rate,
+        "beta": settings.beta,
+        "temperature": settings.temperature,
+        "top_p": settings.top_p,
+        "use_cpu": not _on_gpu(lm),
+        "report_to": [],
+        "save_strategy": "no",
+        "logging_steps": 1,
+        "seed": settings.seed,
+        "disable_tqdm": True,
+    }
+    data = _dataset(prompts)
+    if settings.algorithm == "rloo":
+        return RLOOTrainer(
+            model=lm.model,
+            reward_funcs=trl_reward,
+            args=RLOOConfig(**common),
+            train_dataset=data,
+            processing_class=lm.tokenizer,
+        )
+    return GRPOTrainer(
+        model=lm.model,
+        reward_funcs=trl_reward,
+        args=GRPOConfig(**common),
+        train_dataset=data,
+        processing_class=lm.tokenizer,
+    )
+
+
+def _signature(
+    kind: str, lm: Any, spec: RewardSpec | None, settings: RewardTraining, prompts: Sequence[Story]
+) -> Signature:
+    import torch
+    import trl
+
+    from storyeval.learn.data import corpus_hash
+
+    return Signature(
+        kind,
+        {
+            "base": lm.identity,
+            "reward": spec.describe() if spec is not None else None,
+            **asdict(settings),
+            "prompts": corpus_hash(prompts),
+            "n_prompts": len(prompts),
+            "trl": trl.__version__,
+            "torch": torch.__version__,
+        },
+    )
+
+
+def _save(lm: Any, output: Path, metadata: dict[str, Any]) -> None:
+    from storyeval.io import atomic_directory
+    from storyeval.learn.trainer import METADATA_FILE
+
+    with atomic_directory(output) as tmp:
+        lm.model.save_pretrained(tmp)
+        lm.tokenizer.save_pretrained(tmp)
+        (tmp / METADATA_FILE).write_text(json.dumps(metadata, indent=2) + "\n", encoding="utf-8")
+
+
+def train_reward(
+    prompts: Sequence[Story],
+    output: str | Path,
+    *,
+    reward: RewardSpec,
+    model: str | None = None,
+    settings: RewardTraining | None = None,
+    device: str = "cpu",
+) -> RewardResult:
+    """Fine-tune ``model`` (the offline SmolLM2 by default) against ``reward`` on the prompts
+    (see the module docstring) and save it to ``output``.
+
+    Raises
+    ------
+    MissingTrainingExtra, StoryevalError
+    """
+    import functools
+    import tempfile
+
+    import torch
+
+    require_trl()
+    from transformers import PrinterCallback
+
+    settings = settings or RewardTraining()
+    _check_prompts(prompts, reward)
+    torch.manual_seed(settings.seed)
+    lm = _private_copy(model, device)
+    score = reward_function(reward)
+    signature = _signature("reward", lm, reward, settings, prompts)
+    started = time.perf_counter()
+    measure = functools.partial(
+        mean_reward,
+        prompts=prompts,
+        reward=score,
+        max_new_tokens=settings.max_new_tokens,
+        temperature=settings.temperature,
+        seed=settings.seed,
+    )
+    before, _ = measure(lm)
+    with tempfile.TemporaryDirectory(prefix="storyeval-rl-") as work, _quiet_trl():
+        if settings.mle_steps:
+            _sft(
+                lm,
+                prompts,
+                settings.mle_steps,
+                settings.mle_learning_rate,
+                settings.seed,
+                Path(work),
+            )
+        trainer = _policy_trainer(lm, prompts, score, settings, Path(work))
+        trainer.remove_callback(PrinterCallback)  # storyeval prints its own summary
+        trainer.train()
+        history = [dict(h) for h in trainer.state.log_history]
+    lm.model.eval()
+    after, _ = measure(lm)
+    seconds = time.perf_counter() - started
+    result = RewardResult(signature, before, after, history, seconds)
+    _save(
+        lm,
+        Path(output),
+        {
+            "kind": "reward",
+            "signature": signature.to_dict(),
+            "training": {
+                "reward_before": before,
+                "reward_after": after,
+                "seconds": seconds,
+                "history": history,
+            },
+        },
+    )
+    return result
+
+
+def train_mle(
+    prompts: Sequence[Story],
+    output: str | Path,
+    *,
+    model: str | None = None,
+    steps: int = 20,
+    learning_rate: float = 5e-5,
+    seed: int = 0,
+    device: str = "cpu",
+) -> Signature:
+    """The thesis' baseline: the same model fine-tuned by maximum likelihood on the
+    references only; saved like :func:`train_reward`'s models.
+
+    Raises
+    ------
+    MissingTrainingExtra, StoryevalError
+    """
+    import tempfile
+
+    import torch
+
+    require_trl()
+    if len(prompts) < 2:
+        raise StoryevalError(f"training needs at least 2 prompts; got {len(prompts)}")
+    torch.manual_seed(seed)
+    lm = _private_copy(model, device)
+    settings = RewardTraining(
+        steps=steps, mle_steps=steps, mle_learning_rate=learning_rate, seed=seed
+    )
+    signature = _signature("mle", lm, None, settings, prompts)
+    with tempfile.TemporaryDirectory(prefix="storyeval-mle-") as work, _quiet_trl():
+        _sft(lm, prompts, steps, learning_rate, seed, Path(work))
+    _save(lm, Path(output), {"kind": "mle", "signature": signature.to_dict(), "training": {}})
+    return signature
