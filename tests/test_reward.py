@@ -80,7 +80,7 @@ def test_cli_reward_mle_and_generation_with_the_trained_model(
         "train", "mle", "--prompts", str(prompts), "-o", str(tmp_path / "mle"), "--steps", "1"
     )
     assert code == 0, out + err
-    assert "signature: mle|" in out
+    assert "signature: mle|" in out and "mle_steps:1" in out and "reward:" not in out
     code, out, err = run_cli(
         "generate", str(prompts), "--model", str(tmp_path / "sms"), "--limit", "1", "--max-new-tokens", "30",
         "-o", str(tmp_path / "g.jsonl"), "--no-progress",

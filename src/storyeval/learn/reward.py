@@ -351,7 +351,11 @@ def _policy_trainer(
 
 
 def _signature(
-    kind: str, lm: Any, spec: RewardSpec | None, settings: RewardTraining, prompts: Sequence[Story]
+    kind: str,
+    lm: Any,
+    spec: RewardSpec | None,
+    settings: Mapping[str, Any],
+    prompts: Sequence[Story],
 ) -> Signature:
     import torch
     import trl
@@ -362,8 +366,8 @@ def _signature(
         kind,
         {
             "base": lm.identity,
-            "reward": spec.describe() if spec is not None else None,
-            **asdict(settings),
+            **({"reward": spec.describe()} if spec is not None else {}),
+            **settings,
             "prompts": corpus_hash(prompts),
             "n_prompts": len(prompts),
             "trl": trl.__version__,
@@ -411,7 +415,7 @@ def train_reward(
     torch.manual_seed(settings.seed)
     lm = _private_copy(model, device)
     score = reward_function(reward)
-    signature = _signature("reward", lm, reward, settings, prompts)
+    signature = _signature("reward", lm, reward, asdict(settings), prompts)
     started = time.perf_counter()
     measure = functools.partial(
         mean_reward,
@@ -483,9 +487,7 @@ def train_mle(
         raise StoryevalError(f"training needs at least 2 prompts; got {len(prompts)}")
     torch.manual_seed(seed)
     lm = _private_copy(model, device)
-    settings = RewardTraining(
-        steps=steps, mle_steps=steps, mle_learning_rate=learning_rate, seed=seed
-    )
+    settings = {"mle_steps": steps, "mle_learning_rate": learning_rate, "seed": seed}
     signature = _signature("mle", lm, None, settings, prompts)
     with tempfile.TemporaryDirectory(prefix="storyeval-mle-") as work, _quiet_trl():
         _sft(lm, prompts, steps, learning_rate, seed, Path(work))
