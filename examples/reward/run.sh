@@ -12,12 +12,15 @@ head -n 24 examples/human.jsonl > "$out/train.jsonl"     # prompts + human conti
 tail -n 12 examples/human.jsonl > "$out/test.jsonl"      # held-out prompts
 
 storyeval train mle --prompts "$out/train.jsonl" -o "$out/mle" --steps 24 --lr 5e-5
+# --beta: a KL penalty towards the MLE model; without it the policy soon learns run-on
+# sentences that SMS rewards (reward hacking: the thesis mixes MLE into the loss for this reason)
 storyeval train reward --prompts "$out/train.jsonl" -o "$out/sms" --metric sms \
-    --mle-steps 24 --steps 30 --lr 2e-4 --max-new-tokens 48
+    --mle-steps 24 --steps 20 --lr 1e-4 --beta 0.1 --max-new-tokens 64
 
 for model in mle sms; do
   storyeval generate "$out/test.jsonl" --model "$out/$model" --system "$model" --top-p 0.9 \
-      --max-new-tokens 120 --max-words 90 --seed 1 --no-progress -o "$out/$model-stories.jsonl"
+      --max-new-tokens 160 --max-words 90 --max-attempts 30 --seed 1 --no-progress \
+      -o "$out/$model-stories.jsonl"
 done
 cat "$out/mle-stories.jsonl" "$out/sms-stories.jsonl" > "$out/stories.jsonl"
 
@@ -27,5 +30,7 @@ storyeval score "$out/stories.jsonl" --metrics sms,bertscore_f,rougeL,perplexity
 storyeval paired "$out/scores.jsonl" --metric sms --system-a sms --system-b mle
 
 # people: a Likert study over both systems' stories (serve it with storyeval serve)
-storyeval study check examples/reward/study.yaml
-echo "study: storyeval serve examples/reward/study.yaml  (stories: $out/stories.jsonl)"
+if [ "$out" = out/reward ]; then   # the study file reads out/reward/stories.jsonl
+  storyeval study check examples/reward/study.yaml
+  echo "study: storyeval serve examples/reward/study.yaml"
+fi
