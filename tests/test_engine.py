@@ -164,11 +164,11 @@ def test_generate_perturb_and_judge_on_the_cluster_equal_local(client, examples_
     assert there.records() == here.records()
     rubric = load_rubric("karpinska")
     spec = BackendSpec()
-    judged = judge_blocks(stories[:4], rubric, spec.build(), block_size=2)
-    small4 = tmp_path / "four.jsonl"
-    small4.write_text("".join(json.dumps(s.to_dict()) + "\n" for s in stories[:4]))
+    judged = judge_blocks(stories[:2], rubric, spec.build(), block_size=1)
+    small2 = tmp_path / "two.jsonl"
+    small2.write_text("".join(json.dumps(s.to_dict()) + "\n" for s in stories[:2]))
     on_cluster = judge_source(
-        small4, rubric, spec, client=client, block_size=2, settings=JudgeSettings()
+        small2, rubric, spec, client=client, block_size=1, settings=JudgeSettings()
     )
     assert [(j.item_id, j.criterion, j.value, j.rater_id) for j in on_cluster.judgments] == [
         (j.item_id, j.criterion, j.value, j.rater_id) for j in judged.judgments
