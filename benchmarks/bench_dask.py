@@ -9,7 +9,9 @@ worker, and one with two workers (one CPU each: ``--num-cpus 1``), and prints
 * the measured per-story cost of each part, from which docs/scaling.md estimates the cost of
   scoring 1M stories on N GPUs.
 
-The corpus is the 180 example stories repeated (``--copies``) with distinct ids. Models
+The corpus is the 180 example stories repeated (``--copies``) with distinct ids and a mark
+that makes every copy's texts distinct (identical texts would be encoded once by the local
+engine's per-run cache but once per block on the cluster). Models
 are loaded once per worker before timing (a warm-up run), as a long-running cluster would.
 
 Run: python benchmarks/bench_dask.py [--copies 4] [--metrics bertscore_f,perplexity]
@@ -35,7 +37,13 @@ def corpus(copies: int, directory: Path) -> Path:
     with path.open("w") as out:
         for k in range(copies):
             for row in rows:
-                out.write(json.dumps({**row, "id": f"{row['id']}#{k}"}) + "\n")
+                # every copy's texts differ, so no engine's per-run cache of encoded texts
+                # turns a copy into free work
+                mark = f" ({k})" if k else ""
+                copy = {**row, "id": f"{row['id']}#{k}", "story": row["story"] + mark}
+                if row.get("reference"):
+                    copy["reference"] = row["reference"] + mark
+                out.write(json.dumps(copy) + "\n")
     return path
 
 
