@@ -51,7 +51,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import random
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -114,6 +114,48 @@ class SuggestionResult:
 
 def _clean(text: str) -> str:
     return " ".join(text.split())
+
+
+def likert_answers(spec: Any, likert: Mapping[str, int]) -> list[dict[str, Any]]:
+    """Every statement of ``spec`` (a LikertSpec) with its answer (1..scale) and label.
+
+    Raises
+    ------
+    TurnError
+        Naming the first statement without a valid answer.
+    """
+    values = []
+    for statement in spec.statements:
+        value = likert.get(statement.name)
+        if value is None or not isinstance(value, int) or not 1 <= value <= spec.scale:
+            raise TurnError(f"Please answer: {statement.statement}")
+        values.append(
+            {
+                "name": statement.name,
+                "statement": statement.statement,
+                "value": value,
+                "scale": spec.scale,
+                "label": spec.labels[value - 1],
+            }
+        )
+    return values
+
+
+def open_answers(questions: Sequence[Any], answers: Mapping[str, str]) -> list[dict[str, str]]:
+    """Each open question with its answer (whitespace collapsed, at most 5,000 characters).
+
+    Raises
+    ------
+    TurnError
+        Naming the first required question left empty.
+    """
+    found = []
+    for question in questions:
+        answer = _clean(str(answers.get(question.name, "")))[:5000]
+        if question.required and not answer:
+            raise TurnError(f"Please answer: {question.question}")
+        found.append({"name": question.name, "question": question.question, "answer": answer})
+    return found
 
 
 class WritingSession:
@@ -491,30 +533,9 @@ class WritingSession:
             Naming the first missing or invalid answer.
         """
         self._require("survey")
-        spec = self.config.likert
-        values = []
-        for statement in spec.statements:
-            value = likert.get(statement.name)
-            if value is None or not isinstance(value, int) or not 1 <= value <= spec.scale:
-                raise TurnError(f"Please answer: {statement.statement}")
-            values.append(
-                {
-                    "name": statement.name,
-                    "statement": statement.statement,
-                    "value": value,
-                    "scale": spec.scale,
-                    "label": spec.labels[value - 1],
-                }
-            )
-        open_answers = []
-        for question in self.config.questions:
-            answer = _clean(str(answers.get(question.name, "")))[:5000]
-            if question.required and not answer:
-                raise TurnError(f"Please answer: {question.question}")
-            open_answers.append(
-                {"name": question.name, "question": question.question, "answer": answer}
-            )
-        self.data["survey"] = {"likert": values, "questions": open_answers, "submitted_at": now}
+        values = likert_answers(self.config.likert, likert)
+        questions = open_answers(self.config.questions, answers)
+        self.data["survey"] = {"likert": values, "questions": questions, "submitted_at": now}
         self.data["finished_at"] = now
         self._set_phase("done", now)
 

@@ -58,6 +58,8 @@ from storyeval.collab.session import (
     SuggestionResult,
     TurnError,
     derive_seed,
+    likert_answers,
+    open_answers,
 )
 
 EXPORT_VERSION = 1
@@ -72,24 +74,6 @@ def _keywords(value: str | Sequence[str]) -> list[str]:
     """Keywords from a comma- or space-separated field (or a list)."""
     words = value if not isinstance(value, str) else re.split(r"[,;\s]+", value)
     return [w.strip() for w in words if w.strip()]
-
-
-def _likert_answers(spec: LikertSpec, answers: Mapping[str, int]) -> list[dict[str, Any]]:
-    values = []
-    for statement in spec.statements:
-        value = answers.get(statement.name)
-        if value is None or not isinstance(value, int) or not 1 <= value <= spec.scale:
-            raise TurnError(f"Please answer: {statement.statement}")
-        values.append(
-            {
-                "name": statement.name,
-                "statement": statement.statement,
-                "value": value,
-                "scale": spec.scale,
-                "label": spec.labels[value - 1],
-            }
-        )
-    return values
 
 
 class SloganSession:
@@ -345,7 +329,7 @@ class SloganSession:
         self._require("survey")
         task = self.current_task()
         task["survey"] = {
-            "likert": _likert_answers(self.config.likert, likert),
+            "likert": likert_answers(self.config.likert, likert),
             "submitted_at": now,
         }
         if self.task_number < len(self.tasks):
@@ -384,21 +368,13 @@ class SloganSession:
         from storyeval.collab.config import USE_AGAIN_CHOICES
 
         self._require("final")
-        values = _likert_answers(self.final_statements(), likert)
+        values = likert_answers(self.final_statements(), likert)
         if self.condition == "mil" and use_again not in USE_AGAIN_CHOICES:
             raise TurnError("Please answer: would you use the system again?")
-        open_answers = []
-        for question in self.final_questions():
-            answer = _clean(str(answers.get(question.name, "")))[:5000]
-            if question.required and not answer:
-                raise TurnError(f"Please answer: {question.question}")
-            open_answers.append(
-                {"name": question.name, "question": question.question, "answer": answer}
-            )
         self.data["final_survey"] = {
             "likert": values,
             "use_again": use_again if self.condition == "mil" else None,
-            "questions": open_answers,
+            "questions": open_answers(self.final_questions(), answers),
             "submitted_at": now,
         }
         self.data["finished_at"] = now

@@ -22,6 +22,7 @@ from storyeval.collab.session import TurnError
 from storyeval.collab.slogan import SloganSession
 from storyeval.server import writing_store
 from storyeval.server.participants import Participant, mark_finished, touch
+from storyeval.server.routers.writing import consent_and_start
 from storyeval.server.state import (
     Form,
     FormData,
@@ -29,7 +30,6 @@ from storyeval.server.state import (
     Who,
     parse_int,
     participant_of,
-    rate_limited,
     server_state,
     too_long,
 )
@@ -186,16 +186,15 @@ def welcome(request: Request, who: Writer) -> Response:
 @router.post("/start")
 def start(request: Request, who: Writer, form: Form) -> Response:
     """Consent given: start the session (the condition and prompt order are assigned)."""
-    state, participant, plugin = _parts(request, who)
-    if participant.browser_key is not None:
-        rate_limited(request, "start")
-    if form.get("consent") != "yes":
-        values = _context(participant, plugin, None)
-        values["error"] = "Please confirm that you have read the information above."
-        return state.page("slogan/welcome.html", values, status_code=422)
-    now = state.clock()
-    state.db.run(lambda conn: writing_store.start(conn, plugin.config, participant, now))
-    return _redirect(f"{_base(participant)}/")
+    _, participant, plugin = _parts(request, who)
+    return consent_and_start(
+        request,
+        form,
+        plugin,
+        participant,
+        "slogan/welcome.html",
+        lambda: _context(participant, plugin, None),
+    )
 
 
 # ----------------------------------------------------------------------------- writing

@@ -212,6 +212,28 @@ def _suggestions(_: ServerState, __: Participant, session: WritingSession | None
 # ----------------------------------------------------------------------------- entry and consent
 
 
+def consent_and_start(
+    request: Request,
+    form: FormData,
+    plugin: WritingSessionPlugin,
+    participant: Participant,
+    page: str,
+    context: Callable[[], dict[str, Any]],
+) -> Response:
+    """Start a writer's session once they consent (every writing kind); the consent page
+    again (422) without the box ticked. Open-enrollment starts are rate limited per client."""
+    state = server_state(request)
+    if participant.browser_key is not None:  # came through open enrollment, not an admin link
+        rate_limited(request, "start")
+    if form.get("consent") != "yes":
+        values = context()
+        values["error"] = "Please confirm that you have read the information above."
+        return state.page(page, values, status_code=422)
+    now = state.clock()
+    state.db.run(lambda conn: writing_store.start(conn, plugin.config, participant, now))
+    return _redirect(f"/{plugin.kind}/{participant.token}/")
+
+
 @router.get("/")
 def entry(request: Request, who: Writer) -> Response:
     """A writer's link: send them to the page of their current step."""
@@ -229,16 +251,15 @@ def welcome(request: Request, who: Writer) -> Response:
 @router.post("/start")
 def start(request: Request, who: Writer, form: Form) -> Response:
     """Consent given: start the writer's session."""
-    state, participant, plugin = _parts(request, who)
-    if participant.browser_key is not None:  # came through open enrollment, not an admin link
-        rate_limited(request, "start")
-    if form.get("consent") != "yes":
-        page = _context(plugin, participant, None)
-        page["error"] = "Please confirm that you have read the information above."
-        return state.page("writing/welcome.html", page, status_code=422)
-    now = state.clock()
-    state.db.run(lambda conn: writing_store.start(conn, plugin.config, participant, now))
-    return _redirect(f"{_base(plugin, participant)}/")
+    _, participant, plugin = _parts(request, who)
+    return consent_and_start(
+        request,
+        form,
+        plugin,
+        participant,
+        "writing/welcome.html",
+        lambda: _context(plugin, participant, None),
+    )
 
 
 # ----------------------------------------------------------------------------- writing alone
