@@ -22,7 +22,7 @@ def slogans_command(
     ),
     seed: int = typer.Option(0, "--seed", help="Seed of the target-word and skeleton draws."),
     suggestions: int = typer.Option(3, "--suggestions", min=1, max=3, help="Suggestions each."),
-    beam: int = typer.Option(4, "--beam", min=1, help="Beam width of the slot filling."),
+    beam: int = typer.Option(None, "--beam", min=1, help="Beam width of the slot filling (4)."),
     device: str = device_option(),
     threads: int = threads_option(),
 ) -> None:
@@ -33,6 +33,8 @@ def slogans_command(
     Each output line: id, suggestions (at most three), skeletons, targets, used_targets,
     signature.
     """
+    import dataclasses
+
     from storyeval.corpus import write_records
     from storyeval.errors import StoryevalError
     from storyeval.generate.slogans import (
@@ -52,7 +54,9 @@ def slogans_command(
         nlp = load_spacy()
         bank = SkeletonBank.load(skeletons, nlp=nlp)
         lm = place(load_causal_lm(model), device)
-        settings = SloganSettings(beam=beam, suggestions=suggestions)
+        settings = SloganSettings(suggestions=suggestions)
+        if beam is not None:
+            settings = dataclasses.replace(settings, beam=beam)
         records = list(
             suggestion_records(parsed, bank=bank, lm=lm, nlp=nlp, seed=seed, settings=settings)
         )

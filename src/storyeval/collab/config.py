@@ -40,6 +40,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
+from storyeval.generate.slogans import SloganSettings
 from storyeval.yamlfile import (
     Enrollment,
     OpenQuestion,
@@ -407,19 +408,27 @@ def _likert7(statements: tuple[tuple[str, str], ...]) -> LikertSpec:
     )
 
 
+_SUGGESTER = SloganSettings()
+
+
 class SkeletonSettings(_Strict):
-    """How suggestions are made (``storyeval.generate.slogans``; every value in the
+    """How suggestions are made (:mod:`storyeval.generate.slogans`, whose
+    :class:`~storyeval.generate.slogans.SloganSettings` gives the defaults; every value in the
     suggestions' signature)."""
 
     skeletons: str | None = None
     model: str | None = None
-    beam: int = Field(default=4, ge=1, le=32)
-    vocabulary: int = Field(default=8, ge=1, le=100)
-    coverage: float = 6.0
-    lm: float = 1.0
-    diversity: float = 0.5
-    targets: int = Field(default=3, ge=1, le=10)
-    suggestions: int = Field(default=3, ge=1, le=3)
+    beam: int = Field(default=_SUGGESTER.beam, ge=1, le=32)
+    vocabulary: int = Field(default=_SUGGESTER.vocabulary, ge=1, le=100)
+    coverage: float = _SUGGESTER.coverage
+    lm: float = _SUGGESTER.lm
+    diversity: float = _SUGGESTER.diversity
+    targets: int = Field(default=_SUGGESTER.targets, ge=1, le=10)
+    suggestions: int = Field(default=_SUGGESTER.suggestions, ge=1, le=3)
+
+    def settings(self) -> SloganSettings:
+        """The suggester's settings (without the skeleton file and the model)."""
+        return SloganSettings(**self.model_dump(exclude={"skeletons", "model"}))
 
 
 class SloganConfig(_Common):

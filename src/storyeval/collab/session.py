@@ -53,7 +53,7 @@ import hashlib
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Self
 
 from storyeval.collab.config import CyoaConfig, MilConfig
 from storyeval.errors import StoryevalError
@@ -112,8 +112,9 @@ class SuggestionResult:
         return data
 
 
-def _clean(text: str) -> str:
-    return " ".join(text.split())
+def clean_text(text: str) -> str:
+    """Whitespace collapsed to single spaces, ends stripped."""
+    return " ".join(str(text).split())
 
 
 def likert_answers(spec: Any, likert: Mapping[str, int]) -> list[dict[str, Any]]:
@@ -151,23 +152,66 @@ def open_answers(questions: Sequence[Any], answers: Mapping[str, str]) -> list[d
     """
     found = []
     for question in questions:
-        answer = _clean(str(answers.get(question.name, "")))[:5000]
+        answer = clean_text(str(answers.get(question.name, "")))[:5000]
         if question.required and not answer:
             raise TurnError(f"Please answer: {question.question}")
         found.append({"name": question.name, "question": question.question, "answer": answer})
     return found
 
 
-class WritingSession:
+class SessionState:
+    """What every writing-session kind keeps: its configuration and one JSON-ready mapping
+    (stored in one database row), the phase the writer is at, and the checks and bookkeeping
+    of moving between phases. Subclasses add the kind's steps."""
+
+    def __init__(self, config: Any, data: dict[str, Any]) -> None:
+        self.config = config
+        self.data = data
+
+    @classmethod
+    def from_dict(cls, config: Any, data: Mapping[str, Any]) -> Self:
+        """A session from :meth:`to_dict`'s mapping (as stored by the server)."""
+        return cls(config, copy.deepcopy(dict(data)))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The session as a JSON-ready mapping."""
+        return copy.deepcopy(self.data)
+
+    @property
+    def phase(self) -> str:
+        """Where the writer is."""
+        return str(self.data["phase"])
+
+    @property
+    def participant(self) -> str:
+        """The participant id of the writer."""
+        return str(self.data["participant"])
+
+    def needs_serving_note(self) -> bool:
+        """Whether the page of the current phase has not been served yet."""
+        return self.data.get("served_at") is None
+
+    def _require(self, *phases: str) -> None:
+        if self.phase not in phases:
+            raise TurnError(
+                f"This step is not possible now (the session is at '{self.phase}', expected "
+                f"{' or '.join(repr(p) for p in phases)})."
+            )
+
+    def _set_phase(self, phase: str, now: float) -> None:
+        self.data["phase"] = phase
+        self.data["phase_since"] = now
+        self.data["served_at"] = None
+
+
+class WritingSession(SessionState):
     """One writer's session over ``config`` (see the module docstring).
 
     Build a new one with :meth:`start`, restore a stored one with :meth:`from_dict`, store it
     with :meth:`to_dict`, and export it with :meth:`export`.
     """
 
-    def __init__(self, config: CyoaConfig | MilConfig, data: dict[str, Any]) -> None:
-        self.config = config
-        self.data = data
+    config: CyoaConfig | MilConfig
 
     # ------------------------------------------------------------------ construction
 
@@ -208,31 +252,12 @@ class WritingSession:
         }
         return cls(config, data)
 
-    @classmethod
-    def from_dict(cls, config: CyoaConfig | MilConfig, data: Mapping[str, Any]) -> WritingSession:
-        """A session from :meth:`to_dict`'s mapping (as stored by the server)."""
-        return cls(config, copy.deepcopy(dict(data)))
-
-    def to_dict(self) -> dict[str, Any]:
-        """The session as a JSON-ready mapping (config name, participant, turns, phase)."""
-        return copy.deepcopy(self.data)
-
     # ------------------------------------------------------------------ reading
-
-    @property
-    def phase(self) -> str:
-        """Where the writer is: writing, choosing, surveying or done."""
-        return str(self.data["phase"])
 
     @property
     def kind(self) -> str:
         """``cyoa`` or ``mil``."""
         return self.config.kind
-
-    @property
-    def participant(self) -> str:
-        """The participant id of the writer."""
-        return str(self.data["participant"])
 
     @property
     def turns(self) -> list[dict[str, Any]]:
@@ -260,7 +285,7 @@ class WritingSession:
         prompt = self.data.get("prompt") or {}
         parts = []
         if prompt.get("text") and prompt.get("in_context", True):
-            parts.append(_clean(prompt["text"]))
+            parts.append(clean_text(prompt["text"]))
         story = self.story()
         if story:
             parts.append(story)
@@ -309,22 +334,6 @@ class WritingSession:
 
     # ------------------------------------------------------------------ actions
 
-    def _require(self, *phases: str) -> None:
-        if self.phase not in phases:
-            raise TurnError(
-                f"This step is not possible now (the session is at '{self.phase}', expected "
-                f"{' or '.join(repr(p) for p in phases)})."
-            )
-
-    def _set_phase(self, phase: str, now: float) -> None:
-        self.data["phase"] = phase
-        self.data["phase_since"] = now
-        self.data["served_at"] = None
-
-    def needs_serving_note(self) -> bool:
-        """Whether the page of the current phase has not been served yet."""
-        return self.data.get("served_at") is None
-
     def note_served(self, now: float) -> None:
         """Note when the page of the current phase was first delivered to the writer: the
         writer's time on a turn runs from then to the submission."""
@@ -344,7 +353,7 @@ class WritingSession:
         return f"{len(self.turns)}-{self.phase}"
 
     def _check_length(self, text: str) -> str:
-        cleaned = _clean(text)
+        cleaned = clean_text(text)
         low, high = self.limits()
         if not low <= len(cleaned) <= high:
             raise TurnError(
@@ -508,7 +517,7 @@ class WritingSession:
             action = "switch"
         event: dict[str, Any] = {"t": now, "action": action, "generator": generator}
         if action == "switch" and draft is not None:
-            event["draft"] = _clean(draft)[:5000]
+            event["draft"] = clean_text(draft)[:5000]
         turn["events"].append(event)
         turn["chosen"] = generator
         if self.phase == "choose":
@@ -560,7 +569,7 @@ class WritingSession:
                                 "submitted_at",
                             )
                         },
-                        "time_s": _duration(turn["shown_at"], turn["submitted_at"]),
+                        "time_s": duration(turn["shown_at"], turn["submitted_at"]),
                     }
                 )
                 continue
@@ -571,8 +580,8 @@ class WritingSession:
                     "text": s["text"],
                     "signature": s["signature"],
                     "seed": s["seed"],
-                    "generation_s": _duration(s["started_at"], s["finished_at"]),
-                    "wait_s": _duration(s["requested_at"], s["finished_at"]),
+                    "generation_s": duration(s["started_at"], s["finished_at"]),
+                    "wait_s": duration(s["requested_at"], s["finished_at"]),
                     "attempts": s["attempts"],
                     "dropped": s["dropped"],
                     "complete": s.get("complete", True),
@@ -598,10 +607,10 @@ class WritingSession:
                     "ready_at": turn["ready_at"],
                     "submitted_at": turn["submitted_at"],
                     "shown_at": turn.get("shown_at"),
-                    "choice_s": _duration(
+                    "choice_s": duration(
                         turn.get("shown_at") or turn.get("ready_at"), first_choice
                     ),
-                    "edit_s": _duration(first_choice, turn["submitted_at"]),
+                    "edit_s": duration(first_choice, turn["submitted_at"]),
                 }
             )
         generators = {g.name: g.describe() for g in self.config.generators}
@@ -626,7 +635,8 @@ class WritingSession:
         }
 
 
-def _duration(start: float | None, end: float | None) -> float | None:
+def duration(start: float | None, end: float | None) -> float | None:
+    """Seconds from ``start`` to ``end`` (3 decimals, never negative), None if either is."""
     if start is None or end is None:
         return None
     return round(max(0.0, float(end) - float(start)), 3)

@@ -43,7 +43,6 @@ Examples
 
 from __future__ import annotations
 
-import copy
 import json
 import re
 import threading
@@ -54,10 +53,13 @@ from typing import Any
 
 from storyeval.collab.config import LikertSpec, SloganConfig, resolve_path
 from storyeval.collab.session import (
+    SessionState,
     SuggestionRequest,
     SuggestionResult,
     TurnError,
+    clean_text,
     derive_seed,
+    duration,
     likert_answers,
     open_answers,
 )
@@ -66,22 +68,16 @@ EXPORT_VERSION = 1
 PHASES = ("write", "generating", "survey", "final", "done")
 
 
-def _clean(text: str) -> str:
-    return " ".join(str(text).split())
-
-
 def _keywords(value: str | Sequence[str]) -> list[str]:
     """Keywords from a comma- or space-separated field (or a list)."""
     words = value if not isinstance(value, str) else re.split(r"[,;\s]+", value)
     return [w.strip() for w in words if w.strip()]
 
 
-class SloganSession:
+class SloganSession(SessionState):
     """One writer's slogan session over ``config`` (see the module docstring)."""
 
-    def __init__(self, config: SloganConfig, data: dict[str, Any]) -> None:
-        self.config = config
-        self.data = data
+    config: SloganConfig
 
     # ------------------------------------------------------------------ construction
 
@@ -126,31 +122,12 @@ class SloganSession:
         }
         return cls(config, data)
 
-    @classmethod
-    def from_dict(cls, config: SloganConfig, data: Mapping[str, Any]) -> SloganSession:
-        """A session from :meth:`to_dict`'s mapping (as stored by the server)."""
-        return cls(config, copy.deepcopy(dict(data)))
-
-    def to_dict(self) -> dict[str, Any]:
-        """The session as a JSON-ready mapping."""
-        return copy.deepcopy(self.data)
-
     # ------------------------------------------------------------------ reading
-
-    @property
-    def phase(self) -> str:
-        """Where the writer is."""
-        return str(self.data["phase"])
 
     @property
     def kind(self) -> str:
         """``slogan``."""
         return "slogan"
-
-    @property
-    def participant(self) -> str:
-        """The participant id of the writer."""
-        return str(self.data["participant"])
 
     @property
     def condition(self) -> str:
@@ -207,10 +184,6 @@ class SloganSession:
         pulls = len(self.current_task()["pulls"])
         return f"{self.task_number}-{pulls}-{self.phase}"
 
-    def needs_serving_note(self) -> bool:
-        """Whether the current page has not been served yet."""
-        return self.data.get("served_at") is None
-
     def note_served(self, now: float) -> None:
         """Note when the current page was first delivered (suggestions: when seen)."""
         if self.data.get("served_at") is None:
@@ -221,18 +194,6 @@ class SloganSession:
                 pull["seen_at"] = now
 
     # ------------------------------------------------------------------ actions
-
-    def _require(self, *phases: str) -> None:
-        if self.phase not in phases:
-            raise TurnError(
-                f"This step is not possible now (the session is at '{self.phase}', expected "
-                f"{' or '.join(repr(p) for p in phases)})."
-            )
-
-    def _set_phase(self, phase: str, now: float) -> None:
-        self.data["phase"] = phase
-        self.data["phase_since"] = now
-        self.data["served_at"] = None
 
     def pull(
         self, keywords: str | Sequence[str], draft: str, *, now: float
@@ -249,7 +210,7 @@ class SloganSession:
         if self.condition != "mil":
             raise TurnError("Suggestions are not part of this task.")
         words = _keywords(keywords)
-        cleaned = _clean(draft)
+        cleaned = clean_text(draft)
         if not words and not cleaned:
             raise TurnError("Give a few keywords or a first version of your slogan.")
         if len(", ".join(words)) > self.config.max_keywords_chars:
@@ -312,7 +273,7 @@ class SloganSession:
             If it is empty or too long, or a pull is still being served.
         """
         self._require("write")
-        cleaned = _clean(text)
+        cleaned = clean_text(text)
         if not cleaned:
             raise TurnError("Please write your slogan before submitting it.")
         if len(cleaned) > self.config.max_chars:
@@ -390,8 +351,8 @@ class SloganSession:
                 {
                     **{k: p[k] for k in ("index", "keywords", "draft", "suggestions", "skeletons")},
                     **{k: p[k] for k in ("targets", "signature", "error", "requested_at")},
-                    "wait_s": _duration(p["requested_at"], p["finished_at"]),
-                    "generation_s": _duration(p["started_at"], p["finished_at"]),
+                    "wait_s": duration(p["requested_at"], p["finished_at"]),
+                    "generation_s": duration(p["started_at"], p["finished_at"]),
                     "seen_at": p.get("seen_at"),
                 }
                 for p in task["pulls"]
@@ -426,12 +387,6 @@ class SloganSession:
             "tasks": tasks,
             "final_survey": self.data.get("final_survey"),
         }
-
-
-def _duration(start: float | None, end: float | None) -> float | None:
-    if start is None or end is None:
-        return None
-    return round(max(0.0, float(end) - float(start)), 3)
 
 
 _WORD = re.compile(r"[a-z0-9']+")
@@ -504,15 +459,6 @@ class SloganEngine:
         bank, lm, _ = self._models()
         return {"skeletons": bank.identity, "lm": lm.identity}
 
-    def settings(self) -> Any:
-        """The suggester's settings as :class:`~storyeval.generate.slogans.SloganSettings`."""
-        from storyeval.generate.slogans import SloganSettings
-
-        spec = self.config.suggester.model_dump()
-        spec.pop("skeletons")
-        spec.pop("model")
-        return SloganSettings(**spec)
-
     def __call__(self, request: SuggestionRequest) -> SuggestionResult:
         from storyeval.errors import StoryevalError
         from storyeval.generate.slogans import slogan_signature, suggest
@@ -521,7 +467,7 @@ class SloganEngine:
         context = json.loads(request.context)
         try:
             bank, lm, nlp = self._models()
-            settings = self.settings()
+            settings = self.config.suggester.settings()
             found, targets = suggest(
                 context["keywords"],
                 context["draft"],

@@ -657,9 +657,10 @@ class EngenLM:
         [annotated] = detect_mentions([("prompt", context)], nlp=load_spacy())
         encoded = encode(annotated, self.engen.vocab, config, end_of_text=False)
         with torch.no_grad():
-            states, _ = _forward(model, [encoded])
-            states = states[0]
-            _, (h_n, c_n) = model.lstm(model.embed(torch.tensor([encoded.ids])))
+            # one pass over the prompt: its states (entities, previous sentence) and the
+            # LSTM's state to continue from (dropout is off in eval mode)
+            out, (h_n, c_n) = model.lstm(model.embed(torch.tensor([encoded.ids])))
+            states = out[0]
             entities, salient = self._entities(encoded, states)
             current = [
                 states[i]
