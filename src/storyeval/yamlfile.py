@@ -20,7 +20,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -61,12 +61,63 @@ def check_name(value: str, what: str) -> str:
 
 class Enrollment(StrictModel):
     """Open enrollment: anyone with the session's public link gets a participant link, keyed
-    by the external id in ``external_id_param`` (e.g. a Prolific id), up to
-    ``max_participants``."""
+    by the external id in ``external_id_param`` (e.g. a Prolific id).
+
+    ``max_participants`` caps the participants who hold a place: those who consented and were
+    neither screened out nor returned (opening the link holds no place; the cap is checked
+    again, in the database, at consent). ``require_id``: whether a join must carry the
+    external id; by default it must when the study names a crowd platform (a participant
+    without a platform id could not be paid and could bypass a screen-out), and need not
+    otherwise; ``require_id: false`` allows anonymous joins on a platform study explicitly.
+    ``max_per_address``: at most this many participants who consented from one network
+    address in the last ``address_window_minutes`` may be unfinished at once (so one client
+    cannot reserve a study's items; behind a reverse proxy, serve with ``--trust-proxy``);
+    ``null`` lifts the limit (a lab where everyone shares one address).
+    """
+
+    ADDED_LATER: ClassVar[tuple[str, ...]] = (
+        "require_id",
+        "max_per_address",
+        "address_window_minutes",
+    )
 
     open: bool = False
     external_id_param: str = "pid"
     max_participants: int | None = Field(default=None, ge=1)
+    require_id: bool | None = None
+    max_per_address: int | None = Field(default=3, ge=1)
+    address_window_minutes: float = Field(default=60.0, gt=0)
+
+
+def stable_dump(model: BaseModel) -> dict[str, Any]:
+    """``model.model_dump(mode="json")`` without the fields a later version added (named in a
+    model's ``ADDED_LATER``) while they keep their defaults, at any depth: a file written before
+    those fields existed keeps its version hash.
+
+    >>> stable_dump(Enrollment(open=True))
+    {'open': True, 'external_id_param': 'pid', 'max_participants': None}
+    """
+    data: dict[str, Any] = model.model_dump(mode="json")
+    _drop_later_defaults(model, data)
+    return data
+
+
+def _drop_later_defaults(model: BaseModel, data: dict[str, Any]) -> None:
+    fields = type(model).model_fields
+    for name in getattr(model, "ADDED_LATER", ()):
+        default = fields[name].get_default(call_default_factory=True)
+        value = getattr(model, name)
+        dumped = default.model_dump(mode="json") if isinstance(default, BaseModel) else default
+        if name in data and (value == default or data[name] == dumped):
+            data.pop(name)
+    for name in list(data):
+        value = getattr(model, name, None)
+        if isinstance(value, BaseModel) and isinstance(data[name], dict):
+            _drop_later_defaults(value, data[name])
+        elif isinstance(value, list) and isinstance(data[name], list):
+            for item, dumped_item in zip(value, data[name], strict=False):
+                if isinstance(item, BaseModel) and isinstance(dumped_item, dict):
+                    _drop_later_defaults(item, dumped_item)
 
 
 class OpenQuestion(StrictModel):

@@ -82,7 +82,10 @@ def test_a_hung_call_times_out_and_a_dead_worker_is_restarted(causal_lm):
             results[key + request.request_id] = result
             arrived[key + request.request_id] = time.monotonic()
 
-    worker = GenerationWorker(flaky, store, workers=2, timeout_s=8.0, check_every_s=0.1)
+    # per_key=2: both of a writer's calls at once (this test is about supervision, not shares)
+    worker = GenerationWorker(
+        flaky, store, workers=2, per_key=2, timeout_s=8.0, check_every_s=0.1
+    )
     hung = _requests("The keeper's lamp would hang in the dark for hours.")
     died = _requests("The sailor said the engine would die before dawn.")
     fine = _requests("The lighthouse stood on the rocks above the bay.")
@@ -133,6 +136,40 @@ def test_one_writers_slow_call_does_not_delay_anothers_suggestions(tmp_path):
     assert page.url.path.endswith("/choose") and waited < 10.0, waited
     assert plugin.worker is not None and plugin.worker.in_flight >= 1, "A is still generating"
     assert plugin.worker.wait_idle(timeout=60)
+
+
+def test_a_slow_writer_holds_at_most_their_share_of_the_workers(causal_lm):
+    """Two workers; writer A's two calls take 12 s each and arrive first; then four writers
+    ask for two suggestions each. A's calls run one at a time (a share of one worker), the
+    other writers are served in turn on the other worker, each well before A's first call
+    ends. (With one queue both workers took A's calls, and everyone waited 12 s.)"""
+    slow = Unreliable(SuggestionEngine(_config()), sleep={"glacier": 12.0})
+    arrived: dict[str, float] = {}
+    lock = threading.Lock()
+
+    def store(key: str, request: SuggestionRequest, result: SuggestionResult) -> None:
+        assert result.text is not None, result.error
+        with lock:
+            arrived[f"{key}/{request.request_id}"] = time.monotonic()
+
+    worker = GenerationWorker(slow, store, workers=2, timeout_s=60.0, check_every_s=0.1)
+    assert worker.per_key == 1
+    started = time.monotonic()
+    for request in _requests("The glacier moved an inch a year, and the village waited."):
+        worker.submit("A", request)
+    time.sleep(0.2)
+    others = {f"W{i}": _requests(f"Writer {i} saw a gull over the harbour.") for i in range(4)}
+    for key, requests in others.items():
+        for request in requests:
+            worker.submit(key, request)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and sum(k[0] == "W" for k in arrived) < 8:
+        time.sleep(0.05)
+    waited = max(arrived[k] for k in arrived if k.startswith("W")) - started
+    assert sum(k.startswith("W") for k in arrived) == 8
+    assert waited < 12.0, f"the other writers waited {waited:.1f} s"
+    assert not any(k.startswith("A/") for k in arrived), "A's first call is still running"
+    worker.close(wait=False)
 
 
 def test_a_writer_whose_suggestion_timed_out_can_ask_again(tmp_path):

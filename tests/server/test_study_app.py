@@ -23,8 +23,12 @@ from storyeval.server.study_store import StudyVersionError
 ADMIN = "test-admin-token-0123456789"
 
 
-def make_client(study, tmp_path: Path, *, db_name: str = "app.sqlite3") -> TestClient:  # type: ignore[no-untyped-def]
-    settings = Settings(database_url=f"sqlite:///{tmp_path / db_name}", admin_token=ADMIN)
+def make_client(
+    study, tmp_path: Path, *, db_name: str = "app.sqlite3", burst: int = 10
+) -> TestClient:  # type: ignore[no-untyped-def]
+    settings = Settings(
+        database_url=f"sqlite:///{tmp_path / db_name}", admin_token=ADMIN, enroll_burst=burst
+    )
     return TestClient(create_app(settings, [StudySession(study)]))
 
 
@@ -217,6 +221,8 @@ def test_admin_pages_refuse_without_the_admin_token(path, make_likert, tmp_path)
 
 
 def test_double_submission_is_stored_once(make_likert, tmp_path):
+    """A replay of the same answers is acknowledged as the original (303); other answers for
+    an answered item are told so (409) and change nothing."""
     study = make_likert()
     client = make_client(study, tmp_path)
     response = client.get(
@@ -226,8 +232,10 @@ def test_double_submission_is_stored_once(make_likert, tmp_path):
     item = client.post(f"/study/{token}/start", data={"consent": "yes"}, follow_redirects=True)
     path = str(item.url).split("testserver")[1]
     first = client.post(path, data={c.name: "2" for c in study.criteria}, follow_redirects=False)
-    again = client.post(path, data={c.name: "5" for c in study.criteria}, follow_redirects=False)
-    assert first.status_code == again.status_code == 303
+    replay = client.post(path, data={c.name: "2" for c in study.criteria}, follow_redirects=False)
+    other = client.post(path, data={c.name: "5" for c in study.criteria}, follow_redirects=False)
+    assert first.status_code == replay.status_code == 303
+    assert other.status_code == 409 and "already answered" in other.text
     judgments = export(client, study, tmp_path)
     assert [j.value for j in judgments] == [2.0] * len(study.criteria)
 
@@ -258,29 +266,42 @@ def test_incomplete_answers_are_refused_and_the_page_keeps_its_time(make_likert,
 
 
 def test_open_enrollment_keeps_one_participant_per_external_id(study_dir, tmp_path):
+    """One participant per id; ``max_participants`` counts those who consented (opening the
+    link holds no place), and a join past the cap is "full"."""
     text = study_dir / "x.yaml"
     text.write_text(
         "name: open-study\ntitle: Open\nprotocol: detection\nstories: stories.jsonl\n"
-        "select: {systems: [human, smollm2-p0.9], per_system: 2}\n"
+        "select: {systems: [human, smollm2-p0.9], per_system: 4}\n"
         "assignment: {items_per_participant: 2, raters_per_item: 1}\n"
         "enrollment: {open: true, external_id_param: PROLIFIC_PID, max_participants: 3}\n",
         encoding="utf-8",
     )
     study = load_study(text)
-    client = make_client(study, tmp_path)
+    client = make_client(study, tmp_path, burst=100)
     first = client.get("/join/study/open-study?PROLIFIC_PID=abc", follow_redirects=False)
     again = client.get("/join/study/open-study?PROLIFIC_PID=abc", follow_redirects=False)
     assert first.status_code == 303 and first.headers["location"] == again.headers["location"]
     other = client.get("/join/study/open-study?PROLIFIC_PID=def", follow_redirects=False)
     assert other.headers["location"] != first.headers["location"]
     assert client.get("/join/study/other-study").status_code == 404
-    client.get("/join/study/open-study", follow_redirects=False)
+    for pid in ("v1", "v2", "v3", "v4"):  # page loads without consent hold no place
+        assert client.get(f"/join/study/open-study?PROLIFIC_PID={pid}").url.path.endswith(
+            "/welcome"
+        )
+    for pid in ("abc", "def", "ghi"):
+        page = client.get(f"/join/study/open-study?PROLIFIC_PID={pid}")
+        token = page.url.path.split("/")[2]
+        started = client.post(f"/study/{token}/start", data={"consent": "yes"})
+        assert "/item/" in started.url.path, started.text[:300]
     full = client.get("/join/study/open-study?PROLIFIC_PID=zzz", follow_redirects=False)
     assert full.status_code == 200 and "full" in full.text
+    waiting = client.get("/join/study/open-study?PROLIFIC_PID=v1")  # joined before the cap
+    assert waiting.url.path.endswith("/full"), "a place is needed to consent"
     people = client.get(
         f"/admin/{ADMIN}/study/open-study/export/participants.jsonl"
     ).text.splitlines()
-    assert sorted(json.loads(p)["external_id"] or "" for p in people) == ["", "abc", "def"]
+    ids = sorted(json.loads(p)["external_id"] for p in people)
+    assert ids == ["abc", "def", "ghi", "v1", "v2", "v3", "v4"]
 
 
 def test_a_changed_study_file_cannot_reuse_the_database(make_likert, tmp_path):

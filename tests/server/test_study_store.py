@@ -116,7 +116,7 @@ def test_submissions_are_idempotent_even_when_concurrent(db_url, make_likert):
     person = db.run(lambda conn: create_participants(conn, "study", study.name, 1, now=0.0))[0]
     db.run(lambda conn: store.start(conn, study, participant_by_token(conn, person.token), 1.0))
     with db.read() as conn:
-        first, second = store.participant_slots(conn, person.id)[:2]
+        first, second, third = store.participant_slots(conn, person.id)[:3]
 
     def submit(slot_id, answers):  # type: ignore[no-untyped-def]
         return db.run(
@@ -126,14 +126,21 @@ def test_submissions_are_idempotent_even_when_concurrent(db_url, make_likert):
         ).status
 
     assert submit(first.id, _answers(study)) == "saved"
-    assert submit(first.id, {c.name: 1 for c in study.criteria}) == "duplicate"
+    assert submit(first.id, _answers(study)) == "duplicate", "a replay is acknowledged"
+    assert submit(first.id, {c.name: 1 for c in study.criteria}) == "answered"
     with ThreadPoolExecutor(max_workers=4) as pool:
         results = list(pool.map(lambda _: submit(second.id, _answers(study)), range(4)))
     assert sorted(results) == ["duplicate", "duplicate", "duplicate", "saved"]
+    with ThreadPoolExecutor(max_workers=4) as pool:  # other answers at once: one is stored
+        results = list(
+            pool.map(lambda v: submit(third.id, {c.name: v for c in study.criteria}), (1, 2, 4, 5))
+        )
+    assert sorted(results) == ["answered", "answered", "answered", "saved"]
     with db.read() as conn:
         values = conn.execute(select(store.judgments.c.slot_id, store.judgments.c.value)).all()
-    assert len(values) == 2 * len(study.criteria)
+    assert len(values) == 3 * len(study.criteria)
     assert {v for s, v in values if s == first.id} == {3.0}, "the first answer wins"
+    assert len({v for s, v in values if s == third.id}) == 1
     db.dispose()
 
 

@@ -36,7 +36,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
@@ -47,6 +47,7 @@ from storyeval.yamlfile import (
     YamlDocument,
     YamlFileError,
     read_yaml,
+    stable_dump,
     validate,
 )
 from storyeval.yamlfile import StrictModel as _Strict
@@ -239,11 +240,26 @@ class Completion(_Strict):
 
 
 class GenerationSettings(_Strict):
-    """How suggestions are generated off the request path."""
+    """How suggestions are generated off the request path.
+
+    ``workers`` threads generate at once; one writer's calls take at most
+    ``max_per_writer`` of them (default: half, at least one), and waiting calls are served
+    writer by writer in turn, so a writer whose calls are slow never holds up the others.
+    """
+
+    ADDED_LATER: ClassVar[tuple[str, ...]] = ("max_per_writer",)
 
     workers: int = Field(default=2, ge=1, le=16)
     seed: int = 0
     timeout_s: float = Field(default=300.0, gt=0)
+    max_per_writer: int | None = Field(default=None, ge=1)
+
+    @property
+    def writer_share(self) -> int:
+        """The most calls of one writer that run at once."""
+        if self.max_per_writer is not None:
+            return min(self.max_per_writer, self.workers)
+        return max(1, self.workers // 2)
 
 
 class _Common(_Strict):
@@ -270,7 +286,7 @@ class _Common(_Strict):
 
     def version(self) -> str:
         """A short hash of the whole configuration: a changed file is a new version."""
-        text = json.dumps(self.model_dump(mode="json"), sort_keys=True)
+        text = json.dumps(stable_dump(self), sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 

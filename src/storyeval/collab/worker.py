@@ -9,16 +9,20 @@ Supervision: a call that runs longer than the timeout is reported to the writer 
 suggestion (they can ask again) and its thread is replaced, so a hung model never holds a
 writer or the pool; a worker thread that dies is restarted and its request reported failed,
 with the cause in the log. Calls run in parallel (each samples from its own seeded random
-generator, see :func:`storyeval.generate.continue_text`), so one writer's slow call does not
-delay the others'.
+generator, see :func:`storyeval.generate.continue_text`).
+
+Fairness: each writer (the ``key`` of :meth:`GenerationWorker.submit`) has a queue of their
+own; a free thread serves the writers in turn (round robin), and one writer's calls run on at
+most ``per_key`` threads at once, so a writer whose calls are slow (a long context, a slow
+generator) holds at most that share of the pool while other writers' suggestions go on.
 """
 
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 import time
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -139,6 +143,9 @@ class GenerationWorker:
         caller passed to :meth:`submit` (e.g. the participant id).
     workers : int
         Threads generating at once.
+    per_key : int or None
+        The most calls of one key (writer) running at once; default half the threads, at
+        least one. Waiting calls are taken key by key in turn.
     timeout_s : float
         A call running longer is reported as a failed suggestion and its thread replaced
         (Python cannot stop a running thread: it is abandoned, and its late result dropped).
@@ -158,25 +165,33 @@ class GenerationWorker:
         on_result: ResultCallback,
         *,
         workers: int = 2,
+        per_key: int | None = None,
         timeout_s: float = 300.0,
         check_every_s: float | None = None,
     ) -> None:
         if workers < 1:
             raise ValueError(f"workers must be >= 1; got {workers}")
+        if per_key is not None and per_key < 1:
+            raise ValueError(f"per_key must be >= 1; got {per_key}")
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be > 0; got {timeout_s}")
         self._engine = engine
         self._on_result = on_result
         self.workers = workers
+        self.per_key = min(per_key, workers) if per_key is not None else max(1, workers // 2)
         self.timeout_s = timeout_s
         self._check_every = check_every_s or min(1.0, timeout_s / 4)
-        self._queue: queue.Queue[tuple[str, SuggestionRequest] | None] = queue.Queue()
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
+        self._ready = threading.Condition(self._lock)
+        self._waiting: dict[str, deque[SuggestionRequest]] = {}
+        self._turns: deque[str] = deque()  # keys with waiting calls, in serving order
+        self._running_per_key: Counter[str] = Counter()
         self._in_flight: set[tuple[str, str]] = set()
         self._running: dict[threading.Thread, _Call | None] = {}
         self._retired: set[threading.Thread] = set()
         self._closed = False
+        self._stopping = False
         self._stats = _Stats()
         self._serial = 0
         with self._lock:
@@ -230,7 +245,10 @@ class GenerationWorker:
             if marker in self._in_flight:
                 return False
             self._in_flight.add(marker)
-        self._queue.put((key, request))
+            self._waiting.setdefault(key, deque()).append(request)
+            if key not in self._turns:
+                self._turns.append(key)
+            self._ready.notify()
         return True
 
     def wait_idle(self, timeout: float | None = None) -> bool:
@@ -251,9 +269,8 @@ class GenerationWorker:
         if wait:
             self.wait_idle(timeout)
         with self._lock:
-            count = len(self._running)
-        for _ in range(count):
-            self._queue.put(None)
+            self._stopping = True
+            self._ready.notify_all()
 
     # ------------------------------------------------------------------ threads
 
@@ -266,16 +283,40 @@ class GenerationWorker:
         self._running[thread] = None
         thread.start()
 
+    def _next_call(self) -> tuple[str, SuggestionRequest] | None:
+        """The next call to run, taken in turn from the first writer below their share (the
+        lock is held; waits while there is none); ``None`` once the worker stops."""
+        while not self._stopping:
+            for key in self._turns:
+                if self._running_per_key[key] < self.per_key:
+                    self._turns.remove(key)
+                    calls = self._waiting[key]
+                    request = calls.popleft()
+                    if calls:
+                        self._turns.append(key)  # the writer's next call waits for its turn
+                    else:
+                        del self._waiting[key]
+                    self._running_per_key[key] += 1
+                    return key, request
+            self._ready.wait()
+        return None
+
+    def _call_ended(self, key: str) -> None:
+        """A call of ``key`` no longer occupies a thread (the lock is held)."""
+        self._running_per_key[key] -= 1
+        if self._running_per_key[key] <= 0:
+            del self._running_per_key[key]
+        self._ready.notify()
+
     def _loop(self) -> None:
         me = threading.current_thread()
         while True:
-            item = self._queue.get()
-            if item is None:
-                with self._lock:
-                    self._running.pop(me, None)
-                return
-            key, request = item
             with self._lock:
+                item = self._next_call()
+                if item is None:
+                    self._running.pop(me, None)
+                    return
+                key, request = item
                 self._running[me] = _Call(key, request, me, time.monotonic())
             result = self._generate(request)
             with self._lock:
@@ -284,6 +325,7 @@ class GenerationWorker:
                     log.info("dropped the late result of %s (timed out)", request.request_id)
                     return
                 self._running[me] = None
+                self._call_ended(key)
             self._deliver(key, request, result)
 
     def _generate(self, request: SuggestionRequest) -> SuggestionResult:
@@ -333,6 +375,7 @@ class GenerationWorker:
                 log.error("generation worker %s died; starting another", thread.name)
                 if call is not None:
                     dead.append(call)
+                    self._call_ended(call.key)
                 self._stats.restarted += 1
                 if not self._closed:
                     self._spawn()
@@ -345,6 +388,7 @@ class GenerationWorker:
                 self._running.pop(thread)
                 self._retired.add(thread)
                 late.append(call)
+                self._call_ended(call.key)
                 self._stats.restarted += 1
                 if not self._closed:
                     self._spawn()

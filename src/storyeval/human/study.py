@@ -49,6 +49,7 @@ from storyeval.yamlfile import (
     YamlFileError,
     loc_text,
     read_yaml,
+    stable_dump,
     validate,
     validation_messages,
 )
@@ -189,7 +190,8 @@ def resolve_study(
 
 
 def _canonical_config(config: StudyConfig) -> dict[str, Any]:
-    data: dict[str, Any] = config.model_dump(mode="json", exclude={"reporting"})
+    data: dict[str, Any] = stable_dump(config)
+    data.pop("reporting", None)
     for key in _LATER_SECTIONS:  # keep the versions of files written for 0.1 unchanged
         fields = type(config).model_fields
         default = fields[key].get_default(call_default_factory=True) if key in fields else None

@@ -7,12 +7,14 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
+from http import HTTPStatus
 from typing import Any
 
-from fastapi import APIRouter, FastAPI, HTTPException, Request
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.staticfiles import StaticFiles
 from sqlalchemy.exc import DataError, StatementError
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
 from storyeval import __version__
@@ -31,9 +33,14 @@ TITLES = {
     400: "Bad request",
     403: "Forbidden",
     404: "Not found",
+    405: "Method not allowed",
     409: "Conflict",
     422: "Invalid answer",
     429: "Too many requests",
+}
+PLAIN_DETAILS = {
+    404: "There is no page at this address. Check that you copied the whole link.",
+    405: "This page cannot be used that way.",
 }
 
 
@@ -48,6 +55,21 @@ def _admin_token(db: Database, settings: Settings) -> str:
         token = new_token()
         set_meta(conn, "admin_token", token)
         return token
+
+    return db.run(work)
+
+
+def _client_salt(db: Database) -> str:
+    """The secret key of the address hashes (made once per database, kept across restarts and
+    shared by the worker processes)."""
+
+    def work(conn: Any) -> str:
+        stored = get_meta(conn, "client_salt")
+        if stored:
+            return stored
+        salt = new_token()
+        set_meta(conn, "client_salt", salt)
+        return salt
 
     return db.run(work)
 
@@ -85,6 +107,7 @@ def create_app(
         sessions=registry,
         admin_token=_admin_token(db, settings),
         clock=clock,
+        client_salt=_client_salt(db),
     )
     for name in dict.fromkeys(n for s in sessions for n in s.template_names()):
         state.templates.get_template(name)  # compile now, not on a participant's request
@@ -136,13 +159,18 @@ def _error_pages(app: FastAPI, state: ServerState) -> None:
     """Every error is the same HTML page with a 4xx status; database errors caused by the
     input (PostgreSQL refuses a NUL byte, say) are a 400, logged without their parameters."""
 
-    @app.exception_handler(HTTPException)
-    async def _http_error(request: Request, exc: HTTPException) -> Response:
+    @app.exception_handler(StarletteHTTPException)  # the router's 404 and 405 too
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        detail = str(exc.detail)
+        if exc.status_code in PLAIN_DETAILS and detail == HTTPStatus(exc.status_code).phrase:
+            detail = PLAIN_DETAILS[exc.status_code]  # the router's own 404/405
         response = state.message(
-            TITLES.get(exc.status_code, "Error"), str(exc.detail), status_code=exc.status_code
+            TITLES.get(exc.status_code, "Error"), detail, status_code=exc.status_code
         )
         if exc.status_code == 429:
             response.headers["Retry-After"] = "60"
+        for name, value in (exc.headers or {}).items():  # e.g. Allow on a 405
+            response.headers.setdefault(name, value)
         return response
 
     @app.exception_handler(RequestValidationError)

@@ -61,6 +61,11 @@ participants = Table(
     Column("status", String(16), nullable=True),
     Column("browser_key", String(64), nullable=True),
     Column("platform", Text, nullable=True),
+    # the last POST that changed the participant's state: reservations are kept by work, not by
+    # reloading a page (GETs move last_seen_at only)
+    Column("active_at", Float, nullable=True),
+    # a keyed hash of the network address that consented (open enrollment), never the address
+    Column("client_key", String(64), nullable=True),
     UniqueConstraint("kind", "session", "external_id", name="uq_participant_external"),
     Index("ix_participants_session", "kind", "session"),
 )
@@ -88,7 +93,8 @@ _BY_TOKEN = select(participants).where(participants.c.token == bindparam("token"
 _BY_ID_LOCKED = select(participants).where(participants.c.id == bindparam("pid")).with_for_update()
 PARTICIPANT_COLUMNS = (
     "id, token, kind, session, external_id, created_at, started_at, finished_at, "
-    "last_seen_at, last_submit_at, completion_code, status, browser_key, platform"
+    "last_seen_at, last_submit_at, completion_code, status, browser_key, platform, active_at, "
+    "client_key"
 )
 """The columns of :class:`Participant`, in its field order (for hand-written queries)."""
 _FIRST_VIEW = HotQuery(
@@ -103,7 +109,11 @@ _VIEW_AGAIN = HotQuery(
     "WHERE participant_id = :pid AND page = :page"
 )
 _NOTE_SUBMISSION = HotQuery(
-    "UPDATE participants SET last_submit_at = :now, last_seen_at = :now WHERE id = :pid"
+    "UPDATE participants SET last_submit_at = :now, last_seen_at = :now, active_at = :now "
+    "WHERE id = :pid"
+)
+_NOTE_ACTIVE = HotQuery(
+    "UPDATE participants SET last_seen_at = :now, active_at = :now WHERE id = :pid"
 )
 
 
@@ -134,6 +144,8 @@ class Participant:
     status: str | None = None
     browser_key: str | None = None
     platform: str | None = None
+    active_at: float | None = None
+    client_key: str | None = None
 
     @classmethod
     def from_row(cls, row: Any) -> Participant:
@@ -192,9 +204,10 @@ def participant_for_external_id(
 ) -> tuple[Participant, bool]:
     """The participant with this external id (e.g. a Prolific id), created if new.
 
-    Returns the participant and whether it was created. A new participant is bound to the
-    browser whose cookie holds ``browser_secret`` (see :func:`browser_key`). Safe when two
-    requests race: the unique constraint decides, the loser reads the winner's row.
+    Returns the participant and whether *this call* created it. A new participant is bound to
+    the browser whose cookie holds ``browser_secret`` (see :func:`browser_key`). Safe when two
+    requests race: the unique constraint decides, the loser reads the winner's row and gets
+    ``created=False``, so the caller checks whose browser it is bound to before handing it out.
     """
     if len(external_id) > MAX_EXTERNAL_ID:
         raise ValueError(f"an external id has at most {MAX_EXTERNAL_ID} characters")
@@ -221,10 +234,9 @@ def participant_for_external_id(
                     platform=json.dumps(platform, sort_keys=True) if platform else None,
                 )
             )
-    except IntegrityError:
-        pass
-    row = conn.execute(query).one()
-    return Participant.from_row(row), True
+    except IntegrityError:  # another request inserted this id first: theirs, not ours
+        return Participant.from_row(conn.execute(query).one()), False
+    return Participant.from_row(conn.execute(query).one()), True
 
 
 def bind_browser(conn: Connection, participant_id: int, secret: str) -> None:
@@ -260,6 +272,98 @@ def count_participants(conn: Connection, kind: str, session: str) -> int:
             .where(participants.c.kind == kind, participants.c.session == session)
         ).scalar_one()
     )
+
+
+def count_enrolled(conn: Connection, kind: str, session: str, *, exclude: int | None = None) -> int:
+    """The participants who hold a place in ``session``: consented and neither screened out
+    nor returned (a join that never consents holds none, so ``max_participants`` cannot be
+    filled by page loads)."""
+    query = (
+        select(func.count())
+        .select_from(participants)
+        .where(
+            participants.c.kind == kind,
+            participants.c.session == session,
+            participants.c.started_at.is_not(None),
+            participants.c.status.is_(None),
+        )
+    )
+    if exclude is not None:
+        query = query.where(participants.c.id != exclude)
+    return int(conn.execute(query).scalar_one())
+
+
+def count_active_from_client(
+    conn: Connection, kind: str, session: str, key: str, *, since: float, exclude: int
+) -> int:
+    """Participants of ``session`` who consented from the network address with ``key`` since
+    ``since`` and have not finished (the per-address limit of open enrollment)."""
+    return int(
+        conn.execute(
+            select(func.count())
+            .select_from(participants)
+            .where(
+                participants.c.kind == kind,
+                participants.c.session == session,
+                participants.c.client_key == key,
+                participants.c.started_at >= since,
+                participants.c.finished_at.is_(None),
+                participants.c.id != exclude,
+            )
+        ).scalar_one()
+    )
+
+
+def set_client_key(conn: Connection, participant_id: int, key: str) -> None:
+    """Remember which network address (its keyed hash) a participant consented from."""
+    conn.execute(
+        update(participants).where(participants.c.id == participant_id).values(client_key=key)
+    )
+
+
+def client_key(address: str, salt: str) -> str:
+    """What the database keeps of a client's network address: a keyed hash (HMAC-SHA-256 with
+    the server's secret salt), enough to count participants per address, never the address.
+
+    >>> client_key("192.0.2.1", "s") == client_key("192.0.2.1", "s") != client_key("192.0.2.2", "s")
+    True
+    """
+    import hashlib
+    import hmac
+
+    return hmac.new(salt.encode("utf-8"), address.encode("utf-8"), hashlib.sha256).hexdigest()
+
+
+def participants_of_browser(
+    conn: Connection, kind: str, session: str, secret: str
+) -> list[Participant]:
+    """The participants of ``session`` bound to the browser holding ``secret``, oldest first."""
+    rows = conn.execute(
+        select(participants)
+        .where(
+            participants.c.kind == kind,
+            participants.c.session == session,
+            participants.c.browser_key == browser_key(secret),
+        )
+        .order_by(participants.c.id)
+    ).all()
+    return [Participant.from_row(row) for row in rows]
+
+
+def lock_session(conn: Connection, kind: str, session: str) -> None:
+    """Serialise enrollment decisions of one session until the transaction ends.
+
+    On PostgreSQL a transaction-scoped advisory lock keyed by the session (READ COMMITTED
+    would let two joins both count the same free place); SQLite's write transactions are
+    already exclusive.
+    """
+    if conn.dialect.name != "postgresql":
+        return
+    import hashlib
+
+    digest = hashlib.sha256(f"storyeval:{kind}/{session}".encode()).digest()
+    key = int.from_bytes(digest[:8], "big", signed=True)
+    conn.exec_driver_sql("SELECT pg_advisory_xact_lock(%(key)s)", {"key": key})
 
 
 def participant_by_token(conn: Connection, token: str) -> Participant | None:
@@ -331,9 +435,15 @@ def rater_id(participant_id: int) -> str:
 
 
 _MARK_STARTED = HotQuery(
-    "UPDATE participants SET started_at = :now, last_seen_at = :now "
+    "UPDATE participants SET started_at = :now, last_seen_at = :now, active_at = :now "
     "WHERE id = :pid AND started_at IS NULL"
 )
+
+
+def note_active(conn: Connection, participant_id: int, now: float) -> None:
+    """Record a state-changing POST that is not a judgment (e.g. asking for more items): it
+    keeps the participant's reservations, as a judgment does."""
+    _NOTE_ACTIVE.run(conn, {"pid": participant_id, "now": now})
 
 
 def mark_started(conn: Connection, participant_id: int, now: float) -> None:

@@ -19,7 +19,14 @@ from typing import Any, ClassVar
 from sqlalchemy import Connection
 
 from storyeval.server.db import Database
-from storyeval.server.participants import Participant
+from storyeval.server.participants import (
+    Participant,
+    count_active_from_client,
+    count_enrolled,
+    lock_session,
+    set_client_key,
+)
+from storyeval.yamlfile import Enrollment
 
 
 @dataclass(frozen=True)
@@ -27,13 +34,64 @@ class EnrollmentPolicy:
     """Whether ``/join/<kind>/<name>`` creates participants, and with which limits.
 
     ``platform_parameters`` are URL parameters stored with the participant (e.g. Prolific's
-    ``STUDY_ID`` and ``SESSION_ID``).
+    ``STUDY_ID`` and ``SESSION_ID``); ``require_id``: a join without the external id is
+    refused; ``max_per_address`` unfinished participants may have consented from one network
+    address within ``address_window_s`` (see :class:`storyeval.yamlfile.Enrollment`).
     """
 
     open: bool = False
     external_id_param: str = "pid"
     max_participants: int | None = None
     platform_parameters: tuple[str, ...] = ()
+    require_id: bool = False
+    max_per_address: int | None = None
+    address_window_s: float = 3600.0
+
+    @classmethod
+    def from_config(
+        cls, enrollment: Enrollment, *, platform_parameters: tuple[str, ...] = ()
+    ) -> EnrollmentPolicy:
+        """The policy of a file's ``enrollment`` section; a crowd platform (one that sends
+        parameters) requires its id unless the file says ``require_id: false``."""
+        require = enrollment.require_id
+        return cls(
+            enrollment.open,
+            enrollment.external_id_param,
+            enrollment.max_participants,
+            platform_parameters,
+            bool(platform_parameters) if require is None else require,
+            enrollment.max_per_address,
+            60.0 * enrollment.address_window_minutes,
+        )
+
+    def admit(
+        self, conn: Connection, participant: Participant, client: str | None, now: float
+    ) -> str | None:
+        """Whether an open-enrollment participant may consent now: ``None`` (yes; the client's
+        address key is stored with them), ``"full"`` (``max_participants`` hold a place) or
+        ``"busy"`` (their address has ``max_per_address`` unfinished participants). Decided
+        under the session's enrollment lock, so concurrent consents cannot overshoot."""
+        lock_session(conn, participant.kind, participant.session)
+        if self.max_participants is not None:
+            held = count_enrolled(
+                conn, participant.kind, participant.session, exclude=participant.id
+            )
+            if held >= self.max_participants:
+                return "full"
+        if client is not None and self.max_per_address is not None:
+            active = count_active_from_client(
+                conn,
+                participant.kind,
+                participant.session,
+                client,
+                since=now - self.address_window_s,
+                exclude=participant.id,
+            )
+            if active >= self.max_per_address:
+                return "busy"
+        if client is not None:
+            set_client_key(conn, participant.id, client)
+        return None
 
 
 class SessionPlugin:

@@ -7,6 +7,7 @@ Routers import this module (never the app factory), so the server has no import 
 from __future__ import annotations
 
 import functools
+import logging
 import re
 import threading
 import time
@@ -23,12 +24,14 @@ from starlette.responses import Response
 
 from storyeval import __version__
 from storyeval.server.db import Database
-from storyeval.server.participants import Participant, participant_by_token
+from storyeval.server.participants import Participant, client_key, participant_by_token
 from storyeval.server.security import tokens_match
 from storyeval.server.sessions import SessionPlugin
 from storyeval.server.settings import Settings
 from storyeval.server.templating import render
 
+log = logging.getLogger("storyeval.server")
+_PROXY_WARNED = threading.Event()
 NOT_FOUND = "This link is not valid. Check that you copied the whole address."
 MAX_TEXT = 5000
 """Longest free-text answer accepted (characters); a longer one is refused, never cut."""
@@ -81,6 +84,7 @@ class ServerState:
     sessions: dict[tuple[str, str], SessionPlugin]
     admin_token: str
     clock: Callable[[], float] = time.time
+    client_salt: str = ""
     limiter: RateLimiter = field(init=False)
     known: dict[str, Participant] = field(init=False, default_factory=dict)
 
@@ -199,12 +203,50 @@ def client_address(request: Request) -> str:
     """The client's address (the first ``X-Forwarded-For`` hop when the settings trust a
     reverse proxy)."""
     state = server_state(request)
+    forwarded = request.headers.get("x-forwarded-for", "")
     if state.settings.trust_proxy:
-        forwarded = request.headers.get("x-forwarded-for", "")
         first = forwarded.split(",")[0].strip()
         if first:
             return first
+    elif forwarded and not _PROXY_WARNED.is_set():
+        _PROXY_WARNED.set()
+        log.warning(
+            "requests carry X-Forwarded-For but --trust-proxy is off: every client behind the "
+            "proxy shares one address, so the per-address limits of open enrollment apply to "
+            "all of them together (serve with --trust-proxy behind a reverse proxy)"
+        )
     return request.client.host if request.client is not None else "unknown"
+
+
+BUSY = (
+    "Too many people from your network address have started this study in the last hour. "
+    "Please finish the study you started, or try again later."
+)
+
+
+def client_key_of(request: Request) -> str:
+    """The keyed hash of the client's address that the database keeps (see
+    :func:`storyeval.server.participants.client_key`)."""
+    state = server_state(request)
+    return client_key(client_address(request), state.client_salt or state.admin_token)
+
+
+def admission(
+    request: Request, who: Who, now: float
+) -> Callable[[Any, Participant], str | None] | None:
+    """Open enrollment's limits at consent: the rate (checked now, 429) and, returned as
+    ``admit(conn, participant)`` to run inside the consent's transaction, the session's places
+    and participants per address (:meth:`EnrollmentPolicy.admit`). ``None`` for participants who
+    came through an admin link: invitations are not limited."""
+    if who.participant.browser_key is None:
+        return None
+    rate_limited(request, "start")
+    policy, client = who.session.enrollment(), client_key_of(request)
+
+    def admit(conn: Any, current: Participant) -> str | None:
+        return policy.admit(conn, current, client, now)
+
+    return admit
 
 
 def rate_limited(request: Request, action: str) -> None:

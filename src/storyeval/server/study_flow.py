@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import random
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -29,9 +29,11 @@ from storyeval.server.db import HotQuery
 from storyeval.server.participants import (
     PARTICIPANT_COLUMNS,
     Participant,
+    count_enrolled,
     first_view,
     mark_finished,
     mark_started,
+    note_active,
     note_submission,
     note_view,
     participants,
@@ -86,16 +88,18 @@ _OPEN_COUNT = HotQuery(
 _ANY_OPEN = HotQuery(
     "SELECT 1 FROM study_slots WHERE study = :study AND status = 'open' AND kind = 'item' LIMIT 1"
 )
+# A reservation is kept by work (the last state-changing POST, ``active_at``), never by page
+# loads: a client that reloads its page every few seconds does not keep its items.
 _ANY_EXPIRED = HotQuery(
     "SELECT 1 FROM study_slots s JOIN participants p ON p.id = s.participant_id "
     "WHERE s.study = :study AND s.status = 'reserved' AND s.kind = 'item' "
-    "AND p.last_seen_at < :cutoff LIMIT 1"
+    "AND COALESCE(p.active_at, p.last_seen_at) < :cutoff LIMIT 1"
 )
 _RELEASE = HotQuery(
     "UPDATE study_slots SET status = 'open', participant_id = NULL, batch = NULL, "
     "batch_pos = NULL, reserved_at = NULL WHERE study = :study AND status = 'reserved' "
     "AND kind = 'item' AND participant_id IN (SELECT id FROM participants WHERE kind = 'study' "
-    "AND session = :study AND last_seen_at < :cutoff)"
+    "AND session = :study AND COALESCE(active_at, last_seen_at) < :cutoff)"
 )
 _MEMBER_COUNT = HotQuery("SELECT count(*) FROM study_participants WHERE study = :study")
 _ADD_MEMBER = HotQuery(
@@ -319,6 +323,8 @@ def step_of(conn: Connection, study: Study, snap: Snapshot, now: float) -> Step:
     if participant.finished_at is not None:
         return Step("done")
     if participant.started_at is None or member is None:
+        if _places_taken(conn, study, participant):
+            return Step("full")
         return Step("welcome") if has_available_slots(conn, study, now) else Step("full")
     if study.config.comprehension is not None and not member.comprehension_passed:
         return Step("comprehension", index=snap.comprehension_attempts)
@@ -342,6 +348,15 @@ def step_of(conn: Connection, study: Study, snap: Snapshot, now: float) -> Step:
     if study.config.questions and not member.questions_done:
         return Step("questions")
     return Step("done")
+
+
+def _places_taken(conn: Connection, study: Study, participant: Participant) -> bool:
+    """Whether ``max_participants`` others hold a place (for an open-enrollment participant
+    who has not consented; admin links are invitations and are not capped)."""
+    cap = study.config.enrollment.max_participants
+    if cap is None or participant.browser_key is None:
+        return False
+    return count_enrolled(conn, "study", study.name, exclude=participant.id) >= cap
 
 
 def next_step(
@@ -529,9 +544,21 @@ class Started:
     step: Step | None = None
 
 
-def start(conn: Connection, study: Study, participant: Participant, now: float) -> Started:
+def start(
+    conn: Connection,
+    study: Study,
+    participant: Participant,
+    now: float,
+    *,
+    admit: Callable[[Connection, Participant], str | None] | None = None,
+) -> Started:
     """Consent given: register the participant in the study and, unless a comprehension check
     comes first, reserve their first batch.
+
+    ``admit(conn, participant)`` decides open enrollment's limits first (see
+    :meth:`storyeval.server.sessions.EnrollmentPolicy.admit`): ``"full"`` leads to the full
+    page, ``"busy"`` (too many from the client's address) leaves the participant at consent
+    (status ``"busy"``).
 
     Raises
     ------
@@ -551,6 +578,11 @@ def start(conn: Connection, study: Study, participant: Participant, now: float) 
         release_expired(conn, study, now)
         if open_slot_count(conn, study) == 0:
             return Started("full", Step("full"))
+    verdict = admit(conn, current) if admit is not None else None
+    if verdict == "full":
+        return Started("full", Step("full"))
+    if verdict is not None:
+        return Started(verdict, step)
     counted = _MEMBER_COUNT.one(conn, {"study": study.name})
     seq = int(counted[0]) if counted else 0
     _ADD_MEMBER.run(conn, {"pid": current.id, "study": study.name, "seq": seq})
@@ -601,6 +633,7 @@ def submit_comprehension(
             return "replay"
         raise Conflict(step)
     passed = comprehension_passed(study, answers)
+    note_active(conn, current.id, now)
     conn.execute(
         insert(comprehension_answers).values(
             participant_id=current.id,
@@ -713,7 +746,7 @@ def page_for(study: Study, slot: SlotRow, mine: Sequence[SlotRow]) -> Page:
 class SubmitResult:
     """What storing an item's answers did: stored, repeated (idempotent) or refused, and where to go next."""
 
-    status: str  # saved | duplicate | missing
+    status: str  # saved | duplicate | answered | missing
     judgments: int = 0
     check_passed: bool | None = None
     step: Step | None = None
@@ -760,8 +793,9 @@ def submit_page(
 ) -> SubmitResult:
     """Store the answers of one page, once. Must run in a write transaction.
 
-    Returns ``saved`` (with the next step), ``duplicate`` (already stored: acknowledge as
-    before) or ``missing`` (not this participant's slot).
+    Returns ``saved`` (with the next step), ``duplicate`` (the same answers were stored
+    already: acknowledge as before), ``answered`` (other answers were stored first: they are
+    kept, and this request is told so) or ``missing`` (not this participant's slot).
 
     Raises
     ------
@@ -773,7 +807,7 @@ def submit_page(
     if slot is None:
         return SubmitResult("missing")
     if slot.status == "done":
-        return SubmitResult("duplicate")
+        return SubmitResult(_repeat_kind(conn, study, participant.id, slot, answers))
     current, snap, step = _checked(conn, study, participant, now)
     if step.kind != "item" or step.slot_id != slot_id or slot.status != "reserved":
         raise Conflict(step)
@@ -821,6 +855,17 @@ def submit_page(
     return SubmitResult(
         "saved", len(rows), check_passed, _view_next(conn, study, after, now, known)
     )
+
+
+def _repeat_kind(
+    conn: Connection, study: Study, participant_id: int, slot: SlotRow, answers: Mapping[str, int]
+) -> str:
+    """``duplicate`` when ``answers`` are what was stored for the answered ``slot``, else
+    ``answered`` (a concurrent or later submission with other answers)."""
+    page = page_for(study, slot, participant_slots(conn, participant_id))
+    rows, _ = _judgment_rows(study, page, answers)
+    given = {str(row["criterion"]): float(row["value"]) for row in rows}
+    return "duplicate" if given == stored_answers(conn, participant_id, slot.id) else "answered"
 
 
 def stored_answers(conn: Connection, participant_id: int, slot_id: int) -> dict[str, float]:
@@ -928,6 +973,7 @@ def more(conn: Connection, study: Study, participant: Participant, action: str, 
             close_items(conn, current)
             return "closed"
         raise Conflict(step)
+    note_active(conn, current.id, now)
     if action == "continue" and claim_batch(conn, study, current, now) > 0:
         _view_next(conn, study, current, now)
         return "claimed"

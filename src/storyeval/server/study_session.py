@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -36,10 +37,10 @@ class StudySession(SessionPlugin):
     def enrollment(self) -> EnrollmentPolicy:
         """The study's open-enrollment settings."""
         config = self.study.config
-        e = config.enrollment
-        return EnrollmentPolicy(
-            e.open, config.external_id_param, e.max_participants, config.platform.parameters
+        policy = EnrollmentPolicy.from_config(
+            config.enrollment, platform_parameters=config.platform.parameters
         )
+        return replace(policy, external_id_param=config.external_id_param)
 
     def template_names(self) -> list[str]:
         pages = ("welcome", "done", "more", "questions", "explain", "comprehension")

@@ -91,7 +91,11 @@ class WritingSessionPlugin(SessionPlugin):
             self.worker.close(wait=False)
         settings = self.config.generation
         self.worker = GenerationWorker(
-            self.engine, self._store_result, workers=settings.workers, timeout_s=settings.timeout_s
+            self.engine,
+            self._store_result,
+            workers=settings.workers,
+            per_key=settings.writer_share,
+            timeout_s=settings.timeout_s,
         )
         with db.read() as conn:
             pending = [
@@ -110,8 +114,7 @@ class WritingSessionPlugin(SessionPlugin):
 
     def enrollment(self) -> EnrollmentPolicy:
         """The session's open-enrollment settings."""
-        e = self.config.enrollment
-        return EnrollmentPolicy(e.open, e.external_id_param, e.max_participants)
+        return EnrollmentPolicy.from_config(self.config.enrollment)
 
     def summary(self, conn: Connection) -> dict[str, Any]:
         p = writing_store.progress(conn, self.config)

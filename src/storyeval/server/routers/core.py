@@ -6,11 +6,20 @@ another browser does not get the participant's link, so knowing someone's id is 
 take over their work; the participant's personal link (``/p/<token>``, shown on their first
 page) is how they continue elsewhere. Ids longer than 256 characters or with control
 characters are refused, never cut. Joins are rate-limited per client.
+
+Every join of a session is decided under the session's enrollment lock (an advisory lock on
+PostgreSQL, the write lock on SQLite), so two simultaneous joins with one id cannot both get
+the participant, and ``max_participants`` (counted over consented participants) cannot be
+overshot. A browser screened out of a session is sent back to its screen-out page, whatever id
+it brings; an anonymous browser that joined before gets its own participation back; a session
+on a crowd platform refuses joins without the platform's id (unless its file says
+``require_id: false``).
 """
 
 from __future__ import annotations
 
 import secrets
+from dataclasses import dataclass
 
 from fastapi import APIRouter, Form, HTTPException, Request
 from fastapi.responses import RedirectResponse, Response
@@ -24,16 +33,18 @@ from storyeval.server.participants import (
     Participant,
     bind_browser,
     browser_key,
-    count_participants,
+    count_enrolled,
     create_participants,
+    lock_session,
     participant_by_token,
     participant_for_external_id,
     participants,
+    participants_of_browser,
     rater_id,
 )
 from storyeval.server.routers import attachment
 from storyeval.server.security import tokens_match
-from storyeval.server.sessions import SessionPlugin
+from storyeval.server.sessions import EnrollmentPolicy, SessionPlugin
 from storyeval.server.state import (
     NOT_FOUND,
     Admin,
@@ -123,58 +134,108 @@ def _full(state: ServerState) -> Response:
     return state.message("The study is full", "Thank you for your interest: all places are taken.")
 
 
+def _missing_id(state: ServerState, policy: EnrollmentPolicy) -> Response:
+    return state.message(
+        "Open this study from the recruitment platform",
+        f"This address lacks your participant id ({policy.external_id_param}). Please open the "
+        "study from the platform that recruited you: its link adds your id.",
+        status_code=400,
+    )
+
+
+def _claim(
+    conn: Connection,
+    session: SessionPlugin,
+    request: JoinRequest,
+    now: float,
+) -> Participant | str:
+    """Decide a join inside the session's enrollment lock: the participant to hand out to this
+    browser, or ``"full"`` / ``"taken"``."""
+    kind, name, policy = session.kind, session.name, session.enrollment()
+    lock_session(conn, kind, name)
+    mine = participants_of_browser(conn, kind, name, request.secret) if request.had_cookie else []
+    screened = [p for p in mine if p.status == "screened_out"]
+    if screened:  # screened out stays screened out, whatever id the browser brings now
+        return screened[-1]
+    if request.external is not None:
+        found = conn.execute(
+            select(participants).where(
+                participants.c.kind == kind,
+                participants.c.session == name,
+                participants.c.external_id == request.external,
+            )
+        ).first()
+        if found is not None:
+            return _bound_to_browser(conn, Participant.from_row(found), request.secret)
+    else:
+        resumable = [p for p in mine if p.status is None]
+        if resumable:  # an anonymous browser that joined before continues its participation
+            return resumable[-1]
+    cap = policy.max_participants
+    if cap is not None and count_enrolled(conn, kind, name) >= cap:
+        return "full"
+    if not session.can_enroll(conn, now):
+        return "full"
+    if request.external is not None:
+        person, created = participant_for_external_id(
+            conn,
+            kind,
+            name,
+            request.external,
+            now=now,
+            browser_secret=request.secret,
+            platform=request.platform,
+        )
+        return person if created else _bound_to_browser(conn, person, request.secret)
+    person = create_participants(conn, kind, name, 1, now=now)[0]
+    bind_browser(conn, person.id, request.secret)
+    return person
+
+
+def _bound_to_browser(conn: Connection, person: Participant, secret: str) -> Participant | str:
+    """``person`` if the browser holding ``secret`` may have them (it claimed them, or nobody
+    did yet: bound now), else ``"taken"``."""
+    if person.browser_key is None:
+        bind_browser(conn, person.id, secret)  # made by the admin or before 0.2
+        return person
+    if tokens_match(browser_key(secret), person.browser_key):
+        return person
+    return "taken"
+
+
+@dataclass(frozen=True)
+class JoinRequest:
+    """What a join brings: the external id, the platform's parameters and the browser's
+    binding secret (``had_cookie``: the browser sent a valid one)."""
+
+    external: str | None
+    platform: dict[str, str]
+    secret: str
+    had_cookie: bool
+
+
 @router.get("/join/{kind}/{name}")
 def join(request: Request, kind: str, name: str) -> Response:
     """Open enrollment: create a participant (or find the one with this external id, in the
-    browser that claimed it)."""
+    browser that claimed it; a browser screened out of the session gets its screen-out page)."""
     state = server_state(request)
     session = state.session(kind, name)
     if session is None or not session.enrollment().open:
         raise HTTPException(status_code=404, detail="There is no open study at this address.")
     policy = session.enrollment()
     external = _parameter(request, policy.external_id_param)
+    if external is None and policy.require_id:
+        return _missing_id(state, policy)
     platform = {p: v for p in policy.platform_parameters if (v := _parameter(request, p))}
     cookie_name = _cookie(session)
     secret = request.cookies.get(cookie_name) or ""
-    if len(secret) != 43 or not valid_token(secret):
+    had_cookie = len(secret) == 43 and valid_token(secret)
+    if not had_cookie:
         secret = secrets.token_urlsafe(32)
     rate_limited(request, "join")
     now = state.clock()
-
-    def work(conn: Connection) -> Participant | str:
-        if external is not None:
-            found = conn.execute(
-                select(participants).where(
-                    participants.c.kind == kind,
-                    participants.c.session == name,
-                    participants.c.external_id == external,
-                )
-            ).first()
-            if found is not None:
-                person = Participant.from_row(found)
-                if person.browser_key is None:
-                    bind_browser(conn, person.id, secret)  # made by the admin or before 0.2
-                    return person
-                if tokens_match(browser_key(secret), person.browser_key):
-                    return person
-                return "taken"
-        if (
-            policy.max_participants is not None
-            and count_participants(conn, kind, name) >= policy.max_participants
-        ):
-            return "full"
-        if not session.can_enroll(conn, now):
-            return "full"
-        if external is not None:
-            person, _ = participant_for_external_id(
-                conn, kind, name, external, now=now, browser_secret=secret, platform=platform
-            )
-            return person
-        person = create_participants(conn, kind, name, 1, now=now)[0]
-        bind_browser(conn, person.id, secret)
-        return person
-
-    outcome = state.db.run(work)
+    joining = JoinRequest(external, platform, secret, had_cookie)
+    outcome = state.db.run(lambda conn: _claim(conn, session, joining, now))
     if outcome == "full":
         return _full(state)
     if outcome == "taken":

@@ -25,15 +25,16 @@ from storyeval.human.protocols import get_protocol
 from storyeval.server import study_flow as flow
 from storyeval.server.participants import Participant, first_view, record_view
 from storyeval.server.state import (
+    BUSY,
     MAX_TEXT,
     Form,
     FormData,
     ServerState,
     Who,
+    admission,
     database_bound,
     parse_int,
     participant_of,
-    rate_limited,
     server_state,
     too_long,
 )
@@ -202,6 +203,14 @@ def item_submit(
         return outcome
     if outcome.status == "missing":
         raise HTTPException(status_code=404, detail="This item is not assigned to you.")
+    if outcome.status == "answered":
+        return state.message(
+            "Already answered",
+            "This item was already answered with other ratings (perhaps in another tab); the "
+            "first answer is kept and this one was not stored.",
+            status_code=409,
+            links=[(f"/study/{token}/", "Continue")],
+        )
     # committed (or already stored by an earlier identical request): acknowledge, and send the
     # browser straight to its next page
     if outcome.step is not None:
@@ -335,18 +344,19 @@ def welcome(request: Request, token: str, who: Participation) -> Response:
 def start(request: Request, token: str, who: Participation, form: Form) -> Response:
     """Consent given (or declined): reserve the participant's items or return them."""
     state, participant, study = _parts(request, who)
-    if participant.browser_key is not None:  # came through open enrollment, not an admin link
-        rate_limited(request, "start")
     now = state.clock()
+    admit = admission(request, who, now)
     if form.get("consent") == "no":
         declined = _change(state, token, lambda c: flow.decline(c, study, participant, now))
         return declined if isinstance(declined, Response) else _redirect(f"/study/{token}/returned")
     if form.get("consent") != "yes":
         message = "Please confirm that you have read the information above."
         return _welcome(state, study, participant, message, 422)
-    started = _change(state, token, lambda c: flow.start(c, study, participant, now))
+    started = _change(state, token, lambda c: flow.start(c, study, participant, now, admit=admit))
     if isinstance(started, Response):
         return started
+    if started.status == "busy":
+        return state.message("Too many participants from your network", BUSY, status_code=429)
     return _redirect(_url(token, started.step) if started.step else f"/study/{token}/")
 
 
@@ -359,8 +369,9 @@ def full(request: Request, token: str, who: Participation) -> Response:
     if step.kind != "full":
         return _redirect(_url(token, step))
     return state.message(
-        "No items left",
-        "Thank you for your interest: every item of this study already has all the ratings it needs.",
+        "The study is full",
+        "Thank you for your interest: all places in this study are taken (every item has the "
+        "ratings it needs, or every participant place is filled).",
     )
 
 

@@ -27,13 +27,14 @@ from storyeval.collab.session import TurnError, WritingSession
 from storyeval.server import writing_store
 from storyeval.server.participants import Participant, mark_finished, touch
 from storyeval.server.state import (
+    BUSY,
     Form,
     FormData,
     ServerState,
     Who,
+    admission,
     parse_int,
     participant_of,
-    rate_limited,
     server_state,
     too_long,
 )
@@ -223,14 +224,28 @@ def consent_and_start(
     """Start a writer's session once they consent (every writing kind); the consent page
     again (422) without the box ticked. Open-enrollment starts are rate limited per client."""
     state = server_state(request)
-    if participant.browser_key is not None:  # came through open enrollment, not an admin link
-        rate_limited(request, "start")
+    now = state.clock()
+    admit = admission(request, Who(participant, plugin), now)
     if form.get("consent") != "yes":
         values = context()
         values["error"] = "Please confirm that you have read the information above."
         return state.page(page, values, status_code=422)
-    now = state.clock()
-    state.db.run(lambda conn: writing_store.start(conn, plugin.config, participant, now))
+
+    def work(conn: Connection) -> str | None:
+        if admit is not None and writing_store.load(conn, plugin.config, participant.id) is None:
+            verdict = admit(conn, participant)
+            if verdict is not None:
+                return verdict
+        writing_store.start(conn, plugin.config, participant, now)
+        return None
+
+    verdict = state.db.run(work)
+    if verdict == "full":
+        return state.message(
+            "The study is full", "Thank you for your interest: all places are taken."
+        )
+    if verdict == "busy":
+        return state.message("Too many participants from your network", BUSY, status_code=429)
     return _redirect(f"/{plugin.kind}/{participant.token}/")
 
 
