@@ -8,33 +8,91 @@ in per-system tables, exactly as ``sacrebleu.corpus_bleu`` computes it.
 from __future__ import annotations
 
 import functools
+import math
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
 
 import numpy as np
 
-from storyeval.metrics.registry import (
-    CorpusStatistic,
-    MetricBatch,
-    MetricOption,
-    MetricOutput,
-    register_metric,
+from storyeval.metrics.function import (
+    Groups,
+    Opt,
+    References,
+    Scores,
+    Texts,
+    metric,
+    undefined_note,
 )
+from storyeval.metrics.context import ScoringContext
+from storyeval.metrics.registry import CorpusStatistic
 
 _TOKENIZERS = ("13a", "intl", "none", "char")
 _SMOOTHING = ("exp", "floor", "add-k", "none")
 
+Tokenize = Annotated[Literal["13a", "intl", "none", "char"], Opt("sacrebleu tokenizer")]
+Lowercase = Annotated[bool, Opt("lower-case before matching")]
+Smooth = Annotated[
+    Literal["exp", "floor", "add-k", "none"], Opt("smoothing of sentence BLEU (sacrebleu's)")
+]
+MaxOrder = Annotated[int, Opt("largest n-gram order", minimum=1, maximum=9)]
 
-def _bleu_options(default_order: int) -> list[MetricOption]:
-    return [
-        MetricOption("tokenize", str, "13a", "sacrebleu tokenizer", choices=_TOKENIZERS),
-        MetricOption("lowercase", bool, False, "lower-case before matching"),
-        MetricOption(
-            "smooth", str, "exp", "smoothing of sentence BLEU (sacrebleu's)", choices=_SMOOTHING
-        ),
-        MetricOption("max_order", int, default_order, "largest n-gram order", minimum=1, maximum=9),
-    ]
+
+@dataclass(frozen=True)
+class BleuScores(Scores):
+    """Sentence BLEU per text (``values``, 0-100), with sacrebleu's sufficient statistics per
+    text (``stats``: matching and total n-gram counts, hypothesis length, closest reference
+    length) and corpus BLEU of all texts (``corpus``, equal to ``sacrebleu.corpus_bleu``)."""
+
+    @property
+    def scores(self) -> np.ndarray:
+        """Sentence BLEU of each text (0-100)."""
+        return self.values
+
+    @property
+    def max_order(self) -> int:
+        """The largest n-gram order."""
+        return 0 if self.stats is None else (self.stats.shape[1] - 2) // 2
+
+    @property
+    def counts(self) -> np.ndarray:
+        """Matching n-grams of each text, shape ``(n, max_order)``."""
+        assert self.stats is not None
+        return self.stats[:, : self.max_order]
+
+    @property
+    def totals(self) -> np.ndarray:
+        """N-grams of each text, shape ``(n, max_order)``."""
+        assert self.stats is not None
+        return self.stats[:, self.max_order : 2 * self.max_order]
+
+    @property
+    def sys_len(self) -> np.ndarray:
+        """Tokens of each text."""
+        assert self.stats is not None
+        return self.stats[:, -2]
+
+    @property
+    def ref_len(self) -> np.ndarray:
+        """Tokens of each text's closest reference."""
+        assert self.stats is not None
+        return self.stats[:, -1]
+
+    @property
+    def corpus_score(self) -> float:
+        """Corpus BLEU of all texts (``corpus_bleu`` or ``corpus_bleu1``)."""
+        return float(next(iter(self.corpus.values()), math.nan))
+
+
+@dataclass(frozen=True)
+class RougeScores(Scores):
+    """ROUGE of each text against its best reference (0-1)."""
+
+
+@dataclass(frozen=True)
+class SelfBleuScores(Scores):
+    """Self-BLEU of each text against the others of its group (0-100; NaN when alone)."""
 
 
 @functools.lru_cache(maxsize=32)
@@ -92,16 +150,18 @@ def corpus_bleu_from_stats(stats: np.ndarray, options: Mapping[str, Any]) -> flo
     )
 
 
-def _bleu_metric(batch: MetricBatch, options: Mapping[str, Any]) -> MetricOutput:
+def _bleu_scores(
+    texts: list[str], references: list[list[str]], options: Mapping[str, Any]
+) -> BleuScores:
     values, stats = [], []
-    for story in batch.stories:
-        score, row = bleu_stats(story.story, story.references, options=options)
+    for text, refs in zip(texts, references, strict=True):
+        score, row = bleu_stats(text, refs, options=options)
         values.append(score)
         stats.append(row)
-    return MetricOutput(
+    return BleuScores(
         np.asarray(values),
         np.asarray(stats, dtype=np.float64),
-        fields={"refs": max(len(s.references) for s in batch.stories)},
+        fields={"refs": max(len(r) for r in references)},
     )
 
 
@@ -109,35 +169,67 @@ def _corpus_bleu(stats: np.ndarray, options: Mapping[str, Any]) -> float:
     return corpus_bleu_from_stats(stats, options)
 
 
-_BLEU_VARIANTS = (
-    (
-        "bleu",
-        4,
-        "Sentence BLEU of the story against its reference(s) (sacrebleu defaults); corpus BLEU "
-        "per system",
-        "BLEU of the system's stories as one corpus",
-    ),
-    (
-        "bleu1",
-        1,
-        "Unigram BLEU (clipped unigram precision with brevity penalty), as Callan & Foster "
-        "(2023) report",
-        "unigram BLEU of the system's stories as one corpus",
+@metric(
+    "bleu",
+    description="Sentence BLEU of the story against its reference(s) (sacrebleu defaults); corpus "
+    "BLEU per system",
+    families=("overlap",),
+    value_range=(0.0, 100.0),
+    backends=("sacrebleu",),
+    corpus=(
+        CorpusStatistic("corpus_bleu", _corpus_bleu, "BLEU of the system's stories as one corpus"),
     ),
 )
+def bleu(
+    hypotheses: Texts,
+    references: References,
+    *,
+    tokenize: Tokenize = "13a",
+    lowercase: Lowercase = False,
+    smooth: Smooth = "exp",
+    max_order: MaxOrder = 4,
+) -> BleuScores:
+    """BLEU (Papineni et al. 2002, sacrebleu): sentence BLEU per text and corpus BLEU.
 
-for _name, _order, _description, _corpus_description in _BLEU_VARIANTS:
-    register_metric(
-        _name,
-        description=_description,
-        families=("overlap",),
-        needs_reference=True,
-        higher_is_better=True,
-        value_range=(0.0, 100.0),
-        options=_bleu_options(_order),
-        backends=("sacrebleu",),
-        corpus=(CorpusStatistic(f"corpus_{_name}", _corpus_bleu, _corpus_description),),
-    )(_bleu_metric)
+    Examples
+    --------
+    >>> result = bleu(["the cat sat on the mat", "a dog ran"], ["the cat sat on a mat", "a dog ran away"])
+    >>> result.scores.round(2).tolist(), round(result.corpus_score, 2), result.counts[0].tolist()
+    ([53.73, 71.65], 53.42, [5.0, 3.0, 2.0, 1.0])
+    """
+    options = {"tokenize": tokenize, "lowercase": lowercase, "smooth": smooth, "max_order": max_order}
+    return _bleu_scores(list(hypotheses), [list(r) for r in references], options)
+
+
+@metric(
+    "bleu1",
+    description="Unigram BLEU (clipped unigram precision with brevity penalty), as Callan & "
+    "Foster (2023) report",
+    families=("overlap",),
+    value_range=(0.0, 100.0),
+    backends=("sacrebleu",),
+    corpus=(
+        CorpusStatistic(
+            "corpus_bleu1", _corpus_bleu, "unigram BLEU of the system's stories as one corpus"
+        ),
+    ),
+)
+def bleu1(
+    hypotheses: Texts,
+    references: References,
+    *,
+    tokenize: Tokenize = "13a",
+    lowercase: Lowercase = False,
+    smooth: Smooth = "exp",
+    max_order: MaxOrder = 1,
+) -> BleuScores:
+    """Unigram BLEU: :func:`bleu` with ``max_order=1`` by default.
+
+    >>> round(float(bleu1(["the cat sat"], ["the cat sat down"]).values[0]), 2)
+    71.65
+    """
+    options = {"tokenize": tokenize, "lowercase": lowercase, "smooth": smooth, "max_order": max_order}
+    return _bleu_scores(list(hypotheses), [list(r) for r in references], options)
 
 
 # --------------------------------------------------------------------------- ROUGE
@@ -153,44 +245,94 @@ def _rouge_scorer(stemmer: bool) -> Any:
     return rouge_scorer.RougeScorer(list(_ROUGE_TYPES), use_stemmer=stemmer)
 
 
-def _rouge(kind: str) -> Any:
-    def compute(batch: MetricBatch, options: Mapping[str, Any]) -> MetricOutput:
-        # one scorer computes the three ROUGE types at once; the others of the run reuse it
-        memo = batch.context.memo.setdefault(("rouge", bool(options["stemmer"])), {})
-        scorer = _rouge_scorer(bool(options["stemmer"]))
-        component = {"f": "fmeasure", "p": "precision", "r": "recall"}[options["component"]]
-        values = []
-        for story in batch.stories:
-            key = (story.story, tuple(story.references))
-            if key not in memo:
-                memo[key] = scorer.score_multi(story.references, story.story)
-            values.append(getattr(memo[key][kind], component))
-        return MetricOutput(np.asarray(values, dtype=np.float64))
-
-    return compute
+Stemmer = Annotated[bool, Opt("Porter-stem words before matching")]
+Component = Annotated[Literal["f", "p", "r"], Opt("f-measure, precision or recall")]
 
 
-for _kind, _what in (
-    ("rouge1", "unigram overlap"),
-    ("rouge2", "bigram overlap"),
-    ("rougeL", "longest common subsequence"),
-):
-    register_metric(
-        _kind,
-        description=f"ROUGE ({_what}) F-measure against the reference(s), rouge-score package; "
-        "the best reference counts",
-        families=("overlap", "rouge"),
-        backends=("rouge-score", "nltk"),
-        needs_reference=True,
-        higher_is_better=True,
-        value_range=(0.0, 1.0),
-        options=[
-            MetricOption("stemmer", bool, False, "Porter-stem words before matching"),
-            MetricOption(
-                "component", str, "f", "f-measure, precision or recall", choices=("f", "p", "r")
-            ),
-        ],
-    )(_rouge(_kind))
+def _rouge(
+    kind: str,
+    texts: list[str],
+    references: list[list[str]],
+    stemmer: bool,
+    component: str,
+    scoring: ScoringContext,
+) -> RougeScores:
+    """ROUGE ``kind`` of each text; one scorer computes the three types at once and the other
+    ROUGE metrics of a run reuse its results."""
+    memo = scoring.memo.setdefault(("rouge", bool(stemmer)), {})
+    scorer = _rouge_scorer(bool(stemmer))
+    attribute = {"f": "fmeasure", "p": "precision", "r": "recall"}[component]
+    values = []
+    for text, refs in zip(texts, references, strict=True):
+        key = (text, tuple(refs))
+        if key not in memo:
+            memo[key] = scorer.score_multi(refs, text)
+        values.append(getattr(memo[key][kind], attribute))
+    return RougeScores(np.asarray(values, dtype=np.float64))
+
+
+_ROUGE = {
+    "families": ("overlap", "rouge"),
+    "backends": ("rouge-score", "nltk"),
+    "value_range": (0.0, 1.0),
+}
+
+
+def _rouge_description(what: str) -> str:
+    return (
+        f"ROUGE ({what}) F-measure against the reference(s), rouge-score package; the best "
+        "reference counts"
+    )
+
+
+@metric("rouge1", description=_rouge_description("unigram overlap"), **_ROUGE)  # type: ignore[arg-type]
+def rouge1(
+    hypotheses: Texts,
+    references: References,
+    *,
+    stemmer: Stemmer = False,
+    component: Component = "f",
+    scoring: ScoringContext | None = None,
+) -> RougeScores:
+    """ROUGE-1 (Lin 2004, the rouge-score package) of each text against its best reference.
+
+    >>> rouge1(["the cat sat"], [["a dog", "the cat sat down"]]).values.round(3).tolist()
+    [0.857]
+    """
+    assert scoring is not None
+    return _rouge("rouge1", list(hypotheses), list(references), stemmer, component, scoring)  # type: ignore[arg-type]
+
+
+@metric("rouge2", description=_rouge_description("bigram overlap"), **_ROUGE)  # type: ignore[arg-type]
+def rouge2(
+    hypotheses: Texts,
+    references: References,
+    *,
+    stemmer: Stemmer = False,
+    component: Component = "f",
+    scoring: ScoringContext | None = None,
+) -> RougeScores:
+    """ROUGE-2 (bigrams) of each text against its best reference."""
+    assert scoring is not None
+    return _rouge("rouge2", list(hypotheses), list(references), stemmer, component, scoring)  # type: ignore[arg-type]
+
+
+@metric("rougeL", description=_rouge_description("longest common subsequence"), **_ROUGE)  # type: ignore[arg-type]
+def rougeL(  # noqa: N802 (the established name)
+    hypotheses: Texts,
+    references: References,
+    *,
+    stemmer: Stemmer = False,
+    component: Component = "f",
+    scoring: ScoringContext | None = None,
+) -> RougeScores:
+    """ROUGE-L (longest common subsequence) of each text against its best reference.
+
+    >>> rougeL(["the cat sat"], ["the cat sat down"]).values.round(3).tolist()
+    [0.857]
+    """
+    assert scoring is not None
+    return _rouge("rougeL", list(hypotheses), list(references), stemmer, component, scoring)  # type: ignore[arg-type]
 
 
 # --------------------------------------------------------------------------- self-BLEU
@@ -294,7 +436,7 @@ def _closest_other_length(length: int, counts: Counter[int], unique: list[int]) 
     return min(candidates, key=lambda other: (abs(other - length), other))
 
 
-@register_metric(
+@metric(
     "self_bleu",
     description="Self-BLEU: BLEU of each story against the other stories of its system "
     "(lower = more diverse); the per-system mean is the system's Self-BLEU",
@@ -303,24 +445,23 @@ def _closest_other_length(length: int, counts: Counter[int], unique: list[int]) 
     value_range=(0.0, 100.0),
     level="system",
     backends=("sacrebleu",),
-    options=[
-        MetricOption(
-            "max_order", int, 4, "largest n-gram order (Self-BLEU-n)", minimum=1, maximum=9
-        ),
-        MetricOption("tokenize", str, "13a", "sacrebleu tokenizer", choices=_TOKENIZERS),
-        MetricOption("lowercase", bool, False, "lower-case before matching"),
-    ],
 )
-def self_bleu(batch: MetricBatch, options: Mapping[str, Any]) -> MetricOutput:
-    """Self-BLEU of each story against the other stories of its system."""
+def self_bleu(
+    texts: Texts,
+    groups: Groups | None = None,
+    *,
+    max_order: Annotated[int, Opt("largest n-gram order (Self-BLEU-n)", minimum=1, maximum=9)] = 4,
+    tokenize: Tokenize = "13a",
+    lowercase: Lowercase = False,
+) -> SelfBleuScores:
+    """Self-BLEU (Zhu et al. 2018) of each text against the other texts of its group (all
+    texts are one group when ``groups`` is not given).
+
+    >>> self_bleu(["the cat sat on the mat", "the cat sat on the mat", "a dog ran away fast"]).values.round(1).tolist()
+    [100.0, 100.0, 0.0]
+    """
+    labels = list(groups) if groups is not None else ["all"] * len(texts)
     values = self_bleu_values(
-        [s.story for s in batch.stories],
-        [s.system for s in batch.stories],
-        max_order=options["max_order"],
-        tokenize=options["tokenize"],
-        lowercase=options["lowercase"],
+        list(texts), labels, max_order=max_order, tokenize=tokenize, lowercase=lowercase
     )
-    notes = []
-    if np.isnan(values).any():
-        notes.append(f"{int(np.isnan(values).sum())} stories are alone in their system: undefined")
-    return MetricOutput(values, notes=notes)
+    return SelfBleuScores(values, notes=tuple(undefined_note(values, "stories are alone in their system")))

@@ -420,7 +420,7 @@ def backend_version(distribution: str) -> str:
         return "absent"
 
 
-_NOT_METRIC_MODULES = {"registry", "pipeline", "context", "data"}
+_NOT_METRIC_MODULES = {"registry", "pipeline", "context", "data", "function"}
 ENTRY_POINT_GROUP = "storyeval.metrics"
 
 

@@ -1,0 +1,525 @@
+"""Metrics as plain typed functions: the layer every other way of running a metric adapts.
+
+A metric is written once, as a function over texts: data positional (``texts``,
+``references``, ``prompts``, ``groups``, ``originals``), options keyword-only with their types,
+defaults, bounds and help in the signature, models and the ``device`` as parameters, and a
+named result type (a :class:`Scores` subclass) that carries the values, the per-text
+sufficient statistics and the signature. :func:`metric` registers it: the registry's option
+schema, the card facts, the CLI's ``--option NAME.KEY=VALUE`` and the pipeline's per-story
+adapter are all generated from that one definition, so ``storyeval score``, the server, the
+Dask engine and :mod:`storyeval.functional` run the same code and print the same number.
+
+>>> from typing import Annotated
+>>> @metric("toy_words", description="Words in the text, scaled.", value_range=(0.0, None),
+...         higher_is_better=None, replace=True)
+... def toy_words(texts: Texts, *, scale: Annotated[float, Opt("multiply by this", minimum=0)] = 1.0) -> Scores:
+...     return Scores([len(t.split()) * scale for t in texts])
+>>> result = toy_words(["a b c", "d"], scale=2)
+>>> result.values.tolist(), result.signature.render().rsplit("|", 1)[0]
+([6.0, 2.0], 'toy_words|scale:2.0')
+>>> from storyeval.metrics.registry import get_metric, unregister_metric
+>>> [o.describe() for o in get_metric("toy_words").options]
+['scale (float, default 1.0): multiply by this']
+>>> toy_words(["a"], scale=-1)
+Traceback (most recent call last):
+...
+storyeval.metrics.registry.OptionError: option scale must be >= 0; got -1.0
+>>> unregister_metric("toy_words")
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import math
+import types
+import typing
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Annotated, Any, Literal, TypeVar, get_args, get_origin
+
+import numpy as np
+
+from storyeval.metrics.context import ScoringContext
+from storyeval.metrics.registry import (
+    CorpusStatistic,
+    EncoderPlan,
+    Level,
+    MetricBatch,
+    MetricOption,
+    MetricOutput,
+    ModelRole,
+    OptionError,
+    SystemStatistic,
+    get_metric,
+    register_metric,
+)
+from storyeval.signature import Signature, SignatureValue
+
+# --------------------------------------------------------------------------- input types
+
+Texts = Sequence[str]
+"""The texts scored (one value each)."""
+References = Sequence[str] | Sequence[Sequence[str]]
+"""One reference per text, or several (the best counts)."""
+Prompts = Sequence[str]
+"""One prompt per text."""
+Groups = Sequence[str]
+"""One group (system) per text, for metrics that compare a text with its group's others."""
+Model = Any
+"""A model option: a hub name, a local directory, ``None`` (the offline default) or a model
+object already loaded (:func:`storyeval.models.load_encoder`, :func:`~storyeval.models.wrap_model`)."""
+
+#: Positional parameter names and the story field each reads in the pipeline (the first
+#: parameter is the texts scored, whatever its name).
+INPUTS = {
+    "texts": "story",
+    "candidates": "story",
+    "hypotheses": "story",
+    "references": "references",
+    "prompts": "prompt",
+    "groups": "system",
+    "originals": "field",
+}
+#: Keyword parameters that say where and how to compute, never options of the metric.
+RESOURCES = ("scoring", "device", "precision", "progress")
+
+
+@dataclass(frozen=True)
+class Opt:
+    """What an option's ``Annotated`` metadata tells the registry: its help, bounds, whether it
+    changes the numbers, whether it names a model (loaded objects are accepted too)."""
+
+    help: str
+    minimum: float | None = None
+    maximum: float | None = None
+    in_signature: bool = True
+    model: bool = False
+
+
+# --------------------------------------------------------------------------- results
+
+
+@dataclass(frozen=True)
+class Scores:
+    """One value per text, with its sufficient statistics and the signature reproducing it.
+
+    Attributes
+    ----------
+    values : numpy array, shape (n,)
+        One value per text, in input order; NaN where undefined.
+    signature : Signature
+        Every setting that changes the numbers (``signature.render()`` prints it).
+    stats : numpy array, shape (n, k), optional
+        Per-text sufficient statistics (summed or stacked, they give the corpus values).
+    corpus : dict of str to float
+        Corpus-level statistics of all texts as one corpus (e.g. ``corpus_bleu``).
+    notes : tuple of str
+        What the user should know (e.g. texts scored in windows).
+    models, fields, omit
+        Model identities, run-time settings and unused options, as the signature records them.
+    """
+
+    values: np.ndarray
+    stats: np.ndarray | None = None
+    models: Mapping[str, str] = field(default_factory=dict)
+    fields: Mapping[str, SignatureValue] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+    omit: tuple[str, ...] = ()
+    signature: Signature = field(default_factory=lambda: Signature("unsigned"))
+    corpus: Mapping[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "values", np.asarray(self.values, dtype=np.float64))
+        if self.stats is not None:
+            object.__setattr__(self, "stats", np.asarray(self.stats, dtype=np.float64))
+        object.__setattr__(self, "notes", tuple(self.notes))
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def mean(self) -> float:
+        """The mean over the texts with a defined value (NaN when there is none)."""
+        finite = self.values[~np.isnan(self.values)]
+        return float(finite.mean()) if len(finite) else math.nan
+
+    @property
+    def corpus_values(self) -> Mapping[str, float]:
+        """The corpus statistics (the name of earlier versions)."""
+        return self.corpus
+
+    def frame(self) -> Any:
+        """The values as a tidy DataFrame (``index, value, signature``)."""
+        import pandas as pd
+
+        rendered = self.signature.render()
+        return pd.DataFrame(
+            {"index": range(len(self)), "value": self.values, "signature": rendered}
+        )
+
+
+R = TypeVar("R", bound=Scores)
+
+
+def with_values(result: R, values: Any) -> R:
+    """``result`` with other values (e.g. a component of a several-valued kernel)."""
+    return replace(result, values=np.asarray(values, dtype=np.float64))
+
+
+def undefined_note(values: np.ndarray, why: str) -> list[str]:
+    """``["N texts ...: undefined"]`` when some values are NaN, else ``[]``."""
+    count = int(np.isnan(np.asarray(values, dtype=np.float64)).sum())
+    return [f"{count} {why}: undefined"] if count else []
+
+
+# --------------------------------------------------------------------------- the decorator
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclass(frozen=True)
+class MetricFunction:
+    """What :func:`metric` learned of a function: its inputs, options and model options."""
+
+    name: str
+    inputs: tuple[str, ...]
+    optional_inputs: frozenset[str]
+    options: tuple[MetricOption, ...]
+    model_options: tuple[str, ...]
+    resources: tuple[str, ...]
+    result: type[Scores]
+    field_option: str | None
+
+
+def metric(
+    name: str | None = None,
+    *,
+    description: str,
+    families: Sequence[str] = (),
+    higher_is_better: bool | None = True,
+    value_range: tuple[float | None, float | None] = (None, None),
+    level: Level = "item",
+    model: ModelRole | None = None,
+    corpus: Sequence[CorpusStatistic] = (),
+    system_statistics: Sequence[SystemStatistic] = (),
+    corpus_wide: Callable[[Mapping[str, Any]], bool] | None = None,
+    item_statistic: str = "mean",
+    offline: bool = True,
+    default: bool = True,
+    unavailable_offline: str = "",
+    plan: EncoderPlan | None = None,
+    backends: Sequence[str] | None = None,
+    extra_options: Sequence[MetricOption] = (),
+    replace: bool = False,
+) -> Callable[[F], F]:
+    """Register a typed metric function (see the module docstring) and return it, wrapped so
+    that a call validates its inputs and options, loads models once, and signs its result.
+
+    The registry entry is generated from the function: the inputs it reads (a ``references``
+    parameter means it needs a reference; ``prompts`` a prompt, unless it defaults to None;
+    ``originals`` a field named by the metric's option ``original``), its keyword-only options
+    (``Annotated[type, Opt(help, ...)]``; ``Literal`` gives the choices), the result type, and
+    the facts given here (direction, range, level, families; see
+    :func:`storyeval.metrics.registry.register_metric` for each). ``extra_options`` are options
+    of the registered metric with no parameter of their own (rare: a setting the command line
+    needs that the function takes another way).
+    """
+
+    def decorate(function: F) -> F:
+        described = describe_function(function, name or function.__name__)
+        registered = register_metric(
+            described.name,
+            description=description,
+            families=families,
+            needs_reference="references" in described.inputs,
+            needs_prompt="prompts" in described.inputs
+            and "prompts" not in described.optional_inputs,
+            field_options=(described.field_option,) if described.field_option else (),
+            model=model,
+            higher_is_better=higher_is_better,
+            value_range=value_range,
+            level=level,
+            options=[*described.options, *extra_options],
+            corpus=corpus,
+            system_statistics=system_statistics,
+            corpus_wide=corpus_wide,
+            item_statistic=item_statistic,
+            offline=offline,
+            default=default,
+            unavailable_offline=unavailable_offline,
+            plan=plan,
+            backends=backends,
+            replace=replace,
+        )
+        registered(_batch_adapter(function, described))
+        wrapper = _public(function, described)
+        wrapper.__metric__ = described  # type: ignore[attr-defined]
+        return wrapper  # type: ignore[return-value]
+
+    return decorate
+
+
+def describe_function(function: Callable[..., Any], name: str) -> MetricFunction:
+    """Read a metric function's inputs and options from its signature."""
+    namespace = {"ScoringContext": ScoringContext}
+    hints = typing.get_type_hints(function, localns=namespace, include_extras=True)
+    signature = inspect.signature(function)
+    inputs: list[str] = []
+    optional: set[str] = set()
+    options: list[MetricOption] = []
+    models: list[str] = []
+    resources: list[str] = []
+    for parameter in signature.parameters.values():
+        if parameter.kind in (parameter.POSITIONAL_ONLY, parameter.POSITIONAL_OR_KEYWORD):
+            if parameter.name not in INPUTS:
+                raise TypeError(
+                    f"metric {name}: positional parameter {parameter.name!r} is not one of "
+                    + ", ".join(INPUTS)
+                )
+            inputs.append(parameter.name)
+            if parameter.default is None:
+                optional.add(parameter.name)
+        elif parameter.kind == parameter.KEYWORD_ONLY:
+            if parameter.name in RESOURCES:
+                resources.append(parameter.name)
+                continue
+            option, is_model = _option(name, parameter, hints.get(parameter.name))
+            options.append(option)
+            if is_model:
+                models.append(parameter.name)
+        else:
+            raise TypeError(f"metric {name}: *args and **kwargs are not allowed")
+    result = hints.get("return", Scores)
+    if not (isinstance(result, type) and issubclass(result, Scores)):
+        raise TypeError(f"metric {name}: the return annotation must be a Scores subclass")
+    field_option = "original" if "originals" in inputs else None
+    if field_option and field_option not in [o.name for o in options]:
+        raise TypeError(f"metric {name}: reading originals needs an option 'original'")
+    return MetricFunction(
+        name,
+        tuple(inputs),
+        frozenset(optional),
+        tuple(options),
+        tuple(models),
+        tuple(resources),
+        result,
+        field_option,
+    )
+
+
+def _option(metric_name: str, parameter: inspect.Parameter, hint: Any) -> tuple[MetricOption, bool]:
+    """The :class:`MetricOption` of a keyword-only parameter, and whether it names a model."""
+    if parameter.default is inspect.Parameter.empty:
+        raise TypeError(f"metric {metric_name}: option {parameter.name!r} needs a default")
+    meta = Opt(help=parameter.name)
+    base = hint
+    if get_origin(hint) is Annotated:
+        base, *extras = get_args(hint)
+        meta = next((e for e in extras if isinstance(e, Opt)), meta)
+    kind, choices = _base_type(base)
+    if meta.model:
+        kind, choices = str, None
+    option = MetricOption(
+        parameter.name,
+        kind,
+        parameter.default,
+        meta.help,
+        choices=choices,
+        minimum=meta.minimum,
+        maximum=meta.maximum,
+        in_signature=meta.in_signature,
+    )
+    return option, meta.model
+
+
+def _base_type(hint: Any) -> tuple[type, tuple[Any, ...] | None]:
+    """The option type (bool, int, float or str) of an annotation and its ``Literal`` choices."""
+    origin = get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        members = [a for a in get_args(hint) if a is not type(None)]
+        if len(members) == 1:
+            return _base_type(members[0])
+        return str, None
+    if origin is Literal:
+        values = get_args(hint)
+        kinds = {type(v) for v in values}
+        kind = kinds.pop() if len(kinds) == 1 else str
+        return kind, tuple(values)
+    if hint in (bool, int, float, str):
+        return hint, None
+    return str, None
+
+
+# --------------------------------------------------------------------------- calling
+
+
+def _public(function: Callable[..., Any], described: MetricFunction) -> Callable[..., Any]:
+    """The function users call: inputs checked, options parsed and checked against the
+    schema, models given as objects registered, a context made when none is given, the
+    result signed."""
+    schema = {o.name: o for o in get_metric(described.name).options}
+    signature = inspect.signature(function)
+
+    @functools.wraps(function)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        values = dict(bound.arguments)
+        n = _check_inputs(described, values)
+        scoring = _context(values)
+        for key in described.model_options:
+            values[key] = scoring.use(values[key])
+        for option in described.options:
+            if option.name not in described.model_options:
+                values[option.name] = schema[option.name].parse(
+                    values[option.name], where=option.name
+                )
+        values["scoring"] = scoring
+        for key in RESOURCES:
+            if key not in described.resources:
+                values.pop(key, None)
+        result = function(**values)
+        if len(result.values) != n:
+            raise RuntimeError(f"{described.name} returned {len(result.values)} values for {n}")
+        return sign(described.name, result, values, scoring)
+
+    return call
+
+
+def _check_inputs(described: MetricFunction, values: dict[str, Any]) -> int:
+    """Check the data arguments (sequences of strings of one length); returns the length and
+    turns ``references`` into one list of references per text."""
+    name = described.name
+    texts = _strings(name, values[described.inputs[0]], described.inputs[0])
+    if not texts:
+        raise ValueError(f"{name}: no text to score")
+    values[described.inputs[0]] = texts
+    for key in described.inputs[1:]:
+        if values.get(key) is None:
+            if key not in described.optional_inputs:
+                raise ValueError(f"{name}: {key} are needed")
+            continue
+        if key == "references":
+            values[key] = reference_lists(name, values[key], len(texts))
+        else:
+            values[key] = _strings(name, values[key], key)
+            if len(values[key]) != len(texts):
+                raise ValueError(f"{name}: {len(texts)} texts but {len(values[key])} {key}")
+    return len(texts)
+
+
+def _strings(name: str, values: Any, what: str) -> list[str]:
+    if isinstance(values, str):
+        raise TypeError(f"{name}: {what} must be a sequence of strings, not one string")
+    texts = list(values)
+    for index, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise TypeError(f"{name}: {what}[{index}] is {type(text).__name__}, not str")
+    return texts
+
+
+def reference_lists(name: str, references: Any, n: int) -> list[list[str]]:
+    """One list of references per text, checked (a string per text is one reference)."""
+    if isinstance(references, str):
+        raise TypeError(f"{name}: references must be a sequence, not one string")
+    rows = list(references)
+    if len(rows) != n:
+        raise ValueError(f"{name}: {n} texts but {len(rows)} references")
+    result = []
+    for index, row in enumerate(rows):
+        refs = [row] if isinstance(row, str) else list(row)
+        if not refs or not all(isinstance(r, str) for r in refs):
+            raise ValueError(f"{name}: references[{index}] must be a string or strings")
+        result.append(refs)
+    return result
+
+
+def _context(values: dict[str, Any]) -> ScoringContext:
+    """The given context, or a new one on the given device and precision."""
+    given = values.get("scoring")
+    device, precision = values.get("device"), values.get("precision")
+    if given is not None:
+        if device is not None and device != given.device:
+            raise ValueError(f"device {device!r} differs from the given context's {given.device!r}")
+        return given  # type: ignore[no-any-return]
+    return ScoringContext(
+        device=device or "cpu",
+        precision=precision or "float32",
+        progress=bool(values.get("progress")),
+    )
+
+
+def sign(name: str, result: R, options: Mapping[str, Any], scoring: ScoringContext) -> R:
+    """``result`` with its signature and corpus statistics (as the pipeline computes them)."""
+    from storyeval.metrics.pipeline import NEURAL_ROLES
+
+    spec = get_metric(name)
+    fields = dict(result.fields)
+    if spec.model in NEURAL_ROLES:
+        for key, value in scoring.compute_fields().items():
+            fields.setdefault(key, value)
+    signature = spec.signature(options, result.models, fields, result.omit)
+    corpus: dict[str, float] = {}
+    if result.stats is not None and len(result.stats) and spec.corpus:
+        corpus = {s.name: float(s.compute(result.stats, options)) for s in spec.corpus}
+    return replace(result, signature=signature, corpus=corpus)
+
+
+# --------------------------------------------------------------------------- the pipeline's adapter
+
+
+def _batch_adapter(
+    function: Callable[..., Any], described: MetricFunction
+) -> Callable[[MetricBatch, Mapping[str, Any]], MetricOutput]:
+    """The registry's ``compute(batch, options)``: the function on the batch's stories."""
+
+    def compute(batch: MetricBatch, options: Mapping[str, Any]) -> MetricOutput:
+        stories = batch.stories
+        arguments: dict[str, Any] = {}
+        for key in described.inputs:
+            arguments[key] = story_inputs(stories, key, options)
+        for option in described.options:
+            arguments[option.name] = options[option.name]
+        if "scoring" in described.resources:
+            arguments["scoring"] = batch.context
+        result: Scores = function(**arguments)
+        return MetricOutput(
+            result.values,
+            result.stats,
+            dict(result.models),
+            dict(result.fields),
+            list(result.notes),
+            tuple(result.omit),
+        )
+
+    compute.__name__ = f"{described.name}_on_stories"
+    compute.__doc__ = f"``{described.name}`` on a batch of stories (the pipeline's adapter)."
+    return compute
+
+
+def story_inputs(stories: Sequence[Any], key: str, options: Mapping[str, Any]) -> list[Any]:
+    """What a metric's input parameter ``key`` reads from each story."""
+    if INPUTS.get(key) == "story":
+        return [s.story for s in stories]
+    if key == "references":
+        return [list(s.references) for s in stories]
+    if key == "prompts":
+        return [s.prompt for s in stories]
+    if key == "groups":
+        return [s.system or "(none)" for s in stories]
+    if key == "originals":
+        name = str(options["original"])
+        return [str(s.to_dict().get(name) or "") for s in stories]
+    raise KeyError(key)
+
+
+def component_values(triples: np.ndarray, component: str) -> np.ndarray:
+    """Column ``p``, ``r`` or ``f`` of an ``(n, 3)`` array of precision, recall and F1."""
+    return np.asarray(triples, dtype=np.float64).reshape(-1, 3)[:, "prf".index(component)]
+
+
+def check(condition: bool, message: str) -> None:
+    """Raise :class:`~storyeval.metrics.registry.OptionError` with ``message`` unless
+    ``condition`` holds (for checks of several options together)."""
+    if not condition:
+        raise OptionError(message)
