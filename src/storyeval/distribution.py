@@ -42,6 +42,7 @@ from typing import Any, Literal
 import numpy as np
 
 from storyeval.errors import StoryevalWarning, warn
+from storyeval.signature import Signature
 
 #: Below this many texts on either side, MAUVE's histogram has fewer than 10 clusters and its
 #: value moves a lot with the k-means seed (mauve issues #9 and #18; the paper uses 5,000
@@ -96,6 +97,9 @@ class MauveResult:
         The k-means implementation used (``faiss`` or ``sklearn``).
     notes : tuple of str
         Warnings raised (small samples, lengths that differ).
+    signature : Signature or None
+        The features and settings that reproduce it (set by
+        :func:`storyeval.functional.mauve`).
     """
 
     mauve: float
@@ -111,6 +115,7 @@ class MauveResult:
     dimensions: int
     kmeans: str
     notes: tuple[str, ...] = field(default_factory=tuple)
+    signature: Signature | None = None
 
     def curves(self) -> Any:
         """Every seed's divergence curve as a tidy DataFrame: ``seed``, ``point``, ``x``

@@ -62,11 +62,11 @@ def test_bertscore_takes_a_name_or_a_loaded_encoder(
     cands = [s.story for s in short_stories]
     refs = [s.references for s in short_stories]
     by_name = F.bertscore(cands, refs, layer=3, idf=True)
-    by_object = F.bertscore(cands, refs, encoder=encoder, layer=3, idf=True)
+    by_object = F.bertscore(cands, refs, model=encoder, layer=3, idf=True)
     wrapped = F.bertscore(
         cands,
         refs,
-        encoder=wrap_model(encoder.model, encoder.tokenizer, name="x"),
+        model=wrap_model(encoder.model, encoder.tokenizer, name="x"),
         layer=3,
         idf=True,
     )
@@ -112,13 +112,13 @@ def test_union_takes_a_directory_or_a_loaded_model(
 def test_bad_input_is_refused_with_a_clear_message() -> None:
     with pytest.raises(TypeError, match="not one string"):
         F.bleu("the cat", ["the cat"])
-    with pytest.raises(ValueError, match="2 candidates but 1 references"):
+    with pytest.raises(ValueError, match="2 texts but 1 references"):
         F.bleu(["a", "b"], ["a"])
-    with pytest.raises(TypeError, match=r"candidates\[1\] is int"):
+    with pytest.raises(TypeError, match=r"texts\[1\] is int"):
         F.distinct(["a", 3])  # type: ignore[list-item]
     with pytest.raises(ValueError, match="no text"):
         F.distinct([])
     with pytest.raises(OptionError):
         F.bleu(["a"], ["a"], tokenize="nonsense")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="loaded model"):
-        F.bertscore(["a"], ["a"], encoder=object())
+        F.bertscore(["a"], ["a"], model=object())

@@ -44,11 +44,11 @@ def test_parity_with_mauve_text_on_the_same_features_and_seed(seed: int) -> None
 def test_parity_on_real_encoder_features(example_stories: list[Any]) -> None:
     """The offline encoder's story features (human vs one system), as the metric computes
     them, give the reference implementation's MAUVE for the same seed."""
-    from storyeval.functional import _prepare
+    from storyeval import functional as F
 
-    _, _, output = _prepare("mauve", list(example_stories), {"seeds": 1}, {})
+    output = F.mauve_features([s.story for s in example_stories], seeds=1)
     systems = np.array([s.system for s in example_stories])
-    features = output.stats[:, :-1]  # the last column holds each story's length in words
+    features = output.features  # without the last column of stats (each story's length)
     q = features[systems == "human"]
     p = features[systems == "smollm2-p0.9"]
     expected = _reference(p, q, 25)

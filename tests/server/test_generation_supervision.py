@@ -83,9 +83,7 @@ def test_a_hung_call_times_out_and_a_dead_worker_is_restarted(causal_lm):
             arrived[key + request.request_id] = time.monotonic()
 
     # per_key=2: both of a writer's calls at once (this test is about supervision, not shares)
-    worker = GenerationWorker(
-        flaky, store, workers=2, per_key=2, timeout_s=8.0, check_every_s=0.1
-    )
+    worker = GenerationWorker(flaky, store, workers=2, per_key=2, timeout_s=8.0, check_every_s=0.1)
     hung = _requests("The keeper's lamp would hang in the dark for hours.")
     died = _requests("The sailor said the engine would die before dawn.")
     fine = _requests("The lighthouse stood on the rocks above the bay.")

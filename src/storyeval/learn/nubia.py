@@ -201,12 +201,12 @@ class NubiaFeatures:
                 hidden = model(**inputs).last_hidden_state
             mask = inputs["attention_mask"].unsqueeze(-1).float()
             pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)
-            out.append(torch.nn.functional.normalize(pooled, dim=-1).numpy())
+            out.append(torch.nn.functional.normalize(pooled, dim=-1).float().cpu().numpy())
         return np.concatenate(out) if out else np.zeros((0, 1))
 
     def extract(self, candidates: Sequence[str], references: Sequence[str]) -> pd.DataFrame:
         """One row of features per (candidate, reference) pair; columns :func:`feature_names`."""
-        from storyeval.functional import perplexity
+        from storyeval.metrics.lm import perplexity
         from storyeval.text import split_sentences
 
         if len(candidates) != len(references):

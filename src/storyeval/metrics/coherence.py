@@ -20,23 +20,30 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import numpy as np
 
 from storyeval.errors import ModelLoadError
-from storyeval.metrics.context import resolve_layer
+from storyeval.metrics.context import ScoringContext, resolve_layer
 from storyeval.metrics.embedding import (
+    Baseline,
+    BatchTokens,
+    Device,
+    EncoderName,
     Greedy,
+    Idf,
+    Layer,
+    Precision,
+    Rescale,
     default_layer,
-    encoder_options,
     idf_weights,
     rescaler,
 )
-from storyeval.metrics.registry import MetricBatch, MetricOption, MetricOutput, register_metric
-
-_SPLIT = MetricOption("split", str, "pysbd", "sentence splitter", choices=("pysbd", "spacy"))
+from storyeval.metrics.function import Opt, Prompts, Scores, Texts, metric, undefined_note
+from storyeval.metrics.registry import MetricBatch
 
 
 def sentence_pairs(prompt: str, sentences: Sequence[str], mode: str) -> list[tuple[str, str]]:
@@ -53,14 +60,24 @@ def sentence_pairs(prompt: str, sentences: Sequence[str], mode: str) -> list[tup
     raise ValueError(f"mode must be prompt or prev; got {mode!r}")
 
 
-def _story_pairs(
-    batch: MetricBatch, options: Mapping[str, Any], mode: str
+def text_pairs(
+    scoring: ScoringContext, texts: Sequence[str], prompts: Sequence[str], split: str, mode: str
 ) -> list[list[tuple[str, str]]]:
-    context = batch.context
+    """Per text, its ``(sentence, context)`` pairs (see :func:`sentence_pairs`)."""
     return [
-        sentence_pairs(s.prompt.strip(), context.sentences(s.story, options["split"]), mode)
-        for s in batch.stories
+        sentence_pairs(prompt.strip(), scoring.sentences(text, split), mode)
+        for text, prompt in zip(texts, prompts, strict=True)
     ]
+
+
+Split = Annotated[Literal["pysbd", "spacy"], Opt("sentence splitter")]
+BertComponent = Annotated[Literal["f", "p", "r"], Opt("BERTScore F1, precision or recall")]
+
+
+@dataclass(frozen=True)
+class CoherenceScores(Scores):
+    """The mean, over a text's sentences, of how well each fits its context (the prompt or
+    the previous sentence)."""
 
 
 # --------------------------------------------------------------------------- BERTScore-1/2
@@ -72,74 +89,127 @@ def _bertscore_plan(mode: str) -> Any:
     ) -> Iterable[tuple[str | None, list[str], list[int]]]:
         cache = batch.context.cache(options["model"])
         layer = default_layer(cache.encoder, options["layer"])
-        texts = [
-            text for pairs in _story_pairs(batch, options, mode) for pair in pairs for text in pair
-        ]
-        yield options["model"], texts, [layer]
+        stories = text_pairs(
+            batch.context,
+            [s.story for s in batch.stories],
+            [s.prompt for s in batch.stories],
+            options["split"],
+            mode,
+        )
+        yield (
+            options["model"],
+            [text for pairs in stories for pair in pairs for text in pair],
+            [layer],
+        )
 
     return plan
 
 
-def _bertscore_coherence(mode: str) -> Any:
-    def compute(batch: MetricBatch, options: Mapping[str, Any]) -> MetricOutput:
-        cache = batch.context.cache(options["model"])
-        layer = default_layer(cache.encoder, options["layer"])
-        stories = _story_pairs(batch, options, mode)
-        idf = None
-        if options["idf"]:
-            idf = idf_weights(cache.token_ids(ref) for pairs in stories for _, ref in pairs)
-        greedy = Greedy(cache, layer, idf=idf)
-        rescale, fields = rescaler(cache.encoder, layer, options)
-        component = "prf".index(options["component"])
-        values = []
-        for pairs in stories:
-            if not pairs:
-                values.append(math.nan)
-                continue
-            scores = np.array([greedy.pair(sentence, ref) for sentence, ref in pairs])
-            p, r, f = rescale(scores[:, 0], scores[:, 1], scores[:, 2])
-            values.append(
-                float(np.nanmean((p, r, f)[component]))
-                if not np.isnan((p, r, f)[component]).all()
-                else math.nan
-            )
-        return MetricOutput(
-            np.asarray(values, dtype=np.float64),
-            models={"model": cache.identity},
-            fields={"layer": layer, **fields},
-            omit=() if options.get("rescale") else ("baseline",),
-        )
+def _bertscore_coherence(
+    mode: str,
+    texts: Sequence[str],
+    prompts: Sequence[str],
+    options: Mapping[str, Any],
+    scoring: ScoringContext,
+) -> CoherenceScores:
+    cache = scoring.cache(options["model"])
+    layer = default_layer(cache.encoder, options["layer"])
+    stories = text_pairs(scoring, texts, prompts, options["split"], mode)
+    cache.request([text for pairs in stories for pair in pairs for text in pair], [layer])
+    cache.run()
+    idf = None
+    if options["idf"]:
+        idf = idf_weights(cache.token_ids(ref) for pairs in stories for _, ref in pairs)
+    greedy = Greedy(cache, layer, idf=idf)
+    rescale, fields = rescaler(cache.encoder, layer, options)
+    component = "prf".index(options["component"])
+    values = []
+    for pairs in stories:
+        if not pairs:
+            values.append(math.nan)
+            continue
+        scores = np.array([greedy.pair(sentence, ref) for sentence, ref in pairs])
+        chosen = rescale(scores[:, 0], scores[:, 1], scores[:, 2])[component]
+        values.append(float(np.nanmean(chosen)) if not np.isnan(chosen).all() else math.nan)
+    return CoherenceScores(
+        np.asarray(values, dtype=np.float64),
+        models={"model": cache.identity},
+        fields={"layer": layer, **fields},
+        omit=() if options.get("rescale") else ("baseline",),
+    )
 
-    return compute
+
+def _coherence_metric(mode: str, label: str, what: str) -> dict[str, Any]:
+    return {
+        "description": f"{label} (Callan & Foster 2023): mean BERTScore F1 of {what}",
+        "families": ("bertscore", "coherence", "encoder"),
+        "model": "encoder",
+        "value_range": (None, 1.0),
+        "plan": _bertscore_plan(mode),
+        "corpus_wide": lambda options: bool(options.get("idf")),
+    }
 
 
-for _mode, _name, _label, _what in (
-    ("prompt", "bertscore_prompt", "BERTScore-1", "each story sentence against the prompt"),
-    (
+@metric(
+    "bertscore_prompt",
+    **_coherence_metric("prompt", "BERTScore-1", "each story sentence against the prompt"),
+)
+def bertscore_prompt(
+    texts: Texts,
+    prompts: Prompts,
+    *,
+    model: EncoderName = None,
+    layer: Layer = None,
+    idf: Idf = False,
+    rescale: Rescale = False,
+    baseline: Baseline = None,
+    batch_tokens: BatchTokens = 4096,
+    split: Split = "pysbd",
+    component: BertComponent = "f",
+    scoring: ScoringContext | None = None,
+    device: Device = None,
+    precision: Precision = None,
+    progress: bool = False,
+) -> CoherenceScores:
+    """BERTScore-1 (Callan and Foster 2023): the mean BERTScore of each sentence of a text
+    against its prompt (sentences encoded alone, as in the paper)."""
+    assert scoring is not None
+    options = dict(model=model, layer=layer, idf=idf, rescale=rescale, baseline=baseline)
+    options.update(split=split, component=component)
+    return _bertscore_coherence("prompt", texts, prompts, options, scoring)
+
+
+@metric(
+    "bertscore_prev",
+    **_coherence_metric(
         "prev",
-        "bertscore_prev",
         "BERTScore-2",
         "each story sentence against the previous one (the first against the prompt)",
     ),
-):
-    register_metric(
-        _name,
-        description=f"{_label} (Callan & Foster 2023): mean BERTScore F1 of {_what}",
-        families=("bertscore", "coherence", "encoder"),
-        needs_prompt=True,
-        model="encoder",
-        higher_is_better=True,
-        value_range=(None, 1.0),
-        options=[
-            *encoder_options(),
-            _SPLIT,
-            MetricOption(
-                "component", str, "f", "BERTScore F1, precision or recall", choices=("f", "p", "r")
-            ),
-        ],
-        plan=_bertscore_plan(_mode),
-        corpus_wide=lambda options: bool(options.get("idf")),
-    )(_bertscore_coherence(_mode))
+)
+def bertscore_prev(
+    texts: Texts,
+    prompts: Prompts,
+    *,
+    model: EncoderName = None,
+    layer: Layer = None,
+    idf: Idf = False,
+    rescale: Rescale = False,
+    baseline: Baseline = None,
+    batch_tokens: BatchTokens = 4096,
+    split: Split = "pysbd",
+    component: BertComponent = "f",
+    scoring: ScoringContext | None = None,
+    device: Device = None,
+    precision: Precision = None,
+    progress: bool = False,
+) -> CoherenceScores:
+    """BERTScore-2 (Callan and Foster 2023): the mean BERTScore of each sentence of a text
+    against the previous one (the first against the prompt)."""
+    assert scoring is not None
+    options = dict(model=model, layer=layer, idf=idf, rescale=rescale, baseline=baseline)
+    options.update(split=split, component=component)
+    return _bertscore_coherence("prev", texts, prompts, options, scoring)
 
 
 # --------------------------------------------------------------------------- embedding coherence
@@ -154,49 +224,51 @@ def _embedding_plan(
     yield options["model"], texts, [layer]
 
 
-@register_metric(
+@metric(
     "embedding_coherence",
     description="Mean cosine similarity of consecutive sentence embeddings of the story "
     "(mean-pooled contextual token embeddings)",
     families=("coherence", "encoder"),
     model="encoder",
-    higher_is_better=True,
     value_range=(-1.0, 1.0),
-    options=[
-        MetricOption(
-            "model", str, None, "encoder: hub name or local directory (default: offline MiniLM)"
-        ),
-        MetricOption("layer", int, -1, "hidden layer to mean-pool (-1 = last)"),
-        _SPLIT,
-        MetricOption(
-            "batch_tokens", int, 4096, "tokens per encoder batch", minimum=64, in_signature=False
-        ),
-    ],
     plan=_embedding_plan,
 )
-def embedding_coherence(batch: MetricBatch, options: Mapping[str, Any]) -> MetricOutput:
-    """Mean cosine of consecutive sentence embeddings of the story."""
-    cache = batch.context.cache(options["model"])
-    layer = resolve_layer(cache.encoder.model, options["layer"])
+def embedding_coherence(
+    texts: Texts,
+    *,
+    model: EncoderName = None,
+    layer: Annotated[int, Opt("hidden layer to mean-pool (-1 = last)")] = -1,
+    split: Split = "pysbd",
+    batch_tokens: BatchTokens = 4096,
+    scoring: ScoringContext | None = None,
+    device: Device = None,
+    precision: Precision = None,
+    progress: bool = False,
+) -> CoherenceScores:
+    """The mean cosine of consecutive sentence embeddings of each text (undefined below two
+    sentences)."""
+    assert scoring is not None
+    cache = scoring.cache(model)
+    index = resolve_layer(cache.encoder.model, layer)
+    sentences_of = [scoring.sentences(text, split) for text in texts]
+    cache.request([s for sentences in sentences_of for s in sentences], [index])
+    cache.run()
     values = []
-    short = 0
-    for story in batch.stories:
-        sentences = batch.context.sentences(story.story, options["split"])
+    for sentences in sentences_of:
         if len(sentences) < 2:
-            short += 1
             values.append(math.nan)
             continue
         vectors = np.array(
-            [cache.sentence_embedding(s, layer) for s in sentences], dtype=np.float64
+            [cache.sentence_embedding(s, index) for s in sentences], dtype=np.float64
         )
         vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
         values.append(float((vectors[:-1] * vectors[1:]).sum(axis=1).mean()))
-    notes = [f"{short} stories have fewer than two sentences: undefined"] if short else []
-    return MetricOutput(
-        np.asarray(values, dtype=np.float64),
+    array = np.asarray(values, dtype=np.float64)
+    return CoherenceScores(
+        array,
         models={"model": cache.identity},
-        fields={"layer": layer, "pooling": "mean"},
-        notes=notes,
+        fields={"layer": index, "pooling": "mean"},
+        notes=tuple(undefined_note(array, "stories have fewer than two sentences")),
     )
 
 
@@ -302,75 +374,109 @@ def nsp_cuts(model: Any, pairs: Sequence[tuple[str, str]]) -> tuple[int, int]:
     return contexts, sentences
 
 
-def _nsp(mode: str) -> Any:
-    def compute(batch: MetricBatch, options: Mapping[str, Any]) -> MetricOutput:
-        model = load_nsp_model(options["model"])
-        stories = _story_pairs(batch, options, mode)
-        flat = [(context, sentence) for pairs in stories for sentence, context in pairs]
-        contexts, sentences = nsp_cuts(model, flat)
-        from storyeval.models.devices import autocast, on_device, place
+def _nsp(
+    mode: str,
+    texts: Sequence[str],
+    prompts: Sequence[str],
+    options: Mapping[str, Any],
+    scoring: ScoringContext,
+) -> CoherenceScores:
+    from storyeval.models.devices import autocast, on_device, place
 
-        device, precision = batch.context.device, batch.context.precision
-        place(model, device)
-        notes = []
-        if contexts:
-            notes.append(
-                f"{contexts} of {len(flat)} contexts (prompt or previous sentence) are longer "
-                "than the NSP model reads beside a sentence and were read in part"
-            )
-        if sentences:
-            notes.append(
-                f"{sentences} of {len(flat)} sentences are longer than the NSP model reads and "
-                "were read in part (their first tokens)"
-            )
-        with on_device(device), autocast(device, precision):
-            probabilities = nsp_probabilities(model, flat, batch_size=options["batch_size"])
-        if options["score"] == "label":
-            probabilities = (probabilities > 0.5).astype(np.float64)
-        values = []
-        position = 0
-        for pairs in stories:
-            chunk = probabilities[position : position + len(pairs)]
-            position += len(pairs)
-            values.append(float(chunk.mean()) if len(chunk) else math.nan)
-        return MetricOutput(
-            np.asarray(values, dtype=np.float64), models={"model": model.identity}, notes=notes
+    model = scoring.given(options["model"]) or load_nsp_model(options["model"])
+    stories = text_pairs(scoring, texts, prompts, options["split"], mode)
+    flat = [(context, sentence) for pairs in stories for sentence, context in pairs]
+    contexts, sentences = nsp_cuts(model, flat)
+    place(model, scoring.device)
+    notes = []
+    if contexts:
+        notes.append(
+            f"{contexts} of {len(flat)} contexts (prompt or previous sentence) are longer "
+            "than the NSP model reads beside a sentence and were read in part"
         )
+    if sentences:
+        notes.append(
+            f"{sentences} of {len(flat)} sentences are longer than the NSP model reads and "
+            "were read in part (their first tokens)"
+        )
+    with on_device(scoring.device), autocast(scoring.device, scoring.precision):
+        probabilities = nsp_probabilities(model, flat, batch_size=options["batch_size"])
+    if options["score"] == "label":
+        probabilities = (probabilities > 0.5).astype(np.float64)
+    values = []
+    position = 0
+    for pairs in stories:
+        chunk = probabilities[position : position + len(pairs)]
+        position += len(pairs)
+        values.append(float(chunk.mean()) if len(chunk) else math.nan)
+    return CoherenceScores(
+        np.asarray(values, dtype=np.float64), models={"model": model.identity}, notes=tuple(notes)
+    )
 
-    return compute
+
+NspModel = Annotated[str | None, Opt(NSP_HELP, model=True)]
+NspScore = Annotated[
+    Literal["probability", "label"],
+    Opt("average the probability, or the share of sentences predicted to follow"),
+]
+NspBatch = Annotated[int, Opt("pairs per batch", minimum=1, in_signature=False)]
 
 
-for _mode, _name, _label, _what in (
-    ("prompt", "nsp_prompt", "BERT-NSP-1", "each story sentence follows the prompt"),
-    (
-        "prev",
-        "nsp_prev",
-        "BERT-NSP-2",
-        "each story sentence follows the previous one (the first: the prompt)",
-    ),
-):
-    register_metric(
-        _name,
-        description=f"{_label} (Callan & Foster 2023): mean probability, under a BERT NSP head, "
-        f"that {_what}",
-        families=("nsp", "coherence"),
-        needs_prompt=True,
-        model="nsp",
-        higher_is_better=True,
-        value_range=(0.0, 1.0),
-        offline=False,
-        unavailable_offline="needs a trained NSP head: `storyeval train nsp` makes one, then "
+def _nsp_metric(label: str, what: str) -> dict[str, Any]:
+    return {
+        "description": f"{label} (Callan & Foster 2023): mean probability, under a BERT NSP "
+        f"head, that {what}",
+        "families": ("nsp", "coherence"),
+        "model": "nsp",
+        "value_range": (0.0, 1.0),
+        "offline": False,
+        "unavailable_offline": "needs a trained NSP head: `storyeval train nsp` makes one, then "
         "--option nsp.model=DIR",
-        options=[
-            MetricOption("model", str, None, NSP_HELP),
-            _SPLIT,
-            MetricOption(
-                "score",
-                str,
-                "probability",
-                "average the probability, or the share of sentences predicted to follow",
-                choices=("probability", "label"),
-            ),
-            MetricOption("batch_size", int, 32, "pairs per batch", minimum=1, in_signature=False),
-        ],
-    )(_nsp(_mode))
+    }
+
+
+@metric("nsp_prompt", **_nsp_metric("BERT-NSP-1", "each story sentence follows the prompt"))
+def nsp_prompt(
+    texts: Texts,
+    prompts: Prompts,
+    *,
+    model: NspModel = None,
+    split: Split = "pysbd",
+    score: NspScore = "probability",
+    batch_size: NspBatch = 32,
+    scoring: ScoringContext | None = None,
+    device: Device = None,
+    precision: Precision = None,
+    progress: bool = False,
+) -> CoherenceScores:
+    """BERT-NSP-1 (Callan and Foster 2023): the mean probability, under a trained next-sentence
+    head, that each sentence of a text follows the prompt."""
+    assert scoring is not None
+    options = {"model": model, "split": split, "score": score, "batch_size": batch_size}
+    return _nsp("prompt", texts, prompts, options, scoring)
+
+
+@metric(
+    "nsp_prev",
+    **_nsp_metric(
+        "BERT-NSP-2", "each story sentence follows the previous one (the first: the prompt)"
+    ),
+)
+def nsp_prev(
+    texts: Texts,
+    prompts: Prompts,
+    *,
+    model: NspModel = None,
+    split: Split = "pysbd",
+    score: NspScore = "probability",
+    batch_size: NspBatch = 32,
+    scoring: ScoringContext | None = None,
+    device: Device = None,
+    precision: Precision = None,
+    progress: bool = False,
+) -> CoherenceScores:
+    """BERT-NSP-2 (Callan and Foster 2023): the mean probability that each sentence of a text
+    follows the previous one (the first: the prompt)."""
+    assert scoring is not None
+    options = {"model": model, "split": split, "score": score, "batch_size": batch_size}
+    return _nsp("prev", texts, prompts, options, scoring)

@@ -20,59 +20,31 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import numpy as np
 
-from storyeval.metrics.context import resolve_layer
-from storyeval.metrics.registry import (
-    MetricBatch,
-    MetricOption,
-    MetricOutput,
-    SystemStatistic,
-    SystemValue,
-    register_metric,
-)
+from storyeval.metrics.context import ScoringContext, resolve_layer
+from storyeval.metrics.function import Opt, Scores, Texts, metric
+from storyeval.metrics.registry import MetricBatch, SystemStatistic, SystemValue, get_metric
+
+if TYPE_CHECKING:  # pragma: no cover
+    from storyeval.distribution import MauveResult
 
 FEATURES = ("encoder", "causal-lm")
 
-OPTIONS = [
-    MetricOption(
-        "reference_system", str, "human", "the system whose stories are the reference (people)"
-    ),
-    MetricOption("features", str, "encoder", "what gives each story's features", choices=FEATURES),
-    MetricOption(
-        "model", str, None, "encoder or causal LM: hub name or local directory (default: offline)"
-    ),
-    MetricOption("layer", int, -1, "encoder layer to mean-pool (negative counts from the top)"),
-    MetricOption(
-        "max_tokens",
-        int,
-        1024,
-        "causal-lm features: tokens kept per story (the reference's 1024)",
-        minimum=2,
-    ),
-    MetricOption("seeds", int, 5, "k-means seeds (mean and t interval across them)", minimum=1),
-    MetricOption("seed", int, 25, "the first k-means seed (25: the reference's)"),
-    MetricOption(
-        "num_buckets", int, None, "k-means clusters (auto: a tenth of the smaller side)", minimum=2
-    ),
-    MetricOption(
-        "explained_variance", float, 0.9, "variance kept by the PCA", minimum=0.01, maximum=0.99
-    ),
-    MetricOption("kmeans_redo", int, 5, "k-means restarts", minimum=1),
-    MetricOption("kmeans_iter", int, 500, "k-means iterations", minimum=1),
-    MetricOption("scaling", float, 5.0, "the divergence curve's constant c", minimum=0.001),
-    MetricOption("points", int, 25, "mixture weights on the divergence curve", minimum=2),
-    MetricOption(
-        "kmeans",
-        str,
-        "auto",
-        "k-means implementation (auto: faiss when installed)",
-        choices=("auto", "faiss", "sklearn"),
-    ),
-    MetricOption("batch_tokens", int, 8192, "tokens per batch", minimum=64, in_signature=False),
-]
+
+@dataclass(frozen=True)
+class MauveFeatures(Scores):
+    """Each text's features for MAUVE (``stats``: the feature vector, then the length in
+    words); a text has no MAUVE of its own (``values`` are NaN)."""
+
+    @property
+    def features(self) -> np.ndarray:
+        """The feature vectors, shape ``(n, dimensions)``."""
+        assert self.stats is not None
+        return self.stats[:, :-1]
 
 
 def _encoder_layer(batch: MetricBatch, options: Mapping[str, Any]) -> tuple[Any, int]:
@@ -102,7 +74,10 @@ def causal_lm_features(
     """
     import torch
 
+    from storyeval.models.devices import model_device
+
     tokenizer, model = lm.tokenizer, lm.model
+    device = model_device(lm)
     bos = tokenizer.bos_token_id
     ids = []
     longer = 0
@@ -131,10 +106,14 @@ def causal_lm_features(
             for r, i in enumerate(chunk):
                 input_ids[r, : len(ids[i])] = torch.tensor(ids[i])
                 mask[r, : len(ids[i])] = 1
-            out = model(input_ids=input_ids, attention_mask=mask, output_hidden_states=True)
+            out = model(
+                input_ids=input_ids.to(device),
+                attention_mask=mask.to(device),
+                output_hidden_states=True,
+            )
             last = out.hidden_states[-1]
             for r, i in enumerate(chunk):
-                features[i] = last[r, len(ids[i]) - 1].float().numpy()
+                features[i] = last[r, len(ids[i]) - 1].float().cpu().numpy()
             start = end
     return features, longer
 
@@ -146,42 +125,93 @@ def _with_lengths(features: np.ndarray, texts: Sequence[str]) -> np.ndarray:
     return np.hstack([np.asarray(features, dtype=np.float64), lengths])
 
 
-def _features(batch: MetricBatch, options: Mapping[str, Any]) -> MetricOutput:
+def _feature_scores(
+    texts: Sequence[str], options: Mapping[str, Any], scoring: ScoringContext
+) -> MauveFeatures:
+    """The MAUVE features of ``texts`` (see the module docstring)."""
     from storyeval.distribution import kmeans_backend
 
-    texts = [s.story for s in batch.stories]
     backend = kmeans_backend(options["kmeans"])
     if options["features"] == "encoder":
-        cache, layer = _encoder_layer(batch, options)
+        cache = scoring.cache(options["model"])
+        layer = resolve_layer(cache.encoder.model, int(options["layer"]))
+        cache.request(texts, [layer])
+        cache.run()
         stats = _with_lengths(
             np.stack([cache.sentence_embedding(text, layer) for text in texts]), texts
         )
-        return MetricOutput(
+        return MauveFeatures(
             np.full(len(texts), np.nan),
             stats=stats,
             models={"model": cache.identity},
             fields={"layer": layer, "kmeans": backend},
             omit=("max_tokens",),
         )
-    lm = batch.context.causal_lm(options["model"])
+    lm = scoring.causal_lm(options["model"])
     features, longer = causal_lm_features(
         lm, texts, max_tokens=int(options["max_tokens"]), batch_tokens=int(options["batch_tokens"])
     )
-    stats = _with_lengths(features, texts)
-    notes = []
+    notes: tuple[str, ...] = ()
     if longer:
-        notes.append(
+        notes = (
             f"{longer} stories are longer than {options['max_tokens']} tokens: their features "
-            "come from the first max_tokens tokens (mauve.max_tokens)"
+            "come from the first max_tokens tokens (mauve.max_tokens)",
         )
-    return MetricOutput(
+    return MauveFeatures(
         np.full(len(texts), np.nan),
-        stats=stats,
+        stats=_with_lengths(features, texts),
         models={"model": lm.identity},
         fields={"kmeans": backend},
         notes=notes,
         omit=("layer",),
     )
+
+
+def _mauve_text_features(
+    texts: Texts,
+    *,
+    reference_system: Annotated[
+        str, Opt("the system whose stories are the reference (people)")
+    ] = "human",
+    features: Annotated[
+        Literal["encoder", "causal-lm"], Opt("what gives each story's features")
+    ] = "encoder",
+    model: Annotated[
+        str | None,
+        Opt("encoder or causal LM: hub name or local directory (default: offline)", model=True),
+    ] = None,
+    layer: Annotated[int, Opt("encoder layer to mean-pool (negative counts from the top)")] = -1,
+    max_tokens: Annotated[
+        int, Opt("causal-lm features: tokens kept per story (the reference's 1024)", minimum=2)
+    ] = 1024,
+    seeds: Annotated[int, Opt("k-means seeds (mean and t interval across them)", minimum=1)] = 5,
+    seed: Annotated[int, Opt("the first k-means seed (25: the reference's)")] = 25,
+    num_buckets: Annotated[
+        int | None, Opt("k-means clusters (auto: a tenth of the smaller side)", minimum=2)
+    ] = None,
+    explained_variance: Annotated[
+        float, Opt("variance kept by the PCA", minimum=0.01, maximum=0.99)
+    ] = 0.9,
+    kmeans_redo: Annotated[int, Opt("k-means restarts", minimum=1)] = 5,
+    kmeans_iter: Annotated[int, Opt("k-means iterations", minimum=1)] = 500,
+    scaling: Annotated[float, Opt("the divergence curve's constant c", minimum=0.001)] = 5.0,
+    points: Annotated[int, Opt("mixture weights on the divergence curve", minimum=2)] = 25,
+    kmeans: Annotated[
+        Literal["auto", "faiss", "sklearn"],
+        Opt("k-means implementation (auto: faiss when installed)"),
+    ] = "auto",
+    batch_tokens: Annotated[int, Opt("tokens per batch", minimum=64, in_signature=False)] = 8192,
+    scoring: ScoringContext | None = None,
+    device: str | None = None,
+    precision: str | None = None,
+    progress: bool = False,
+) -> MauveFeatures:
+    """The features MAUVE compares, per text (the registered metrics ``mauve`` and
+    ``mauve_star`` are computed per system from them; :func:`mauve` compares two sets)."""
+    assert scoring is not None
+    options = dict(features=features, model=model, layer=layer, max_tokens=max_tokens)
+    options.update(kmeans=kmeans, batch_tokens=batch_tokens)
+    return _feature_scores(list(texts), options, scoring)
 
 
 _MEMO: dict[str, Any] = {}
@@ -259,20 +289,96 @@ def _statistic(star: bool) -> SystemStatistic:
     return SystemStatistic(name, compute, f"{name} of the system's stories against the reference")
 
 
-for _star in (False, True):
-    register_metric(
-        "mauve_star" if _star else "mauve",
-        description=("MAUVE* (smoothed histograms)" if _star else "MAUVE")
+def _mauve_metric(star: bool) -> dict[str, Any]:
+    return {
+        "description": ("MAUVE* (smoothed histograms)" if star else "MAUVE")
         + " of each system's stories against the reference system's: the area under the "
         "divergence curve of their quantised feature distributions (1 = indistinguishable)",
-        families=("mauve",),
-        model="encoder",
-        higher_is_better=True,
-        value_range=(0.0, 1.0),
-        level="corpus",
-        options=OPTIONS,
-        system_statistics=[_statistic(_star)],
-        default=False,
-        plan=_plan,
-        backends=("transformers", "torch", "scikit-learn", "faiss-cpu"),
-    )(_features)
+        "families": ("mauve",),
+        "model": "encoder",
+        "value_range": (0.0, 1.0),
+        "level": "corpus",
+        "system_statistics": [_statistic(star)],
+        "default": False,
+        "plan": _plan,
+        "backends": ("transformers", "torch", "scikit-learn", "faiss-cpu"),
+    }
+
+
+mauve_features = metric("mauve", **_mauve_metric(False))(_mauve_text_features)
+metric("mauve_star", **_mauve_metric(True))(_mauve_text_features)
+
+
+def mauve(
+    texts: Texts,
+    reference_texts: Texts,
+    *,
+    model: Any = None,
+    features: Literal["encoder", "causal-lm"] = "encoder",
+    seeds: int = 5,
+    seed: int = 25,
+    num_buckets: int | None = None,
+    device: str | None = None,
+    precision: str | None = None,
+    scoring: ScoringContext | None = None,
+    **options: Any,
+) -> MauveResult:
+    """MAUVE and MAUVE* (Pillutla et al. 2021) of ``texts`` against ``reference_texts``
+    (people's), over several k-means seeds, from the features ``storyeval score --metrics
+    mauve`` uses; the result's ``signature`` names them.
+
+    Parameters
+    ----------
+    texts : sequence of str
+        A system's texts (``p``).
+    reference_texts : sequence of str
+        People's texts (``q``).
+    model : str, loaded model or None
+        The encoder (``features="encoder"``) or causal LM (``"causal-lm"``); None: offline.
+    features : {"encoder", "causal-lm"}
+        Mean-pooled encoder states, or the causal LM's last-token state (as MAUVE's authors).
+    seeds, seed : int
+        k-means seeds: ``seed``, ``seed + 1``, ... (mean and t interval across them).
+    num_buckets : int, optional
+        k-means clusters (default: a tenth of the smaller side).
+    device, precision, scoring
+        Where the feature model runs (or a context to share).
+    **options
+        Further options of the ``mauve`` metric (``explained_variance``, ``kmeans``, ...).
+
+    Examples
+    --------
+    >>> people = [f"The {w} walked home after the storm and made tea." for w in ("girl", "man", "dog", "cat", "boy", "woman")]
+    >>> system = [f"Buy {w} now at the best price in town!" for w in ("shoes", "hats", "cars", "bikes", "tea", "maps")]
+    >>> result = mauve(system, people, seeds=2, num_buckets=2, kmeans="sklearn")
+    >>> bool(result.mauve < 0.5), len(result.per_seed), result.signature.name
+    (True, 2, 'mauve')
+    """
+    import warnings
+    from dataclasses import replace as with_field
+
+    system, people = list(texts), list(reference_texts)
+    if not system or not people:
+        raise ValueError("mauve: both texts and reference_texts must be non-empty")
+    settings: dict[str, Any] = {
+        "features": features,
+        "seeds": seeds,
+        "seed": seed,
+        "num_buckets": num_buckets,
+    }
+    settings.update(options)
+    both = mauve_features(
+        [*system, *people],
+        model=model,
+        device=device,
+        precision=precision,
+        scoring=scoring,
+        **settings,
+    )
+    resolved = {**get_metric("mauve").defaults(), **settings}
+    stats = both.features
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        result = _mauve(stats[: len(system)], stats[len(system) :], resolved)
+    signature = both.signature.with_fields(n_p=len(system), n_q=len(people))
+    return with_field(result, signature=signature)  # type: ignore[no-any-return]

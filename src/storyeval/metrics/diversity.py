@@ -10,16 +10,16 @@ from __future__ import annotations
 import csv
 import functools
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import numpy as np
 
 from storyeval.errors import ModelLoadError
-from storyeval.metrics.registry import MetricBatch, MetricOption, MetricOutput, register_metric
+from storyeval.metrics.context import ScoringContext
+from storyeval.metrics.function import Opt, Scores, Texts, metric
 from storyeval.text import tokenize_words
-
-_SPLIT = MetricOption("split", str, "pysbd", "sentence splitter", choices=("pysbd", "spacy"))
 
 
 def words(text: str, *, punctuation: bool = False) -> list[str]:
@@ -78,74 +78,127 @@ def repeated_sentence_rate(sentences: Sequence[str]) -> float:
     return repeats / counted if counted else float("nan")
 
 
-def _tokens_metric(n: int, kind: str) -> Any:
-    def compute(batch: MetricBatch, options: Mapping[str, Any]) -> MetricOutput:
-        size = int(options.get("n", n))
-        function = distinct_n if kind == "distinct" else repeated_ngram_rate
-        values = [
-            function(words(s.story, punctuation=options["punctuation"]), size)
-            for s in batch.stories
-        ]
-        return MetricOutput(np.asarray(values, dtype=np.float64))
-
-    return compute
+@dataclass(frozen=True)
+class TextScores(Scores):
+    """A value of each text computed from the text alone (no reference, no model)."""
 
 
-_PUNCT = MetricOption("punctuation", bool, False, "count punctuation marks as tokens")
+Punctuation = Annotated[bool, Opt("count punctuation marks as tokens")]
+Split = Annotated[Literal["pysbd", "spacy"], Opt("sentence splitter")]
 
-for _n in (1, 2, 3):
-    register_metric(
-        f"distinct{_n}",
-        description=f"distinct-{_n}: unique {_n}-grams over all {_n}-grams of the story "
-        "(lower-cased words)",
-        families=("diversity", "distinct"),
-        higher_is_better=True,
-        value_range=(0.0, 1.0),
-        options=[_PUNCT],
-    )(_tokens_metric(_n, "distinct"))
 
-register_metric(
+def _distinct(texts: Texts, n: int, punctuation: bool) -> TextScores:
+    values = [distinct_n(words(text, punctuation=punctuation), n) for text in texts]
+    return TextScores(np.asarray(values, dtype=np.float64))
+
+
+def _distinct_description(n: int) -> str:
+    return f"distinct-{n}: unique {n}-grams over all {n}-grams of the story (lower-cased words)"
+
+
+@metric(
+    "distinct1",
+    description=_distinct_description(1),
+    families=("diversity", "distinct"),
+    value_range=(0.0, 1.0),
+)
+def distinct1(texts: Texts, *, punctuation: Punctuation = False) -> TextScores:
+    """distinct-1 (Li et al. 2016) of each text: unique words over all words.
+
+    >>> distinct1(["the cat and the dog"]).values.tolist()
+    [0.8]
+    """
+    return _distinct(texts, 1, punctuation)
+
+
+@metric(
+    "distinct2",
+    description=_distinct_description(2),
+    families=("diversity", "distinct"),
+    value_range=(0.0, 1.0),
+)
+def distinct2(texts: Texts, *, punctuation: Punctuation = False) -> TextScores:
+    """distinct-2 of each text: unique bigrams over all bigrams."""
+    return _distinct(texts, 2, punctuation)
+
+
+@metric(
+    "distinct3",
+    description=_distinct_description(3),
+    families=("diversity", "distinct"),
+    value_range=(0.0, 1.0),
+)
+def distinct3(texts: Texts, *, punctuation: Punctuation = False) -> TextScores:
+    """distinct-3 of each text: unique trigrams over all trigrams."""
+    return _distinct(texts, 3, punctuation)
+
+
+@metric(
     "repeated_ngram_rate",
     description="Share of the story's n-grams that repeat an earlier one (seq-rep-n; n = 4 by "
     "default)",
     families=("diversity",),
     higher_is_better=False,
     value_range=(0.0, 1.0),
-    options=[MetricOption("n", int, 4, "n-gram order", minimum=1, maximum=10), _PUNCT],
-)(_tokens_metric(4, "repeated"))
+)
+def repeated_ngram_rate_scores(
+    texts: Texts,
+    *,
+    n: Annotated[int, Opt("n-gram order", minimum=1, maximum=10)] = 4,
+    punctuation: Punctuation = False,
+) -> TextScores:
+    """seq-rep-n (Welleck et al. 2020) of each text: the share of its n-grams that repeat an
+    earlier one.
+
+    >>> repeated_ngram_rate_scores(["a b a b a b"], n=2).values.round(2).tolist()
+    [0.6]
+    """
+    values = [repeated_ngram_rate(words(text, punctuation=punctuation), n) for text in texts]
+    return TextScores(np.asarray(values, dtype=np.float64))
 
 
-@register_metric(
+@metric(
     "repeated_sentence_rate",
     description="Share of the story's sentences that repeat an earlier sentence",
     families=("diversity",),
     higher_is_better=False,
     value_range=(0.0, 1.0),
-    options=[_SPLIT],
 )
-def _repeated_sentences(batch: MetricBatch, options: Mapping[str, Any]) -> MetricOutput:
-    context = batch.context
-    values = [
-        repeated_sentence_rate(context.sentences(s.story, options["split"])) for s in batch.stories
-    ]
-    return MetricOutput(np.asarray(values, dtype=np.float64))
+def repeated_sentence_rate_scores(
+    texts: Texts, *, split: Split = "pysbd", scoring: ScoringContext | None = None
+) -> TextScores:
+    """The share of each text's sentences that repeat an earlier one.
+
+    >>> repeated_sentence_rate_scores(["He ran. She sat. He ran."]).values.round(3).tolist()
+    [0.333]
+    """
+    assert scoring is not None
+    values = [repeated_sentence_rate(scoring.sentences(text, split)) for text in texts]
+    return TextScores(np.asarray(values, dtype=np.float64))
 
 
-@register_metric(
+@metric(
     "sentence_length",
     description="Mean number of words per sentence of the story (a proxy for complexity)",
     families=("form",),
     higher_is_better=None,
     value_range=(0.0, None),
-    options=[_SPLIT],
 )
-def _sentence_length(batch: MetricBatch, options: Mapping[str, Any]) -> MetricOutput:
+def sentence_length(
+    texts: Texts, *, split: Split = "pysbd", scoring: ScoringContext | None = None
+) -> TextScores:
+    """The mean number of words per sentence of each text.
+
+    >>> sentence_length(["One two three. Four."]).values.tolist()
+    [2.0]
+    """
+    assert scoring is not None
     values = []
-    for story in batch.stories:
-        counts = [len(words(s)) for s in batch.context.sentences(story.story, options["split"])]
+    for text in texts:
+        counts = [len(words(s)) for s in scoring.sentences(text, split)]
         counts = [c for c in counts if c]
         values.append(float(np.mean(counts)) if counts else float("nan"))
-    return MetricOutput(np.asarray(values, dtype=np.float64))
+    return TextScores(np.asarray(values, dtype=np.float64))
 
 
 # --------------------------------------------------------------------------- concreteness
@@ -211,11 +264,10 @@ def concreteness(doc: Any, pos: str, ratings: Mapping[str, float]) -> float:
     return float(np.mean(found)) if found else float("nan")
 
 
-def _parsed(batch: MetricBatch, texts: Sequence[str], model: str | None) -> list[Any]:
-    context = batch.context
-    nlp = context.spacy(model)
-    key = ("spacy", model)
-    memo: dict[str, Any] = context.memo.setdefault(key, {})
+def _parsed(scoring: ScoringContext, texts: Sequence[str], model: str | None) -> list[Any]:
+    """spaCy parses of ``texts`` (each text parsed once per run, shared by both metrics)."""
+    nlp = scoring.spacy(model)
+    memo: dict[str, Any] = scoring.memo.setdefault(("spacy", model), {})
     todo = [t for t in dict.fromkeys(texts) if t not in memo]
     if todo:
         disabled = [name for name in ("parser", "ner") if name in nlp.pipe_names]
@@ -224,43 +276,68 @@ def _parsed(batch: MetricBatch, texts: Sequence[str], model: str | None) -> list
     return [memo[t] for t in texts]
 
 
-def _concreteness_metric(pos: str) -> Any:
-    def compute(batch: MetricBatch, options: Mapping[str, Any]) -> MetricOutput:
-        from storyeval.models import spacy_identity
-
-        ratings = concreteness_ratings(options["ratings"])
-        docs = _parsed(batch, [s.story for s in batch.stories], options["spacy_model"])
-        values = [concreteness(doc, pos, ratings) for doc in docs]
-        nlp = batch.context.spacy(options["spacy_model"])
-        return MetricOutput(
-            np.asarray(values, dtype=np.float64),
-            models={"spacy": spacy_identity(nlp)},
-            fields={
-                "ratings": "brysbaert2014"
-                if options["ratings"] is None
-                else Path(options["ratings"]).name
-            },
-        )
-
-    return compute
+SpacyModel = Annotated[
+    str | None, Opt("spaCy pipeline (default: the offline en_core_web_sm)", model=True)
+]
+Ratings = Annotated[str | None, Opt("a ratings file (Word + Conc.M or Brysbaert columns)")]
 
 
-for _pos, _label in (("NOUN", "noun"), ("VERB", "verb")):
-    register_metric(
-        f"concreteness_{_label}",
-        description=f"Mean Brysbaert concreteness (1-5) of the story's {_label}s (spaCy POS tags, "
-        "lemmas)",
-        families=("form", "concreteness"),
-        model="spacy",
-        backends=("spacy",),
-        higher_is_better=None,
-        value_range=(1.0, 5.0),
-        options=[
-            MetricOption(
-                "spacy_model", str, None, "spaCy pipeline (default: the offline en_core_web_sm)"
-            ),
-            MetricOption(
-                "ratings", str, None, "a ratings file (Word + Conc.M or Brysbaert columns)"
-            ),
-        ],
-    )(_concreteness_metric(_pos))
+def _concreteness(
+    texts: Texts, pos: str, spacy_model: str | None, ratings: str | None, scoring: ScoringContext
+) -> TextScores:
+    from storyeval.models import spacy_identity
+
+    table = concreteness_ratings(ratings)
+    docs = _parsed(scoring, list(texts), spacy_model)
+    values = [concreteness(doc, pos, table) for doc in docs]
+    return TextScores(
+        np.asarray(values, dtype=np.float64),
+        models={"spacy": spacy_identity(scoring.spacy(spacy_model))},
+        fields={"ratings": "brysbaert2014" if ratings is None else Path(ratings).name},
+    )
+
+
+def _concreteness_description(label: str) -> str:
+    return f"Mean Brysbaert concreteness (1-5) of the story's {label}s (spaCy POS tags, lemmas)"
+
+
+@metric(
+    "concreteness_noun",
+    description=_concreteness_description("noun"),
+    families=("form", "concreteness"),
+    model="spacy",
+    backends=("spacy",),
+    higher_is_better=None,
+    value_range=(1.0, 5.0),
+)
+def concreteness_noun(
+    texts: Texts,
+    *,
+    spacy_model: SpacyModel = None,
+    ratings: Ratings = None,
+    scoring: ScoringContext | None = None,
+) -> TextScores:
+    """The mean concreteness rating (Brysbaert et al. 2014) of each text's nouns."""
+    assert scoring is not None
+    return _concreteness(texts, "NOUN", spacy_model, ratings, scoring)
+
+
+@metric(
+    "concreteness_verb",
+    description=_concreteness_description("verb"),
+    families=("form", "concreteness"),
+    model="spacy",
+    backends=("spacy",),
+    higher_is_better=None,
+    value_range=(1.0, 5.0),
+)
+def concreteness_verb(
+    texts: Texts,
+    *,
+    spacy_model: SpacyModel = None,
+    ratings: Ratings = None,
+    scoring: ScoringContext | None = None,
+) -> TextScores:
+    """The mean concreteness rating (Brysbaert et al. 2014) of each text's verbs."""
+    assert scoring is not None
+    return _concreteness(texts, "VERB", spacy_model, ratings, scoring)

@@ -15,13 +15,13 @@ story (the edited text) with another field of the same record (the original, opt
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import numpy as np
 
-from storyeval.metrics.registry import MetricBatch, MetricOption, MetricOutput, register_metric
+from storyeval.metrics.function import Opt, Scores, Texts, metric
 from storyeval.text import tokenize_words
 
 
@@ -143,74 +143,84 @@ def user(edited: str, original: str, *, unit: str = "word") -> UserScore:
     return UserScore(precision, recall, f1)
 
 
-def _original(story: Any, options: Mapping[str, Any]) -> str:
-    return str(story.to_dict()[options["original"]])
+@dataclass(frozen=True)
+class EditScores(Scores):
+    """A value of each (edited, original) pair of texts."""
 
 
-_ORIGINAL = MetricOption(
-    "original", str, "original", "the record field holding the original (unedited) text"
-)
+Original = Annotated[str, Opt("the record field holding the original (unedited) text")]
 
 
-@register_metric(
+@metric(
     "levenshtein",
     description="Levenshtein edit distance (characters) from the original text to the story",
     families=("edits",),
-    field_options=("original",),
     higher_is_better=False,
     value_range=(0.0, None),
-    options=[
-        _ORIGINAL,
-        MetricOption("normalize", bool, False, "divide by the longer text's length (0..1)"),
-    ],
 )
-def _levenshtein_metric(batch: MetricBatch, options: Mapping[str, Any]) -> MetricOutput:
+def levenshtein_distance(
+    texts: Texts,
+    originals: Texts,
+    *,
+    original: Original = "original",
+    normalize: Annotated[bool, Opt("divide by the longer text's length (0..1)")] = False,
+) -> EditScores:
+    """The character edit distance from each original to its edited text (the story).
+
+    >>> levenshtein_distance(["kitten"], ["sitting"]).values.tolist()
+    [3.0]
+    """
     values = []
-    for story in batch.stories:
-        original = _original(story, options)
-        distance = float(levenshtein(original, story.story))
-        if options["normalize"]:
-            longest = max(len(original), len(story.story))
+    for edited, source in zip(texts, originals, strict=True):
+        distance = float(levenshtein(source, edited))
+        if normalize:
+            longest = max(len(source), len(edited))
             distance = distance / longest if longest else float("nan")
         values.append(distance)
-    return MetricOutput(np.asarray(values, dtype=np.float64))
+    return EditScores(np.asarray(values, dtype=np.float64))
 
 
-@register_metric(
+@metric(
     "jaccard",
     description="Jaccard similarity of the word sets of the story and the original text",
     families=("edits",),
-    field_options=("original",),
-    higher_is_better=True,
     value_range=(0.0, 1.0),
-    options=[_ORIGINAL],
 )
-def _jaccard_metric(batch: MetricBatch, options: Mapping[str, Any]) -> MetricOutput:
-    return MetricOutput(
-        np.asarray(
-            [jaccard(s.story, _original(s, options)) for s in batch.stories], dtype=np.float64
-        )
-    )
+def jaccard_similarity(
+    texts: Texts, originals: Texts, *, original: Original = "original"
+) -> EditScores:
+    """The Jaccard similarity of the word sets of each edited text and its original.
+
+    >>> jaccard_similarity(["the cat sat"], ["the cat ran"]).values.tolist()
+    [0.5]
+    """
+    values = [jaccard(edited, source) for edited, source in zip(texts, originals, strict=True)]
+    return EditScores(np.asarray(values, dtype=np.float64))
 
 
-@register_metric(
+@metric(
     "user",
     description="USER (Akoury et al. 2020): recursive longest-common-substring F1 between the "
     "story (edited) and the original text",
     families=("edits",),
-    field_options=("original",),
-    higher_is_better=True,
     value_range=(0.0, 1.0),
-    options=[
-        _ORIGINAL,
-        MetricOption("unit", str, "word", "match words or characters", choices=("word", "char")),
-        MetricOption("component", str, "f", "F1, precision or recall", choices=("f", "p", "r")),
-    ],
 )
-def _user_metric(batch: MetricBatch, options: Mapping[str, Any]) -> MetricOutput:
-    attribute = {"f": "f1", "p": "precision", "r": "recall"}[options["component"]]
+def user_scores(
+    texts: Texts,
+    originals: Texts,
+    *,
+    original: Original = "original",
+    unit: Annotated[Literal["word", "char"], Opt("match words or characters")] = "word",
+    component: Annotated[Literal["f", "p", "r"], Opt("F1, precision or recall")] = "f",
+) -> EditScores:
+    """USER (Akoury et al. 2020) of each edited text against its original (see :func:`user`).
+
+    >>> user_scores(["The dog ran home quickly."], ["The dog ran away."]).values.round(3).tolist()
+    [0.727]
+    """
+    attribute = {"f": "f1", "p": "precision", "r": "recall"}[component]
     values = [
-        getattr(user(s.story, _original(s, options), unit=options["unit"]), attribute)
-        for s in batch.stories
+        getattr(user(edited, source, unit=unit), attribute)
+        for edited, source in zip(texts, originals, strict=True)
     ]
-    return MetricOutput(np.asarray(values, dtype=np.float64))
+    return EditScores(np.asarray(values, dtype=np.float64))

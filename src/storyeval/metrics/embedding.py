@@ -17,21 +17,17 @@ import csv
 import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
-from typing import Any, NamedTuple, cast
+from typing import Annotated, Any, Literal, cast
 
 import numpy as np
 
 from storyeval.errors import StoryevalError
-from storyeval.metrics.context import EncoderCache, resolve_layer
-from storyeval.metrics.registry import (
-    MetricBatch,
-    MetricOption,
-    MetricOutput,
-    OptionError,
-    register_metric,
-)
+from storyeval.metrics.context import EncoderCache, ScoringContext, resolve_layer
+from storyeval.metrics.function import Opt, References, Scores, Texts, metric, undefined_note
+from storyeval.metrics.registry import MetricBatch, MetricOption, OptionError
 
 #: Recommended layers (bert-score's ``model2layers``, tuned on WMT16 by its authors) for
 #: common hub encoders, and storyeval's choice for the offline default (4 of 6 layers, by
@@ -286,40 +282,69 @@ def rescaler(encoder: Any, layer: int, options: Mapping[str, Any]) -> tuple[Any,
 
 # --------------------------------------------------------------------------- metrics
 
+EncoderName = Annotated[
+    str | None,
+    Opt("encoder: hub name or local directory (default: offline MiniLM)", model=True),
+]
+Layer = Annotated[
+    int | None,
+    Opt(
+        "hidden layer (0 = embeddings, negative counts from the top; auto: the model's "
+        "recommended layer)"
+    ),
+]
+Idf = Annotated[bool, Opt("weight tokens by idf computed on the references")]
+Rescale = Annotated[bool, Opt("rescale with a baseline: (x - b) / (1 - b)")]
+Baseline = Annotated[
+    str | None,
+    Opt(
+        "baseline for rescaling: a bert-score baseline file (LAYER,P,R,F) or three numbers "
+        "P,R,F (default: the shipped one for the offline encoder, or bert-score's for its hub "
+        "models)"
+    ),
+]
+BatchTokens = Annotated[int, Opt("tokens per encoder batch", minimum=64, in_signature=False)]
+Device = str | None
+Precision = Literal["float32", "bfloat16", "float16"] | None
+
+
+@dataclass(frozen=True)
+class BertScores(Scores):
+    """One BERTScore component per text (``values``), with all three from the same matching:
+    ``precision``, ``recall`` and ``f1`` (each the best over a text's references)."""
+
+    precision: np.ndarray | None = None
+    recall: np.ndarray | None = None
+    f1: np.ndarray | None = None
+
 
 def _unused(options: Mapping[str, Any]) -> tuple[str, ...]:
     return () if options.get("rescale") else ("baseline",)
 
 
-def _setup(batch: MetricBatch, options: Mapping[str, Any]) -> tuple[EncoderCache, int]:
-    cache = batch.context.cache(options["model"])
-    cache.batch_tokens = int(
-        options.get("batch_tokens", cache.batch_tokens) * batch.context.batch_scale
-    )
+def _setup(scoring: ScoringContext, options: Mapping[str, Any]) -> tuple[EncoderCache, int]:
+    cache = scoring.cache(options["model"])
+    cache.batch_tokens = int(options.get("batch_tokens", cache.batch_tokens) * scoring.batch_scale)
     return cache, default_layer(cache.encoder, options["layer"])
 
 
 def _plan(
     batch: MetricBatch, options: Mapping[str, Any]
 ) -> Iterable[tuple[str | None, list[str], list[int]]]:
-    _, layer = _setup(batch, options)
+    _, layer = _setup(batch.context, options)
     texts = [s.story for s in batch.stories] + [r for s in batch.stories for r in s.references]
     yield options["model"], texts, [layer]
 
 
-class BertScoreArrays(NamedTuple):
-    """BERTScore of every story of a batch, with what its signature records."""
-
-    precision: np.ndarray
-    recall: np.ndarray
-    f1: np.ndarray
-    fields: dict[str, Any]
-    identity: str
-
-
-def bertscore_arrays(batch: MetricBatch, options: Mapping[str, Any]) -> BertScoreArrays:
-    """P, R, F of every story of the batch against its references (memoised per run)."""
-    cache, layer = _setup(batch, options)
+def bertscore_triples(
+    candidates: Sequence[str],
+    references: Sequence[Sequence[str]],
+    options: Mapping[str, Any],
+    scoring: ScoringContext,
+) -> BertScores:
+    """P, R and F of every candidate against its references, from one encoding of each text
+    (memoised in the run: the three BERTScore metrics of a run match once)."""
+    cache, layer = _setup(scoring, options)
     key = (
         "bertscore",
         cache.identity,
@@ -327,49 +352,143 @@ def bertscore_arrays(batch: MetricBatch, options: Mapping[str, Any]) -> BertScor
         bool(options["idf"]),
         options.get("rescale"),
         options.get("baseline"),
-        tuple(s.id for s in batch.stories),
+        tuple(candidates),
+        tuple(tuple(r) for r in references),
     )
-    memo = batch.context.memo
-    if key not in memo:
+    if key not in scoring.memo:
+        cache.request([*candidates, *(r for refs in references for r in refs)], [layer])
+        cache.run()
         idf = None
         if options["idf"]:
-            idf = idf_weights(cache.token_ids(r) for s in batch.stories for r in s.references)
+            idf = idf_weights(cache.token_ids(r) for refs in references for r in refs)
         greedy = Greedy(cache, layer, idf=idf)
-        scores = np.array([greedy.best(s.story, s.references) for s in batch.stories]).reshape(
-            -1, 3
-        )
+        scores = np.array(
+            [greedy.best(c, refs) for c, refs in zip(candidates, references, strict=True)]
+        ).reshape(-1, 3)
         rescale, fields = rescaler(cache.encoder, layer, options)
         p, r, f = rescale(scores[:, 0], scores[:, 1], scores[:, 2])
-        memo[key] = BertScoreArrays(p, r, f, {"layer": layer, **fields}, cache.identity)
-    return cast(BertScoreArrays, memo[key])
-
-
-def _bertscore(component: int) -> Any:
-    def compute(batch: MetricBatch, options: Mapping[str, Any]) -> MetricOutput:
-        arrays = bertscore_arrays(batch, options)
-        values = (arrays.precision, arrays.recall, arrays.f1)[component]
-        fields, identity = arrays.fields, arrays.identity
-        notes = []
-        if np.isnan(values).any():
-            notes.append(f"{int(np.isnan(values).sum())} stories have no token to match: undefined")
-        return MetricOutput(
-            values, models={"model": identity}, fields=fields, notes=notes, omit=_unused(options)
+        scoring.memo[key] = BertScores(
+            f,
+            models={"model": cache.identity},
+            fields={"layer": layer, **fields},
+            omit=_unused(options),
+            notes=tuple(undefined_note(f, "stories have no token to match")),
+            precision=np.asarray(p),
+            recall=np.asarray(r),
+            f1=np.asarray(f),
         )
+    return cast(BertScores, scoring.memo[key])
 
-    return compute
+
+def _component(result: BertScores, component: str) -> BertScores:
+    values = {"p": result.precision, "r": result.recall, "f": result.f1}[component]
+    notes = tuple(undefined_note(np.asarray(values), "stories have no token to match"))
+    return replace(result, values=np.asarray(values), notes=notes)
 
 
-for _index, (_suffix, _what) in enumerate((("p", "precision"), ("r", "recall"), ("f", "F1"))):
-    register_metric(
-        f"bertscore_{_suffix}",
-        description=f"BERTScore {_what}: greedy-matched cosine similarity of contextual token "
-        "embeddings of the story and its reference(s)",
-        families=("bertscore", "encoder"),
-        needs_reference=True,
-        model="encoder",
-        higher_is_better=True,
-        value_range=(None, 1.0),
-        options=encoder_options(),
-        plan=_plan,
-        corpus_wide=lambda options: bool(options.get("idf")),
-    )(_bertscore(_index))
+_BERTSCORE = {
+    "families": ("bertscore", "encoder"),
+    "model": "encoder",
+    "value_range": (None, 1.0),
+    "plan": _plan,
+    "corpus_wide": lambda options: bool(options.get("idf")),
+}
+
+
+def _bertscore_description(what: str) -> str:
+    return (
+        f"BERTScore {what}: greedy-matched cosine similarity of contextual token embeddings of "
+        "the story and its reference(s)"
+    )
+
+
+@metric("bertscore_f", description=_bertscore_description("F1"), **_BERTSCORE)  # type: ignore[arg-type]
+def bertscore_f(
+    candidates: Texts,
+    references: References,
+    *,
+    model: EncoderName = None,
+    layer: Layer = None,
+    idf: Idf = False,
+    rescale: Rescale = False,
+    baseline: Baseline = None,
+    batch_tokens: BatchTokens = 4096,
+    scoring: ScoringContext | None = None,
+    device: Device = None,
+    precision: Precision = None,
+    progress: bool = False,
+) -> BertScores:
+    """BERTScore (Zhang et al. 2020) F1 of each candidate; ``.precision`` and ``.recall`` come
+    from the same matching. With several references per candidate each of P, R and F is the
+    best over them (as the bert-score package).
+
+    Parameters
+    ----------
+    candidates, references
+        The texts and one reference (or several) each.
+    model : str, loaded encoder or None
+        A hub name, a local directory, :func:`storyeval.models.load_encoder`'s or
+        :func:`storyeval.models.wrap_model`'s result; ``None``: the offline all-MiniLM-L6-v2.
+    layer, idf, rescale, baseline, batch_tokens
+        As ``storyeval metrics bertscore_f --options`` lists them.
+    scoring : ScoringContext, optional
+        Share loaded models and encoded texts with other calls.
+    device, precision : str, optional
+        Where and in what precision the encoder runs (a new context; recorded in the signature).
+
+    Examples
+    --------
+    >>> result = bertscore_f(["The cat sat on the mat."], ["A cat was sitting on the mat."])
+    >>> 0.5 < float(result.values[0]) <= 1.0, result.signature.fields["layer"]
+    (True, 4)
+    """
+    assert scoring is not None
+    options = dict(model=model, layer=layer, idf=idf, rescale=rescale, baseline=baseline)
+    options["batch_tokens"] = batch_tokens
+    return _component(bertscore_triples(candidates, references, options, scoring), "f")
+
+
+@metric("bertscore_p", description=_bertscore_description("precision"), **_BERTSCORE)  # type: ignore[arg-type]
+def bertscore_p(
+    candidates: Texts,
+    references: References,
+    *,
+    model: EncoderName = None,
+    layer: Layer = None,
+    idf: Idf = False,
+    rescale: Rescale = False,
+    baseline: Baseline = None,
+    batch_tokens: BatchTokens = 4096,
+    scoring: ScoringContext | None = None,
+    device: Device = None,
+    precision: Precision = None,
+    progress: bool = False,
+) -> BertScores:
+    """BERTScore precision of each candidate (see :func:`bertscore_f`)."""
+    assert scoring is not None
+    options = dict(model=model, layer=layer, idf=idf, rescale=rescale, baseline=baseline)
+    options["batch_tokens"] = batch_tokens
+    return _component(bertscore_triples(candidates, references, options, scoring), "p")
+
+
+@metric("bertscore_r", description=_bertscore_description("recall"), **_BERTSCORE)  # type: ignore[arg-type]
+def bertscore_r(
+    candidates: Texts,
+    references: References,
+    *,
+    model: EncoderName = None,
+    layer: Layer = None,
+    idf: Idf = False,
+    rescale: Rescale = False,
+    baseline: Baseline = None,
+    batch_tokens: BatchTokens = 4096,
+    scoring: ScoringContext | None = None,
+    device: Device = None,
+    precision: Precision = None,
+    progress: bool = False,
+) -> BertScores:
+    """BERTScore recall of each candidate (see :func:`bertscore_f`)."""
+    assert scoring is not None
+    options = dict(model=model, layer=layer, idf=idf, rescale=rescale, baseline=baseline)
+    options["batch_tokens"] = batch_tokens
+    return _component(bertscore_triples(candidates, references, options, scoring), "r")

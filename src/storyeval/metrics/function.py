@@ -66,6 +66,8 @@ Prompts = Sequence[str]
 """One prompt per text."""
 Groups = Sequence[str]
 """One group (system) per text, for metrics that compare a text with its group's others."""
+Ids = Sequence[str]
+"""One id per text, for metrics that write per-text files."""
 Model = Any
 """A model option: a hub name, a local directory, ``None`` (the offline default) or a model
 object already loaded (:func:`storyeval.models.load_encoder`, :func:`~storyeval.models.wrap_model`)."""
@@ -80,6 +82,7 @@ INPUTS = {
     "prompts": "prompt",
     "groups": "system",
     "originals": "field",
+    "ids": "id",
 }
 #: Keyword parameters that say where and how to compute, never options of the metric.
 RESOURCES = ("scoring", "device", "precision", "progress")
@@ -95,6 +98,7 @@ class Opt:
     maximum: float | None = None
     in_signature: bool = True
     model: bool = False
+    required: bool = False
 
 
 # --------------------------------------------------------------------------- results
@@ -112,7 +116,7 @@ class Scores:
         Every setting that changes the numbers (``signature.render()`` prints it).
     stats : numpy array, shape (n, k), optional
         Per-text sufficient statistics (summed or stacked, they give the corpus values).
-    corpus : dict of str to float
+    corpus_values : dict of str to float
         Corpus-level statistics of all texts as one corpus (e.g. ``corpus_bleu``).
     notes : tuple of str
         What the user should know (e.g. texts scored in windows).
@@ -127,7 +131,7 @@ class Scores:
     notes: tuple[str, ...] = ()
     omit: tuple[str, ...] = ()
     signature: Signature = field(default_factory=lambda: Signature("unsigned"))
-    corpus: Mapping[str, float] = field(default_factory=dict)
+    corpus_values: Mapping[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "values", np.asarray(self.values, dtype=np.float64))
@@ -142,11 +146,6 @@ class Scores:
         """The mean over the texts with a defined value (NaN when there is none)."""
         finite = self.values[~np.isnan(self.values)]
         return float(finite.mean()) if len(finite) else math.nan
-
-    @property
-    def corpus_values(self) -> Mapping[str, float]:
-        """The corpus statistics (the name of earlier versions)."""
-        return self.corpus
 
     def frame(self) -> Any:
         """The values as a tidy DataFrame (``index, value, signature``)."""
@@ -175,6 +174,20 @@ def undefined_note(values: np.ndarray, why: str) -> list[str]:
 # --------------------------------------------------------------------------- the decorator
 
 F = TypeVar("F", bound=Callable[..., Any])
+#: The public function of every metric registered with :func:`metric`, by registered name.
+FUNCTIONS: dict[str, Callable[..., Any]] = {}
+
+
+def metric_function(name: str) -> Callable[..., Any]:
+    """The typed function of the registered metric ``name``.
+
+    >>> metric_function("bleu").__name__
+    'bleu'
+    """
+    get_metric(name)  # loads the metric modules; unknown names raise with the choices
+    if name not in FUNCTIONS:
+        raise KeyError(f"the metric {name} was registered without a typed function")
+    return FUNCTIONS[name]
 
 
 @dataclass(frozen=True)
@@ -254,6 +267,7 @@ def metric(
         registered(_batch_adapter(function, described))
         wrapper = _public(function, described)
         wrapper.__metric__ = described  # type: ignore[attr-defined]
+        FUNCTIONS[described.name] = wrapper
         return wrapper  # type: ignore[return-value]
 
     return decorate
@@ -328,6 +342,7 @@ def _option(metric_name: str, parameter: inspect.Parameter, hint: Any) -> tuple[
         minimum=meta.minimum,
         maximum=meta.maximum,
         in_signature=meta.in_signature,
+        required=meta.required,
     )
     return option, meta.model
 
@@ -368,6 +383,8 @@ def _public(function: Callable[..., Any], described: MetricFunction) -> Callable
         n = _check_inputs(described, values)
         scoring = _context(values)
         for key in described.model_options:
+            if values[key] is None and schema[key].required:
+                raise OptionError(f"{described.name} needs {key}: {schema[key].help}")
             values[key] = scoring.use(values[key])
         for option in described.options:
             if option.name not in described.model_options:
@@ -462,7 +479,7 @@ def sign(name: str, result: R, options: Mapping[str, Any], scoring: ScoringConte
     corpus: dict[str, float] = {}
     if result.stats is not None and len(result.stats) and spec.corpus:
         corpus = {s.name: float(s.compute(result.stats, options)) for s in spec.corpus}
-    return replace(result, signature=signature, corpus=corpus)
+    return replace(result, signature=signature, corpus_values=corpus)
 
 
 # --------------------------------------------------------------------------- the pipeline's adapter
@@ -480,6 +497,9 @@ def _batch_adapter(
             arguments[key] = story_inputs(stories, key, options)
         for option in described.options:
             arguments[option.name] = options[option.name]
+        for key in described.resources:  # e.g. an option "precision" overriding the run's
+            if key != "scoring" and options.get(key) is not None:
+                arguments[key] = options[key]
         if "scoring" in described.resources:
             arguments["scoring"] = batch.context
         result: Scores = function(**arguments)
@@ -507,6 +527,8 @@ def story_inputs(stories: Sequence[Any], key: str, options: Mapping[str, Any]) -
         return [s.prompt for s in stories]
     if key == "groups":
         return [s.system or "(none)" for s in stories]
+    if key == "ids":
+        return [s.id for s in stories]
     if key == "originals":
         name = str(options["original"])
         return [str(s.to_dict().get(name) or "") for s in stories]

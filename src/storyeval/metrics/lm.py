@@ -16,17 +16,13 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import numpy as np
 
-from storyeval.metrics.registry import (
-    CorpusStatistic,
-    MetricBatch,
-    MetricOption,
-    MetricOutput,
-    register_metric,
-)
+from storyeval.metrics.context import ScoringContext
+from storyeval.metrics.function import Opt, Prompts, Scores, Texts, check, metric
+from storyeval.metrics.registry import CorpusStatistic, MetricOption
 
 
 @dataclass
@@ -269,7 +265,40 @@ def _corpus_perplexity(stats: np.ndarray, options: Mapping[str, Any]) -> float:
     return math.exp(total[0] / total[1]) if total[1] > 0 else math.nan
 
 
-@register_metric(
+@dataclass(frozen=True)
+class PerplexityScores(Scores):
+    """Perplexity of each text (``values``), its summed token NLL and token count
+    (``stats``), and the perplexity of all texts as one corpus (``corpus``)."""
+
+    @property
+    def corpus(self) -> float:
+        """Perplexity of all texts as one corpus: ``exp`` of the mean NLL of their tokens."""
+        return float(self.corpus_values.get("corpus_perplexity", math.nan))
+
+    @property
+    def nll(self) -> np.ndarray:
+        """Summed negative log-likelihood (nats) of each text's tokens."""
+        assert self.stats is not None
+        return self.stats[:, 0]
+
+    @property
+    def tokens(self) -> np.ndarray:
+        """Scored tokens of each text."""
+        assert self.stats is not None
+        return self.stats[:, 1]
+
+
+_PRECISION_OPTION = MetricOption(
+    "precision",
+    str,
+    None,
+    "matrix products in float32, or under bfloat16 autocast (about 2x faster on CPUs with "
+    "AMX/AVX-512 BF16; the softmax stays float32); auto: the run's --precision",
+    choices=PRECISIONS,
+)
+
+
+@metric(
     "perplexity",
     description="Perplexity of the story under a causal LM (token-weighted, conditioned on the "
     "prompt by default); per system: corpus and mean per-story perplexity",
@@ -277,36 +306,7 @@ def _corpus_perplexity(stats: np.ndarray, options: Mapping[str, Any]) -> float:
     model="causal-lm",
     higher_is_better=False,
     value_range=(1.0, None),
-    options=[
-        MetricOption(
-            "model",
-            str,
-            None,
-            "causal LM: hub name or local directory (default: offline SmolLM2-135M)",
-        ),
-        MetricOption(
-            "context",
-            str,
-            "prompt",
-            "score the story after its prompt, or alone",
-            choices=("prompt", "none"),
-        ),
-        MetricOption(
-            "window", int, None, "tokens per window (auto: the model's context length)", minimum=2
-        ),
-        MetricOption("stride", int, None, "window step (auto: half the window)", minimum=1),
-        MetricOption(
-            "batch_tokens", int, 2048, "tokens per forward batch", minimum=16, in_signature=False
-        ),
-        MetricOption(
-            "precision",
-            str,
-            None,
-            "matrix products in float32, or under bfloat16 autocast (about 2x faster on CPUs "
-            "with AMX/AVX-512 BF16; the softmax stays float32); auto: the run's --precision",
-            choices=PRECISIONS,
-        ),
-    ],
+    extra_options=[_PRECISION_OPTION],
     corpus=(
         CorpusStatistic(
             "corpus_perplexity",
@@ -316,48 +316,72 @@ def _corpus_perplexity(stats: np.ndarray, options: Mapping[str, Any]) -> float:
     ),
     item_statistic="mean_item_perplexity",
 )
-def perplexity(batch: MetricBatch, options: Mapping[str, Any]) -> MetricOutput:
-    """Perplexity of each story under a causal LM (see :func:`perplexity_stats`)."""
-    lm = batch.context.causal_lm(options["model"])
-    window = options["window"] or int(lm.max_length)
-    stride = options["stride"] or max(1, window // 2)
-    if stride >= window:
-        from storyeval.metrics.registry import OptionError
+def perplexity(
+    texts: Texts,
+    prompts: Prompts | None = None,
+    *,
+    model: Annotated[
+        str | None,
+        Opt("causal LM: hub name or local directory (default: offline SmolLM2-135M)", model=True),
+    ] = None,
+    context: Annotated[
+        Literal["prompt", "none"], Opt("score the story after its prompt, or alone")
+    ] = "prompt",
+    window: Annotated[
+        int | None, Opt("tokens per window (auto: the model's context length)", minimum=2)
+    ] = None,
+    stride: Annotated[int | None, Opt("window step (auto: half the window)", minimum=1)] = None,
+    batch_tokens: Annotated[
+        int, Opt("tokens per forward batch", minimum=16, in_signature=False)
+    ] = 2048,
+    scoring: ScoringContext | None = None,
+    device: str | None = None,
+    precision: Literal["float32", "bfloat16", "float16"] | None = None,
+    progress: bool = False,
+) -> PerplexityScores:
+    """Perplexity of each text under a causal LM, after its prompt when prompts are given
+    (the prompt's tokens are context, not scored); texts longer than the window are scored
+    with a sliding window, never truncated.
 
-        raise OptionError(
-            f"perplexity.stride ({stride}) must be smaller than perplexity.window ({window})"
-        )
-    texts = [s.story for s in batch.stories]
-    prompts = [s.prompt for s in batch.stories] if options["context"] == "prompt" else None
+    Examples
+    --------
+    >>> result = perplexity(["The cat sat on the mat.", "Mat the on sat cat the."])
+    >>> bool(result.values[0] < result.values[1]), result.corpus > 1
+    (True, True)
+    """
+    assert scoring is not None
+    lm = scoring.causal_lm(model)
+    size = window or int(lm.max_length)
+    step = stride or max(1, size // 2)
+    check(
+        step < size, f"perplexity.stride ({step}) must be smaller than perplexity.window ({size})"
+    )
+    use_prompts = prompts if context == "prompt" and prompts is not None else None
+    run_precision = precision or scoring.precision
     stats = perplexity_stats(
         lm,
-        texts,
-        prompts,
-        window=window,
-        stride=stride,
-        batch_tokens=options["batch_tokens"],
-        progress=batch.context.progress,
-        precision=options["precision"] or batch.context.precision,
+        list(texts),
+        use_prompts,
+        window=size,
+        stride=step,
+        batch_tokens=batch_tokens,
+        progress=scoring.progress,
+        precision=run_precision,
     )
     with np.errstate(divide="ignore", invalid="ignore"):
         values = np.where(stats[:, 1] > 0, np.exp(stats[:, 0] / np.maximum(stats[:, 1], 1)), np.nan)
     first = start_token(lm)
     start = lm.tokenizer.convert_ids_to_tokens(first) if first is not None else "none"
-    notes = []
-    long = int(sum(1 for s in batch.stories if len(_encode(lm, s.story)) > window))
-    if long:
-        notes.append(
-            f"{long} stories longer than {window} tokens were scored with a sliding window"
-        )
-    return MetricOutput(
-        values,
-        stats,
-        models={"model": lm.identity},
-        fields={
-            "window": window,
-            "stride": stride,
-            "start": str(start),
-            "precision": options["precision"] or batch.context.precision,
-        },
-        notes=notes,
+    long = int(sum(1 for text in texts if len(_encode(lm, text)) > size))
+    notes = (
+        (f"{long} stories longer than {size} tokens were scored with a sliding window",)
+        if long
+        else ()
+    )
+    fields: dict[str, Any] = {}
+    if prompts is None:
+        fields["context"] = "none"
+    fields.update(window=size, stride=step, start=str(start), precision=run_precision)
+    return PerplexityScores(
+        values, stats, models={"model": lm.identity}, fields=fields, notes=notes
     )

@@ -33,13 +33,14 @@ import warnings
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Annotated, Any, Literal, cast
 
 import numpy as np
 
-from storyeval.metrics.context import UndefinedScoreWarning, resolve_layer
-from storyeval.metrics.embedding import default_layer, idf_weights
-from storyeval.metrics.registry import MetricBatch, MetricOption, MetricOutput, register_metric
+from storyeval.metrics.context import ScoringContext, UndefinedScoreWarning, resolve_layer
+from storyeval.metrics.embedding import Device, Precision, default_layer, idf_weights
+from storyeval.metrics.function import Opt, References, Scores, Texts, metric, undefined_note
+from storyeval.metrics.registry import MetricBatch
 
 # --------------------------------------------------------------------------- text handling
 
@@ -189,18 +190,20 @@ def contextual_document(sentences: Sequence[str], cache: Any, layer: int) -> Doc
 # --------------------------------------------------------------------------- WMS / SMS / S+WMS
 
 
-def _mover_options() -> list[MetricOption]:
-    return [
-        MetricOption(
-            "embeddings", str, "glove", "word embeddings", choices=("glove", "contextual")
-        ),
-        MetricOption("glove", str, None, "GloVe text file (default: the offline GloVe 6B 50d)"),
-        MetricOption("model", str, None, "encoder for embeddings=contextual"),
-        MetricOption(
-            "layer", int, None, "encoder layer for embeddings=contextual (auto: as BERTScore)"
-        ),
-        MetricOption("split", str, "pysbd", "sentence splitter", choices=("pysbd", "spacy")),
-    ]
+Embeddings = Annotated[Literal["glove", "contextual"], Opt("word embeddings")]
+Glove = Annotated[
+    str | None, Opt("GloVe text file (default: the offline GloVe 6B 50d)", model=True)
+]
+ContextualModel = Annotated[str | None, Opt("encoder for embeddings=contextual", model=True)]
+ContextualLayer = Annotated[
+    int | None, Opt("encoder layer for embeddings=contextual (auto: as BERTScore)")
+]
+Split = Annotated[Literal["pysbd", "spacy"], Opt("sentence splitter")]
+
+
+@dataclass(frozen=True)
+class MoverScores(Scores):
+    """An earth mover's similarity of each text with its best reference."""
 
 
 def _mover_plan(
@@ -217,8 +220,8 @@ def _mover_plan(
     yield options["model"], texts, [layer]
 
 
-def _documents(batch: MetricBatch, options: Mapping[str, Any], text: str) -> Document:
-    context = batch.context
+def _document(scoring: ScoringContext, options: Mapping[str, Any], text: str) -> Document:
+    """The bag of embeddings of ``text`` (each text built once per run)."""
     key = (
         "mover-doc",
         options["embeddings"],
@@ -228,68 +231,173 @@ def _documents(batch: MetricBatch, options: Mapping[str, Any], text: str) -> Doc
         options["split"],
         text,
     )
-    if key not in context.memo:
-        sentences = context.sentences(text, options["split"])
+    if key not in scoring.memo:
+        sentences = scoring.sentences(text, options["split"])
         if options["embeddings"] == "contextual":
-            cache = context.cache(options["model"])
+            cache = scoring.cache(options["model"])
             layer = default_layer(cache.encoder, options["layer"])
-            context.memo[key] = contextual_document(sentences, cache, layer)
+            scoring.memo[key] = contextual_document(sentences, cache, layer)
         else:
-            context.memo[key] = glove_document(sentences, context.glove(options["glove"]))
-    document: Document = context.memo[key]
+            scoring.memo[key] = glove_document(sentences, scoring.glove(options["glove"]))
+    document: Document = scoring.memo[key]
     return document
 
 
-def _mover(kind: str) -> Any:
-    def compute(batch: MetricBatch, options: Mapping[str, Any]) -> MetricOutput:
-        values = []
-        for story in batch.stories:
-            doc = _documents(batch, options, story.story)
-            best = math.nan
-            for reference in story.references:
-                value = mover_similarity(doc, _documents(batch, options, reference), kind)
-                if not math.isnan(value) and (math.isnan(best) or value > best):
-                    best = value
-            values.append(best)
-        models: dict[str, str] = {}
-        fields: dict[str, Any] = {}
-        if options["embeddings"] == "contextual":
-            cache = batch.context.cache(options["model"])
-            models["model"] = cache.identity
-            fields["layer"] = default_layer(cache.encoder, options["layer"])
-        else:
-            models["glove"] = batch.context.glove(options["glove"]).identity
-        array = np.asarray(values, dtype=np.float64)
-        notes = []
-        if np.isnan(array).any():
-            notes.append(
-                f"{int(np.isnan(array).sum())} stories or references have no content word with an embedding: undefined"
-            )
-        omit = ("glove",) if options["embeddings"] == "contextual" else ("model", "layer")
-        return MetricOutput(
-            array, models=models, fields={**fields, "stopwords": "spacy"}, notes=notes, omit=omit
-        )
-
-    return compute
+def _prefetch(
+    scoring: ScoringContext,
+    texts: Sequence[str],
+    references: Sequence[Sequence[str]],
+    options: Mapping[str, Any],
+) -> None:
+    """Encode every sentence at once (contextual embeddings), not one text at a time."""
+    if options["embeddings"] != "contextual":
+        return
+    cache = scoring.cache(options["model"])
+    layer = default_layer(cache.encoder, options["layer"])
+    sentences = [
+        s
+        for text in [*texts, *(r for refs in references for r in refs)]
+        for s in scoring.sentences(text, options["split"])
+    ]
+    cache.request(sentences, [layer])
+    cache.run()
 
 
-for _kind, _what in (
-    ("wms", "word mover's similarity: exp(-EMD) between the bags of word embeddings"),
-    ("sms", "sentence mover's similarity: exp(-EMD) between the bags of sentence embeddings"),
-    ("swms", "sentence and word mover's similarity: exp(-EMD) between bags of both"),
-):
-    register_metric(
-        _kind,
-        description=f"{_what[0].upper()}{_what[1:]} of the story and its reference(s) (Clark et al. 2019)",
-        families=("mover",),
-        needs_reference=True,
-        model="glove",
-        backends=("pot", "transformers", "torch"),
-        higher_is_better=True,
-        value_range=(0.0, 1.0),
-        options=_mover_options(),
-        plan=_mover_plan,
-    )(_mover(_kind))
+def _mover(
+    kind: str,
+    texts: Sequence[str],
+    references: Sequence[Sequence[str]],
+    options: Mapping[str, Any],
+    scoring: ScoringContext,
+) -> MoverScores:
+    _prefetch(scoring, texts, references, options)
+    values = []
+    for text, refs in zip(texts, references, strict=True):
+        doc = _document(scoring, options, text)
+        best = math.nan
+        for reference in refs:
+            value = mover_similarity(doc, _document(scoring, options, reference), kind)
+            if not math.isnan(value) and (math.isnan(best) or value > best):
+                best = value
+        values.append(best)
+    models: dict[str, str] = {}
+    fields: dict[str, Any] = {}
+    if options["embeddings"] == "contextual":
+        cache = scoring.cache(options["model"])
+        models["model"] = cache.identity
+        fields["layer"] = default_layer(cache.encoder, options["layer"])
+    else:
+        models["glove"] = scoring.glove(options["glove"]).identity
+    array = np.asarray(values, dtype=np.float64)
+    notes = undefined_note(array, "stories or references have no content word with an embedding")
+    omit = ("glove",) if options["embeddings"] == "contextual" else ("model", "layer")
+    return MoverScores(
+        array, models=models, fields={**fields, "stopwords": "spacy"}, notes=tuple(notes), omit=omit
+    )
+
+
+def _mover_metric(what: str) -> dict[str, Any]:
+    return {
+        "description": f"{what[0].upper()}{what[1:]} of the story and its reference(s) (Clark "
+        "et al. 2019)",
+        "families": ("mover",),
+        "model": "glove",
+        "backends": ("pot", "transformers", "torch"),
+        "value_range": (0.0, 1.0),
+        "plan": _mover_plan,
+    }
+
+
+@metric(
+    "wms", **_mover_metric("word mover's similarity: exp(-EMD) between the bags of word embeddings")
+)
+def wms(
+    candidates: Texts,
+    references: References,
+    *,
+    embeddings: Embeddings = "glove",
+    glove: Glove = None,
+    model: ContextualModel = None,
+    layer: ContextualLayer = None,
+    split: Split = "pysbd",
+    scoring: ScoringContext | None = None,
+    device: Device = None,
+    precision: Precision = None,
+    progress: bool = False,
+) -> MoverScores:
+    """Word mover's similarity (Kusner et al. 2015; Clark et al. 2019): ``exp(-EMD)`` between
+    the bags of word embeddings of each text and its best reference (see :func:`sms`)."""
+    assert scoring is not None
+    options = dict(embeddings=embeddings, glove=glove, model=model, layer=layer, split=split)
+    return _mover("wms", candidates, references, options, scoring)
+
+
+@metric(
+    "sms",
+    **_mover_metric(
+        "sentence mover's similarity: exp(-EMD) between the bags of sentence embeddings"
+    ),
+)
+def sms(
+    candidates: Texts,
+    references: References,
+    *,
+    embeddings: Embeddings = "glove",
+    glove: Glove = None,
+    model: ContextualModel = None,
+    layer: ContextualLayer = None,
+    split: Split = "pysbd",
+    scoring: ScoringContext | None = None,
+    device: Device = None,
+    precision: Precision = None,
+    progress: bool = False,
+) -> MoverScores:
+    """Sentence mover's similarity (Clark et al. 2019): ``exp(-EMD)`` between the bags of
+    sentence embeddings of each text and its best reference.
+
+    Parameters
+    ----------
+    embeddings : {"glove", "contextual"}
+        Averaged GloVe vectors (the paper's) or an encoder's hidden states.
+    glove : str, WordVectors or None
+        GloVe text file or loaded vectors (default: the offline GloVe 6B 50d).
+    model, layer
+        The encoder for ``embeddings="contextual"``.
+    split : {"pysbd", "spacy"}
+        Sentence splitter.
+
+    Examples
+    --------
+    >>> value = sms(["The cat sat. It slept."], ["The cat sat. It slept."]).values[0]
+    >>> round(float(value), 6)
+    1.0
+    """
+    assert scoring is not None
+    options = dict(embeddings=embeddings, glove=glove, model=model, layer=layer, split=split)
+    return _mover("sms", candidates, references, options, scoring)
+
+
+@metric(
+    "swms", **_mover_metric("sentence and word mover's similarity: exp(-EMD) between bags of both")
+)
+def swms(
+    candidates: Texts,
+    references: References,
+    *,
+    embeddings: Embeddings = "glove",
+    glove: Glove = None,
+    model: ContextualModel = None,
+    layer: ContextualLayer = None,
+    split: Split = "pysbd",
+    scoring: ScoringContext | None = None,
+    device: Device = None,
+    precision: Precision = None,
+    progress: bool = False,
+) -> MoverScores:
+    """Sentence and word mover's similarity (Clark et al. 2019, S+WMS; see :func:`sms`)."""
+    assert scoring is not None
+    options = dict(embeddings=embeddings, glove=glove, model=model, layer=layer, split=split)
+    return _mover("swms", candidates, references, options, scoring)
 
 
 # --------------------------------------------------------------------------- MoverScore
@@ -324,57 +432,56 @@ def _moverscore_plan(
     yield options["model"], texts, [layer]
 
 
-@register_metric(
+@metric(
     "moverscore",
     corpus_wide=lambda options: bool(options.get("idf")),
     description="MoverScore (Zhao et al. 2019): 1 / (1 + earth mover's distance) between the "
     "idf-weighted contextual token embeddings of the story and its reference(s)",
     families=("moverscore", "encoder"),
-    needs_reference=True,
     model="encoder",
     backends=("pot", "transformers", "torch"),
-    higher_is_better=True,
     value_range=(0.0, 1.0),
-    options=[
-        MetricOption(
-            "model", str, None, "encoder: hub name or local directory (default: offline MiniLM)"
-        ),
-        MetricOption("layer", int, -1, "hidden layer (-1 = last, as moverscore_v2)"),
-        MetricOption("idf", bool, True, "weight tokens by idf (stories and references separately)"),
-        MetricOption("subwords", bool, False, "keep word-piece continuations (##...)"),
-    ],
     plan=_moverscore_plan,
 )
-def moverscore(batch: MetricBatch, options: Mapping[str, Any]) -> MetricOutput:
-    """MoverScore of each story against its best reference."""
-    cache = batch.context.cache(options["model"])
-    layer = resolve_layer(cache.encoder.model, options["layer"])
-    tokenizer = cache.encoder.tokenizer
-    hyps = [s.story for s in batch.stories]
-    refs = [r for s in batch.stories for r in s.references]
-    if options["idf"]:
-        hyp_idf = idf_weights(cache.token_ids(t) for t in hyps)
+def moverscore(
+    candidates: Texts,
+    references: References,
+    *,
+    model: Annotated[
+        str | None,
+        Opt("encoder: hub name or local directory (default: offline MiniLM)", model=True),
+    ] = None,
+    layer: Annotated[int, Opt("hidden layer (-1 = last, as moverscore_v2)")] = -1,
+    idf: Annotated[bool, Opt("weight tokens by idf (stories and references separately)")] = True,
+    subwords: Annotated[bool, Opt("keep word-piece continuations (##...)")] = False,
+    scoring: ScoringContext | None = None,
+    device: Device = None,
+    precision: Precision = None,
+    progress: bool = False,
+) -> MoverScores:
+    """MoverScore (Zhao et al. 2019) of each text against its best reference, after the
+    authors' maintained implementation (``moverscore_v2``)."""
+    assert scoring is not None
+    cache = scoring.cache(model)
+    index = resolve_layer(cache.encoder.model, layer)
+    refs = [r for rs in references for r in rs]
+    cache.request([*candidates, *refs], [index])
+    cache.run()
+    if idf:
+        hyp_idf = idf_weights(cache.token_ids(t) for t in candidates)
         ref_idf = idf_weights(cache.token_ids(t) for t in refs)
     else:
+        tokenizer = cache.encoder.tokenizer
         special = {tokenizer.cls_token_id, tokenizer.sep_token_id} - {None}
         hyp_idf = ref_idf = ({int(i): 0.0 for i in special}, 1.0)
-
-    def side(text: str, idf: tuple[dict[int, float], float]) -> tuple[np.ndarray, np.ndarray]:
-        ids = cache.token_ids(text)
-        tokens = tokenizer.convert_ids_to_tokens([int(i) for i in ids])
-        table, unseen = idf
-        weights = np.array([table.get(int(i), unseen) for i in ids], dtype=np.float64)
-        for position, token in enumerate(tokens):
-            if (not options["subwords"] and token.startswith("##")) or token in string.punctuation:
-                weights[position] = 0.0
-        return cache.embeddings(text, layer).astype(np.float64), weights
-
     values = []
-    for story in batch.stories:
-        hyp_states, hyp_weights = side(story.story, hyp_idf)
+    for text, rs in zip(candidates, references, strict=True):
+        hyp_states, hyp_weights = _mover_side(cache, index, text, hyp_idf, subwords)
         scores = [
-            moverscore_pair(*side(ref, ref_idf), hyp_states, hyp_weights)
-            for ref in story.references
+            moverscore_pair(
+                *_mover_side(cache, index, ref, ref_idf, subwords), hyp_states, hyp_weights
+            )
+            for ref in rs
         ]
         finite = [s for s in scores if not math.isnan(s)]
         values.append(max(finite) if finite else math.nan)
@@ -386,7 +493,24 @@ def moverscore(batch: MetricBatch, options: Mapping[str, Any]) -> MetricOutput:
             "(with idf, a token found in every story or reference weighs 0, so idf needs at "
             "least two distinct stories and references; set moverscore.idf=false otherwise)"
         )
+    if notes:
         warnings.warn(f"moverscore: {notes[-1]}", UndefinedScoreWarning, stacklevel=2)
-    return MetricOutput(
-        array, models={"model": cache.identity}, fields={"layer": layer}, notes=notes
+    return MoverScores(
+        array, models={"model": cache.identity}, fields={"layer": index}, notes=tuple(notes)
     )
+
+
+def _mover_side(
+    cache: Any, layer: int, text: str, idf: tuple[dict[int, float], float], subwords: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """A text's token embeddings and MoverScore weights (idf; 0 for punctuation and, unless
+    ``subwords``, word-piece continuations)."""
+    tokenizer = cache.encoder.tokenizer
+    ids = cache.token_ids(text)
+    tokens = tokenizer.convert_ids_to_tokens([int(i) for i in ids])
+    table, unseen = idf
+    weights = np.array([table.get(int(i), unseen) for i in ids], dtype=np.float64)
+    for position, token in enumerate(tokens):
+        if (not subwords and token.startswith("##")) or token in string.punctuation:
+            weights[position] = 0.0
+    return cache.embeddings(text, layer).astype(np.float64), weights

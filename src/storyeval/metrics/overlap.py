@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 
 import numpy as np
 
+from storyeval.metrics.context import ScoringContext
 from storyeval.metrics.function import (
     Groups,
     Opt,
@@ -25,7 +26,6 @@ from storyeval.metrics.function import (
     metric,
     undefined_note,
 )
-from storyeval.metrics.context import ScoringContext
 from storyeval.metrics.registry import CorpusStatistic
 
 _TOKENIZERS = ("13a", "intl", "none", "char")
@@ -80,9 +80,9 @@ class BleuScores(Scores):
         return self.stats[:, -1]
 
     @property
-    def corpus_score(self) -> float:
+    def corpus(self) -> float:
         """Corpus BLEU of all texts (``corpus_bleu`` or ``corpus_bleu1``)."""
-        return float(next(iter(self.corpus.values()), math.nan))
+        return float(next(iter(self.corpus_values.values()), math.nan))
 
 
 @dataclass(frozen=True)
@@ -194,10 +194,15 @@ def bleu(
     Examples
     --------
     >>> result = bleu(["the cat sat on the mat", "a dog ran"], ["the cat sat on a mat", "a dog ran away"])
-    >>> result.scores.round(2).tolist(), round(result.corpus_score, 2), result.counts[0].tolist()
+    >>> result.scores.round(2).tolist(), round(result.corpus, 2), result.counts[0].tolist()
     ([53.73, 71.65], 53.42, [5.0, 3.0, 2.0, 1.0])
     """
-    options = {"tokenize": tokenize, "lowercase": lowercase, "smooth": smooth, "max_order": max_order}
+    options = {
+        "tokenize": tokenize,
+        "lowercase": lowercase,
+        "smooth": smooth,
+        "max_order": max_order,
+    }
     return _bleu_scores(list(hypotheses), [list(r) for r in references], options)
 
 
@@ -228,7 +233,12 @@ def bleu1(
     >>> round(float(bleu1(["the cat sat"], ["the cat sat down"]).values[0]), 2)
     71.65
     """
-    options = {"tokenize": tokenize, "lowercase": lowercase, "smooth": smooth, "max_order": max_order}
+    options = {
+        "tokenize": tokenize,
+        "lowercase": lowercase,
+        "smooth": smooth,
+        "max_order": max_order,
+    }
     return _bleu_scores(list(hypotheses), [list(r) for r in references], options)
 
 
@@ -318,7 +328,7 @@ def rouge2(
 
 
 @metric("rougeL", description=_rouge_description("longest common subsequence"), **_ROUGE)  # type: ignore[arg-type]
-def rougeL(  # noqa: N802 (the established name)
+def rougeL(
     hypotheses: Texts,
     references: References,
     *,
@@ -464,4 +474,6 @@ def self_bleu(
     values = self_bleu_values(
         list(texts), labels, max_order=max_order, tokenize=tokenize, lowercase=lowercase
     )
-    return SelfBleuScores(values, notes=tuple(undefined_note(values, "stories are alone in their system")))
+    return SelfBleuScores(
+        values, notes=tuple(undefined_note(values, "stories are alone in their system"))
+    )

@@ -4,20 +4,25 @@ the variability of sentence and paragraph lengths."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from dataclasses import dataclass
+from typing import Annotated, Literal
 
 import numpy as np
 
-from storyeval.metrics.registry import MetricBatch, MetricOption, MetricOutput, register_metric
+from storyeval.errors import StoryevalError
+from storyeval.metrics.context import ScoringContext
+from storyeval.metrics.function import Groups, Opt, Scores, Texts, metric, undefined_note
 
-_N = MetricOption("n", int, 3, "phrase length in words", minimum=1, maximum=10)
-_MIN_STORIES = MetricOption(
-    "min_stories", int, 3, "a phrase must occur in at least this many stories", minimum=2
-)
+PhraseLength = Annotated[int, Opt("phrase length in words", minimum=1, maximum=10)]
+MinStories = Annotated[int, Opt("a phrase must occur in at least this many stories", minimum=2)]
 
 
-@register_metric(
+@dataclass(frozen=True)
+class ProseScores(Scores):
+    """A diagnostic of each text's prose (shares of words or phrases, length variability)."""
+
+
+@metric(
     "overused_phrase_rate",
     description="Share of the story's word n-grams that are over-used phrases of its system: "
     "found in many more of the system's stories than of the reference (human) stories",
@@ -25,52 +30,54 @@ _MIN_STORIES = MetricOption(
     higher_is_better=False,
     value_range=(0.0, 1.0),
     level="system",
-    options=[
-        MetricOption("reference_system", str, "human", "the system giving the human profile"),
-        _N,
-        _MIN_STORIES,
-        MetricOption(
-            "min_ratio",
-            float,
-            3.0,
-            "over-used: share of stories >= this x the reference's",
-            minimum=1.0,
-        ),
-    ],
 )
-def overused_phrase_rate(batch: MetricBatch, options: Mapping[str, Any]) -> MetricOutput:
-    """Per story, the share of its n-grams among its system's over-used phrases."""
+def overused_phrase_rate(
+    texts: Texts,
+    groups: Groups,
+    *,
+    reference_system: Annotated[str, Opt("the system giving the human profile")] = "human",
+    n: PhraseLength = 3,
+    min_stories: MinStories = 3,
+    min_ratio: Annotated[
+        float, Opt("over-used: share of stories >= this x the reference's", minimum=1.0)
+    ] = 3.0,
+) -> ProseScores:
+    """Per text, the share of its n-grams among its group's over-used phrases: phrases found
+    in at least ``min_stories`` of the group's texts and in ``min_ratio`` times the share of
+    the reference group's texts (undefined for the reference group's own texts)."""
+    from storyeval.corpus import Story
     from storyeval.diagnostics import ngrams, overused_phrase_sets, share_in, words
-    from storyeval.errors import StoryevalError
 
-    reference = str(options["reference_system"])
+    stories = [
+        Story(str(i), "", t, system=g) for i, (t, g) in enumerate(zip(texts, groups, strict=True))
+    ]
     try:
         sets, _ = overused_phrase_sets(
-            batch.all_stories or batch.stories,
-            n=int(options["n"]),
-            reference_system=reference,
-            min_stories=int(options["min_stories"]),
-            min_ratio=float(options["min_ratio"]),
+            stories,
+            n=n,
+            reference_system=reference_system,
+            min_stories=min_stories,
+            min_ratio=min_ratio,
         )
     except ValueError as exc:
         raise StoryevalError(
             f"overused_phrase_rate: {exc} (set overused_phrase_rate.reference_system)"
         ) from None
-    values = np.full(len(batch.stories), np.nan)
-    for index, story in enumerate(batch.stories):
-        chosen = sets.get(story.system or "(none)")
+    values = np.full(len(texts), np.nan)
+    for index, (text, group) in enumerate(zip(texts, groups, strict=True)):
+        chosen = sets.get(group or "(none)")
         if chosen is not None:
-            values[index] = share_in(ngrams(words(story.story), int(options["n"])), chosen)
-    undefined = sum(1 for s in batch.stories if (s.system or "(none)") == reference)
+            values[index] = share_in(ngrams(words(text), n), chosen)
+    undefined = sum(1 for g in groups if (g or "(none)") == reference_system)
     notes = (
-        [f"{undefined} stories of the reference system {reference!r}: undefined"]
+        (f"{undefined} stories of the reference system {reference_system!r}: undefined",)
         if undefined
-        else []
+        else ()
     )
-    return MetricOutput(values, notes=notes)
+    return ProseScores(values, notes=notes)
 
 
-@register_metric(
+@metric(
     "cross_story_repetition",
     description="Share of the story's word n-grams found in other stories of its system "
     "(phrases a system repeats across stories)",
@@ -78,89 +85,89 @@ def overused_phrase_rate(batch: MetricBatch, options: Mapping[str, Any]) -> Metr
     higher_is_better=False,
     value_range=(0.0, 1.0),
     level="system",
-    options=[
-        MetricOption("n", int, 4, "phrase length in words", minimum=1, maximum=10),
-        _MIN_STORIES,
-    ],
 )
-def cross_story_repetition(batch: MetricBatch, options: Mapping[str, Any]) -> MetricOutput:
-    """Per story, the share of its n-grams used in at least ``min_stories - 1`` other
-    stories of its system."""
+def cross_story_repetition(
+    texts: Texts, groups: Groups, *, n: PhraseLength = 4, min_stories: MinStories = 3
+) -> ProseScores:
+    """Per text, the share of its n-grams used in at least ``min_stories - 1`` other texts of
+    its group."""
     from storyeval.diagnostics import cross_story_shares
 
-    values = np.full(len(batch.stories), np.nan)
-    groups: dict[str, list[int]] = {}
-    for index, story in enumerate(batch.stories):
-        groups.setdefault(story.system or "(none)", []).append(index)
+    values = np.full(len(texts), np.nan)
+    members_of: dict[str, list[int]] = {}
+    for index, group in enumerate(groups):
+        members_of.setdefault(group or "(none)", []).append(index)
     notes = []
-    for system, members in groups.items():
-        if len(members) < int(options["min_stories"]):  # no phrase can recur that often
-            notes.append(f"{system}: fewer than min_stories stories: undefined")
+    for group, members in members_of.items():
+        if len(members) < min_stories:  # no phrase can recur that often
+            notes.append(f"{group}: fewer than min_stories stories: undefined")
             continue
-        shares = cross_story_shares(
-            [batch.stories[i].story for i in members],
-            n=int(options["n"]),
-            min_stories=int(options["min_stories"]),
+        values[members] = cross_story_shares(
+            [texts[i] for i in members], n=n, min_stories=min_stories
         )
-        values[members] = shares
-    return MetricOutput(values, notes=notes)
+    return ProseScores(values, notes=tuple(notes))
 
 
-@register_metric(
+@metric(
     "slop_index",
     description="Share of the story's words on a list of words language models over-use in "
     "fiction ('tapestry', 'testament', 'palpable'; versioned, replaceable)",
     families=("prose",),
     higher_is_better=False,
     value_range=(0.0, 1.0),
-    options=[
-        MetricOption(
-            "words", str, None, "a word list file (one word a line; default: storyeval's slop-v1)"
-        )
-    ],
 )
-def slop_index(batch: MetricBatch, options: Mapping[str, Any]) -> MetricOutput:
-    """Per story, the share of its words on the slop list."""
+def slop_index(
+    texts: Texts,
+    *,
+    words: Annotated[
+        str | None, Opt("a word list file (one word a line; default: storyeval's slop-v1)")
+    ] = None,
+) -> ProseScores:
+    """Per text, the share of its words on the slop list.
+
+    >>> slop_index(["A rich tapestry of light.", "The dog ran."]).values.tolist()
+    [0.2, 0.0]
+    """
     from storyeval.diagnostics import read_word_list, slop_share
 
-    vocabulary, identity = read_word_list(options["words"])
-    values = np.array([slop_share(s.story, vocabulary) for s in batch.stories])
-    return MetricOutput(values, fields={"words": identity})
+    vocabulary, identity = read_word_list(words)
+    values = np.array([slop_share(text, vocabulary) for text in texts], dtype=np.float64)
+    return ProseScores(values, fields={"words": identity})
 
 
-def _cv_metric(kind: str) -> Any:
-    def compute(batch: MetricBatch, options: Mapping[str, Any]) -> MetricOutput:
-        from storyeval.diagnostics import coefficient_of_variation, paragraphs, words
+def _length_cv(texts: Texts, kind: str, split: str, scoring: ScoringContext) -> ProseScores:
+    from storyeval.diagnostics import coefficient_of_variation, paragraphs, words
 
-        values = []
-        for story in batch.stories:
-            if kind == "sentence":
-                parts = batch.context.sentences(story.story, options["split"])
-            else:
-                parts = paragraphs(story.story)
-            values.append(coefficient_of_variation([len(words(p)) for p in parts]))
-        array = np.asarray(values, dtype=np.float64)
-        notes = []
-        if np.isnan(array).any():
-            notes.append(
-                f"{int(np.isnan(array).sum())} stories have fewer than two {kind}s: undefined"
-            )
-        return MetricOutput(array, notes=notes)
-
-    return compute
+    values = []
+    for text in texts:
+        parts = scoring.sentences(text, split) if kind == "sentence" else paragraphs(text)
+        values.append(coefficient_of_variation([len(words(p)) for p in parts]))
+    array = np.asarray(values, dtype=np.float64)
+    return ProseScores(
+        array, notes=tuple(undefined_note(array, f"stories have fewer than two {kind}s"))
+    )
 
 
-register_metric(
+@metric(
     "sentence_length_cv",
     description="Coefficient of variation (sd / mean) of the story's sentence lengths in "
     "words: how much the rhythm varies",
     families=("prose",),
     higher_is_better=None,
     value_range=(0.0, None),
-    options=[MetricOption("split", str, "pysbd", "sentence splitter", choices=("pysbd", "spacy"))],
-)(_cv_metric("sentence"))
+)
+def sentence_length_cv(
+    texts: Texts,
+    *,
+    split: Annotated[Literal["pysbd", "spacy"], Opt("sentence splitter")] = "pysbd",
+    scoring: ScoringContext | None = None,
+) -> ProseScores:
+    """The coefficient of variation of each text's sentence lengths (in words)."""
+    assert scoring is not None
+    return _length_cv(texts, "sentence", split, scoring)
 
-register_metric(
+
+@metric(
     "paragraph_length_cv",
     description="Coefficient of variation (sd / mean) of the story's paragraph lengths in "
     "words (paragraphs: blank-line blocks, else lines)",
@@ -168,4 +175,8 @@ register_metric(
     higher_is_better=None,
     value_range=(0.0, None),
     default=False,
-)(_cv_metric("paragraph"))
+)
+def paragraph_length_cv(texts: Texts, *, scoring: ScoringContext | None = None) -> ProseScores:
+    """The coefficient of variation of each text's paragraph lengths (in words)."""
+    assert scoring is not None
+    return _length_cv(texts, "paragraph", "pysbd", scoring)
