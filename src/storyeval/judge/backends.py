@@ -116,8 +116,6 @@ class TransformersJudge:
         self.calls = 0
         self._prefixes: dict[tuple[int, ...], Any] = {}
         self._lock = threading.Lock()
-        if self.device != "cpu":
-            self.lm.model.to(self.device)
 
     # ------------------------------------------------------------------ tokens
 
@@ -291,6 +289,9 @@ class TransformersJudge:
         self, requests: Sequence[JudgeRequest], decoding: Decoding, *, sample: int = 0
     ) -> list[JudgeAnswer]:
         """Probabilities for requests that do not ask for a written answer, text otherwise."""
+        from storyeval.models.devices import place
+
+        place(self.lm, self.device)  # the model is shared: another user may have moved it
         result: list[JudgeAnswer | None] = [None] * len(requests)
         read = [i for i, r in enumerate(requests) if not r.generate]
         write = [i for i, r in enumerate(requests) if r.generate]

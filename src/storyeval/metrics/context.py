@@ -335,10 +335,13 @@ def _warm_up(model: Any) -> None:
         return
     import torch
 
+    from storyeval.models.devices import model_device
+
+    device = model_device(model)  # the warm-up batch goes where the model is (a GPU too)
     with torch.inference_mode():
         model(
-            input_ids=torch.tensor([[0, 0]], dtype=torch.long),
-            attention_mask=torch.ones((1, 2), dtype=torch.long),
+            input_ids=torch.tensor([[0, 0]], dtype=torch.long, device=device),
+            attention_mask=torch.ones((1, 2), dtype=torch.long, device=device),
             output_hidden_states=True,
         )
     model._storyeval_warmed_up = True
