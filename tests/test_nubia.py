@@ -166,10 +166,12 @@ def test_train_nubia_and_score_end_to_end(examples_dir, tmp_path, run_cli):
     from storyeval.learn.nubia import NubiaModel
 
     texts, refs = [s["story"] for s in chosen], [s["reference"] for s in chosen]
-    by_path = F.nubia(texts[:3], refs[:3], model=str(model_dir))
+    by_path = F.nubia(texts, refs, model=str(model_dir))
     by_object = F.nubia(texts[:3], refs[:3], model=NubiaModel.load(model_dir))
-    assert np.allclose(by_path.values, [r["value"] for r in rows[:3]])
-    assert np.allclose(by_object.values, by_path.values)
+    # the same texts in the same batches give the same numbers; other batches differ by
+    # float rounding (about 1e-6: the LM pads batches of other widths)
+    assert by_path.values.tolist() == [r["value"] for r in rows]
+    np.testing.assert_allclose(by_object.values, by_path.values[:3], rtol=1e-4)
     code, _, stderr = run_cli(
         "train", "nubia", "--stories", str(path), "--judgments", str(examples_dir / "judgments.jsonl"),
         "-o", str(tmp_path / "x"),

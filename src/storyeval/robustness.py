@@ -222,6 +222,10 @@ def robustness(
         raise ValueError("give at least one invariance or discrimination test")
     if not stories:
         raise StoryevalError("there are no stories to test")
+    if "paraphrase" in tests:
+        from storyeval.perturb.paraphrase import paraphraser
+
+        paraphraser(paraphrase_model).place(device)  # rewrites on the run's device too
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # stories a test cannot change are reported in skipped
         run = perturb_stories(

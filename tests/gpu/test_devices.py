@@ -174,9 +174,7 @@ def test_judge_probabilities_and_written_answers(
     )
 
 
-def test_generation_on_the_gpu(
-    gpu: str, run_cli: Any, tmp_path: Path, examples_dir: Path
-) -> None:
+def test_generation_on_the_gpu(gpu: str, run_cli: Any, tmp_path: Path, examples_dir: Path) -> None:
     """The offline SmolLM2 (a random model never ends a sentence, which generation needs)."""
     outputs = {}
     for device in ("cuda", "cpu"):
@@ -206,3 +204,161 @@ def test_generation_on_the_gpu(
         assert outputs["cuda"] == outputs["cpu"]
     else:  # sampling on another device draws other tokens: the stories, not their words
         assert len(outputs["cuda"]) == len(outputs["cpu"])
+
+
+def test_union_trains_and_scores_on_the_gpu_without_spacy(
+    gpu: str,
+    tiny_models: dict[str, Path],
+    run_cli: Any,
+    tmp_path: Path,
+    examples_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``train union --negatives-file`` needs no spaCy (the H200 had none), trains on the GPU,
+    and the trained model scores on the GPU as on the CPU."""
+    import storyeval.models
+
+    human = tmp_path / "human.jsonl"
+    human.write_text(
+        "".join((examples_dir / "human.jsonl").read_text().splitlines(keepends=True)[:20])
+    )
+    negatives = tmp_path / "negatives.jsonl"
+    code, _, err = run_cli("perturb", str(human), "--mix", "--seed", "1", "-o", str(negatives))
+    assert code == 0, err
+
+    def no_spacy(*args: Any, **kwargs: Any) -> Any:
+        raise ImportError("spacy is missing")
+
+    monkeypatch.setattr(storyeval.models, "load_spacy", no_spacy)
+    model = tmp_path / "union"
+    code, _, err = run_cli(
+        "train",
+        "union",
+        "--stories",
+        str(human),
+        "--negatives-file",
+        str(negatives),
+        "-o",
+        str(model),
+        "--model",
+        str(tiny_models["encoder"]),
+        "--epochs",
+        "1",
+        "--max-steps",
+        "3",
+        "--max-length",
+        "48",
+        "--window",
+        "2",
+        "--device",
+        "cuda",
+        "--threads",
+        "2",
+        "-q",
+    )
+    assert code == 0, err
+    signature = json.loads((model / "storyeval.json").read_text())["signature"]
+    assert signature["fields"].get("device") == "cuda", signature
+    scores = {}
+    for device in ("cuda", "cpu"):
+        out = tmp_path / f"union-{device}.jsonl"
+        code, _, err = run_cli(
+            "score",
+            str(human),
+            "--metrics",
+            "union",
+            "--option",
+            f"union.model={model}",
+            "--device",
+            device,
+            "--no-progress",
+            "-o",
+            str(out),
+        )
+        assert code == 0, err
+        scores[device] = [json.loads(line)["value"] for line in out.read_text().splitlines()]
+    close(scores["cuda"], scores["cpu"], gpu)
+
+
+def test_nsp_trains_and_scores_on_the_gpu(
+    gpu: str,
+    stories: list[Any],
+    tiny_models: dict[str, Path],
+    run_cli: Any,
+    tmp_path: Path,
+    examples_dir: Path,
+) -> None:
+    human = tmp_path / "human.jsonl"
+    human.write_text(
+        "".join((examples_dir / "human.jsonl").read_text().splitlines(keepends=True)[:20])
+    )
+    model = tmp_path / "nsp"
+    code, _, err = run_cli(
+        "train", "nsp", "--stories", str(human), "-o", str(model), "--model",
+        str(tiny_models["encoder"]), "--epochs", "1", "--max-steps", "2", "--device", "cuda",
+        "--threads", "2", "-q",
+    )  # fmt: skip
+    assert code == 0, err
+    from storyeval.metrics import score_stories
+
+    options = {"nsp.model": str(model)}
+    runs = {
+        device: score_stories(stories, "nsp_prompt,nsp_prev", options=options, device=device, bootstrap=0)
+        for device in ("cuda", "cpu")
+    }  # fmt: skip
+    for name in ("nsp_prompt", "nsp_prev"):
+        close(_values(runs["cuda"], name), _values(runs["cpu"], name), gpu)
+
+
+def test_robustness_paraphrases_and_curves_on_the_gpu(
+    gpu: str, stories: list[Any], tiny_models: dict[str, Path], tmp_path: Path
+) -> None:
+    """The paraphrase test (an LM rewriting, an encoder checking) and per-window curves."""
+    from storyeval.curves import story_curves
+    from storyeval.perturb.paraphrase import Paraphraser
+
+    rewriter = Paraphraser(str(tiny_models["lm"]), str(tiny_models["encoder"]))
+    sentence = "The keeper lit the lamp before the storm."
+    found = {}
+    for device in ("cuda", "cpu"):
+        rewriter.place(device)
+        samples = rewriter.samples(sentence, seed=1, n=2)
+        found[device] = (samples, rewriter.similarities(sentence, samples))
+    if gpu == "fake-cuda":
+        assert found["cuda"] == found["cpu"]
+    options = {"perplexity.model": str(tiny_models["lm"])}
+    curves = {
+        device: story_curves(stories[:4], ["perplexity"], options=options, device=device, window_words=40)[0]
+        for device in ("cuda", "cpu")
+    }  # fmt: skip
+    close(curves["cuda"]["value"], curves["cpu"]["value"], gpu)
+
+
+def test_nubia_features_and_slogans_on_the_gpu(
+    gpu: str, stories: list[Any], tiny_models: dict[str, Path], run_cli: Any, tmp_path: Path
+) -> None:
+    from storyeval.learn.nubia import NubiaFeatures
+
+    with_refs = [s for s in stories if s.references][:3]
+    candidates = [". ".join(s.story.split(". ")[:2]) for s in with_refs]
+    references = [". ".join(s.references[0].split(". ")[:2]) for s in with_refs]
+    tables = {
+        device: NubiaFeatures.load(
+            encoder=str(tiny_models["encoder"]), lm=str(tiny_models["lm"]), device=device
+        ).extract(candidates, references)
+        for device in ("cuda", "cpu")
+    }
+    close(tables["cuda"].to_numpy(), tables["cpu"].to_numpy(), gpu)
+    request = tmp_path / "slogan.jsonl"
+    request.write_text(json.dumps({"id": "a", "keywords": ["boots", "hiking"], "draft": "Boots that walk further"}) + "\n")  # fmt: skip
+    written = {}
+    for device in ("cuda", "cpu"):
+        out = tmp_path / f"slogans-{device}.jsonl"
+        code, _, err = run_cli(
+            "slogans", str(request), "-o", str(out), "--model", str(tiny_models["lm"]),
+            "--device", device, "--suggestions", "1", "--beam", "2",
+        )  # fmt: skip
+        assert code == 0, err
+        written[device] = json.loads(out.read_text())["suggestions"]
+    if gpu == "fake-cuda":
+        assert written["cuda"] == written["cpu"]

@@ -8,7 +8,7 @@ from typing import Any
 
 import typer
 
-from storyeval.cli._common import exit_with, user_error
+from storyeval.cli._common import compute_settings, exit_with, user_error
 
 train_app = typer.Typer(
     help="Train learned metrics on human-written stories (CPU is fine). Re-running the same "
@@ -345,6 +345,8 @@ def nubia(
         None, "--get-features", help="Write every feature per story (and the held-out prediction)."
     ),
     threads: int = _THREADS,
+    device: str = _DEVICE,
+    precision: str = _PRECISION,
 ) -> None:
     """Train NUBIA (Kane et al. 2020): features -> aggregator -> calibrator, on human judgments
     of stories that have references. Prints held-out correlations; score with
@@ -354,7 +356,7 @@ def nubia(
     from storyeval.io import write_table
     from storyeval.learn.nubia import train_nubia
 
-    _set_threads(threads)
+    device, precision = compute_settings(device, precision, threads)
     try:
         model, table = train_nubia(
             read_stories(stories),
@@ -369,6 +371,8 @@ def nubia(
             lengths=lengths,
             folds=folds,
             seed=seed,
+            device=device,
+            precision=precision,
         )
         if get_features is not None:
             write_table(get_features, table)

@@ -89,8 +89,11 @@ class HubNli:
         """(n, 3) probabilities of entailment, neutral, contradiction."""
         import torch
 
+        from storyeval.models.devices import model_device
+
         rows = []
         tokenizer, model = self.loaded.tokenizer, self.loaded.model
+        device = model_device(model)
         for start in range(0, len(premises), 16):
             inputs = tokenizer(
                 list(premises[start : start + 16]),
@@ -101,8 +104,8 @@ class HubNli:
                 max_length=512,
             )
             with torch.no_grad():
-                logits = model(**inputs).logits
-            rows.append(torch.softmax(logits, dim=-1)[:, self.order].numpy())
+                logits = model(**inputs.to(device)).logits
+            rows.append(torch.softmax(logits.float(), dim=-1)[:, self.order].cpu().numpy())
         return np.concatenate(rows) if rows else np.zeros((0, 3))
 
 
@@ -123,7 +126,10 @@ class LmZeroShotNli:
         """(n, 3) probabilities of entailment (True), neutral (Neither), contradiction (False)."""
         import torch
 
+        from storyeval.models.devices import model_device
+
         tokenizer, model = self.loaded.tokenizer, self.loaded.model
+        device = model_device(model)
         prompts = [
             f"{premise}\nQuestion: {hypothesis} True, False or Neither?\nAnswer:"
             for premise, hypothesis in zip(premises, hypotheses, strict=True)
@@ -136,14 +142,17 @@ class LmZeroShotNli:
             encoded = [tokenizer.encode(p)[-1024:] for p in prompts[start : start + 16]]
             width = max(len(ids) for ids in encoded)
             # left padding: the answer position is the last one of every row
-            ids = torch.tensor([[pad] * (width - len(e)) + e for e in encoded])
-            mask = torch.tensor([[0] * (width - len(e)) + [1] * len(e) for e in encoded])
+            ids = torch.tensor([[pad] * (width - len(e)) + e for e in encoded], device=device)
+            mask = torch.tensor(
+                [[0] * (width - len(e)) + [1] * len(e) for e in encoded], device=device
+            )
             positions = (mask.cumsum(dim=1) - 1).clamp(min=0)
             with torch.no_grad():
                 logits = model(  # the vocabulary projection of the last position only
                     input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=1
                 ).logits
-            rows.append(torch.softmax(logits[:, -1, self.label_ids].float(), dim=-1).numpy())
+            label_logits = logits[:, -1, self.label_ids].float()
+            rows.append(torch.softmax(label_logits, dim=-1).cpu().numpy())
         return np.concatenate(rows) if rows else np.zeros((0, 3))
 
 
@@ -158,6 +167,8 @@ class NubiaFeatures:
     nli: Any
     lm_name: str | None
     lengths: bool = False
+    device: str = "cpu"
+    precision: str = "float32"
 
     @classmethod
     def load(
@@ -167,12 +178,25 @@ class NubiaFeatures:
         nli: str | None = None,
         lm: str | None = None,
         lengths: bool = False,
+        device: str = "cpu",
+        precision: str = "float32",
     ) -> NubiaFeatures:
-        """Load the models (``nli=None``: zero-shot NLI with the causal LM ``lm``)."""
+        """Load the models (``nli=None``: zero-shot NLI with the causal LM ``lm``) on
+        ``device``."""
         from storyeval.models import load_encoder
 
         backend = HubNli(nli) if nli else LmZeroShotNli(lm)
-        return cls(load_encoder(encoder, option="--encoder"), backend, lm, lengths)
+        loaded = load_encoder(encoder, option="--encoder")
+        return cls(loaded, backend, lm, lengths, device, precision)
+
+    def _place(self) -> None:
+        """Put every model on the extractor's device (they are shared: others may move them)."""
+        from storyeval.models.devices import place
+
+        place(self.encoder, self.device)
+        loaded = getattr(self.nli, "loaded", None)
+        if loaded is not None:
+            place(loaded, self.device)
 
     def identity(self) -> dict[str, str]:
         """The models, for signatures."""
@@ -187,7 +211,10 @@ class NubiaFeatures:
     def _embed(self, texts: Sequence[str]) -> np.ndarray:
         import torch
 
+        from storyeval.models.devices import model_device
+
         tokenizer, model = self.encoder.tokenizer, self.encoder.model
+        device = model_device(model)
         out = []
         for start in range(0, len(texts), 64):
             inputs = tokenizer(
@@ -196,9 +223,9 @@ class NubiaFeatures:
                 padding=True,
                 truncation=True,
                 max_length=256,
-            )
+            ).to(device)
             with torch.no_grad():
-                hidden = model(**inputs).last_hidden_state
+                hidden = model(**inputs).last_hidden_state.float()
             mask = inputs["attention_mask"].unsqueeze(-1).float()
             pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)
             out.append(torch.nn.functional.normalize(pooled, dim=-1).float().cpu().numpy())
@@ -206,11 +233,19 @@ class NubiaFeatures:
 
     def extract(self, candidates: Sequence[str], references: Sequence[str]) -> pd.DataFrame:
         """One row of features per (candidate, reference) pair; columns :func:`feature_names`."""
-        from storyeval.metrics.lm import perplexity
-        from storyeval.text import split_sentences
 
         if len(candidates) != len(references):
             raise ValueError("candidates and references must have the same length")
+        from storyeval.models.devices import autocast
+
+        self._place()
+        with autocast(self.device, self.precision):
+            return self._extract(candidates, references)
+
+    def _extract(self, candidates: Sequence[str], references: Sequence[str]) -> pd.DataFrame:
+        from storyeval.metrics.lm import perplexity
+        from storyeval.text import split_sentences
+
         cand_sents = [split_sentences(c) or [c] for c in candidates]
         ref_sents = [split_sentences(r) or [r] for r in references]
         flat = [s for group in cand_sents + ref_sents for s in group]
@@ -234,8 +269,9 @@ class NubiaFeatures:
         backward = self.nli.probabilities(hypotheses_f, premises_f)
         owners = np.asarray(owner)
         rows = []
-        ppl_c = perplexity(list(candidates), model=self.lm_name).values
-        ppl_r = perplexity(list(references), model=self.lm_name).values
+        on = {"device": self.device, "precision": self.precision}
+        ppl_c = perplexity(list(candidates), model=self.lm_name, **on).values  # type: ignore[arg-type]
+        ppl_r = perplexity(list(references), model=self.lm_name, **on).values  # type: ignore[arg-type]
         for index in range(len(candidates)):
             mine = owners == index
             row = {"similarity": similarity[index]}
@@ -411,14 +447,16 @@ class NubiaModel:
             dict(data.get("report", {})),
         )
 
-    def extractor(self) -> NubiaFeatures:
-        """The feature extractor with the models the aggregator was trained on."""
+    def extractor(self, *, device: str = "cpu", precision: str = "float32") -> NubiaFeatures:
+        """The feature extractor with the models the aggregator was trained on, on ``device``."""
         s = self.settings
         return NubiaFeatures.load(
             encoder=s.get("encoder"),
             nli=s.get("nli"),
             lm=s.get("lm"),
             lengths=bool(s.get("lengths")),
+            device=device,
+            precision=precision,
         )
 
     def score(
@@ -427,9 +465,11 @@ class NubiaModel:
         references: Sequence[str],
         *,
         extractor: NubiaFeatures | None = None,
+        device: str = "cpu",
+        precision: str = "float32",
     ) -> tuple[np.ndarray, pd.DataFrame]:
-        """Calibrated scores in [0, 1] and the features behind them."""
-        extractor = extractor or self.extractor()
+        """Calibrated scores in [0, 1] and the features behind them (models on ``device``)."""
+        extractor = extractor or self.extractor(device=device, precision=precision)
         table = extractor.extract(candidates, references)
         raw = self.aggregator.predict(table[self.features].to_numpy())
         if self.calibration == "self":
@@ -483,6 +523,8 @@ def train_nubia(
     folds: int = 5,
     seed: int = 0,
     extractor: NubiaFeatures | None = None,
+    device: str = "cpu",
+    precision: str = "float32",
 ) -> tuple[NubiaModel, pd.DataFrame]:
     """Train NUBIA's aggregator on human judgments of stories with references.
 
@@ -502,7 +544,9 @@ def train_nubia(
     if high <= low:
         raise ValueError(f"every {criterion!r} rating is {low}: nothing to learn")
     target = (ratings - low) / (high - low)
-    extractor = extractor or NubiaFeatures.load(encoder=encoder, nli=nli, lm=lm, lengths=lengths)
+    extractor = extractor or NubiaFeatures.load(
+        encoder=encoder, nli=nli, lm=lm, lengths=lengths, device=device, precision=precision
+    )
     table = extractor.extract([s.story for s in usable], [s.references[0] for s in usable])
     names = feature_names(extractor.lengths)
     x = table[names].to_numpy()

@@ -693,8 +693,8 @@ def train_union(
 
     config = config or UnionConfig()
     training = training or TrainingConfig()
-    if nlp is None:
-        from storyeval.models import load_spacy
+    if nlp is None and (negatives is None or config.delexicalize):
+        from storyeval.models import load_spacy  # perturbing and delexicalizing need it, no more
 
         nlp = load_spacy()
     data = training_data(stories, dev_stories, dev_fraction=config.dev_fraction, seed=training.seed)

@@ -112,6 +112,9 @@ def nubia(
         ),
     ] = None,
     scoring: ScoringContext | None = None,
+    device: str | None = None,
+    precision: str | None = None,
+    progress: bool = False,
 ) -> LearnedScores:
     """NUBIA (Kane et al. 2020): the calibrated interchangeability of each text with its
     (first) reference, in [0, 1].
@@ -135,7 +138,12 @@ def nubia(
     assert scoring is not None
     given = scoring.given(model)
     scorer = given or NubiaModel.load(str(model))
-    values, table = scorer.score(list(candidates), [refs[0] for refs in references])
+    values, table = scorer.score(
+        list(candidates),
+        [refs[0] for refs in references],
+        device=scoring.device,
+        precision=scoring.precision,
+    )
     if features:
         names = list(ids) if ids is not None else [str(i) for i in range(len(candidates))]
         write_table(Path(features), table.assign(item_id=names))

@@ -74,6 +74,14 @@ class Paraphraser:
         self.encoder = load_encoder(encoder)
         self.identity = self.lm.identity
 
+    def place(self, device: str) -> Paraphraser:
+        """Run the LM and the encoder on ``device``; returns the paraphraser."""
+        from storyeval.models.devices import place
+
+        place(self.lm, device)
+        place(self.encoder, device)
+        return self
+
     def _prompt_ids(self, sentence: str) -> Any:
         tokenizer = self.lm.tokenizer
         if getattr(tokenizer, "chat_template", None):
@@ -88,14 +96,17 @@ class Paraphraser:
         """``n`` sampled rewrites (temperature 0.8, top-p 0.95), the same for the same seed."""
         import torch
 
-        ids = self._prompt_ids(sentence)
+        from storyeval.models.devices import model_device
+
+        device = model_device(self.lm)
+        ids = self._prompt_ids(sentence).to(device)
         limit = max(16, 2 * len(self.lm.tokenizer(sentence)["input_ids"]))
         pad = self.lm.tokenizer.pad_token_id or self.lm.tokenizer.eos_token_id
         with torch.random.fork_rng(devices=[]), torch.inference_mode():
             torch.manual_seed(seed)
             output = self.lm.model.generate(
                 ids.repeat(n, 1),
-                attention_mask=torch.ones((n, ids.shape[1]), dtype=torch.long),
+                attention_mask=torch.ones((n, ids.shape[1]), dtype=torch.long, device=device),
                 max_new_tokens=limit,
                 do_sample=True,
                 temperature=0.8,
@@ -113,11 +124,14 @@ class Paraphraser:
         import torch
 
         from storyeval.learn.siamese import mean_pooled, tokenize
+        from storyeval.models.devices import model_device
 
+        device = model_device(self.encoder)
         with torch.inference_mode():
             batch = tokenize(self.encoder.tokenizer, [sentence, *candidates], 128)
-            vectors = mean_pooled(self.encoder.model, batch)
-        result: list[float] = (vectors[1:] @ vectors[0]).tolist()
+            batch = {key: value.to(device) for key, value in batch.items()}
+            vectors = mean_pooled(self.encoder.model, batch).float()
+        result: list[float] = (vectors[1:] @ vectors[0]).cpu().tolist()
         return result
 
     def paraphrase(
