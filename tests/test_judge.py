@@ -191,6 +191,33 @@ def test_offline_model_judges_deterministically_with_cache_and_prefix_cache(
     assert any("shares a model family" in note for note in a.notes) is False  # systems x, y
 
 
+def test_batched_judging_equals_each_prompt_read_alone(causal_lm: Any) -> None:
+    """Four criteria about three stories of different lengths in one batch (the preamble
+    once, each story once, the questions left-padded): each label distribution equals the one
+    from the whole prompt read alone, without cache or padding."""
+    import torch
+
+    from storyeval.judge.backends import Decoding, TransformersJudge, chat_text
+    from storyeval.judge.prompts import absolute_request
+
+    rubric = load_rubric("karpinska")
+    stories = _stories()[:3]
+    requests = [absolute_request(s, rubric, c) for c in rubric.criteria for s in stories]
+    judge = TransformersJudge(batch_size=2)
+    answers = judge.answer(requests, Decoding())
+    tokenizer, model = judge.lm.tokenizer, judge.lm.model
+    for request, answer in zip(requests, answers, strict=True):
+        ids = tokenizer(chat_text(tokenizer, request.messages), add_special_tokens=False)
+        with torch.no_grad():
+            logits = model(input_ids=torch.tensor([ids["input_ids"]])).logits[0, -1]
+        labels = [
+            tokenizer(label, add_special_tokens=False)["input_ids"][0] for label in request.labels
+        ]
+        alone = torch.softmax(logits.float(), dim=-1)[labels].numpy()
+        np.testing.assert_allclose(answer.probabilities, alone, atol=2e-5)
+    assert judge.calls <= 1 + 2 * 2  # the preamble, then two batches of two passes
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -216,6 +216,7 @@ def fake_cuda(monkeypatch: Any) -> Iterator[FakeCuda]:
     monkeypatch.setattr(torch.nn.Module, "to", module_to)
     monkeypatch.setattr(torch.nn.Module, "cuda", lambda self, device=None: module_to(self, "cuda"))
     monkeypatch.setattr(torch.nn.Module, "cpu", lambda self: module_to(self, "cpu"))
+    monkeypatch.setattr(torch, "Generator", _HostGenerator)
     monkeypatch.setattr(devices, "resolve_device", _resolve)
     monkeypatch.setattr(devices, "batch_scale", lambda device: 1.0)
     monkeypatch.setattr(devices, "on_device", on_device)
@@ -223,6 +224,16 @@ def fake_cuda(monkeypatch: Any) -> Iterator[FakeCuda]:
     del real_cuda, real_cpu
     with mode:
         yield mode
+
+
+class _HostGenerator(torch.Generator):
+    """``torch.Generator(device="cuda")`` made on the CPU (a CPU build has no CUDA generator)."""
+
+    def __new__(cls, device: Any = "cpu") -> _HostGenerator:
+        return super().__new__(cls, "cpu")  # type: ignore[call-arg]
+
+    def __init__(self, device: Any = "cpu") -> None:
+        pass
 
 
 def _resolve(name: str | None = "cpu") -> str:

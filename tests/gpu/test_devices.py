@@ -175,35 +175,23 @@ def test_judge_probabilities_and_written_answers(
 
 
 def test_generation_on_the_gpu(gpu: str, run_cli: Any, tmp_path: Path, examples_dir: Path) -> None:
-    """The offline SmolLM2 (a random model never ends a sentence, which generation needs)."""
+    """The offline SmolLM2 (a random model never ends a sentence, which generation needs);
+    sampling draws with a generator of the model's device, the same seed the same stories."""
     outputs = {}
-    for device in ("cuda", "cpu"):
-        out = tmp_path / f"{device}.jsonl"
+    for run, device in enumerate(("cuda", "cuda", "cpu")):
+        out = tmp_path / f"{run}.jsonl"
         code, _, err = run_cli(
-            "generate",
-            str(examples_dir / "human.jsonl"),
-            "--limit",
-            "3",
-            "--top-k",
-            "50",
-            "--seed",
-            "3",
-            "--max-new-tokens",
-            "40",
-            "--max-attempts",
-            "3",
-            "--device",
-            device,
-            "--no-progress",
-            "-o",
-            str(out),
-        )
+            "generate", str(examples_dir / "human.jsonl"), "--limit", "3", "--top-k", "50",
+            "--seed", "3", "--max-new-tokens", "40", "--max-attempts", "3", "--device", device,
+            "--no-progress", "-o", str(out),
+        )  # fmt: skip
         assert code == 0, err
-        outputs[device] = [json.loads(line)["story"] for line in out.read_text().splitlines()]
-    if gpu == "fake-cuda":
-        assert outputs["cuda"] == outputs["cpu"]
-    else:  # sampling on another device draws other tokens: the stories, not their words
-        assert len(outputs["cuda"]) == len(outputs["cpu"])
+        outputs[run] = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["story"] for r in outputs[0]] == [r["story"] for r in outputs[1]]
+    assert len(outputs[0]) == len(outputs[2]) == 3
+    assert (
+        "device:cuda" in outputs[0][0]["signature"] and "device:cpu" in outputs[2][0]["signature"]
+    )
 
 
 def test_union_trains_and_scores_on_the_gpu_without_spacy(

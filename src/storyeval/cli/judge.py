@@ -35,6 +35,7 @@ def _backends(
     concurrency: int,
     timeout: float,
     retries: int,
+    batch_size: int = 8,
 ) -> Any:
     """The judges of the run as a :class:`~storyeval.judge.backends.BackendSpec`."""
     from storyeval.judge.backends import BackendSpec
@@ -51,6 +52,7 @@ def _backends(
         concurrency=concurrency,
         timeout=timeout,
         retries=retries,
+        batch_size=batch_size,
     )
 
 
@@ -117,7 +119,15 @@ def judge(
     prefix_cache: bool = typer.Option(
         True,
         "--prefix-cache/--no-prefix-cache",
-        help="Local judge: compute the rubric prefix once per criterion.",
+        help="Local judge: compute the rubric's preamble once and each story once for all "
+        "its questions.",
+    ),
+    batch_size: int = typer.Option(
+        8,
+        "--batch-size",
+        min=1,
+        help="Local judge: stories per forward pass on a CPU (batches sorted by length; "
+        "scaled by the free memory on a GPU).",
     ),
     device: str = typer.Option(
         "cpu", "--device", help="cpu, cuda, cuda:N, mps or auto (local judge)."
@@ -178,6 +188,7 @@ def judge(
             concurrency,
             timeout,
             retries,
+            batch_size,
         )
         cache_path = None if no_cache else (cache or default_cache_path())
         client = dask_client(engine, scheduler, workers)

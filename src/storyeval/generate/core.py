@@ -226,11 +226,28 @@ class _SeededSampler:
     def __call__(self, input_ids: Any, scores: Any) -> Any:
         import torch
 
-        # drawn on the CPU with the private generator, whatever device the model is on
-        probs = torch.nn.functional.softmax(scores.float(), dim=-1).cpu()
+        # drawn where the scores are, with the private generator (a generator of the model's
+        # device: no copy of the probabilities to the host at every step)
+        probs = torch.nn.functional.softmax(scores.float(), dim=-1)
+        if probs.device != self.generator.device:
+            probs = probs.to(self.generator.device)
         chosen = torch.multinomial(probs, num_samples=1, generator=self.generator)
         only = torch.full_like(scores, float("-inf"))
         return only.scatter_(1, chosen.to(scores.device), 0.0)
+
+
+def device_generator(generator: Any, device: Any) -> Any:
+    """A private generator on ``device`` seeded from ``generator`` (itself when ``device`` is
+    the CPU): sampling on a GPU then stays on the GPU, and the same seed draws the same
+    stories on the same kind of device."""
+    import torch
+
+    if str(device).startswith("cpu") or str(getattr(generator, "device", "cpu")) == str(device):
+        return generator
+    seed = int(torch.randint(0, 2**62, (1,), generator=generator))
+    made = torch.Generator(device=device)
+    made.manual_seed(seed)
+    return made
 
 
 def _warpers(decoding: DecodingConfig) -> list[Any]:
@@ -299,7 +316,7 @@ def generate_raw(
     processors = LogitsProcessorList()
     if decoding.do_sample:
         processors.extend(_warpers(decoding))
-        processors.append(_SeededSampler(generator))
+        processors.append(_SeededSampler(device_generator(generator, device)))
         kwargs.update(do_sample=False, temperature=None, top_k=None, top_p=None)
     with torch.no_grad(), autocast(str(device), precision):
         output = model.generate(

@@ -8,7 +8,6 @@ analysis first, the answer is generated and parsed strictly.
 
 from __future__ import annotations
 
-import copy
 import math
 import os
 import threading
@@ -88,9 +87,11 @@ class TransformersJudge:
     precision : {"float32", "bfloat16"}
         bfloat16 runs the forward passes under autocast (about 2x on CPUs with bf16 support).
     prefix_cache : bool
-        Compute the shared prompt prefix of a criterion once and reuse its key-value cache.
+        Compute the rubric's preamble once and each story once for all its questions
+        (key-value caches); off, every prompt is read whole (still in batches).
     batch_size : int
-        Prompts per forward pass when the prefix cache is off.
+        Stories per forward pass on a CPU (their questions: up to four times as many rows);
+        scaled by the free memory on a GPU.
     """
 
     def __init__(
@@ -142,91 +143,58 @@ class TransformersJudge:
         device_type = "cuda" if self.device.startswith("cuda") else "cpu"
         return torch.autocast(device_type=device_type, dtype=torch.bfloat16, enabled=enabled)
 
-    def _state(self, tokens: tuple[int, ...], start: tuple[tuple[int, ...], Any] | None) -> Any:
-        """The key-value cache after ``tokens``, extending ``start`` (its tokens, its cache)
-        when given; the rubric's is kept for the run, a subject's is not."""
-        import torch
-
-        past = copy.deepcopy(start[1]) if start is not None else None
-        offset = len(start[0]) if start is not None else 0
-        with torch.no_grad(), self._autocast():
-            out = self.lm.model(
-                torch.tensor([list(tokens[offset:])], device=self.device),
-                past_key_values=past,
-                use_cache=True,
-            )
-        self.calls += 1
-        return out.past_key_values
-
     def _rubric_state(self, tokens: tuple[int, ...]) -> Any:
+        """The key-value cache after a rubric's preamble, computed once (the last 8 kept)."""
+        import torch
+        from transformers import DynamicCache
+
         with self._lock:
             if tokens not in self._prefixes:
-                self._prefixes[tokens] = self._state(tokens, None)
+                cache = DynamicCache(config=self.lm.model.config)
+                if tokens:
+                    ids = torch.tensor([list(tokens)], device=self.device)
+                    with torch.no_grad(), self._autocast():
+                        self.lm.model(input_ids=ids, past_key_values=cache, use_cache=True)
+                    self.calls += 1
+                if len(self._prefixes) >= 8:
+                    self._prefixes.pop(next(iter(self._prefixes)))
+                self._prefixes[tokens] = cache
             return self._prefixes[tokens]
 
-    def _last_logits_cached(
-        self, token_lists: Sequence[list[int]], rubric_length: int
-    ) -> list[Any]:
-        """Logits after each token list (prompts about one subject): the rubric part is
-        computed once per run, the subject once, and only each question after it."""
-        import torch
-
-        shared = _common_prefix(token_lists)
-        rubric = tuple(token_lists[0][: min(rubric_length, shared)])
-        start = (rubric, self._rubric_state(rubric))
-        subject = tuple(token_lists[0][:shared])
-        state = self._state(subject, start) if len(subject) > len(rubric) else start[1]
-        result = []
-        for ids in token_lists:
-            past = copy.deepcopy(state)
-            suffix = torch.tensor([ids[shared:]], device=self.device)
-            with torch.no_grad(), self._autocast():
-                out = self.lm.model(suffix, past_key_values=past, use_cache=True)
-            self.calls += 1
-            result.append(out.logits[0, -1].float())
-        return result
-
-    def _last_logits_batch(self, texts: Sequence[str]) -> list[Any]:
-        import torch
+    def _batcher(self) -> Any:
+        from storyeval.judge.batching import Batcher
+        from storyeval.models.devices import batch_scale
 
         tokenizer = self.lm.tokenizer
-        if tokenizer.pad_token_id is None:
-            tokenizer.pad_token = tokenizer.eos_token
-        result = []
-        for start in range(0, len(texts), self.batch_size):
-            chunk = list(texts[start : start + self.batch_size])
-            encoded = tokenizer(
-                chunk,
-                return_tensors="pt",
-                padding=True,
-                padding_side="left",
-                add_special_tokens=False,
-            ).to(self.device)
-            with torch.no_grad(), self._autocast():
-                out = self.lm.model(**encoded)
-            self.calls += 1
-            result += [row.float() for row in out.logits[:, -1]]
-        return result
+        pad = (
+            tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        )
+        scale = batch_scale(self.device)
+        return Batcher(
+            self.lm.model,
+            self.device,
+            int(pad or 0),
+            self._rubric_state,
+            self._autocast,
+            batch_size=max(1, int(self.batch_size * scale)),
+            batch_tokens=int(16384 * scale),
+        )
 
-    def _cached_logits(
-        self, requests: Sequence[JudgeRequest], texts: Sequence[str], logits: list[Any | None]
-    ) -> None:
-        """Fill ``logits`` for the requests that share a rubric and a subject with others."""
+    def _logits(self, requests: Sequence[JudgeRequest], texts: Sequence[str]) -> list[Any]:
+        """The logits after each prompt: the preamble once, each story once for all its
+        questions, in batches (see :mod:`storyeval.judge.batching`)."""
+        from storyeval.judge.batching import common_prefix, split_prompts
+
         tokens = [self._encode(text) for text in texts]
-        rubric_length = _common_prefix(tokens) if len(tokens) > 1 else 0
-        groups: dict[str, list[int]] = {}
-        for index, request in enumerate(requests):
-            groups.setdefault(request.prefix + "\x00" + request.subject, []).append(index)
-        for members in groups.values():
-            lists = [tokens[i] for i in members]
-            if len(members) < 2 and rubric_length < 1:
-                continue
-            if _common_prefix(lists) < 1:
-                continue
-            for index, row in zip(
-                members, self._last_logits_cached(lists, rubric_length), strict=True
-            ):
-                logits[index] = row
+        if self.prefix_cache:
+            rubric = common_prefix(tokens) if len(tokens) > 1 else 0
+            subjects = [r.prefix + "\x00" + r.subject for r in requests]
+        else:  # every prompt read whole (for comparisons)
+            rubric, subjects = 0, [str(i) for i in range(len(requests))]
+        batcher = self._batcher()
+        found = batcher.last_logits(split_prompts(tokens, subjects, rubric))
+        self.calls += batcher.calls
+        return [found[i] for i in range(len(requests))]
 
     def _check_length(self, texts: Sequence[str], room: int) -> None:
         """Refuse a prompt that, with ``room`` tokens of answer, exceeds the model's context
@@ -247,16 +215,8 @@ class TransformersJudge:
 
         texts = [chat_text(self.lm.tokenizer, r.messages) for r in requests]
         self._check_length(texts, 1)
-        logits: list[Any | None] = [None] * len(requests)
-        if self.prefix_cache:
-            self._cached_logits(requests, texts, logits)
-        missing = [i for i, value in enumerate(logits) if value is None]
-        rows = self._last_logits_batch([texts[i] for i in missing]) if missing else []
-        for index, row in zip(missing, rows, strict=True):
-            logits[index] = row
         answers = []
-        for request, row in zip(requests, logits, strict=True):
-            assert row is not None
+        for request, row in zip(requests, self._logits(requests, texts), strict=True):
             ids = self._label_ids(request.labels)
             probs = torch.softmax(row, dim=-1)[ids]
             answers.append(JudgeAnswer(tuple(float(p) for p in probs)))
@@ -305,18 +265,6 @@ class TransformersJudge:
             for i, answer in zip(write, written, strict=True):
                 result[i] = answer
         return [answer for answer in result if answer is not None]
-
-
-def _common_prefix(token_lists: Sequence[list[int]]) -> int:
-    """The number of leading tokens all lists share (each keeps at least its last token)."""
-    first = token_lists[0]
-    shared = min(len(ids) for ids in token_lists) - 1
-    for ids in token_lists[1:]:
-        k = 0
-        while k < shared and ids[k] == first[k]:
-            k += 1
-        shared = k
-    return max(shared, 0)
 
 
 def _device(device: str) -> str:
@@ -454,6 +402,7 @@ class BackendSpec:
     concurrency: int = 4
     timeout: float = 60.0
     retries: int = 3
+    batch_size: int = 8
 
     def build(self) -> list[Any]:
         """The judges (cached per process: a worker builds them once)."""
@@ -480,6 +429,7 @@ class BackendSpec:
                         device=self.device,
                         precision=self.precision,
                         prefix_cache=self.prefix_cache,
+                        batch_size=self.batch_size,
                     )
                     for m in self.models
                 ]

@@ -1,0 +1,197 @@
+"""Batched forward passes of a local judge: the logits after many prompts at once.
+
+A judge's prompts share structure: every prompt of a rubric starts with the same preamble,
+and the prompts about one story (one per criterion) share the story and differ only in the
+question. :func:`last_logits` computes
+
+1. the preamble's key-value cache once per run (``rubric_state``);
+2. the stories of a batch in one forward pass after the preamble's cache expanded to the
+   batch (right-padded, sorted by length so that a batch holds stories of similar lengths);
+3. every question about those stories in one more pass after the stories' caches, each
+   story's cache repeated for its questions (left-padded, so the last position of every row
+   is its prompt's last token and only that position goes through the output layer).
+
+Padding sits between parts of a row; the attention mask hides it and explicit position ids
+number each row's real tokens consecutively, so a prompt's logits equal its unbatched
+logits up to float rounding (tested against the prompt read alone).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """One prompt split into its shared preamble, its subject (story) and its question."""
+
+    index: int
+    rubric: tuple[int, ...]
+    subject: tuple[int, ...]
+    question: tuple[int, ...]
+
+
+def split_prompts(
+    token_lists: Sequence[list[int]], subjects: Sequence[str], rubric_length: int
+) -> list[Prompt]:
+    """Split each prompt at ``rubric_length`` and after the tokens it shares with the other
+    prompts of its subject (each keeps at least its last token as its question)."""
+    by_subject: dict[str, list[int]] = {}
+    for index, subject in enumerate(subjects):
+        by_subject.setdefault(subject, []).append(index)
+    prompts = []
+    for members in by_subject.values():
+        lists = [token_lists[i][rubric_length:] for i in members]
+        shared = common_prefix(lists) if len(lists) > 1 else max(len(lists[0]) - 1, 0)
+        for index, rest in zip(members, lists, strict=True):
+            tokens = token_lists[index]
+            prompts.append(
+                Prompt(
+                    index, tuple(tokens[:rubric_length]), tuple(rest[:shared]), tuple(rest[shared:])
+                )
+            )
+    return prompts
+
+
+def common_prefix(token_lists: Sequence[Sequence[int]]) -> int:
+    """The number of leading tokens all lists share (each keeps at least its last token).
+
+    >>> common_prefix([[1, 2, 3], [1, 2, 4, 5]]), common_prefix([[1, 2], [1, 2]])
+    (2, 1)
+    """
+    first = token_lists[0]
+    shared = min(len(ids) for ids in token_lists) - 1
+    for ids in token_lists[1:]:
+        k = 0
+        while k < shared and ids[k] == first[k]:
+            k += 1
+        shared = k
+    return max(shared, 0)
+
+
+@dataclass
+class Batcher:
+    """Runs a causal LM over prompts in batches (see the module docstring).
+
+    ``rubric_state(tokens)`` returns the key-value cache after ``tokens`` (batch 1; kept by the
+    caller for the run); ``autocast()`` the precision context of the forward passes.
+    """
+
+    model: Any
+    device: Any
+    pad_id: int
+    rubric_state: Callable[[tuple[int, ...]], Any]
+    autocast: Callable[[], Any]
+    batch_size: int = 8
+    batch_tokens: int = 16384
+    calls: int = 0
+
+    def last_logits(self, prompts: Sequence[Prompt]) -> dict[int, Any]:
+        """The logits after each prompt (float32, on the CPU), by prompt index."""
+        result: dict[int, Any] = {}
+        for batch in self._batches(prompts):
+            result.update(self._run_batch(batch))
+        return result
+
+    def _batches(self, prompts: Sequence[Prompt]) -> list[list[list[Prompt]]]:
+        """Groups of prompts sharing rubric and subject, batched by rubric, sorted by subject
+        length, at most ``batch_size`` subjects and ``batch_tokens`` subject tokens a batch."""
+        groups: dict[tuple[tuple[int, ...], tuple[int, ...]], list[Prompt]] = {}
+        for prompt in prompts:
+            groups.setdefault((prompt.rubric, prompt.subject), []).append(prompt)
+        ordered = sorted(groups.items(), key=lambda item: (item[0][0], len(item[0][1])))
+        batches: list[list[list[Prompt]]] = []
+        current: list[list[Prompt]] = []
+        for (rubric, subject), members in ordered:
+            fits = current and current[0][0].rubric == rubric
+            longest = max([len(subject), *(len(g[0].subject) for g in current)])
+            rows = sum(len(g) for g in current) + len(members)
+            if fits and (
+                len(current) < self.batch_size
+                and (len(current) + 1) * (len(rubric) + longest) <= self.batch_tokens
+                and rows <= 4 * self.batch_size
+            ):
+                current.append(members)
+            else:
+                if current:
+                    batches.append(current)
+                current = [members]
+        if current:
+            batches.append(current)
+        return batches
+
+    def _run_batch(self, groups: list[list[Prompt]]) -> dict[int, Any]:
+        import torch
+
+        rubric = groups[0][0].rubric
+        cache = copy.deepcopy(self.rubric_state(rubric))
+        cache.batch_select_indices(torch.zeros(len(groups), dtype=torch.long, device=self.device))
+        subjects = [list(g[0].subject) for g in groups]
+        mask = torch.ones((len(groups), len(rubric)), dtype=torch.long, device=self.device)
+        if max(len(s) for s in subjects) > 0:
+            mask = self._forward_subjects(subjects, len(rubric), cache, mask)
+        rows = [(b, prompt) for b, group in enumerate(groups) for prompt in group]
+        select = torch.tensor([b for b, _ in rows], dtype=torch.long, device=self.device)
+        cache.batch_select_indices(select)
+        starts = [len(rubric) + len(subjects[b]) for b, _ in rows]
+        logits = self._forward_questions(
+            [list(p.question) for _, p in rows], starts, cache, mask[select]
+        )
+        return {prompt.index: logits[r] for r, (_, prompt) in enumerate(rows)}
+
+    def _forward_subjects(
+        self, subjects: list[list[int]], offset: int, cache: Any, mask: Any
+    ) -> Any:
+        """Extend ``cache`` by the subjects (right-padded); returns the attention mask so far."""
+        import torch
+
+        width = max(len(s) for s in subjects)
+        ids = torch.full((len(subjects), width), self.pad_id, dtype=torch.long, device=self.device)
+        own = torch.zeros((len(subjects), width), dtype=torch.long, device=self.device)
+        for row, subject in enumerate(subjects):
+            if subject:
+                ids[row, : len(subject)] = torch.tensor(subject, device=self.device)
+                own[row, : len(subject)] = 1
+        positions = offset + torch.arange(width, device=self.device).expand(len(subjects), -1)
+        mask = torch.cat([mask, own], dim=1)
+        with torch.no_grad(), self.autocast():
+            self.model(
+                input_ids=ids,
+                attention_mask=mask,
+                position_ids=positions,
+                past_key_values=cache,
+                use_cache=True,
+                logits_to_keep=1,
+            )
+        self.calls += 1
+        return mask
+
+    def _forward_questions(
+        self, questions: list[list[int]], starts: list[int], cache: Any, mask: Any
+    ) -> Any:
+        """The logits after each question (left-padded: the last position is real)."""
+        import torch
+
+        width = max(len(q) for q in questions)
+        ids = torch.full((len(questions), width), self.pad_id, dtype=torch.long, device=self.device)
+        own = torch.zeros((len(questions), width), dtype=torch.long, device=self.device)
+        positions = torch.zeros((len(questions), width), dtype=torch.long, device=self.device)
+        for row, (question, start) in enumerate(zip(questions, starts, strict=True)):
+            begin = width - len(question)
+            ids[row, begin:] = torch.tensor(question, device=self.device)
+            own[row, begin:] = 1
+            positions[row, begin:] = torch.arange(start, start + len(question), device=self.device)
+        with torch.no_grad(), self.autocast():
+            out = self.model(
+                input_ids=ids,
+                attention_mask=torch.cat([mask, own], dim=1),
+                position_ids=positions,
+                past_key_values=cache,
+                use_cache=True,
+                logits_to_keep=1,
+            )
+        self.calls += 1
+        return out.logits[:, -1].float().cpu()
