@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 OUT := out
 
-.PHONY: setup setup-test demo test test-fast lint format typecheck check docs bench bench-study examples cards clean
+.PHONY: setup setup-test demo test test-fast test-gpu lint format typecheck check docs bench bench-study examples cards clean
 
 setup:
 	@scripts/setup.sh
@@ -41,6 +41,10 @@ test: setup-test
 
 test-fast: setup
 	$(BIN)/pytest -m "not slow"
+
+## test-gpu: the GPU tests on this machine's CUDA card (skipped without one)
+test-gpu: setup-test
+	$(BIN)/pytest -m gpu tests/gpu
 
 lint:
 	$(BIN)/ruff check src tests benchmarks scripts

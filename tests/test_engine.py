@@ -233,6 +233,34 @@ def test_score_command_with_the_dask_engine(run_cli, examples_dir, tmp_path):
     )
 
 
+@pytest.mark.slow
+def test_one_worker_per_gpu_schedules_gpu_tasks(run_cli, examples_dir, tmp_path):
+    """--num-gpus on a local cluster starts one worker per GPU, each offering GPU: 1 and
+    seeing only its card; tasks asking for a GPU run there (CPU models here: the placement,
+    not the card, is what this checks) and give the local numbers."""
+    local, remote = tmp_path / "local.jsonl", tmp_path / "remote.jsonl"
+    args = ["score", str(examples_dir / "stories.jsonl"), "--metrics", "bleu,distinct2",
+            "--skip-missing", "--no-progress", "--block-size", "70"]  # fmt: skip
+    assert run_cli(*args, "-o", str(local))[0] == 0
+    code, _out, err = run_cli(
+        *args, "-o", str(remote), "--engine", "dask", "--workers", "2", "--num-gpus", "1"
+    )
+    assert code == 0, err
+    assert remote.read_bytes() == local.read_bytes()
+    from storyeval.engine.dask import gpu_cluster
+
+    cluster = gpu_cluster(2, 1, {})
+    try:
+        from distributed import Client
+
+        with Client(cluster) as client:
+            seen = client.run(lambda: __import__("os").environ["CUDA_VISIBLE_DEVICES"])
+            resources = {w["resources"]["GPU"] for w in client.scheduler_info()["workers"].values()}
+        assert sorted(seen.values()) == ["0", "1"] and resources == {1}
+    finally:
+        cluster.close()
+
+
 def test_without_the_extra_the_message_names_it(run_cli, examples_dir, monkeypatch):
     import sys
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -54,11 +55,9 @@ def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     import torch
     from transformers import BertConfig, BertForPreTraining, LlamaConfig, LlamaForCausalLM
 
-    from storyeval.models import load_causal_lm, load_encoder
-
     root = tmp_path_factory.mktemp("tiny")
     torch.manual_seed(0)
-    encoder_tokenizer = load_encoder().tokenizer
+    encoder_tokenizer, lm_tokenizer = _tokenizers()
     bert = BertForPreTraining(
         BertConfig(
             vocab_size=len(encoder_tokenizer),
@@ -71,7 +70,6 @@ def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     )
     bert.save_pretrained(root / "bert")
     encoder_tokenizer.save_pretrained(root / "bert")
-    lm_tokenizer = load_causal_lm().tokenizer
     llama = LlamaForCausalLM(
         LlamaConfig(
             vocab_size=len(lm_tokenizer),
@@ -89,3 +87,34 @@ def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     llama.save_pretrained(root / "llama")
     lm_tokenizer.save_pretrained(root / "llama")
     return {"encoder": root / "bert", "lm": root / "llama"}
+
+
+def _tokenizers() -> tuple[Any, Any]:
+    """The offline models' tokenizers, or ``$STORYEVAL_TOKENIZERS/{encoder,lm}`` (a GPU
+    machine without the offline model packages: ``scripts/gpu_prepare.sh`` saves them)."""
+    import os
+
+    folder = os.environ.get("STORYEVAL_TOKENIZERS")
+    if folder:
+        from transformers import AutoTokenizer
+
+        return (
+            AutoTokenizer.from_pretrained(Path(folder) / "encoder"),
+            AutoTokenizer.from_pretrained(Path(folder) / "lm"),
+        )
+    from storyeval.models import load_causal_lm, load_encoder
+
+    return load_encoder().tokenizer, load_causal_lm().tokenizer
+
+
+@pytest.fixture(scope="session")
+def offline_lm() -> Any:
+    """The offline SmolLM2 (generation needs a model that ends its sentences), or a skip on a
+    machine without the offline packages."""
+    from storyeval.errors import ModelLoadError
+    from storyeval.models import load_causal_lm
+
+    try:
+        return load_causal_lm()
+    except ModelLoadError as exc:
+        pytest.skip(f"the offline LM is not installed here: {exc}")

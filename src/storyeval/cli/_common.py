@@ -154,9 +154,10 @@ def block_size_option(default: int = 500, what: str = "stories") -> Any:
     )
 
 
-def dask_client(engine: str, scheduler: str | None, workers: int | None) -> Any:
-    """A Dask client for ``--engine dask`` (None for the local engine); a missing extra or an
-    unreachable scheduler is a one-line error."""
+def dask_client(engine: str, scheduler: str | None, workers: int | None, gpus: float = 0) -> Any:
+    """A Dask client for ``--engine dask`` (None for the local engine); with ``gpus`` a local
+    cluster has one worker per GPU; a missing extra or an unreachable scheduler is a one-line
+    error."""
     from storyeval.engine import check_engine
 
     try:
@@ -166,6 +167,6 @@ def dask_client(engine: str, scheduler: str | None, workers: int | None) -> Any:
             return None
         from storyeval.engine.dask import connect
 
-        return connect(scheduler, workers=workers)
+        return connect(scheduler, workers=workers, gpus=int(gpus > 0))
     except (ValueError, StoryevalError) as exc:
         raise user_error(exc) from None

@@ -75,7 +75,8 @@ def score(
         0,
         "--num-gpus",
         min=0,
-        help="With --engine dask: GPUs per block task (workers started with --resources GPU=N).",
+        help="With --engine dask: GPUs per block task; a local cluster then runs one worker "
+        "per GPU, each seeing only its card (a --scheduler's workers need --resources GPU=1).",
     ),
 ) -> None:
     """Score every story with automatic metrics; print and write per-system aggregates.
@@ -88,7 +89,7 @@ def score(
     from storyeval.metrics.registry import parse_option_assignments
 
     device, precision = compute_settings(device, precision, threads)
-    client = dask_client(engine, scheduler, workers)
+    client = dask_client(engine, scheduler, workers, num_gpus)
     try:
         options = parse_option_assignments(option or [])
         settings = {

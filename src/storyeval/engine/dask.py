@@ -56,10 +56,13 @@ def connect(
     workers: int | None = None,
     threads_per_worker: int = 1,
     memory_limit: str | None = None,
+    gpus: int = 0,
 ) -> Any:
     """A Dask client: joined to ``scheduler`` (``tcp://host:8786``), or to a new local cluster
     on 127.0.0.1 with ``workers`` worker processes (default: one per usable CPU), each with
-    ``threads_per_worker`` threads, no dashboard.
+    ``threads_per_worker`` threads, no dashboard. With ``gpus``, the local cluster has one
+    worker per GPU (``workers`` of them, default every GPU there is), each seeing only its own
+    card (``CUDA_VISIBLE_DEVICES``) and offering the resource ``GPU: 1``.
 
     Raises
     ------
@@ -96,6 +99,8 @@ def connect(
             return Client(scheduler, timeout=CONNECT_TIMEOUT)
         except OSError as exc:
             raise EngineError(f"cannot reach the Dask scheduler {scheduler}: {exc}") from None
+    if gpus:
+        return Client(gpu_cluster(workers, threads_per_worker, environ))
     cluster = LocalCluster(
         n_workers=workers or usable_cpus(),
         threads_per_worker=threads_per_worker,
@@ -105,6 +110,34 @@ def connect(
         memory_limit=memory_limit or "auto",
     )
     return Client(cluster)
+
+
+def gpu_cluster(workers: int | None, threads: int, environ: dict[str, str]) -> Any:
+    """A local cluster of one worker per GPU (what dask-cuda's ``LocalCUDACluster`` does):
+    worker ``i`` sees only GPU ``i`` and offers the resource ``GPU: 1``, so a task asking for
+    one GPU runs alone on its card."""
+    from distributed import Nanny, Scheduler, SpecCluster
+
+    if workers is None:
+        import torch
+
+        workers = torch.cuda.device_count()
+    if workers < 1:
+        raise EngineError("--num-gpus needs a GPU: none is visible here (or give --workers N)")
+    spec = {
+        f"gpu-{index}": {
+            "cls": Nanny,
+            "options": {
+                "nthreads": threads,
+                "resources": {"GPU": 1},
+                "env": {**environ, "CUDA_VISIBLE_DEVICES": str(index)},
+                "host": "127.0.0.1",
+            },
+        }
+        for index in range(workers)
+    }
+    scheduler = {"cls": Scheduler, "options": {"host": "127.0.0.1", "dashboard_address": None}}
+    return SpecCluster(workers=spec, scheduler=scheduler)
 
 
 def close(client: Any) -> None:

@@ -232,8 +232,8 @@ class _SeededSampler:
         if probs.device != self.generator.device:
             probs = probs.to(self.generator.device)
         chosen = torch.multinomial(probs, num_samples=1, generator=self.generator)
-        only = torch.full_like(scores, float("-inf"))
-        return only.scatter_(1, chosen.to(scores.device), 0.0)
+        # in place: no new vocabulary-sized tensor at every step
+        return scores.fill_(float("-inf")).scatter_(1, chosen.to(scores.device), 0.0)
 
 
 def device_generator(generator: Any, device: Any) -> Any:
