@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from storyeval.corpus import read_stories
@@ -170,9 +171,14 @@ def test_generate_perturb_and_judge_on_the_cluster_equal_local(client, examples_
     on_cluster = judge_source(
         small2, rubric, spec, client=client, block_size=1, settings=JudgeSettings()
     )
-    assert [(j.item_id, j.criterion, j.value, j.rater_id) for j in on_cluster.judgments] == [
-        (j.item_id, j.criterion, j.value, j.rater_id) for j in judged.judgments
+    assert [(j.item_id, j.criterion, j.rater_id) for j in on_cluster.judgments] == [
+        (j.item_id, j.criterion, j.rater_id) for j in judged.judgments
     ]
+    # the judge's batched passes reduce in another order on another number of CPU threads
+    # (a Dask task runs on --num-cpus threads): equal to float rounding, not to the bit
+    np.testing.assert_allclose(
+        [j.value for j in on_cluster.judgments], [j.value for j in judged.judgments], atol=1e-5
+    )
 
 
 def test_partitioned_readers_give_the_files_lines(tmp_path, examples_dir):
