@@ -1,4 +1,4 @@
-"""ENGEN (seed 000, chapter 3): encoding of mentions, training (the loss falls), the two
+"""ENGEN (Clark 2021, chapter 3): encoding of mentions, training (the loss falls), the two
 ablations, saving and loading, the entity tasks on it, and generation with it."""
 
 from __future__ import annotations

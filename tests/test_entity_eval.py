@@ -1,4 +1,4 @@
-"""The entity evaluation tasks of Clark's thesis (issue 15 section 2, seed 000 sections 3.5
+"""The entity evaluation tasks of Clark's thesis (issue 15 section 2, Clark (2021) sections 3.5
 and 3.6): MAP and accuracy worked out by hand on the thesis' own example, the LM's scores
 against a direct computation, the CoNLL reader, the approximate detector, the commands."""
 

@@ -55,7 +55,7 @@ def test_union_judgments_feed_agreement_and_quality_drift(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         _, composition = quality_drift(table, criterion="reasonable", low=0, high=1, repeats=3)
-    assert composition["set"].max() == 8  # K = 7 annotators: sets 1..8 as in seed 001
+    assert composition["set"].max() == 8  # K = 7 annotators: sets 1..8 as in Guan and Huang (2020)
 
 
 def test_union_errors_name_file_and_line(write_file):
@@ -314,7 +314,7 @@ def test_union_release_error_type_subsets_table7_from_the_cli(tmp_path):
 
     frame = pd.read_csv(table)
     sizes = frame.groupby("subset")["n"].max().to_dict()
-    # each error type's stories with the two reasonable ones (seed 001 Table 7); "unagreed"
+    # each error type's stories with the two reasonable ones (Guan and Huang 2020 Table 7); "unagreed"
     # (one story + 2) is a subset too
     assert sizes == {
         "(all)": 6,

@@ -1,4 +1,4 @@
-"""Quality drift, subset correlations and dataset drift (seed 001, section 4.4)."""
+"""Quality drift, subset correlations and dataset drift (Guan and Huang 2020, section 4.4)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A metric as a training reward (seed 000, chapter 5) with TRL: the reward calls the
+"""A metric as a training reward (Clark 2021, chapter 5) with TRL: the reward calls the
 functional API, a seeded run raises the mean reward on its own prompts, the saved model
 carries the reward in its signature and generates, and the maximum-likelihood baseline."""
 

@@ -1,4 +1,4 @@
-"""The slogan-writing session (seed 000, section 2.5): the state machine, balanced conditions,
+"""The slogan-writing session (Clark 2021, section 2.5): the state machine, balanced conditions,
 the export, and the analysis of section 2.6.5."""
 
 from __future__ import annotations

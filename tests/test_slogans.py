@@ -1,4 +1,4 @@
-"""Skeleton-constrained slogan suggestions (seed 000, section 2.5.2) and ``storyeval slogans``."""
+"""Skeleton-constrained slogan suggestions (Clark 2021, section 2.5.2) and ``storyeval slogans``."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The comparison of seed 000, chapter 5, small enough for a 2-core CPU (about 8 minutes):
+# The comparison of Clark (2021), chapter 5, small enough for a 2-core CPU (about 8 minutes):
 # the offline SmolLM2 fine-tuned by maximum likelihood only (MLE) against the same MLE steps
 # followed by policy-gradient steps with sentence mover's similarity (SMS) as the reward, both
 # continuing held-out prompts, scored by the other metrics, and a Likert study file so that

@@ -1,5 +1,5 @@
 """Classifier-based evaluation of style transfer (De Mattei et al. 2021, "On the interaction of
-automatic evaluation and task framing in headline style transfer", seed 002).
+automatic evaluation and task framing in headline style transfer", De Mattei et al. (2020)).
 
 People cannot tell two close styles apart reliably, so the paper judges a transfer with
 purpose-trained classifiers instead:

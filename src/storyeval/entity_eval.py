@@ -1,4 +1,4 @@
-"""The entity evaluation tasks of Clark's thesis (seed 000, sections 3.5 and 3.6), for any
+"""The entity evaluation tasks of Clark's thesis (Clark 2021, sections 3.5 and 3.6), for any
 language model.
 
 **Mention generation** (section 3.5): at every mention slot of a text, the model ranks the

@@ -11,7 +11,7 @@ Formats
     seconds`` and ``Name``. Gives the stories with texts and references, one judgment per
     annotator and criterion (``rater_id`` = the worker, ``time_s`` = the work time divided by
     the six ratings it covers is *not* done: ``time_s`` is the assignment's work time, as the
-    time filters of seed 003 use it), so agreement, the human ceiling and time filtering work.
+    time filters of Karpinska et al. (2021) use it), so agreement, the human ceiling and time filtering work.
 ``openmeva``
     OpenMEVA's MAGS JSON: ``{id: {"prompt", "gold_response", "gen": {model: {"text",
     "score": [ratings]}}}}``. One story per id and model (``ID:MODEL``), the gold response as

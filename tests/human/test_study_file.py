@@ -41,7 +41,7 @@ def test_the_example_studies_load(name, examples_dir):
     assert set(PROTOCOLS) >= {study.protocol}
 
 
-def test_seed_003_criteria_are_reproduced_verbatim(examples_dir):
+def test_karpinskas_criteria_are_reproduced_verbatim(examples_dir):
     study = load_study(examples_dir / "studies" / "likert.yaml")
     questions = {c.name: c.question for c in study.criteria}
     assert questions == {
@@ -184,7 +184,7 @@ def test_malformed_yaml_reports_the_line(corpus_dir):
     assert len(found) == 1 and found[0].startswith(f"{path}:") and "malformed YAML" in found[0]
 
 
-def test_seed_004_questions_on_seven_points(examples_dir):
+def test_callan_and_fosters_questions_on_seven_points(examples_dir):
     study = load_study(examples_dir / "studies" / "likert7.yaml")
     assert [c.name for c in study.criteria] == ["Q1", "Q2", "Q3", "Q4"]
     assert (

@@ -1,4 +1,4 @@
-"""The NLG triangle test against seed 002 (first paper): Tables 1-3 and the worked examples.
+"""The NLG triangle test against González Corbelle et al. (2020) (first paper): Tables 1-3 and the worked examples.
 
 Provenance: the tables are copied from "The NLG triangle test" (EvalNLGEval 2020), Table 1
 (judges needed, after AENOR 2010 / Schlich 1993), Table 2 (minimum correct answers for a test

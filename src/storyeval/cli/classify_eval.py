@@ -1,4 +1,4 @@
-"""``storyeval classify-eval``: classifier-based evaluation of style transfer (seed 002)."""
+"""``storyeval classify-eval``: classifier-based evaluation of style transfer (De Mattei et al. 2020)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import typer
 from storyeval.cli._common import user_error
 
 classify_app = typer.Typer(
-    help="Classifier-based evaluation of style transfer (De Mattei et al. 2021, seed 002): a "
+    help="Classifier-based evaluation of style transfer (De Mattei et al. 2021): a "
     "style classifier, content checks (HH, AH) and the compliancy score.",
     no_args_is_help=True,
 )

@@ -1,4 +1,4 @@
-"""``storyeval entity-eval``: the mention generation and sentence selection tasks (seed 000,
+"""``storyeval entity-eval``: the mention generation and sentence selection tasks (Clark 2021,
 chapter 3) for any causal LM, and the approximate mention detector they can run on."""
 
 from __future__ import annotations

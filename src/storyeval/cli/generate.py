@@ -44,13 +44,13 @@ def generate(
     num_stories: int = typer.Option(1, "--num-stories", min=1, help="Stories per prompt."),
     seed: int = typer.Option(0, "--seed", help="Random seed; same seed, same stories."),
     max_words: int = typer.Option(
-        None, "--max-words", min=1, help="Cut at a full sentence within N words (seed 003: 150)."
+        None, "--max-words", min=1, help="Cut at a full sentence within N words (Karpinska et al. 2021: 150)."
     ),
     max_chars: int = typer.Option(
         None,
         "--max-chars",
         min=1,
-        help="Cut at a full sentence within N characters (seed 004: 400).",
+        help="Cut at a full sentence within N characters (Callan and Foster 2023: 400).",
     ),
     batch_size: int = typer.Option(8, "--batch-size", min=1, help="Prompts per model call."),
     system: str = typer.Option(None, "--system", help="System name (default: model-decoding)."),
@@ -58,7 +58,7 @@ def generate(
         None,
         "--priming",
         help="Few-shot priming: a story file whose first --priming-count texts (prompt + story) "
-        "precede every prompt, each followed by an end-of-text marker (seed 000 ch. 6).",
+        "precede every prompt, each followed by an end-of-text marker (Clark 2021 ch. 6).",
     ),
     priming_count: int = typer.Option(3, "--priming-count", min=1, help="Priming texts to use."),
     separator: str = typer.Option(

@@ -22,7 +22,7 @@ from storyeval.cli._common import (
 from storyeval.cli._tables import check_table_path, print_table, reported_warnings, write_table
 
 drift_app = typer.Typer(
-    help="Robustness of correlations: quality drift, subsets, dataset drift (seed 001, 4.4).",
+    help="Robustness of correlations: quality drift, subsets, dataset drift (Guan and Huang 2020, 4.4).",
     no_args_is_help=True,
 )
 

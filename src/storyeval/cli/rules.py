@@ -9,7 +9,7 @@ import typer
 from storyeval.cli._common import user_error
 
 rules_app = typer.Typer(
-    help="Rule-based controlled test data and rule conformance ('Evaluation rules!', seed 002).",
+    help="Rule-based controlled test data and rule conformance ('Evaluation rules!', van Miltenburg et al. (2020)).",
     no_args_is_help=True,
 )
 

@@ -1,5 +1,5 @@
 """``storyeval slogan-study``: the final slogans for third-party rating, and the analysis of a
-slogan-writing study (seed 000, section 2.6.5)."""
+slogan-writing study (Clark 2021, section 2.6.5)."""
 
 from __future__ import annotations
 

@@ -26,7 +26,7 @@ def slogans_command(
     device: str = device_option(),
     threads: int = threads_option(),
 ) -> None:
-    """Slogan suggestions after BRAINSUP (seed 000, section 2.5.2): target words sampled from
+    """Slogan suggestions after BRAINSUP (Clark 2021, section 2.5.2): target words sampled from
     the keywords and draft, three skeletons whose part-of-speech slots hold them, slots filled
     by beam search over target use, LM log-probability and word diversity.
 

@@ -58,10 +58,10 @@ def _warnings(study: Study) -> list[str]:
     machine = any((t.system or "") != "human" for item in study.items for t in item.texts)
     if machine and not config.content_warning:
         notes.append(
-            "machine-generated texts but no content_warning (seed 003 advises warning raters)"
+            "machine-generated texts but no content_warning (Karpinska et al. 2021 advises warning raters)"
         )
     if not study.training:
-        notes.append("no training examples (seed 000 found example-based training the most useful)")
+        notes.append("no training examples (Clark 2021 found example-based training the most useful)")
     if study.protocol not in ("triangle",) and study.raters_per_item < 3:
         notes.append("fewer than 3 raters per item")
     if study.protocol in ("likert", "side_by_side") and not all(
@@ -72,7 +72,7 @@ def _warnings(study: Study) -> list[str]:
         t.system == "human" for i in study.items for t in i.texts
     ):
         notes.append(
-            "no human-written stories are rated: seed 003 rates references on the same scale, or use side_by_side"
+            "no human-written stories are rated: Karpinska et al. (2021) rates references on the same scale, or use side_by_side"
         )
     return notes
 
@@ -143,7 +143,7 @@ def analyse(
     min_median_time: float = typer.Option(
         None,
         "--min-median-time",
-        help="Remove raters whose median time per item is below this many seconds (seed 003 used 40). "
+        help="Remove raters whose median time per item is below this many seconds (Karpinska et al. 2021 used 40). "
         "Default: the study's quality.min_median_time_s with --study, otherwise no time filter "
         "(the report then counts the raters below 40 s).",
     ),

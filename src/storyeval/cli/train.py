@@ -412,7 +412,7 @@ def engen(
     threads: int = _THREADS,
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No line per step."),
 ) -> None:
-    """Train ENGEN (Clark et al. 2018; seed 000, chapter 3) or an ablation on texts with entity
+    """Train ENGEN (Clark et al. 2018; Clark (2021), chapter 3) or an ablation on texts with entity
     mentions and coreference: an LSTM language model with previous-sentence attention and
     dynamic entity representations, trained on words, mention starts, entities and lengths.
     Then `storyeval generate PROMPTS --model DIR` and `storyeval entity-eval mentions|selection
@@ -521,7 +521,7 @@ def reward(
     device: str = _DEVICE,
     threads: int = _THREADS,
 ) -> None:
-    """Fine-tune a causal LM with a storyeval metric as the reward (seed 000, chapter 5) using
+    """Fine-tune a causal LM with a storyeval metric as the reward (Clark 2021, chapter 5) using
     TRL's policy-gradient trainers (storyeval[rl]). Prints the mean reward of seeded
     continuations of the training prompts before and after; the directory is a Hugging Face
     checkpoint with a signature naming the reward (`storyeval generate --model DIR`)."""

@@ -1,4 +1,4 @@
-"""``storyeval triangle``: plan and analyse NLG triangle tests (seed 002, first paper)."""
+"""``storyeval triangle``: plan and analyse NLG triangle tests (González Corbelle et al. 2020, first paper)."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def plan(
     test: str = typer.Option("difference", "--test", help="difference or similarity."),
     as_json: bool = typer.Option(False, "--json", help="Print the whole plan as JSON."),
 ) -> None:
-    """Print the number of judges needed (Table 1 of seed 002, exact binomial).
+    """Print the number of judges needed (Table 1 of González Corbelle et al. (2020), exact binomial).
 
     Standard output is the number alone (or JSON with --json); the decision rule and the
     recommended minimum go to standard error.
@@ -110,7 +110,7 @@ def table(
     ),
     output: Path = typer.Option(None, "-o", "--output", help="Also write the table as CSV."),
 ) -> None:
-    """Recompute one of the tables of seed 002 from the exact binomial distribution."""
+    """Recompute one of the tables of González Corbelle et al. (2020) from the exact binomial distribution."""
     from storyeval.human import triangle as tri
     from storyeval.io import atomic_write
 

@@ -1,4 +1,4 @@
-"""Collaborative writing: Choose Your Own Adventure paired suggestions (seed 000, ch. 4) and
+"""Collaborative writing: Choose Your Own Adventure paired suggestions (Clark 2021, ch. 4) and
 machine-in-the-loop story writing (ch. 2): session files, the session state machine, the
 generation worker, the sessions file and its analysis."""
 

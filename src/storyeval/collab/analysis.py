@@ -1,4 +1,4 @@
-"""Analysis of collaborative-writing sessions (seed 000, chapter 4, §4.2.2 and Tables 4.1-4.3).
+"""Analysis of collaborative-writing sessions (Clark 2021, chapter 4, §4.2.2 and Tables 4.1-4.3).
 
 (Q1) Is one model better at generating story suggestions than the other?
     :func:`preferences`: the share of suggestion pairs in which writers chose each generator,
@@ -170,7 +170,7 @@ def preferences(sessions: Sequence[SessionRecord], *, confidence: float = CONFID
     Notes
     -----
     The p-value is the exact two-sided binomial test of H0: each generator is chosen half of
-    the time (seed 000, Table 4.1: writers chose GPT2 65.7% of 525 pairs, p < 0.01). Both
+    the time (Clark 2021, Table 4.1: writers chose GPT2 65.7% of 525 pairs, p < 0.01). Both
     rows of a round share it.
 
     Examples
@@ -544,7 +544,7 @@ def text_stats(
 
 def likert_summary(sessions: Sequence[SessionRecord], *, confidence: float = CONFIDENCE) -> Any:
     """Per statement: n, mean (with a t interval), sd, median, and how many writers chose
-    each point (the distribution plotted in seed 000 Fig. A.2).
+    each point (the distribution plotted in Clark (2021) Fig. A.2).
 
     Returns
     -------
@@ -781,7 +781,7 @@ def _likert_section(doc: Document, likert: pd.DataFrame) -> None:
 
 
 def report_markdown(analysis: WritingAnalysis) -> str:
-    """A Markdown summary laid out like seed 000's Tables 4.1-4.3, with the signatures."""
+    """A Markdown summary laid out like Clark's (2021) Tables 4.1-4.3, with the signatures."""
     doc = Document()
     doc.heading(1, "Collaborative-writing analysis")
     doc.paragraph(f"{analysis.sessions} session(s). Signature: `{analysis.signature}`")

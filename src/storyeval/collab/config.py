@@ -3,17 +3,17 @@
 A session file is validated when loaded; every problem is reported as
 ``FILE:LINE: key.path: what is wrong``.
 
-``kind: cyoa`` (seed 000, chapter 4 and appendix A)
+``kind: cyoa`` (Clark 2021, chapter 4 and appendix A)
     The writer writes a turn alone (20-260 characters; an optional image or text prompt),
     then two configured generators each propose a continuation of the whole story so far,
     shown in random order. The writer chooses one (and may switch to the other while
     editing), edits it freely and adds it; a submitted turn cannot be edited again. Five
     rounds, then the five Likert statements and two open questions of section 4.2.1.
-``kind: mil`` (seed 000, chapter 2)
+``kind: mil`` (Clark 2021, chapter 2)
     A ten-sentence story: the writer writes the odd sentences, and after each one the
     machine's next sentence is pushed into the writer's edit box, to be edited freely (or
     replaced) before it is added. Then the 7-point questions of Table 2.2.
-``kind: slogan`` (seed 000, section 2.5)
+``kind: slogan`` (Clark 2021, section 2.5)
     A slogan per prompt: the writer gives keywords and a draft and, in the machine-in-the-loop
     condition, *pulls* up to three suggestions whenever they want (shown beside the draft, with
     the history of drafts and suggestions); the final slogan is followed by the slogan column
@@ -63,7 +63,7 @@ IMAGE_TYPES = {
 MAX_IMAGE_BYTES = 5_000_000
 
 AGREEMENT_LABELS = ("Strongly Disagree", "Disagree", "Neutral", "Agree", "Strongly Agree")
-"""The 5-point scale of seed 000, section 4.2.1."""
+"""The 5-point scale of Clark (2021), section 4.2.1."""
 
 CYOA_STATEMENTS: tuple[tuple[str, str], ...] = (
     ("happy", "I'm happy with my final story."),
@@ -72,13 +72,13 @@ CYOA_STATEMENTS: tuple[tuple[str, str], ...] = (
     ("connected", "The suggestions connected to what had happened in the story so far."),
     ("ideas", "The suggestions helped me come up with new ideas."),
 )
-"""The five Likert statements of seed 000, section 4.2.1, in the paper's order."""
+"""The five Likert statements of Clark (2021), section 4.2.1, in the paper's order."""
 
 CYOA_QUESTIONS: tuple[tuple[str, str], ...] = (
     ("why_choose", "What made you choose one suggestion over another?"),
     ("looking_for", "What were you looking for in the suggestions?"),
 )
-"""The two open questions of seed 000, section 4.2.1."""
+"""The two open questions of Clark (2021), section 4.2.1."""
 
 MIL_STATEMENTS: tuple[tuple[str, str], ...] = (
     ("story_creative", "Is the final story creative?"),
@@ -93,7 +93,7 @@ MIL_STATEMENTS: tuple[tuple[str, str], ...] = (
     ("appreciated_suggestions", "How much did you appreciate the suggestions?"),
     ("enjoyable", "How enjoyable was the writing process?"),
 )
-"""Seven-point questions of seed 000, chapter 2 (Table 2.2 "Writing Survey" and "Final
+"""Seven-point questions of Clark (2021), chapter 2 (Table 2.2 "Writing Survey" and "Final
 Survey", satisfaction, liking and appreciating the suggestions, enjoyment)."""
 
 MIL_LABELS = ("Not at all", "", "", "", "", "", "Very much")
@@ -102,7 +102,7 @@ MIL_QUESTIONS: tuple[tuple[str, str], ...] = (
     ("difficulty", "How difficult was the task, and why?"),
     ("improvements", "What improvements could be made to the tool?"),
 )
-"""Open questions after a machine-in-the-loop story (seed 000, §2.6.1: interface design,
+"""Open questions after a machine-in-the-loop story (Clark 2021, §2.6.1: interface design,
 difficulty of the task, improvements)."""
 
 
@@ -379,7 +379,7 @@ SLOGAN_STATEMENTS: tuple[tuple[str, str], ...] = (
     ("slogan_relevant", "Is the final slogan relevant?"),
     ("satisfied", "How satisfied are you with the final slogan?"),
 )
-"""The slogan column of Table 2.2's "Writing Survey" (seed 000) and satisfaction, asked after
+"""The slogan column of Table 2.2's "Writing Survey" (Clark 2021) and satisfaction, asked after
 each slogan."""
 
 SLOGAN_FINAL_STATEMENTS: tuple[tuple[str, str], ...] = (

@@ -1,4 +1,4 @@
-"""One writer's slogan-writing session (seed 000, section 2.5, Figure 2.3), independent of
+"""One writer's slogan-writing session (Clark 2021, section 2.5, Figure 2.3), independent of
 any server, and the suggester that serves it.
 
 A :class:`SloganSession` is a state machine over plain JSON data (one database row, one

@@ -1,4 +1,4 @@
-"""The analysis of a slogan-writing study (seed 000, section 2.6.5), per condition (solo vs
+"""The analysis of a slogan-writing study (Clark 2021, section 2.6.5), per condition (solo vs
 machine in the loop):
 
 * ``survey``: the writers' seven-point answers about each final slogan (creative, catchy,

@@ -3,7 +3,7 @@
 Every generated story carries a signature of the model and every decoding setting, so a run
 can be repeated exactly: same inputs, seed and batch size give the same stories on a CPU.
 
-Few-shot priming follows seed 000 (§6.2.2, after Brown et al. 2020): the model reads three
+Few-shot priming follows Clark (2021) (§6.2.2, after Brown et al. 2020): the model reads three
 in-domain human-authored texts, each followed by an end-of-text marker, then the prompt.
 Generated texts that copy a priming text (more than 80% overlap) or contain a listed offensive
 word are dropped and generated again, and each story records how often that happened.
@@ -191,7 +191,7 @@ def default_separator(tokenizer: Any) -> str:
 
 def build_context(prompt: str, priming: Sequence[str] = (), separator: str = "") -> str:
     """The text the model continues: each priming text followed by ``separator``, then the
-    prompt (seed 000 §6.2.2 delimits the texts with an end-of-sequence token).
+    prompt (Clark 2021 §6.2.2 delimits the texts with an end-of-sequence token).
 
     >>> build_context("Once upon a time", ["A tale.", "Another tale."], "<|endoftext|>")
     'A tale.<|endoftext|>Another tale.<|endoftext|>Once upon a time'
@@ -459,20 +459,20 @@ def generate_stories(
         Prompts per ``generate`` call (left-padded). Part of the signature: padding changes
         the arithmetic slightly, so another batch size can give other stories.
     max_words, max_chars : int, optional
-        Cut each story to the longest run of whole sentences within the cap (seed 003 cuts
-        at 150 words, seed 004 at 400 characters). An unfinished last sentence is always
+        Cut each story to the longest run of whole sentences within the cap (Karpinska et al. 2021 cuts
+        at 150 words, Callan and Foster (2023) at 400 characters). An unfinished last sentence is always
         dropped, and a story without one complete sentence is generated again (counted in
         ``dropped_unfinished``); a story whose first sentence alone exceeds the cap is dropped and
         generated again (counted in ``dropped_long``), so every story ends at a full
         sentence.
     priming : sequence of str
-        Few-shot priming texts (seed 000 uses three), each followed by ``separator`` before
+        Few-shot priming texts (Clark 2021 uses three), each followed by ``separator`` before
         the prompt.
     separator : str, optional
         The end-of-text marker; :func:`default_separator` of the model by default.
     copy_threshold : float
         With priming, a story whose :func:`~storyeval.generate.copy_overlap` with a priming
-        text exceeds this is dropped and generated again (0.8 as in seed 000).
+        text exceeds this is dropped and generated again (0.8 as in Clark (2021)).
     word_filter : WordListFilter, optional
         A story containing a listed term is dropped and generated again.
     max_attempts : int

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from storyeval.errors import DataFileError, DataProblem
 
-#: Overlap above which a generated text counts as a copy of a priming text (seed 000, §6.2.2:
+#: Overlap above which a generated text counts as a copy of a priming text (Clark 2021, §6.2.2:
 #: "We removed generated stories that directly copied a priming text (with > 80% overlap)").
 COPY_THRESHOLD = 0.8
 COPY_NGRAM = 3

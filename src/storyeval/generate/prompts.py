@@ -7,7 +7,7 @@ Prompt records (JSONL or CSV, like story records)
     as ``examples/human.jsonl`` is a prompts file whose stories become the references of the
     generated ones); any other field (e.g. ``genre``) is copied to every generated story.
 
-Priming texts (few-shot priming, seed 000 §6.2.2)
+Priming texts (few-shot priming, Clark (2021) §6.2.2)
     Any story file: each record's full text (``prompt`` and ``story`` joined by a space) is
     one priming text.
 """

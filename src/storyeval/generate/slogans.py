@@ -1,4 +1,4 @@
-"""Skeleton-constrained slogan suggestions (seed 000, section 2.5.2, after BRAINSUP, Özbal
+"""Skeleton-constrained slogan suggestions (Clark 2021, section 2.5.2, after BRAINSUP, Özbal
 et al. 2013).
 
 1. **Skeletons** come from a corpus of short lines (quotations, proverbs, slogans; storyeval

@@ -5,8 +5,8 @@ Steps (:func:`analyse_judgments`):
 
 1. **Attention checks** (rows with ``check: true``): raters who failed any are removed (by
    default), then the check rows themselves.
-2. **Median time per item** (seed 003, section 3.2): raters whose median time per page is
-   below ``min_median_time_s`` (seed 003 used 40 s) are removed with all their judgments. The
+2. **Median time per item** (Karpinska et al. 2021, section 3.2): raters whose median time per page is
+   below ``min_median_time_s`` (Karpinska et al. 2021 used 40 s) are removed with all their judgments. The
    report says how many raters and judgments each step removed; without a threshold nothing is
    removed and the report counts the raters below 40 s.
 3. **Summary** per criterion and condition: n, mean, sd, 95% t interval of the mean, median,
@@ -14,11 +14,11 @@ Steps (:func:`analyse_judgments`):
 4. **Agreement**: Krippendorff's alpha per criterion, pooled and per condition (ordinal for
    ratings, nominal for choices and for detection guesses binned into human / machine).
 5. **Tests**: Welch t-tests between conditions with the 95% CI of the difference and the
-   Welch-Satterthwaite df (seed 003, appendix D); one-way ANOVA with eta squared and Tukey HSD
+   Welch-Satterthwaite df (Karpinska et al. 2021, appendix D); one-way ANOVA with eta squared and Tukey HSD
    when there are three conditions or more; exact binomial tests of pairwise preferences;
    detection accuracy against chance; the triangle test of difference (and of similarity when
    ``beta`` and ``pd`` are given).
-6. **Detection** (seed 000, Table 6.1): accuracy, F1, precision and recall for the machine
+6. **Detection** (Clark 2021, Table 6.1): accuracy, F1, precision and recall for the machine
    class, Krippendorff's alpha, % judged human, % confident.
 
 Protocols are read from the ``protocol`` field the study server writes; a file without it is
@@ -37,7 +37,7 @@ from storyeval.corpus import Judgment, read_judgments
 from storyeval.errors import DegenerateInputWarning
 from storyeval.human.protocols import PROTOCOLS, AnalysisSettings, get_protocol
 from storyeval.human.tables import (
-    SEED_003_MIN_MEDIAN_TIME_S,
+    KARPINSKA_MIN_MEDIAN_TIME_S,
     TEST_COLUMNS,
     AnalysisError,
     alpha_with_interval,
@@ -71,7 +71,7 @@ AGREEMENT_COLUMNS = (
 def agreement(frame: Any, *, n_boot: int = 1000, seed: int = 0) -> Any:
     """Krippendorff's alpha per criterion, pooled over conditions and per condition, at the
     level each protocol declares (ordinal for ratings, nominal for choices; detection guesses
-    binned into human / machine as in seed 000, Table 6.1). Protocols without agreement (one
+    binned into human / machine as in Clark (2021), Table 6.1). Protocols without agreement (one
     judge per triad; best-worst scaling, whose reliability is split-half) are left out.
 
     Columns: ``criterion``, ``condition`` (``all`` for the pooled row), ``estimate``,
@@ -259,7 +259,7 @@ def analyse_judgments(
 
 __all__ = [
     "AGREEMENT_COLUMNS",
-    "SEED_003_MIN_MEDIAN_TIME_S",
+    "KARPINSKA_MIN_MEDIAN_TIME_S",
     "TEST_COLUMNS",
     "AnalysisError",
     "StudyAnalysis",

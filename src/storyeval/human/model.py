@@ -124,7 +124,7 @@ class TextSpec(StrictModel):
 
 
 class TrainingExample(StrictModel):
-    """A practice item shown before the study, then its answer and an explanation (seed 000,
+    """A practice item shown before the study, then its answer and an explanation (Clark 2021,
     section 6.3: the Examples training)."""
 
     story: str | None = None

@@ -1,11 +1,11 @@
 """Human evaluation design statements, generated from the study file and the collected data.
 
-The statement covers what Schoch et al. (seed 002: "human evaluation design statements") ask
+The statement covers what Schoch et al. (Schoch et al. 2020: "human evaluation design statements") ask
 to report (question types, scales and exact wording; presentation order and questions per
 annotator; criteria definitions; annotators' background, recruitment and compensation), laid
 out after the Human Evaluation Datasheet (HEDS: evaluated outputs, evaluators, experimental
 design, quality criteria, ethics), and ends with the reporting checklist of Karpinska et al.
-(seed 003, appendix A). Everything that can be derived is derived (wording, scales, labels,
+(Karpinska et al. 2021, appendix A). Everything that can be derived is derived (wording, scales, labels,
 order, counts, exclusions), so the statement cannot drift from what was run: the judgments
 must carry the study version of the file. What only the researcher knows (recruitment,
 compensation, demographics...) comes from the file's ``reporting`` section or is marked TODO.
@@ -45,7 +45,7 @@ SURVEY_ITEMS: tuple[tuple[str, str], ...] = (
     ("inclusion of ground truth", "ground_truth"),
     ("monetary compensation", "compensation"),
 )
-"""The questions of the reporting survey of seed 003 (appendix A)."""
+"""The questions of the reporting survey of Karpinska et al. (2021) (appendix A)."""
 
 
 class StatementError(StoryevalError, ValueError):

@@ -18,8 +18,8 @@ from storyeval.corpus import Judgment
 from storyeval.errors import StoryevalError
 from storyeval.stats import mean_interval
 
-SEED_003_MIN_MEDIAN_TIME_S = 40.0
-"""The median time per item below which Karpinska et al. (seed 003) removed raters."""
+KARPINSKA_MIN_MEDIAN_TIME_S = 40.0
+"""The median time per item below which Karpinska et al. (Karpinska et al. 2021) removed raters."""
 
 TEST_COLUMNS = (
     "analysis",
@@ -186,11 +186,11 @@ def filter_raters(
     if min_median_time_s is None or min_median_time_s == 0:
         known = raters["median_time_s"].notna()
         below = int(
-            (known & (raters["median_time_s"] < SEED_003_MIN_MEDIAN_TIME_S) & raters["kept"]).sum()
+            (known & (raters["median_time_s"] < KARPINSKA_MIN_MEDIAN_TIME_S) & raters["kept"]).sum()
         )
         note = (
             f"not applied; {below} rater(s) have a median time per item below "
-            f"{SEED_003_MIN_MEDIAN_TIME_S:g} s, the threshold of seed 003"
+            f"{KARPINSKA_MIN_MEDIAN_TIME_S:g} s, the threshold of Karpinska et al. (2021)"
         )
         record("median time per item", "disabled", set(), {"note": note})
     else:
@@ -301,7 +301,7 @@ def _cohens_d(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def welch_tests(frame: Any) -> list[dict[str, Any]]:
-    """Welch t-tests between every two conditions, per criterion (seed 003, appendix D)."""
+    """Welch t-tests between every two conditions, per criterion (Karpinska et al. 2021, appendix D)."""
     from scipy.stats import ttest_ind
 
     rows = []

@@ -1,4 +1,4 @@
-"""The NLG triangle test: planning and analysis (seed 002, first paper; ISO 4120 / AENOR 2010).
+"""The NLG triangle test: planning and analysis (González Corbelle et al. 2020, first paper; ISO 4120 / AENOR 2010).
 
 A judge sees a *triad*: two texts by one subject (system or human) and one by another, and must
 pick the odd one out (forced choice). Under the null hypothesis of no perceptible difference a
@@ -35,13 +35,13 @@ import numpy as np
 from storyeval.signature import Signature
 
 TRIANGLE_ORDERS: tuple[str, ...] = ("AAB", "ABA", "BAA", "BBA", "BAB", "ABB")
-"""The six triads of texts by subjects A and B (seed 002, section 4.1)."""
+"""The six triads of texts by subjects A and B (González Corbelle et al. 2020, section 4.1)."""
 
 TriangleTest = Literal["difference", "similarity"]
 TRIANGLE_TESTS: tuple[str, ...] = ("difference", "similarity")
 
 MIN_JUDGES_RECOMMENDED: dict[str, int] = {"difference": 18, "similarity": 30}
-"""Minimum numbers of judges recommended whatever the sensitivity (seed 002, footnote 2)."""
+"""Minimum numbers of judges recommended whatever the sensitivity (González Corbelle et al. 2020, footnote 2)."""
 
 P_GUESS = 1.0 / 3.0
 
@@ -145,7 +145,7 @@ def judges_needed(alpha: float, beta: float, pd: float, *, max_judges: int = 100
     """Number of judges needed for a triangle test with risks ``alpha``, ``beta`` and ``pd``.
 
     The smallest ``n`` for which the exact binomial test at level ``alpha`` reaches power
-    ``1 - beta`` against a proportion ``pd`` of discriminators (Table 1 of seed 002, after
+    ``1 - beta`` against a proportion ``pd`` of discriminators (Table 1 of González Corbelle et al. (2020), after
     Schlich 1993). The same table serves the test of similarity, where ``beta`` is the risk
     that matters most.
 
@@ -211,7 +211,7 @@ def pd_lower_bound(judges: int, correct: int, alpha: float) -> float:
     """Lower one-sided ``100(1 - alpha)%`` confidence bound of ``pd`` (test of difference).
 
     ``1.5 x/n - 0.5 - 1.5 z sqrt((x/n)(1 - x/n)/n)`` with ``z`` the ``1 - alpha`` normal
-    quantile (seed 002, section 4.2.1), floored at 0 because ``pd`` is a proportion.
+    quantile (González Corbelle et al. 2020, section 4.2.1), floored at 0 because ``pd`` is a proportion.
 
     >>> round(pd_lower_bound(24, 16, 0.05), 3)
     0.263
@@ -227,7 +227,7 @@ def pd_upper_bound(judges: int, correct: int, beta: float) -> float:
     """Upper one-sided ``100(1 - beta)%`` confidence bound of ``pd`` (test of similarity).
 
     ``1.5 x/n - 0.5 + 1.5 z sqrt((n x - x^2)/n^3)`` with ``z`` the ``1 - beta`` normal
-    quantile (seed 002, section 4.2.2), clipped to [0, 1]. The worked example of section 5.2
+    quantile (González Corbelle et al. 2020, section 4.2.2), clipped to [0, 1]. The worked example of section 5.2
     (98 judges, 36 correct, ``beta = 0.01``) gives 0.221:
 
     >>> round(pd_upper_bound(98, 36, 0.01), 3)
@@ -258,7 +258,7 @@ def balanced_orders(judges: int, *, seed: int | None = 0) -> list[str]:
     """The triad order for each judge, balanced in groups of six.
 
     Each consecutive group of six judges sees the six orders in a random permutation, so each
-    order is used ``judges // 6`` or ``judges // 6 + 1`` times (seed 002, section 4.1: with 64
+    order is used ``judges // 6`` or ``judges // 6 + 1`` times (González Corbelle et al. 2020, section 4.1: with 64
     judges four orders are evaluated eleven times and two ten times).
 
     >>> sorted(Counter(balanced_orders(64)).values())
@@ -413,7 +413,7 @@ def analyse(
 
     Examples
     --------
-    The non-expert use case of seed 002 (section 5.2): 98 judges, 36 correct answers,
+    The non-expert use case of González Corbelle et al. (2020) (section 5.2): 98 judges, 36 correct answers,
     ``beta = 0.01``, ``pd = 30%``:
 
     >>> r = analyse(98, 36, alpha=0.05, beta=0.01, pd=0.3)
@@ -493,7 +493,7 @@ def judges_table(
     betas: tuple[float, ...] = TABLE_RISKS,
     pds: tuple[float, ...] = TABLE_PDS,
 ) -> Any:
-    """Table 1 of seed 002 as a tidy DataFrame: columns ``pd``, ``alpha``, ``beta``, ``judges``."""
+    """Table 1 of González Corbelle et al. (2020) as a tidy DataFrame: columns ``pd``, ``alpha``, ``beta``, ``judges``."""
     import pandas as pd_
 
     rows = [
@@ -508,7 +508,7 @@ def judges_table(
 def min_correct_table(
     judges: tuple[int, ...] = tuple(range(6, 25)), alphas: tuple[float, ...] = TABLE_RISKS
 ) -> Any:
-    """Table 2 of seed 002: columns ``judges``, ``alpha``, ``min_correct`` (``<NA>`` = "-")."""
+    """Table 2 of González Corbelle et al. (2020): columns ``judges``, ``alpha``, ``min_correct`` (``<NA>`` = "-")."""
     import pandas as pd_
 
     rows = [
@@ -524,7 +524,7 @@ def max_correct_table(
     betas: tuple[float, ...] = (0.001, 0.01, 0.05, 0.1, 0.2),
     pds: tuple[float, ...] = (0.1, 0.2, 0.3, 0.4, 0.5),
 ) -> Any:
-    """Table 3 of seed 002: columns ``judges``, ``beta``, ``pd``, ``max_correct``."""
+    """Table 3 of González Corbelle et al. (2020): columns ``judges``, ``beta``, ``pd``, ``max_correct``."""
     import pandas as pd_
 
     rows = [

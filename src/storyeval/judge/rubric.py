@@ -113,8 +113,9 @@ class Rubric(StrictModel):
 
     @property
     def identity(self) -> str:
-        """``name@hash`` of the rubric's full content (for signatures and the cache)."""
-        text = json.dumps(self.model_dump(), sort_keys=True)
+        """``name@hash`` of everything in the rubric that can change a judgment (for signatures
+        and the cache): its content without the human-readable ``description``."""
+        text = json.dumps(self.model_dump(exclude={"description"}), sort_keys=True)
         return f"{self.name}@{hashlib.sha256(text.encode()).hexdigest()[:10]}"
 
     def criterion(self, name: str) -> Criterion:

@@ -1,4 +1,4 @@
-"""ENGEN: entity-based generation (seed 000, chapter 3; Clark, Ji and Smith 2018), with its
+"""ENGEN: entity-based generation (Clark 2021, chapter 3; Clark, Ji and Smith 2018), with its
 two ablations.
 
 The model reads a text word by word with an LSTM. Before each word it combines three

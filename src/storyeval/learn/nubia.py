@@ -1,4 +1,4 @@
-"""NUBIA (Kane et al. 2020, seed 002): neural features -> aggregator -> calibrator.
+"""NUBIA (Kane et al. 2020): neural features -> aggregator -> calibrator.
 
 **Features** of a (reference, candidate) pair of stories:
 

@@ -1,4 +1,4 @@
-"""A metric as a training reward (seed 000, chapter 5): fine-tune a causal LM with
+"""A metric as a training reward (Clark 2021, chapter 5): fine-tune a causal LM with
 reinforcement learning against any registered storyeval metric or an LLM judge's score.
 
 The policy-gradient loop is TRL's (:class:`trl.GRPOTrainer` or :class:`trl.RLOOTrainer`):

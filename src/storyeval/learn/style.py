@@ -1,4 +1,4 @@
-"""The classifiers of classifier-based style-transfer evaluation (De Mattei et al. 2021, seed 002).
+"""The classifiers of classifier-based style-transfer evaluation (De Mattei et al. 2021).
 
 * :class:`StyleClassifier` (the paper's *main* classifier): an encoder, the mean of its last
   hidden states, and a linear layer over the two styles. The layer starts at the logistic

@@ -7,7 +7,7 @@
 - :func:`williams_test`, :func:`compare_metrics`, :func:`adjust_pvalues` (BH, Bonferroni, Holm).
 - :func:`aggregate_ratings`, :func:`agreement` (Krippendorff's alpha, Fleiss' kappa, ICC,
   percent full agreement), :func:`describe_ratings`, :func:`human_ceiling`.
-- :func:`quality_drift`, :func:`subset_correlations`, :func:`dataset_drift` (seed 001, 4.4).
+- :func:`quality_drift`, :func:`subset_correlations`, :func:`dataset_drift` (Guan and Huang 2020, 4.4).
 - :func:`discrimination` with :func:`read_pairs`, :func:`pairs_from_perturbations`,
   :func:`pairs_from_score_files`.
 

@@ -1,6 +1,6 @@
 """The human side: inter-rater agreement and the human ceiling.
 
-Agreement per criterion (seed 003 reports Krippendorff's alpha with the percentage of items
+Agreement per criterion (Karpinska et al. 2021 reports Krippendorff's alpha with the percentage of items
 on which all raters agree, beside the mean and sd of the ratings):
 
 - Krippendorff's alpha (the ``krippendorff`` package) at the nominal, ordinal and interval

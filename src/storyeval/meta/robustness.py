@@ -1,4 +1,4 @@
-"""Robustness of a metric's correlation: quality drift, subsets, dataset drift (seed 001, 4.4).
+"""Robustness of a metric's correlation: quality drift, subsets, dataset drift (Guan and Huang 2020, 4.4).
 
 Quality drift
     Guan & Huang (2020) build biased test sets from annotated stories: with K + 1 quality
@@ -9,11 +9,11 @@ Quality drift
     spread over repeats.
 Subsets
     :func:`subset_correlations` correlates within each value of a column (an error type, a
-    system, a dataset, a genre), optionally adding a fixed part to every subset (seed 001
+    system, a dataset, a genre), optionally adding a fixed part to every subset (Guan and Huang 2020
     Table 7 adds the 19 reasonable stories to each error type's stories).
 Dataset drift
     :func:`dataset_drift` lays out the correlations of metrics trained on one corpus and tested
-    on another beside their in-domain correlation (seed 001 Table 6), with the change.
+    on another beside their in-domain correlation (Guan and Huang 2020 Table 6), with the change.
 """
 
 from __future__ import annotations
@@ -128,7 +128,7 @@ def quality_drift(
     repeats: int = 20,
     seed: int = 0,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Correlations on biased test sets of different quality (seed 001, section 4.4).
+    """Correlations on biased test sets of different quality (Guan and Huang 2020, section 4.4).
 
     Parameters
     ----------
@@ -272,7 +272,7 @@ def subset_correlations(
         A column of ``table.items`` (error type, system, dataset...). List values (several
         error types) were joined with ``|`` and count for each of their parts.
     include_with_each : str, optional
-        A value of ``column`` whose items are added to every other subset (seed 001 Table 7:
+        A value of ``column`` whose items are added to every other subset (Guan and Huang 2020 Table 7:
         the reasonable stories with the stories of each error type), and not a subset itself.
     include_all : bool
         Also report the whole table as subset ``(all)``.

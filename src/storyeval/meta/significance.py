@@ -4,7 +4,7 @@ Two metrics scored on the same items, each correlated with the same human rating
 *dependent* correlations that share a variable; comparing them with a test for independent
 correlations (or by eye) overstates or understates the difference. The Williams (1959) test,
 in the form recommended by Steiger (1980) and used for metric evaluation by Graham & Baldwin
-(2014) (and by seed 000, chapter 5), accounts for the correlation between the two metrics.
+(2014) (and by Clark (2021), chapter 5), accounts for the correlation between the two metrics.
 
 References
 ----------

@@ -1,4 +1,4 @@
-"""Unreferenced coherence metrics (Callan & Foster 2023, seed 004) and embedding coherence.
+"""Unreferenced coherence metrics (Callan & Foster 2023) and embedding coherence.
 
 * ``bertscore_prompt`` (BERTScore-1): BERTScore F1 of each story sentence against the prompt,
   averaged over the sentences.

@@ -1,7 +1,7 @@
 """Earth mover's metrics: WMS, SMS, S+WMS (Clark et al. 2019; Clark 2021 ch. 5) and
 MoverScore (Zhao et al. 2019).
 
-Sentence mover's similarity (seed 000, Eqs. 5.1-5.5 and appendix B):
+Sentence mover's similarity (Clark 2021, Eqs. 5.1-5.5 and appendix B):
 
 * a document is a bag of word embeddings (WMS), of sentence embeddings (SMS), or of both
   (S+WMS); stopwords and punctuation are removed first (Kusner et al. 2015), as are words

@@ -128,7 +128,7 @@ def build_report(
     matrix_method : str
         Correlation of the criteria + metrics matrix.
     williams_method : str
-        Correlation compared by the Williams tests (Spearman, as in seed 000 chapter 5).
+        Correlation compared by the Williams tests (Spearman, as in Clark (2021) chapter 5).
     n_boot, confidence, seed
         Bootstrap settings for every interval.
     title : str

@@ -1,4 +1,4 @@
-"""Rule-based controlled test data and rule conformance ("Evaluation rules!", seed 002).
+"""Rule-based controlled test data and rule conformance ("Evaluation rules!", van Miltenburg et al. (2020)).
 
 A **grammar** (YAML, :class:`Grammar`) defines lexicons, *rules* (each with one or more
 *realisations*: templates with ``{slot}`` slots filled from the lexicons), the story's

@@ -416,7 +416,7 @@ def first_view(conn: Connection, participant_id: int, page: str) -> float | None
 def note_submission(conn: Connection, participant: Participant, now: float) -> float | None:
     """Record a submission; return the seconds since the previous one (or since the start).
 
-    This is the "actual time" of seed 003: the gap between consecutive submissions by the same
+    This is the "actual time" of Karpinska et al. (2021): the gap between consecutive submissions by the same
     participant, which crowd platforms' own work-time figures overstate.
     """
     previous = participant.last_submit_at or participant.started_at

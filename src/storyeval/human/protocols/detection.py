@@ -1,6 +1,6 @@
-"""``detection``: "Definitely human-written" ... "Definitely machine-generated" (seed 000,
+"""``detection``: "Definitely human-written" ... "Definitely machine-generated" (Clark 2021,
 chapter 6), then "Why did you select this rating?" or "What would you change to make it seem
-more human-like?". Analysed as in seed 000, Table 6.1."""
+more human-like?". Analysed as in Clark (2021), Table 6.1."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ DETECTION_LABELS: tuple[str, str, str, str] = (
     "Possibly machine-generated",
     "Definitely machine-generated",
 )
-"""The 4-point scale of seed 000, section 6.2.1 (after Ippolito et al., 2020)."""
+"""The 4-point scale of Clark (2021), section 6.2.1 (after Ippolito et al., 2020)."""
 
 DETECTION_QUESTION = "What do you think the source of this text is?"
 DETECTION_WHY = "Why did you select this rating?"
@@ -70,7 +70,7 @@ def detection_metrics(frame: pd.DataFrame) -> pd.DataFrame:
     Columns: ``condition``, ``n``, ``accuracy``, ``f1``, ``precision``, ``recall`` (machine
     class), ``alpha`` (Krippendorff, nominal, guesses binned human/machine), ``pct_human``,
     ``pct_confident`` (ratings 1 or 4), ``n_raters``, and the test of accuracy against chance
-    as in seed 000 (one-sample t-test of per-rater accuracy against 0.5: ``statistic``,
+    as in Clark (2021) (one-sample t-test of per-rater accuracy against 0.5: ``statistic``,
     ``df``, ``p_value``).
     """
     from scipy.stats import ttest_1samp

@@ -1,6 +1,6 @@
 """``likert``: each story rated on its own on named criteria, each with its exact question
-wording, definition, a 5- or 7-point scale and endpoint or point labels (seed 003: grammar,
-coherence, likability, relevance on 5 points; seed 004: Q1-Q4 on 7 points)."""
+wording, definition, a 5- or 7-point scale and endpoint or point labels (Karpinska et al. 2021: grammar,
+coherence, likability, relevance on 5 points; Callan and Foster (2023): Q1-Q4 on 7 points)."""
 
 from __future__ import annotations
 

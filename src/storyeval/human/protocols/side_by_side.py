@@ -1,5 +1,5 @@
 """``side_by_side``: a model story rated next to the human reference for the same prompt, both
-on the same criteria (the calibration seed 003 found necessary). Left/right is counterbalanced
+on the same criteria (the calibration Karpinska et al. (2021) found necessary). Left/right is counterbalanced
 over items and over the raters of an item."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``triangle``: the NLG triangle test (sensory analysis, ISO 4120; seed 002). Two texts by one
+"""``triangle``: the NLG triangle test (sensory analysis, ISO 4120; González Corbelle et al. (2020)). Two texts by one
 subject and one by the other, in the six orders balanced across judges; forced choice of the
 odd one out. Each triad is judged once."""
 

@@ -1,4 +1,4 @@
-"""Writer pages of a slogan-writing session (``/slogan/<token>/...``, seed 000, Figure 2.3).
+"""Writer pages of a slogan-writing session (``/slogan/<token>/...``, Clark (2021), Figure 2.3).
 
 Plain HTML forms, as the other writing sessions: the write page holds the keywords and the
 draft (a), a *pull* button in the machine-in-the-loop condition (b), the latest suggestions

@@ -6,7 +6,7 @@ header) until the suggestions are ready. Every page re-derives where the writer 
 stored session; a request for another page redirects there, and a form carries the step it was
 rendered for, so a double submission is not applied twice.
 
-CYOA (seed 000, Fig. A.1): write a line (20-260 characters) -> wait -> choose one of two
+CYOA (Clark 2021, Fig. A.1): write a line (20-260 characters) -> wait -> choose one of two
 suggestions shown in random order -> edit it (switching to the other is allowed) -> add it;
 five rounds; then the Likert statements and open questions. MIL (chapter 2): write a sentence
 -> the machine's next sentence appears in the edit box -> edit it -> add it; ten sentences.
