@@ -1,5 +1,12 @@
-"""Fail when modules of the package import each other in a cycle (imports inside functions
-count too: a lazy import still ties the two modules together)."""
+"""Fail when modules of the package import each other in a cycle, or when two top-level parts
+of the package depend on each other.
+
+Imports inside functions count (a lazy import still ties two modules together), and so do the
+parent packages Python runs first: ``from a.b.c import x`` runs ``a/b/__init__.py`` before
+``a/b/c.py``, so it depends on both. Parts are the subpackages of ``storyeval`` and its
+root modules; a pair of parts that import each other (in any modules) is a mutual dependency,
+reported with one import each way. A private name (``_name``) imported from another part is
+reported too: what one part needs of another is public."""
 
 from __future__ import annotations
 
@@ -31,9 +38,56 @@ def imports(module: str, path: Path, known: dict[str, Path]) -> set[str]:
             names = [base, *(f"{base}.{alias.name}" for alias in node.names)]
         elif isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
+        names += [parent for name in names for parent in parents(name)]
         found.update(
             n for n in names if n in known and n != module and not module.startswith(n + ".")
         )
+    return found
+
+
+def parents(name: str) -> list[str]:
+    """The packages Python imports before ``name`` (``a.b`` and ``a`` for ``a.b.c``), below the
+    top package itself (whose ``__init__`` every module shares)."""
+    parts = name.split(".")
+    return [".".join(parts[:k]) for k in range(2, len(parts))]
+
+
+def part(module: str) -> str:
+    """The top-level part of the package a module belongs to (``storyeval.metrics`` for
+    ``storyeval.metrics.pipeline``; a root module is its own part)."""
+    parts = module.split(".")
+    return ".".join(parts[:2]) if len(parts) > 1 else module
+
+
+def private_imports(known: dict[str, Path]) -> list[str]:
+    """``module -> other.module._name`` for every private name imported across parts."""
+    found = []
+    for module, path in known.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.ImportFrom) or not node.module:
+                continue
+            if not node.module.startswith("storyeval") or part(node.module) == part(module):
+                continue
+            for alias in node.names:
+                name = alias.name
+                if name.startswith("_") and not (name.startswith("__") and name.endswith("__")):
+                    found.append(f"{module} -> {node.module}.{name}")
+    return found
+
+
+def mutual_parts(graph: dict[str, set[str]]) -> list[tuple[str, str, str, str]]:
+    """Pairs of parts that depend on each other, with one import edge each way."""
+    edges: dict[tuple[str, str], tuple[str, str]] = {}
+    for module, targets in graph.items():
+        for target in targets:
+            a, b = part(module), part(target)
+            if a != b and a != "storyeval" and b != "storyeval":
+                edges.setdefault((a, b), (module, target))
+    found = []
+    for (a, b), (m1, t1) in sorted(edges.items()):
+        if a < b and (b, a) in edges:
+            m2, t2 = edges[(b, a)]
+            found.append((a, b, f"{m1} -> {t1}", f"{m2} -> {t2}"))
     return found
 
 
@@ -83,7 +137,15 @@ def main() -> int:
         print(f"import cycle of {len(component)} modules: {', '.join(component)}")
     if not found:
         print(f"no import cycle among {len(known)} modules")
-    return 1 if found else 0
+    mutual = mutual_parts(graph)
+    for a, b, one, other in mutual:
+        print(f"mutual dependency {a} <-> {b}: {one}; {other}")
+    if not mutual:
+        print("no two parts of the package depend on each other")
+    private = private_imports(known)
+    for line in private:
+        print(f"private name imported from another part: {line}")
+    return 1 if found or mutual or private else 0
 
 
 if __name__ == "__main__":

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
+from storyeval.analyses.curves import segments, story_curves
 from storyeval.corpus import Story
-from storyeval.curves import segments, story_curves
 
 
 def book(examples_dir: Path, start: int, system: str) -> dict[str, Any]:

@@ -10,20 +10,20 @@ from typing import ClassVar
 
 import pytest
 
-from storyeval.entities import (
-    AnnotatedText,
-    Mention,
-    detect_mentions,
-    read_annotated,
-    read_conll,
-)
-from storyeval.entity_eval import (
+from storyeval.analyses.entity_eval import (
     RECENCY,
     LanguageModelScorer,
     average_precision,
     mention_generation,
     mention_slots,
     sentence_selection,
+)
+from storyeval.entities import (
+    AnnotatedText,
+    Mention,
+    detect_mentions,
+    read_annotated,
+    read_conll,
 )
 from storyeval.errors import DataFileError
 

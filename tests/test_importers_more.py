@@ -14,7 +14,7 @@ from storyeval.corpus import read_judgments
 from storyeval.errors import DataFileError
 from storyeval.importers import import_file, write_import
 from storyeval.meta import agreement
-from storyeval.meta.rank import rank_systems, read_comparisons
+from storyeval.meta.comparisons import rank_systems, read_comparisons
 
 HANNA_HEADER = [
     "Story ID",

@@ -11,10 +11,10 @@ import re
 import pandas as pd
 import pytest
 
+from storyeval.analyses.robustness import invariance_table
 from storyeval.corpus import Story
 from storyeval.perturb import PerturbationCorpus, PerturbOptions, apply_techniques
 from storyeval.perturb.base import get_technique, parse_techniques, technique_names
-from storyeval.robustness import invariance_table
 from storyeval.text import split_sentences
 
 STORY = Story(

@@ -322,9 +322,10 @@ def _reject_constant(name: str) -> float:
     raise _RecordError(f"{name} is not a valid value (JSON has no {name}; use null or a number)")
 
 
-def _csv_records(
+def csv_records(
     path: Path, raw: bytes, required: Sequence[str]
 ) -> Iterator[tuple[int, dict[str, Any] | DataProblem]]:
+    """The numbered records of a CSV file's bytes (``(line, record)``), or a problem per bad line."""
     decoded = list(_decode_lines(path, raw))
     bad = [item for _, item in decoded if isinstance(item, DataProblem)]
     if bad:  # csv needs the whole text; report every undecodable line and stop
@@ -398,7 +399,7 @@ def iter_raw_records(
     for a line that cannot be read. Useful for importers of other formats."""
     file_path, raw = _read_raw(path)
     if detect_format(file_path, fmt) == "csv":
-        yield from _csv_records(file_path, raw, required)
+        yield from csv_records(file_path, raw, required)
     else:
         yield from _jsonl_records(file_path, raw)
 

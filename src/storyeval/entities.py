@@ -1,5 +1,5 @@
 """Texts with entity mentions and coreference clusters, for the entity evaluation tasks of
-Clark's thesis (Clark 2021, chapter 3; :mod:`storyeval.entity_eval`).
+Clark's thesis (Clark 2021, chapter 3; :mod:`storyeval.analyses.entity_eval`).
 
 Three sources:
 

@@ -26,13 +26,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, Literal
 
+from storyeval.learn.metrics import LearnedScores, nsp_prev, nsp_prompt, nubia, union
 from storyeval.metrics.coherence import (
     CoherenceScores,
     bertscore_prev,
     bertscore_prompt,
     embedding_coherence,
-    nsp_prev,
-    nsp_prompt,
 )
 from storyeval.metrics.context import ScoringContext
 from storyeval.metrics.distributional import MauveFeatures, mauve, mauve_features
@@ -52,8 +51,7 @@ from storyeval.metrics.edits import jaccard_similarity as jaccard
 from storyeval.metrics.edits import levenshtein_distance as levenshtein
 from storyeval.metrics.edits import user_scores as user
 from storyeval.metrics.embedding import BertScores, bertscore_f, bertscore_p, bertscore_r
-from storyeval.metrics.function import Scores, metric_function
-from storyeval.metrics.learned import LearnedScores, nubia, union
+from storyeval.metrics.function import Scores, call_metric
 from storyeval.metrics.lm import PerplexityScores, perplexity
 from storyeval.metrics.mover import MoverScores, moverscore, sms, swms, wms
 from storyeval.metrics.overlap import (
@@ -144,24 +142,23 @@ def metric(
     **options: Any,
 ) -> Scores:
     """Any registered metric by name, with its options as keywords (as ``--option
-    NAME.KEY=VALUE`` on the command line); the inputs it does not read are ignored.
+    NAME.KEY=VALUE`` on the command line); the inputs it does not read are ignored (see
+    :func:`storyeval.metrics.function.call_metric`).
 
     Examples
     --------
     >>> metric("rougeL", ["the cat sat"], ["the cat sat down"]).values.round(3).tolist()
     [0.857]
     """
-    function = metric_function(name)
-    described = function.__metric__  # type: ignore[attr-defined]
-    given: dict[str, Any] = {"references": references, "prompts": prompts, "groups": groups}
-    given["originals"] = originals
-    arguments: list[Any] = [candidates]
-    for key in described.inputs[1:]:
-        if given.get(key) is None and key not in described.optional_inputs:
-            raise ValueError(f"{name} needs {key}")
-        arguments.append(given.get(key))
-    result: Scores = function(*arguments, **options)
-    return result
+    return call_metric(
+        name,
+        candidates,
+        references,
+        prompts=prompts,
+        groups=groups,
+        originals=originals,
+        **options,
+    )
 
 
 def bertscore(

@@ -314,7 +314,7 @@ def test_robustness_paraphrases_and_curves_on_the_gpu(
     gpu: str, stories: list[Any], tiny_models: dict[str, Path], tmp_path: Path
 ) -> None:
     """The paraphrase test (an LM rewriting, an encoder checking) and per-window curves."""
-    from storyeval.curves import story_curves
+    from storyeval.analyses.curves import story_curves
     from storyeval.perturb.paraphrase import Paraphraser
 
     rewriter = Paraphraser(str(tiny_models["lm"]), str(tiny_models["encoder"]))

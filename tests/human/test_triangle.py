@@ -14,7 +14,7 @@ from collections import Counter
 
 import pytest
 
-from storyeval.human import triangle as tri
+from storyeval.human import triangle_stats as tri
 
 RISKS = (0.2, 0.1, 0.05, 0.01, 0.001)
 

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from storyeval.distribution import MauveWarning, divergence_curve, length_note, mauve_features
+from storyeval.metrics.divergence import MauveWarning, divergence_curve, length_note, mauve_features
 
 
 def _reference(p: np.ndarray, q: np.ndarray, seed: int) -> Any:
@@ -78,7 +78,7 @@ def test_seeds_give_a_mean_and_an_interval_and_the_score_tracks_the_distribution
 def test_identical_histograms_give_one_and_bad_input_is_refused() -> None:
     hist = np.array([0.2, 0.3, 0.5])
     curve = divergence_curve(hist, hist)
-    from storyeval.distribution import curve_area
+    from storyeval.metrics.divergence import curve_area
 
     assert curve_area(curve) == pytest.approx(1.0)
     with pytest.raises(ValueError, match="dimension"):
@@ -175,7 +175,7 @@ def test_mauve_command_writes_the_directory_and_the_report_section(
     assert (out / "divergence.png").read_bytes()[:4] == b"\x89PNG"
     saved = json.loads((out / "mauve.json").read_text())
     assert saved["reference"] == "human" and "mauve" in saved["signatures"]
-    from storyeval.distribution import read_mauve
+    from storyeval.analyses.distribution import read_mauve
     from storyeval.report.render import render_markdown
     from storyeval.report.sections import ReportFiles, mauve_section
 

@@ -210,8 +210,8 @@ def test_nsp_reports_contexts_it_reads_in_part(nsp_checkpoint):
     """A prompt of ~600 tokens is longer than the 512 the NSP head reads beside a sentence:
     the run says so in a note instead of cutting it silently."""
     from storyeval.corpus import Story
+    from storyeval.learn.metrics import load_nsp_model, nsp_cuts
     from storyeval.metrics import score_stories
-    from storyeval.metrics.coherence import load_nsp_model, nsp_cuts
 
     prompt = " ".join(["The old lighthouse keeper counted the ships."] * 75)
     story = Story("a", prompt, "He slept. The sea was calm.", system="x")

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from storyeval.corpus import Story
-from storyeval.diagnostics import (
+from storyeval.metrics.phrases import (
     coefficient_of_variation,
     cross_story_shares,
     overused_phrases,

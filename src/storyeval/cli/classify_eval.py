@@ -72,7 +72,7 @@ def train(
     compliancy of the held-out aligned texts (the upper bound)."""
     import pandas as pd
 
-    from storyeval.classify_eval import train_classifiers
+    from storyeval.analyses.classifier_eval import train_classifiers
     from storyeval.cli._tables import print_table
     from storyeval.corpus import read_stories
     from storyeval.errors import StoryevalError
@@ -152,7 +152,11 @@ def evaluate(
     and direction the shares and the compliancy score with intervals, beside BLEU, ROUGE-L and
     BERTScore against the source: summary.csv (the paper's Table 2), compliancy.csv, items.csv,
     classifiers.csv (Table 1) and classify-eval.md."""
-    from storyeval.classify_eval import Classifiers, evaluate_transfers, write_classify_eval
+    from storyeval.analyses.classifier_eval import (
+        Classifiers,
+        evaluate_transfers,
+        write_classify_eval,
+    )
     from storyeval.cli._tables import reported_warnings
     from storyeval.corpus import read_stories
     from storyeval.errors import StoryevalError

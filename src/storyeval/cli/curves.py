@@ -43,8 +43,8 @@ def curves_command(
     """Score each chapter (or window) of each story and draw the metrics along the story:
     DIR/curves.csv (story, segment, word span, position, metric, value), DIR/curves.png,
     DIR/curves.md, DIR/curves.json (signatures). `storyeval report --curves DIR` adds them."""
+    from storyeval.analyses.curves import CHAPTER_PATTERN, story_curves, write_curves
     from storyeval.corpus import read_stories
-    from storyeval.curves import CHAPTER_PATTERN, story_curves, write_curves
     from storyeval.errors import StoryevalError
     from storyeval.metrics.registry import parse_option_assignments
 

@@ -36,8 +36,8 @@ def diagnose_command(
     DIR/overused_phrases.csv (system, phrase, stories, share, reference share, ratio),
     DIR/repeated_phrases.csv and DIR/diagnostics.md.
     """
+    from storyeval.analyses.diagnostics import diagnose, diagnostics_markdown
     from storyeval.corpus import read_stories
-    from storyeval.diagnostics import diagnose, diagnostics_markdown
     from storyeval.errors import StoryevalError
     from storyeval.io import write_table, write_text_atomic
 

@@ -35,7 +35,7 @@ _OUTPUT = typer.Option(..., "-o", "--output", help="The directory for the tables
 def _scorers(models: list[str] | None, texts: Any = ()) -> list[Any]:
     """A scorer per model: ENGEN directories (``storyeval train engen``) score all three
     mention tasks with the texts' annotations; any other name is a causal LM."""
-    from storyeval.entity_eval import LanguageModelScorer
+    from storyeval.analyses.entity_eval import LanguageModelScorer
     from storyeval.learn.engen import EngenScorer, is_engen_directory
 
     names: list[str | None] = list(models) if models else [None]
@@ -91,8 +91,8 @@ def mentions(
     """Mention generation: the MAP of the correct mention ranked against every earlier
     mention by the model's score (mention only; the reverse-order baseline on all three
     tasks). Writes mention_generation.csv and slots.csv."""
+    from storyeval.analyses.entity_eval import mention_generation
     from storyeval.entities import read_entity_texts
-    from storyeval.entity_eval import mention_generation
     from storyeval.errors import StoryevalError
 
     try:
@@ -136,9 +136,9 @@ def selection(
     """Pairwise sentence selection: accuracy of preferring the true next sentence to a later
     one of the same text, per round, mean and sd over rounds, binomial test against chance.
     Writes sentence_selection.csv and decisions.csv."""
+    from storyeval.analyses.entity_eval import sentence_selection, sentences_of
     from storyeval.corpus import read_stories
     from storyeval.entities import entity_file_format, read_entity_texts
-    from storyeval.entity_eval import sentence_selection, sentences_of
     from storyeval.errors import StoryevalError
 
     try:

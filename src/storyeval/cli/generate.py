@@ -44,7 +44,10 @@ def generate(
     num_stories: int = typer.Option(1, "--num-stories", min=1, help="Stories per prompt."),
     seed: int = typer.Option(0, "--seed", help="Random seed; same seed, same stories."),
     max_words: int = typer.Option(
-        None, "--max-words", min=1, help="Cut at a full sentence within N words (Karpinska et al. 2021: 150)."
+        None,
+        "--max-words",
+        min=1,
+        help="Cut at a full sentence within N words (Karpinska et al. 2021: 150).",
     ),
     max_chars: int = typer.Option(
         None,

@@ -282,7 +282,7 @@ def judge_eval(
         raise exit_with("error: give --humans (ratings) or --human-pairs (preferences)")
     if human_pairs is not None:
         from storyeval.cli._tables import write_table
-        from storyeval.meta.rank import read_comparisons
+        from storyeval.meta.comparisons import read_comparisons
 
         with user_errors():
             people = read_comparisons(human_pairs).to_dict("records")
@@ -339,7 +339,12 @@ def rank(
     """Rank systems from pairwise comparisons: Bradley-Terry (log-odds, Davidson ties) and
     Elo, with bootstrap intervals over prompts."""
     from storyeval.cli._tables import write_table
-    from storyeval.meta.rank import next_pairs, rank_systems, read_comparisons, win_rate_matrix
+    from storyeval.meta.comparisons import (
+        next_pairs,
+        rank_systems,
+        read_comparisons,
+        win_rate_matrix,
+    )
 
     check_choice(ties, ("davidson", "half", "drop"), "--ties")
     with user_errors():
@@ -391,7 +396,7 @@ def paired(
     ),
 ) -> None:
     """Is system A better than system B on a per-story score? Paired over prompts."""
-    from storyeval.meta.rank import paired_test, paired_values, prompts_needed
+    from storyeval.meta.comparisons import paired_test, paired_values, prompts_needed
 
     check_choice(method, ("bootstrap", "permutation", "sign"), "--method")
     with user_errors():

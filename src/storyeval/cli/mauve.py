@@ -45,9 +45,9 @@ def mauve_command(
     seeds: DIR/mauve.csv (estimate, interval across seeds, n), DIR/curves.csv and
     DIR/divergence.png (the divergence curves), DIR/mauve.md and DIR/mauve.json (signatures).
     Add it to a meta-evaluation report with `storyeval report --mauve DIR`."""
+    from storyeval.analyses.distribution import mauve_by_system, write_mauve
     from storyeval.cli._tables import print_table
     from storyeval.corpus import read_stories
-    from storyeval.distribution import mauve_by_system, write_mauve
     from storyeval.errors import StoryevalError
     from storyeval.metrics.registry import parse_option_assignments
 

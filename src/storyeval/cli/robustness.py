@@ -61,11 +61,11 @@ def robustness_command(
     original scores better, interval, sign test), DIR/robustness.png (heatmap),
     DIR/robustness.md and DIR/perturbed.jsonl.
     """
+    from storyeval.analyses.robustness import robustness, write_robustness
     from storyeval.cli._tables import print_table
     from storyeval.corpus import read_stories
     from storyeval.errors import StoryevalError
     from storyeval.metrics.registry import parse_option_assignments
-    from storyeval.robustness import robustness, write_robustness
 
     device, precision = compute_settings(device, precision, threads)
 

@@ -85,7 +85,7 @@ def score(
     read and scored in blocks on a Dask cluster, with the local engine's numbers; finished
     blocks are kept in OUTPUT.blocks/ until the output is written, so a re-run resumes.
     """
-    from storyeval.metrics.pipeline import score_file
+    from storyeval.engine.local import score_file
     from storyeval.metrics.registry import parse_option_assignments
 
     device, precision = compute_settings(device, precision, threads)

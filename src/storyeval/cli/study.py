@@ -61,7 +61,9 @@ def _warnings(study: Study) -> list[str]:
             "machine-generated texts but no content_warning (Karpinska et al. 2021 advises warning raters)"
         )
     if not study.training:
-        notes.append("no training examples (Clark 2021 found example-based training the most useful)")
+        notes.append(
+            "no training examples (Clark 2021 found example-based training the most useful)"
+        )
     if study.protocol not in ("triangle",) and study.raters_per_item < 3:
         notes.append("fewer than 3 raters per item")
     if study.protocol in ("likert", "side_by_side") and not all(

@@ -38,7 +38,7 @@ def plan(
     Standard output is the number alone (or JSON with --json); the decision rule and the
     recommended minimum go to standard error.
     """
-    from storyeval.human.triangle import plan as make_plan
+    from storyeval.human.triangle_stats import plan as make_plan
 
     _check_tests(test)
     try:
@@ -80,7 +80,7 @@ def analyse(
 ) -> None:
     """Print the analysis as JSON: min_correct, significant, p_value, pd_lower, pd_upper, and
     for a test of similarity (with --beta and --pd) max_correct and similar."""
-    from storyeval.human.triangle import analyse as run
+    from storyeval.human.triangle_stats import analyse as run
 
     if (beta is None) != (pd is None):
         raise exit_with("error: a test of similarity needs both --beta and --pd")
@@ -111,7 +111,7 @@ def table(
     output: Path = typer.Option(None, "-o", "--output", help="Also write the table as CSV."),
 ) -> None:
     """Recompute one of the tables of González Corbelle et al. (2020) from the exact binomial distribution."""
-    from storyeval.human import triangle as tri
+    from storyeval.human import triangle_stats as tri
     from storyeval.io import atomic_write
 
     builders: dict[str, Callable[[], Any]] = {
@@ -150,7 +150,7 @@ def orders(
     """Print the order of the triad for each judge, balanced in groups of six, and the counts."""
     from collections import Counter
 
-    from storyeval.human.triangle import TRIANGLE_ORDERS, balanced_orders
+    from storyeval.human.triangle_stats import TRIANGLE_ORDERS, balanced_orders
 
     try:
         sequence = balanced_orders(judges, seed=seed)

@@ -369,7 +369,7 @@ def score_source(
     read_blocksize: int = 64 * 2**20,
 ) -> Any:
     """Score a story file on a Dask cluster; the same arguments and the same result as
-    :func:`storyeval.metrics.score_file` (a :class:`~storyeval.metrics.pipeline.ScoreRun`
+    :func:`storyeval.engine.local.score_file` (a :class:`~storyeval.metrics.pipeline.ScoreRun`
     whose scores and per-system table equal the local engine's).
 
     Parameters
@@ -535,7 +535,7 @@ def map_blocks(
     """``function(stories, block_index)`` on every block of ``block_size`` consecutive
     records of a story file, on the cluster; the results concatenated in file order (what
     generation and perturbation use)."""
-    from storyeval.metrics.pipeline import block_plan
+    from storyeval.blocks import block_plan
 
     data = data or read_source(client, source, blocksize=read_blocksize, kind=kind)
     futures = []

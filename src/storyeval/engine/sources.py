@@ -195,13 +195,13 @@ def _read_table(spec: PartitionSpec, rows: list[dict[str, Any]]) -> Partition:
 def _read_csv(spec: PartitionSpec) -> Partition:
     import fsspec
 
-    from storyeval.corpus import _csv_records
+    from storyeval.corpus import csv_records
 
     with fsspec.open(spec.url, "rb") as handle:
         raw = handle.read()
     numbered: list[tuple[int, Any]] = []
     required = ("id", "prompt") if spec.kind == "prompts" else ("id", "story")
-    for number, item in _csv_records(spec.url, raw, required):  # type: ignore[arg-type]
+    for number, item in csv_records(spec.url, raw, required):  # type: ignore[arg-type]
         numbered.append((number, item.reason if isinstance(item, DataProblem) else item))
     partition = _parse(spec, numbered)
     partition.n_lines = raw.count(b"\n") + 1

@@ -22,6 +22,7 @@ from storyeval.corpus import Story
 from storyeval.errors import StoryevalError
 from storyeval.generate.filters import COPY_THRESHOLD, WordListFilter, max_copy_overlap
 from storyeval.generate.prompts import RESERVED_FIELDS
+from storyeval.registry import Registry
 from storyeval.signature import Signature
 from storyeval.text import count_words, split_sentences, truncate
 
@@ -340,15 +341,32 @@ def generate_raw(
     return texts
 
 
+@dataclass(frozen=True)
+class GeneratorKind:
+    """A kind of model ``generate_stories`` runs besides transformers causal LMs: whether a
+    name or directory is one (``accepts``) and how to load it (``load``)."""
+
+    accepts: Callable[[str | None], bool]
+    load: Callable[[str], Any]
+
+
+#: The kinds of generator plug-ins add (ENGEN: the entry point ``engen`` of the group
+#: ``storyeval.generators``, in :mod:`storyeval.learn.engen`); anything else is a causal LM.
+GENERATORS: Registry[GeneratorKind] = Registry(
+    "generator", entry_point_group="storyeval.generators"
+)
+
+
 def load_generator(model: str | None) -> Any:
-    """The model ``generate_stories`` runs: an ENGEN directory (``storyeval train engen``) or
-    any causal LM (hub name, local directory, or the offline default)."""
-    from storyeval.learn.engen import EngenLM, EngenModel, is_engen_directory
+    """The model ``generate_stories`` runs: a directory of a registered kind (ENGEN, from
+    ``storyeval train engen``) or any causal LM (hub name, local directory, or the offline
+    default)."""
     from storyeval.models import load_causal_lm
 
-    if is_engen_directory(model):
-        assert model is not None
-        return EngenLM(EngenModel.load(model))
+    GENERATORS.load()
+    for _name, kind in GENERATORS.items():
+        if model is not None and kind.accepts(model):
+            return kind.load(model)
     return load_causal_lm(model, option="--model")
 
 
@@ -509,7 +527,7 @@ def generate_stories(
         prompts, num_stories, batch_size, max_attempts, copy_threshold, max_words, max_chars
     )
     if block_size is not None and len(prompts) > block_size:  # the local engine: block by block
-        from storyeval.metrics.pipeline import block_plan
+        from storyeval.blocks import block_plan
 
         settings: dict[str, Any] = {
             "model": model,

@@ -43,6 +43,7 @@ from typing import Any
 
 from storyeval.entities import AnnotatedText
 from storyeval.errors import ModelLoadError, StoryevalError
+from storyeval.generate.core import GENERATORS, GeneratorKind
 from storyeval.signature import Signature
 
 VARIANTS = ("engen", "s2sa", "entitynlm")
@@ -497,8 +498,8 @@ def _joined(context: str, addition: str) -> tuple[str, int]:
 
 
 class EngenScorer:
-    """ENGEN for the entity evaluation tasks (:mod:`storyeval.entity_eval`): a
-    :class:`~storyeval.entity_eval.MentionScorer` on all three mention-generation tasks, and
+    """ENGEN for the entity evaluation tasks (:mod:`storyeval.analyses.entity_eval`): a
+    :class:`~storyeval.analyses.entity_eval.MentionScorer` on all three mention-generation tasks, and
     ``score`` (log-probability of a continuation) for sentence selection.
 
     The entity states of a context come from the annotated texts bound with :meth:`bind` (the
@@ -775,3 +776,12 @@ def is_engen_directory(path: str | Path | None) -> bool:
         return bool(json.loads(meta.read_text(encoding="utf-8")).get("kind") == "engen")
     except (OSError, ValueError):
         return False
+
+
+def _load_engen_lm(path: str) -> EngenLM:
+    return EngenLM(EngenModel.load(path))
+
+
+# ENGEN directories generate through ``storyeval generate --model DIR`` (a generator plug-in:
+# the generation layer does not import this package)
+GENERATORS.register("engen", GeneratorKind(is_engen_directory, _load_engen_lm), replace=True)

@@ -3,7 +3,7 @@ reinforcement learning against any registered storyeval metric or an LLM judge's
 
 The policy-gradient loop is TRL's (:class:`trl.GRPOTrainer` or :class:`trl.RLOOTrainer`):
 for each prompt it samples ``num_generations`` continuations, scores them with the reward in
-one batch through :func:`storyeval.functional.metric` (or a judge), and moves the model
+one batch through :func:`storyeval.metrics.function.call_metric` (or a judge), and moves the model
 towards the continuations scored above their group's mean. A metric where lower is better
 (perplexity) is negated. ``mle_steps`` first fine-tunes on the references by maximum
 likelihood (TRL's :class:`trl.SFTTrainer`), as the thesis' models were trained with MLE
@@ -99,10 +99,12 @@ def reward_function(
     def reward(
         prompts: Sequence[str], completions: Sequence[str], references: Sequence[str | None]
     ) -> list[float]:
-        import storyeval.functional as F
+        from storyeval.metrics.function import call_metric
 
         refs = [r or "" for r in references] if metric.needs_reference else None
-        result = F.metric(spec.name, list(completions), refs, prompts=list(prompts), **spec.options)
+        result = call_metric(
+            spec.name, list(completions), refs, prompts=list(prompts), **spec.options
+        )
         return _finite([sign * float(v) for v in result.values])
 
     return reward

@@ -14,7 +14,7 @@
 Every model directory holds the fine-tuned encoder (``AutoModel.from_pretrained(DIR)``), its
 tokenizer, the head (``style_head.safetensors`` or ``match_head.safetensors``) and
 ``storyeval.json`` with the signature. This module imports torch at import time;
-:mod:`storyeval.classify_eval` imports it lazily.
+:mod:`storyeval.analyses.classifier_eval` imports it lazily.
 """
 
 from __future__ import annotations

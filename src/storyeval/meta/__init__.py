@@ -44,7 +44,7 @@ from storyeval.meta.discrimination import (
     pairs_from_score_files,
     read_pairs,
 )
-from storyeval.meta.robustness import (
+from storyeval.meta.drift import (
     DriftRun,
     dataset_drift,
     load_drift_runs,

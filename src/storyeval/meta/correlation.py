@@ -432,7 +432,7 @@ def correlation_signature(
 class CorrelationSettings:
     """How correlations are computed, in one validated object that also writes its part of
     every row's signature (shared by :func:`correlate`, :func:`subset_correlations
-    <storyeval.meta.robustness.subset_correlations>`, :func:`human_ceiling
+    <storyeval.meta.drift.subset_correlations>`, :func:`human_ceiling
     <storyeval.meta.agreement.human_ceiling>` and the report).
 
     Parameters

@@ -14,7 +14,6 @@ from storyeval.metrics.pipeline import (
     aggregate,
     default_suite,
     prompt_id,
-    score_file,
     score_stories,
     story_lines,
 )
@@ -59,7 +58,6 @@ __all__ = [
     "prompt_id",
     "register_metric",
     "resolve_options",
-    "score_file",
     "score_stories",
     "story_lines",
     "unregister_metric",

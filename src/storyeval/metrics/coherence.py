@@ -4,11 +4,8 @@
   averaged over the sentences.
 * ``bertscore_prev`` (BERTScore-2): the first sentence against the prompt, then each sentence
   against the one before it, averaged.
-* ``nsp_prompt`` / ``nsp_prev`` (BERT-NSP-1/2): the probability, under a BERT model with a
-  trained next-sentence-prediction head, that each sentence follows the prompt / the
-  previous sentence (the first: the prompt), averaged. The offline encoder has no trained
-  head: these metrics then refuse with an error naming a hub model that has one and the
-  storyeval command that trains one.
+* ``nsp_prompt`` / ``nsp_prev`` (BERT-NSP-1/2) are metrics of a trained next-sentence head:
+  :mod:`storyeval.learn.metrics` registers them with the other trained models' metrics.
 * ``embedding_coherence``: mean cosine similarity of consecutive sentence embeddings
   (mean-pooled last-layer token embeddings, the sentence-transformers recipe).
 
@@ -17,16 +14,13 @@ Sentences are encoded alone (as in the paper), through the run's encoder cache.
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import numpy as np
 
-from storyeval.errors import ModelLoadError
 from storyeval.metrics.context import ScoringContext, resolve_layer
 from storyeval.metrics.embedding import (
     Baseline,
@@ -270,213 +264,3 @@ def embedding_coherence(
         fields={"layer": index, "pooling": "mean"},
         notes=tuple(undefined_note(array, "stories have fewer than two sentences")),
     )
-
-
-# --------------------------------------------------------------------------- BERT-NSP-1/2
-
-NSP_HELP = (
-    "a BERT model with a trained next-sentence-prediction head: bert-base-uncased (hub; needs "
-    "network access or a local copy), or a directory written by "
-    "`storyeval train nsp --stories HUMAN.jsonl -o DIR`"
-)
-
-
-@functools.lru_cache(maxsize=4)
-def _siamese_scorer(path: str, stamp: float) -> Any:
-    from storyeval.learn.nsp import NspScorer
-
-    return NspScorer(path)
-
-
-def load_nsp_model(name: str | None) -> Any:
-    """Load an NSP model for ``name`` (None: the offline encoder): a directory with a siamese
-    head from ``storyeval train nsp`` loads as an :class:`~storyeval.learn.nsp.NspScorer`,
-    anything else as ``BertForNextSentencePrediction``, refusing a model whose NSP head would be
-    randomly initialised.
-
-    Raises
-    ------
-    ModelLoadError
-        When the checkpoint has no trained NSP head (the offline MiniLM has none).
-    """
-    from transformers import BertForNextSentencePrediction
-
-    from storyeval.learn.nsp import HEAD_FILE, has_trained_nsp_head
-    from storyeval.models import load_pretrained, resolve_model_path
-
-    display, path, _ = resolve_model_path(name, "encoder")
-    head = Path(path) / HEAD_FILE
-    if head.is_file():  # a siamese head trained by `storyeval train nsp`
-        return _siamese_scorer(str(Path(path).resolve()), head.stat().st_mtime)
-    status = has_trained_nsp_head(path)
-    if status is False:
-        raise ModelLoadError(
-            f"the encoder {display} has no trained next-sentence-prediction head (its checkpoint "
-            "lacks cls.seq_relationship, which transformers would initialise at random); the NSP "
-            f"metrics need {NSP_HELP}; pass it with --option nsp.model=NAME_OR_DIR"
-        )
-    return load_pretrained(name, "encoder", BertForNextSentencePrediction, option="nsp.model")
-
-
-def nsp_probabilities(
-    model: Any, pairs: Sequence[tuple[str, str]], *, batch_size: int = 32
-) -> np.ndarray:
-    """P(second text follows first) for ``(first, second)`` pairs, from the NSP head
-    (label 0 = "is next") or a siamese head (an :class:`~storyeval.learn.nsp.NspScorer`)."""
-    import torch
-
-    from storyeval.learn.nsp import NspScorer
-
-    if isinstance(model, NspScorer):
-        return np.asarray(model.probabilities(pairs, batch_size=batch_size), dtype=np.float64)
-
-    tokenizer = model.tokenizer
-    order = sorted(range(len(pairs)), key=lambda i: len(pairs[i][0]) + len(pairs[i][1]))
-    result = np.zeros(len(pairs))
-    limit = int(model.max_length)
-    with torch.inference_mode():
-        for start in range(0, len(order), batch_size):
-            chunk = order[start : start + batch_size]
-            encoded = tokenizer(
-                [pairs[i][0] for i in chunk],
-                [pairs[i][1] for i in chunk],
-                padding=True,
-                truncation="only_first",
-                max_length=limit,
-                return_tensors="pt",
-            )
-            logits = model.model(**encoded.to(model.model.device)).logits.float()
-            probabilities = torch.softmax(logits, dim=-1)[:, 0].double().cpu().numpy()
-            result[chunk] = probabilities
-    return result
-
-
-def nsp_cuts(model: Any, pairs: Sequence[tuple[str, str]]) -> tuple[int, int]:
-    """How many ``(context, sentence)`` pairs the NSP model reads in part: contexts longer
-    than it keeps, and sentences longer than it keeps (counted, reported, never silent)."""
-    from storyeval.learn.nsp import NspScorer
-
-    tokenizer = model.tokenizer
-    count = lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"])  # noqa: E731
-    contexts = sentences = 0
-    for context, sentence in pairs:
-        a, b = count(context), count(sentence)
-        if isinstance(model, NspScorer) and model.architecture == "siamese":
-            keep_a = keep_b = model.max_length - 2  # each text on its own
-        elif isinstance(model, NspScorer):  # encode_pair: the context keeps its last tokens
-            keep_a = max(1, model.max_length // 2 - 2)
-            keep_b = model.max_length - 3 - min(a, keep_a)
-        else:  # truncation="only_first": the sentence whole, the context cut to fit
-            keep_b = int(model.max_length) - 3
-            keep_a = max(0, keep_b - b)
-        contexts += a > keep_a
-        sentences += b > keep_b
-    return contexts, sentences
-
-
-def _nsp(
-    mode: str,
-    texts: Sequence[str],
-    prompts: Sequence[str],
-    options: Mapping[str, Any],
-    scoring: ScoringContext,
-) -> CoherenceScores:
-    from storyeval.models.devices import autocast, on_device, place
-
-    model = scoring.given(options["model"]) or load_nsp_model(options["model"])
-    stories = text_pairs(scoring, texts, prompts, options["split"], mode)
-    flat = [(context, sentence) for pairs in stories for sentence, context in pairs]
-    contexts, sentences = nsp_cuts(model, flat)
-    place(model, scoring.device)
-    notes = []
-    if contexts:
-        notes.append(
-            f"{contexts} of {len(flat)} contexts (prompt or previous sentence) are longer "
-            "than the NSP model reads beside a sentence and were read in part"
-        )
-    if sentences:
-        notes.append(
-            f"{sentences} of {len(flat)} sentences are longer than the NSP model reads and "
-            "were read in part (their first tokens)"
-        )
-    with on_device(scoring.device), autocast(scoring.device, scoring.precision):
-        probabilities = nsp_probabilities(model, flat, batch_size=options["batch_size"])
-    if options["score"] == "label":
-        probabilities = (probabilities > 0.5).astype(np.float64)
-    values = []
-    position = 0
-    for pairs in stories:
-        chunk = probabilities[position : position + len(pairs)]
-        position += len(pairs)
-        values.append(float(chunk.mean()) if len(chunk) else math.nan)
-    return CoherenceScores(
-        np.asarray(values, dtype=np.float64), models={"model": model.identity}, notes=tuple(notes)
-    )
-
-
-NspModel = Annotated[str | None, Opt(NSP_HELP, model=True)]
-NspScore = Annotated[
-    Literal["probability", "label"],
-    Opt("average the probability, or the share of sentences predicted to follow"),
-]
-NspBatch = Annotated[int, Opt("pairs per batch", minimum=1, in_signature=False)]
-
-
-def _nsp_metric(label: str, what: str) -> dict[str, Any]:
-    return {
-        "description": f"{label} (Callan & Foster 2023): mean probability, under a BERT NSP "
-        f"head, that {what}",
-        "families": ("nsp", "coherence"),
-        "model": "nsp",
-        "value_range": (0.0, 1.0),
-        "offline": False,
-        "unavailable_offline": "needs a trained NSP head: `storyeval train nsp` makes one, then "
-        "--option nsp.model=DIR",
-    }
-
-
-@metric("nsp_prompt", **_nsp_metric("BERT-NSP-1", "each story sentence follows the prompt"))
-def nsp_prompt(
-    texts: Texts,
-    prompts: Prompts,
-    *,
-    model: NspModel = None,
-    split: Split = "pysbd",
-    score: NspScore = "probability",
-    batch_size: NspBatch = 32,
-    scoring: ScoringContext | None = None,
-    device: Device = None,
-    precision: Precision = None,
-    progress: bool = False,
-) -> CoherenceScores:
-    """BERT-NSP-1 (Callan and Foster 2023): the mean probability, under a trained next-sentence
-    head, that each sentence of a text follows the prompt."""
-    assert scoring is not None
-    options = {"model": model, "split": split, "score": score, "batch_size": batch_size}
-    return _nsp("prompt", texts, prompts, options, scoring)
-
-
-@metric(
-    "nsp_prev",
-    **_nsp_metric(
-        "BERT-NSP-2", "each story sentence follows the previous one (the first: the prompt)"
-    ),
-)
-def nsp_prev(
-    texts: Texts,
-    prompts: Prompts,
-    *,
-    model: NspModel = None,
-    split: Split = "pysbd",
-    score: NspScore = "probability",
-    batch_size: NspBatch = 32,
-    scoring: ScoringContext | None = None,
-    device: Device = None,
-    precision: Precision = None,
-    progress: bool = False,
-) -> CoherenceScores:
-    """BERT-NSP-2 (Callan and Foster 2023): the mean probability that each sentence of a text
-    follows the previous one (the first: the prompt)."""
-    assert scoring is not None
-    options = {"model": model, "split": split, "score": score, "batch_size": batch_size}
-    return _nsp("prev", texts, prompts, options, scoring)

@@ -3,7 +3,7 @@
 Corpus-level metrics (level ``"corpus"``): a story has no MAUVE of its own. Each story's
 feature vector is its sufficient statistic; after every story is featurised, each system's
 features are compared with the reference system's (option ``reference_system``, default
-``human``) by :func:`storyeval.distribution.mauve_features`, over several k-means seeds.
+``human``) by :func:`storyeval.metrics.divergence.mauve_features`, over several k-means seeds.
 
 Features (option ``features``):
 
@@ -30,7 +30,7 @@ from storyeval.metrics.function import Opt, Scores, Texts, metric
 from storyeval.metrics.registry import MetricBatch, SystemStatistic, SystemValue, get_metric
 
 if TYPE_CHECKING:  # pragma: no cover
-    from storyeval.distribution import MauveResult
+    from storyeval.metrics.divergence import MauveResult
 
 FEATURES = ("encoder", "causal-lm")
 
@@ -129,7 +129,7 @@ def _feature_scores(
     texts: Sequence[str], options: Mapping[str, Any], scoring: ScoringContext
 ) -> MauveFeatures:
     """The MAUVE features of ``texts`` (see the module docstring)."""
-    from storyeval.distribution import kmeans_backend
+    from storyeval.metrics.divergence import kmeans_backend
 
     backend = kmeans_backend(options["kmeans"])
     if options["features"] == "encoder":
@@ -221,7 +221,7 @@ def _mauve(
     system_stats: np.ndarray, reference_stats: np.ndarray, options: Mapping[str, Any]
 ) -> Any:
     """The MAUVE result of two feature sets (memoised: mauve and mauve_star share it)."""
-    from storyeval.distribution import mauve_features
+    from storyeval.metrics.divergence import mauve_features
 
     digest = hashlib.sha1()
     for array in (system_stats, reference_stats):
@@ -259,7 +259,7 @@ def _statistic(star: bool) -> SystemStatistic:
     ) -> SystemValue:
         import warnings
 
-        from storyeval.distribution import length_note
+        from storyeval.metrics.divergence import length_note
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the notes below carry them

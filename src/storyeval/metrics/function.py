@@ -482,6 +482,35 @@ def sign(name: str, result: R, options: Mapping[str, Any], scoring: ScoringConte
     return replace(result, signature=signature, corpus_values=corpus)
 
 
+def call_metric(
+    name: str,
+    texts: Sequence[str],
+    references: Any = None,
+    *,
+    prompts: Sequence[str] | None = None,
+    groups: Sequence[str] | None = None,
+    originals: Sequence[str] | None = None,
+    **options: Any,
+) -> Scores:
+    """The registered metric ``name`` on ``texts``, with its options as keywords; the inputs it
+    does not read are ignored, one it needs and lacks is an error.
+
+    >>> call_metric("distinct1", ["the cat and the dog"]).values.tolist()
+    [0.8]
+    """
+    function = metric_function(name)
+    described: MetricFunction = function.__metric__  # type: ignore[attr-defined]
+    given = {"references": references, "prompts": prompts, "groups": groups}
+    given["originals"] = originals
+    arguments: list[Any] = [texts]
+    for key in described.inputs[1:]:
+        if given.get(key) is None and key not in described.optional_inputs:
+            raise ValueError(f"{name} needs {key}")
+        arguments.append(given.get(key))
+    result: Scores = function(*arguments, **options)
+    return result
+
+
 # --------------------------------------------------------------------------- the pipeline's adapter
 
 
@@ -512,6 +541,7 @@ def _batch_adapter(
             tuple(result.omit),
         )
 
+    compute.__module__ = function.__module__  # where the metric is written (the registry says)
     compute.__name__ = f"{described.name}_on_stories"
     compute.__doc__ = f"``{described.name}`` on a batch of stories (the pipeline's adapter)."
     return compute

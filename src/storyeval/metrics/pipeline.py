@@ -26,6 +26,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from storyeval.blocks import block_plan
 from storyeval.corpus import Score, Story
 from storyeval.errors import MissingInputError
 from storyeval.metrics.context import ScoringContext
@@ -417,19 +418,6 @@ def finish_run(
 
 
 # --------------------------------------------------------------------------- blocks
-
-
-def block_plan(n_stories: int, block_size: int) -> list[tuple[int, int]]:
-    """Consecutive ``(start, end)`` index ranges of at most ``block_size`` stories.
-
-    >>> block_plan(5, 2)
-    [(0, 2), (2, 4), (4, 5)]
-    """
-    if block_size < 1:
-        raise ValueError(f"block_size must be >= 1; got {block_size}")
-    return [
-        (start, min(start + block_size, n_stories)) for start in range(0, n_stories, block_size)
-    ]
 
 
 def corpus_wide(spec: MetricSpec, options: Mapping[str, Any]) -> bool:
@@ -875,40 +863,3 @@ def story_lines(path: str | Path) -> dict[str, int]:
         if isinstance(record, dict) and record.get("id") is not None:
             lines.setdefault(str(record["id"]), number)
     return lines
-
-
-def score_file(
-    path: str | Path, metrics: str | Sequence[str] | None = None, **kwargs: Any
-) -> ScoreRun:
-    """Read a story file (JSONL or CSV; Parquet, and any fsspec URL, through
-    :mod:`storyeval.engine.sources`) and :func:`score_stories` it (errors name the file and
-    line)."""
-    from storyeval.corpus import read_stories
-
-    text = str(path)
-    if "://" in text or text.lower().endswith((".parquet", ".pq")):
-        stories, lines = read_partitioned(text)
-        return score_stories(stories, metrics, source=path, lines=lines, **kwargs)
-    stories = read_stories(path)
-    return score_stories(stories, metrics, source=path, lines=story_lines(path), **kwargs)
-
-
-def read_partitioned(url: str) -> tuple[list[Story], dict[str, int]]:
-    """Every story of a file read partition by partition in this process, and each id's line
-    (row), checked as :func:`storyeval.corpus.read_stories` checks a file."""
-    from storyeval.engine.sources import check_partitions, plan_partitions, read_partition
-
-    parts = [read_partition(spec) for spec in plan_partitions(url)]
-    check_partitions(
-        url, [(p.n_lines, [s.id for s in p.stories], p.lines, p.problems) for p in parts]
-    )
-    stories: list[Story] = []
-    lines: dict[str, int] = {}
-    offset = 0
-    for part in parts:
-        stories += part.stories
-        lines.update(
-            {s.id: offset + line for s, line in zip(part.stories, part.lines, strict=True)}
-        )
-        offset += part.n_lines
-    return stories, lines

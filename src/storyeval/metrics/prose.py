@@ -1,4 +1,4 @@
-"""Diagnostics of model prose as metrics (see :mod:`storyeval.diagnostics`): over-used
+"""Diagnostics of model prose as metrics (the counting is :mod:`storyeval.metrics.phrases`): over-used
 phrases against the human profile, repetition across a system's stories, the slop index, and
 the variability of sentence and paragraph lengths."""
 
@@ -46,7 +46,7 @@ def overused_phrase_rate(
     in at least ``min_stories`` of the group's texts and in ``min_ratio`` times the share of
     the reference group's texts (undefined for the reference group's own texts)."""
     from storyeval.corpus import Story
-    from storyeval.diagnostics import ngrams, overused_phrase_sets, share_in, words
+    from storyeval.metrics.phrases import ngrams, overused_phrase_sets, share_in, words
 
     stories = [
         Story(str(i), "", t, system=g) for i, (t, g) in enumerate(zip(texts, groups, strict=True))
@@ -91,7 +91,7 @@ def cross_story_repetition(
 ) -> ProseScores:
     """Per text, the share of its n-grams used in at least ``min_stories - 1`` other texts of
     its group."""
-    from storyeval.diagnostics import cross_story_shares
+    from storyeval.metrics.phrases import cross_story_shares
 
     values = np.full(len(texts), np.nan)
     members_of: dict[str, list[int]] = {}
@@ -128,7 +128,7 @@ def slop_index(
     >>> slop_index(["A rich tapestry of light.", "The dog ran."]).values.tolist()
     [0.2, 0.0]
     """
-    from storyeval.diagnostics import read_word_list, slop_share
+    from storyeval.metrics.phrases import read_word_list, slop_share
 
     vocabulary, identity = read_word_list(words)
     values = np.array([slop_share(text, vocabulary) for text in texts], dtype=np.float64)
@@ -136,7 +136,7 @@ def slop_index(
 
 
 def _length_cv(texts: Texts, kind: str, split: str, scoring: ScoringContext) -> ProseScores:
-    from storyeval.diagnostics import coefficient_of_variation, paragraphs, words
+    from storyeval.metrics.phrases import coefficient_of_variation, paragraphs, words
 
     values = []
     for text in texts:

@@ -420,7 +420,15 @@ def backend_version(distribution: str) -> str:
         return "absent"
 
 
-_NOT_METRIC_MODULES = {"registry", "pipeline", "context", "data", "function"}
+_NOT_METRIC_MODULES = {
+    "registry",
+    "pipeline",
+    "context",
+    "data",
+    "function",
+    "phrases",
+    "divergence",
+}
 ENTRY_POINT_GROUP = "storyeval.metrics"
 
 

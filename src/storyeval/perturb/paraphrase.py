@@ -1,5 +1,5 @@
 """Paraphrase by rewriting with a language model: a quality-preserving change for the
-invariance tests of :mod:`storyeval.robustness` (OpenMEVA's paraphrase test).
+invariance tests of :mod:`storyeval.analyses.robustness` (OpenMEVA's paraphrase test).
 
 Each sentence is rewritten by an instruction-tuned causal LM (a chat prompt when the
 tokenizer has a chat template, a plain "Paraphrase:" prompt otherwise): ``candidates``
@@ -123,8 +123,8 @@ class Paraphraser:
         """The encoder's cosine between ``sentence`` and each candidate."""
         import torch
 
-        from storyeval.learn.siamese import mean_pooled, tokenize
         from storyeval.models.devices import model_device
+        from storyeval.models.pooling import mean_pooled, tokenize
 
         device = model_device(self.encoder)
         with torch.inference_mode():

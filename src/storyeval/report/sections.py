@@ -55,7 +55,7 @@ class ReportFiles:
 
 
 def _plots() -> Any:
-    from storyeval.report import plots
+    from storyeval import plots
 
     return plots
 
@@ -307,7 +307,7 @@ def williams_section(data: ReportData, out: ReportFiles) -> Section:
 def robustness_section(directory: str | Path, out: ReportFiles) -> Section:
     """The robustness tests of ``storyeval robustness`` (a directory it wrote): the heatmap,
     the discrimination and invariance tables and their signature."""
-    from storyeval.robustness import read_robustness
+    from storyeval.analyses.robustness import read_robustness
 
     result = read_robustness(directory)
     section = Section("Robustness of metrics")
@@ -350,7 +350,7 @@ def robustness_section(directory: str | Path, out: ReportFiles) -> Section:
 def mauve_section(directory: str | Path, out: ReportFiles) -> Section:
     """MAUVE of each system against people (a ``storyeval mauve`` directory): the divergence
     curves, the table with intervals across k-means seeds, warnings and signatures."""
-    from storyeval.distribution import read_mauve
+    from storyeval.analyses.distribution import read_mauve
 
     table = read_mauve(directory)
     section = Section("Distribution of the stories (MAUVE)")
@@ -380,7 +380,7 @@ def mauve_section(directory: str | Path, out: ReportFiles) -> Section:
 def curves_section(directory: str | Path, out: ReportFiles) -> Section:
     """Metrics along long stories (a ``storyeval curves`` directory): the figure, the
     segmentation and the signatures."""
-    from storyeval.curves import read_curves
+    from storyeval.analyses.curves import read_curves
 
     table, signatures = read_curves(directory)
     section = Section("Along the stories (chapters and windows)")

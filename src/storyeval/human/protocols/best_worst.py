@@ -185,7 +185,7 @@ def split_half_reliability(
 def bradley_terry_table(part: pd.DataFrame, settings: AnalysisSettings) -> pd.DataFrame:
     """Bradley-Terry strengths of the systems per criterion, from the implied comparisons,
     with percentile bootstrap intervals over tuples (pages)."""
-    from storyeval.meta.ranking import bradley_terry, count_comparisons
+    from storyeval.meta.bradley_terry import bradley_terry, count_comparisons
     from storyeval.stats import percentile_interval
 
     rows = []

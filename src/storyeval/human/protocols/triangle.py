@@ -68,7 +68,7 @@ def triangle_evaluations(config: StudyConfig) -> int:
         If the study is not a triangle study (or, for a configuration built without
         validation, gives neither judges nor a plan).
     """
-    from storyeval.human.triangle import judges_needed
+    from storyeval.human.triangle_stats import judges_needed
 
     options = config.section("triangle", TriangleOptions)
     if options is None:
@@ -90,8 +90,8 @@ def triangle_results(
     beta: float | None = None,
     pd_max: float | None = None,
 ) -> pd.DataFrame:
-    """The triangle test per system pair (see :func:`storyeval.human.triangle.analyse`)."""
-    from storyeval.human.triangle import analyse
+    """The triangle test per system pair (see :func:`storyeval.human.triangle_stats.analyse`)."""
+    from storyeval.human.triangle_stats import analyse
 
     rows = []
     for condition, part in frame.groupby("condition", sort=True):
@@ -185,7 +185,7 @@ class Triangle(StudyProtocol):
     def build_items(
         self, config: StudyConfig, stories: Sequence[Story], excluded: set[str], problem: Problem
     ) -> list[Item]:
-        from storyeval.human.triangle import balanced_orders, odd_position
+        from storyeval.human.triangle_stats import balanced_orders, odd_position
 
         tri = self.options(config)
         a, b = tri.systems

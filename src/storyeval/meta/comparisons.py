@@ -24,7 +24,7 @@ import pandas as pd
 
 from storyeval import __version__
 from storyeval.errors import DataFileError, DataProblem
-from storyeval.meta.ranking import bradley_terry, count_comparisons, elo
+from storyeval.meta.bradley_terry import bradley_terry, count_comparisons, elo
 from storyeval.signature import Signature
 
 COMPARISON_FIELDS = ("item_id", "prompt_id", "system_a", "system_b", "winner")

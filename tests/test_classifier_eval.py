@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from storyeval.classify_eval import (
+from storyeval.analyses.classifier_eval import (
     Classifiers,
     ClassifyEvalWarning,
     TransferOutput,

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from storyeval.errors import DataFileError
-from storyeval.meta.rank import (
+from storyeval.meta.comparisons import (
     minimum_detectable_effect,
     next_pairs,
     paired_test,

@@ -21,7 +21,7 @@ from storyeval.meta import (
     quality_drift,
     subset_correlations,
 )
-from storyeval.meta.robustness import infer_levels, quality_levels, sampling_probability
+from storyeval.meta.drift import infer_levels, quality_levels, sampling_probability
 
 
 def _union_like_table(n: int = 400, seed: int = 0):

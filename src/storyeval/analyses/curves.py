@@ -204,7 +204,8 @@ def curve_plot(table: Any, *, bins: int = 10) -> bytes:
     """PNG: per metric, each system's mean value in each tenth of the stories' length."""
     import numpy as np
 
-    from storyeval.report.plots import _figure, _png
+    from storyeval.plots import figure as _figure
+    from storyeval.plots import png as _png
 
     metrics = sorted(table["metric"].unique())
     fig = _figure(4.2 * min(len(metrics), 3), 3.2 * ((len(metrics) + 2) // 3))

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from storyeval.errors import DegenerateInputWarning
-from storyeval.meta.ranking import bradley_terry, count_comparisons, elo, strongly_connected
+from storyeval.meta.bradley_terry import bradley_terry, count_comparisons, elo, strongly_connected
 
 
 def _simulate(strengths: dict[str, float], n: int, seed: int, nu: float = 0.0):  # type: ignore[no-untyped-def]

@@ -1,4 +1,6 @@
-"""Figures of the meta-evaluation report (matplotlib, Agg canvas, PNG bytes)."""
+"""Figures (matplotlib, Agg canvas, PNG bytes): the report's heatmaps and scatter plots, and the
+figure and PNG helpers every feature that draws uses (MAUVE curves, story curves, robustness
+heatmaps)."""
 
 from __future__ import annotations
 
@@ -11,7 +13,8 @@ import numpy as np
 import pandas as pd
 
 
-def _figure(width: float, height: float) -> Any:
+def figure(width: float, height: float) -> Any:
+    """A matplotlib figure of ``width`` by ``height`` inches on the Agg canvas."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -20,23 +23,26 @@ def _figure(width: float, height: float) -> Any:
     return fig
 
 
-def _png(fig: Any) -> bytes:
+def png(fig: Any) -> bytes:
+    """The PNG bytes of a figure (which is closed)."""
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", bbox_inches="tight", metadata={"Software": None})
     return buffer.getvalue()
 
 
-def _stars(p: float) -> str:
+def stars(p: float) -> str:
+    """Significance stars of a p-value (``***``, ``**``, ``*`` or empty)."""
     if p is None or not isinstance(p, float) or math.isnan(p):
         return ""
     return "**" if p < 0.01 else "*" if p < 0.05 else ""
 
 
-def _short(label: str, width: int = 22) -> str:
+def short_label(label: str, width: int = 22) -> str:
+    """A label cut to ``width`` characters for an axis."""
     return label if len(label) <= width else label[: width - 1] + "…"
 
 
-def _annotated_heatmap(
+def annotated_heatmap(
     ax: Any,
     values: np.ndarray,
     rows: Sequence[str],
@@ -45,15 +51,16 @@ def _annotated_heatmap(
     notes: np.ndarray | None = None,
     title: str = "",
 ) -> Any:
+    """A heatmap with each cell's value written in it."""
     from matplotlib import colormaps
 
     cmap = colormaps["RdBu_r"].with_extremes(bad="#dddddd")
     masked = np.ma.masked_invalid(values)
     image = ax.imshow(masked, cmap=cmap, vmin=-1, vmax=1, aspect="auto")
     ax.set_xticks(range(len(columns)))
-    ax.set_xticklabels([_short(c) for c in columns], rotation=40, ha="right", fontsize=8)
+    ax.set_xticklabels([short_label(c) for c in columns], rotation=40, ha="right", fontsize=8)
     ax.set_yticks(range(len(rows)))
-    ax.set_yticklabels([_short(r) for r in rows], fontsize=8)
+    ax.set_yticklabels([short_label(r) for r in rows], fontsize=8)
     for i in range(len(rows)):
         for j in range(len(columns)):
             value = values[i, j]
@@ -82,7 +89,7 @@ def correlation_heatmaps(
     with_ceiling = ceiling is not None and not ceiling.empty
     if with_ceiling:
         rows = [*rows, "human ceiling"]
-    fig = _figure(
+    fig = figure(
         max(4.0, 1.0 + 0.9 * len(criteria)) * len(levels), max(2.2, 0.9 + 0.38 * len(rows))
     )
     axes = fig.subplots(1, len(levels), squeeze=False)[0]
@@ -97,7 +104,7 @@ def correlation_heatmaps(
                 i = rows.index(record["metric"])
                 j = list(criteria).index(record["criterion"])
                 values[i, j] = record["estimate"]
-                notes[i, j] = _stars(record[p_column])
+                notes[i, j] = stars(record[p_column])
         if with_ceiling:
             assert ceiling is not None
             summary = ceiling[
@@ -108,7 +115,7 @@ def correlation_heatmaps(
             for record in summary.to_dict("records"):
                 if record["criterion"] in criteria:
                     values[-1, list(criteria).index(record["criterion"])] = record["estimate"]
-        image = _annotated_heatmap(
+        image = annotated_heatmap(
             ax, values, rows, criteria, notes=notes, title=f"{method}, {level}"
         )
         if ax is not axes[0]:
@@ -117,18 +124,18 @@ def correlation_heatmaps(
             ax.axhline(len(rows) - 1.5, color="black", linewidth=1.2)
     if image is not None:
         fig.colorbar(image, ax=list(axes), shrink=0.8, label=method)
-    return _png(fig)
+    return png(fig)
 
 
 def matrix_heatmap(matrix: pd.DataFrame, *, title: str) -> bytes:
     """The square matrix of criteria and metrics (Callan & Foster 2023, Table 2 / Figure 4)."""
     names = [str(c) for c in matrix.columns]
     size = max(3.5, 0.55 * len(names) + 1.5)
-    fig = _figure(size + 1.0, size)
+    fig = figure(size + 1.0, size)
     ax = fig.subplots()
-    image = _annotated_heatmap(ax, matrix.to_numpy(dtype=float), names, names, title=title)
+    image = annotated_heatmap(ax, matrix.to_numpy(dtype=float), names, names, title=title)
     fig.colorbar(image, ax=ax, shrink=0.8)
-    return _png(fig)
+    return png(fig)
 
 
 def scatter_grid(
@@ -143,7 +150,7 @@ def scatter_grid(
     metrics = [str(c) for c in x.columns]
     cols = min(4, len(metrics))
     rows = math.ceil(len(metrics) / cols)
-    fig = _figure(3.2 * cols, 2.8 * rows)
+    fig = figure(3.2 * cols, 2.8 * rows)
     axes = fig.subplots(rows, cols, squeeze=False)
     from matplotlib import colormaps
 
@@ -162,8 +169,8 @@ def scatter_grid(
                 color=palette(g % 10),
                 label=group,
             )
-        ax.set_xlabel(_short(metric, 30), fontsize=8)
-        ax.set_ylabel(_short(criterion, 30), fontsize=8)
+        ax.set_xlabel(short_label(metric, 30), fontsize=8)
+        ax.set_ylabel(short_label(criterion, 30), fontsize=8)
         ax.set_title(stats.get(metric, ""), fontsize=8)
         ax.tick_params(labelsize=7)
     for k in range(len(metrics), rows * cols):
@@ -179,4 +186,4 @@ def scatter_grid(
             bbox_to_anchor=(0.5, 1.04),
         )
     fig.tight_layout()
-    return _png(fig)
+    return png(fig)

@@ -304,7 +304,9 @@ def robustness(
 def robustness_heatmap(result: RobustnessResult) -> bytes:
     """Two panels, metrics x tests: the discrimination accuracy (0.5 is chance) and the share
     of stories an invariance test moved beyond the tolerance (0 is robust)."""
-    from storyeval.report.plots import _figure, _png, _short
+    from storyeval.plots import figure as _figure
+    from storyeval.plots import png as _png
+    from storyeval.plots import short_label as _short
 
     panels = []
     if len(result.discrimination):

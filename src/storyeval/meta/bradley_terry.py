@@ -304,7 +304,7 @@ def elo(
 ) -> dict[str, float]:
     """Elo ratings after playing ``comparisons`` in the order given (a tie scores 0.5).
 
-    Elo depends on the order of the games; :func:`storyeval.meta.rank` averages it over
+    Elo depends on the order of the games; :func:`storyeval.meta.comparisons` averages it over
     seeded shuffles.
 
     >>> elo([("a", "b", "a"), ("a", "b", "a")], k_factor=32)
