@@ -553,66 +553,10 @@ class WritingSession(SessionState):
     def export(self, *, session_id: str | None = None) -> dict[str, Any]:
         """The session as one JSON record of the sessions file (see
         :mod:`storyeval.collab.records`)."""
-        turns = []
-        for turn in self.turns:
-            if turn["author"] == "writer":
-                turns.append(
-                    {
-                        **{
-                            k: turn[k]
-                            for k in (
-                                "index",
-                                "round",
-                                "author",
-                                "text",
-                                "shown_at",
-                                "submitted_at",
-                            )
-                        },
-                        "time_s": duration(turn["shown_at"], turn["submitted_at"]),
-                    }
-                )
-                continue
-            suggestions = [
-                {
-                    "generator": s["generator"],
-                    "position": s["position"],
-                    "text": s["text"],
-                    "signature": s["signature"],
-                    "seed": s["seed"],
-                    "generation_s": duration(s["started_at"], s["finished_at"]),
-                    "wait_s": duration(s["requested_at"], s["finished_at"]),
-                    "attempts": s["attempts"],
-                    "dropped": s["dropped"],
-                    "complete": s.get("complete", True),
-                    "error": s["error"],
-                }
-                for s in sorted(turn["suggestions"], key=lambda s: s["position"])
-            ]
-            first_choice = next(
-                (e["t"] for e in turn["events"] if e["action"] in ("choose", "push")), None
-            )
-            turns.append(
-                {
-                    "index": turn["index"],
-                    "round": turn["round"],
-                    "author": "suggestion",
-                    "context": turn["context"],
-                    "suggestions": suggestions,
-                    "events": turn["events"],
-                    "chosen": turn["chosen"],
-                    "switches": sum(1 for e in turn["events"] if e["action"] == "switch"),
-                    "text": turn["text"],
-                    "requested_at": turn["requested_at"],
-                    "ready_at": turn["ready_at"],
-                    "submitted_at": turn["submitted_at"],
-                    "shown_at": turn.get("shown_at"),
-                    "choice_s": duration(
-                        turn.get("shown_at") or turn.get("ready_at"), first_choice
-                    ),
-                    "edit_s": duration(first_choice, turn["submitted_at"]),
-                }
-            )
+        turns = [
+            _writer_turn(turn) if turn["author"] == "writer" else _suggestion_turn(turn)
+            for turn in self.turns
+        ]
         generators = {g.name: g.describe() for g in self.config.generators}
         return {
             "format": "storyeval-writing-session",
@@ -633,6 +577,56 @@ class WritingSession(SessionState):
             "survey": self.data.get("survey"),
             "failed_generations": len(self.data.get("failed_generations", [])),
         }
+
+
+_WRITER_FIELDS = ("index", "round", "author", "text", "shown_at", "submitted_at")
+
+
+def _writer_turn(turn: dict[str, Any]) -> dict[str, Any]:
+    """A writer's turn as exported: what they wrote and how long it took."""
+    return {
+        **{key: turn[key] for key in _WRITER_FIELDS},
+        "time_s": duration(turn["shown_at"], turn["submitted_at"]),
+    }
+
+
+def _suggestion_turn(turn: dict[str, Any]) -> dict[str, Any]:
+    """A suggestion turn as exported: the suggestions with their timings, the writer's
+    choices and edits."""
+    suggestions = [
+        {
+            "generator": s["generator"],
+            "position": s["position"],
+            "text": s["text"],
+            "signature": s["signature"],
+            "seed": s["seed"],
+            "generation_s": duration(s["started_at"], s["finished_at"]),
+            "wait_s": duration(s["requested_at"], s["finished_at"]),
+            "attempts": s["attempts"],
+            "dropped": s["dropped"],
+            "complete": s.get("complete", True),
+            "error": s["error"],
+        }
+        for s in sorted(turn["suggestions"], key=lambda s: s["position"])
+    ]
+    first_choice = next((e["t"] for e in turn["events"] if e["action"] in ("choose", "push")), None)
+    return {
+        "index": turn["index"],
+        "round": turn["round"],
+        "author": "suggestion",
+        "context": turn["context"],
+        "suggestions": suggestions,
+        "events": turn["events"],
+        "chosen": turn["chosen"],
+        "switches": sum(1 for e in turn["events"] if e["action"] == "switch"),
+        "text": turn["text"],
+        "requested_at": turn["requested_at"],
+        "ready_at": turn["ready_at"],
+        "submitted_at": turn["submitted_at"],
+        "shown_at": turn.get("shown_at"),
+        "choice_s": duration(turn.get("shown_at") or turn.get("ready_at"), first_choice),
+        "edit_s": duration(first_choice, turn["submitted_at"]),
+    }
 
 
 def duration(start: float | None, end: float | None) -> float | None:

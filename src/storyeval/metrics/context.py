@@ -230,6 +230,23 @@ class EncoderCache:
             pieces.append(_Piece(index, window, keep_from, keep_to, target))
         return pieces
 
+    def _batches(self, pieces: Sequence[_Piece]) -> list[list[int]]:
+        """Pieces sorted by length, in batches within the token budget and the row cap."""
+        order = sorted(range(len(pieces)), key=lambda i: len(pieces[i].ids))
+        batches: list[list[int]] = []
+        current: list[int] = []
+        for i in order:
+            longest = len(pieces[i].ids)
+            if current and (
+                (len(current) + 1) * longest > self.batch_tokens or len(current) >= self.max_batch
+            ):
+                batches.append(current)
+                current = []
+            current.append(i)
+        if current:
+            batches.append(current)
+        return batches
+
     def _encode(self, keys: list[str], layers: list[int], wanted: dict[str, set[int]]) -> None:
         import torch
 
@@ -255,19 +272,7 @@ class EncoderCache:
             pieces.extend(made)
         top = max(layers)
         filled: dict[int, dict[int, np.ndarray]] = {}
-        order = sorted(range(len(pieces)), key=lambda i: len(pieces[i].ids))
-        batches: list[list[int]] = []
-        current: list[int] = []
-        for i in order:
-            longest = len(pieces[i].ids)
-            if current and (
-                (len(current) + 1) * longest > self.batch_tokens or len(current) >= self.max_batch
-            ):
-                batches.append(current)
-                current = []
-            current.append(i)
-        if current:
-            batches.append(current)
+        batches = self._batches(pieces)
         pad_id = self.encoder.tokenizer.pad_token_id or 0
         bar = _progress(len(batches), "encoding", self.progress)
         with (
