@@ -64,7 +64,7 @@ def main() -> None:
 
     warnings.simplefilter("ignore")
     from storyeval.engine.dask import close, connect, score_source
-    from storyeval.metrics.pipeline import score_file
+    from storyeval.engine.local import score_file
     from storyeval.models.devices import configure_threads
 
     folder = Path(tempfile.mkdtemp())

@@ -5,6 +5,7 @@ perturbation and judging; partitioned readers; the missing-extra message; device
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import threading
@@ -50,7 +51,7 @@ def test_dask_scores_equal_local_on_the_example_corpus(client, examples_dir, tmp
     blocks of 6: the score records, signatures and per-system tables of the two engines are
     identical, to the last bit."""
     from storyeval.engine.dask import score_source
-    from storyeval.metrics.pipeline import score_file
+    from storyeval.engine.local import score_file
 
     path = _demo_subset(examples_dir, tmp_path)
     local = score_file(path, None, bootstrap=200, block_size=6)
@@ -68,7 +69,7 @@ def test_dask_scores_equal_local_on_the_example_corpus(client, examples_dir, tmp
 def test_corpus_level_statistics_equal_local(client, examples_dir):
     """Corpus BLEU, self-BLEU and MAUVE from statistics gathered after the map."""
     from storyeval.engine.dask import score_source
-    from storyeval.metrics.pipeline import score_file
+    from storyeval.engine.local import score_file
 
     path = examples_dir / "stories.jsonl"
     names = "bleu,self_bleu,mauve,mauve_star,cross_story_repetition"
@@ -82,18 +83,27 @@ def test_corpus_level_statistics_equal_local(client, examples_dir):
     assert set(local.systems.statistic) >= {"corpus_bleu", "mauve", "mauve_star"}
 
 
-def test_resume_skips_finished_blocks(client, examples_dir, tmp_path):
-    from storyeval.engine.dask import score_source
+@pytest.mark.parametrize("engine", ["local", "dask"])
+def test_resume_skips_finished_blocks(engine, request, examples_dir, tmp_path):
+    """Both executors save finished blocks and a re-run reuses them (one block lost: only
+    it is scored again), with the same records."""
+    from storyeval.engine.local import score_file
 
+    if engine == "dask":
+        from storyeval.engine.dask import score_source
+
+        client = request.getfixturevalue("client")
+        run = functools.partial(score_source, client=client)
+    else:
+        run = score_file
     path = examples_dir / "stories.jsonl"
     work = tmp_path / "work"
-    first = score_source(path, "bleu,distinct1,bertscore_f", client=client, missing="skip",
-                         bootstrap=0, block_size=40, work_dir=work)  # fmt: skip
+    settings = {"missing": "skip", "bootstrap": 0, "block_size": 40, "work_dir": work}
+    first = run(path, "bleu,distinct1,bertscore_f", **settings)
     blocks = sorted(work.glob("*/block-*.pkl"))
     assert len(blocks) == 5 and first.timings.get("blocks_reused", 0) == 0
     blocks[2].unlink()  # as if the run had stopped before this block
-    again = score_source(path, "bleu,distinct1,bertscore_f", client=client, missing="skip",
-                         bootstrap=0, block_size=40, work_dir=work)  # fmt: skip
+    again = run(path, "bleu,distinct1,bertscore_f", **settings)
     assert again.timings["blocks_reused"] == 4
     assert _records(again) == _records(first)
 
@@ -104,7 +114,7 @@ def test_a_worker_killed_mid_run_is_replaced_and_nothing_is_lost(client, example
     import signal
 
     from storyeval.engine.dask import score_source
-    from storyeval.metrics.pipeline import score_file
+    from storyeval.engine.local import score_file
 
     path = _demo_subset(examples_dir, tmp_path)
     work = tmp_path / "work"
@@ -188,9 +198,9 @@ def test_partitioned_readers_give_the_files_lines(tmp_path, examples_dir):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    from storyeval.engine.local import read_partitioned
     from storyeval.engine.sources import plan_partitions
     from storyeval.errors import DataFileError
-    from storyeval.metrics.pipeline import read_partitioned
 
     path = examples_dir / "stories.jsonl"
     expected = read_stories(path)

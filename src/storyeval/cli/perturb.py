@@ -88,7 +88,7 @@ def perturb(
     import warnings
 
     from storyeval.corpus import read_stories, write_records
-    from storyeval.perturb import PerturbOptions, perturb_stories
+    from storyeval.perturb import PerturbOptions
 
     if mix and each:
         raise exit_with("error: --mix and --each cannot be combined")
@@ -123,8 +123,15 @@ def perturb(
     with warnings.catch_warnings(record=True):
         warnings.simplefilter("always")
         if client is None:
-            run = perturb_stories(
-                read_stories(stories), progress=not quiet and sys.stderr.isatty(), **settings
+            from storyeval.blocks import LocalExecutor
+            from storyeval.perturb.engine import perturb_on
+
+            executor = LocalExecutor(read_stories(stories), where=str(stories))
+            run = perturb_on(
+                executor,
+                block_size=block_size,
+                progress=not quiet and sys.stderr.isatty(),
+                **settings,
             )
         else:
             from storyeval.engine.dask import close, perturb_source

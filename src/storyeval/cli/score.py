@@ -81,9 +81,10 @@ def score(
 ) -> None:
     """Score every story with automatic metrics; print and write per-system aggregates.
 
-    With --engine dask the file (a local path or any fsspec URL; JSONL, CSV or Parquet) is
-    read and scored in blocks on a Dask cluster, with the local engine's numbers; finished
-    blocks are kept in OUTPUT.blocks/ until the output is written, so a re-run resumes.
+    Stories are scored in blocks; with --output, finished blocks are kept in OUTPUT.blocks/
+    until the output is written, so a re-run of an interrupted command resumes. With
+    --engine dask the file (a local path or any fsspec URL; JSONL, CSV or Parquet) is read
+    and scored in blocks on a Dask cluster, with the local engine's numbers.
     """
     from storyeval.engine.local import score_file
     from storyeval.metrics.registry import parse_option_assignments
@@ -102,12 +103,12 @@ def score(
             "precision": precision,
             "block_size": block_size,
         }
+        work = Path(f"{output}.blocks") if output is not None else None
         if client is None:
-            run = score_file(stories, metrics, options=options, **settings)
+            run = score_file(stories, metrics, options=options, work_dir=work, **settings)
         else:
             from storyeval.engine.dask import score_source
 
-            work = Path(f"{output}.blocks") if output is not None else None
             run = score_source(
                 stories,
                 metrics,

@@ -1,11 +1,14 @@
 """Scoring, generating, perturbing and judging on a Dask cluster.
 
-The driver (the process running ``storyeval ... --engine dask``) never holds the stories'
-texts: workers read the file's partitions (:mod:`storyeval.engine.sources`), check them,
-score blocks of stories and send back per-story values and sufficient statistics; the
-driver checks the whole file (duplicate ids, bad lines, with the file's line numbers),
-merges the blocks in order and computes the corpus-level statistics exactly as the local
-engine does (:func:`storyeval.metrics.pipeline.finish_run`).
+:class:`DaskExecutor` is the cluster's :class:`~storyeval.blocks.Executor`: each operation
+(:func:`~storyeval.metrics.pipeline.score_on`, :func:`~storyeval.judge.core.judge_on`,
+:func:`~storyeval.generate.core.generate_on`, :func:`~storyeval.perturb.engine.perturb_on`)
+is written once and runs its blocks on the workers here, in this process on the local
+engine. The driver (the process running ``storyeval ... --engine dask``) never holds the
+stories' texts: workers read the file's partitions (:mod:`storyeval.engine.sources`), check
+them, run the blocks and send back per-story results; the driver checks the whole file
+(duplicate ids, bad lines, with the file's line numbers), merges the blocks in order and
+computes the corpus-level statistics exactly as the local engine does.
 
 Every worker process loads each model once (storyeval's per-process model cache) and serves
 every block and metric with it. A block that fails is retried (``retries``) without touching
@@ -23,15 +26,13 @@ Start a local cluster on 127.0.0.1 (one single-threaded worker per CPU), or join
 
 from __future__ import annotations
 
-import hashlib
-import json
-import pickle
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+from storyeval.blocks import Block
 from storyeval.corpus import Story
 from storyeval.engine import EngineError, require_dask
 from storyeval.engine.sources import (
@@ -41,7 +42,7 @@ from storyeval.engine.sources import (
     plan_partitions,
     read_partition,
 )
-from storyeval.metrics.pipeline import MissingPolicy
+from storyeval.metrics.pipeline import MissingPolicy, ScoreRun, ScoringSettings, score_on
 
 #: Seconds to wait for a scheduler before giving up.
 CONNECT_TIMEOUT = 30
@@ -148,6 +149,9 @@ def close(client: Any) -> None:
         cluster.close()
 
 
+R = TypeVar("R")
+
+
 # --------------------------------------------------------------------------- worker side
 
 
@@ -161,12 +165,11 @@ class PartitionSummary:
     problems: list[tuple[int, str]]
     systems: list[str | None]
     prompt_ids: list[str]
-    presence: Any
 
 
 def summarize(partition: Partition) -> PartitionSummary:
-    """A partition's ids, lines, problems, systems, prompt ids and field presence."""
-    from storyeval.metrics.pipeline import corpus_presence, prompt_id
+    """A partition's ids, lines, problems, systems and prompt ids."""
+    from storyeval.metrics.pipeline import prompt_id
 
     stories = partition.stories
     return PartitionSummary(
@@ -176,70 +179,75 @@ def summarize(partition: Partition) -> PartitionSummary:
         partition.problems,
         [s.system for s in stories],
         [prompt_id(s) for s in stories],
-        corpus_presence(stories),
     )
 
 
 def block_stories(pieces: Sequence[tuple[Partition, int, int]]) -> list[Story]:
-    """The stories of one block: slices of consecutive partitions."""
+    """The stories of a block of consecutive stories: slices of consecutive partitions."""
     result: list[Story] = []
     for partition, start, end in pieces:
         result += partition.stories[start:end]
     return result
 
 
-def partition_lacking(
-    partition: Partition, offset: int, names: Sequence[str], resolved: Mapping[str, Any]
-) -> dict[str, list[tuple[int, str]]]:
-    """The stories of a partition (run indices) lacking an input of each metric."""
-    from storyeval.metrics.pipeline import lacking_inputs
-    from storyeval.metrics.registry import get_metric
-
-    specs = {name: get_metric(name) for name in names}
-    return lacking_inputs(specs, partition.stories, resolved, offset)
+def gather_stories(pieces: Sequence[tuple[Partition, list[int]]]) -> list[Story]:
+    """The stories at the given positions of their partitions, in the order given."""
+    return [partition.stories[i] for partition, positions in pieces for i in positions]
 
 
-def score_block(
-    stories: list[Story],
-    offset: int,
-    names: Sequence[str],
-    resolved: Mapping[str, Mapping[str, Any]],
-    eligible: Mapping[str, Sequence[int]],
-    device: str,
-    precision: str,
-    threads: int | None,
-    saved: str | None,
-) -> tuple[dict[str, Any], dict[str, float]]:
-    """Score one block on a worker (models loaded once per worker process); with ``saved``,
-    reuse the block written by an earlier run, else write it there once computed."""
-    from storyeval.io import write_bytes_atomic
-    from storyeval.metrics.context import ScoringContext
-    from storyeval.metrics.pipeline import run_block
+def on_partition(partition: Partition, offset: int, function: Callable[..., R], *shared: Any) -> R:
+    """``function(stories, offset, *shared)`` on a partition's stories."""
+    return function(partition.stories, offset, *shared)
+
+
+def configured(threads: int, function: Callable[..., R], *args: Any) -> R:
+    """``function(*args)`` with ``threads`` torch threads on this worker."""
     from storyeval.models.devices import configure_threads
 
-    if saved is not None and Path(saved).is_file():
-        with open(saved, "rb") as handle:
-            outputs, timings = pickle.load(handle)
-        return outputs, {**timings, "blocks_reused": 1.0}
-    configure_threads(threads or 1)
-    context = ScoringContext(device=device, precision=precision)
-    computed = run_block(stories, offset, names, resolved, eligible, context)
-    if saved is not None:
-        write_bytes_atomic(saved, pickle.dumps(computed))
-    return computed
+    configure_threads(threads)
+    return function(*args)
 
 
 # --------------------------------------------------------------------------- the driver
 
 
 @dataclass
-class Source:
-    """A story file read by the cluster: its partitions (futures on the workers) and what the
-    driver knows of them."""
+class DaskExecutor:
+    """The :class:`~storyeval.blocks.Executor` of a Dask cluster: a story file's partitions
+    held by the workers (futures), what the driver knows of them, and the work's resources.
 
+    Parameters
+    ----------
+    client : distributed.Client
+        From :func:`connect`.
+    url : str
+        The file (for error messages).
+    partitions : list of Future
+        The file's partitions on the workers.
+    summaries : list of PartitionSummary
+        Their ids, lines, systems and prompt ids.
+    progress : bool
+        Show a progress bar over blocks.
+    threads : int
+        Torch threads per task.
+    """
+
+    client: Any
     url: str
     partitions: list[Any]
     summaries: list[PartitionSummary]
+    progress: bool = False
+    threads: int = 1
+
+    @property
+    def in_process(self) -> bool:
+        """Functions run on the workers."""
+        return False
+
+    @property
+    def where(self) -> str:
+        """The file error messages name."""
+        return self.url
 
     @property
     def n_stories(self) -> int:
@@ -272,6 +280,52 @@ class Source:
             for story_id, system, pid in zip(s.ids, s.systems, s.prompt_ids, strict=True)
         ]
 
+    def map_parts(self, function: Callable[..., R], *shared: Any) -> list[R]:
+        """``function(stories, offset, *shared)`` on each partition, on its worker."""
+        futures = [
+            self.client.submit(on_partition, part, offset, function, *shared, retries=2)
+            for part, offset in zip(self.partitions, self.offsets(), strict=True)
+        ]
+        return list(self.client.gather(futures))
+
+    def map_blocks(
+        self,
+        function: Callable[..., R],
+        blocks: Sequence[Block],
+        *shared: Any,
+        items: Sequence[Any] | None = None,
+        resources: Mapping[str, float] | None = None,
+        label: str = "blocks",
+    ) -> list[R]:
+        """``function(stories, item, *shared)`` on each block, on the workers (the shared
+        arguments sent to every worker once); the results in block order."""
+        shared_futures = self.client.scatter(list(shared), broadcast=True) if shared else []
+        futures = []
+        for k, block in enumerate(blocks):
+            stories = self.client.submit(*self._block_reader(block), retries=2)
+            item = items[k] if items is not None else k
+            futures.append(
+                self.client.submit(
+                    configured,
+                    self.threads,
+                    function,
+                    stories,
+                    item,
+                    *shared_futures,
+                    retries=2,
+                    resources=dict(resources or {}) or None,
+                    pure=False,
+                )
+            )
+        _progress(futures, label, self.progress)
+        return list(self.client.gather(futures))
+
+    def _block_reader(self, block: Block) -> tuple[Any, ...]:
+        """The task reading a block's stories from the partitions holding them."""
+        if isinstance(block, range) and block.step == 1:
+            return (block_stories, self.pieces(block.start, block.stop))
+        return (gather_stories, self.index_pieces(block))
+
     def index_pieces(self, indices: Sequence[int]) -> list[tuple[Any, list[int]]]:
         """The (partition future, positions) pieces of the run indices ``indices``, in order."""
         offsets = self.offsets()
@@ -297,8 +351,14 @@ class Source:
 
 
 def read_source(
-    client: Any, url: str | Path, *, blocksize: int = 64 * 2**20, kind: str = "stories"
-) -> Source:
+    client: Any,
+    url: str | Path,
+    *,
+    blocksize: int = 64 * 2**20,
+    kind: str = "stories",
+    progress: bool = False,
+    threads: int = 1,
+) -> DaskExecutor:
     """Read a story file on the cluster and check it whole.
 
     Raises
@@ -310,28 +370,7 @@ def read_source(
     futures = [client.submit(read_partition, spec, retries=2, pure=False) for spec in specs]
     summaries = client.gather([client.submit(summarize, f, retries=2) for f in futures])
     check_partitions(str(url), [(s.n_lines, s.ids, s.lines, s.problems) for s in summaries])
-    return Source(str(url), futures, summaries)
-
-
-def _work_key(url: str, names: Sequence[str], resolved: Any, settings: Mapping[str, Any]) -> str:
-    """A hash of everything a block's result depends on, so a re-run reuses only its own."""
-    import fsspec
-
-    from storyeval import __version__
-
-    fs, path = fsspec.core.url_to_fs(url)
-    info = fs.info(path)
-    identity = {
-        "url": url,
-        "size": info.get("size"),
-        "mtime": str(info.get("mtime") or info.get("LastModified") or ""),
-        "names": list(names),
-        "options": resolved,
-        "settings": dict(settings),
-        "version": __version__,
-    }
-    text = json.dumps(identity, sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    return DaskExecutor(client, str(url), futures, summaries, progress, threads)
 
 
 def _progress(futures: list[Any], label: str, enabled: bool) -> None:
@@ -347,6 +386,9 @@ def _progress(futures: list[Any], label: str, enabled: bool) -> None:
     with tqdm(total=len(futures), desc=label, unit="block", file=sys.stderr) as bar:
         for _ in as_completed(futures):
             bar.update(1)
+
+
+# --------------------------------------------------------------------------- the operations
 
 
 def score_source(
@@ -367,10 +409,10 @@ def score_source(
     work_dir: str | Path | None = None,
     progress: bool = False,
     read_blocksize: int = 64 * 2**20,
-) -> Any:
-    """Score a story file on a Dask cluster; the same arguments and the same result as
-    :func:`storyeval.engine.local.score_file` (a :class:`~storyeval.metrics.pipeline.ScoreRun`
-    whose scores and per-system table equal the local engine's).
+) -> ScoreRun:
+    """Score a story file on a Dask cluster: :func:`~storyeval.metrics.pipeline.score_on`
+    with this cluster's executor, so the same arguments give the same result as
+    :func:`storyeval.engine.local.score_file`.
 
     Parameters
     ----------
@@ -394,196 +436,25 @@ def score_source(
     ------
     DataFileError, MissingInputError, UnknownMetricError, OptionError, EngineError
     """
-    from storyeval.metrics.pipeline import (
-        block_tasks,
-        default_suite,
-        eligibility,
-        finish_run,
-        merge_outputs,
-    )
-    from storyeval.metrics.registry import (
-        MetricBatch,
-        get_metric,
-        parse_metric_list,
-        resolve_options,
-    )
-    from storyeval.models.devices import check_precision, compute_fields
+    from storyeval.models.devices import check_precision
 
-    if bootstrap < 0 or not 0 < confidence < 1:
-        raise ValueError("bootstrap must be >= 0 and confidence in (0, 1)")
-    if missing not in (None, "error", "skip"):
-        raise ValueError(f"missing must be one of error, skip; got {missing!r}")
     check_precision(precision, device)
-    url = str(source)
-    data = read_source(client, url, blocksize=read_blocksize)
-    skipped: dict[str, str] = {}
-    if metrics is None:
-        presence = data.summaries[0].presence
-        for summary in data.summaries[1:]:
-            presence = presence.merge(summary.presence)
-        names, skipped = default_suite(presence)
-        policy: MissingPolicy = missing or "skip"
-    else:
-        names = parse_metric_list(metrics)
-        policy = missing or "error"
-    resolved = resolve_options(names, options)
-    specs = {name: get_metric(name) for name in names}
-    n = data.n_stories
-    lacking_parts = client.gather(
-        [
-            client.submit(partition_lacking, f, offset, names, resolved, retries=2)
-            for f, offset in zip(data.partitions, data.offsets(), strict=True)
-        ]
+    executor = read_source(
+        client, source, blocksize=read_blocksize, progress=progress, threads=num_cpus
     )
-    lacking = {name: [item for part in lacking_parts for item in part[name]] for name in names}
-    eligible, missing_count = eligibility(
-        specs,
-        resolved,
-        lacking,
-        n,
-        policy,
-        data.locate,
-        url,
-    )
-    tasks = block_tasks(n, specs, resolved, block_size)
-    folder = None
-    if work_dir is not None:
-        settings = {
-            "block_size": block_size,
-            "device": device,
-            "precision": precision,
-            "policy": policy,
-        }
-        folder = Path(work_dir) / _work_key(url, names, resolved, settings)
-        folder.mkdir(parents=True, exist_ok=True)
-    futures = []
-    resources = {"GPU": num_gpus} if num_gpus else None
-    for task in tasks:
-        stories = client.submit(block_stories, data.pieces(task.start, task.end), retries=2)
-        wanted = {
-            name: [i for i in eligible[name] if task.start <= i < task.end] for name in task.names
-        }
-        saved = (
-            None
-            if folder is None
-            else str(folder / f"block-{task.start}-{task.end}-{len(task.names)}.pkl")
-        )
-        futures.append(
-            client.submit(
-                score_block,
-                stories,
-                task.start,
-                task.names,
-                resolved,
-                wanted,
-                device,
-                precision,
-                num_cpus,
-                saved,
-                retries=2,
-                resources=resources,
-                pure=False,
-            )
-        )
-    _progress(futures, "blocks", progress)
-    results = client.gather(futures)
-    parts: dict[str, list[Any]] = {name: [] for name in names}
-    timings: dict[str, float] = {}
-    for outputs, seconds in results:
-        for name, output in outputs.items():
-            parts[name].append(output)
-        for key, value in seconds.items():
-            timings[key] = timings.get(key, 0.0) + value
-    merged = {name: merge_outputs(found) for name, found in parts.items()}
-    stubs = data.stubs()
-    batches = {
-        name: MetricBatch([stubs[i] for i in eligible[name]], None, stubs)  # type: ignore[arg-type]
-        for name in names
-    }
-    return finish_run(
-        specs,
-        resolved,
-        batches,
-        merged,
-        missing_count,
-        skipped,
-        timings,
-        None,
+    return score_on(
+        executor,
+        metrics,
+        options=options,
+        missing=missing,
         bootstrap=bootstrap,
         confidence=confidence,
         seed=seed,
-        compute=compute_fields(device, precision),
+        block_size=block_size,
+        scoring=ScoringSettings(device, precision),
+        work_dir=work_dir,
+        resources={"GPU": num_gpus} if num_gpus else None,
     )
-
-
-# --------------------------------------------------------------------------- map over stories
-
-
-def map_blocks(
-    client: Any,
-    source: str | Path,
-    function: Callable[[list[Story], int], list[Any]],
-    *,
-    block_size: int,
-    progress: bool = False,
-    read_blocksize: int = 64 * 2**20,
-    resources: Mapping[str, float] | None = None,
-    data: Source | None = None,
-    kind: str = "stories",
-    args: Sequence[Any] = (),
-) -> list[Any]:
-    """``function(stories, block_index)`` on every block of ``block_size`` consecutive
-    records of a story file, on the cluster; the results concatenated in file order (what
-    generation and perturbation use)."""
-    from storyeval.blocks import block_plan
-
-    data = data or read_source(client, source, blocksize=read_blocksize, kind=kind)
-    futures = []
-    for k, (start, end) in enumerate(block_plan(data.n_stories, block_size)):
-        stories = client.submit(block_stories, data.pieces(start, end), retries=2)
-        futures.append(
-            client.submit(
-                function,
-                stories,
-                k,
-                *args,
-                retries=2,
-                resources=dict(resources or {}) or None,
-                pure=False,
-            )
-        )
-    _progress(futures, "blocks", progress)
-    result: list[Any] = []
-    for part in client.gather(futures):
-        result += part
-    return result
-
-
-# --------------------------------------------------------------------------- judging
-
-
-def judge_block(
-    stories: list[Story],
-    rubric: Any,
-    spec: Any,
-    settings: Any,
-    cache_path: str | None,
-    threads: int | None,
-) -> Any:
-    """Judge one block on a worker (the judges built once per worker process)."""
-    from storyeval.judge.cache import JudgeCache
-    from storyeval.judge.core import judge_stories
-    from storyeval.models.devices import configure_threads
-
-    configure_threads(threads or 1)
-    cache = JudgeCache(cache_path) if cache_path else None
-    try:
-        return judge_stories(
-            stories, rubric, spec.build(), settings=settings, cache=cache, finish=False
-        )
-    finally:
-        if cache is not None:
-            cache.close()
 
 
 def judge_source(
@@ -598,56 +469,23 @@ def judge_source(
     num_cpus: int = 1,
     progress: bool = False,
 ) -> Any:
-    """Judge a story file on a Dask cluster in the blocks of
-    :func:`storyeval.judge.core.judge_blocks` (so the result equals the local engine's).
+    """Judge a story file on a Dask cluster: :func:`~storyeval.judge.core.judge_on` with this
+    cluster's executor, in the blocks the local engine judges (so the result equals its).
 
     ``spec`` is a :class:`storyeval.judge.backends.BackendSpec`; ``cache_path`` an answer
     cache every worker can reach (a shared file system), or None.
     """
-    from storyeval.judge.core import JudgeSettings, judge_blocks_plan, merge_judge_runs
+    from storyeval.judge.core import judge_on
 
-    settings = settings or JudgeSettings()
-    settings.check()
-    data = read_source(client, source)
-    stubs = data.stubs()
-    plan = judge_blocks_plan(stubs, settings.mode, block_size)
-    futures = []
-    for block in plan:
-        stories = client.submit(gather_stories, data.index_pieces(block), retries=2)
-        futures.append(
-            client.submit(
-                judge_block,
-                stories,
-                rubric,
-                spec,
-                settings,
-                str(cache_path) if cache_path else None,
-                num_cpus,
-                retries=2,
-                pure=False,
-            )
-        )
-    _progress(futures, "blocks", progress)
-    return merge_judge_runs(client.gather(futures))
-
-
-def gather_stories(pieces: Sequence[tuple[Partition, list[int]]]) -> list[Story]:
-    """The stories at the given positions of their partitions, in the order given."""
-    return [partition.stories[i] for partition, positions in pieces for i in positions]
-
-
-# --------------------------------------------------------------------------- generating
-
-
-def generate_block(
-    stories: list[Story], block: int, settings: dict[str, Any], threads: int | None
-) -> list[Story]:
-    """Generate the continuations of one block of prompts on a worker."""
-    from storyeval.generate import generate_stories
-    from storyeval.models.devices import configure_threads
-
-    configure_threads(threads or 1)
-    return generate_stories(stories, block=block, **{**settings, "progress": False})
+    executor = read_source(client, source, progress=progress, threads=num_cpus)
+    return judge_on(
+        executor,
+        rubric,
+        spec,
+        settings=settings,
+        cache=str(cache_path) if cache_path else None,
+        block_size=block_size,
+    )
 
 
 def generate_source(
@@ -659,62 +497,14 @@ def generate_source(
     progress: bool = False,
     **settings: Any,
 ) -> list[Story]:
-    """Generate from a prompts file on a Dask cluster: each block of ``block_size`` prompts is
-    generated with the seed of its block (:func:`storyeval.generate.block_seed`), as the
-    local engine does, so both give the same stories. ``settings`` are the keyword arguments
-    of :func:`storyeval.generate.generate_stories` (``model``, ``decoding``, ``seed``, ...)."""
-    import functools
+    """Generate from a prompts file on a Dask cluster: :func:`~storyeval.generate.core.generate_on`
+    with this cluster's executor (block ``k`` with the seed of its block, as the local engine
+    does, so both give the same stories). ``settings`` are the keyword arguments of
+    :func:`storyeval.generate.generate_stories` (``model``, ``decoding``, ``seed``, ...)."""
+    from storyeval.generate.core import generate_on
 
-    function = functools.partial(
-        _generate_by_index, settings={**settings, "block_size": block_size}, threads=num_cpus
-    )
-    return map_blocks(
-        client, source, function, block_size=block_size, progress=progress, kind="prompts"
-    )
-
-
-def _generate_by_index(
-    stories: list[Story], block: int, *, settings: dict[str, Any], threads: int
-) -> list[Story]:
-    return generate_block(stories, block, settings, threads)
-
-
-# --------------------------------------------------------------------------- perturbing
-
-
-def count_partition(partition: Partition, delexicalize: bool) -> Any:
-    """The perturbation-corpus counts of one partition (parsed with spaCy on the worker)."""
-    from storyeval.models import load_spacy
-    from storyeval.perturb.corpus import count_corpus
-
-    nlp = load_spacy()
-    stories = partition.stories
-    if delexicalize:
-        from storyeval.perturb.delex import Delexicalizer
-
-        delex = Delexicalizer(nlp=nlp)
-        stories = [delex.story(story) for story in stories]
-    return count_corpus(((s.id, s.story) for s in stories), nlp)
-
-
-_CORPORA: dict[str, Any] = {}
-
-
-def perturb_block(
-    stories: list[Story], block: int, counts: Any, *, key: str, settings: dict[str, Any]
-) -> Any:
-    """Perturb one block on a worker with the corpus of the whole file (built once per worker
-    from the partitions' counts)."""
-    from storyeval.models import load_spacy
-    from storyeval.perturb import perturb_stories
-    from storyeval.perturb.corpus import PerturbationCorpus
-
-    nlp = load_spacy()
-    if key not in _CORPORA:
-        _CORPORA.clear()
-        _CORPORA[key] = PerturbationCorpus([], nlp=nlp, counts=counts)
-    run = perturb_stories(stories, corpus=_CORPORA[key], nlp=nlp, **settings)
-    return [run]
+    executor = read_source(client, source, kind="prompts", progress=progress, threads=num_cpus)
+    return generate_on(executor, block_size=block_size, **{**settings, "progress": False})
 
 
 def perturb_source(
@@ -725,47 +515,11 @@ def perturb_source(
     progress: bool = False,
     **settings: Any,
 ) -> Any:
-    """Perturb a story file on a Dask cluster. Workers parse their partitions and count the
-    corpus's keywords, sentences and negation style; the counts are summed into the corpus
-    every technique draws from (as :class:`storyeval.perturb.corpus.PerturbationCorpus` does
-    in one process), and each story's draws depend only on the seed and its id, so the
-    result equals the local engine's. ``settings`` are those of
-    :func:`storyeval.perturb.perturb_stories`."""
-    import functools
-    import uuid
+    """Perturb a story file on a Dask cluster: :func:`~storyeval.perturb.engine.perturb_on`
+    with this cluster's executor (workers parse and count their partitions; the counts make
+    the corpus every technique draws from), so the result equals the local engine's.
+    ``settings`` are those of :func:`storyeval.perturb.perturb_stories`."""
+    from storyeval.perturb.engine import perturb_on
 
-    from storyeval.errors import StoryevalError
-    from storyeval.perturb.engine import PerturbationRun
-
-    data = read_source(client, source)
-    counts = client.gather(
-        [
-            client.submit(count_partition, f, bool(settings.get("delexicalize")), retries=2)
-            for f in data.partitions
-        ]
-    )
-    shared = client.scatter([counts], broadcast=True)[0]  # the whole list, on every worker
-    function = functools.partial(perturb_block, key=uuid.uuid4().hex, settings=settings)
-    runs = map_blocks(
-        client,
-        source,
-        function,
-        block_size=block_size,
-        progress=progress,
-        data=data,
-        args=(shared,),
-    )
-    ids = {story_id for summary in data.summaries for story_id in summary.ids}
-    stories, skipped = [], {}
-    for run in runs:
-        for story in run.stories:
-            if story.id in ids:
-                raise StoryevalError(
-                    f"the output id {story.id!r} is also a source story id; rename the source story"
-                )
-            ids.add(story.id)
-        stories += run.stories
-        skipped.update(run.skipped)
-    if not runs:
-        raise StoryevalError("there are no stories to perturb")
-    return PerturbationRun(stories, skipped, runs[0].signature)
+    executor = read_source(client, source, progress=progress)
+    return perturb_on(executor, block_size=block_size, **settings)

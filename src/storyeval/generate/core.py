@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from storyeval.blocks import Executor
 from storyeval.corpus import Story
 from storyeval.errors import StoryevalError
 from storyeval.generate.filters import COPY_THRESHOLD, WordListFilter, max_copy_overlap
@@ -434,6 +435,24 @@ def _judge(
     return text, "", overlap
 
 
+def generate_on(executor: Executor, *, block_size: int, **settings: Any) -> list[Story]:
+    """Generate from the prompts an executor holds: block ``k`` of ``block_size`` prompts
+    with the random stream of :func:`block_seed` ``(seed, k)``, wherever it runs, so every
+    engine gives the same stories. ``settings`` are the keyword arguments of
+    :func:`generate_stories`."""
+    from storyeval.blocks import consecutive_blocks
+
+    blocks = consecutive_blocks(executor.n_stories, block_size)
+    shared = {**settings, "block_size": block_size}
+    parts = executor.map_blocks(generate_block, blocks, shared, label="prompt blocks")
+    return [story for part in parts for story in part]
+
+
+def generate_block(prompts: list[Story], block: int, settings: dict[str, Any]) -> list[Story]:
+    """Generate the continuations of one block of prompts where the executor runs it."""
+    return generate_stories(prompts, block=block, **settings)
+
+
 def generate_stories(
     prompts: Sequence[Story],
     *,
@@ -527,31 +546,28 @@ def generate_stories(
         prompts, num_stories, batch_size, max_attempts, copy_threshold, max_words, max_chars
     )
     if block_size is not None and len(prompts) > block_size:  # the local engine: block by block
-        from storyeval.blocks import block_plan
+        from storyeval.blocks import LocalExecutor
 
-        settings: dict[str, Any] = {
-            "model": model,
-            "decoding": decoding,
-            "num_stories": num_stories,
-            "seed": seed,
-            "batch_size": batch_size,
-            "max_words": max_words,
-            "max_chars": max_chars,
-            "system": system,
-            "progress": progress,
-            "priming": priming,
-            "separator": separator,
-            "copy_threshold": copy_threshold,
-            "word_filter": word_filter,
-            "max_attempts": max_attempts,
-            "device": device,
-            "precision": precision,
-            "block_size": block_size,
-        }
-        result: list[Story] = []
-        for k, (start, end) in enumerate(block_plan(len(prompts), block_size)):
-            result += generate_stories(prompts[start:end], block=k, **settings)
-        return result
+        return generate_on(
+            LocalExecutor(prompts),
+            block_size=block_size,
+            model=model,
+            decoding=decoding,
+            num_stories=num_stories,
+            seed=seed,
+            batch_size=batch_size,
+            max_words=max_words,
+            max_chars=max_chars,
+            system=system,
+            progress=progress,
+            priming=priming,
+            separator=separator,
+            copy_threshold=copy_threshold,
+            word_filter=word_filter,
+            max_attempts=max_attempts,
+            device=device,
+            precision=precision,
+        )
     decoding = decoding or DecodingConfig()
     device = resolve_device(device)
     check_precision(precision, device)

@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from storyeval import __version__
+from storyeval.blocks import Executor, LocalExecutor
 from storyeval.corpus import Judgment, Story
 from storyeval.errors import StoryevalError
-from storyeval.judge.backends import Decoding, JudgeAnswer, JudgeBackend
+from storyeval.judge.backends import BackendSpec, Decoding, JudgeAnswer, JudgeBackend
 from storyeval.judge.cache import JudgeCache, cache_key
 from storyeval.judge.parse import parse_answer
 from storyeval.judge.prompts import SYSTEM, JudgeRequest, absolute_request, pairwise_request
@@ -593,23 +594,70 @@ def judge_blocks(
     block_size: int = 500,
     progress: Callable[[str], None] | None = None,
 ) -> JudgeRun:
-    """:func:`judge_stories` block by block (:func:`judge_blocks_plan`): the local engine's
-    way of judging, whose blocks the Dask engine judges on its workers."""
+    """:func:`judge_stories` block by block (:func:`judge_blocks_plan`) in this process: the
+    local engine's way of judging (:func:`judge_on` with a local executor)."""
+    return judge_on(
+        LocalExecutor(stories),
+        rubric,
+        backends,
+        settings=settings,
+        cache=cache,
+        block_size=block_size,
+        progress=progress,
+    )
+
+
+def judge_on(
+    executor: Executor,
+    rubric: Rubric,
+    judges: Sequence[JudgeBackend] | BackendSpec,
+    *,
+    settings: JudgeSettings | None = None,
+    cache: JudgeCache | str | None = None,
+    block_size: int = 500,
+    progress: Callable[[str], None] | None = None,
+) -> JudgeRun:
+    """Judge the stories an executor holds, in the blocks of :func:`judge_blocks_plan`.
+
+    ``judges``: live backends for an in-process executor, or a
+    :class:`~storyeval.judge.backends.BackendSpec` each worker builds its judges from (once
+    per process); ``cache``: a cache, or the path of one every worker can reach (a shared
+    file system); ``progress``: messages of the first block, in this process only.
+    """
     settings = settings or JudgeSettings()
-    plan = judge_blocks_plan(stories, settings.mode, block_size)
-    runs = [
-        judge_stories(
-            [stories[i] for i in block],
+    settings.check()
+    plan = judge_blocks_plan(executor.stubs(), settings.mode, block_size)
+    shared = (rubric, judges, settings, cache, progress if executor.in_process else None)
+    return merge_judge_runs(executor.map_blocks(judge_block, plan, *shared))
+
+
+def judge_block(
+    stories: list[Story],
+    block: int,
+    rubric: Rubric,
+    judges: Sequence[JudgeBackend] | BackendSpec,
+    settings: JudgeSettings,
+    cache: JudgeCache | str | None,
+    progress: Callable[[str], None] | None,
+) -> JudgeRun:
+    """Judge one block of stories where the executor runs it (judges built from a spec once
+    per process; a cache given by path opened for the block)."""
+    if isinstance(judges, BackendSpec):
+        judges = judges.build()
+    opened = JudgeCache(cache) if isinstance(cache, str) else None
+    try:
+        return judge_stories(
+            stories,
             rubric,
-            backends,
+            judges,
             settings=settings,
-            cache=cache,
-            progress=progress if k == 0 else None,
+            cache=opened or cache,  # type: ignore[arg-type]
+            progress=progress if block == 0 else None,
             finish=False,
         )
-        for k, block in enumerate(plan)
-    ]
-    return merge_judge_runs(runs)
+    finally:
+        if opened is not None:
+            opened.close()
 
 
 def _mass_note(run: JudgeRun) -> None:

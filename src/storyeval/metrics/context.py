@@ -430,6 +430,11 @@ class ScoringContext:
         other._given = dict(self._given)
         return other
 
+    def block_context(self, whole: bool) -> ScoringContext:
+        """The context a block of a run scores in: this one for a block spanning the whole
+        run, else a fork (each block has its own encoder caches, so memory stays bounded)."""
+        return self if whole else self.fork()
+
     def use(self, model: Any) -> str | None:
         """A name under which the metrics of this context find ``model``: a name or None is
         returned as is; a loaded model object (an encoder, causal LM, word vectors or spaCy

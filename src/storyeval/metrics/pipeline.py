@@ -26,7 +26,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from storyeval.blocks import block_plan
+from storyeval.blocks import Executor, LocalExecutor, block_plan
 from storyeval.corpus import Score, Story
 from storyeval.errors import MissingInputError
 from storyeval.metrics.context import ScoringContext
@@ -260,6 +260,7 @@ def score_stories(
     device: str = "cpu",
     precision: str = "float32",
     block_size: int = 500,
+    work_dir: str | Path | None = None,
 ) -> ScoreRun:
     """Score stories with registered metrics.
 
@@ -297,6 +298,9 @@ def score_stories(
         pass, so memory stays bounded); metrics whose values depend on the whole corpus
         (self-BLEU, idf weights) run on all stories at once. The Dask engine scores the same
         blocks, so both give the same numbers.
+    work_dir : path, optional
+        With ``source``: each finished block is saved here, and a re-run of the same work
+        (file, metrics, options and settings) reuses the saved blocks.
 
     Returns
     -------
@@ -319,33 +323,115 @@ def score_stories(
     """
     if not stories:
         raise ValueError("stories must not be empty")
-    if missing is not None and missing not in ("error", "skip"):
-        raise ValueError(f"missing must be one of error, skip; got {missing!r}")
-    if bootstrap < 0:
-        raise ValueError(f"bootstrap must be >= 0; got {bootstrap}")
-    if not 0 < confidence < 1:
-        raise ValueError(f"confidence must be between 0 and 1; got {confidence}")
-    skipped: dict[str, str] = {}
-    if metrics is None:
-        names, skipped = default_suite(stories)
-        policy: MissingPolicy = missing or "skip"
-    else:
-        names = parse_metric_list(metrics)
-        policy = missing or "error"
+    executor = LocalExecutor(
+        stories, lines or {}, str(source) if source is not None else "<stories>", progress
+    )
+    context = context or ScoringContext(progress=progress, device=device, precision=precision)
+    return score_on(
+        executor,
+        metrics,
+        options=options,
+        missing=missing,
+        bootstrap=bootstrap,
+        confidence=confidence,
+        seed=seed,
+        block_size=block_size,
+        scoring=context,
+        work_dir=work_dir,
+    )
+
+
+@dataclass(frozen=True)
+class ScoringSettings:
+    """How a block scored away from this process loads its models: a fresh
+    :class:`ScoringContext` per block (the models themselves are loaded once per process)."""
+
+    device: str = "cpu"
+    precision: str = "float32"
+
+    def block_context(self, whole: bool) -> ScoringContext:
+        """A context for one block."""
+        return ScoringContext(device=self.device, precision=self.precision)
+
+    def compute_fields(self) -> dict[str, str]:
+        """Where and how the models run, for signatures."""
+        from storyeval.models.devices import compute_fields
+
+        return compute_fields(self.device, self.precision)
+
+
+@dataclass
+class BlockWork:
+    """One block of a scoring run: its task, the run indices each of its metrics scores
+    (stories lacking an input left out), whether it spans the whole run, and where a finished
+    block is saved (a re-run reuses it)."""
+
+    task: BlockTask
+    wanted: dict[str, list[int]]
+    whole: bool
+    saved: str | None = None
+
+
+def score_on(
+    executor: Executor,
+    metrics: str | Sequence[str] | None = None,
+    *,
+    options: Mapping[str, Any] | None = None,
+    missing: MissingPolicy | None = None,
+    bootstrap: int = 1000,
+    confidence: float = 0.95,
+    seed: int = 0,
+    block_size: int = 500,
+    scoring: ScoringContext | ScoringSettings | None = None,
+    work_dir: str | Path | None = None,
+    resources: Mapping[str, float] | None = None,
+) -> ScoreRun:
+    """Score the stories an executor holds (:func:`score_stories` in this process,
+    :func:`storyeval.engine.dask.score_source` on a cluster): choose the metrics, check every
+    story has their inputs, score the blocks of :func:`block_tasks` where the executor runs
+    them, then aggregate here. ``scoring``: the live context of an in-process executor, or
+    the settings a block elsewhere loads its models with; ``work_dir``: finished blocks are
+    saved there and reused by a re-run of the same work (stories read from a file only)."""
+    _check_run_settings(missing, bootstrap, confidence)
+    scoring = scoring or (ScoringContext() if executor.in_process else ScoringSettings())
+    names, policy, skipped = _choose_metrics(executor, metrics, missing)
     resolved = resolve_options(names, options)
     for target in unused_options(names, options):
-        warnings.warn(f"option {target} applies to none of the metrics run", stacklevel=2)
-    context = context or ScoringContext(progress=progress, device=device, precision=precision)
+        warnings.warn(f"option {target} applies to none of the metrics run", stacklevel=3)
     specs = {name: get_metric(name) for name in names}
-    where = str(source) if source is not None else "<stories>"
-    eligible, missing_count = _eligible(specs, stories, resolved, policy, lines or {}, where)
+    parts = executor.map_parts(partition_lacking, names, resolved)
+    lacking = {name: [item for part in parts for item in part[name]] for name in names}
+    n = executor.n_stories
+    eligible, missing_count = eligibility(
+        specs, resolved, lacking, n, policy, executor.locate, executor.where
+    )
+    tasks = block_tasks(n, specs, resolved, block_size)
+    folder = _work_folder(work_dir, executor.where, names, resolved, scoring, block_size, policy)
+    items = [
+        BlockWork(
+            task,
+            {
+                name: [i for i in eligible[name] if task.start <= i < task.end]
+                for name in task.names
+            },
+            len(tasks) == 1 or task.end - task.start == n,
+            None
+            if folder is None
+            else str(folder / f"block-{task.start}-{task.end}-{len(task.names)}.pkl"),
+        )
+        for task in tasks
+    ]
+    blocks = [range(task.start, task.end) for task in tasks]
+    results = executor.map_blocks(
+        score_block, blocks, resolved, scoring, items=items, resources=resources
+    )
+    outputs, timings = _merge_blocks(names, results)
+    stubs = executor.stubs()
+    context = scoring if isinstance(scoring, ScoringContext) else None
     batches = {
-        name: MetricBatch([stories[i] for i in eligible[name]], context, list(stories))
+        name: MetricBatch([stubs[i] for i in eligible[name]], context, stubs)  # type: ignore[arg-type]
         for name in names
     }
-    outputs, timings = compute_blocks(
-        stories, specs, resolved, eligible, context, block_size=block_size
-    )
     return finish_run(
         specs,
         resolved,
@@ -358,7 +444,122 @@ def score_stories(
         bootstrap=bootstrap,
         confidence=confidence,
         seed=seed,
+        compute=scoring.compute_fields(),
     )
+
+
+def _check_run_settings(missing: str | None, bootstrap: int, confidence: float) -> None:
+    if missing is not None and missing not in ("error", "skip"):
+        raise ValueError(f"missing must be one of error, skip; got {missing!r}")
+    if bootstrap < 0:
+        raise ValueError(f"bootstrap must be >= 0; got {bootstrap}")
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be between 0 and 1; got {confidence}")
+
+
+def _choose_metrics(
+    executor: Executor, metrics: str | Sequence[str] | None, missing: MissingPolicy | None
+) -> tuple[list[str], MissingPolicy, dict[str, str]]:
+    """The metrics to run (the default suite for the fields present when none are named),
+    the missing-input policy, and why default metrics were left out."""
+    if metrics is not None:
+        return parse_metric_list(metrics), missing or "error", {}
+    presence = CorpusPresence()
+    for part in executor.map_parts(_part_presence):
+        presence = presence.merge(part)
+    names, skipped = default_suite(presence)
+    return names, missing or "skip", skipped
+
+
+def _part_presence(stories: Sequence[Story], offset: int) -> CorpusPresence:
+    return corpus_presence(stories)
+
+
+def partition_lacking(
+    stories: Sequence[Story],
+    offset: int,
+    names: Sequence[str],
+    resolved: Mapping[str, Mapping[str, Any]],
+) -> dict[str, list[tuple[int, str]]]:
+    """The stories of a part (run indices from ``offset``) lacking an input of each metric."""
+    specs = {name: get_metric(name) for name in names}
+    return lacking_inputs(specs, stories, resolved, offset)
+
+
+def score_block(
+    stories: Sequence[Story],
+    work: BlockWork,
+    resolved: Mapping[str, Mapping[str, Any]],
+    scoring: ScoringContext | ScoringSettings,
+) -> tuple[dict[str, MetricOutput], dict[str, float]]:
+    """Score one block where the executor runs it; with ``work.saved``, reuse the block an
+    earlier run saved there, else save it once computed."""
+    import pickle
+
+    from storyeval.io import write_bytes_atomic
+
+    if work.saved is not None and Path(work.saved).is_file():
+        with open(work.saved, "rb") as handle:
+            outputs, timings = pickle.load(handle)
+        return outputs, {**timings, "blocks_reused": 1.0}
+    context = scoring.block_context(work.whole)
+    computed = run_block(stories, work.task.start, work.task.names, resolved, work.wanted, context)
+    if work.saved is not None:
+        write_bytes_atomic(work.saved, pickle.dumps(computed))
+    return computed
+
+
+def _merge_blocks(
+    names: Sequence[str], results: Sequence[tuple[dict[str, MetricOutput], dict[str, float]]]
+) -> tuple[dict[str, MetricOutput], dict[str, float]]:
+    """Each metric's block outputs as one output, and the blocks' seconds summed."""
+    parts: dict[str, list[MetricOutput]] = {name: [] for name in names}
+    timings: dict[str, float] = {}
+    for outputs, seconds in results:
+        for name, output in outputs.items():
+            parts[name].append(output)
+        for key, value in seconds.items():
+            timings[key] = timings.get(key, 0.0) + value
+    return {name: merge_outputs(found) for name, found in parts.items()}, timings
+
+
+def _work_folder(
+    work_dir: str | Path | None,
+    where: str,
+    names: Sequence[str],
+    resolved: Any,
+    scoring: ScoringContext | ScoringSettings,
+    block_size: int,
+    policy: str,
+) -> Path | None:
+    """The folder of this work's saved blocks: a hash of everything a block's result depends
+    on (the file's size and time, the metrics, options and settings), so a re-run reuses
+    only its own."""
+    if work_dir is None:
+        return None
+    import json
+
+    import fsspec
+
+    from storyeval import __version__
+
+    if where.startswith("<"):
+        raise ValueError("work_dir needs stories read from a file")
+    fs, path = fsspec.core.url_to_fs(where)
+    info = fs.info(path)
+    identity = {
+        "url": where,
+        "size": info.get("size"),
+        "mtime": str(info.get("mtime") or info.get("LastModified") or ""),
+        "names": list(names),
+        "options": resolved,
+        "settings": {"block_size": block_size, **scoring.compute_fields(), "policy": policy},
+        "version": __version__,
+    }
+    key = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()
+    folder = Path(work_dir) / key[:16]
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
 
 
 def finish_run(
@@ -495,38 +696,6 @@ def merge_outputs(parts: Sequence[MetricOutput]) -> MetricOutput:
     return MetricOutput(values, stats, dict(first.models), dict(first.fields), notes, first.omit)
 
 
-def compute_blocks(
-    stories: Sequence[Story],
-    specs: Mapping[str, MetricSpec],
-    resolved: Mapping[str, Mapping[str, Any]],
-    eligible: Mapping[str, Sequence[int]],
-    context: ScoringContext,
-    *,
-    block_size: int,
-) -> tuple[dict[str, MetricOutput], dict[str, float]]:
-    """Every metric's output over all stories, computed block by block (see
-    :func:`block_tasks`); each block has its own encoder cache, so memory is bounded by the
-    block, and an engine that scores the same blocks elsewhere gets the same numbers."""
-    tasks = block_tasks(len(stories), specs, resolved, block_size)
-    parts: dict[str, list[MetricOutput]] = {name: [] for name in specs}
-    timings: dict[str, float] = {}
-    bar = context.progress_bar(len(tasks), "blocks")
-    for task in tasks:
-        own = (
-            context if len(tasks) == 1 or task.end - task.start == len(stories) else context.fork()
-        )
-        outputs, seconds = run_block(
-            stories[task.start : task.end], task.start, task.names, resolved, eligible, own
-        )
-        for name, output in outputs.items():
-            parts[name].append(output)
-        for key, value in seconds.items():
-            timings[key] = timings.get(key, 0.0) + value
-        bar.update(1)
-    bar.close()
-    return {name: merge_outputs(found) for name, found in parts.items()}, timings
-
-
 def lacking_inputs(
     specs: Mapping[str, MetricSpec],
     stories: Sequence[Story],
@@ -573,23 +742,6 @@ def eligibility(
         eligible[name] = [index for index in range(n_stories) if index not in out]
         missing_count[name] = (len(found), needs if found else "")
     return eligible, missing_count
-
-
-def _eligible(
-    specs: Mapping[str, MetricSpec],
-    stories: Sequence[Story],
-    resolved: Mapping[str, Mapping[str, Any]],
-    policy: MissingPolicy,
-    lines: Mapping[str, int],
-    where: str,
-) -> tuple[dict[str, list[int]], dict[str, tuple[int, str]]]:
-    """:func:`eligibility` of stories held in this process."""
-
-    def locate(index: int) -> tuple[str, int]:
-        return stories[index].id, lines.get(stories[index].id, index + 1)
-
-    lacking = lacking_inputs(specs, stories, resolved)
-    return eligibility(specs, resolved, lacking, len(stories), policy, locate, where)
 
 
 def _encode_once(

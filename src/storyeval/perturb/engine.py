@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import random
+import uuid
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from storyeval.blocks import Executor, consecutive_blocks
 from storyeval.corpus import Story
 from storyeval.errors import StoryevalError, StoryevalWarning
 from storyeval.perturb.base import (
@@ -391,3 +393,87 @@ def perturb_stories(
             stacklevel=2,
         )
     return PerturbationRun(results, skipped, signature)
+
+
+def perturb_on(
+    executor: Executor,
+    techniques: str | Sequence[str] | None = None,
+    *,
+    block_size: int = 500,
+    nlp: Any = None,
+    progress: bool = False,
+    **settings: Any,
+) -> PerturbationRun:
+    """Perturb the stories an executor holds. Each part is parsed where it is held and its
+    keywords, sentences and negation style counted; the counts are summed into the corpus
+    every technique draws from (as :class:`~storyeval.perturb.corpus.PerturbationCorpus` does
+    from the stories themselves), and each story's draws depend only on the seed and its id,
+    so every executor gives the same stories. ``settings`` are the keyword arguments of
+    :func:`perturb_stories`; ``nlp`` and ``progress`` apply in this process only.
+
+    Raises
+    ------
+    StoryevalError
+        When there are no stories, or an output id is also a source story's id.
+    """
+    if executor.n_stories == 0:
+        raise StoryevalError("there are no stories to perturb")
+    _check_run(settings.get("mode", "all"), settings.get("samples", 1), settings.get("seed", 0))
+    settings = {**settings, "techniques": parse_techniques(techniques)}
+    local_nlp = nlp if executor.in_process else None
+    counts = executor.map_parts(count_part, bool(settings.get("delexicalize")), local_nlp)
+    if executor.in_process:
+        settings.update(nlp=nlp, progress=progress)
+        source: Any = PerturbationCorpus([], nlp=nlp, counts=counts)
+    else:
+        source = counts
+    blocks = consecutive_blocks(executor.n_stories, block_size)
+    runs = executor.map_blocks(perturb_block, blocks, source, uuid.uuid4().hex, settings)
+    ids = {story.id for story in executor.stubs()}
+    stories: list[PerturbedStory] = []
+    skipped: dict[str, str] = {}
+    for run in runs:
+        for story in run.stories:
+            if story.id in ids:
+                raise StoryevalError(
+                    f"the output id {story.id!r} is also a source story id; rename the source story"
+                )
+            ids.add(story.id)
+        stories += run.stories
+        skipped.update(run.skipped)
+    return PerturbationRun(stories, skipped, runs[0].signature)
+
+
+def count_part(stories: Sequence[Story], offset: int, delexicalize: bool, nlp: Any) -> Any:
+    """The perturbation-corpus counts of one part of the stories (parsed with spaCy where
+    the part is held)."""
+    from storyeval.perturb.corpus import count_corpus
+
+    if nlp is None:
+        from storyeval.models import load_spacy
+
+        nlp = load_spacy()
+    if delexicalize:
+        from storyeval.perturb.delex import Delexicalizer
+
+        delex = Delexicalizer(nlp=nlp)
+        stories = [delex.story(story) for story in stories]
+    return count_corpus(((s.id, s.story) for s in stories), nlp)
+
+
+#: corpora built from counts, one per run, per process (a worker builds a run's corpus once)
+_CORPORA: dict[str, PerturbationCorpus] = {}
+
+
+def perturb_block(
+    stories: list[Story], block: int, source: Any, key: str, settings: dict[str, Any]
+) -> PerturbationRun:
+    """Perturb one block where the executor runs it, with the corpus of the whole run
+    (``source``: the corpus itself, or the counts of its parts, built into a corpus once per
+    process)."""
+    if not isinstance(source, PerturbationCorpus):
+        if key not in _CORPORA:
+            _CORPORA.clear()
+            _CORPORA[key] = PerturbationCorpus([], counts=source)
+        source = _CORPORA[key]
+    return perturb_stories(stories, corpus=source, **settings)
