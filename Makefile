@@ -58,13 +58,15 @@ format:
 typecheck:
 	$(BIN)/mypy
 
-## check: lint, format, types, import cycles and the API site (what CI runs before the tests)
+## check: lint, format, types, import cycles, function length, docstrings, cards and the API site (what CI runs before the tests)
 check: setup-test
 	$(BIN)/ruff check src tests benchmarks scripts
 	$(BIN)/ruff format --check src tests benchmarks scripts
 	$(BIN)/mypy
 	$(BIN)/python scripts/check_import_cycles.py
+	$(BIN)/python scripts/check_function_length.py
 	$(BIN)/python scripts/docstring_coverage.py
+	$(BIN)/python scripts/metric_cards.py --check
 	$(BIN)/mkdocs build --strict --quiet
 
 ## docs: build the API reference site into site/

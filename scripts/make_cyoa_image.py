@@ -1,6 +1,6 @@
 """Draw the picture prompt of the example CYOA session (examples/cyoa/lighthouse.png).
 
-Seed 000 showed writers an illustration (Fig. A.1) as an optional prompt. This draws a simple
+Clark (2021) showed writers an illustration (Fig. A.1) as an optional prompt. This draws a simple
 night scene for the example study, so the example needs no third-party image.
 Run: .venv/bin/python scripts/make_cyoa_image.py
 """

@@ -43,7 +43,7 @@ def _union_like_table(n: int = 400, seed: int = 0):
 
 
 def test_levels_and_sampling_probability_follow_the_paper():
-    """Seed 001: scores are k/7 (seven annotators), 8 sets I = 1..8, and set I keeps a story
+    """Guan and Huang (2020): scores are k/7 (seven annotators), 8 sets I = 1..8, and set I keeps a story
     of score k/7 with probability 1 / (|I - k| + 1)."""
     table, k = _union_like_table()
     levels, big_k = quality_levels(table.human["reasonable"].to_numpy(), low=0, high=1)
@@ -113,7 +113,7 @@ def test_quality_drift_on_likert_means_rounds_with_a_warning():
 
 
 def test_subsets_with_a_fixed_part_like_union_table_7(tmp_path):
-    """Seed 001 Table 7: each evaluation set is the reasonable stories plus the stories of one
+    """Guan and Huang (2020) Table 7: each evaluation set is the reasonable stories plus the stories of one
     error type. Subsets of a story field, with one value added to every subset."""
     stories = [json.loads(line) for line in STORIES.read_text().splitlines()]
     error_types = ["none", "repetition", "coherence", "conflict"]
@@ -182,7 +182,7 @@ def _write_run(tmp_path, name, noise, seed):
 
 
 def test_dataset_drift_table(tmp_path):
-    """Seed 001 Table 6 layout: trained on one corpus, tested on the other, beside in-domain."""
+    """Guan and Huang (2020) Table 6 layout: trained on one corpus, tested on the other, beside in-domain."""
     _write_run(tmp_path, "rocroc", 0.3, 1)
     _write_run(tmp_path, "wproc", 1.5, 1)
     _write_run(tmp_path, "wpwp", 0.4, 2)

@@ -45,7 +45,7 @@ def ratings(
 
 
 def test_welch_matches_pingouin():
-    """Seed 003, appendix D reports Welch t-tests (t, df, 95% CI, p); pingouin is independent."""
+    """Karpinska et al. (2021), appendix D reports Welch t-tests (t, df, 95% CI, p); pingouin is independent."""
     import pingouin
 
     human = RNG.integers(2, 6, 120).astype(float).tolist()

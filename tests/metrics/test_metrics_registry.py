@@ -229,3 +229,23 @@ def test_generated_cards_are_up_to_date():
         [sys.executable, str(script), "--check"], capture_output=True, text=True, check=False
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_every_metric_carries_its_card_and_the_cli_prints_it():
+    """The card's narrative is written beside the metric's definition (no second list to
+    keep in step), and `storyeval metrics --card NAME` prints the same card as the docs."""
+    from typer.testing import CliRunner
+
+    from storyeval.cli import app
+    from storyeval.metrics.cards import MetricCard, render_card
+
+    specs = all_metrics()
+    assert all(isinstance(spec.card, MetricCard) for spec in specs), [
+        spec.name for spec in specs if not isinstance(spec.card, MetricCard)
+    ]
+    result = CliRunner().invoke(app, ["metrics", "--card", "bleu1"])
+    assert result.exit_code == 0, result.output
+    assert result.output.strip() == render_card(get_metric("bleu1")).strip()
+    assert "Callan & Foster" in result.output
+    wrong = CliRunner().invoke(app, ["metrics", "--card", "bleu5"])
+    assert wrong.exit_code == 2 and "unknown metric 'bleu5'" in wrong.output

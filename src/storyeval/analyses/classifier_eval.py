@@ -335,6 +335,45 @@ def classifier_table(
     return pd.DataFrame(rows)
 
 
+def _train_checks(
+    split: Any,
+    checks: Sequence[str],
+    pair_field: str,
+    folder: Path,
+    results: dict[str, Any],
+    overwrite: bool,
+    progress: bool,
+    seed: int,
+    common: dict[str, Any],
+) -> dict[str, str]:
+    """Train the HH and AH checks asked for into ``results``; the checks without data, and
+    why."""
+    from storyeval.learn.style import train_match_classifier
+
+    builders = {"hh": hh_examples, "ah": ah_examples}
+    skipped: dict[str, str] = {}
+    for check in checks:
+        train = builders[check](split.train, seed=seed)
+        dev = builders[check](split.dev, seed=seed + 1)
+        if not train or not dev:
+            skipped[check] = (
+                f"no texts of both styles share a {pair_field!r} value"
+                if check == "hh"
+                else "no text has a source document (prompt)"
+            )
+            continue
+        results[check] = train_match_classifier(
+            train,
+            dev,
+            folder / check,
+            check=check,
+            overwrite=overwrite,
+            progress=progress,
+            **common,
+        )
+    return skipped
+
+
 def train_classifiers(
     stories: Sequence[Story],
     output: str | Path,
@@ -366,7 +405,7 @@ def train_classifiers(
         When a split lacks a style or a requested check has no data.
     """
     from storyeval.io import write_text_atomic
-    from storyeval.learn.style import train_match_classifier, train_style_classifier
+    from storyeval.learn.style import train_style_classifier
     from storyeval.learn.trainer import TrainingConfig
 
     unknown = [c for c in checks if c not in CHECKS]
@@ -393,27 +432,9 @@ def train_classifiers(
             **common,  # type: ignore[arg-type]
         )
     }
-    builders = {"hh": hh_examples, "ah": ah_examples}
-    skipped: dict[str, str] = {}
-    for check in checks:
-        train = builders[check](split.train, seed=training.seed)
-        dev = builders[check](split.dev, seed=training.seed + 1)
-        if not train or not dev:
-            skipped[check] = (
-                f"no texts of both styles share a {pair_field!r} value"
-                if check == "hh"
-                else "no text has a source document (prompt)"
-            )
-            continue
-        results[check] = train_match_classifier(
-            train,
-            dev,
-            folder / check,
-            check=check,
-            overwrite=overwrite,
-            progress=progress,
-            **common,  # type: ignore[arg-type]
-        )
+    skipped = _train_checks(
+        split, checks, pair_field, folder, results, overwrite, progress, training.seed, common
+    )
     summary: dict[str, Any] = {
         "styles": list(pair),
         "style_field": style_field,

@@ -154,6 +154,65 @@ def _pairs(records: Sequence[dict[str, Any]], suites: Mapping[str, str]) -> pd.D
     )
 
 
+def _chosen_tests(
+    invariance: Sequence[str] | None, discrimination: Sequence[str] | None
+) -> tuple[list[str], list[str]]:
+    """The invariance and discrimination techniques (defaults: the ``invariance`` suite;
+    UNION's four and the ``discrimination`` suite)."""
+    from storyeval.perturb import technique_names
+    from storyeval.perturb.base import parse_techniques
+
+    if invariance is None:
+        invariance = technique_names("invariance")
+    if discrimination is None:
+        discrimination = technique_names("union") + technique_names("discrimination")
+    chosen = (
+        list(parse_techniques(invariance)) if invariance else [],
+        list(parse_techniques(discrimination)) if discrimination else [],
+    )
+    if not chosen[0] and not chosen[1]:
+        raise ValueError("give at least one invariance or discrimination test")
+    return chosen
+
+
+def _tables(
+    frame: pd.DataFrame, pairs: pd.DataFrame, tolerance: float, confidence: float
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The invariance table and the discrimination table of the scored pairs."""
+    from storyeval.meta.discrimination import discrimination as discriminate
+
+    inv_pairs = pairs[pairs["suite"] == "invariance"]
+    disc_pairs = pairs[pairs["suite"] == "discrimination"].rename(columns={"test": "techniques"})
+    invariance_result = (
+        invariance_table(frame, inv_pairs, tolerance=tolerance, confidence=confidence)
+        if len(inv_pairs)
+        else pd.DataFrame(columns=list(INVARIANCE_COLUMNS))
+    )
+    discrimination_result = (
+        discriminate(frame, disc_pairs, by="techniques", confidence=confidence)
+        if len(disc_pairs)
+        else pd.DataFrame()
+    )
+    return invariance_result, discrimination_result
+
+
+def _changed_stories(stories: Sequence[Story], perturbed: Sequence[Any]) -> list[Story]:
+    """The changed copies as stories of the system ``perturbed``, with their source's
+    reference and prompt id."""
+    by_id = {story.id: story for story in stories}
+    return [
+        Story(
+            p.id,
+            p.prompt,
+            p.story,
+            reference=by_id[p.source_id].reference,
+            system="perturbed",
+            extra={"prompt_id": by_id[p.source_id].extra.get("prompt_id", p.source_id)},
+        )
+        for p in perturbed
+    ]
+
+
 def robustness(
     stories: Sequence[Story],
     metrics: str | Sequence[str],
@@ -204,22 +263,12 @@ def robustness(
     StoryevalError
         When no test could change any story.
     """
-    from storyeval.meta.discrimination import discrimination as discriminate
     from storyeval.metrics import score_stories
-    from storyeval.perturb import perturb_stories, technique_names
-    from storyeval.perturb.base import PerturbOptions, parse_techniques
+    from storyeval.perturb import perturb_stories
+    from storyeval.perturb.base import PerturbOptions
 
-    if invariance is None:
-        invariance = technique_names("invariance")
-    elif invariance:
-        invariance = parse_techniques(invariance)
-    if discrimination is None:
-        discrimination = technique_names("union") + technique_names("discrimination")
-    elif discrimination:
-        discrimination = parse_techniques(discrimination)
+    invariance, discrimination = _chosen_tests(invariance, discrimination)
     tests = tuple(dict.fromkeys([*invariance, *discrimination]))
-    if not tests:
-        raise ValueError("give at least one invariance or discrimination test")
     if not stories:
         raise StoryevalError("there are no stories to test")
     if "paraphrase" in tests:
@@ -243,18 +292,7 @@ def robustness(
         )
     if not run.stories:
         raise StoryevalError("no test could change any story")
-    by_id = {story.id: story for story in stories}
-    changed = [
-        Story(
-            p.id,
-            p.prompt,
-            p.story,
-            reference=by_id[p.source_id].reference,
-            system="perturbed",
-            extra={"prompt_id": by_id[p.source_id].extra.get("prompt_id", p.source_id)},
-        )
-        for p in run.stories
-    ]
+    changed = _changed_stories(stories, run.stories)
     scored = score_stories(
         [*stories, *changed],
         metrics,
@@ -264,21 +302,10 @@ def robustness(
         device=device,
         precision=precision,
     )
-    frame = scored.frame()
     records = run.records()
     suites = {name: ("invariance" if name in invariance else "discrimination") for name in tests}
-    pairs = _pairs(records, suites)
-    inv_pairs = pairs[pairs["suite"] == "invariance"]
-    disc_pairs = pairs[pairs["suite"] == "discrimination"].rename(columns={"test": "techniques"})
-    invariance_result = (
-        invariance_table(frame, inv_pairs, tolerance=tolerance, confidence=confidence)
-        if len(inv_pairs)
-        else pd.DataFrame(columns=list(INVARIANCE_COLUMNS))
-    )
-    discrimination_result = (
-        discriminate(frame, disc_pairs, by="techniques", confidence=confidence)
-        if len(disc_pairs)
-        else pd.DataFrame()
+    invariance_result, discrimination_result = _tables(
+        scored.frame(), _pairs(records, suites), tolerance, confidence
     )
     metric_signatures = {name: m.signature.render() for name, m in scored.metrics.items()}
     signature = Signature(

@@ -24,47 +24,50 @@ def _styles(text: str | None) -> list[str] | None:
     return [s.strip() for s in text.split(",")] if text else None
 
 
+TRAIN_PAIR_FIELD = typer.Option(
+    "pair", "--pair-field", help="Texts of the two styles with the same value are aligned."
+)
+TRAIN_STYLES = typer.Option(None, "--styles", help="The two styles A,B (if the corpus has more).")
+TRAIN_CHECKS = typer.Option(
+    "hh,ah", "--checks", help="Content checks to train: hh, ah, both or none."
+)
+TRAIN_MODEL = typer.Option(
+    None,
+    "--model",
+    help="Base encoder: a hub name or a local directory (default: the offline one).",
+)
+TRAIN_MAX_STEPS = typer.Option(
+    None, "--max-steps", min=1, help="Stop each classifier after N steps."
+)
+TRAIN_TEST_FRACTION = typer.Option(
+    0.2,
+    "--test-fraction",
+    help="Share of the aligned groups held out to measure the classifiers.",
+)
+TRAIN_DEV_FRACTION = typer.Option(0.1, "--dev-fraction", help="Share held out for early stopping.")
+TRAIN_SEED = typer.Option(42, "--seed", help="Seed of the split, the negative pairs and training.")
+TRAIN_OVERWRITE = typer.Option(False, "--overwrite", help="Replace classifiers trained otherwise.")
+
+
 @classify_app.command("train")
 def train(
     corpus: Path = typer.Argument(..., help=_CORPUS_HELP),
     output: Path = typer.Option(..., "-o", "--output", help="The directory for the classifiers."),
     style_field: str = typer.Option("system", "--style-field", help="The field holding the style."),
-    pair_field: str = typer.Option(
-        "pair", "--pair-field", help="Texts of the two styles with the same value are aligned."
-    ),
-    styles: str = typer.Option(
-        None, "--styles", help="The two styles A,B (if the corpus has more)."
-    ),
-    checks: str = typer.Option(
-        "hh,ah", "--checks", help="Content checks to train: hh, ah, both or none."
-    ),
-    model: str = typer.Option(
-        None,
-        "--model",
-        help="Base encoder: a hub name or a local directory (default: the offline one).",
-    ),
+    pair_field: str = TRAIN_PAIR_FIELD,
+    styles: str = TRAIN_STYLES,
+    checks: str = TRAIN_CHECKS,
+    model: str = TRAIN_MODEL,
     max_length: int = typer.Option(128, "--max-length", min=16, help="Longest text in tokens."),
     epochs: int = typer.Option(3, "--epochs", min=1, help="Passes over the data (at most)."),
     batch_size: int = typer.Option(16, "--batch-size", min=1, help="Examples per step."),
     learning_rate: float = typer.Option(2e-5, "--lr", help="Peak learning rate."),
-    max_steps: int = typer.Option(
-        None, "--max-steps", min=1, help="Stop each classifier after N steps."
-    ),
-    test_fraction: float = typer.Option(
-        0.2,
-        "--test-fraction",
-        help="Share of the aligned groups held out to measure the classifiers.",
-    ),
-    dev_fraction: float = typer.Option(
-        0.1, "--dev-fraction", help="Share held out for early stopping."
-    ),
-    seed: int = typer.Option(
-        42, "--seed", help="Seed of the split, the negative pairs and training."
-    ),
+    max_steps: int = TRAIN_MAX_STEPS,
+    test_fraction: float = TRAIN_TEST_FRACTION,
+    dev_fraction: float = TRAIN_DEV_FRACTION,
+    seed: int = TRAIN_SEED,
     threads: int = typer.Option(None, "--threads", min=1, help="CPU threads for torch."),
-    overwrite: bool = typer.Option(
-        False, "--overwrite", help="Replace classifiers trained otherwise."
-    ),
+    overwrite: bool = TRAIN_OVERWRITE,
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
     """Train the main style classifier and the content checks on a two-style corpus, and print

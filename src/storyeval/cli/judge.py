@@ -56,89 +56,103 @@ def _backends(
     )
 
 
+JUDGE_OUTPUT = typer.Option(
+    ..., "-o", "--output", help="Judgments (absolute) or comparisons (pairwise), JSONL."
+)
+JUDGE_RUBRIC = typer.Option(
+    "karpinska",
+    "--rubric",
+    help="A built-in rubric (hanna, karpinska, callan_foster, checklist) or a rubric file.",
+)
+JUDGE_MODE = typer.Option(
+    "absolute",
+    "--mode",
+    help="absolute (a score per criterion) or pairwise (which story of a prompt is better).",
+)
+JUDGE_MODEL = typer.Option(
+    None,
+    "--model",
+    help="The judge: a hub name or local directory, or the model name at --base-url (repeat for an ensemble). Default: the offline SmolLM2 (not a credible judge).",
+)
+JUDGE_BASE_URL = typer.Option(
+    None, "--base-url", help="An OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1."
+)
+JUDGE_API_KEY_ENV = typer.Option(
+    "OPENAI_API_KEY",
+    "--api-key-env",
+    help="The environment variable holding the endpoint's API key.",
+)
+JUDGE_REPEATS = typer.Option(
+    1,
+    "--repeats",
+    min=1,
+    help="Samples per item (needs an analyse-first rubric and --temperature > 0).",
+)
+JUDGE_TEMPERATURE = typer.Option(
+    0.0, "--temperature", min=0.0, help="Sampling temperature of written answers (0: greedy)."
+)
+JUDGE_MAX_NEW_TOKENS = typer.Option(160, "--max-new-tokens", min=1, help="Longest written answer.")
+JUDGE_SCORE = typer.Option(
+    "expected", "--score", help="expected (over the answer probabilities) or argmax."
+)
+JUDGE_ONE_ORDER = typer.Option(
+    False, "--one-order", help="Pairwise: one seeded random order per pair instead of both."
+)
+JUDGE_MARGIN = typer.Option(
+    0.0, "--margin", help="Pairwise: a preference within 0.5 +- margin is a tie."
+)
+JUDGE_MAX_WORDS = typer.Option(None, "--max-words", min=1, help="Flag stories longer than this.")
+JUDGE_TRUNCATE = typer.Option(
+    False, "--truncate", help="Cut flagged stories to --max-words (recorded in the signature)."
+)
+JUDGE_CACHE = typer.Option(
+    None, "--cache", help="The answer cache (default: ~/.cache/storyeval/judge-cache.sqlite)."
+)
+JUDGE_PREFIX_CACHE = typer.Option(
+    True,
+    "--prefix-cache/--no-prefix-cache",
+    help="Local judge: compute the rubric's preamble once and each story once for all "
+    "its questions.",
+)
+JUDGE_BATCH_SIZE = typer.Option(
+    8,
+    "--batch-size",
+    min=1,
+    help="Local judge: stories per forward pass on a CPU (batches sorted by length; "
+    "scaled by the free memory on a GPU).",
+)
+JUDGE_DEVICE = typer.Option("cpu", "--device", help="cpu, cuda, cuda:N, mps or auto (local judge).")
+JUDGE_PRECISION = typer.Option(
+    "float32", "--precision", help="float32, bfloat16 or float16 (GPUs) (local judge)."
+)
+JUDGE_CONCURRENCY = typer.Option(4, "--concurrency", min=1, help="Requests in flight (endpoint).")
+
+
 def judge(
     stories: Path = typer.Argument(..., help="A story file (.jsonl or .csv)."),
-    output: Path = typer.Option(
-        ..., "-o", "--output", help="Judgments (absolute) or comparisons (pairwise), JSONL."
-    ),
-    rubric: str = typer.Option(
-        "karpinska",
-        "--rubric",
-        help="A built-in rubric (hanna, karpinska, callan_foster, checklist) or a rubric file.",
-    ),
-    mode: str = typer.Option(
-        "absolute",
-        "--mode",
-        help="absolute (a score per criterion) or pairwise (which story of a prompt is better).",
-    ),
-    model: list[str] = typer.Option(
-        None,
-        "--model",
-        help="The judge: a hub name or local directory, or the model name at --base-url (repeat for an ensemble). Default: the offline SmolLM2 (not a credible judge).",
-    ),
-    base_url: str = typer.Option(
-        None, "--base-url", help="An OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1."
-    ),
-    api_key_env: str = typer.Option(
-        "OPENAI_API_KEY",
-        "--api-key-env",
-        help="The environment variable holding the endpoint's API key.",
-    ),
-    repeats: int = typer.Option(
-        1,
-        "--repeats",
-        min=1,
-        help="Samples per item (needs an analyse-first rubric and --temperature > 0).",
-    ),
+    output: Path = JUDGE_OUTPUT,
+    rubric: str = JUDGE_RUBRIC,
+    mode: str = JUDGE_MODE,
+    model: list[str] = JUDGE_MODEL,
+    base_url: str = JUDGE_BASE_URL,
+    api_key_env: str = JUDGE_API_KEY_ENV,
+    repeats: int = JUDGE_REPEATS,
     seed: int = typer.Option(0, "--seed", help="Seed of the sampling and of any random order."),
-    temperature: float = typer.Option(
-        0.0, "--temperature", min=0.0, help="Sampling temperature of written answers (0: greedy)."
-    ),
-    max_new_tokens: int = typer.Option(
-        160, "--max-new-tokens", min=1, help="Longest written answer."
-    ),
-    score: str = typer.Option(
-        "expected", "--score", help="expected (over the answer probabilities) or argmax."
-    ),
-    one_order: bool = typer.Option(
-        False, "--one-order", help="Pairwise: one seeded random order per pair instead of both."
-    ),
-    margin: float = typer.Option(
-        0.0, "--margin", help="Pairwise: a preference within 0.5 +- margin is a tie."
-    ),
-    max_words: int = typer.Option(
-        None, "--max-words", min=1, help="Flag stories longer than this."
-    ),
-    truncate: bool = typer.Option(
-        False, "--truncate", help="Cut flagged stories to --max-words (recorded in the signature)."
-    ),
-    cache: Path = typer.Option(
-        None, "--cache", help="The answer cache (default: ~/.cache/storyeval/judge-cache.sqlite)."
-    ),
+    temperature: float = JUDGE_TEMPERATURE,
+    max_new_tokens: int = JUDGE_MAX_NEW_TOKENS,
+    score: str = JUDGE_SCORE,
+    one_order: bool = JUDGE_ONE_ORDER,
+    margin: float = JUDGE_MARGIN,
+    max_words: int = JUDGE_MAX_WORDS,
+    truncate: bool = JUDGE_TRUNCATE,
+    cache: Path = JUDGE_CACHE,
     no_cache: bool = typer.Option(False, "--no-cache", help="Neither read nor write the cache."),
-    prefix_cache: bool = typer.Option(
-        True,
-        "--prefix-cache/--no-prefix-cache",
-        help="Local judge: compute the rubric's preamble once and each story once for all "
-        "its questions.",
-    ),
-    batch_size: int = typer.Option(
-        8,
-        "--batch-size",
-        min=1,
-        help="Local judge: stories per forward pass on a CPU (batches sorted by length; "
-        "scaled by the free memory on a GPU).",
-    ),
-    device: str = typer.Option(
-        "cpu", "--device", help="cpu, cuda, cuda:N, mps or auto (local judge)."
-    ),
-    precision: str = typer.Option(
-        "float32", "--precision", help="float32, bfloat16 or float16 (GPUs) (local judge)."
-    ),
+    prefix_cache: bool = JUDGE_PREFIX_CACHE,
+    batch_size: int = JUDGE_BATCH_SIZE,
+    device: str = JUDGE_DEVICE,
+    precision: str = JUDGE_PRECISION,
     threads: int = threads_option(),
-    concurrency: int = typer.Option(
-        4, "--concurrency", min=1, help="Requests in flight (endpoint)."
-    ),
+    concurrency: int = JUDGE_CONCURRENCY,
     timeout: float = typer.Option(60.0, "--timeout", help="Seconds per request (endpoint)."),
     retries: int = typer.Option(3, "--retries", min=0, help="Retries with back-off (endpoint)."),
     engine: str = engine_option(),
@@ -152,12 +166,10 @@ def judge(
     Stories are judged in blocks (pairwise: whole prompts); with --engine dask the blocks run
     on a Dask cluster, with the same answers (the answer cache must then be on a file system
     every worker reaches)."""
-    from storyeval.corpus import read_stories, write_judgments
-    from storyeval.io import write_text_atomic
     from storyeval.judge import load_rubric
     from storyeval.judge.backends import Decoding
-    from storyeval.judge.cache import JudgeCache, default_cache_path
-    from storyeval.judge.core import JudgeSettings, judge_blocks
+    from storyeval.judge.cache import default_cache_path
+    from storyeval.judge.core import JudgeSettings
 
     check_choice(mode, _MODES, "--mode")
     check_choice(score, ("expected", "argmax"), "--score")
@@ -177,7 +189,6 @@ def judge(
         )
         settings.check()
         chosen = load_rubric(rubric)
-        records = read_stories(stories) if engine == "local" else []
         spec = _backends(
             model or [],
             base_url,
@@ -192,32 +203,56 @@ def judge(
         )
         cache_path = None if no_cache else (cache or default_cache_path())
         client = dask_client(engine, scheduler, workers)
-        if client is None:
-            store = JudgeCache(cache_path) if cache_path is not None else None
-            run = judge_blocks(
-                records,
-                chosen,
-                spec.build(),
-                settings=settings,
-                cache=store,
-                block_size=block_size,
-                progress=lambda line: typer.echo(line, err=True),
-            )
-        else:
-            from storyeval.engine.dask import close, judge_source
+        run = _run(stories, chosen, spec, settings, cache_path, client, block_size)
+    _write(run, output, mode)
 
-            try:
-                run = judge_source(
-                    stories,
-                    chosen,
-                    spec,
-                    client=client,
-                    settings=settings,
-                    cache_path=cache_path,
-                    block_size=block_size,
-                )
-            finally:
-                close(client)
+
+def _run(
+    stories: Path,
+    rubric: Any,
+    spec: Any,
+    settings: Any,
+    cache_path: Path | None,
+    client: Any,
+    block_size: int,
+) -> Any:
+    """Judge on the local engine (``client`` None) or on the Dask cluster."""
+    if client is None:
+        from storyeval.corpus import read_stories
+        from storyeval.judge.cache import JudgeCache
+        from storyeval.judge.core import judge_blocks
+
+        store = JudgeCache(cache_path) if cache_path is not None else None
+        return judge_blocks(
+            read_stories(stories),
+            rubric,
+            spec.build(),
+            settings=settings,
+            cache=store,
+            block_size=block_size,
+            progress=lambda line: typer.echo(line, err=True),
+        )
+    from storyeval.engine.dask import close, judge_source
+
+    try:
+        return judge_source(
+            stories,
+            rubric,
+            spec,
+            client=client,
+            settings=settings,
+            cache_path=cache_path,
+            block_size=block_size,
+        )
+    finally:
+        close(client)
+
+
+def _write(run: Any, output: Path, mode: str) -> None:
+    """Write the judgments (or comparisons) and the parse failures beside them; report."""
+    from storyeval.corpus import write_judgments
+    from storyeval.io import write_text_atomic
+
     if mode == "absolute":
         write_judgments(output, run.judgments)
     else:

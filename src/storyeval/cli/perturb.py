@@ -27,52 +27,62 @@ _TECHNIQUES_HELP = (
 )
 
 
+PERTURB_OUTPUT = typer.Option(..., "-o", "--output", help="Where to write the perturbed stories.")
+PERTURB_MIX = typer.Option(
+    False,
+    "--mix",
+    help="Draw a UNION mixture from the listed techniques for each story (number of "
+    "techniques 1-4 with p=.5/.2/.2/.1; weights repetition .1, substitution .3, "
+    "reordering .4, negation .2). Without it every listed technique is applied to every story.",
+)
+PERTURB_EACH = typer.Option(
+    False, "--each", help="One output per story and technique (instead of all combined)."
+)
+PERTURB_SEED = typer.Option(
+    0, "--seed", help="Random seed (outputs depend on it and the story id only)."
+)
+PERTURB_DELEX = typer.Option(
+    False, "--delex", help="Replace character names by [MALE]/[FEMALE]/[NEUTRAL] first."
+)
+PERTURB_KEYWORD_RATE = typer.Option(
+    0.15, "--keyword-rate", help="Share of keywords replaced by word-level substitution."
+)
+PERTURB_ANTONYMS = typer.Option(
+    None,
+    "--antonyms",
+    help="A ConceptNet-style antonym file (word|||/r/Antonym|||antonym lines) whose "
+    "antonyms join WordNet's for substitution.",
+)
+PERTURB_PARAPHRASE_MODEL = typer.Option(
+    None,
+    "--paraphrase-model",
+    help="Instruction-tuned LM of the paraphrase technique (default: the offline one).",
+)
+PERTURB_SKIP_INAPPLICABLE = typer.Option(
+    False,
+    "--skip-inapplicable",
+    help="Leave out stories a technique cannot change (e.g. one sentence for reordering) "
+    "instead of stopping with an error.",
+)
+PERTURB_QUIET = typer.Option(
+    False, "--quiet", "-q", help="No progress bar (shown only on a terminal anyway)."
+)
+
+
 def perturb(
     stories: Path = typer.Argument(..., help="A story file (.jsonl or .csv)."),
-    output: Path = typer.Option(
-        ..., "-o", "--output", help="Where to write the perturbed stories."
-    ),
+    output: Path = PERTURB_OUTPUT,
     techniques: str = typer.Option(None, "--techniques", "-t", help=_TECHNIQUES_HELP),
-    mix: bool = typer.Option(
-        False,
-        "--mix",
-        help="Draw a UNION mixture from the listed techniques for each story (number of "
-        "techniques 1-4 with p=.5/.2/.2/.1; weights repetition .1, substitution .3, "
-        "reordering .4, negation .2). Without it every listed technique is applied to every story.",
-    ),
-    each: bool = typer.Option(
-        False, "--each", help="One output per story and technique (instead of all combined)."
-    ),
-    seed: int = typer.Option(
-        0, "--seed", help="Random seed (outputs depend on it and the story id only)."
-    ),
+    mix: bool = PERTURB_MIX,
+    each: bool = PERTURB_EACH,
+    seed: int = PERTURB_SEED,
     samples: int = typer.Option(1, "--samples", min=1, help="Outputs per story (and technique)."),
-    delex: bool = typer.Option(
-        False, "--delex", help="Replace character names by [MALE]/[FEMALE]/[NEUTRAL] first."
-    ),
-    keyword_rate: float = typer.Option(
-        0.15, "--keyword-rate", help="Share of keywords replaced by word-level substitution."
-    ),
-    antonyms: Path = typer.Option(
-        None,
-        "--antonyms",
-        help="A ConceptNet-style antonym file (word|||/r/Antonym|||antonym lines) whose "
-        "antonyms join WordNet's for substitution.",
-    ),
-    paraphrase_model: str = typer.Option(
-        None,
-        "--paraphrase-model",
-        help="Instruction-tuned LM of the paraphrase technique (default: the offline one).",
-    ),
-    skip_inapplicable: bool = typer.Option(
-        False,
-        "--skip-inapplicable",
-        help="Leave out stories a technique cannot change (e.g. one sentence for reordering) "
-        "instead of stopping with an error.",
-    ),
-    quiet: bool = typer.Option(
-        False, "--quiet", "-q", help="No progress bar (shown only on a terminal anyway)."
-    ),
+    delex: bool = PERTURB_DELEX,
+    keyword_rate: float = PERTURB_KEYWORD_RATE,
+    antonyms: Path = PERTURB_ANTONYMS,
+    paraphrase_model: str = PERTURB_PARAPHRASE_MODEL,
+    skip_inapplicable: bool = PERTURB_SKIP_INAPPLICABLE,
+    quiet: bool = PERTURB_QUIET,
     engine: str = engine_option(),
     scheduler: str = scheduler_option(),
     workers: int = workers_option(),
@@ -83,27 +93,13 @@ def perturb(
     Each output record has id, source_id, prompt, story, techniques, edits (what changed and
     where) and the run's signature.
     """
-    import dataclasses
     import sys
-    import warnings
 
-    from storyeval.corpus import read_stories, write_records
-    from storyeval.perturb import PerturbOptions
+    from storyeval.corpus import write_records
 
     if mix and each:
         raise exit_with("error: --mix and --each cannot be combined")
-    from storyeval.perturb.lexicon import antonym_file_identity
-
-    try:
-        options = PerturbOptions(keyword_rate=keyword_rate, paraphrase_model=paraphrase_model)
-    except ValueError as exc:
-        raise exit_with(f"error: --keyword-rate: {exc}") from None
-    if antonyms is not None:
-        try:
-            antonym_file_identity(antonyms)  # a missing or malformed file fails now
-        except (ValueError, OSError) as exc:
-            raise user_error(exc) from None
-        options = dataclasses.replace(options, antonyms_file=str(antonyms))
+    options = _options(keyword_rate, paraphrase_model, antonyms)
     try:
         from storyeval.perturb import parse_techniques
 
@@ -120,34 +116,8 @@ def perturb(
         "skip_inapplicable": skip_inapplicable,
     }
     client = dask_client(engine, scheduler, workers)
-    with warnings.catch_warnings(record=True):
-        warnings.simplefilter("always")
-        if client is None:
-            from storyeval.blocks import LocalExecutor
-            from storyeval.perturb.engine import perturb_on
-
-            executor = LocalExecutor(read_stories(stories), where=str(stories))
-            run = perturb_on(
-                executor,
-                block_size=block_size,
-                progress=not quiet and sys.stderr.isatty(),
-                **settings,
-            )
-        else:
-            from storyeval.engine.dask import close, perturb_source
-
-            try:
-                run = perturb_source(
-                    stories,
-                    client=client,
-                    block_size=block_size,
-                    progress=not quiet and sys.stderr.isatty(),
-                    **settings,
-                )
-            except (StoryevalError, ValueError, OSError) as exc:
-                raise user_error(exc) from None
-            finally:
-                close(client)
+    progress = not quiet and sys.stderr.isatty()
+    run = _run(stories, settings, client, block_size, progress)
     write_records(output, run.records())
     typer.echo(f"wrote {len(run.stories)} perturbed stories to {output}")
     if run.skipped:
@@ -155,6 +125,57 @@ def perturb(
         for story_id, reason in list(run.skipped.items())[:10]:
             typer.echo(f"  {story_id}: {reason}", err=True)
     typer.echo(f"signature: {run.signature.render()}")
+
+
+def _options(keyword_rate: float, paraphrase_model: str | None, antonyms: Path | None) -> Any:
+    """The techniques' options; a bad rate or antonym file exits now."""
+    import dataclasses
+
+    from storyeval.perturb import PerturbOptions
+    from storyeval.perturb.lexicon import antonym_file_identity
+
+    try:
+        options = PerturbOptions(keyword_rate=keyword_rate, paraphrase_model=paraphrase_model)
+    except ValueError as exc:
+        raise exit_with(f"error: --keyword-rate: {exc}") from None
+    if antonyms is not None:
+        try:
+            antonym_file_identity(antonyms)  # a missing or malformed file fails now
+        except (ValueError, OSError) as exc:
+            raise user_error(exc) from None
+        options = dataclasses.replace(options, antonyms_file=str(antonyms))
+    return options
+
+
+def _run(
+    stories: Path, settings: dict[str, Any], client: Any, block_size: int, progress: bool
+) -> Any:
+    """Perturb on the local engine (``client`` None) or on the Dask cluster; warnings are
+    reported by the command, not printed."""
+    import warnings
+
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        try:
+            if client is None:
+                from storyeval.blocks import LocalExecutor
+                from storyeval.corpus import read_stories
+                from storyeval.perturb.engine import perturb_on
+
+                executor = LocalExecutor(read_stories(stories), where=str(stories))
+                return perturb_on(executor, block_size=block_size, progress=progress, **settings)
+            from storyeval.engine.dask import perturb_source
+
+            return perturb_source(
+                stories, client=client, block_size=block_size, progress=progress, **settings
+            )
+        except (StoryevalError, ValueError, OSError) as exc:
+            raise user_error(exc) from None
+        finally:
+            if client is not None:
+                from storyeval.engine.dask import close
+
+                close(client)
 
 
 def register(app: typer.Typer) -> None:

@@ -19,36 +19,43 @@ from storyeval.cli._common import (
     user_errors,
 )
 
+REPORT_COMMAND_METHOD = typer.Option(
+    None, "--method", "-m", help="pearson, spearman, kendall (repeat; default: all three)."
+)
+REPORT_COMMAND_LEVEL = typer.Option(
+    None, "--level", "-l", help="pooled, story, system (repeat; default: all the data allow)."
+)
+REPORT_COMMAND_MATRIX_METHOD = typer.Option(
+    "pearson", "--matrix-method", help="Method of the criteria x metrics matrix."
+)
+REPORT_COMMAND_ROBUSTNESS = typer.Option(
+    None, "--robustness", help="A `storyeval robustness` output directory to add as a section."
+)
+REPORT_COMMAND_MAUVE = typer.Option(
+    None, "--mauve", help="A `storyeval mauve` output directory to add as a section."
+)
+REPORT_COMMAND_CURVES = typer.Option(
+    None, "--curves", help="A `storyeval curves` output directory to add as a section."
+)
+
 
 def report_command(
     scores: list[Path] = scores_option(),
     judgments: list[Path] = judgments_option(),
     output: Path = output_option("Output directory."),
     stories: Path = stories_option(),
-    method: list[str] = typer.Option(
-        None, "--method", "-m", help="pearson, spearman, kendall (repeat; default: all three)."
-    ),
-    level: list[str] = typer.Option(
-        None, "--level", "-l", help="pooled, story, system (repeat; default: all the data allow)."
-    ),
-    matrix_method: str = typer.Option(
-        "pearson", "--matrix-method", help="Method of the criteria x metrics matrix."
-    ),
+    method: list[str] = REPORT_COMMAND_METHOD,
+    level: list[str] = REPORT_COMMAND_LEVEL,
+    matrix_method: str = REPORT_COMMAND_MATRIX_METHOD,
     aggregate: str = aggregate_option(),
     metric: list[str] = metric_option(),
     criterion: list[str] = criterion_option(),
     n_boot: int = typer.Option(1000, "--n-boot", help="Bootstrap replicates."),
     seed: int = typer.Option(0, "--seed"),
     title: str = typer.Option("storyeval meta-evaluation report", "--title"),
-    robustness: Path = typer.Option(
-        None, "--robustness", help="A `storyeval robustness` output directory to add as a section."
-    ),
-    mauve: Path = typer.Option(
-        None, "--mauve", help="A `storyeval mauve` output directory to add as a section."
-    ),
-    curves: Path = typer.Option(
-        None, "--curves", help="A `storyeval curves` output directory to add as a section."
-    ),
+    robustness: Path = REPORT_COMMAND_ROBUSTNESS,
+    mauve: Path = REPORT_COMMAND_MAUVE,
+    curves: Path = REPORT_COMMAND_CURVES,
 ) -> None:
     """Write OUT/index.html and OUT/report.md with heatmaps, scatter plots, agreement, the human
     ceiling, Williams tests, signatures, and the CSVs behind them."""

@@ -28,39 +28,57 @@ if TYPE_CHECKING:
     from storyeval.metrics.pipeline import ScoreRun
 
 
+SCORE_METRICS = typer.Option(
+    None,
+    "--metrics",
+    "-m",
+    help="Comma-separated metric names (see `storyeval metrics`). Default: every metric "
+    "that can run with the offline defaults on the fields present.",
+)
+SCORE_OUTPUT = typer.Option(
+    None, "-o", "--output", help="Write one score per story and metric here (.jsonl or .csv)."
+)
+SCORE_PER_SYSTEM = typer.Option(
+    None, "--per-system", help="Write the per-system table here (.csv or .jsonl)."
+)
+SCORE_OPTION = typer.Option(
+    None,
+    "--option",
+    "-O",
+    help="NAME.KEY=VALUE for a metric or a family, e.g. bertscore.layer=4 (repeatable).",
+)
+SCORE_SKIP_MISSING = typer.Option(
+    False,
+    "--skip-missing",
+    help="Skip (and count) stories lacking an input a metric needs, instead of failing. "
+    "Always on for the default suite.",
+)
+SCORE_PROGRESS = typer.Option(
+    True, "--progress/--no-progress", help="Show progress bars (on a terminal)."
+)
+SCORE_NUM_CPUS = typer.Option(
+    1, "--num-cpus", min=1, help="With --engine dask: torch threads per block task."
+)
+SCORE_NUM_GPUS = typer.Option(
+    0,
+    "--num-gpus",
+    min=0,
+    help="With --engine dask: GPUs per block task; a local cluster then runs one worker "
+    "per GPU, each seeing only its card (a --scheduler's workers need --resources GPU=1).",
+)
+
+
 def score(
     stories: Path = typer.Argument(..., help="A story file (.jsonl or .csv)."),
-    metrics: str = typer.Option(
-        None,
-        "--metrics",
-        "-m",
-        help="Comma-separated metric names (see `storyeval metrics`). Default: every metric "
-        "that can run with the offline defaults on the fields present.",
-    ),
-    output: Path = typer.Option(
-        None, "-o", "--output", help="Write one score per story and metric here (.jsonl or .csv)."
-    ),
-    per_system: Path = typer.Option(
-        None, "--per-system", help="Write the per-system table here (.csv or .jsonl)."
-    ),
-    option: list[str] = typer.Option(
-        None,
-        "--option",
-        "-O",
-        help="NAME.KEY=VALUE for a metric or a family, e.g. bertscore.layer=4 (repeatable).",
-    ),
-    skip_missing: bool = typer.Option(
-        False,
-        "--skip-missing",
-        help="Skip (and count) stories lacking an input a metric needs, instead of failing. "
-        "Always on for the default suite.",
-    ),
+    metrics: str = SCORE_METRICS,
+    output: Path = SCORE_OUTPUT,
+    per_system: Path = SCORE_PER_SYSTEM,
+    option: list[str] = SCORE_OPTION,
+    skip_missing: bool = SCORE_SKIP_MISSING,
     bootstrap: int = typer.Option(1000, "--bootstrap", help="Bootstrap resamples for the CIs."),
     confidence: float = typer.Option(0.95, "--confidence", help="Coverage of the CIs."),
     seed: int = typer.Option(0, "--seed", help="Seed of the bootstrap."),
-    progress: bool = typer.Option(
-        True, "--progress/--no-progress", help="Show progress bars (on a terminal)."
-    ),
+    progress: bool = SCORE_PROGRESS,
     device: str = device_option(),
     precision: str = precision_option(),
     threads: int = threads_option(),
@@ -68,16 +86,8 @@ def score(
     scheduler: str = scheduler_option(),
     workers: int = workers_option(),
     block_size: int = block_size_option(),
-    num_cpus: int = typer.Option(
-        1, "--num-cpus", min=1, help="With --engine dask: torch threads per block task."
-    ),
-    num_gpus: float = typer.Option(
-        0,
-        "--num-gpus",
-        min=0,
-        help="With --engine dask: GPUs per block task; a local cluster then runs one worker "
-        "per GPU, each seeing only its card (a --scheduler's workers need --resources GPU=1).",
-    ),
+    num_cpus: int = SCORE_NUM_CPUS,
+    num_gpus: float = SCORE_NUM_GPUS,
 ) -> None:
     """Score every story with automatic metrics; print and write per-system aggregates.
 
@@ -191,9 +201,30 @@ def _report(run: ScoreRun, stories: Path, output: Path | None, per_system: Path 
         typer.echo(f"wrote {', '.join(written)}")
 
 
+def _print_card(name: str) -> None:
+    """Print a metric's card as Markdown on a terminal (plain text when piped)."""
+    from rich.console import Console
+    from rich.markdown import Markdown
+
+    from storyeval.metrics.cards import render_card
+    from storyeval.metrics.registry import get_metric
+
+    try:
+        text = render_card(get_metric(name))
+    except (StoryevalError, ValueError) as exc:
+        raise user_error(exc) from None
+    if sys.stdout.isatty():
+        Console().print(Markdown(text))
+    else:
+        typer.echo(text)
+
+
 def metrics(
     as_json: bool = typer.Option(False, "--json", help="Print the registry as JSON."),
     show_options: bool = typer.Option(False, "--options", help="List every metric's options."),
+    card: str = typer.Option(
+        None, "--card", help="Print the card of this metric: what it measures, how to read it."
+    ),
 ) -> None:
     """List the registered metrics: inputs, direction, range, level and options."""
     from rich.console import Console
@@ -201,6 +232,9 @@ def metrics(
 
     from storyeval.metrics.registry import all_metrics
 
+    if card is not None:
+        _print_card(card)
+        return
     specs = all_metrics()
     if as_json:
         payload = [

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -13,67 +14,74 @@ def _default_db(path: Path) -> str:
     return f"sqlite:///{path.with_suffix('.sqlite3').name}"
 
 
+SERVE_DB = typer.Option(
+    None,
+    "--db",
+    help="Database URL: sqlite:///FILE (default: <study>.sqlite3 here) or postgresql://...",
+)
+SERVE_HOST = typer.Option(
+    "127.0.0.1", "--host", help="Address to listen on (0.0.0.0 for every interface)."
+)
+SERVE_ADMIN_TOKEN = typer.Option(
+    None,
+    "--admin-token",
+    envvar="STORYEVAL_ADMIN_TOKEN",
+    help="Secret of the admin pages (default: the one stored in the database, or a new one).",
+)
+SERVE_LINKS = typer.Option(0, "--links", help="Create this many participant links before starting.")
+SERVE_LINKS_FILE = typer.Option(
+    None, "--links-file", help="Write the created links here (one per line)."
+)
+SERVE_ACCESS_LOG = typer.Option(
+    False, "--access-log", help="Log every request (URLs contain secret tokens)."
+)
+SERVE_WORKERS = typer.Option(
+    1,
+    "--workers",
+    min=1,
+    help="Server processes (quotas and every other guarantee hold across them: they are "
+    "database transactions). With writing sessions each process runs its own generators.",
+)
+SERVE_ENROLL_RATE = typer.Option(
+    20.0,
+    "--enroll-rate",
+    min=0,
+    help="Open-enrollment joins and consents per minute per client address (0: no limit).",
+)
+SERVE_SQLITE_SYNC = typer.Option(
+    "full",
+    "--sqlite-sync",
+    help="SQLite durability: full (an acknowledged judgment survives a power cut) or normal "
+    "(survives a crash of the server, not a power cut; faster).",
+)
+SERVE_TRUST_PROXY = typer.Option(
+    False,
+    "--trust-proxy",
+    help="Behind a reverse proxy: take client addresses from X-Forwarded-For.",
+)
+
+
 def serve(
     files: list[Path] = typer.Argument(..., help="Study files (YAML)."),
-    db: str = typer.Option(
-        None,
-        "--db",
-        help="Database URL: sqlite:///FILE (default: <study>.sqlite3 here) or postgresql://...",
-    ),
-    host: str = typer.Option(
-        "127.0.0.1", "--host", help="Address to listen on (0.0.0.0 for every interface)."
-    ),
+    db: str = SERVE_DB,
+    host: str = SERVE_HOST,
     port: int = typer.Option(8000, "--port", help="Port to listen on."),
-    admin_token: str = typer.Option(
-        None,
-        "--admin-token",
-        envvar="STORYEVAL_ADMIN_TOKEN",
-        help="Secret of the admin pages (default: the one stored in the database, or a new one).",
-    ),
+    admin_token: str = SERVE_ADMIN_TOKEN,
     base_url: str = typer.Option(None, "--base-url", help="Public address used in printed links."),
-    links: int = typer.Option(
-        0, "--links", help="Create this many participant links before starting."
-    ),
-    links_file: Path = typer.Option(
-        None, "--links-file", help="Write the created links here (one per line)."
-    ),
-    access_log: bool = typer.Option(
-        False, "--access-log", help="Log every request (URLs contain secret tokens)."
-    ),
-    workers: int = typer.Option(
-        1,
-        "--workers",
-        min=1,
-        help="Server processes (quotas and every other guarantee hold across them: they are "
-        "database transactions). With writing sessions each process runs its own generators.",
-    ),
+    links: int = SERVE_LINKS,
+    links_file: Path = SERVE_LINKS_FILE,
+    access_log: bool = SERVE_ACCESS_LOG,
+    workers: int = SERVE_WORKERS,
     threads: int = typer.Option(8, "--threads", min=1, help="Threads per server process."),
-    enroll_rate: float = typer.Option(
-        20.0,
-        "--enroll-rate",
-        min=0,
-        help="Open-enrollment joins and consents per minute per client address (0: no limit).",
-    ),
-    sqlite_sync: str = typer.Option(
-        "full",
-        "--sqlite-sync",
-        help="SQLite durability: full (an acknowledged judgment survives a power cut) or normal "
-        "(survives a crash of the server, not a power cut; faster).",
-    ),
-    trust_proxy: bool = typer.Option(
-        False,
-        "--trust-proxy",
-        help="Behind a reverse proxy: take client addresses from X-Forwarded-For.",
-    ),
+    enroll_rate: float = SERVE_ENROLL_RATE,
+    sqlite_sync: str = SERVE_SQLITE_SYNC,
+    trust_proxy: bool = SERVE_TRUST_PROXY,
 ) -> None:
     """Serve human evaluation studies: participant pages, admin view, exports."""
-    import uvicorn
     from pydantic import ValidationError
 
-    from storyeval.io import write_text_atomic
     from storyeval.server.app import create_app
     from storyeval.server.kinds import load_session
-    from storyeval.server.participants import create_participants
     from storyeval.server.settings import Settings
 
     sessions = [load_session(path) for path in files]
@@ -99,34 +107,58 @@ def serve(
     )
     typer.echo(f"database: {state.db.describe()}")
     for session in sessions:
-        typer.echo(f"{session.kind} {session.name!r}: {session.title}")
-        study = getattr(session, "study", None)
-        if study is not None:
-            typer.echo(
-                f"  version {study.version}, protocol {study.protocol}, {len(study.items)} items x "
-                f"{study.raters_per_item} raters, {study.items_per_participant} per participant"
-            )
-        policy = session.enrollment()
-        if policy.open:
-            typer.echo(
-                f"  open enrollment: {root}/join/{session.kind}/{session.name}?{policy.external_id_param}=ID"
-            )
-        if links > 0:
-            now = state.clock()
-            created = state.db.run(
-                lambda conn, s=session, t=now: create_participants(
-                    conn, s.kind, s.name, links, now=t
-                )
-            )
-            urls = [f"{root}/p/{p.token}" for p in created]
-            if links_file is not None:
-                write_text_atomic(links_file, "".join(u + "\n" for u in urls))
-                typer.echo(f"  {len(urls)} participant links written to {links_file}")
-            else:
-                for url in urls:
-                    typer.echo(f"  participant link: {url}")
+        _announce(session, state, root, links, links_file)
     typer.echo(f"admin: {root}/admin/{state.admin_token}/")
     typer.echo(f"listening on http://{host}:{port} with {workers} process(es) (Ctrl+C to stop)")
+    _run(app, files, settings, sessions, host, port, workers, access_log)
+
+
+def _announce(session: Any, state: Any, root: str, links: int, links_file: Path | None) -> None:
+    """Print a session's design and enrollment link; make its participant links."""
+    from storyeval.io import write_text_atomic
+    from storyeval.server.participants import create_participants
+
+    typer.echo(f"{session.kind} {session.name!r}: {session.title}")
+    study = getattr(session, "study", None)
+    if study is not None:
+        typer.echo(
+            f"  version {study.version}, protocol {study.protocol}, {len(study.items)} items x "
+            f"{study.raters_per_item} raters, {study.items_per_participant} per participant"
+        )
+    policy = session.enrollment()
+    if policy.open:
+        typer.echo(
+            f"  open enrollment: {root}/join/{session.kind}/{session.name}?{policy.external_id_param}=ID"
+        )
+    if links <= 0:
+        return
+    now = state.clock()
+    created = state.db.run(
+        lambda conn: create_participants(conn, session.kind, session.name, links, now=now)
+    )
+    urls = [f"{root}/p/{p.token}" for p in created]
+    if links_file is not None:
+        write_text_atomic(links_file, "".join(u + "\n" for u in urls))
+        typer.echo(f"  {len(urls)} participant links written to {links_file}")
+    else:
+        for url in urls:
+            typer.echo(f"  participant link: {url}")
+
+
+def _run(
+    app: Any,
+    files: list[Path],
+    settings: Any,
+    sessions: list[Any],
+    host: str,
+    port: int,
+    workers: int,
+    access_log: bool,
+) -> None:
+    """Serve ``app`` in this process, or in ``workers`` processes that each build it from the
+    files and settings (passed in the environment)."""
+    import uvicorn
+
     if workers == 1:
         uvicorn.run(app, host=host, port=port, log_level="warning", access_log=access_log)
         return
@@ -135,6 +167,7 @@ def serve(
 
     from storyeval.server.app import SERVE_ENVIRONMENT
 
+    state = app.state.storyeval
     for session in sessions:
         session.shutdown()
     state.db.dispose()

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -136,51 +137,57 @@ def export(
         typer.echo(f"{output / name}: {count} record(s)")
 
 
+ANALYSE_JUDGMENTS = typer.Option(..., "--judgments", help="Long-format judgments (.jsonl or .csv).")
+ANALYSE_MIN_MEDIAN_TIME = typer.Option(
+    None,
+    "--min-median-time",
+    help="Remove raters whose median time per item is below this many seconds (Karpinska et al. 2021 used 40). "
+    "Default: the study's quality.min_median_time_s with --study, otherwise no time filter "
+    "(the report then counts the raters below 40 s).",
+)
+ANALYSE_STORIES = typer.Option(
+    None,
+    "--stories",
+    help="Story file: its systems become the condition of judgments without one.",
+)
+ANALYSE_STUDY_FILE = typer.Option(
+    None, "--study", help="Take the exclusion rules from this study file."
+)
+ANALYSE_KEEP_FAILED_CHECKS = typer.Option(
+    False, "--keep-failed-checks", help="Keep raters who failed an attention check."
+)
+ANALYSE_ALPHA = typer.Option(
+    0.05, "--alpha", help="Triangle test: significance level of the test of difference."
+)
+ANALYSE_BETA = typer.Option(
+    None, "--beta", help="Triangle test: beta of the test of similarity (with --pd)."
+)
+ANALYSE_PD = typer.Option(
+    None, "--pd", help="Triangle test: largest proportion of discriminators for similarity."
+)
+ANALYSE_BOOTSTRAP = typer.Option(
+    1000,
+    "--bootstrap",
+    help="Bootstrap resamples for the CI of Krippendorff's alpha (0: none).",
+)
+
+
 @study_app.command("analyse")
 def analyse(
-    judgments: Path = typer.Option(
-        ..., "--judgments", help="Long-format judgments (.jsonl or .csv)."
-    ),
+    judgments: Path = ANALYSE_JUDGMENTS,
     output: Path = typer.Option(..., "-o", "--output", help="Output directory for the CSV tables."),
-    min_median_time: float = typer.Option(
-        None,
-        "--min-median-time",
-        help="Remove raters whose median time per item is below this many seconds (Karpinska et al. 2021 used 40). "
-        "Default: the study's quality.min_median_time_s with --study, otherwise no time filter "
-        "(the report then counts the raters below 40 s).",
-    ),
-    stories: Path = typer.Option(
-        None,
-        "--stories",
-        help="Story file: its systems become the condition of judgments without one.",
-    ),
-    study_file: Path = typer.Option(
-        None, "--study", help="Take the exclusion rules from this study file."
-    ),
-    keep_failed_checks: bool = typer.Option(
-        False, "--keep-failed-checks", help="Keep raters who failed an attention check."
-    ),
-    alpha: float = typer.Option(
-        0.05, "--alpha", help="Triangle test: significance level of the test of difference."
-    ),
-    beta: float = typer.Option(
-        None, "--beta", help="Triangle test: beta of the test of similarity (with --pd)."
-    ),
-    pd: float = typer.Option(
-        None, "--pd", help="Triangle test: largest proportion of discriminators for similarity."
-    ),
-    bootstrap: int = typer.Option(
-        1000,
-        "--bootstrap",
-        help="Bootstrap resamples for the CI of Krippendorff's alpha (0: none).",
-    ),
+    min_median_time: float = ANALYSE_MIN_MEDIAN_TIME,
+    stories: Path = ANALYSE_STORIES,
+    study_file: Path = ANALYSE_STUDY_FILE,
+    keep_failed_checks: bool = ANALYSE_KEEP_FAILED_CHECKS,
+    alpha: float = ANALYSE_ALPHA,
+    beta: float = ANALYSE_BETA,
+    pd: float = ANALYSE_PD,
+    bootstrap: int = ANALYSE_BOOTSTRAP,
     seed: int = typer.Option(0, "--seed", help="Seed of the bootstrap."),
 ) -> None:
     """Summaries, agreement and tests: writes DIR/summary.csv, agreement.csv, tests.csv,
     filtering.csv, raters.csv (and detection.csv, pairwise.csv, triangle.csv when relevant)."""
-    from rich.console import Console
-    from rich.table import Table
-
     from storyeval.human.analysis import analyse_judgments
 
     threshold = min_median_time
@@ -211,6 +218,13 @@ def analyse(
             seed=seed,
         )
         paths = result.write(output)
+    _print_analysis(result, paths)
+
+
+def _print_analysis(result: Any, paths: Sequence[Path]) -> None:
+    """Print the filtering steps, the summary and the tests of an analysis."""
+    from rich.console import Console
+
     console = Console()
     for _, row in result.filtering.iterrows():
         note = f"; {row['note']}" if isinstance(row.get("note"), str) else ""
@@ -218,10 +232,21 @@ def analyse(
             f"{row['step']} ({row['threshold']}): removed {row['raters_removed']} of {row['raters_before']} raters "
             f"and {row['judgments_removed']} of {row['judgments_before']} judgments{note}"
         )
+    console.print(_summary_table(result.summary))
+    if len(result.tests):
+        console.print(_tests_table(result.tests))
+    console.print(f"signature: {result.signature}")
+    for path in paths:
+        console.print(f"wrote {path}")
+
+
+def _summary_table(summary: Any) -> Any:
+    from rich.table import Table
+
     view = Table(title="summary")
     for column in ("criterion", "condition", "n", "mean", "sd"):
         view.add_column(column)
-    for _, row in result.summary.iterrows():
+    for _, row in summary.iterrows():
         view.add_row(
             row["criterion"],
             row["condition"],
@@ -229,41 +254,41 @@ def analyse(
             f"{row['mean']:.2f}",
             f"{row['sd']:.2f}",
         )
-    console.print(view)
-    if len(result.tests):
-        tests = Table(title="tests")
-        for column in (
-            "criterion",
-            "comparison",
-            "estimate",
-            "statistic",
-            "df",
-            "p_value",
-            "95% CI",
-            "method",
-        ):
-            tests.add_column(column)
-        for _, row in result.tests.iterrows():
-            ci = (
-                f"[{row['ci_low']:.2f}, {row['ci_high']:.2f}]"
-                if row["ci_low"] == row["ci_low"]
-                else ""
-            )
-            df = f"{row['df']:.1f}" if row["df"] == row["df"] else ""
-            tests.add_row(
-                row["criterion"],
-                row["comparison"],
-                f"{row['estimate']:.3f}",
-                f"{row['statistic']:.2f}",
-                df,
-                f"{row['p_value']:.3g}",
-                ci,
-                row["method"].split(" (")[0],
-            )
-        console.print(tests)
-    console.print(f"signature: {result.signature}")
-    for path in paths:
-        console.print(f"wrote {path}")
+    return view
+
+
+def _tests_table(frame: Any) -> Any:
+    from rich.table import Table
+
+    tests = Table(title="tests")
+    columns = (
+        "criterion",
+        "comparison",
+        "estimate",
+        "statistic",
+        "df",
+        "p_value",
+        "95% CI",
+        "method",
+    )
+    for column in columns:
+        tests.add_column(column)
+    for _, row in frame.iterrows():
+        ci = (
+            f"[{row['ci_low']:.2f}, {row['ci_high']:.2f}]" if row["ci_low"] == row["ci_low"] else ""
+        )
+        df = f"{row['df']:.1f}" if row["df"] == row["df"] else ""
+        tests.add_row(
+            row["criterion"],
+            row["comparison"],
+            f"{row['estimate']:.3f}",
+            f"{row['statistic']:.2f}",
+            df,
+            f"{row['p_value']:.3g}",
+            ci,
+            row["method"].split(" (")[0],
+        )
+    return tests
 
 
 study_app.command("analyze", hidden=True, help="Alias of analyse.")(analyse)

@@ -143,49 +143,71 @@ _NO_BUCKET = typer.Option(
 _OVERWRITE = typer.Option(False, "--overwrite", help="Replace a model trained with other settings.")
 
 
+UNION_MODEL = typer.Option(
+    None,
+    "--model",
+    help="Base encoder: a local directory or a BERT-like hub name "
+    "(default: the offline all-MiniLM-L6-v2).",
+)
+UNION_HEAD_LR = typer.Option(
+    None,
+    "--head-lr",
+    help="Peak learning rate of the new heads (default: --lr, as in the paper); a higher "
+    "one shortens the start-up plateau of short CPU runs.",
+)
+UNION_NO_RECON = typer.Option(
+    False, "--no-recon", help="Ablation: train without the reconstruction head."
+)
+UNION_TECHNIQUES = typer.Option(
+    None,
+    "--techniques",
+    help="Techniques negatives are drawn from (comma-separated; default all four).",
+)
+UNION_WITHOUT = typer.Option(
+    None, "--without", help="Ablation: leave out these techniques (comma-separated)."
+)
+UNION_WINDOW = typer.Option(
+    None, "--window", help="Train on windows of this many sentences instead of whole stories."
+)
+UNION_STRIDE = typer.Option(
+    None, "--stride", help="Sentences between window starts (default: --window; 1 = all)."
+)
+UNION_DELEX = typer.Option(
+    False, "--delex", help="Mask character names as [MALE]/[FEMALE]/[NEUTRAL]."
+)
+UNION_ANTONYMS = typer.Option(
+    None,
+    "--antonyms",
+    help="A ConceptNet-style antonym file (word|||/r/Antonym|||antonym lines, as in the "
+    "UNION repository) for substitution, beside WordNet's sparse antonyms.",
+)
+UNION_NEGATIVES_FILE = typer.Option(
+    None,
+    "--negatives-file",
+    help="Use the negatives of a `storyeval perturb` output file (made from these stories, "
+    "or windows with --window) instead of drawing them; drawn ones are cached on disk.",
+)
+
+
 @train_app.command("union")
 def union(
     stories: Path = _STORIES,
     output: Path = _OUTPUT,
     epochs: int = typer.Option(3, "--epochs", min=1, help="Passes over the data (at most)."),
     seed: int = typer.Option(42, "--seed", help="Seed for the split, negatives and training."),
-    model: str = typer.Option(
-        None,
-        "--model",
-        help="Base encoder: a local directory or a BERT-like hub name "
-        "(default: the offline all-MiniLM-L6-v2).",
-    ),
+    model: str = UNION_MODEL,
     learning_rate: float = typer.Option(5e-5, "--lr", help="Peak learning rate."),
-    head_lr: float = typer.Option(
-        None,
-        "--head-lr",
-        help="Peak learning rate of the new heads (default: --lr, as in the paper); a higher "
-        "one shortens the start-up plateau of short CPU runs.",
-    ),
+    head_lr: float = UNION_HEAD_LR,
     batch_size: int = typer.Option(10, "--batch-size", min=1, help="Examples per step."),
     lam: float = typer.Option(0.1, "--lambda", help="Weight of the reconstruction loss."),
-    no_recon: bool = typer.Option(
-        False, "--no-recon", help="Ablation: train without the reconstruction head."
-    ),
-    techniques: str = typer.Option(
-        None,
-        "--techniques",
-        help="Techniques negatives are drawn from (comma-separated; default all four).",
-    ),
-    without: str = typer.Option(
-        None, "--without", help="Ablation: leave out these techniques (comma-separated)."
-    ),
+    no_recon: bool = UNION_NO_RECON,
+    techniques: str = UNION_TECHNIQUES,
+    without: str = UNION_WITHOUT,
     max_length: int = typer.Option(256, "--max-length", help="Longest input in tokens."),
-    window: int = typer.Option(
-        None, "--window", help="Train on windows of this many sentences instead of whole stories."
-    ),
-    stride: int = typer.Option(
-        None, "--stride", help="Sentences between window starts (default: --window; 1 = all)."
-    ),
+    window: int = UNION_WINDOW,
+    stride: int = UNION_STRIDE,
     no_prompt: bool = typer.Option(False, "--no-prompt", help="Ignore the prompt field."),
-    delex: bool = typer.Option(
-        False, "--delex", help="Mask character names as [MALE]/[FEMALE]/[NEUTRAL]."
-    ),
+    delex: bool = UNION_DELEX,
     negatives: int = typer.Option(1, "--negatives", min=1, help="Negative samples per story."),
     dev: Path = _DEV,
     dev_fraction: float = _DEV_FRACTION,
@@ -197,18 +219,8 @@ def union(
     precision: str = _PRECISION,
     device: str = _DEVICE,
     no_bucket: bool = _NO_BUCKET,
-    antonyms: Path = typer.Option(
-        None,
-        "--antonyms",
-        help="A ConceptNet-style antonym file (word|||/r/Antonym|||antonym lines, as in the "
-        "UNION repository) for substitution, beside WordNet's sparse antonyms.",
-    ),
-    negatives_file: Path = typer.Option(
-        None,
-        "--negatives-file",
-        help="Use the negatives of a `storyeval perturb` output file (made from these stories, "
-        "or windows with --window) instead of drawing them; drawn ones are cached on disk.",
-    ),
+    antonyms: Path = UNION_ANTONYMS,
+    negatives_file: Path = UNION_NEGATIVES_FILE,
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
     """Train UNION (Guan & Huang 2020) on human-written stories.

@@ -332,6 +332,64 @@ def edit_scores(sessions: Sequence[SessionRecord], *, context: Any = None) -> An
     return frame
 
 
+def _group_rows(
+    part: Any, generators: Sequence[str], column: str, common: dict[str, Any], confidence: float
+) -> list[dict[str, Any]]:
+    """The mean, sd and t interval of the per-turn values, overall and per generator."""
+    groups: list[tuple[str, Any]] = [("overall", part)]
+    groups += [(g, part[part["generator"] == g]) for g in generators]
+    rows = []
+    for group, values in groups:
+        data = values[column].astype(float).tolist()
+        mean, sd, low, high = mean_interval(data, confidence=confidence)
+        rows.append(
+            {
+                **common,
+                "group": group,
+                "estimate": mean,
+                "sd": sd,
+                "ci_low": low,
+                "ci_high": high,
+                "statistic": math.nan,
+                "p_value": math.nan,
+                "n": int(sum(1 for v in data if not math.isnan(v))),
+                "method": f"mean of per-turn values; sd (n-1); t {confidence:.0%} interval",
+            }
+        )
+    return rows
+
+
+def _test_row(
+    part: Any, generators: Sequence[str], column: str, common: dict[str, Any]
+) -> dict[str, Any]:
+    """The two-sided Mann-Whitney U test between the two generators' turns (estimate: the
+    probability that a turn of the first scores higher, ties counting half)."""
+    from scipy.stats import mannwhitneyu
+
+    a, b = (
+        [v for v in part[part["generator"] == g][column].astype(float) if not math.isnan(v)]
+        for g in generators
+    )
+    if a and b:
+        test = mannwhitneyu(a, b, alternative="two-sided")
+        statistic, p_value = float(test.statistic), float(test.pvalue)
+        effect = statistic / (len(a) * len(b))
+    else:
+        statistic = p_value = effect = math.nan
+    return {
+        **common,
+        "group": f"{generators[0]} vs {generators[1]}",
+        "estimate": effect,
+        "sd": math.nan,
+        "ci_low": math.nan,
+        "ci_high": math.nan,
+        "statistic": statistic,
+        "p_value": p_value,
+        "n": len(a) + len(b),
+        "method": "Mann-Whitney U test, two-sided (scipy auto: exact without ties for small samples)",
+    }
+
+
 def edits(
     sessions: Sequence[SessionRecord],
     *,
@@ -358,19 +416,14 @@ def edits(
 
     Notes
     -----
-    Seed 000 Table 4.2: FUSION 37.61 / 51.13 / 60.69 vs GPT2 29.49 / 61.35 / 71.77 (ED, JS x100,
+    Clark (2021) Table 4.2: FUSION 37.61 / 51.13 / 60.69 vs GPT2 29.49 / 61.35 / 71.77 (ED, JS x100,
     USER x100), all three differences significant (Mann-Whitney U, p < 0.01).
     """
     import pandas as pd
-    from scipy.stats import mannwhitneyu
 
     frame = scores if scores is not None else edit_scores(sessions, context=context)
     generator_sets = _generator_sets(sessions)
     rows = []
-    mean_method = f"mean of per-turn values; sd (n-1); t {confidence:.0%} interval"
-    test_method = (
-        "Mann-Whitney U test, two-sided (scipy auto: exact without ties for small samples)"
-    )
     for name, generators in generator_sets.items():
         subset = frame[frame["session"] == name] if len(frame) else frame
         if len(subset) == 0:
@@ -380,64 +433,16 @@ def edits(
             metric_signature = str(subset[f"signature:{metric}"].iloc[0])
             for round_number in rounds:
                 part = subset if round_number == "all" else subset[subset["round"] == round_number]
-                groups: list[tuple[str, Any]] = [("overall", part)]
-                groups += [(g, part[part["generator"] == g]) for g in generators]
-                for group, values in groups:
-                    data = values[column].astype(float).tolist()
-                    mean, sd, low, high = mean_interval(data, confidence=confidence)
-                    rows.append(
-                        {
-                            "session": name,
-                            "metric": column,
-                            "round": str(round_number),
-                            "group": group,
-                            "estimate": mean,
-                            "sd": sd,
-                            "ci_low": low,
-                            "ci_high": high,
-                            "statistic": math.nan,
-                            "p_value": math.nan,
-                            "n": int(sum(1 for v in data if not math.isnan(v))),
-                            "higher_is_better": higher,
-                            "method": mean_method,
-                            "signature": metric_signature,
-                        }
-                    )
+                common = {
+                    "session": name,
+                    "metric": column,
+                    "round": str(round_number),
+                    "higher_is_better": higher,
+                    "signature": metric_signature,
+                }
+                rows += _group_rows(part, generators, column, common, confidence)
                 if len(generators) == 2:
-                    a = [
-                        v
-                        for v in part[part["generator"] == generators[0]][column].astype(float)
-                        if not math.isnan(v)
-                    ]
-                    b = [
-                        v
-                        for v in part[part["generator"] == generators[1]][column].astype(float)
-                        if not math.isnan(v)
-                    ]
-                    if a and b:
-                        test = mannwhitneyu(a, b, alternative="two-sided")
-                        statistic, p_value = float(test.statistic), float(test.pvalue)
-                        effect = statistic / (len(a) * len(b))
-                    else:
-                        statistic = p_value = effect = math.nan
-                    rows.append(
-                        {
-                            "session": name,
-                            "metric": column,
-                            "round": str(round_number),
-                            "group": f"{generators[0]} vs {generators[1]}",
-                            "estimate": effect,
-                            "sd": math.nan,
-                            "ci_low": math.nan,
-                            "ci_high": math.nan,
-                            "statistic": statistic,
-                            "p_value": p_value,
-                            "n": len(a) + len(b),
-                            "higher_is_better": higher,
-                            "method": test_method,
-                            "signature": metric_signature,
-                        }
-                    )
+                    rows.append(_test_row(part, generators, column, common))
     columns = [
         "session",
         "metric",
@@ -476,7 +481,7 @@ def text_stats(
 
     Notes
     -----
-    Seed 000 Table 4.3 (FUSION / GPT2 / HUMAN): sentence length 13.70 / 10.31 / 18.86,
+    Clark (2021) Table 4.3 (FUSION / GPT2 / HUMAN): sentence length 13.70 / 10.31 / 18.86,
     concrete nouns 4.04 / 4.35 / 4.17, verbs 2.90 / 3.10 / 3.12, distinct-1 0.75 / 0.53 /
     0.72, distinct-2 0.97 / 0.70 / 0.95, distinct-3 1.00 / 0.76 / 0.99.
     """

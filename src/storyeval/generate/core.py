@@ -11,6 +11,7 @@ word are dropped and generated again, and each story records how often that happ
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import re
@@ -540,73 +541,86 @@ def generate_stories(
     ValueError
         On empty prompts, bad settings, or a prompt too long for the model.
     """
-    from storyeval.models.devices import check_precision, compute_fields, place, resolve_device
-
     _check_settings(
         prompts, num_stories, batch_size, max_attempts, copy_threshold, max_words, max_chars
+    )
+    settings = _Settings(
+        model=model,
+        decoding=decoding or DecodingConfig(),
+        num_stories=num_stories,
+        seed=seed,
+        batch_size=batch_size,
+        max_words=max_words,
+        max_chars=max_chars,
+        system=system,
+        progress=progress,
+        priming=[text.strip() for text in priming if text.strip()],
+        separator=separator,
+        copy_threshold=copy_threshold,
+        word_filter=word_filter,
+        max_attempts=max_attempts,
+        device=device,
+        precision=precision,
     )
     if block_size is not None and len(prompts) > block_size:  # the local engine: block by block
         from storyeval.blocks import LocalExecutor
 
-        return generate_on(
-            LocalExecutor(prompts),
-            block_size=block_size,
-            model=model,
-            decoding=decoding,
-            num_stories=num_stories,
-            seed=seed,
-            batch_size=batch_size,
-            max_words=max_words,
-            max_chars=max_chars,
-            system=system,
-            progress=progress,
-            priming=priming,
-            separator=separator,
-            copy_threshold=copy_threshold,
-            word_filter=word_filter,
-            max_attempts=max_attempts,
-            device=device,
-            precision=precision,
-        )
-    decoding = decoding or DecodingConfig()
-    device = resolve_device(device)
-    check_precision(precision, device)
-    lm = place(load_generator(model), device)
-    priming = [text.strip() for text in priming if text.strip()]
-    sep = (separator or default_separator(lm.tokenizer)) if priming else None
+        fields = {f.name: getattr(settings, f.name) for f in dataclasses.fields(settings)}
+        return generate_on(LocalExecutor(prompts), block_size=block_size, **fields)
+    return _generate(prompts, settings, block_size, block)
+
+
+@dataclass(frozen=True)
+class _Settings:
+    """The settings of :func:`generate_stories` (see there)."""
+
+    model: str | None
+    decoding: DecodingConfig
+    num_stories: int
+    seed: int
+    batch_size: int
+    max_words: int | None
+    max_chars: int | None
+    system: str | None
+    progress: bool
+    priming: list[str]
+    separator: str | None
+    copy_threshold: float
+    word_filter: WordListFilter | None
+    max_attempts: int
+    device: str
+    precision: str
+
+
+def _generate(
+    prompts: Sequence[Story], settings: _Settings, block_size: int | None, block: int
+) -> list[Story]:
+    """Generate one block of prompts with the random stream of its block."""
+    from storyeval.models.devices import check_precision, place, resolve_device
+
+    decoding, priming = settings.decoding, settings.priming
+    device = resolve_device(settings.device)
+    check_precision(settings.precision, device)
+    lm = place(load_generator(settings.model), device)
+    sep = (settings.separator or default_separator(lm.tokenizer)) if priming else None
     label = decoding.describe() + (f"-{len(priming)}shot" if priming else "")
-    system = system or f"{lm.name}-{label}"
-    signature = Signature(
-        "generate",
-        {
-            "model": lm.identity,
-            **decoding.signature_fields(),
-            "num_stories": num_stories,
-            "batch_size": batch_size,
-            "max_words": max_words,
-            "max_chars": max_chars,
-            "seed": seed,
-            "priming": _priming_identity(priming),
-            "priming_n": len(priming),
-            "separator": sep,
-            "copy_threshold": copy_threshold if priming else None,
-            "word_filter": word_filter.identity if word_filter else None,
-            "max_attempts": max_attempts,
-            "block_size": block_size,
-            **compute_fields(device, precision),
-        },
-    ).render()
+    system = settings.system or f"{lm.name}-{label}"
+    signature = _signature(lm, settings, sep, device, block_size)
     contexts = {record.id: build_context(record.prompt, priming, sep or "") for record in prompts}
     _check_context_length(lm, list(contexts.items()), decoding.max_new_tokens)
-    jobs = [_Job(record, n, contexts[record.id]) for record in prompts for n in range(num_stories)]
+    jobs = [
+        _Job(record, n, contexts[record.id])
+        for record in prompts
+        for n in range(settings.num_stories)
+    ]
     judge = functools.partial(
         _judge,
-        max_words=max_words,
-        max_chars=max_chars,
+        max_words=settings.max_words,
+        max_chars=settings.max_chars,
         max_sentences=None,
         priming=priming,
-        copy_threshold=copy_threshold,
-        word_filter=word_filter,
+        copy_threshold=settings.copy_threshold,
+        word_filter=settings.word_filter,
     )
     _run_attempts(
         lm,
@@ -614,17 +628,46 @@ def generate_stories(
         decoding,
         judge,
         sep=sep,
-        seed=seed,
-        batch_size=batch_size,
-        max_attempts=max_attempts,
+        seed=settings.seed,
+        batch_size=settings.batch_size,
+        max_attempts=settings.max_attempts,
         label=f"generate {system}",
-        progress=progress,
-        precision=precision,
-        seed_of_block=block_seed(seed, block),
+        progress=settings.progress,
+        precision=settings.precision,
+        seed_of_block=block_seed(settings.seed, block),
     )
-    _raise_failures(jobs, decoding, max_attempts)
-    suffixes = num_stories > 1
+    _raise_failures(jobs, decoding, settings.max_attempts)
+    suffixes = settings.num_stories > 1
     return [_generated_story(job, system, signature, suffixes, bool(priming)) for job in jobs]
+
+
+def _signature(
+    lm: Any, settings: _Settings, sep: str | None, device: str, block_size: int | None
+) -> str:
+    """The signature of the generated stories: the model's identity and every setting."""
+    from storyeval.models.devices import compute_fields
+
+    priming = settings.priming
+    return Signature(
+        "generate",
+        {
+            "model": lm.identity,
+            **settings.decoding.signature_fields(),
+            "num_stories": settings.num_stories,
+            "batch_size": settings.batch_size,
+            "max_words": settings.max_words,
+            "max_chars": settings.max_chars,
+            "seed": settings.seed,
+            "priming": _priming_identity(priming),
+            "priming_n": len(priming),
+            "separator": sep,
+            "copy_threshold": settings.copy_threshold if priming else None,
+            "word_filter": settings.word_filter.identity if settings.word_filter else None,
+            "max_attempts": settings.max_attempts,
+            "block_size": block_size,
+            **compute_fields(device, settings.precision),
+        },
+    ).render()
 
 
 def _check_settings(

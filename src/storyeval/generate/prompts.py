@@ -139,7 +139,7 @@ def read_priming_texts(
 ) -> list[str]:
     """The first ``count`` texts of a story file (all of them when ``count`` is None).
 
-    Each text is the record's ``prompt`` and ``story`` joined by one space. Seed 000
+    Each text is the record's ``prompt`` and ``story`` joined by one space. Clark (2021)
     (§6.2.2) primes with three in-domain human-authored texts, the default here.
 
     Raises

@@ -26,6 +26,7 @@ from typing import Annotated, Any, Literal
 import numpy as np
 
 from storyeval.errors import ModelLoadError
+from storyeval.metrics.cards import CF, MetricCard
 from storyeval.metrics.coherence import CoherenceScores, Split, text_pairs
 from storyeval.metrics.context import ScoringContext
 from storyeval.metrics.embedding import Device, Precision
@@ -45,6 +46,59 @@ class LearnedScores(Scores):
     model="checkpoint",
     value_range=(0.0, 1.0),
     unavailable_offline="needs a trained UNION model: storyeval train union --stories HUMAN.jsonl -o DIR",
+    card=MetricCard(
+        measures=(
+            "UNION is a learned, unreferenced metric: the probability that a story was "
+            "written by a human rather than being a perturbation of a human story. It is "
+            "trained on *your* human-written stories and negative samples made from them by "
+            "repetition, substitution (WordNet antonyms, or a ConceptNet-style file with "
+            "`--antonyms`; corpus keywords; sentences of other stories), reordering and "
+            "negation alteration, mixed as in the paper (1-4 techniques with probabilities "
+            ".5/.2/.2/.1; technique weights .1/.3/.4/.2). An auxiliary head learns to "
+            "reconstruct the original story from the perturbed one (loss = BCE + 0.1 x "
+            "reconstruction NLL; in training the reconstruction softmax runs over the batch's "
+            "word pieces plus 1,024 sampled ones, and the head shares the encoder's input "
+            "embeddings, so a step costs about what the encoder costs). Train a model with "
+            "`storyeval train union --stories HUMAN.jsonl -o DIR`; the learned-metrics guide gives a recipe "
+            "for a corpus of a few thousand stories on a CPU."
+        ),
+        read=(
+            "A score compares a story with what the model learned of *its training stories*: "
+            "a story far from them in genre or length may score low for that reason alone "
+            "(dataset drift, the paper's Table 6). Compare systems on the same prompts, with "
+            "the same model (same signature). Stories longer than the model's `max_length` "
+            "tokens are cut, and the run notes how many were."
+        ),
+        papers=(
+            "Trained on 88,344 ROCStories with BERT-base, UNION reaches Pearson 0.3687 / "
+            "Spearman 0.4599 / Kendall 0.3386 with human judgments on 400 generated ROC "
+            "stories (0.3101 / 0.4027 / 0.2927 without reconstruction), and 0.3663 / 0.4493 / "
+            "0.3293 on WritingPrompts (Guan & Huang 2020, Table 5). Leaving out reordering "
+            "costs the most (Pearson 0.2302, Table 7)."
+        ),
+        limits=(
+            "The model is only as good as its training corpus: on the 60 example stories and "
+            "a few CPU minutes it learns the negation cue and repetition, while substitution "
+            "and reordering stay at chance (see `benchmarks/bench_union.py`); the paper used "
+            "tens of thousands of stories. Perturbations miss some errors (semantic "
+            "repetition, emotional inconsistency; the paper's Table 11), and some perturbed "
+            "stories remain reasonable (reordering sentences without temporal links). WordNet "
+            "stands in for ConceptNet for keywords and antonyms unless you pass a ConceptNet "
+            "antonym file (`--antonyms`, the UNION repository's format)."
+        ),
+        refs="Guan and Huang (2020), UNION: An Unreferenced Metric for Evaluating Open-ended Story Generation (EMNLP).",
+        notes=(
+            "Fields: `story`; the `prompt` (leading context) is the first segment of the "
+            "input when the model was trained with prompts (the default). No reference. "
+            "Model: a directory written by `storyeval train union` (`union.model`; none "
+            "offline until you train one).\n"
+            "\n"
+            "The signature records the trained weights' hash (`model:DIR@HASH`), the base "
+            "encoder, the techniques, whether the reconstruction head was trained, "
+            "`max_length`, prompt use, delexicalization, the seed and the hash of the "
+            "training stories."
+        ),
+    ),
 )
 def union(
     texts: Texts,
@@ -106,6 +160,63 @@ def union(
     model="checkpoint",
     value_range=(0.0, 1.0),
     unavailable_offline="needs a trained NUBIA model: storyeval train nubia --stories S --judgments J -o DIR",
+    card=MetricCard(
+        measures=(
+            "How interchangeable a story is with its reference, as a regressor trained on "
+            "*your* human judgments weighs the evidence. Three kinds of neural features are "
+            "extracted for each (reference, candidate) pair:\n"
+            "\n"
+            "- **semantic similarity**: the cosine of the two stories' embeddings (each the "
+            "mean of its sentences' mean-pooled, normalised encoder embeddings; NUBIA used "
+            "RoBERTa fine-tuned on STS-B);\n"
+            "- **logical entailment**, in both directions: the entailment, neutral and "
+            "contradiction probabilities with the reference as premise and the candidate as "
+            "hypothesis, and the other way round. Stories are documents, so NLI runs on "
+            "**aligned sentence pairs**: each candidate sentence is paired with the reference "
+            "sentence most similar to it (encoder cosine), both directions are scored on "
+            "those pairs, and the probabilities are averaged over the candidate's sentences;\n"
+            "- **intelligibility**: the log perplexity of each text under the causal LM "
+            "(NUBIA used GPT-2); optionally the word counts (`--lengths`, the 8-DIM variant).\n"
+            "\n"
+            "An **aggregator** (linear, `-LREG`, or a 10-unit tanh network, `-NN`) maps the "
+            "standardised features to the human score scaled to [0, 1]; the **calibrator** "
+            "divides the prediction by the prediction for the candidate against itself and "
+            "clips to [0, 1] (the paper's section 3.3; `--calibration clip` only clips). "
+            "Train with `storyeval train nubia --stories S --judgments J -o DIR` (held-out "
+            "correlations printed)."
+        ),
+        read=(
+            "A NUBIA model is only as good as the judgments it learned from and transfers "
+            "poorly across criteria and genres: train it on the criterion you report. "
+            'Offline, NLI is **zero-shot with the small causal LM** (the probabilities of " '
+            'True", " Neither", " False" after an NLI prompt), which is close to uniform on '
+            "most pairs: name a real NLI model (`--nli roberta-large-mnli`) for NUBIA as "
+            "published."
+        ),
+        papers=(
+            "On WMT17 segment-level direct assessment NUBIA-8DIM-NN reaches an average "
+            "Pearson of 0.777 across language pairs, ablations showing semantic similarity as "
+            "the most important feature (Kane et al. 2020, Tables 6 and 8)."
+        ),
+        limits=(
+            "No licensed three-way NLI model installs offline, so the offline features are "
+            "weaker than the paper's. The aggregator sees one reference; stories with several "
+            "references use the first. Long stories are embedded sentence by sentence (no "
+            "truncation), but NLI prompts longer than 1,024 tokens are cut from the left."
+        ),
+        refs="Kane et al. (2020), NUBIA: NeUral Based Interchangeability Assessor for Text Generation (EvalNLGEval workshop).",
+        notes=(
+            "Fields: `story` and `reference` (the first one). Model: a directory written by "
+            "`storyeval train nubia` (`nubia.model`). `nubia.features=FILE` also writes every "
+            "feature of every story (and the raw prediction) to a CSV, to see why a score is "
+            "low.\n"
+            "\n"
+            "The signature records the model file's hash, the encoder, the NLI model (or "
+            "`lm-zero-shot:LM` for the offline default), the LM, the aggregator, the "
+            "calibration, the number of features, the alignment and the criterion it was "
+            "trained on."
+        ),
+    ),
 )
 def nubia(
     candidates: Texts,
@@ -332,7 +443,27 @@ def _nsp_metric(label: str, what: str) -> dict[str, Any]:
     }
 
 
-@metric("nsp_prompt", **_nsp_metric("BERT-NSP-1", "each story sentence follows the prompt"))
+@metric(
+    "nsp_prompt",
+    **_nsp_metric("BERT-NSP-1", "each story sentence follows the prompt"),
+    card=MetricCard(
+        measures="BERT-NSP-1 (Callan & Foster 2023): the probability, under a BERT model "
+        "with a trained next-sentence-prediction head, that each story sentence follows the "
+        "prompt, averaged (`score=label` averages the 0/1 predictions instead).",
+        read="0-1; higher = sentences judged continuations of the prompt.",
+        papers=f"{CF}: 433 of 531 prompt/sentence pairs predicted to follow; correlation "
+        "with Q1 0.25, Q2 0.12, Q4 0.10. The authors conclude NSP, used this way, is not a "
+        "useful measure of narrative coherence.",
+        limits="Needs a model with a trained NSP head: the offline MiniLM has none, so the "
+        "metric refuses (exit 2) and names `bert-base-uncased` (hub; needs network access or "
+        "a local copy) and `storyeval train nsp --stories HUMAN.jsonl -o DIR`, which trains a "
+        "siamese head (cosine of mean-pooled sentence embeddings) on the offline encoder. "
+        "BERT's own head saturates near 1 for fluent text; a head trained on your corpus "
+        "measures continuity as that corpus shows it, and scores its own training stories "
+        "higher than unseen ones.",
+        refs=f"{CF}; Devlin et al. (2019).",
+    ),
+)
 def nsp_prompt(
     texts: Texts,
     prompts: Prompts,
@@ -357,6 +488,16 @@ def nsp_prompt(
     "nsp_prev",
     **_nsp_metric(
         "BERT-NSP-2", "each story sentence follows the previous one (the first: the prompt)"
+    ),
+    card=MetricCard(
+        measures="BERT-NSP-2 (Callan & Foster 2023): the probability that the first "
+        "sentence follows the prompt and each later sentence the one before it, averaged.",
+        read="0-1; higher = each sentence judged a continuation of the previous one.",
+        papers=f"{CF}: 497 of 531 pairs predicted to follow; correlation with Q1 0.25, Q2 "
+        "0.15, Q4 0.25; with BERT-NSP-1 0.61.",
+        limits="As nsp_prompt: needs a trained NSP head (`--option nsp.model=...`); "
+        "saturates for fluent text.",
+        refs=f"{CF}; Devlin et al. (2019).",
     ),
 )
 def nsp_prev(

@@ -1,5 +1,5 @@
-"""A trainable next-sentence-prediction (NSP) head, so the seed-004 coherence metrics
-(``nsp_prompt``, ``nsp_prev``) work with an encoder that ships without one.
+"""A trainable next-sentence-prediction (NSP) head, so the coherence metrics of Callan and
+Foster (2023) (``nsp_prompt``, ``nsp_prev``) work with an encoder that ships without one.
 
 Training pairs follow BERT's NSP objective: for every pair of consecutive sentences
 ``(A, B)`` of a story (the prompt's sentences come first), the true pair is labelled

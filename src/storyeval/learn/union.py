@@ -637,6 +637,44 @@ def union_signature(
     )
 
 
+def _prepared(stories: list[Story], config: UnionConfig, nlp: Any) -> list[Story]:
+    """The stories as UNION reads them: delexicalized, cut into sentence windows, if asked."""
+    if config.delexicalize:
+        stories = _delexicalized(stories, nlp)
+    if config.window is not None:
+        stories = sentence_windows(stories, config.window, config.stride)
+    return stories
+
+
+def _union_examples(
+    train_stories: list[Story],
+    dev_list: list[Story],
+    config: UnionConfig,
+    seed: int,
+    nlp: Any,
+    progress: bool,
+    negatives: str | Path | None,
+) -> tuple[list[Any], list[Any], dict[str, str]]:
+    """Training and dev examples (each story with its negative samples, from a file or drawn
+    here and cached) and the stories left without a negative (warned about)."""
+    if negatives is not None:
+        train_examples, skipped_train = examples_from_file(train_stories, negatives)
+        dev_examples, skipped_dev = examples_from_file(dev_list, negatives)
+    else:
+        (train_examples, skipped_train), (dev_examples, skipped_dev) = cached_examples(
+            train_stories, dev_list, config, seed=seed, nlp=nlp, progress=progress
+        )
+    skipped = {**skipped_train, **skipped_dev}
+    if skipped:
+        warnings.warn(
+            f"{len(skipped)} stor{'y' if len(skipped) == 1 else 'ies'} could not be perturbed "
+            f"and have no negative sample (first: {next(iter(skipped.values()))})",
+            UserWarning,
+            stacklevel=3,
+        )
+    return train_examples, dev_examples, skipped
+
+
 def train_union(
     stories: Sequence[Story],
     output: str | Path,
@@ -716,27 +754,13 @@ def train_union(
     reused = existing_model(output, signature, overwrite=overwrite)
     if reused is not None:
         return reused
-    if config.delexicalize:
-        train_stories = _delexicalized(train_stories, nlp)
-        dev_list = _delexicalized(dev_list, nlp)
-    if config.window is not None:
-        train_stories = sentence_windows(train_stories, config.window, config.stride)
-        dev_list = sentence_windows(dev_list, config.window, config.stride)
-    if negatives is not None:
-        train_examples, skipped_train = examples_from_file(train_stories, negatives)
-        dev_examples, skipped_dev = examples_from_file(dev_list, negatives)
-    else:
-        (train_examples, skipped_train), (dev_examples, skipped_dev) = cached_examples(
-            train_stories, dev_list, config, seed=training.seed, nlp=nlp, progress=progress
-        )
-    skipped = {**skipped_train, **skipped_dev}
-    if skipped:
-        warnings.warn(
-            f"{len(skipped)} stor{'y' if len(skipped) == 1 else 'ies'} could not be perturbed "
-            f"and have no negative sample (first: {next(iter(skipped.values()))})",
-            UserWarning,
-            stacklevel=2,
-        )
+    train_stories, dev_list = (
+        _prepared(train_stories, config, nlp),
+        _prepared(dev_list, config, nlp),
+    )
+    train_examples, dev_examples, skipped = _union_examples(
+        train_stories, dev_list, config, training.seed, nlp, progress, negatives
+    )
     import torch
 
     torch.manual_seed(training.seed)

@@ -403,31 +403,9 @@ def _criterion_agreement(
         ).render()
 
     if "alpha" in statistics:
-        for level in alpha_levels:
-            sig = boot_sig("krippendorff_alpha", level=level)
-            if degenerate:
-                rows.append(
-                    _row(criterion, f"krippendorff_alpha_{level}", np.nan, signature=sig, **common)
-                )
-                continue
-            estimate, low, high = krippendorff_alpha(
-                matrix,
-                level=level,
-                n_boot=n_boot,
-                confidence=confidence,
-                seed=seed,
-                label=f"alpha {level}, {criterion}",
-            )
-            rows.append(
-                _row(
-                    criterion,
-                    f"krippendorff_alpha_{level}",
-                    estimate,
-                    ci=(low, high),
-                    signature=sig,
-                    **common,
-                )
-            )
+        rows += _alpha_rows(
+            criterion, matrix, alpha_levels, degenerate, common, n_boot, confidence, seed, boot_sig
+        )
     if "fleiss" in statistics:
         rows.append(
             _fleiss_row(criterion, pairable, degenerate, domain, n_boot, confidence, seed, boot_sig)
@@ -435,21 +413,66 @@ def _criterion_agreement(
     if "icc" in statistics:
         rows.extend(_icc_rows(criterion, frame, degenerate, n_raters, n_ratings, confidence))
     if "full_agreement" in statistics:
-        sig = Signature("percent_full_agreement", {"unit": "items with 2+ ratings"}).render()
-        if n_items == 0:
-            rows.append(_row(criterion, "percent_full_agreement", np.nan, signature=sig, **common))
-        else:
-            spread = np.nanmax(matrix, axis=0) - np.nanmin(matrix, axis=0)
-            rows.append(
-                _row(
-                    criterion,
-                    "percent_full_agreement",
-                    float(100.0 * np.mean(spread == 0)),
-                    signature=sig,
-                    **common,
-                )
-            )
+        rows.append(_full_agreement_row(criterion, matrix, common))
     return rows
+
+
+def _alpha_rows(
+    criterion: str,
+    matrix: np.ndarray,
+    alpha_levels: Sequence[str],
+    degenerate: bool,
+    common: dict[str, Any],
+    n_boot: int,
+    confidence: float,
+    seed: int,
+    boot_sig: Any,
+) -> list[dict[str, Any]]:
+    """Krippendorff's alpha at each level of measurement, with bootstrap intervals."""
+    rows = []
+    for level in alpha_levels:
+        sig = boot_sig("krippendorff_alpha", level=level)
+        if degenerate:
+            rows.append(
+                _row(criterion, f"krippendorff_alpha_{level}", np.nan, signature=sig, **common)
+            )
+            continue
+        estimate, low, high = krippendorff_alpha(
+            matrix,
+            level=level,
+            n_boot=n_boot,
+            confidence=confidence,
+            seed=seed,
+            label=f"alpha {level}, {criterion}",
+        )
+        rows.append(
+            _row(
+                criterion,
+                f"krippendorff_alpha_{level}",
+                estimate,
+                ci=(low, high),
+                signature=sig,
+                **common,
+            )
+        )
+    return rows
+
+
+def _full_agreement_row(
+    criterion: str, matrix: np.ndarray, common: dict[str, Any]
+) -> dict[str, Any]:
+    """The percentage of items (with 2+ ratings) on which every rater gave the same value."""
+    sig = Signature("percent_full_agreement", {"unit": "items with 2+ ratings"}).render()
+    if common["n"] == 0:
+        return _row(criterion, "percent_full_agreement", np.nan, signature=sig, **common)
+    spread = np.nanmax(matrix, axis=0) - np.nanmin(matrix, axis=0)
+    return _row(
+        criterion,
+        "percent_full_agreement",
+        float(100.0 * np.mean(spread == 0)),
+        signature=sig,
+        **common,
+    )
 
 
 def _fleiss_row(

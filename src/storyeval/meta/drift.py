@@ -194,32 +194,11 @@ def quality_drift(
     for s, set_index in enumerate(set_indices):
         prob = np.where(valid, sampling_probability(set_index, levels), 0.0)
         members = uniforms[s] < prob[None, :]
-        for level in range(k + 1):
-            count = int(np.sum(levels == level))
-            p_level = sampling_probability(set_index, level)
-            composition.append(
-                {
-                    "set": set_index,
-                    "level": level,
-                    "probability": p_level,
-                    "items": count,
-                    "expected": count * p_level,
-                }
-            )
+        composition += _composition(set_index, levels, k)
         for metric in names:
             x = table.metrics[metric].to_numpy(dtype=float)
             for method in methods:
-                estimates = []
-                sizes = []
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    for r in range(repeats):
-                        keep = members[r]
-                        estimate, _, n = correlation(
-                            x[keep], human[keep], method=method, kendall_variant=kendall_variant
-                        )
-                        estimates.append(estimate)
-                        sizes.append(n)
+                estimates, sizes = _set_correlations(x, human, members, method, kendall_variant)
                 spread = describe_replicates(estimates)
                 rows.append(
                     {
@@ -247,6 +226,40 @@ def quality_drift(
             "values); the estimates average the defined ones (see the 'undefined' column)",
         )
     return results, pd.DataFrame(composition)
+
+
+def _composition(set_index: int, levels: np.ndarray, k: int) -> list[dict[str, Any]]:
+    """Set I's stories per quality level: how many, kept with which probability."""
+    rows = []
+    for level in range(k + 1):
+        count = int(np.sum(levels == level))
+        p_level = sampling_probability(set_index, level)
+        rows.append(
+            {
+                "set": set_index,
+                "level": level,
+                "probability": p_level,
+                "items": count,
+                "expected": count * p_level,
+            }
+        )
+    return rows
+
+
+def _set_correlations(
+    x: np.ndarray, human: np.ndarray, members: np.ndarray, method: str, kendall_variant: str
+) -> tuple[list[float], list[int]]:
+    """The correlation and size of each sampling of a set (``members``: one row each)."""
+    estimates, sizes = [], []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for keep in members:
+            estimate, _, n = correlation(
+                x[keep], human[keep], method=method, kendall_variant=kendall_variant
+            )
+            estimates.append(estimate)
+            sizes.append(n)
+    return estimates, sizes
 
 
 def subset_correlations(

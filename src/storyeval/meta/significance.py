@@ -174,6 +174,49 @@ def adjust_pvalues(
     return out
 
 
+def _comparison_inputs(
+    table: MetaTable, criterion: str | None, metrics: Sequence[str] | None, level: str
+) -> tuple[list[str], list[str]]:
+    """The metrics and criteria to compare, checked against the table and the level."""
+    if level == "story":
+        raise ValueError(
+            "the Williams test compares two correlations over the same units; the story "
+            "level averages per-prompt correlations; use level 'pooled' or 'system'"
+        )
+    names = list(metrics) if metrics is not None else table.metric_names
+    if len(names) < 2:
+        raise ValueError(f"comparing metrics needs at least two; got {len(names)}")
+    for name in names:
+        if name not in table.metrics.columns:
+            raise ValueError(f"unknown metric {name!r}; available: {', '.join(table.metric_names)}")
+    criteria = [criterion] if criterion is not None else table.criteria
+    for name in criteria:
+        if name not in table.human.columns:
+            raise ValueError(f"unknown criterion {name!r}; available: {', '.join(table.criteria)}")
+    if level == "system" and not table.has_systems:
+        from storyeval.meta.data import MetaInputError
+
+        raise MetaInputError("the system level needs the system of every item")
+    return names, criteria
+
+
+def _paired_values(
+    table: MetaTable, human: np.ndarray, a: str, b: str, level: str
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The human scores and the two metrics' values where all three are defined (per-system
+    means at the system level)."""
+    xa = table.metrics[a].to_numpy(dtype=float)
+    xb = table.metrics[b].to_numpy(dtype=float)
+    keep = np.isfinite(human) & np.isfinite(xa) & np.isfinite(xb)
+    h, va, vb = human[keep], xa[keep], xb[keep]
+    if level == "system":
+        systems = table.items["system"].to_numpy(dtype=object)[keep]
+        frame = pd.DataFrame({"s": systems, "h": h, "a": va, "b": vb}).dropna()
+        means = frame.groupby("s")[["h", "a", "b"]].mean()
+        h, va, vb = (means[c].to_numpy() for c in ("h", "a", "b"))
+    return h, va, vb
+
+
 def compare_metrics(
     table: MetaTable,
     *,
@@ -204,25 +247,7 @@ def compare_metrics(
     check_method(method)
     check_variant(kendall_variant)
     check_level(level)
-    if level == "story":
-        raise ValueError(
-            "the Williams test compares two correlations over the same units; the story "
-            "level averages per-prompt correlations; use level 'pooled' or 'system'"
-        )
-    names = list(metrics) if metrics is not None else table.metric_names
-    if len(names) < 2:
-        raise ValueError(f"comparing metrics needs at least two; got {len(names)}")
-    for name in names:
-        if name not in table.metrics.columns:
-            raise ValueError(f"unknown metric {name!r}; available: {', '.join(table.metric_names)}")
-    criteria = [criterion] if criterion is not None else table.criteria
-    for name in criteria:
-        if name not in table.human.columns:
-            raise ValueError(f"unknown criterion {name!r}; available: {', '.join(table.criteria)}")
-    if level == "system" and not table.has_systems:
-        from storyeval.meta.data import MetaInputError
-
-        raise MetaInputError("the system level needs the system of every item")
+    names, criteria = _comparison_inputs(table, criterion, metrics, level)
     signature = Signature(
         "williams",
         {
@@ -240,16 +265,8 @@ def compare_metrics(
             for b in names:
                 if a == b:
                     continue
-                xa = table.metrics[a].to_numpy(dtype=float)
-                xb = table.metrics[b].to_numpy(dtype=float)
-                keep = np.isfinite(human) & np.isfinite(xa) & np.isfinite(xb)
-                h, va, vb = human[keep], xa[keep], xb[keep]
-                if level == "system":
-                    systems = table.items["system"].to_numpy(dtype=object)[keep]
-                    frame = pd.DataFrame({"s": systems, "h": h, "a": va, "b": vb}).dropna()
-                    means = frame.groupby("s")[["h", "a", "b"]].mean()
-                    h, va, vb = (means[c].to_numpy() for c in ("h", "a", "b"))
                 label = f"{a} vs {b} ~ {crit}, {level}"
+                h, va, vb = _paired_values(table, human, a, b, level)
                 kw: dict[str, Any] = {
                     "method": method,
                     "kendall_variant": kendall_variant,

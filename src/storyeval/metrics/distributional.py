@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import numpy as np
 
+from storyeval.metrics.cards import MetricCard
 from storyeval.metrics.context import ScoringContext, resolve_layer
 from storyeval.metrics.function import Opt, Scores, Texts, metric
 from storyeval.metrics.registry import MetricBatch, SystemStatistic, SystemValue, get_metric
@@ -289,6 +290,50 @@ def _statistic(star: bool) -> SystemStatistic:
     return SystemStatistic(name, compute, f"{name} of the system's stories against the reference")
 
 
+_MAUVE_CARD = MetricCard(
+    measures="MAUVE (Pillutla et al. 2021): how close the distribution of a system's "
+    "stories is to the distribution of people's stories (`reference_system`, default "
+    "`human`). Each story becomes a feature vector (default: the offline encoder's "
+    "mean-pooled last layer; `features=causal-lm`: the causal LM's last-token state, as "
+    "the authors do with GPT-2 large); both sets are L2-normalised, reduced by PCA (90% "
+    "of the variance) and quantised together by k-means into n/10 clusters; MAUVE is the "
+    "area under the divergence curve of the two cluster histograms. k-means depends on "
+    "its seed, so storyeval runs `seeds` quantisations and reports their mean with a "
+    "Student t interval across seeds. Implemented in storyeval (MIT) and tested equal to "
+    "the authors' `mauve-text` on the same features and seed.",
+    read="0-1, higher = closer to people's stories (1: indistinguishable in feature "
+    "space). A corpus-level metric: one value per system, no value per story (`storyeval "
+    "score` writes no per-story record for it; the per-system table has it). `storyeval "
+    "mauve STORIES -o DIR` writes the table, every seed's divergence curve and a plot; "
+    "`storyeval report --mauve DIR` adds them to a report.",
+    papers="Pillutla et al. (2021) compute MAUVE on web text with GPT-2 large features "
+    "and 5,000 texts a side, where nucleus sampling scores far above greedy decoding and "
+    "larger models above smaller ones. Values depend on the feature model, so they are "
+    "not comparable with the offline encoder's.",
+    limits="Needs many texts: below 100 a side (a warning says so) the histogram has "
+    "fewer than 10 clusters and the value moves with the seed (see the interval); the "
+    "authors use 5,000. When the two sides' lengths differ strongly (median ratio above "
+    "1.5, warned), MAUVE mostly measures length: truncate both to similar lengths. "
+    "Values are comparable only under the same features, model, buckets and seeds (all in "
+    "the signature). On short texts the features carry little signal (mauve issue #9).",
+    refs="Pillutla et al. (2021), MAUVE (NeurIPS); Pillutla et al. (2023), MAUVE "
+    "scores for generative models (JMLR); Liu et al. (2021), divergence frontiers.",
+)
+_MAUVE_STAR_CARD = MetricCard(
+    measures="MAUVE* (Pillutla et al. 2023): MAUVE computed from cluster histograms "
+    "with Krichevsky-Trofimov smoothing (half a count added to every cluster), which "
+    "lowers its bias on small samples. Same features, quantisation and seeds as `mauve` "
+    "(the two share one computation).",
+    read="0-1, higher = closer to people's stories; usually a little above MAUVE on "
+    "small samples. One value per system (corpus level).",
+    papers="Pillutla et al. (2023) recommend the smoothed estimate for small samples; "
+    "no story-generation values are reported.",
+    limits="As for `mauve`: many texts needed, lengths matter, comparable only under the "
+    "same signature.",
+    refs="Pillutla et al. (2023), MAUVE scores for generative models (JMLR).",
+)
+
+
 def _mauve_metric(star: bool) -> dict[str, Any]:
     return {
         "description": ("MAUVE* (smoothed histograms)" if star else "MAUVE")
@@ -302,6 +347,7 @@ def _mauve_metric(star: bool) -> dict[str, Any]:
         "default": False,
         "plan": _plan,
         "backends": ("transformers", "torch", "scikit-learn", "faiss-cpu"),
+        "card": _MAUVE_STAR_CARD if star else _MAUVE_CARD,
     }
 
 

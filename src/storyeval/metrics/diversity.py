@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal
 import numpy as np
 
 from storyeval.errors import ModelLoadError
+from storyeval.metrics.cards import CLARK, CONCRETE_LIMITS, DISTINCT_LIMITS, MetricCard
 from storyeval.metrics.context import ScoringContext
 from storyeval.metrics.function import Opt, Scores, Texts, metric
 from storyeval.text import tokenize_words
@@ -101,6 +102,16 @@ def _distinct_description(n: int) -> str:
     description=_distinct_description(1),
     families=("diversity", "distinct"),
     value_range=(0.0, 1.0),
+    card=MetricCard(
+        measures="distinct-1 (Li et al. 2016): unique unigrams over all unigrams of the "
+        "story (lower-cased words; punctuation excluded unless `punctuation=true`), as in "
+        "Clark (2021) Table 4.3 following See et al. (2019).",
+        read="0-1; higher = more varied vocabulary, lower = more repetition.",
+        papers=f"{CLARK}, Table 4.3: FUSION 0.75, GPT2 (top-k) 0.53, human 0.72; Table 4.6: "
+        "nucleus 0.77, top-k 0.60, human 0.72.",
+        limits=DISTINCT_LIMITS,
+        refs="Li et al. (2016); See et al. (2019).",
+    ),
 )
 def distinct1(texts: Texts, *, punctuation: Punctuation = False) -> TextScores:
     """distinct-1 (Li et al. 2016) of each text: unique words over all words.
@@ -116,6 +127,14 @@ def distinct1(texts: Texts, *, punctuation: Punctuation = False) -> TextScores:
     description=_distinct_description(2),
     families=("diversity", "distinct"),
     value_range=(0.0, 1.0),
+    card=MetricCard(
+        measures="distinct-2: unique bigrams over all bigrams of the story.",
+        read="0-1; higher = less repetition of word pairs.",
+        papers=f"{CLARK}, Table 4.3: FUSION 0.97, GPT2 0.70, human 0.95; Table 4.6: nucleus "
+        "0.96, top-k 0.78, human 0.96.",
+        limits=DISTINCT_LIMITS,
+        refs="Li et al. (2016); See et al. (2019).",
+    ),
 )
 def distinct2(texts: Texts, *, punctuation: Punctuation = False) -> TextScores:
     """distinct-2 of each text: unique bigrams over all bigrams."""
@@ -127,6 +146,14 @@ def distinct2(texts: Texts, *, punctuation: Punctuation = False) -> TextScores:
     description=_distinct_description(3),
     families=("diversity", "distinct"),
     value_range=(0.0, 1.0),
+    card=MetricCard(
+        measures="distinct-3: unique trigrams over all trigrams of the story.",
+        read="0-1; values below about 0.9 signal looping text.",
+        papers=f"{CLARK}, Table 4.3: FUSION 1.00, GPT2 0.76, human 0.99; Table 4.6: nucleus "
+        "0.99, top-k 0.84, human 0.99.",
+        limits=DISTINCT_LIMITS,
+        refs="Li et al. (2016); See et al. (2019).",
+    ),
 )
 def distinct3(texts: Texts, *, punctuation: Punctuation = False) -> TextScores:
     """distinct-3 of each text: unique trigrams over all trigrams."""
@@ -140,6 +167,17 @@ def distinct3(texts: Texts, *, punctuation: Punctuation = False) -> TextScores:
     families=("diversity",),
     higher_is_better=False,
     value_range=(0.0, 1.0),
+    card=MetricCard(
+        measures="The share of the story's n-grams (n = 4 by default) that repeat an earlier "
+        "n-gram of the same story: seq-rep-n of Welleck et al. (2020), equal to "
+        "`1 - distinct-n` of the story.",
+        read="0-1; 0 = no repeated 4-gram. Degenerate sampling (low temperature, small "
+        "top-k) raises it.",
+        papers=f"The source documents report repetition through distinct-n ({CLARK}, Tables "
+        "4.3 and 4.6: GPT2 with top-k is the most repetitive); no seq-rep values.",
+        limits=DISTINCT_LIMITS,
+        refs="Welleck et al. (2020), unlikelihood training.",
+    ),
 )
 def repeated_ngram_rate_scores(
     texts: Texts,
@@ -163,6 +201,16 @@ def repeated_ngram_rate_scores(
     families=("diversity",),
     higher_is_better=False,
     value_range=(0.0, 1.0),
+    card=MetricCard(
+        measures="The share of the story's sentences that repeat an earlier sentence of the "
+        "story (compared as lower-cased words without punctuation).",
+        read="0-1; anything above 0 is verbatim looping, typical of degenerate decoding.",
+        papers="Not reported in the source documents; Callan & Foster (2023) note that their "
+        "highest BERTScore-1 went to a repetitive story, which this metric flags.",
+        limits="Only verbatim repeats count; near-duplicates do not. Depends on the sentence "
+        "splitter.",
+        refs="Holtzman et al. (2020) on degenerate repetition.",
+    ),
 )
 def repeated_sentence_rate_scores(
     texts: Texts, *, split: Split = "pysbd", scoring: ScoringContext | None = None
@@ -183,6 +231,16 @@ def repeated_sentence_rate_scores(
     families=("form",),
     higher_is_better=None,
     value_range=(0.0, None),
+    card=MetricCard(
+        measures="Mean number of words per sentence of the story (pysbd sentences; word "
+        "tokens without punctuation), a proxy for syntactic complexity.",
+        read="Descriptive: compare with human-written text of the same genre (machines "
+        "tend to write shorter sentences).",
+        papers=f"{CLARK}, Table 4.3: FUSION 13.70, GPT2 10.31, human 18.86; Table 4.6: "
+        "nucleus 12.76, top-k 10.53, human 19.28.",
+        limits="Depends on the sentence splitter and on dialogue punctuation.",
+        refs="Roemmele et al. (2017); See et al. (2019).",
+    ),
 )
 def sentence_length(
     texts: Texts, *, split: Split = "pysbd", scoring: ScoringContext | None = None
@@ -309,6 +367,15 @@ def _concreteness_description(label: str) -> str:
     backends=("spacy",),
     higher_is_better=None,
     value_range=(1.0, 5.0),
+    card=MetricCard(
+        measures="Mean concreteness rating (Brysbaert et al. 2014; 1 = abstract .. 5 = "
+        "concrete) of the story's nouns, found with spaCy's POS tags and looked up by lemma.",
+        read="Descriptive: machine text tends to be more concrete than human text.",
+        papers=f"{CLARK}, Table 4.3: FUSION 4.04, GPT2 4.35, human 4.17; Table 4.6: nucleus "
+        "4.15, top-k 4.34, human 4.23.",
+        limits=CONCRETE_LIMITS,
+        refs="Brysbaert, Warriner & Kuperman (2014); See et al. (2019).",
+    ),
 )
 def concreteness_noun(
     texts: Texts,
@@ -330,6 +397,15 @@ def concreteness_noun(
     backends=("spacy",),
     higher_is_better=None,
     value_range=(1.0, 5.0),
+    card=MetricCard(
+        measures="Mean concreteness rating (Brysbaert et al. 2014) of the story's verbs "
+        "(spaCy POS tags, lemmas).",
+        read="Descriptive; verbs are rated lower than nouns on average.",
+        papers=f"{CLARK}, Table 4.3: FUSION 2.90, GPT2 3.10, human 3.12; Table 4.6: nucleus "
+        "3.08, top-k 3.08, human 3.11.",
+        limits=CONCRETE_LIMITS,
+        refs="Brysbaert, Warriner & Kuperman (2014); See et al. (2019).",
+    ),
 )
 def concreteness_verb(
     texts: Texts,

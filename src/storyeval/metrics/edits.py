@@ -21,6 +21,7 @@ from typing import Annotated, Any, Literal
 
 import numpy as np
 
+from storyeval.metrics.cards import CLARK, EDIT_LIMITS, MetricCard
 from storyeval.metrics.function import Opt, Scores, Texts, metric
 from storyeval.text import tokenize_words
 
@@ -157,6 +158,18 @@ Original = Annotated[str, Opt("the record field holding the original (unedited) 
     families=("edits",),
     higher_is_better=False,
     value_range=(0.0, None),
+    card=MetricCard(
+        measures="Levenshtein edit distance (character insertions, deletions, "
+        "substitutions) from the original text (field named by `original`) to the story, "
+        "optionally divided by the longer length.",
+        read="Lower = the writer kept more of the suggestion. Library function: "
+        "`storyeval.metrics.edits.levenshtein(a, b)`.",
+        papers=f"{CLARK}, Table 4.2 (ED): FUSION 37.61, GPT2 29.49; Table 4.5: nucleus 34.65, "
+        "top-k 36.69 (the thesis does not state its normalisation).",
+        limits=EDIT_LIMITS + " Raw distances grow with text length; use `normalize=true` "
+        "to compare texts of different lengths.",
+        refs="Levenshtein (1966).",
+    ),
 )
 def levenshtein_distance(
     texts: Texts,
@@ -185,6 +198,16 @@ def levenshtein_distance(
     description="Jaccard similarity of the word sets of the story and the original text",
     families=("edits",),
     value_range=(0.0, 1.0),
+    card=MetricCard(
+        measures="Jaccard similarity of the sets of lower-cased word tokens of the story "
+        "and the original text.",
+        read="0-1; higher = more of the vocabulary shared. Library function: "
+        "`storyeval.metrics.edits.jaccard(a, b)`.",
+        papers=f"{CLARK}, Table 4.2 (JS, x100): FUSION 51.13, GPT2 61.35; Table 4.5: "
+        "nucleus 53.64, top-k 50.96.",
+        limits=EDIT_LIMITS + " Ignores order and counts.",
+        refs="Jaccard (1912).",
+    ),
 )
 def jaccard_similarity(
     texts: Texts, originals: Texts, *, original: Original = "original"
@@ -204,6 +227,18 @@ def jaccard_similarity(
     "story (edited) and the original text",
     families=("edits",),
     value_range=(0.0, 1.0),
+    card=MetricCard(
+        measures="User Story Edit Ratings (Akoury et al. 2020): the longest common "
+        "substring of the original and edited token sequences, then recursively the longest "
+        "common substrings to its left and right (Ratcliff/Obershelp); precision = matched / "
+        "original tokens, recall = matched / edited tokens, F1 (default; `component`).",
+        read="0-1; higher = more of the suggestion survives in place. Library function: "
+        "`storyeval.metrics.edits.user(edited, original)` returns precision, recall and F1.",
+        papers=f"{CLARK}, Table 4.2 (USER, x100): FUSION 60.69, GPT2 71.77; Table 4.5: "
+        "nucleus 63.64, top-k 62.18.",
+        limits=EDIT_LIMITS + " Moved blocks count only once (the longest run wins).",
+        refs="Akoury et al. (2020), STORIUM (EMNLP); Ratcliff & Metzener (1988).",
+    ),
 )
 def user_scores(
     texts: Texts,

@@ -25,6 +25,7 @@ from typing import Annotated, Any, Literal, cast
 import numpy as np
 
 from storyeval.errors import StoryevalError
+from storyeval.metrics.cards import BASELINE_NOTE, BERTSCORE_LIMITS, MetricCard
 from storyeval.metrics.context import EncoderCache, ScoringContext, resolve_layer
 from storyeval.metrics.function import Opt, References, Scores, Texts, metric, undefined_note
 from storyeval.metrics.registry import MetricBatch, MetricOption, OptionError
@@ -402,7 +403,24 @@ def _bertscore_description(what: str) -> str:
     )
 
 
-@metric("bertscore_f", description=_bertscore_description("F1"), **_BERTSCORE)  # type: ignore[arg-type]
+@metric(
+    "bertscore_f",
+    description=_bertscore_description("F1"),
+    **_BERTSCORE,  # type: ignore[arg-type]
+    card=MetricCard(
+        measures="BERTScore F1: harmonic mean of BERTScore precision and recall (greedy "
+        "cosine matching of contextual token embeddings); each of P, R, F is maximised over "
+        "several references, as in the bert-score package.",
+        read="The usual headline BERTScore. Compare only under one signature (model, layer, "
+        "idf, rescaling).",
+        papers="No values for stories in the source documents (see bertscore_prompt for "
+        "Callan & Foster's unreferenced use). Parity: equal to `bert_score.score(..., "
+        "model_type=PATH, num_layers=4)` within 1e-4.",
+        limits=BERTSCORE_LIMITS,
+        refs="Zhang et al. (2020); Zhang et al. (2020b), rescaling with baselines.",
+        notes=BASELINE_NOTE,
+    ),
+)
 def bertscore_f(
     candidates: Texts,
     references: References,
@@ -448,7 +466,25 @@ def bertscore_f(
     return _component(bertscore_triples(candidates, references, options, scoring), "f")
 
 
-@metric("bertscore_p", description=_bertscore_description("precision"), **_BERTSCORE)  # type: ignore[arg-type]
+@metric(
+    "bertscore_p",
+    description=_bertscore_description("precision"),
+    **_BERTSCORE,  # type: ignore[arg-type]
+    card=MetricCard(
+        measures="BERTScore precision: for each token of the story, the cosine similarity "
+        "of its contextual embedding to the most similar reference token, averaged "
+        "(optionally idf-weighted). With several references, the best value counts.",
+        read="How much of the story is supported by the reference's meaning. Raw values "
+        "live in a narrow band (about 0.4-0.7 for the offline encoder at layer 4); use "
+        "`rescale=true` for a spread-out scale.",
+        papers="The source documents report BERTScore only in its unreferenced coherence "
+        "use (see bertscore_prompt); with the same model and layer, storyeval reproduces the "
+        "bert-score package to 1e-4 (tests/metrics/test_metrics_embedding.py).",
+        limits=BERTSCORE_LIMITS,
+        refs="Zhang et al. (2020), BERTScore (ICLR).",
+        notes=BASELINE_NOTE,
+    ),
+)
 def bertscore_p(
     candidates: Texts,
     references: References,
@@ -471,7 +507,21 @@ def bertscore_p(
     return _component(bertscore_triples(candidates, references, options, scoring), "p")
 
 
-@metric("bertscore_r", description=_bertscore_description("recall"), **_BERTSCORE)  # type: ignore[arg-type]
+@metric(
+    "bertscore_r",
+    description=_bertscore_description("recall"),
+    **_BERTSCORE,  # type: ignore[arg-type]
+    card=MetricCard(
+        measures="BERTScore recall: for each reference token, its best cosine match in the "
+        "story, averaged (optionally idf-weighted); best reference.",
+        read="How much of the reference's content the story covers. Same scale caveats as "
+        "bertscore_p.",
+        papers="No values for stories in the source documents (see bertscore_p).",
+        limits=BERTSCORE_LIMITS,
+        refs="Zhang et al. (2020).",
+        notes=BASELINE_NOTE,
+    ),
+)
 def bertscore_r(
     candidates: Texts,
     references: References,

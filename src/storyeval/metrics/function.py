@@ -223,6 +223,7 @@ def metric(
     plan: EncoderPlan | None = None,
     backends: Sequence[str] | None = None,
     extra_options: Sequence[MetricOption] = (),
+    card: Any = None,
     replace: bool = False,
 ) -> Callable[[F], F]:
     """Register a typed metric function (see the module docstring) and return it, wrapped so
@@ -235,7 +236,8 @@ def metric(
     the facts given here (direction, range, level, families; see
     :func:`storyeval.metrics.registry.register_metric` for each). ``extra_options`` are options
     of the registered metric with no parameter of their own (rare: a setting the command line
-    needs that the function takes another way).
+    needs that the function takes another way). ``card`` is the narrative of the metric's
+    card (a :class:`storyeval.metrics.cards.MetricCard`), kept beside the definition.
     """
 
     def decorate(function: F) -> F:
@@ -262,6 +264,7 @@ def metric(
             unavailable_offline=unavailable_offline,
             plan=plan,
             backends=backends,
+            card=card,
             replace=replace,
         )
         registered(_batch_adapter(function, described))

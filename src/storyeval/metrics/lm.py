@@ -20,6 +20,7 @@ from typing import Annotated, Any, Literal
 
 import numpy as np
 
+from storyeval.metrics.cards import MetricCard
 from storyeval.metrics.context import ScoringContext
 from storyeval.metrics.function import Opt, Prompts, Scores, Texts, check, metric
 from storyeval.metrics.registry import CorpusStatistic, MetricOption
@@ -315,6 +316,27 @@ _PRECISION_OPTION = MetricOption(
         ),
     ),
     item_statistic="mean_item_perplexity",
+    card=MetricCard(
+        measures="Perplexity of the story under a causal language model: `exp` of the mean "
+        "negative log-likelihood of its tokens, scored as a continuation of its prompt by "
+        "default (`context=prompt`; the prompt's tokens are context only) after the model's "
+        "start token. Per system: `corpus_perplexity` (pooling every token of the system) and "
+        "`mean_item_perplexity` (the mean of story perplexities); they differ and papers use "
+        "both. Texts longer than the model's context are scored with a sliding window "
+        "(`window`, `stride`), never truncated.",
+        read="Lower = more predictable to the LM. It measures fluency/typicality under one "
+        "model, not quality: repetitive, bland text has low perplexity, and sampling with a "
+        "low temperature lowers it. Compare only under one model and tokenizer (in the "
+        "signature).",
+        papers="The source documents report no perplexity of stories. For orientation, "
+        "the offline SmolLM2-135M gives about 7 on a fluent sentence and above 2,000 on the "
+        "same words shuffled.",
+        limits="The offline model is a small 4-bit-quantised instruction model "
+        "(dequantised to float32): its perplexities are higher and noisier than a large LM's. "
+        "Scoring a system's own generations with the model that generated them favours that "
+        "system.",
+        refs="Jelinek et al. (1977); Hugging Face, Perplexity of fixed-length models.",
+    ),
 )
 def perplexity(
     texts: Texts,

@@ -37,6 +37,7 @@ from typing import Annotated, Any, Literal, cast
 
 import numpy as np
 
+from storyeval.metrics.cards import CLARK, MOVER_LIMITS, MetricCard
 from storyeval.metrics.context import ScoringContext, UndefinedScoreWarning, resolve_layer
 from storyeval.metrics.embedding import Device, Precision, default_layer, idf_weights
 from storyeval.metrics.function import Opt, References, Scores, Texts, metric, undefined_note
@@ -309,7 +310,21 @@ def _mover_metric(what: str) -> dict[str, Any]:
 
 
 @metric(
-    "wms", **_mover_metric("word mover's similarity: exp(-EMD) between the bags of word embeddings")
+    "wms",
+    **_mover_metric("word mover's similarity: exp(-EMD) between the bags of word embeddings"),
+    card=MetricCard(
+        measures="Word mover's similarity (Clark 2021, Eqs. 5.1-5.3): each document is a "
+        "bag of word embeddings weighted by relative frequency `count(i)/|A|`; the distance is "
+        "the earth mover's distance with Euclidean cost (solved exactly with POT), the "
+        "similarity `exp(-distance)`. Stopwords (spaCy's list) and punctuation are removed "
+        "first, as in Kusner et al. (2015) and appendix B.1.",
+        read="0-1, 1 for identical bags of words. Word order does not matter.",
+        papers=f"{CLARK}: Table 5.1 (x1000) human summary 57.85, repeated clauses 57.31; "
+        "Table 5.3, Spearman with human judgments 0.180 (summaries) and 0.429 (essays) with "
+        "GloVe; Table 5.4 (on the same x1000 scale, judging by the values) 13.02 for the MLE baseline, 14.52 with a WMS reward.",
+        limits=MOVER_LIMITS,
+        refs="Kusner et al. (2015); Clark, Celikyilmaz & Smith (2019).",
+    ),
 )
 def wms(
     candidates: Texts,
@@ -336,6 +351,19 @@ def wms(
     "sms",
     **_mover_metric(
         "sentence mover's similarity: exp(-EMD) between the bags of sentence embeddings"
+    ),
+    card=MetricCard(
+        measures="Sentence mover's similarity (Clark 2021, Eq. 5.4): each document is a bag "
+        "of sentence embeddings (the mean of each sentence's word embeddings) weighted by "
+        "sentence length `|i|/|A|`; EMD with Euclidean cost; `exp(-distance)`.",
+        read="0-1; rewards stories whose sentences, as units, resemble the reference's. "
+        "Repeated clauses lower it (Table 5.1) while reordering words within sentences does "
+        "not.",
+        papers=f"{CLARK}: Table 5.1 (x1000) human summary 99.98, repetition 89.40 (-11%); "
+        "Table 5.3, Spearman 0.258 (summaries, best of all metrics) and 0.457 (essays) with "
+        "GloVe; Table 5.4 (same scale) 90.05 for the MLE baseline, 96.65 with an SMS reward.",
+        limits=MOVER_LIMITS,
+        refs="Clark, Celikyilmaz & Smith (2019).",
     ),
 )
 def sms(
@@ -378,7 +406,20 @@ def sms(
 
 
 @metric(
-    "swms", **_mover_metric("sentence and word mover's similarity: exp(-EMD) between bags of both")
+    "swms",
+    **_mover_metric("sentence and word mover's similarity: exp(-EMD) between bags of both"),
+    card=MetricCard(
+        measures="Sentence and word mover's similarity (Clark 2021, Eq. 5.5): one bag of "
+        "both word and sentence embeddings, words weighted `count(i)/2|A|` and sentences "
+        "`|i|/2|A|`, so that words may move to sentences and back; EMD with Euclidean cost; "
+        "`exp(-distance)`.",
+        read="0-1; combines lexical (WMS) and sentence-level (SMS) similarity.",
+        papers=f"{CLARK}: Table 5.1 (x1000) human summary 24.06, repetition 22.81; "
+        "Table 5.3, Spearman 0.214 (summaries) and 0.488 (essays, best; significantly above "
+        "ROUGE-L) with GloVe; Table 5.4 (same scale) 32.15 for the MLE baseline.",
+        limits=MOVER_LIMITS,
+        refs="Clark, Celikyilmaz & Smith (2019).",
+    ),
 )
 def swms(
     candidates: Texts,
@@ -442,6 +483,25 @@ def _moverscore_plan(
     backends=("pot", "transformers", "torch"),
     value_range=(0.0, 1.0),
     plan=_moverscore_plan,
+    card=MetricCard(
+        measures="MoverScore (Zhao et al. 2019) as in the authors' maintained "
+        "`moverscore_v2`: last-layer contextual token embeddings (L2-normalised), word-piece "
+        "continuations and punctuation removed, tokens weighted by idf (computed over the "
+        "run's references for the reference side and over its stories for the story side), "
+        "Euclidean transport cost, score `1 / (1 + EMD)`; best reference.",
+        read="0-1, higher = the story's meaning can be moved onto the reference's more "
+        "cheaply. Values cluster (about 0.45 on the example corpus); only differences under "
+        "one signature matter. With idf, a corpus of one story is undefined (every token "
+        "weighs 0): a warning says so; set `idf=false`.",
+        papers="The source documents cite MoverScore (Callan & Foster 2023; Clark 2021) but "
+        "report no values. The original paper used BERT fine-tuned on MNLI with power means of "
+        "layers; storyeval follows the v2 recipe with any encoder (default: the offline "
+        "MiniLM), so values are not comparable to the paper's.",
+        limits="Depends on the corpus (idf) as well as the pair: the same story scores "
+        "differently in a different run; keep the corpus fixed when comparing systems. Needs "
+        "a reference.",
+        refs="Zhao et al. (2019), MoverScore (EMNLP); POT (Flamary et al. 2021).",
+    ),
 )
 def moverscore(
     candidates: Texts,

@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 
 import numpy as np
 
+from storyeval.metrics.cards import BLEU_LIMITS, CF, CLARK, ROUGE_LIMITS, MetricCard
 from storyeval.metrics.context import ScoringContext
 from storyeval.metrics.function import (
     Groups,
@@ -179,6 +180,21 @@ def _corpus_bleu(stats: np.ndarray, options: Mapping[str, Any]) -> float:
     corpus=(
         CorpusStatistic("corpus_bleu", _corpus_bleu, "BLEU of the system's stories as one corpus"),
     ),
+    card=MetricCard(
+        measures="Modified n-gram precision (n = 1..4) of the story against its reference(s) "
+        "with a brevity penalty (Papineni et al. 2002), computed by sacrebleu with its "
+        "defaults (13a tokenizer, exp smoothing, effective order for sentences). The "
+        "per-system table adds corpus BLEU (`corpus_bleu`), computed from the summed "
+        "per-story n-gram statistics exactly as `sacrebleu.corpus_bleu` does.",
+        read="0-100. Near 0 for open-ended continuations is normal; differences of a point "
+        "or two between story generators are rarely meaningful. Prefer `corpus_bleu` with its "
+        "bootstrap interval to the mean of sentence BLEU.",
+        papers="The source documents report no BLEU-4 for stories. Example corpus "
+        "(SmolLM2-135M continuations vs the human continuation, `make demo`): see the "
+        "per-system table; values around 1-2 are expected.",
+        limits=BLEU_LIMITS,
+        refs="Papineni et al. (2002); Post (2018), sacrebleu.",
+    ),
 )
 def bleu(
     hypotheses: Texts,
@@ -217,6 +233,19 @@ def bleu(
         CorpusStatistic(
             "corpus_bleu1", _corpus_bleu, "unigram BLEU of the system's stories as one corpus"
         ),
+    ),
+    card=MetricCard(
+        measures="Unigram BLEU: clipped unigram precision with the brevity penalty, the "
+        '"1-gram BLEU" Callan & Foster report beside BERTScore. Corpus value `corpus_bleu1` '
+        "in the per-system table.",
+        read="0-100 (Callan & Foster write 0-1: their 0.1226 is 12.26 here). It measures "
+        "shared words, not coherence: their example prompt/sentence pair has a low BLEU-1 but a "
+        "high rescaled BERTScore.",
+        papers=f'{CF}: the prompt "You are born with the ability to stop time..." and the '
+        'story sentence "Your brain takes over and tells you to move, but you cannot." have '
+        "1-gram BLEU 0.1226 (12.26 on this scale) and rescaled BERTScore 0.287.",
+        limits=BLEU_LIMITS,
+        refs=f"{CF}; Papineni et al. (2002).",
     ),
 )
 def bleu1(
@@ -295,7 +324,20 @@ def _rouge_description(what: str) -> str:
     )
 
 
-@metric("rouge1", description=_rouge_description("unigram overlap"), **_ROUGE)  # type: ignore[arg-type]
+@metric(
+    "rouge1",
+    description=_rouge_description("unigram overlap"),
+    **_ROUGE,  # type: ignore[arg-type]
+    card=MetricCard(
+        measures="ROUGE-1 F-measure: unigram overlap between story and reference "
+        "(rouge-score package; with several references the best one counts).",
+        read="0-1, higher means more shared words with the reference.",
+        papers=f"{CLARK}, Table 5.4 (CNN/Daily Mail summaries, x100): re-trained MLE+Pgen "
+        "baseline ROUGE-1 36.95; with an SMS reward 38.52.",
+        limits=ROUGE_LIMITS,
+        refs="Lin (2004); Google's rouge-score.",
+    ),
+)
 def rouge1(
     hypotheses: Texts,
     references: References,
@@ -313,7 +355,20 @@ def rouge1(
     return _rouge("rouge1", list(hypotheses), list(references), stemmer, component, scoring)  # type: ignore[arg-type]
 
 
-@metric("rouge2", description=_rouge_description("bigram overlap"), **_ROUGE)  # type: ignore[arg-type]
+@metric(
+    "rouge2",
+    description=_rouge_description("bigram overlap"),
+    **_ROUGE,  # type: ignore[arg-type]
+    card=MetricCard(
+        measures="ROUGE-2 F-measure: bigram overlap between story and reference "
+        "(rouge-score; best reference).",
+        read="0-1; for open-ended stories values are near 0.",
+        papers=f"{CLARK}, Table 5.4 (summaries, x100): MLE+Pgen baseline ROUGE-2 15.56; "
+        "with WMS or SMS rewards 16.52.",
+        limits=ROUGE_LIMITS,
+        refs="Lin (2004).",
+    ),
+)
 def rouge2(
     hypotheses: Texts,
     references: References,
@@ -327,7 +382,21 @@ def rouge2(
     return _rouge("rouge2", list(hypotheses), list(references), stemmer, component, scoring)  # type: ignore[arg-type]
 
 
-@metric("rougeL", description=_rouge_description("longest common subsequence"), **_ROUGE)  # type: ignore[arg-type]
+@metric(
+    "rougeL",
+    description=_rouge_description("longest common subsequence"),
+    **_ROUGE,  # type: ignore[arg-type]
+    card=MetricCard(
+        measures="ROUGE-L F-measure: longest common subsequence of story and reference "
+        "(rouge-score; best reference).",
+        read="0-1; sensitive to the order of shared words.",
+        papers=f"{CLARK}: Table 5.1, a human summary scores ROUGE-L 39.30 (x100) and 31.44 "
+        "once its clauses are reordered; Table 5.3, Spearman correlation with human judgments "
+        "0.117 (summaries) and 0.441 (essays), below the sentence mover's metrics.",
+        limits=ROUGE_LIMITS,
+        refs="Lin (2004); Clark et al. (2019).",
+    ),
+)
 def rougeL(
     hypotheses: Texts,
     references: References,
@@ -455,6 +524,19 @@ def _closest_other_length(length: int, counts: Counter[int], unique: list[int]) 
     value_range=(0.0, 100.0),
     level="system",
     backends=("sacrebleu",),
+    card=MetricCard(
+        measures="Self-BLEU (Zhu et al. 2018): each story's BLEU (sacrebleu, n = 4) against "
+        "all the other stories of the same system as references; the system's value is the "
+        "mean. A per-system measure: per-story values exist but depend on the system's other "
+        "stories.",
+        read="0-100; lower = the system's stories differ more from each other (more "
+        "diverse). Undefined for a story alone in its system.",
+        papers=f"Cited as a diversity measure in {CLARK} (ch. 1); no values reported.",
+        limits="Grows with the number of stories (more references, more matches): compare "
+        "systems on the same number of stories. Uses sacrebleu's exp smoothing, unlike Texygen's "
+        "NLTK smoothing, so values differ from papers that used Texygen.",
+        refs="Zhu et al. (2018), Texygen.",
+    ),
 )
 def self_bleu(
     texts: Texts,

@@ -828,10 +828,8 @@ def aggregate(
     """
     import pandas as pd
 
-    from storyeval.stats import bootstrap_indices, percentile_interval
-
     rows: list[dict[str, Any]] = []
-    method = f"percentile bootstrap, {bootstrap} resamples, seed {seed}" if bootstrap else "none"
+    settings = _Bootstrap(bootstrap, confidence, seed)
     for name, spec in specs.items():
         batch, output, run = batches[name], outputs[name], runs[name]
         systems = [s.system or NO_SYSTEM for s in batch.stories]
@@ -841,85 +839,125 @@ def aggregate(
                 spec, batch, output, run, options[name], missing_by_system, details
             )
             continue
-        base = run.signature
-        names_in_order = sorted(set(systems) | set(missing_by_system))
-        for system in names_in_order:
+        for system in sorted(set(systems) | set(missing_by_system)):
             index = np.array([i for i, s in enumerate(systems) if s == system], dtype=np.int64)
-            values = output.values[index] if len(index) else np.zeros(0)
-            defined = np.isfinite(values)
-            n = int(defined.sum())
-            boot_fields: dict[str, Any] = {
-                "statistic": spec.item_statistic,
-                "n": n,
-                "bootstrap": bootstrap,
-                "seed": seed,
-            }
-            estimate = float(values[defined].mean()) if n else math.nan
-            sd = float(values[defined].std(ddof=1)) if n > 1 else math.nan
-            low = high = math.nan
-            sample_index = None
-            if bootstrap and len(index) > 1:
-                sample_index = bootstrap_indices(len(index), bootstrap, seed)
-                if n > 1:
-                    resampled = values[sample_index]
-                    with np.errstate(invalid="ignore"):
-                        finite = np.isfinite(resampled)
-                        sums = np.where(finite, resampled, 0).sum(axis=1)
-                        counts = finite.sum(axis=1)
-                        means = np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
-                    low, high = percentile_interval(
-                        means, confidence=confidence, label=f"{name}, {system}"
-                    )
             common = {
                 "system": system,
                 "metric": name,
-                "n_undefined": int(len(values) - n),
                 "n_missing": missing_by_system.get(system, 0),
                 "higher_is_better": spec.higher_is_better,
             }
-            rows.append(
-                {
-                    **common,
-                    "statistic": spec.item_statistic,
-                    "estimate": estimate,
-                    "ci_low": low,
-                    "ci_high": high,
-                    "sd": sd,
-                    "n": n,
-                    "method": method if not math.isnan(low) else "none",
-                    "signature": base.with_fields(**boot_fields).render(),
-                }
-            )
-            if output.stats is None or not len(index):
-                continue
-            stats = np.asarray(output.stats, dtype=np.float64)[index]
-            for corpus in spec.corpus:
-                value = float(corpus.compute(stats, options[name]))
-                low = high = math.nan
-                if sample_index is not None:
-                    samples = np.array(
-                        [corpus.compute(stats[row], options[name]) for row in sample_index]
-                    )
-                    low, high = percentile_interval(
-                        samples, confidence=confidence, label=f"{corpus.name}, {system}"
-                    )
-                rows.append(
-                    {
-                        **common,
-                        "statistic": corpus.name,
-                        "estimate": value,
-                        "ci_low": low,
-                        "ci_high": high,
-                        "sd": math.nan,
-                        "n": len(index),
-                        "method": method if not math.isnan(low) else "none",
-                        "signature": base.with_fields(
-                            statistic=corpus.name, n=len(index), bootstrap=bootstrap, seed=seed
-                        ).render(),
-                    }
+            item, sample_index = _item_row(spec, run, output, index, common, settings)
+            rows.append(item)
+            if output.stats is not None and len(index):
+                stats = np.asarray(output.stats, dtype=np.float64)[index]
+                common["n_undefined"] = item["n_undefined"]
+                rows += _corpus_rows(
+                    spec, run, stats, options[name], sample_index, common, settings
                 )
-    frame = pd.DataFrame(rows, columns=list(SYSTEM_COLUMNS))
-    return frame
+    return pd.DataFrame(rows, columns=list(SYSTEM_COLUMNS))
+
+
+@dataclass(frozen=True)
+class _Bootstrap:
+    """The bootstrap of the per-system intervals."""
+
+    resamples: int
+    confidence: float
+    seed: int
+
+    def method(self, low: float) -> str:
+        """The method column of an interval (``none`` when there is none)."""
+        if not self.resamples or math.isnan(low):
+            return "none"
+        return f"percentile bootstrap, {self.resamples} resamples, seed {self.seed}"
+
+
+def _item_row(
+    spec: MetricSpec,
+    run: MetricRun,
+    output: MetricOutput,
+    index: np.ndarray,
+    common: Mapping[str, Any],
+    boot: _Bootstrap,
+) -> tuple[dict[str, Any], np.ndarray | None]:
+    """One system's mean of the defined item values with its sd and bootstrap interval, and
+    the resamples' indices (shared with the corpus statistics)."""
+    from storyeval.stats import bootstrap_indices, percentile_interval
+
+    values = output.values[index] if len(index) else np.zeros(0)
+    defined = np.isfinite(values)
+    n = int(defined.sum())
+    low = high = math.nan
+    sample_index = None
+    if boot.resamples and len(index) > 1:
+        sample_index = bootstrap_indices(len(index), boot.resamples, boot.seed)
+        if n > 1:
+            resampled = values[sample_index]
+            with np.errstate(invalid="ignore"):
+                finite = np.isfinite(resampled)
+                sums = np.where(finite, resampled, 0).sum(axis=1)
+                counts = finite.sum(axis=1)
+                means = np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
+            label = f"{common['metric']}, {common['system']}"
+            low, high = percentile_interval(means, confidence=boot.confidence, label=label)
+    signature = run.signature.with_fields(
+        statistic=spec.item_statistic, n=n, bootstrap=boot.resamples, seed=boot.seed
+    )
+    row = {
+        **common,
+        "n_undefined": int(len(values) - n),
+        "statistic": spec.item_statistic,
+        "estimate": float(values[defined].mean()) if n else math.nan,
+        "ci_low": low,
+        "ci_high": high,
+        "sd": float(values[defined].std(ddof=1)) if n > 1 else math.nan,
+        "n": n,
+        "method": boot.method(low),
+        "signature": signature.render(),
+    }
+    return row, sample_index
+
+
+def _corpus_rows(
+    spec: MetricSpec,
+    run: MetricRun,
+    stats: np.ndarray,
+    options: Mapping[str, Any],
+    sample_index: np.ndarray | None,
+    common: Mapping[str, Any],
+    boot: _Bootstrap,
+) -> list[dict[str, Any]]:
+    """One system's corpus statistics (from its summed sufficient statistics), each with an
+    interval from the item resamples."""
+    from storyeval.stats import percentile_interval
+
+    rows = []
+    for corpus in spec.corpus:
+        value = float(corpus.compute(stats, options))
+        low = high = math.nan
+        if sample_index is not None:
+            samples = np.array([corpus.compute(stats[row], options) for row in sample_index])
+            low, high = percentile_interval(
+                samples, confidence=boot.confidence, label=f"{corpus.name}, {common['system']}"
+            )
+        signature = run.signature.with_fields(
+            statistic=corpus.name, n=len(stats), bootstrap=boot.resamples, seed=boot.seed
+        )
+        rows.append(
+            {
+                **common,
+                "statistic": corpus.name,
+                "estimate": value,
+                "ci_low": low,
+                "ci_high": high,
+                "sd": math.nan,
+                "n": len(stats),
+                "method": boot.method(low),
+                "signature": signature.render(),
+            }
+        )
+    return rows
 
 
 def _missing_by_system(batch: MetricBatch, run: MetricRun) -> dict[str, int]:

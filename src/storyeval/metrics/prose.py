@@ -10,6 +10,7 @@ from typing import Annotated, Literal
 import numpy as np
 
 from storyeval.errors import StoryevalError
+from storyeval.metrics.cards import MetricCard
 from storyeval.metrics.context import ScoringContext
 from storyeval.metrics.function import Groups, Opt, Scores, Texts, metric, undefined_note
 
@@ -30,6 +31,23 @@ class ProseScores(Scores):
     higher_is_better=False,
     value_range=(0.0, 1.0),
     level="system",
+    card=MetricCard(
+        measures="The share of a story's word n-grams (trigrams by default) that are "
+        "over-used phrases of its system: n-grams found in at least `min_stories` of the "
+        "system's stories and, as a share of stories, at least `min_ratio` times as often as "
+        "in the reference (human) stories of the same corpus (each share smoothed by half a "
+        "story). `storyeval diagnose` lists the phrases with their ratios.",
+        read="0-1, lower = closer to the human phrase profile. Undefined (NaN) for the "
+        "reference system's own stories. Level `system`: a story's value depends on the other "
+        "stories of its system and on the reference stories.",
+        papers="Over-used phrases of model prose are reported in creative-writing "
+        "benchmarks (e.g. EQ-Bench Creative Writing's slop and repetition scores); no "
+        "published values for this exact definition.",
+        limits="Depends on corpus size: with few stories, few phrases reach `min_stories`. "
+        "A prompt-driven phrase (the prompt's own words) can be over-used by every system; "
+        "compare systems on the same prompts. Words only: punctuation and case are ignored.",
+        refs="Paech (2023), EQ-Bench; Li et al. (2016) for distinct n-grams.",
+    ),
 )
 def overused_phrase_rate(
     texts: Texts,
@@ -85,6 +103,18 @@ def overused_phrase_rate(
     higher_is_better=False,
     value_range=(0.0, 1.0),
     level="system",
+    card=MetricCard(
+        measures="The share of a story's word 4-grams (by default) that also occur in at "
+        "least `min_stories` - 1 other stories of the same system: phrases a system reuses "
+        "across stories (stock openings, refrains), which per-story repetition misses.",
+        read="0-1, lower = each story's wording is its own. Level `system`.",
+        papers="Repetition across samples is reported beside self-BLEU in studies of "
+        "open-ended generation; no published values for this exact definition.",
+        limits="Grows with the number of stories per system: compare systems with the same "
+        "number of stories. Formulaic genres (fairy tales: 'once upon a time') repeat by "
+        "design; compare with the human stories' value.",
+        refs="Zhu et al. (2018), Texygen (Self-BLEU, the related corpus-level measure).",
+    ),
 )
 def cross_story_repetition(
     texts: Texts, groups: Groups, *, n: PhraseLength = 4, min_stories: MinStories = 3
@@ -115,6 +145,22 @@ def cross_story_repetition(
     families=("prose",),
     higher_is_better=False,
     value_range=(0.0, 1.0),
+    card=MetricCard(
+        measures="The share of a story's words (lower-cased, punctuation dropped) on a list "
+        "of words that instruction-tuned language models over-use in fiction ('tapestry', "
+        "'testament', 'palpable', 'shimmering', ...). The list ships with storyeval "
+        "(`slop-v1`, 133 word forms, written for the project) and is versioned in the "
+        "signature; `slop_index.words=FILE` replaces it (then the file's name and hash are in "
+        "the signature).",
+        read="0-1 (in practice below 0.02), lower = fewer stock model words. Compare with "
+        "the human stories of the same corpus.",
+        papers="EQ-Bench Creative Writing (Paech) reports a 'slop' score from an "
+        "over-used-word list; values are not comparable across lists.",
+        limits="A fixed list misses new tics and flags legitimate uses ('whispered' in "
+        "dialogue); a list is a convention, not a measurement of quality. Change the list "
+        "only with a new version name.",
+        refs="Paech (2023), EQ-Bench.",
+    ),
 )
 def slop_index(
     texts: Texts,
@@ -155,6 +201,18 @@ def _length_cv(texts: Texts, kind: str, split: str, scoring: ScoringContext) -> 
     families=("prose",),
     higher_is_better=None,
     value_range=(0.0, None),
+    card=MetricCard(
+        measures="The coefficient of variation (sd / mean, sd with n - 1) of the lengths in "
+        "words of the story's sentences (pysbd, or spaCy with `split=spacy`): the variety of "
+        "its rhythm ('burstiness').",
+        read="Descriptive, 0 and up; people's stories usually vary sentence length more "
+        "than a model's. Undefined with fewer than two sentences.",
+        papers="Sentence-length variability is a standard stylometric measure; no values "
+        "for the corpora of the seed documents.",
+        limits="Depends on the sentence splitter (in the signature) and on dialogue "
+        "formatting; very short stories give unstable values.",
+        refs="Biber (1988), Variation across speech and writing.",
+    ),
 )
 def sentence_length_cv(
     texts: Texts,
@@ -175,6 +233,16 @@ def sentence_length_cv(
     higher_is_better=None,
     value_range=(0.0, None),
     default=False,
+    card=MetricCard(
+        measures="The coefficient of variation (sd / mean) of the lengths in words of the "
+        "story's paragraphs (blocks separated by blank lines, else by line breaks).",
+        read="Descriptive, 0 and up. Undefined (NaN) for stories of one paragraph, so it "
+        "is not in the default suite; ask for it on long stories.",
+        papers="No published values for story generation.",
+        limits="Meaningful only when the texts keep their paragraph breaks (many data sets "
+        "flatten them).",
+        refs="Biber (1988), Variation across speech and writing.",
+    ),
 )
 def paragraph_length_cv(texts: Texts, *, scoring: ScoringContext | None = None) -> ProseScores:
     """The coefficient of variation of each text's paragraph lengths (in words)."""

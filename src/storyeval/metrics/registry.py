@@ -321,6 +321,8 @@ class MetricSpec:
     plan: EncoderPlan | None = None
     module: str = ""
     backends: tuple[str, ...] = ()
+    #: the narrative of its card (a :class:`storyeval.metrics.cards.MetricCard`), if written
+    card: Any = None
 
     @property
     def option_map(self) -> dict[str, MetricOption]:
@@ -421,6 +423,7 @@ def backend_version(distribution: str) -> str:
 
 
 _NOT_METRIC_MODULES = {
+    "cards",
     "registry",
     "pipeline",
     "context",
@@ -472,6 +475,7 @@ def register_metric(
     unavailable_offline: str = "",
     plan: EncoderPlan | None = None,
     backends: Sequence[str] | None = None,
+    card: Any = None,
     replace: bool = False,
 ) -> Callable[
     [Callable[[MetricBatch, Mapping[str, Any]], MetricOutput]], Callable[..., MetricOutput]
@@ -528,6 +532,10 @@ def register_metric(
     backends : sequence of str, optional
         Distributions whose version can change the numbers (recorded in the signature);
         default: ``transformers`` and ``torch`` for metrics that load a neural model.
+    card : MetricCard, optional
+        The narrative of the metric's card (what it measures, how to read it, values from the
+        papers, limitations, references); the card's facts come from the entry itself
+        (:func:`storyeval.metrics.cards.render_card`).
     replace : bool
         Allow replacing an already registered metric of the same name.
     """
@@ -570,6 +578,7 @@ def register_metric(
             plan=plan,
             module=getattr(function, "__module__", ""),
             backends=tuple(backends if backends is not None else _default_backends(model)),
+            card=card,
         )
         existing = METRICS.registered(name)
         if existing is not None and not replace and existing.module != spec.module:

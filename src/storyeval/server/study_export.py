@@ -164,15 +164,10 @@ def export_attention_checks(conn: Connection, study_name: str) -> list[dict[str,
     return list(by_page.values())
 
 
-def participant_summaries(conn: Connection, study: Study) -> list[dict[str, Any]]:
-    """One record per participant: progress, timing, quality-control outcomes (attention
-    checks, comprehension check), platform identifiers and the order pages were shown in."""
-    people = conn.execute(
-        select(participants, members.c.seq)
-        .select_from(participants.outerjoin(members, members.c.participant_id == participants.c.id))
-        .where(participants.c.kind == KIND, participants.c.session == study.name)
-        .order_by(participants.c.id)
-    ).all()
+def _page_times(
+    conn: Connection, study: Study
+) -> dict[int, dict[int, tuple[float, float | None, bool, bool]]]:
+    """Per participant and page: time, gap before it, whether it was a check, and passed."""
     pages: dict[int, dict[int, tuple[float, float | None, bool, bool]]] = {}
     for row in conn.execute(
         select(
@@ -190,6 +185,11 @@ def participant_summaries(conn: Connection, study: Study) -> list[dict[str, Any]
             bool(data.get("check")),
             bool(data.get("check_passed")),
         )
+    return pages
+
+
+def _slot_orders(conn: Connection, study: Study) -> tuple[dict[int, list[str]], dict[int, int]]:
+    """Per participant: the items in the order shown, and how many are still reserved."""
     orders: dict[int, list[str]] = {}
     reserved: dict[int, int] = {}
     for pid, key, status in conn.execute(
@@ -200,6 +200,13 @@ def participant_summaries(conn: Connection, study: Study) -> list[dict[str, Any]
         orders.setdefault(int(pid), []).append(str(key))
         if status == "reserved":
             reserved[int(pid)] = reserved.get(int(pid), 0) + 1
+    return orders, reserved
+
+
+def _training_outcomes(
+    conn: Connection, study: Study
+) -> tuple[dict[int, tuple[int, int]], dict[int, tuple[int, bool]]]:
+    """Per participant: training answers (total, right) and comprehension (attempts, passed)."""
     training = {
         int(pid): (int(total), int(right or 0))
         for pid, total, right in conn.execute(
@@ -224,6 +231,21 @@ def participant_summaries(conn: Connection, study: Study) -> list[dict[str, Any]
             .group_by(comprehension_answers.c.participant_id)
         ).all()
     }
+    return training, comprehension
+
+
+def participant_summaries(conn: Connection, study: Study) -> list[dict[str, Any]]:
+    """One record per participant: progress, timing, quality-control outcomes (attention
+    checks, comprehension check), platform identifiers and the order pages were shown in."""
+    people = conn.execute(
+        select(participants, members.c.seq)
+        .select_from(participants.outerjoin(members, members.c.participant_id == participants.c.id))
+        .where(participants.c.kind == KIND, participants.c.session == study.name)
+        .order_by(participants.c.id)
+    ).all()
+    pages = _page_times(conn, study)
+    orders, reserved = _slot_orders(conn, study)
+    training, comprehension = _training_outcomes(conn, study)
     summaries = []
     for p in people:
         mine = pages.get(int(p.id), {})

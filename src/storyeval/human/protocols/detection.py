@@ -65,7 +65,7 @@ def _truth(part: pd.DataFrame) -> Any:
 
 
 def detection_metrics(frame: pd.DataFrame) -> pd.DataFrame:
-    """Seed 000, Table 6.1: per machine system (with the human texts) and overall.
+    """Clark (2021), Table 6.1: per machine system (with the human texts) and overall.
 
     Columns: ``condition``, ``n``, ``accuracy``, ``f1``, ``precision``, ``recall`` (machine
     class), ``alpha`` (Krippendorff, nominal, guesses binned human/machine), ``pct_human``,
