@@ -37,10 +37,10 @@ demo: setup
 
 ## test: set up (with Chromium and PostgreSQL), then run the whole test suite
 test: setup-test
-	$(BIN)/pytest
+	$(BIN)/pytest -n 2 --dist loadfile
 
 test-fast: setup
-	$(BIN)/pytest -m "not slow"
+	$(BIN)/pytest -n 2 --dist loadfile -m "not slow"
 
 ## test-gpu: the GPU tests on this machine's CUDA card (skipped without one)
 test-gpu: setup-test

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -9,6 +10,12 @@ from typing import Any
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # Several test processes share the cores: one math thread each (set before torch loads,
+    # inherited by the commands the tests start), so they do not oversubscribe the CPU.
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    os.environ.setdefault("MKL_NUM_THREADS", "1")
 EXAMPLES = REPO / "examples"
 
 
@@ -125,8 +132,17 @@ def union_model(tmp_path_factory: pytest.TempPathFactory, human: Any, nlp: Any) 
     from storyeval.learn import TrainingConfig
     from storyeval.learn.union import UnionConfig, train_union
 
-    directory = tmp_path_factory.mktemp("union") / "model"
-    with warnings.catch_warnings():
+    from filelock import FileLock
+
+    # one directory for every test process of the run (pytest-xdist workers share the parent
+    # of their base temp): the first trains, the others wait and reuse its model (train_union
+    # returns a model already trained with the same signature)
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent
+    directory = shared / "union-shared" / "model"
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(directory.parent / "train.lock")), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         result = train_union(
             human[:45],
