@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -129,10 +130,10 @@ def union_model(tmp_path_factory: pytest.TempPathFactory, human: Any, nlp: Any) 
     """UNION trained once per session on 45 example stories (about a minute on 2 cores)."""
     import warnings
 
+    from filelock import FileLock
+
     from storyeval.learn import TrainingConfig
     from storyeval.learn.union import UnionConfig, train_union
-
-    from filelock import FileLock
 
     # one directory for every test process of the run (pytest-xdist workers share the parent
     # of their base temp): the first trains, the others wait and reuse its model (train_union
@@ -152,4 +153,9 @@ def union_model(tmp_path_factory: pytest.TempPathFactory, human: Any, nlp: Any) 
             progress=False,
             nlp=nlp,
         )
+        if result.model is not None:  # trained here: keep its in-memory scores for the others
+            from unionhelpers import union_in_memory_scores
+
+            scores = union_in_memory_scores(result, human)
+            (directory.parent / "in_memory.json").write_text(json.dumps(scores))
     return result

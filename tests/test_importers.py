@@ -340,3 +340,56 @@ def test_union_release_bad_side_files_name_file_and_line(tmp_path):
     (metrics / "ppl.txt").write_text("1.0\n2.0\nthree\n4\n5\n6\n")
     with pytest.raises(DataFileError, match=r"ppl.txt:3: not a number: 'three'"):
         import_union(RELEASE / "ant_data_all.txt", metric_outputs=metrics)
+
+
+RELEASE_IDS = DATA / "union_release_ids"
+
+
+def test_union_release_layout_ids_point_into_the_side_files(tmp_path):
+    """UNION's release: reference_ipt.txt / reference_opt.txt hold every test story (line N
+    is test story N's context and human ending) and the annotated stories' first field is
+    their index in those files, so 4 annotated stories point into 10 lines by id."""
+    result = import_union(
+        RELEASE_IDS / "ant_data.txt",
+        prompts=RELEASE_IDS / "reference_ipt.txt",
+        references=RELEASE_IDS / "reference_opt.txt",
+    )
+    by_id = {s.id: s for s in result.stories}
+    assert [s.id for s in result.stories] == ["7", "2", "9", "0"]
+    assert by_id["7"].prompt == "the team lost every game ."
+    assert by_id["7"].story.startswith("the coach made them run .")
+    assert by_id["7"].reference == (
+        "the coach made them practice more . they won the last game . the fans cheered . "
+        "they felt proud ."
+    )
+    assert by_id["0"].prompt == "kelly went to the beach ."
+    assert any("story's id is its line number counted from 0" in n for n in result.notes)
+    # a shifted file (ids counted from 1) is recognised by which contexts the stories start with
+    shifted = tmp_path / "ant_data.txt"
+    shifted.write_text(
+        "".join(
+            f"{int(line.split(' ||| ')[0]) + 1} ||| {line.split(' ||| ', 1)[1]}"
+            for line in (RELEASE_IDS / "ant_data.txt").read_text().splitlines(keepends=True)
+        )
+    )
+    again = import_union(
+        shifted,
+        prompts=RELEASE_IDS / "reference_ipt.txt",
+        references=RELEASE_IDS / "reference_opt.txt",
+    )
+    assert [s.prompt for s in again.stories] == [s.prompt for s in result.stories]
+    assert [s.reference for s in again.stories] == [s.reference for s in result.stories]
+    assert any("counted from 1" in n for n in again.notes)
+
+
+def test_union_side_files_that_fit_neither_layout_say_both(tmp_path):
+    ant = tmp_path / "ant.txt"
+    ant.write_text("a ||| one . two . ||| 1 0\nb ||| three . four . ||| 0 1\n")
+    contexts = tmp_path / "reference_ipt.txt"
+    contexts.write_text("one .\nthree .\nfive .\n")
+    with pytest.raises(DataFileError, match=r"3 lines for 2 stories: line N must be story N's, or"):
+        import_union(ant, prompts=contexts)
+    ids = tmp_path / "ids.txt"
+    ids.write_text("3 ||| five . six . ||| 1 0\n8 ||| one . two . ||| 0 1\n")
+    with pytest.raises(DataFileError, match=r"every story id must be the index of its line"):
+        import_union(ids, prompts=contexts)

@@ -29,10 +29,14 @@ def import_command(
     ),
     system: str = typer.Option(None, "--system", help="union: the system that wrote the stories."),
     prompts: Path = typer.Option(
-        None, "--prompts", help="union: reference_ipt.txt, line N story N's whole context."
+        None,
+        "--prompts",
+        help="union: reference_ipt.txt, the whole contexts: line N story N's, or (the release) the line whose index is the story's id.",
     ),
     references: Path = typer.Option(
-        None, "--references", help="union: reference_opt.txt, line N story N's human ending."
+        None,
+        "--references",
+        help="union: reference_opt.txt, the human endings, in the layout of --prompts.",
     ),
     metric_outputs: Path = typer.Option(
         None, "--metric-outputs", help="union: the metric_output directory (a file per metric)."

@@ -92,14 +92,20 @@ def story_error_types(votes: Counter[str], labels: Sequence[str], min_votes: int
     return [REASONABLE if positive * 2 > len(labels) else UNAGREED]
 
 
-def read_line_file(path: str | Path, expected: int, what: str) -> list[str]:
-    """The lines of a "line N for story N" file, checked to hold ``expected`` of them."""
+def _file_lines(path: str | Path, what: str) -> tuple[Path, list[str]]:
+    """The lines of a side file, trailing blank lines left out."""
     file_path = Path(path)
     if not file_path.is_file():
         raise FileNotFoundError(f"{file_path}: no such file ({what})")
     lines = file_path.read_text(encoding="utf-8-sig").splitlines()
     while lines and not lines[-1].strip():
         lines.pop()
+    return file_path, lines
+
+
+def read_line_file(path: str | Path, expected: int, what: str) -> list[str]:
+    """The lines of a "line N for story N" file, checked to hold ``expected`` of them."""
+    file_path, lines = _file_lines(path, what)
     if len(lines) != expected:
         raise DataFileError.single(
             file_path,
@@ -114,6 +120,83 @@ def read_line_file(path: str | Path, expected: int, what: str) -> list[str]:
     if problems:
         raise DataFileError(problems)
     return [line.strip() for line in lines]
+
+
+@dataclass(frozen=True)
+class SideLayout:
+    """How a side file's lines map to the annotated stories: ``positional`` (line N is story
+    N's) or ``by_id`` (a story's id is its line's index in the file, counted from ``base``:
+    the release's layout, where ``reference_ipt.txt`` holds every test story and the 400
+    annotated ones point into it)."""
+
+    by_id: bool
+    base: int = 0
+
+    def describe(self) -> str:
+        """For the import notes."""
+        if not self.by_id:
+            return "line N is story N's"
+        return f"a story's id is its line number counted from {self.base}"
+
+
+def side_layout(
+    rows: Sequence[_UnionRow], n_lines: int, contexts: Sequence[str] | None = None
+) -> SideLayout | None:
+    """The layout of side files of ``n_lines`` lines: positional when they have one line per
+    story; by id when every id is an integer and points at a line (counted from 0 or 1: with
+    the contexts, the base under which more stories start with their context; else 0); None
+    when neither fits."""
+    if n_lines == len(rows):
+        return SideLayout(False)
+    if not all(row.item_id.isdigit() for row in rows):
+        return None
+    ids = [int(row.item_id) for row in rows]
+    bases = [b for b in (0, 1) if all(0 <= i - b < n_lines for i in ids)]
+    if not bases:
+        return None
+    if contexts is None or len(bases) == 1:
+        return SideLayout(True, bases[0])
+    matches = {
+        b: sum(
+            _strip_prompt(row.text, contexts[i - b]) is not None
+            for row, i in zip(rows, ids, strict=True)
+        )
+        for b in bases
+    }
+    return SideLayout(True, max(bases, key=lambda b: (matches[b], -b)))
+
+
+def read_side_file(
+    path: str | Path, rows: Sequence[_UnionRow], what: str, layout: SideLayout | None = None
+) -> tuple[list[str], SideLayout]:
+    """A side file's line for each annotated story, in the layout found (or given)."""
+    file_path, lines = _file_lines(path, what)
+    layout = layout or side_layout(rows, len(lines), [line.strip() for line in lines])
+    if layout is None:
+        raise DataFileError.single(
+            file_path,
+            min(len(lines), len(rows)) + 1,
+            f"{what}: {len(lines)} lines for {len(rows)} stories: line N must be story N's, or "
+            "every story id must be the index of its line (the release's layout)",
+        )
+    if not layout.by_id:
+        return read_line_file(file_path, len(rows), what), layout
+    picked = []
+    problems = []
+    for row in rows:
+        index = int(row.item_id) - layout.base
+        if not 0 <= index < len(lines):
+            problems.append(
+                DataProblem(str(file_path), len(lines), f"{what}: no line for id {row.item_id}")
+            )
+            continue
+        if not lines[index].strip():
+            problems.append(DataProblem(str(file_path), index + 1, f"{what}: the line is empty"))
+            continue
+        picked.append(lines[index].strip())
+    if problems:
+        raise DataFileError(problems)
+    return picked, layout
 
 
 def _metric_value(text: str) -> float:
@@ -289,11 +372,15 @@ def import_union(
     system : str, optional
         Recorded as every story's ``system``.
     prompts : str or Path, optional
-        ``reference_ipt.txt``: line N is story N's leading context, whole (several sentences
-        for WritingPrompts); it is cut from the front of the story text.
+        ``reference_ipt.txt``: the leading contexts, whole (several sentences for
+        WritingPrompts); a story's context is cut from the front of its text. Either one line
+        per annotated story (line N is story N's), or, as in the public release, every test
+        story's context (4,909 lines for ROCStories), the annotated story's id being the index
+        of its line (counted from 0 or 1: the count under which more stories start with their
+        context; see :func:`side_layout`).
     references : str or Path, optional
-        ``reference_opt.txt``: line N is the human continuation of story N's context, kept as
-        the story's ``reference``.
+        ``reference_opt.txt``: the human continuations, kept as the stories' ``reference``,
+        in the same layout as the contexts.
     metric_outputs : str or Path, optional
         The ``metric_output`` directory: a file per metric, line N the score of story N.
     error_min_votes : int
@@ -343,10 +430,14 @@ def _union_stories(
 ) -> None:
     """The stories of the rows, their prompts from the contexts file or the first sentences."""
 
-    contexts = read_line_file(prompts, len(rows), "contexts") if prompts is not None else None
-    outputs = (
-        read_line_file(references, len(rows), "references") if references is not None else None
-    )
+    contexts = outputs = None
+    layout: SideLayout | None = None
+    if prompts is not None:
+        contexts, layout = read_side_file(prompts, rows, "contexts")
+    if references is not None:
+        outputs, layout = read_side_file(references, rows, "references", layout)
+    if layout is not None and layout.by_id:
+        result.notes.append(f"side files: {layout.describe()}")
     whole_text = unmatched = 0
     for index, row in enumerate(rows):
         extra: dict[str, Any] = {"text": row.text}
