@@ -208,3 +208,24 @@ def test_hanna_llm_stories_and_llm_ratings_as_judges(tmp_path: Path) -> None:
     no_rater = _csv(tmp_path / "norater.csv", ["Story ID", "Relevance"], [["0", 3]])
     with pytest.raises(DataFileError, match=r"norater\.csv:1: ratings without a rater column"):
         import_file("hanna-llm", no_rater)
+
+
+def test_litbench_pairs_share_stories_by_comment_id(tmp_path: Path) -> None:
+    """LitBench's layout (prompt_id, prompt, chosen/rejected story, their Reddit comment ids
+    and upvotes): a story in two pairs is one story record, so a ranking over stories counts
+    both of its comparisons."""
+    result = import_file(
+        "pairwise", Path(__file__).parent / "data" / "importers" / "litbench_sample.csv"
+    )
+    assert [s.id for s in result.stories] == ["c1a", "c1b", "c1c", "c2a", "c2b"]
+    assert [(c["system_a"], c["system_b"], c["winner"]) for c in result.comparisons] == [
+        ("c1a", "c1b", "c1a"),
+        ("c1a", "c1c", "c1a"),
+        ("c2a", "c2b", "c2a"),
+    ]
+    first = result.stories[0]
+    assert first.extra["upvotes"] == "412" and first.extra["prompt_id"] == "wp1"
+    written = write_import(result, tmp_path / "out")
+    frame = read_comparisons(written["comparisons"])
+    ranked = rank_systems(frame, n_boot=0)
+    assert set(ranked["system"]) >= {"c1a", "c2a"}

@@ -1,9 +1,15 @@
 """Pairwise preference files in the style of LitBench and WritingPreferenceBench (JSONL or CSV),
 one record per pair: ``prompt`` and either ``chosen_story``/``rejected_story`` (or
 ``chosen``/``rejected``), or ``story_a``/``story_b`` with ``preferred`` (``a``, ``b`` or
-``tie``); optional ``id`` and ``criterion``. Gives both stories (``system`` = the story's own
-id, so a pairwise judge compares exactly the two) and one comparison per pair in the format of
-``storyeval rank`` (``comparisons.jsonl``).
+``tie``); optional ``id``, ``prompt_id`` and ``criterion``. Gives both stories (``system`` =
+the story's own id, so a pairwise judge compares exactly the two) and one comparison per pair in
+the format of ``storyeval rank`` (``comparisons.jsonl``).
+
+LitBench (Fein et al. 2025) releases its pairs with the Reddit comment ids of both stories
+(``chosen_comment_id``/``rejected_comment_id``) and their upvotes
+(``chosen_upvotes``/``rejected_upvotes``); a story that appears in several pairs is then one
+story record (its id the comment id, its upvotes kept), so a ranking over stories sees every
+comparison it took part in.
 """
 
 from __future__ import annotations
@@ -36,6 +42,15 @@ def _pair_texts(record: Mapping[str, Any]) -> tuple[str, str, str] | str:
     return str(a), str(b), preferred
 
 
+def _story_ids(record: Mapping[str, Any], pair_id: str) -> tuple[str, str]:
+    """The two stories' ids: LitBench's comment ids when given, else the pair's id with -a/-b."""
+    chosen = str(record.get("chosen_comment_id") or "").strip()
+    rejected = str(record.get("rejected_comment_id") or "").strip()
+    if chosen and rejected and chosen != rejected:
+        return chosen, rejected
+    return f"{pair_id}-a", f"{pair_id}-b"
+
+
 def import_pairwise(path: str | Path, result: Records) -> Records:
     """Import a pairwise preference file (see the module docstring).
 
@@ -50,6 +65,7 @@ def import_pairwise(path: str | Path, result: Records) -> Records:
     file_path = Path(path)
     problems: list[DataProblem] = []
     seen: dict[str, int] = {}
+    stored: set[str] = set()
     for number, record in iter_raw_records(file_path):
         if isinstance(record, DataProblem):
             problems.append(record)
@@ -67,18 +83,18 @@ def import_pairwise(path: str | Path, result: Records) -> Records:
         seen[pair_id] = number
         story_a, story_b, winner = parsed
         prompt = str(record.get("prompt") or "")
-        prompt_id = prompt_key(prompt) or pair_id
-        ids = (f"{pair_id}-a", f"{pair_id}-b")
-        for story_id, text in zip(ids, (story_a, story_b), strict=True):
-            result.stories.append(
-                Story(
-                    story_id,
-                    prompt,
-                    text,
-                    system=story_id,
-                    extra={"prompt_id": prompt_id, "pair": pair_id},
-                )
-            )
+        prompt_id = str(record.get("prompt_id") or "") or prompt_key(prompt) or pair_id
+        ids = _story_ids(record, pair_id)
+        for side, story_id, text in zip(
+            ("chosen", "rejected"), ids, (story_a, story_b), strict=True
+        ):
+            if story_id in stored:
+                continue
+            stored.add(story_id)
+            extra: dict[str, Any] = {"prompt_id": prompt_id, "pair": pair_id}
+            if record.get(f"{side}_upvotes") not in (None, ""):
+                extra["upvotes"] = record[f"{side}_upvotes"]
+            result.stories.append(Story(story_id, prompt, text, system=story_id, extra=extra))
         result.comparisons.append(
             {
                 "item_id": pair_id,
