@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, Literal
 
-from storyeval.learn.metrics import LearnedScores, nsp_prev, nsp_prompt, nubia, union
+from storyeval.learn.metrics import LearnedScores, nsp_prev, nsp_prompt, nubia, preference, union
 from storyeval.metrics.coherence import (
     CoherenceScores,
     bertscore_prev,
@@ -114,6 +114,7 @@ METRICS: dict[str, Callable[..., Any]] = {
     "overused_phrase_rate": overused_phrase_rate,
     "paragraph_length_cv": paragraph_length_cv,
     "perplexity": perplexity,
+    "preference": preference,
     "repeated_ngram_rate": repeated_ngram_rate,
     "repeated_sentence_rate": repeated_sentence_rate,
     "rouge1": rouge1,
@@ -290,6 +291,7 @@ __all__ = [
     "overused_phrase_rate",
     "paragraph_length_cv",
     "perplexity",
+    "preference",
     "repeated_ngram_rate",
     "repeated_sentence_rate",
     "repetition",

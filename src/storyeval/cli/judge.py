@@ -36,12 +36,18 @@ def _backends(
     timeout: float,
     retries: int,
     batch_size: int = 8,
+    backend: str = "llm",
 ) -> Any:
     """The judges of the run as a :class:`~storyeval.judge.backends.BackendSpec`."""
     from storyeval.judge.backends import BackendSpec
 
     if base_url is not None and not models:
         raise exit_with("error: --base-url needs --model (the name the server knows)")
+    if backend == "reward-model" and (base_url is not None or not models):
+        raise exit_with(
+            "error: --backend reward-model needs --model DIR (written by storyeval train "
+            "preference) and no --base-url"
+        )
     return BackendSpec(
         models=tuple(models) if models else (None,),
         base_url=base_url,
@@ -53,9 +59,17 @@ def _backends(
         timeout=timeout,
         retries=retries,
         batch_size=batch_size,
+        kind=backend,
     )
 
 
+JUDGE_BACKEND = typer.Option(
+    "llm",
+    "--backend",
+    help="llm (a causal LM, local or at --base-url) or reward-model (--model DIR written by "
+    "storyeval train preference: ratings and pair probabilities from a model trained on "
+    "people's judgments).",
+)
 JUDGE_OUTPUT = typer.Option(
     ..., "-o", "--output", help="Judgments (absolute) or comparisons (pairwise), JSONL."
 )
@@ -134,6 +148,7 @@ def judge(
     rubric: str = JUDGE_RUBRIC,
     mode: str = JUDGE_MODE,
     model: list[str] = JUDGE_MODEL,
+    backend: str = JUDGE_BACKEND,
     base_url: str = JUDGE_BASE_URL,
     api_key_env: str = JUDGE_API_KEY_ENV,
     repeats: int = JUDGE_REPEATS,
@@ -172,6 +187,9 @@ def judge(
     from storyeval.judge.core import JudgeSettings
 
     check_choice(mode, _MODES, "--mode")
+    from storyeval.judge.backends import JUDGE_BACKENDS
+
+    check_choice(backend, ("llm", *JUDGE_BACKENDS.names()), "--backend")
     check_choice(score, ("expected", "argmax"), "--score")
     if not base_url:
         device, precision = compute_settings(device, precision, threads)
@@ -200,6 +218,7 @@ def judge(
             timeout,
             retries,
             batch_size,
+            backend,
         )
         cache_path = None if no_cache else (cache or default_cache_path())
         client = dask_client(engine, scheduler, workers)

@@ -1,5 +1,5 @@
-"""``storyeval train``: train learned metrics (UNION, an NSP head, NUBIA) and models (ENGEN)
-on your own data."""
+"""``storyeval train``: train learned metrics (UNION, an NSP head, NUBIA, a preference model)
+and models (ENGEN, rewards) on your own data."""
 
 from __future__ import annotations
 
@@ -614,4 +614,7 @@ def mle(
 
 def register(app: typer.Typer) -> None:
     """Add the ``train`` commands to the application."""
+    from storyeval.cli._train_preference import preference
+
+    train_app.command("preference")(preference)
     app.add_typer(train_app, name="train", rich_help_panel="Learned metrics")

@@ -1,6 +1,8 @@
-"""Judge backends: a local transformers causal LM, or any OpenAI-compatible chat endpoint.
+"""Judge backends: a local transformers causal LM, any OpenAI-compatible chat endpoint, or
+another kind from :data:`JUDGE_BACKENDS` (a story reward model trained with ``storyeval train
+preference``).
 
-Both answer :class:`~storyeval.judge.prompts.JudgeRequest` s. Where the backend gives token
+All answer :class:`~storyeval.judge.prompts.JudgeRequest` s. Where the backend gives token
 probabilities, the answer is the probability of each label as the first answer token (one
 forward pass, no sampling: G-Eval's expected score); otherwise, and for rubrics that ask for an
 analysis first, the answer is generated and parsed strictly.
@@ -12,13 +14,14 @@ import math
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from storyeval.errors import StoryevalError
 from storyeval.judge.prompts import JudgeRequest
+from storyeval.registry import Registry
 
 
 class JudgeBackendError(StoryevalError):
@@ -381,6 +384,19 @@ def _label_probabilities(choice: Any, labels: Sequence[str]) -> tuple[float, ...
     return tuple(top.get(label.lower(), 0.0) for label in labels)
 
 
+# --------------------------------------------------------------------------- other kinds
+
+#: Judge backends besides causal LMs, by ``--backend`` name: a factory taking the model
+#: (``--model``) and ``device``/``precision`` keywords, returning a :class:`JudgeBackend`.
+#: ``reward-model`` (a trained preference model) is built in; packages add their own under
+#: the ``storyeval.judge_backends`` entry-point group.
+JUDGE_BACKENDS: Registry[Callable[..., JudgeBackend]] = Registry(
+    "judge backend",
+    builtins=("storyeval.learn.preference_judge",),
+    entry_point_group="storyeval.judge_backends",
+)
+
+
 # --------------------------------------------------------------------------- specs
 
 
@@ -390,7 +406,8 @@ class BackendSpec:
     workers build the judges from it, each model loaded once per worker process).
 
     ``models``: local causal LMs (``None``: the offline SmolLM2), or, with ``base_url``, the
-    names an OpenAI-compatible server knows.
+    names an OpenAI-compatible server knows; with another ``kind`` (a :data:`JUDGE_BACKENDS`
+    name, e.g. ``"reward-model"``), what that backend reads (a trained model's directory).
     """
 
     models: tuple[str | None, ...] = (None,)
@@ -403,12 +420,21 @@ class BackendSpec:
     timeout: float = 60.0
     retries: int = 3
     batch_size: int = 8
+    kind: str = "llm"
 
     def build(self) -> list[Any]:
         """The judges (cached per process: a worker builds them once)."""
         found = _BUILT.get(self)
         if found is None:
-            if self.base_url is not None:
+            if self.kind != "llm":
+                factory = JUDGE_BACKENDS.get(self.kind)
+                if not all(self.models):
+                    raise ValueError(f"--backend {self.kind} needs --model")
+                found = [
+                    factory(str(m), device=self.device, precision=self.precision)
+                    for m in self.models
+                ]
+            elif self.base_url is not None:
                 if not all(self.models):
                     raise ValueError("a judge behind --base-url needs --model (the server's name)")
                 found = [

@@ -44,6 +44,10 @@ class JudgeRequest:
         Ask for a written answer instead of reading probabilities.
     analysed : bool
         The prompt asks for an analysis before the answer (``Score: X`` on the last line).
+    stories : tuple of Story
+        The story (or the two stories, ``A`` first) asked about, for backends that read
+        stories rather than prompts (a trained reward model); not part of the question's
+        identity.
     """
 
     messages: tuple[dict[str, str], ...]
@@ -52,6 +56,7 @@ class JudgeRequest:
     subject: str = ""
     generate: bool = False
     analysed: bool = False
+    stories: tuple[Story, ...] = field(default=(), compare=False, repr=False)
     meta: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
 
@@ -89,12 +94,18 @@ def rubric_text(rubric: Rubric) -> str:
     return "\n\n".join(parts) + "\n\n"
 
 
-def _request(rubric: Rubric, subject: str, question: str, labels: tuple[str, ...]) -> JudgeRequest:
+def _request(
+    rubric: Rubric,
+    subject: str,
+    question: str,
+    labels: tuple[str, ...],
+    stories: tuple[Story, ...],
+) -> JudgeRequest:
     prefix = rubric_text(rubric)
     user = prefix + subject + "\n\n" + question
     messages = ({"role": "system", "content": SYSTEM}, {"role": "user", "content": user})
     analysed = rubric.analyse_first
-    return JudgeRequest(messages, labels, prefix, subject, analysed, analysed)
+    return JudgeRequest(messages, labels, prefix, subject, analysed, analysed, stories)
 
 
 def absolute_request(story: Story, rubric: Rubric, criterion: Criterion) -> JudgeRequest:
@@ -110,7 +121,8 @@ def absolute_request(story: Story, rubric: Rubric, criterion: Criterion) -> Judg
     question = f"Rate the story on {criterion.name} only: {criterion.question} " + _instruction(
         criterion, rubric.analyse_first, options
     )
-    return _request(rubric, _story_block(story, rubric), question, tuple(criterion.labels))
+    block = _story_block(story, rubric)
+    return _request(rubric, block, question, tuple(criterion.labels), (story,))
 
 
 def pairwise_request(
@@ -132,4 +144,4 @@ def pairwise_request(
     question = (
         f"Which story is better on {criterion.name} only ({criterion.question})? " + instruction
     )
-    return _request(rubric, "\n\n".join(shown), question, PAIR_LABELS)
+    return _request(rubric, "\n\n".join(shown), question, PAIR_LABELS, (first, second))

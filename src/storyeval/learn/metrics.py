@@ -518,3 +518,80 @@ def nsp_prev(
     assert scoring is not None
     options = {"model": model, "split": split, "score": score, "batch_size": batch_size}
     return _nsp("prev", texts, prompts, options, scoring)
+
+
+@metric(
+    "preference",
+    description="A story reward model's score, trained from people's ratings and preferences "
+    "(storyeval train preference)",
+    families=("preference", "learned"),
+    model="checkpoint",
+    higher_is_better=True,
+    unavailable_offline="needs a trained preference model: storyeval train preference "
+    "--stories S --judgments J -o DIR",
+    card=MetricCard(
+        measures=(
+            "What people who judged your stories would think of a new one: a scalar head over "
+            "the story's features (the encoder's mean-pooled last layer, or a causal LM's last "
+            "hidden state), trained with `storyeval train preference` on your own judgments: "
+            "the mean rating of each story (a pointwise objective) and pairs of stories for "
+            "one prompt (from ratings that differ by a margin, and from pairwise "
+            "preferences), with a Bradley-Terry loss and Davidson's ties. Length can be a "
+            "covariate whose effect is learned and left out of the score."
+        ),
+        read=(
+            "With one rated criterion, the predicted mean rating on its scale; otherwise a "
+            "score in standard deviations of the training stories. Compare systems only "
+            "under one model (one signature). The training report gives the held-out "
+            "pairwise accuracy and story-level Kendall tau (prompt-disjoint folds), and the "
+            "length effect it removed."
+        ),
+        papers=(
+            "Fein et al. (2025, LitBench) report Bradley-Terry reward models trained on human "
+            "story preferences agreeing with held-out people 78% of the time, against 73% for "
+            "the best off-the-shelf LLM judge; their models fine-tune 1-8B parameter LMs, "
+            "where this one trains a head over frozen features (seconds on a CPU)."
+        ),
+        limits=(
+            "A model of the people, criterion and genre it was trained on: it transfers "
+            "poorly to others. Frozen features limit what it can learn (no fine-tuning of the "
+            "encoder); with few judgments the held-out intervals are wide: read them before "
+            "trusting the scores."
+        ),
+        refs="Fein et al. (2025), LitBench; Bradley and Terry (1952); Davidson (1970).",
+    ),
+)
+def preference(
+    texts: Texts,
+    prompts: Prompts | None = None,
+    *,
+    model: Annotated[
+        str | None,
+        Opt("directory written by `storyeval train preference`", model=True, required=True),
+    ] = None,
+    scoring: ScoringContext | None = None,
+    device: str | None = None,
+    precision: str | None = None,
+    progress: bool = False,
+) -> LearnedScores:
+    """A preference model's score of each text (read after its prompt when the model was
+    trained so).
+
+    Parameters
+    ----------
+    model : str or PreferenceModel
+        A directory written by ``storyeval train preference``, or
+        :func:`storyeval.learn.preference.load_preference`'s result.
+    """
+    from storyeval.corpus import Story
+    from storyeval.learn.preference import load_preference
+
+    assert scoring is not None
+    scorer = scoring.given(model) or load_preference(str(model))
+    heads = prompts if prompts is not None else [""] * len(texts)
+    stories = [Story(str(i), p, t) for i, (p, t) in enumerate(zip(heads, texts, strict=True))]
+    values = scorer.score(stories, device=scoring.device, precision=scoring.precision)
+    fields = {k: v for k, v in scorer.signature.fields.items() if k != "data"}
+    return LearnedScores(
+        np.asarray(values, dtype=float), models={"model": scorer.identity}, fields=fields
+    )

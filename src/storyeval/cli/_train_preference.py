@@ -1,0 +1,153 @@
+"""``storyeval train preference``: a story reward model from people's judgments."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from storyeval.cli._common import compute_settings, exit_with, user_error
+
+PREFERENCE_STORIES = typer.Option(
+    ..., "--stories", help="The judged stories (.jsonl or .csv): texts, prompts, systems."
+)
+PREFERENCE_JUDGMENTS = typer.Option(
+    None, "--judgments", help="Ratings of those stories (long format; repeat for several files)."
+)
+PREFERENCE_PAIRS = typer.Option(
+    None,
+    "--pairs",
+    help="Pairwise preferences (comparisons.jsonl of `storyeval import pairwise` or a pairwise "
+    "study's export; repeat for several).",
+)
+PREFERENCE_CRITERION = typer.Option(
+    None, "--criterion", help="The rated criterion to learn (default: every one, z-scored)."
+)
+PREFERENCE_FEATURES = typer.Option(
+    "encoder", "--features", help="encoder (mean-pooled last layer) or causal-lm (last state)."
+)
+PREFERENCE_MODEL = typer.Option(
+    None, "--model", help="The encoder or causal LM: hub name or directory (default: offline)."
+)
+PREFERENCE_OBJECTIVE = typer.Option(
+    "both", "--objective", help="ratings (pointwise), pairs (Bradley-Terry), or both."
+)
+PREFERENCE_MARGIN = typer.Option(
+    0.5, "--margin", min=0, help="Rating gap that makes two stories of a prompt a pair."
+)
+PREFERENCE_TIE = typer.Option(
+    0.0, "--tie-margin", min=0, help="Rating gap up to which two stories are a tie."
+)
+PREFERENCE_LENGTH = typer.Option(
+    True,
+    "--length-covariate/--no-length-covariate",
+    help="Learn length's effect beside the features and leave it out of the scores.",
+)
+PREFERENCE_HIDDEN = typer.Option(0, "--hidden", min=0, help="0: a linear head; N: one tanh layer.")
+PREFERENCE_FOLDS = typer.Option(
+    5, "--folds", min=0, help="Prompt-disjoint cross-validation folds (0: none)."
+)
+
+
+def preference(
+    stories: Path = PREFERENCE_STORIES,
+    judgments: list[Path] = PREFERENCE_JUDGMENTS,
+    pairs: list[Path] = PREFERENCE_PAIRS,
+    output: Path = typer.Option(..., "-o", "--output", help="The model directory to write."),
+    criterion: str = PREFERENCE_CRITERION,
+    features: str = PREFERENCE_FEATURES,
+    model: str = PREFERENCE_MODEL,
+    with_prompt: bool = typer.Option(False, "--with-prompt", help="Read the prompt first."),
+    objective: str = PREFERENCE_OBJECTIVE,
+    margin: float = PREFERENCE_MARGIN,
+    tie_margin: float = PREFERENCE_TIE,
+    length_covariate: bool = PREFERENCE_LENGTH,
+    hidden: int = PREFERENCE_HIDDEN,
+    folds: int = PREFERENCE_FOLDS,
+    bootstrap: int = typer.Option(1000, "--bootstrap", min=0, help="Resamples of the CIs."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the folds, the head and the CIs."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace another model there."),
+    threads: int = typer.Option(None, "--threads", min=1, help="Torch threads."),
+    device: str = typer.Option("cpu", "--device", help="Where the features are computed."),
+    precision: str = typer.Option("float32", "--precision", help="float32, bfloat16 or float16."),
+) -> None:
+    """Train a story reward model on people's ratings and preferences (LitBench-style):
+    prompt-disjoint cross-validation (held-out pairwise accuracy and story-level Kendall tau
+    with intervals, beside a length-only baseline), then the model on every story. Score with
+    `storyeval score S --metrics preference -O preference.model=DIR`, or judge with
+    `storyeval judge S --backend reward-model --model DIR`."""
+    from storyeval.errors import StoryevalError
+    from storyeval.learn.preference import PreferenceConfig, preference_data, train_preference
+
+    if objective not in ("ratings", "pairs", "both"):
+        raise exit_with("error: --objective must be ratings, pairs or both")
+    if not judgments and not pairs:
+        raise exit_with("error: give --judgments (ratings), --pairs (preferences), or both")
+    device, precision = compute_settings(device, precision, threads)
+    try:
+        config = PreferenceConfig(
+            features=features,  # type: ignore[arg-type]  # validated by the config
+            model=model,
+            with_prompt=with_prompt,
+            criterion=criterion,
+            pointwise=objective in ("ratings", "both"),
+            pairwise=objective in ("pairs", "both"),
+            margin=margin,
+            tie_margin=tie_margin,
+            length_covariate=length_covariate,
+            hidden=hidden,
+            seed=seed,
+        )
+        data = preference_data(*_read(stories, judgments, pairs), config=config)
+        trained = train_preference(
+            data,
+            output,
+            config=config,
+            folds=folds if folds > 1 else 0,
+            n_boot=bootstrap,
+            overwrite=overwrite,
+            device=device,
+            precision=precision,
+        )
+    except (StoryevalError, OSError, ValueError) as exc:
+        raise user_error(exc) from None
+    _report(trained, data, output)
+
+
+def _read(stories: Path, judgments: list[Path] | None, pairs: list[Path] | None) -> tuple[Any, ...]:
+    """The stories, the ratings of every judgment file and the comparisons of every pair file."""
+    from storyeval.corpus import read_judgments, read_stories
+    from storyeval.meta.comparisons import read_comparisons
+
+    ratings = [j for path in judgments or [] for j in read_judgments(path)]
+    comparisons = [
+        record for path in pairs or [] for record in read_comparisons(path).to_dict("records")
+    ]
+    return read_stories(stories), ratings, comparisons
+
+
+def _report(trained: Any, data: Any, output: Path) -> None:
+    """The data, the cross-validation table, the length effect and the signature."""
+    decided = sum(1 for _, _, outcome in data.pairs if outcome == 1.0)
+    rated = int((data.targets == data.targets).sum())
+    typer.echo(
+        f"{len(data.stories)} stories, {rated} with a mean rating, {len(data.pairs)} pairs "
+        f"({decided} decided, {len(data.pairs) - decided} ties)"
+    )
+    for note in trained.summary.get("notes", []):
+        typer.echo(f"note: {note}")
+    table = trained.summary.get("cross_validation")
+    if table:
+        import pandas as pd
+
+        typer.echo(f"held out ({trained.summary['folds']} prompt-disjoint folds, 95% CIs):")
+        shown = pd.DataFrame(table)
+        typer.echo(shown.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    if trained.config.length_covariate:
+        typer.echo(
+            f"length effect left out: {trained.summary['length_effect']:+.3f} score sd per sd of "
+            "log length"
+        )
+    typer.echo(f"wrote {output}")
+    typer.echo(f"signature: {trained.signature.render()}")

@@ -1,0 +1,868 @@
+"""Story reward models trained from human judgments (``storyeval train preference``).
+
+A researcher who ran one study owns the data to train a judge of their own (LitBench, Fein et
+al. 2025, trained Bradley-Terry reward models on human story preferences that agree with
+held-out people more often than off-the-shelf LLM judges). The model is a scalar head over a
+story's features: the mean-pooled last layer of an encoder (default the offline MiniLM, any hub
+or local encoder) or a causal LM's last hidden state. It learns from
+
+- **ratings**: a pointwise objective on each story's mean rating (z-scored), and pairs of
+  stories for one prompt whose mean ratings differ by more than ``margin`` (ties, within
+  ``tie_margin``, kept as ties);
+- **comparisons**: pairwise preferences (``storyeval import pairwise``, a pairwise study's
+  export), with a Bradley-Terry loss and Davidson's (1970) ties,
+
+both together when both exist. Length can be a covariate (``length_covariate``): its
+coefficient is learned and reported, and removed from the scores, so a longer story gets no
+credit for its length alone. Pair probabilities are calibrated by a temperature fitted on a
+held-out split; splits are by prompt (no prompt in both train and test), by story where every
+prompt has one story. :func:`cross_validate` reports the held-out pairwise accuracy and the
+story-level Kendall tau with bootstrap intervals.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from storyeval.corpus import Judgment, Story
+from storyeval.errors import StoryevalError
+from storyeval.signature import Signature
+
+#: The model directory's files.
+MODEL_FILE = "preference.json"
+FEATURES = ("encoder", "causal-lm")
+
+
+class PreferenceDataError(StoryevalError, ValueError):
+    """The judgments cannot train a preference model (no ratings or pairs, unknown stories)."""
+
+
+@dataclass(frozen=True)
+class PreferenceConfig:
+    """How a preference model is trained.
+
+    Attributes
+    ----------
+    features : {"encoder", "causal-lm"}
+        A story's features: the encoder's mean-pooled last layer, or the causal LM's final
+        hidden state at the last token.
+    model : str, optional
+        The encoder or causal LM (hub name or directory; None: the offline one).
+    with_prompt : bool
+        Read the prompt before the story (the features of ``prompt + story``).
+    criterion : str, optional
+        The rated criterion to learn; None: every criterion, z-scored per criterion and
+        averaged per story.
+    pointwise, pairwise : bool
+        Use the mean ratings as targets / the pairs (from ratings and comparisons).
+    margin, tie_margin : float
+        Two stories of a prompt whose mean ratings differ by more than ``margin`` make a pair;
+        by at most ``tie_margin`` a tie; in between, no pair.
+    length_covariate : bool
+        Learn the effect of length (log words) beside the features and leave it out of the
+        scores.
+    hidden : int
+        0 for a linear head; else the width of one tanh hidden layer.
+    l2 : float
+        Weight decay of the head.
+    steps, learning_rate : int, float
+        Full-batch Adam steps over the training stories.
+    dev_fraction : float
+        Groups held out to fit the pair temperature.
+    seed : int
+    """
+
+    features: Literal["encoder", "causal-lm"] = "encoder"
+    model: str | None = None
+    with_prompt: bool = False
+    criterion: str | None = None
+    pointwise: bool = True
+    pairwise: bool = True
+    margin: float = 0.5
+    tie_margin: float = 0.0
+    length_covariate: bool = True
+    hidden: int = 0
+    l2: float = 1e-2
+    steps: int = 300
+    learning_rate: float = 0.02
+    dev_fraction: float = 0.2
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.features not in FEATURES:
+            raise ValueError(
+                f"features must be one of {', '.join(FEATURES)}; got {self.features!r}"
+            )
+        if not self.pointwise and not self.pairwise:
+            raise ValueError("train on ratings (pointwise), pairs (pairwise), or both")
+        if self.margin < 0 or not 0 <= self.tie_margin <= self.margin:
+            raise ValueError("need 0 <= tie_margin <= margin")
+        if self.steps < 1 or self.learning_rate <= 0 or self.l2 < 0 or self.hidden < 0:
+            raise ValueError("steps >= 1, learning_rate > 0, l2 >= 0 and hidden >= 0")
+        if not 0 < self.dev_fraction < 1:
+            raise ValueError(f"dev_fraction must be in (0, 1); got {self.dev_fraction}")
+
+    def signature_fields(self) -> dict[str, Any]:
+        """The settings that change the model (the signature's fields)."""
+        fields = asdict(self)
+        fields.pop("model")
+        return fields
+
+
+# --------------------------------------------------------------------------- data
+
+
+@dataclass
+class PreferenceData:
+    """Stories with what people said of them.
+
+    Attributes
+    ----------
+    stories : list of Story
+    targets : numpy.ndarray
+        Each story's mean rating (NaN where it has none), z-scored per criterion and
+        averaged when several criteria are learned together.
+    pairs : list of (int, int, float)
+        ``(i, j, outcome)``: 1 when story ``i`` was preferred, 0.5 a tie.
+    groups : list of str
+        The split unit of each story (its prompt; itself where each prompt has one story).
+    scale : (float, float) or None
+        The rating scale's observed ends (one criterion: its ratings' min and max).
+    target_mean, target_sd : float
+        Of the mean ratings before they were standardised (one criterion).
+    """
+
+    stories: list[Story]
+    targets: np.ndarray
+    pairs: list[tuple[int, int, float]]
+    groups: list[str]
+    scale: tuple[float, float] | None = None
+    target_mean: float = 0.0
+    target_sd: float = 1.0
+    notes: list[str] = field(default_factory=list)
+
+    def data_hash(self) -> str:
+        """A hash of the stories, targets and pairs (in the signature)."""
+        digest = hashlib.sha256()
+        for story, target in zip(self.stories, self.targets, strict=True):
+            digest.update(f"{story.id}\x1f{story.story}\x1f{target!r}\x1e".encode())
+        digest.update(json.dumps(self.pairs).encode())
+        return digest.hexdigest()[:12]
+
+
+def preference_data(
+    stories: Sequence[Story],
+    judgments: Sequence[Judgment] = (),
+    comparisons: Sequence[Mapping[str, Any]] = (),
+    *,
+    config: PreferenceConfig | None = None,
+) -> PreferenceData:
+    """The training data of a preference model: mean ratings, pairs from ratings within a
+    prompt, and pairs from comparisons (``system_a``/``system_b``/``winner``, each a story id
+    or, with ``prompt_id``, the system whose story for that prompt was compared).
+
+    Raises
+    ------
+    PreferenceDataError
+        When nothing can be learned, or a judgment or comparison names an unknown story.
+    """
+    from storyeval.meta.data import story_prompt_id
+
+    config = config or PreferenceConfig()
+    stories = [s for s in stories if s.story.strip()]
+    index = {s.id: i for i, s in enumerate(stories)}
+    prompts = [str(story_prompt_id(s)) for s in stories]
+    targets, scale, mean, sd = _mean_ratings(stories, index, judgments, config.criterion)
+    pairs: list[tuple[int, int, float]] = []
+    if config.pairwise:
+        pairs += _rating_pairs(targets * sd + mean, prompts, config.margin, config.tie_margin)
+        pairs += _comparison_pairs(comparisons, stories, index, prompts)
+    if not config.pointwise:
+        targets = np.full(len(stories), np.nan)
+    if not np.isfinite(targets).any() and not pairs:
+        raise PreferenceDataError(
+            "nothing to learn: no story has a rating of the criterion and no pair was found"
+        )
+    one_each = len(set(prompts)) == len(prompts)
+    groups = [s.id for s in stories] if one_each else prompts
+    notes = ["every prompt has one story: splits are by story"] if one_each else []
+    return PreferenceData(stories, targets, pairs, groups, scale, mean, sd, notes)
+
+
+def _mean_ratings(
+    stories: Sequence[Story],
+    index: Mapping[str, int],
+    judgments: Sequence[Judgment],
+    criterion: str | None,
+) -> tuple[np.ndarray, tuple[float, float] | None, float, float]:
+    """Each story's standardised mean rating (NaN where none), the scale's ends, and the mean
+    and sd used (one criterion; several are z-scored apiece and averaged)."""
+    chosen = [j for j in judgments if criterion is None or j.criterion == criterion]
+    unknown = sorted({j.item_id for j in chosen if j.item_id not in index})
+    if unknown:
+        raise PreferenceDataError(
+            f"{len(unknown)} judged item(s) are not in the stories (first: {unknown[0]!r})"
+        )
+    criteria = sorted({j.criterion for j in chosen})
+    if criterion is not None and not chosen and judgments:
+        known = sorted({j.criterion for j in judgments})
+        raise PreferenceDataError(
+            f"no rating of {criterion!r}; the criteria are {', '.join(known)}"
+        )
+    columns = []
+    for name in criteria:
+        sums, counts = np.zeros(len(stories)), np.zeros(len(stories))
+        for j in chosen:
+            if j.criterion == name and math.isfinite(j.value):
+                sums[index[j.item_id]] += j.value
+                counts[index[j.item_id]] += 1
+        with np.errstate(invalid="ignore"):
+            columns.append(np.where(counts > 0, sums / np.maximum(counts, 1), np.nan))
+    if not columns:
+        return np.full(len(stories), np.nan), None, 0.0, 1.0
+    if len(columns) == 1:
+        raw = columns[0]
+        values = [j.value for j in chosen if math.isfinite(j.value)]
+        scale = (float(min(values)), float(max(values))) if values else None
+    else:
+        raw = np.nanmean(np.vstack([_zscore(c) for c in columns]), axis=0)
+        scale = None
+    mean = float(np.nanmean(raw)) if np.isfinite(raw).any() else 0.0
+    sd = float(np.nanstd(raw)) if np.isfinite(raw).sum() > 1 else 1.0
+    sd = sd if sd > 0 else 1.0
+    return (raw - mean) / sd, scale, mean, sd
+
+
+def _zscore(values: np.ndarray) -> np.ndarray:
+    sd = float(np.nanstd(values))
+    standard: np.ndarray = (values - float(np.nanmean(values))) / (sd if sd > 0 else 1.0)
+    return standard
+
+
+def _rating_pairs(
+    ratings: np.ndarray, prompts: Sequence[str], margin: float, tie_margin: float
+) -> list[tuple[int, int, float]]:
+    """Pairs of rated stories for one prompt: the higher mean wins past ``margin``; a tie
+    within ``tie_margin``."""
+    by_prompt: dict[str, list[int]] = {}
+    for i, prompt in enumerate(prompts):
+        if math.isfinite(ratings[i]):
+            by_prompt.setdefault(prompt, []).append(i)
+    pairs = []
+    for members in by_prompt.values():
+        for a, i in enumerate(members):
+            for j in members[a + 1 :]:
+                gap = float(ratings[i] - ratings[j])
+                if abs(gap) > margin:
+                    pairs.append((i, j, 1.0) if gap > 0 else (j, i, 1.0))
+                elif abs(gap) <= tie_margin:
+                    pairs.append((i, j, 0.5))
+    return pairs
+
+
+def _comparison_pairs(
+    comparisons: Sequence[Mapping[str, Any]],
+    stories: Sequence[Story],
+    index: Mapping[str, int],
+    prompts: Sequence[str],
+) -> list[tuple[int, int, float]]:
+    """Pairs from comparison records; a side is a story id, or a system whose story for the
+    record's ``prompt_id`` was shown."""
+    by_system = {(prompts[i], s.system): i for i, s in enumerate(stories) if s.system}
+    pairs = []
+    for number, record in enumerate(comparisons, start=1):
+        sides = []
+        for key in ("system_a", "system_b"):
+            name = str(record.get(key) or "")
+            found = index.get(name, by_system.get((str(record.get("prompt_id") or ""), name)))
+            if found is None:
+                raise PreferenceDataError(
+                    f"comparison {number}: {key} {name!r} is neither a story id nor a system "
+                    f"with a story for prompt {record.get('prompt_id')!r}"
+                )
+            sides.append(found)
+        winner = str(record.get("winner") or "")
+        if winner == "tie":
+            pairs.append((sides[0], sides[1], 0.5))
+        elif winner in (record.get("system_a"), record.get("system_b")):
+            first = winner == record.get("system_a")
+            pairs.append((sides[0], sides[1], 1.0) if first else (sides[1], sides[0], 1.0))
+    return pairs
+
+
+# --------------------------------------------------------------------------- features
+
+
+def story_features(
+    stories: Sequence[Story],
+    config: PreferenceConfig,
+    *,
+    device: str = "cpu",
+    precision: str = "float32",
+) -> tuple[np.ndarray, np.ndarray, str]:
+    """Each story's features, its length covariate (log of 1 + words) and the feature
+    model's identity."""
+    texts = [
+        f"{s.prompt.strip()}\n\n{s.story.strip()}"
+        if config.with_prompt and s.prompt.strip()
+        else s.story
+        for s in stories
+    ]
+    lengths = np.log1p([len(t.split()) for t in (s.story for s in stories)])
+    if config.features == "causal-lm":
+        from storyeval.metrics.distributional import causal_lm_features
+        from storyeval.models import load_causal_lm
+        from storyeval.models.devices import place
+
+        lm = place(load_causal_lm(config.model), device)
+        features, _ = causal_lm_features(lm, texts)
+        return features.astype(np.float64), lengths, str(lm.identity)
+    from storyeval.metrics.context import ScoringContext
+
+    cache = ScoringContext(device=device, precision=precision).cache(config.model)
+    layer = cache.n_layers
+    cache.request(texts, [layer])
+    cache.run()
+    features = np.vstack([cache.sentence_embedding(t, layer) for t in texts]).astype(np.float64)
+    return features, lengths, cache.identity
+
+
+# --------------------------------------------------------------------------- the head
+
+
+@dataclass
+class PreferenceHead:
+    """The fitted head: standardisation, weights, the length coefficient, the pair scale and
+    Davidson's tie parameter, and the pair temperature."""
+
+    mean: np.ndarray
+    sd: np.ndarray
+    weights: dict[str, np.ndarray]
+    length_mean: float = 0.0
+    length_sd: float = 1.0
+    temperature: float = 1.0
+
+    def scores(self, features: np.ndarray) -> np.ndarray:
+        """The standardised score of each story (the length effect left out)."""
+        x = (features - self.mean) / self.sd
+        w = self.weights
+        if "w1" in w:
+            x = np.tanh(x @ w["w1"] + w["b1"])
+        result: np.ndarray = np.asarray(x @ w["w"] + float(w["b"][0]), dtype=np.float64)
+        return result
+
+    @property
+    def length_effect(self) -> float:
+        """The score points of one sd of log length (what was left out of the scores)."""
+        return float(self.weights.get("length", np.zeros(1))[0])
+
+    @property
+    def pair_scale(self) -> float:
+        """The Bradley-Terry logit of one score point."""
+        return float(np.exp(self.weights["log_scale"][0]))
+
+    def pair_probability(self, first: float, second: float) -> float:
+        """P(first preferred) from two scores (calibrated; ties ignored)."""
+        logit = self.pair_scale * (first - second) / self.temperature
+        return float(1.0 / (1.0 + math.exp(-logit)))
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready form."""
+        return {
+            "mean": self.mean.tolist(),
+            "sd": self.sd.tolist(),
+            "weights": {k: v.tolist() for k, v in self.weights.items()},
+            "length_mean": self.length_mean,
+            "length_sd": self.length_sd,
+            "temperature": self.temperature,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> PreferenceHead:
+        """The head :meth:`to_dict` wrote."""
+        return cls(
+            np.asarray(data["mean"], dtype=np.float64),
+            np.asarray(data["sd"], dtype=np.float64),
+            {k: np.asarray(v, dtype=np.float64) for k, v in data["weights"].items()},
+            float(data["length_mean"]),
+            float(data["length_sd"]),
+            float(data["temperature"]),
+        )
+
+
+def fit_head(
+    features: np.ndarray,
+    lengths: np.ndarray,
+    targets: np.ndarray,
+    pairs: Sequence[tuple[int, int, float]],
+    config: PreferenceConfig,
+) -> PreferenceHead:
+    """Fit the head on standardised features: mean squared error on the rated stories, the
+    Davidson-Bradley-Terry likelihood of the pairs, both when both exist (weighted so that
+    each counts as one objective), plus weight decay."""
+    import torch
+
+    mean, sd = features.mean(axis=0), features.std(axis=0) + 1e-6
+    length_mean, length_sd = float(lengths.mean()), float(lengths.std() + 1e-6)
+    generator = torch.Generator().manual_seed(config.seed)
+    x = torch.tensor((features - mean) / sd, dtype=torch.float64)
+    z = torch.tensor((lengths - length_mean) / length_sd, dtype=torch.float64)
+    params = _initial_weights(x.shape[1], config, generator)
+    optimizer = torch.optim.Adam(list(params.values()), lr=config.learning_rate)
+    rated = torch.tensor(np.isfinite(targets))
+    y = torch.tensor(np.nan_to_num(targets), dtype=torch.float64)
+    first, second, outcome = (
+        (torch.tensor(c) for c in zip(*pairs, strict=True)) if pairs else (None, None, None)
+    )
+    for _ in range(config.steps):
+        optimizer.zero_grad()
+        score = _forward(params, x) + (params["length"] * z if config.length_covariate else 0.0)
+        loss = torch.zeros((), dtype=torch.float64)
+        if bool(rated.any()):
+            loss = loss + ((score - y)[rated] ** 2).mean()
+        if first is not None:
+            loss = loss + _davidson_nll(params, score[first], score[second], outcome)
+        penalty = sum((p**2).sum() for k, p in params.items() if k in ("w", "w1"))
+        (loss + config.l2 * penalty).backward()
+        optimizer.step()
+    weights = {k: v.detach().numpy().copy() for k, v in params.items()}
+    return PreferenceHead(mean, sd, weights, length_mean, length_sd)
+
+
+def _initial_weights(width: int, config: PreferenceConfig, generator: Any) -> dict[str, Any]:
+    import torch
+
+    def parameter(*shape: int, scale: float = 0.0) -> Any:
+        values = torch.randn(*shape, generator=generator, dtype=torch.float64) * scale
+        return values.requires_grad_(True)
+
+    params = {"b": parameter(1), "length": parameter(1), "log_scale": parameter(1)}
+    params["log_tie"] = parameter(1)
+    params["log_tie"].data.fill_(-1.0)
+    if config.hidden:
+        params["w1"] = parameter(width, config.hidden, scale=1 / math.sqrt(width))
+        params["b1"] = parameter(config.hidden)
+        params["w"] = parameter(config.hidden, scale=1 / math.sqrt(config.hidden))
+    else:
+        params["w"] = parameter(width)
+    return params
+
+
+def _forward(params: Mapping[str, Any], x: Any) -> Any:
+    import torch
+
+    if "w1" in params:
+        x = torch.tanh(x @ params["w1"] + params["b1"])
+    return x @ params["w"] + params["b"]
+
+
+def _davidson_nll(params: Mapping[str, Any], first: Any, second: Any, outcome: Any) -> Any:
+    """Davidson's (1970) ties: P(i) ∝ pi_i, P(j) ∝ pi_j, P(tie) ∝ nu sqrt(pi_i pi_j), with
+    log pi = scale * score."""
+    import torch
+
+    k = torch.exp(params["log_scale"])
+    a, b = k * first, k * second
+    tie = params["log_tie"] + (a + b) / 2
+    log_norm = torch.logsumexp(torch.stack([a, b, tie.expand_as(a)]), dim=0)
+    won = outcome == 1.0
+    ll = torch.where(won, a - log_norm, tie - log_norm)
+    return -ll.mean()
+
+
+def fit_temperature(
+    head: PreferenceHead, scores: np.ndarray, pairs: Sequence[tuple[int, int, float]]
+) -> float:
+    """The temperature that makes held-out pair probabilities calibrated (the NLL over the
+    decided pairs, on a grid then refined); 1 without decided pairs."""
+    decided = [(i, j) for i, j, outcome in pairs if outcome == 1.0]
+    if len(decided) < 5:
+        return 1.0
+    gaps = np.array([scores[i] - scores[j] for i, j in decided]) * head.pair_scale
+
+    def nll(temperature: float) -> float:
+        return float(np.mean(np.logaddexp(0.0, -gaps / temperature)))
+
+    grid = np.exp(np.linspace(math.log(0.05), math.log(20.0), 121))
+    best = float(grid[int(np.argmin([nll(t) for t in grid]))])
+    return best
+
+
+# --------------------------------------------------------------------------- splits and CV
+
+
+def group_folds(groups: Sequence[str], folds: int, seed: int) -> list[np.ndarray]:
+    """The stories of each fold (by group: no group in two folds), groups shuffled by
+    ``seed`` and dealt round-robin by size.
+
+    >>> [f.tolist() for f in group_folds(["p1", "p1", "p2", "p3", "p3", "p4"], 2, 0)]
+    [[2, 3, 4], [0, 1, 5]]
+    """
+    names = sorted(set(groups))
+    if folds < 2 or folds > len(names):
+        raise PreferenceDataError(f"{folds} folds need between 2 and {len(names)} groups")
+    order = np.random.default_rng(seed).permutation(len(names))
+    members: dict[str, list[int]] = {}
+    for i, group in enumerate(groups):
+        members.setdefault(group, []).append(i)
+    ranked = sorted((names[k] for k in order), key=lambda g: -len(members[g]))
+    buckets: list[list[int]] = [[] for _ in range(folds)]
+    for group in ranked:
+        smallest = min(range(folds), key=lambda f: (len(buckets[f]), f))
+        buckets[smallest] += members[group]
+    return [np.array(sorted(bucket), dtype=np.int64) for bucket in buckets]
+
+
+@dataclass
+class CrossValidation:
+    """Held-out predictions of every story and the summary table."""
+
+    predictions: np.ndarray
+    table: Any
+    folds: int
+
+
+def cross_validate(
+    data: PreferenceData,
+    features: np.ndarray,
+    lengths: np.ndarray,
+    config: PreferenceConfig,
+    *,
+    folds: int = 5,
+    n_boot: int = 1000,
+) -> CrossValidation:
+    """Train on all folds but one and predict the held-out one, for every fold: the held-out
+    pairwise accuracy (decided pairs with both stories held out) and the story-level Kendall
+    tau between predictions and mean ratings, pooled over folds, with percentile bootstrap
+    intervals; a length-only baseline beside them."""
+    predictions = np.full(len(data.stories), np.nan)
+    for held in group_folds(data.groups, folds, config.seed):
+        train = np.setdiff1d(np.arange(len(data.stories)), held)
+        head = _fit_subset(data, features, lengths, config, train)
+        predictions[held] = head.scores(features[held])
+    rows = [
+        _summary_rows("model", predictions, data, n_boot, config.seed),
+        _summary_rows("length (log words)", lengths, data, n_boot, config.seed),
+    ]
+    import pandas as pd
+
+    table = pd.DataFrame([row for pair in rows for row in pair])
+    return CrossValidation(predictions, table, folds)
+
+
+def _fit_subset(
+    data: PreferenceData,
+    features: np.ndarray,
+    lengths: np.ndarray,
+    config: PreferenceConfig,
+    members: np.ndarray,
+) -> PreferenceHead:
+    """A head fitted on the stories ``members`` (their targets and the pairs within them)."""
+    position = {int(i): k for k, i in enumerate(members)}
+    pairs = [
+        (position[i], position[j], o) for i, j, o in data.pairs if i in position and j in position
+    ]
+    return fit_head(features[members], lengths[members], data.targets[members], pairs, config)
+
+
+def _summary_rows(
+    name: str, scores: np.ndarray, data: PreferenceData, n_boot: int, seed: int
+) -> list[dict[str, Any]]:
+    """Held-out pairwise accuracy and story-level Kendall tau of ``scores``, with intervals."""
+    from storyeval.stats import percentile_interval
+
+    rng = np.random.default_rng(seed)
+    decided = [(i, j) for i, j, o in data.pairs if o == 1.0 and np.isfinite(scores[[i, j]]).all()]
+    rows = []
+    if decided:
+        wins = np.array([scores[i] > scores[j] for i, j in decided], dtype=float)
+        wins[[scores[i] == scores[j] for i, j in decided]] = 0.5
+        boots = [wins[rng.integers(0, len(wins), len(wins))].mean() for _ in range(n_boot)]
+        low, high = (
+            percentile_interval(np.array(boots), confidence=0.95) if n_boot else (np.nan, np.nan)
+        )
+        rows.append(_row(name, "pairwise_accuracy", float(wins.mean()), low, high, len(wins)))
+    rated = np.isfinite(data.targets) & np.isfinite(scores)
+    if rated.sum() >= 3:
+        rows.append(_kendall_row(name, scores[rated], data.targets[rated], n_boot, rng))
+    return rows
+
+
+def _kendall_row(
+    name: str, scores: np.ndarray, targets: np.ndarray, n_boot: int, rng: np.random.Generator
+) -> dict[str, Any]:
+    from scipy.stats import kendalltau
+
+    from storyeval.stats import percentile_interval
+
+    tau = float(kendalltau(scores, targets).statistic)
+    boots = []
+    for _ in range(n_boot):
+        pick = rng.integers(0, len(scores), len(scores))
+        value = kendalltau(scores[pick], targets[pick]).statistic
+        boots.append(value if value == value else np.nan)
+    low, high = (
+        percentile_interval(np.array(boots), confidence=0.95) if n_boot else (np.nan, np.nan)
+    )
+    return _row(name, "kendall_tau_b", tau, low, high, len(scores))
+
+
+def _row(
+    predictor: str, statistic: str, estimate: float, low: float, high: float, n: int
+) -> dict[str, Any]:
+    return {
+        "predictor": predictor,
+        "statistic": statistic,
+        "estimate": estimate,
+        "ci_low": low,
+        "ci_high": high,
+        "n": n,
+    }
+
+
+# --------------------------------------------------------------------------- the model
+
+
+@dataclass
+class PreferenceModel:
+    """A trained preference model: its head, settings, signature and data scale.
+
+    ``score(stories)`` gives each story's score on the rating scale when the model learned
+    one criterion's ratings (the mean rating it predicts), else in standard deviations.
+    """
+
+    directory: Path
+    config: PreferenceConfig
+    head: PreferenceHead
+    signature: Signature
+    feature_identity: str
+    target_mean: float = 0.0
+    target_sd: float = 1.0
+    scale: tuple[float, float] | None = None
+    summary: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def identity(self) -> str:
+        """The model's name and the hash of its file (for signatures)."""
+        digest = hashlib.sha256((self.directory / MODEL_FILE).read_bytes()).hexdigest()[:12]
+        return f"{self.directory.name}@{digest}"
+
+    def score(
+        self, stories: Sequence[Story], *, device: str = "cpu", precision: str = "float32"
+    ) -> np.ndarray:
+        """Each story's score (see the class docstring)."""
+        features, _, _ = story_features(stories, self.config, device=device, precision=precision)
+        return self.to_scale(self.head.scores(features))
+
+    def to_scale(self, standard: np.ndarray) -> np.ndarray:
+        """Standardised scores on the rating scale (unchanged without one criterion)."""
+        if self.scale is None:
+            return standard
+        return standard * self.target_sd + self.target_mean
+
+    def pair_probability(self, first: Story, second: Story) -> float:
+        """P(``first`` preferred to ``second``), calibrated."""
+        features, _, _ = story_features([first, second], self.config)
+        a, b = self.head.scores(features)
+        return self.head.pair_probability(float(a), float(b))
+
+    def label_probabilities(self, value: float, labels: Sequence[float]) -> list[float]:
+        """A distribution over a rating scale's labels whose expected value is the predicted
+        rating (clipped to the scale): a normal of the model's held-out error (its
+        cross-validated residual sd, else 1), discretised, its centre moved until the mean
+        is ``value``."""
+        points = np.asarray(labels, dtype=float)
+        spread = float(self.summary.get("residual_sd") or 1.0)
+        target = float(np.clip(value, points.min(), points.max()))
+
+        def distribution(centre: float) -> np.ndarray:
+            weights: np.ndarray = np.exp(-0.5 * ((points - centre) / spread) ** 2)
+            return weights / float(weights.sum())
+
+        low, high = points.min() - 10 * spread, points.max() + 10 * spread
+        for _ in range(80):  # the mean grows with the centre: bisection
+            middle = (low + high) / 2
+            if float(distribution(middle) @ points) < target:
+                low = middle
+            else:
+                high = middle
+        return [float(p) for p in distribution((low + high) / 2)]
+
+
+def preference_signature(
+    config: PreferenceConfig, data: PreferenceData, feature_identity: str
+) -> Signature:
+    """The model's signature: the feature model, every setting, and the data's hash."""
+    return Signature(
+        "preference",
+        {
+            "features_model": feature_identity,
+            **config.signature_fields(),
+            "stories": len(data.stories),
+            "pairs": len(data.pairs),
+            "data": data.data_hash(),
+        },
+    )
+
+
+def train_preference(
+    data: PreferenceData,
+    output: str | Path,
+    *,
+    config: PreferenceConfig | None = None,
+    folds: int = 5,
+    n_boot: int = 1000,
+    overwrite: bool = False,
+    device: str = "cpu",
+    precision: str = "float32",
+) -> PreferenceModel:
+    """Cross-validate (``folds`` > 1), then train on every story and write the model to
+    ``output``: the head, fitted on the training groups, with the pair temperature fitted on
+    the held-out ``dev_fraction`` of groups, refitted on all stories. A directory holding a
+    model trained with the same signature is returned as it is (a re-run does not train
+    again); another model there is replaced only with ``overwrite``."""
+    config = config or PreferenceConfig()
+    features, lengths, identity = story_features(
+        data.stories, config, device=device, precision=precision
+    )
+    signature = preference_signature(config, data, identity)
+    directory = Path(output)
+    reused = _existing(directory, signature, overwrite)
+    if reused is not None:
+        return reused
+    summary: dict[str, Any] = {"notes": list(data.notes)}
+    if folds > 1:
+        result = cross_validate(data, features, lengths, config, folds=folds, n_boot=n_boot)
+        summary["cross_validation"] = result.table.to_dict("records")
+        summary["folds"] = folds
+        summary["residual_sd"] = _residual_sd(result.predictions, data)
+    head = _final_head(data, features, lengths, config)
+    summary["length_effect"] = head.length_effect
+    model = PreferenceModel(
+        directory,
+        config,
+        head,
+        signature,
+        identity,
+        data.target_mean,
+        data.target_sd,
+        data.scale,
+        summary,
+    )
+    _save(model)
+    return load_preference(directory)
+
+
+def _residual_sd(predictions: np.ndarray, data: PreferenceData) -> float | None:
+    """The held-out prediction error, in rating points (one criterion)."""
+    rated = np.isfinite(predictions) & np.isfinite(data.targets)
+    if rated.sum() < 3 or data.scale is None:
+        return None
+    return float(np.std(predictions[rated] - data.targets[rated]) * data.target_sd)
+
+
+def _final_head(
+    data: PreferenceData, features: np.ndarray, lengths: np.ndarray, config: PreferenceConfig
+) -> PreferenceHead:
+    """Fit on the training groups, calibrate the pair temperature on the dev groups, refit on
+    every story and keep the temperature."""
+    names = sorted(set(data.groups))
+    rng = np.random.default_rng(config.seed)
+    dev_groups = set(rng.permutation(names)[: max(1, int(len(names) * config.dev_fraction))])
+    dev = np.array([i for i, g in enumerate(data.groups) if g in dev_groups], dtype=np.int64)
+    train = np.setdiff1d(np.arange(len(data.stories)), dev)
+    temperature = 1.0
+    if len(train) and len(dev):
+        head = _fit_subset(data, features, lengths, config, train)
+        position = {int(i): k for k, i in enumerate(dev)}
+        dev_pairs = [
+            (position[i], position[j], o)
+            for i, j, o in data.pairs
+            if i in position and j in position
+        ]
+        temperature = fit_temperature(head, head.scores(features[dev]), dev_pairs)
+    head = fit_head(features, lengths, data.targets, data.pairs, config)
+    head.temperature = temperature
+    return head
+
+
+def _existing(directory: Path, signature: Signature, overwrite: bool) -> PreferenceModel | None:
+    """The model already in ``directory`` when trained with ``signature``; refuse another."""
+    if not (directory / MODEL_FILE).is_file():
+        return None
+    found = load_preference(directory)
+    if found.signature == signature:
+        return found
+    if not overwrite:
+        from storyeval.learn.trainer import OutputDirectoryError
+
+        raise OutputDirectoryError(
+            f"{directory} holds a preference model trained with other settings or data; "
+            "pass --overwrite to replace it"
+        )
+    return None
+
+
+def _save(model: PreferenceModel) -> None:
+    from storyeval.io import write_text_atomic
+
+    model.directory.mkdir(parents=True, exist_ok=True)
+    payload = {
+        "kind": "preference",
+        "signature": model.signature.to_dict(),
+        "config": asdict(model.config),
+        "feature_identity": model.feature_identity,
+        "head": model.head.to_dict(),
+        "target_mean": model.target_mean,
+        "target_sd": model.target_sd,
+        "scale": list(model.scale) if model.scale else None,
+        "summary": model.summary,
+    }
+    write_text_atomic(
+        model.directory / MODEL_FILE, json.dumps(payload, indent=1, default=_json_default) + "\n"
+    )
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"not JSON: {type(value).__name__}")
+
+
+def load_preference(directory: str | Path) -> PreferenceModel:
+    """A model written by :func:`train_preference`.
+
+    Raises
+    ------
+    ModelLoadError
+        When the directory holds no preference model.
+    """
+    from storyeval.errors import ModelLoadError
+
+    path = Path(directory)
+    file = path / MODEL_FILE
+    if not file.is_file():
+        raise ModelLoadError(
+            f"{path}: no preference model ({MODEL_FILE}); train one with storyeval train preference"
+        )
+    data = json.loads(file.read_text(encoding="utf-8"))
+    config = replace(PreferenceConfig(), **data["config"])
+    return PreferenceModel(
+        path,
+        config,
+        PreferenceHead.from_dict(data["head"]),
+        Signature.from_dict(data["signature"]),
+        str(data["feature_identity"]),
+        float(data["target_mean"]),
+        float(data["target_sd"]),
+        tuple(data["scale"]) if data.get("scale") else None,
+        dict(data.get("summary") or {}),
+    )

@@ -1,0 +1,255 @@
+"""Story reward models trained from people's judgments: ``storyeval train preference``, the
+``preference`` metric and the reward-model judge, on the example corpus and on synthetic
+features whose answer is known."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from storyeval.corpus import Judgment, Story, read_judgments, read_stories
+from storyeval.learn.preference import (
+    PreferenceConfig,
+    PreferenceData,
+    PreferenceDataError,
+    cross_validate,
+    fit_head,
+    group_folds,
+    load_preference,
+    preference_data,
+    train_preference,
+)
+from storyeval.learn.trainer import OutputDirectoryError
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+CONFIG = PreferenceConfig(criterion="coherence")
+
+
+@pytest.fixture(scope="module")
+def example_data() -> PreferenceData:
+    stories = read_stories(EXAMPLES / "stories.jsonl")
+    return preference_data(stories, read_judgments(EXAMPLES / "judgments.jsonl"), config=CONFIG)
+
+
+@pytest.fixture(scope="module")
+def trained(example_data: PreferenceData, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    directory = tmp_path_factory.mktemp("preference") / "model"
+    return train_preference(example_data, directory, config=CONFIG, folds=3, n_boot=100)
+
+
+def test_ratings_become_targets_and_pairs_within_a_prompt(example_data: PreferenceData) -> None:
+    data = example_data
+    assert len(data.stories) == 180 and np.isfinite(data.targets).all()
+    assert abs(float(data.targets.mean())) < 1e-9 and data.scale == (1.0, 5.0)
+    prompts = [s.prompt for s in data.stories]
+    raw = data.targets * data.target_sd + data.target_mean
+    for i, j, outcome in data.pairs:
+        assert prompts[i] == prompts[j]  # pairs never cross prompts
+        gap = raw[i] - raw[j]
+        assert (outcome == 1.0 and gap > CONFIG.margin) or (outcome == 0.5 and abs(gap) < 1e-9)
+    assert {o for _, _, o in data.pairs} == {1.0, 0.5}
+
+
+def test_bad_judgments_are_named() -> None:
+    stories = [Story("a", "p", "One."), Story("b", "p", "Two.")]
+    with pytest.raises(PreferenceDataError, match="not in the stories"):
+        preference_data(stories, [Judgment("zzz", "r", "coherence", 3.0)])
+    with pytest.raises(PreferenceDataError, match="the criteria are coherence"):
+        preference_data(
+            stories, [Judgment("a", "r", "coherence", 3.0)], config=PreferenceConfig(criterion="x")
+        )
+    with pytest.raises(PreferenceDataError, match="neither a story id nor a system"):
+        preference_data(stories, comparisons=[{"system_a": "a", "system_b": "q", "winner": "a"}])
+
+
+def test_folds_keep_each_prompt_in_one_fold(example_data: PreferenceData) -> None:
+    folds = group_folds(example_data.groups, 5, seed=3)
+    assert sorted(np.concatenate(folds).tolist()) == list(range(180))
+    seen = [{example_data.groups[i] for i in fold} for fold in folds]
+    assert all(not (a & b) for k, a in enumerate(seen) for b in seen[k + 1 :])
+    with pytest.raises(PreferenceDataError, match="folds need"):
+        group_folds(["p1", "p2"], 3, seed=0)
+
+
+def test_a_known_preference_is_learned_and_length_is_left_out() -> None:
+    rng = np.random.default_rng(0)
+    n = 240
+    features = rng.normal(size=(n, 6))
+    lengths = rng.normal(size=n)
+    features[:, 2] = lengths + rng.normal(scale=0.3, size=n)  # encoders see length too
+    quality = features[:, 0] - 0.5 * features[:, 1]
+    rated = quality + 0.8 * lengths  # raters who reward length
+    targets = rated / np.std(rated)
+    head = fit_head(features, lengths, targets, [], PreferenceConfig(steps=400))
+    scores = head.scores(features)
+    assert np.corrcoef(scores, quality)[0, 1] > 0.95
+    assert abs(np.corrcoef(scores, lengths)[0, 1]) < 0.15  # length's credit removed
+    assert head.length_effect > 0.4  # and reported
+    plain = fit_head(
+        features, lengths, targets, [], PreferenceConfig(steps=400, length_covariate=False)
+    )
+    assert np.corrcoef(plain.scores(features), lengths)[0, 1] > 0.4
+    pairs = [
+        (i, i + 1, 1.0) if quality[i] > quality[i + 1] else (i + 1, i, 1.0) for i in range(0, n, 2)
+    ]
+    pairs += [(0, 2, 0.5), (4, 6, 0.5)]  # Davidson's ties
+    both = fit_head(features, lengths, targets, pairs, PreferenceConfig(steps=400))
+    assert np.corrcoef(both.scores(features), quality)[0, 1] > 0.95
+    assert both.pair_scale > 0
+
+
+def test_pairs_alone_train_a_model(example_data: PreferenceData) -> None:
+    rng = np.random.default_rng(1)
+    features = rng.normal(size=(180, 4))
+    pairs_only = PreferenceConfig(criterion="coherence", pointwise=False)
+    data = preference_data(
+        example_data.stories,
+        read_judgments(EXAMPLES / "judgments.jsonl"),
+        config=pairs_only,
+    )
+    assert not np.isfinite(data.targets).any() and data.pairs
+    quality = np.zeros(180)
+    for i, j, outcome in data.pairs:
+        quality[i] += outcome
+        quality[j] += 1 - outcome
+    features[:, 0] = quality + rng.normal(scale=0.1, size=180)
+    result = cross_validate(data, features, np.zeros(180), pairs_only, folds=3, n_boot=50)
+    accuracy = result.table.query("predictor == 'model' and statistic == 'pairwise_accuracy'")
+    assert float(accuracy["estimate"].iloc[0]) > 0.7
+
+
+def test_training_on_the_examples_beats_length_on_held_out_prompts(trained) -> None:  # type: ignore[no-untyped-def]
+    table = {
+        (row["predictor"], row["statistic"]): row for row in trained.summary["cross_validation"]
+    }
+    model = table[("model", "pairwise_accuracy")]
+    length = table[("length (log words)", "pairwise_accuracy")]
+    assert model["ci_low"] <= model["estimate"] <= model["ci_high"]
+    assert model["estimate"] > 0.65 and model["estimate"] > length["estimate"]
+    assert table[("model", "kendall_tau_b")]["estimate"] > 0.2
+    assert trained.summary["residual_sd"] > 0
+    saved = json.loads((trained.directory / "preference.json").read_text())
+    assert saved["signature"]["fields"]["criterion"] == "coherence"
+
+
+def test_a_second_run_reuses_the_model_and_other_settings_are_refused(  # type: ignore[no-untyped-def]
+    trained, example_data: PreferenceData
+) -> None:
+    before = (trained.directory / "preference.json").read_bytes()
+    again = train_preference(example_data, trained.directory, config=CONFIG, folds=3, n_boot=100)
+    assert again.signature == trained.signature
+    assert (trained.directory / "preference.json").read_bytes() == before
+    with pytest.raises(OutputDirectoryError, match="--overwrite"):
+        train_preference(
+            example_data, trained.directory, config=PreferenceConfig(hidden=4), folds=0
+        )
+
+
+def test_the_metric_scores_on_the_rating_scale(trained, example_data: PreferenceData) -> None:  # type: ignore[no-untyped-def]
+    from storyeval import functional as F
+
+    texts = [s.story for s in example_data.stories[:12]]
+    result = F.preference(texts, model=str(trained.directory))
+    direct = trained.score(example_data.stories[:12])
+    np.testing.assert_allclose(result.values, direct)
+    assert 0.0 < float(np.mean(result.values)) < 6.0
+    assert result.signature.fields["model"] == trained.identity
+    assert result.signature.fields["criterion"] == "coherence"
+    with pytest.raises(Exception, match="no preference model"):
+        F.preference(texts, model=str(trained.directory.parent))
+
+
+def test_the_reward_model_judge_answers_with_the_models_numbers(
+    trained, example_data: PreferenceData
+) -> None:  # type: ignore[no-untyped-def]
+    from storyeval.judge import load_rubric
+    from storyeval.judge.backends import Decoding
+    from storyeval.judge.prompts import absolute_request, pairwise_request
+    from storyeval.learn.preference_judge import RewardModelJudge
+
+    judge = RewardModelJudge(str(trained.directory))
+    rubric = load_rubric("karpinska")
+    criterion = next(c for c in rubric.criteria if c.name == "coherence")
+    stories = example_data.stories[:6]
+    answers = judge.answer([absolute_request(s, rubric, criterion) for s in stories], Decoding())
+    labels = np.array([float(label) for label in criterion.labels])
+    expected = [float(np.dot(a.probabilities, labels)) for a in answers]
+    np.testing.assert_allclose(expected, np.clip(trained.score(stories), 1, 5), atol=5e-3)
+    a, b = stories[0], stories[1]
+    forward, backward = judge.answer(
+        [pairwise_request(a, b, rubric, criterion), pairwise_request(b, a, rubric, criterion)],
+        Decoding(),
+    )
+    assert forward.probabilities is not None and backward.probabilities is not None
+    assert forward.probabilities[0] == pytest.approx(backward.probabilities[1])
+    assert (forward.probabilities[0] > 0.5) == (trained.score([a])[0] > trained.score([b])[0])
+
+
+def test_the_commands_train_score_and_judge(trained, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from storyeval.cli import app
+
+    runner = CliRunner()
+    comparisons = tmp_path / "comparisons.jsonl"
+    prompts = [f"s{k:03d}" for k in range(1, 41)]  # the human story wins for 40 prompts
+    rows = [
+        {
+            "item_id": f"c{p}",
+            "prompt_id": p,
+            "system_a": "human",
+            "system_b": "smollm2-p0.9",
+            "winner": "human",
+        }
+        for p in prompts
+    ]
+    comparisons.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    model = tmp_path / "from-pairs"
+    result = runner.invoke(
+        app,
+        [
+            "train",
+            "preference",
+            "--stories",
+            str(EXAMPLES / "stories.jsonl"),
+            "--pairs",
+            str(comparisons),
+            "--objective",
+            "pairs",
+            "-o",
+            str(model),
+            "--folds",
+            "2",
+            "--bootstrap",
+            "20",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert "40 pairs (40 decided, 0 ties)" in result.output
+    assert "held out (2 prompt-disjoint folds" in result.output
+    assert load_preference(model).config.pointwise is False
+    judged = tmp_path / "judged.jsonl"
+    result = runner.invoke(
+        app,
+        [
+            "judge",
+            str(EXAMPLES / "human.jsonl"),
+            "--backend",
+            "reward-model",
+            "--model",
+            str(trained.directory),
+            "-o",
+            str(judged),
+            "--no-cache",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    records = [json.loads(line) for line in judged.read_text().splitlines()]
+    assert len(records) == 60 * 4 and all(r["parse_status"] == "probabilities" for r in records)
+    refused = runner.invoke(
+        app,
+        ["judge", str(EXAMPLES / "human.jsonl"), "--backend", "reward-model", "-o", str(judged)],
+    )
+    assert refused.exit_code == 2 and "needs --model DIR" in refused.output
