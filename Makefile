@@ -83,6 +83,7 @@ examples: setup
 bench: setup
 	$(BIN)/python benchmarks/bench_speed.py
 	$(BIN)/python benchmarks/bench_bertscore.py
+	$(BIN)/python benchmarks/bench_entity_eval.py
 	$(BIN)/python benchmarks/bench_suite.py
 
 ## cards: regenerate the metric cards docs/metrics/*.md from the registry

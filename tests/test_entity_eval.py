@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from typing import ClassVar
 
+import numpy as np
 import pytest
 
 from storyeval.analyses.entity_eval import (
@@ -150,6 +151,29 @@ def test_lm_scores_are_conditional_log_probabilities(causal_lm):
     assert score == pytest.approx(direct, abs=1e-4)
     a, b = scorer.score([(context, "she"), (context, "the dragon")])
     assert a > b  # a pronoun is far likelier than a new noun phrase here
+
+
+def test_shared_context_scoring_equals_scoring_each_pair(causal_lm):
+    """continuation_nll (one reading of a growing context, candidates packed) gives
+    token_nll's numbers: chains of prefixes, a context that breaks the chain, a lone
+    context, empty and multi-token continuations, packs split across forward passes."""
+    from storyeval.metrics.lm import continuation_nll, token_nll
+
+    def ids(text: str) -> list[int]:
+        return list(causal_lm.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    start = [causal_lm.tokenizer.eos_token_id]
+    story = "Emily saw the dragon by the river. She ran to Seth and told him what she saw."
+    words = story.split()
+    contexts = [start + ids(" ".join(words[:k])) for k in (2, 5, 9, 14)]
+    contexts.append(start + ids("A different text begins here"))
+    candidates = [ids(w) for w in (" she", " the dragon", " Seth", " him and her", "")]
+    groups = [(context, candidates) for context in contexts]
+    shared = continuation_nll(causal_lm, groups, pack_tokens=7)
+    pairs = [(context, c) for context, cs in groups for c in cs]
+    direct = token_nll(causal_lm, pairs)[0]
+    np.testing.assert_allclose(np.concatenate(shared), direct, atol=2e-4)
+    assert all(values[-1] == 0.0 for values in shared)  # nothing to score
 
 
 def test_conll_reader(tmp_path: Path):

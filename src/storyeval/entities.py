@@ -348,23 +348,23 @@ def entity_file_format(path: str | Path) -> str:
 
 
 def read_entity_texts(
-    path: str | Path, *, fmt: str = "auto", nlp: Any = None
+    path: str | Path, *, fmt: str = "auto", nlp: Any = None, limit: int | None = None
 ) -> tuple[list[AnnotatedText], str]:
     """Annotated texts from ``path`` and where their mentions came from (``annotated``,
     ``conll`` or ``detected``); ``fmt`` ``auto`` decides by :func:`entity_file_format`, and a
-    story file goes through :func:`detect_mentions`."""
+    story file goes through :func:`detect_mentions`. ``limit``: the first N texts only."""
     source = Path(path)
     if fmt == "auto":
         fmt = entity_file_format(source)
     if fmt == "conll":
-        return read_conll(source), "conll"
+        return read_conll(source)[:limit], "conll"
     if fmt == "annotated":
-        return read_annotated(source), "annotated"
+        return read_annotated(source)[:limit], "annotated"
     if fmt != "stories":
         raise ValueError(f"format must be auto, annotated, conll or stories; got {fmt!r}")
     from storyeval.corpus import read_stories
 
-    stories = read_stories(source)
+    stories = read_stories(source)[:limit]
     return detect_mentions(((s.id, s.story) for s in stories), nlp=nlp), "detected"
 
 

@@ -71,7 +71,9 @@ class LanguageModelScorer:
 
     tasks = ("mention_only",)
 
-    def __init__(self, model: Any = None, *, batch_tokens: int = 4096) -> None:
+    def __init__(
+        self, model: Any = None, *, batch_tokens: int = 4096, progress: bool = False
+    ) -> None:
         from storyeval.models import LoadedModel, load_causal_lm
 
         self.lm = (
@@ -79,24 +81,40 @@ class LanguageModelScorer:
         )
         self.name = f"lm:{self.lm.identity}"
         self.batch_tokens = batch_tokens
+        self.progress = progress
 
     def _ids(self, text: str) -> list[int]:
         return [int(i) for i in self.lm.tokenizer(text, add_special_tokens=False)["input_ids"]]
 
     def score(self, requests: Sequence[tuple[str, str]]) -> list[float]:
         """Log P(continuation | context) of each pair. Whitespace between the two belongs to
-        the continuation (as BPE tokenizers attach it to the following word)."""
-        from storyeval.metrics.lm import start_token, token_nll
+        the continuation (as BPE tokenizers attach it to the following word). Requests that
+        share a context are scored after one reading of it, and a context that extends the
+        one before is read from where that one ended
+        (:func:`storyeval.metrics.lm.continuation_nll`)."""
+        from storyeval.metrics.lm import continuation_nll, start_token
 
         start = start_token(self.lm)
         prefix = [start] if start is not None else []
-        items = []
-        for context, continuation in requests:
+        groups: dict[str, tuple[list[int], list[list[int]], list[int]]] = {}
+        for position, (context, continuation) in enumerate(requests):
             stripped = context.rstrip()
             gap = " " if stripped != context and stripped else ""
-            items.append((prefix + self._ids(stripped), self._ids(gap + continuation)))
-        nll, _ = token_nll(self.lm, items, batch_tokens=self.batch_tokens)
-        return [-float(v) for v in nll]
+            group = groups.setdefault(context, (prefix + self._ids(stripped), [], []))
+            group[1].append(self._ids(gap + continuation))
+            group[2].append(position)
+        ordered = list(groups.values())
+        nll = continuation_nll(
+            self.lm,
+            [(ids, continuations) for ids, continuations, _ in ordered],
+            progress=self.progress,
+            description="scoring with the LM",
+        )
+        scores = [0.0] * len(requests)
+        for (_, _, positions), values in zip(ordered, nll, strict=True):
+            for position, value in zip(positions, values, strict=True):
+                scores[position] = -float(value)
+        return scores
 
     def score_mentions(self, requests: Sequence[tuple[str, str, str]]) -> list[float]:
         """Log P(words | context); the LM does not see clusters."""
@@ -333,6 +351,7 @@ def sentence_selection(
             "rounds": rounds,
             "seed": seed,
             "min_context": min_context,
+            "texts": len(texts),
         },
     )
     return EntityTaskResult(items, summary, signature)

@@ -30,6 +30,20 @@ _MODELS = typer.Option(
 )
 _FORMAT = typer.Option("auto", "--format", help="auto, annotated, conll or stories.")
 _OUTPUT = typer.Option(..., "-o", "--output", help="The directory for the tables.")
+_LIMIT = typer.Option(
+    None,
+    "--limit",
+    min=1,
+    help="Evaluate the first N texts only (a quick look; the signature counts the texts).",
+)
+
+
+def _first(texts: list[Any], limit: int | None) -> list[Any]:
+    """The first ``limit`` texts (all without a limit), saying what was left out."""
+    if limit is None or len(texts) <= limit:
+        return texts
+    typer.echo(f"--limit {limit}: the first {limit} of {len(texts)} texts", err=True)
+    return texts[:limit]
 
 
 def _scorers(models: list[str] | None, texts: Any = ()) -> list[Any]:
@@ -42,7 +56,7 @@ def _scorers(models: list[str] | None, texts: Any = ()) -> list[Any]:
     return [
         EngenScorer(str(name)).bind(texts)
         if is_engen_directory(name)
-        else LanguageModelScorer(name)
+        else LanguageModelScorer(name, progress=True)
         for name in names
     ]
 
@@ -87,6 +101,7 @@ def mentions(
     no_baseline: bool = typer.Option(
         False, "--no-baseline", help="Leave out the reverse-order baseline."
     ),
+    limit: int = _LIMIT,
 ) -> None:
     """Mention generation: the MAP of the correct mention ranked against every earlier
     mention by the model's score (mention only; the reverse-order baseline on all three
@@ -96,7 +111,7 @@ def mentions(
     from storyeval.errors import StoryevalError
 
     try:
-        annotated, source = read_entity_texts(texts, fmt=fmt)
+        annotated, source = read_entity_texts(texts, fmt=fmt, limit=limit)
         result = mention_generation(
             annotated,
             scorers=_scorers(model, annotated),
@@ -132,6 +147,7 @@ def selection(
     seed: int = typer.Option(
         0, "--seed", help="Seed of the distractors (the same for every model)."
     ),
+    limit: int = _LIMIT,
 ) -> None:
     """Pairwise sentence selection: accuracy of preferring the true next sentence to a later
     one of the same text, per round, mean and sd over rounds, binomial test against chance.
@@ -148,6 +164,7 @@ def selection(
             loaded = list(read_stories(texts))
         else:
             loaded = list(read_entity_texts(texts, fmt=kind)[0])
+        loaded = _first(loaded, limit)
         result = sentence_selection(
             sentences_of(loaded),
             scorers=_scorers(model),

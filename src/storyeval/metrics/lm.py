@@ -194,6 +194,146 @@ class _PositionScorer:
     CHUNK = 256
 
 
+def continuation_nll(
+    lm: Any,
+    groups: Sequence[tuple[Sequence[int], Sequence[Sequence[int]]]],
+    *,
+    pack_tokens: int = 256,
+    precision: str = "float32",
+    progress: bool = False,
+    description: str = "scoring",
+) -> list[np.ndarray]:
+    """Summed NLL (nats) of each continuation of each ``(context_ids, continuations)`` group:
+    the numbers :func:`token_nll` gives for ``(context, continuation)`` pairs, computed for
+    many short continuations of long shared contexts (the candidates of a mention slot, the
+    sentences offered after a context).
+
+    Consecutive groups whose contexts extend one another (the growing prefix of one text)
+    form a chain: the chain's longest context is read once into a key-value cache, and every
+    continuation of every group of the chain is read after its own context's length of that
+    cache, many continuations packed into one sequence whose attention mask keeps them apart
+    (``pack_tokens`` tokens per forward pass). Chains longer than the model falls back to
+    :func:`token_nll` (sliding windows).
+    """
+    import torch
+
+    from storyeval.metrics.context import _progress
+    from storyeval.models.devices import autocast, check_precision, model_device
+
+    device = model_device(lm)
+    check_precision(precision, str(device))
+    results: list[np.ndarray] = [np.zeros(len(c)) for _, c in groups]
+    chains = _prefix_chains([list(context) for context, _ in groups])
+    bar = _progress(len(chains), description, progress)
+    with torch.inference_mode(), autocast(str(device), precision):
+        for chain in chains:
+            longest = max(len(c) for k in chain for c in groups[k][1]) if chain else 0
+            context = list(groups[chain[-1]][0])
+            if not context or len(context) + pack_tokens + longest > int(lm.max_length):
+                for k in chain:
+                    items = [(groups[k][0], c) for c in groups[k][1]]
+                    results[k] = token_nll(lm, items, precision=precision)[0]
+            else:
+                rows = [
+                    (k, j, len(groups[k][0]), list(c))
+                    for k in chain
+                    for j, c in enumerate(groups[k][1])
+                    if len(c)
+                ]
+                for k, j, value in _PackedReader(lm, device, context).score(rows, pack_tokens):
+                    results[k][j] = value
+            bar.update(1)
+    bar.close()
+    return results
+
+
+def _prefix_chains(contexts: Sequence[list[int]]) -> list[list[int]]:
+    """Runs of consecutive contexts each of which starts with the one before.
+
+    >>> _prefix_chains([[1], [1, 2], [1, 2, 3], [4], [4, 5], [], [6]])
+    [[0, 1, 2], [3, 4], [5], [6]]
+    """
+    chains: list[list[int]] = []
+    for k, context in enumerate(contexts):
+        before = contexts[k - 1] if k else []
+        if chains and before and context[: len(before)] == before:
+            chains[-1].append(k)
+        else:
+            chains.append([k])
+    return chains
+
+
+class _PackedReader:
+    """One context in a key-value cache, and continuations read after prefixes of it."""
+
+    def __init__(self, lm: Any, device: Any, context: list[int]) -> None:
+        import torch
+        from transformers import DynamicCache
+
+        self.model = lm.model
+        self.device = device
+        self.cache = DynamicCache()
+        self.length = len(context)
+        if context:
+            ids = torch.tensor([context], device=device)
+            self.model(input_ids=ids, past_key_values=self.cache, use_cache=True)
+        self.last = context
+
+    def score(
+        self, rows: Sequence[tuple[int, int, int, list[int]]], pack_tokens: int
+    ) -> list[tuple[int, int, float]]:
+        """``(group, index, NLL)`` of each ``(group, index, context length, tokens)`` row: the
+        row is read as the context's last token then its tokens but the last, at the
+        positions they have after that context, and scores its tokens."""
+        packs: list[list[tuple[int, int, int, list[int]]]] = [[]]
+        used = 0
+        for row in rows:
+            if packs[-1] and used + len(row[3]) > pack_tokens:
+                packs.append([])
+                used = 0
+            packs[-1].append(row)
+            used += len(row[3])
+        return [item for pack in packs if pack for item in self._pack(pack)]
+
+    def _pack(
+        self, rows: Sequence[tuple[int, int, int, list[int]]]
+    ) -> list[tuple[int, int, float]]:
+        import torch
+
+        tokens: list[int] = []
+        positions: list[int] = []
+        spans: list[tuple[int, int, int]] = []  # begin, end, visible cache prefix
+        for _, _, size, row in rows:
+            begin = len(tokens)
+            tokens += [self.last[size - 1], *row[:-1]]
+            positions += range(size - 1, size - 1 + len(row))
+            spans.append((begin, len(tokens), size - 1))
+        width = len(tokens)
+        allowed = torch.zeros((width, self.length + width), dtype=torch.bool)
+        for begin, end, visible in spans:
+            allowed[begin:end, :visible] = True
+            block = torch.ones((end - begin, end - begin), dtype=torch.bool).tril()
+            allowed[begin:end, self.length + begin : self.length + end] = block
+        dtype = self.model.dtype
+        mask = torch.zeros(allowed.shape, dtype=dtype).masked_fill(~allowed, torch.finfo(dtype).min)
+        try:
+            out = self.model(
+                input_ids=torch.tensor([tokens], device=self.device),
+                position_ids=torch.tensor([positions], device=self.device),
+                attention_mask=mask[None, None].to(self.device),
+                past_key_values=self.cache,
+                use_cache=True,
+            )
+        finally:  # a negative crop removes tokens, in transformers 4 and 5 alike
+            self.cache.crop(-width)
+        targets = torch.tensor([t for *_, row in rows for t in row], device=self.device)
+        nll = _nll(out.logits[0].float(), targets)
+        return [
+            (k, j, float(nll[b:e].sum()))
+            for (k, j, _, _), (b, e, _) in zip(rows, spans, strict=True)
+        ]
+
+
 def _nll(logits: Any, targets: Any) -> np.ndarray:
     """``logsumexp(logits) - logits[target]`` per row, as float64."""
     import torch
