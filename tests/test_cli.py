@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
 HEAVY = ("torch", "transformers", "spacy")
 
 
-def run(*args: str) -> subprocess.CompletedProcess[str]:
+def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "storyeval", *args], capture_output=True, text=True, check=False
+        [sys.executable, "-m", "storyeval", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, **(env or {})},
     )
 
 
@@ -47,3 +52,7 @@ def test_describe_writes_csv(tmp_path, examples_dir):
     header, row = out.read_text().strip().splitlines()
     assert header.startswith("system,n_stories,n_with_reference,mean_words")
     assert row.startswith("human,60,0,")
+    shown = run("describe", str(examples_dir / "stories.jsonl"), env={"COLUMNS": "80"})
+    assert shown.returncode == 0, shown.stderr
+    assert "n_with_reference" in shown.stdout and "smollm2-k40-t0.7" in shown.stdout  # whole
+    assert max(len(line) for line in shown.stdout.splitlines()) <= 80

@@ -143,7 +143,7 @@ def test_validate_accepts_good_files(write_file, examples_dir):
     path = write_file("good.jsonl", jsonl(GOOD_STORY, {"id": 7, "story": "x", "extra": [1]}))
     result = validate(path)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == f"{path}: 2 stories records, valid"
+    assert result.stdout.strip() == f"{path}: 2 stories, valid"
     result = validate(examples_dir / "human.jsonl")
     assert result.returncode == 0 and "60 stories" in result.stdout
 

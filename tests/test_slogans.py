@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +61,7 @@ def test_filling_uses_the_targets_and_keeps_the_pattern(
     targets = content_words(["tea", "evenings"], nlp)
     skeleton = bank.skeletons[0]  # * * * * *. (JJ NN VBZ JJ NNS)
     suggestion = fill(skeleton, targets, bank, causal_lm, SloganSettings())
-    assert set(suggestion.targets) == {"tea", "evening"}
+    assert set(suggestion.targets) == {"tea", "evenings"}  # the writer's words
     words = suggestion.text.rstrip(".").lower().split()
     assert "tea" in words and "evenings" in words
     retagged = extract_skeleton(suggestion.text, nlp)
@@ -109,6 +110,10 @@ def test_cli_writes_the_interface_records(run_cli: Any, write_file: Any, tmp_pat
     assert 1 <= len(records[0]["suggestions"]) <= 3
     assert len(records[0]["skeletons"]) == len(records[0]["suggestions"])
     assert records[0]["targets"] and "skeletons:lines.txt@" in records[0]["signature"]
+    for skeleton in records[0]["skeletons"]:  # slots named by their part of speech
+        assert "*" not in skeleton and re.search(r"\[(NN|NNS|JJ|JJR|VB[DGNPZ]?|RB)\]", skeleton)
+    for used in records[0]["used_targets"]:  # the writer's words, never a lemma of them
+        assert set(used) <= set(records[0]["targets"])
     assert records[1]["suggestions"] == [] and "content word" in records[1]["error"]
 
 

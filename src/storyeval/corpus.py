@@ -443,7 +443,7 @@ def _read_records(
     if problems:
         raise DataFileError(problems)
     if not records:
-        raise DataFileError.single(path, 1, f"the file holds no {kind} records")
+        raise DataFileError.single(path, 1, f"the file holds no {kind}")
     return records
 
 

@@ -19,6 +19,10 @@ valid ones ("must be one of ...").
 Traceback (most recent call last):
 ...
 storyeval.registry.UnknownNameError: unknown shape 'circle'; must be one of triangle, square
+>>> shapes.get("Square")
+Traceback (most recent call last):
+...
+storyeval.registry.UnknownNameError: unknown shape 'Square' (did you mean square?); must be one of triangle, square
 """
 
 from __future__ import annotations
@@ -26,13 +30,34 @@ from __future__ import annotations
 import importlib
 import threading
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Generic, TypeVar
 
 from storyeval.errors import StoryevalError, StoryevalWarning
 
 T = TypeVar("T")
 F = TypeVar("F")
+
+
+def did_you_mean(name: object, known: Iterable[str]) -> str:
+    """`` (did you mean X?)`` for the known names closest to ``name`` (case, ``_`` and ``-``
+    ignored first, then spelling), or ``""``.
+
+    >>> did_you_mean("rouge_l", ["rouge1", "rougeL", "bleu"]), did_you_mean("zzz", ["bleu"])
+    (' (did you mean rougeL?)', '')
+    """
+    import difflib
+
+    if not isinstance(name, str):
+        return ""
+    names = list(known)
+
+    def folded(text: str) -> str:
+        return text.lower().replace("_", "").replace("-", "")
+
+    same = [n for n in names if folded(n) == folded(name)]
+    close = same or difflib.get_close_matches(name, names, n=3, cutoff=0.75)
+    return f" (did you mean {' or '.join(close)}?)" if close else ""
 
 
 class UnknownNameError(StoryevalError, KeyError):
@@ -147,7 +172,8 @@ class Registry(Generic[T]):
             return self._items[name]
         except (KeyError, TypeError):
             raise self._error(
-                f"unknown {self.family} {name!r}; must be one of {', '.join(self._items)}"
+                f"unknown {self.family} {name!r}{did_you_mean(name, self._items)}; must be one "
+                f"of {', '.join(self._items)}"
             ) from None
 
     def names(self) -> tuple[str, ...]:

@@ -30,13 +30,15 @@ def describe(
         if output is not None:
             with atomic_write(output, newline="") as fh:
                 table.to_csv(fh, index=False)
+    # statistics as rows, systems as columns: the names stay whole on an 80-column terminal
     view = Table(title=f"{stories}")
-    columns = [c for c in table.columns if c != "signature"]
-    for column in columns:
-        view.add_column(column, justify="left" if column == "system" else "right")
-    for _, row in table.iterrows():
+    view.add_column("statistic", justify="left", no_wrap=True)
+    for system in table["system"]:
+        view.add_column(str(system), justify="right", overflow="fold")
+    for column in [c for c in table.columns if c not in ("signature", "system")]:
         view.add_row(
-            *[f"{row[c]:.1f}" if isinstance(row[c], float) else str(row[c]) for c in columns]
+            column,
+            *[f"{v:.1f}" if isinstance(v, float) else str(v) for v in table[column]],
         )
     console = Console()
     console.print(view)

@@ -326,6 +326,12 @@ def judge_eval(
         1000, "--bootstrap", help="Bootstrap replicates of the intervals."
     ),
     seed: int = typer.Option(0, "--seed", help="Seed of the bootstrap."),
+    criteria: list[str] = typer.Option(
+        None,
+        "--criteria",
+        help="JUDGE=PEOPLE: compare the judge's criterion with the people's of another name, "
+        "e.g. coherence=reasonable (repeat).",
+    ),
 ) -> None:
     """A judge against people: correlations at three levels beside the human ceiling, the
     judge as one more rater (alpha, kappa), confusion matrices, calibration, consistency."""
@@ -351,6 +357,7 @@ def judge_eval(
             read_judgments(humans),
             stories=read_stories(stories) if stories is not None else None,
             comparisons=_read_jsonl(comparisons) if comparisons is not None else None,
+            criteria=_criteria_map(criteria or []),
             n_boot=bootstrap,
             seed=seed,
         )
@@ -359,6 +366,19 @@ def judge_eval(
     for note in result.notes:
         typer.echo(f"note: {note}")
     typer.echo(f"tables: {', '.join(sorted(p.name for p in files))} in {output}")
+
+
+def _criteria_map(pairs: list[str]) -> dict[str, str]:
+    """``JUDGE=PEOPLE`` options as a mapping."""
+    mapping = {}
+    for pair in pairs:
+        source, sep, target = pair.partition("=")
+        if not sep or not source.strip() or not target.strip():
+            raise exit_with(
+                f"error: --criteria takes JUDGE=PEOPLE, e.g. coherence=reasonable; got {pair!r}"
+            )
+        mapping[source.strip()] = target.strip()
+    return mapping
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:

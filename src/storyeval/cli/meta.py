@@ -127,7 +127,7 @@ def correlate_command(
         table = _load(scores, judgments, stories, aggregate, metric, criterion, study, condition)
         table = _systems_only(table, systems, exclude_systems)
         if not level:  # the default: every level the data support, a note for the others
-            levels, notes = available_levels(table, levels)
+            levels, notes = available_levels(table, levels, stories_given=bool(stories))
             for note in notes:
                 typer.echo(f"note: {note}", err=True)
         result = correlate(

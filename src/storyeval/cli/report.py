@@ -111,11 +111,14 @@ def report_command(
     if result.notes:
         from storyeval.report import group_warnings
 
-        kinds = len(group_warnings(result.notes))
+        kinds = group_warnings(result.notes)
         typer.echo(
-            f"{len(result.notes)} warning(s) of {kinds} kind(s), listed at the end of the report",
+            f"{len(result.notes)} warning(s) of {len(kinds)} kind(s), listed at the end of the "
+            "report:",
             err=True,
         )
+        for line in kinds:
+            typer.echo(f"  {line}", err=True)
 
 
 def register(app: typer.Typer) -> None:

@@ -30,7 +30,9 @@ def validate(
         raise typer.Exit(2) from None
     except (ValueError, OSError) as exc:
         raise user_error(exc) from None
-    typer.echo(f"{file}: {len(records)} {resolved} records, valid")
+    singular = {"stories": "story", "judgments": "judgment", "scores": "score"}
+    noun = singular.get(resolved, resolved) if len(records) == 1 else resolved
+    typer.echo(f"{file}: {len(records)} {noun}, valid")
 
 
 def register(app: typer.Typer) -> None:

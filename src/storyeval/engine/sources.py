@@ -245,4 +245,4 @@ def check_partitions(
     if problems:
         raise DataFileError(sorted(problems, key=lambda p: p.line))
     if total == 0:
-        raise DataFileError.single(url, 1, f"the file holds no {kind} records")
+        raise DataFileError.single(url, 1, f"the file holds no {kind}")

@@ -81,6 +81,11 @@ class Skeleton:
         """The skeleton as text, slots as ``*``."""
         return self.render({})
 
+    @property
+    def tagged(self) -> str:
+        """The skeleton as text, each slot as its Penn tag (``[NNS] speak [JJR] than [NNS].``)."""
+        return self.render({i: f"[{tag}]" for i, tag in enumerate(self.tags) if tag is not None})
+
     def render(self, fillers: dict[int, str], *, upto: int | None = None) -> str:
         """The text with ``fillers`` in their slots (``*`` where none), tokens before ``upto``
         only when given; the first word keeps the line's capitalisation."""
@@ -223,7 +228,8 @@ def inflect(target: Target, tag: str) -> str | None:
 
 @dataclass(frozen=True)
 class Suggestion:
-    """One suggestion: its text, the skeleton it filled and the target words it used."""
+    """One suggestion: its text, the skeleton it filled (slots as their Penn tags) and the
+    target words it used (as the writer gave them, in whatever form the slot needed)."""
 
     text: str
     skeleton: str
@@ -288,11 +294,11 @@ def fill(
             options = []
             for target in targets:
                 form = inflect(target, tag)
-                if form is not None and target.lemma not in beam.used:
-                    options.append((form, target.lemma))
+                if form is not None and target.word not in beam.used:
+                    options.append((form, target.word))  # the writer's word, as in targets
             options += [(word, "") for word in corpus if word not in beam.fillers.values()]
-            for word, lemma in options:
-                used = beam.used | {lemma} if lemma else beam.used
+            for word, source in options:
+                used = beam.used | {source} if source else beam.used
                 expanded.append(_Beam({**beam.fillers, slot: word}, used))
         if not expanded:
             continue
@@ -305,7 +311,7 @@ def fill(
     best = beams[0]
     return Suggestion(
         skeleton.render(best.fillers),
-        skeleton.pattern,
+        skeleton.tagged,
         tuple(sorted(best.used)),
         best.score,
     )

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -95,19 +95,25 @@ def evaluate_judge(
     *,
     stories: Sequence[Story] | None = None,
     comparisons: Sequence[dict[str, Any]] | None = None,
+    criteria: Mapping[str, str] | None = None,
     n_boot: int = 1000,
     seed: int = 0,
 ) -> JudgeEvaluation:
     """Compare one judge's judgments with people's on the criteria both rated.
 
+    ``criteria`` maps a judge's criterion to the people's name for it (a judge's
+    ``coherence`` against UNION's ``reasonable``: ``{"coherence": "reasonable"}``); the
+    tables then use the people's name.
+
     Raises
     ------
     StoryevalError
-        No criterion, or no item, in common.
+        No criterion, or no item, in common; a mapped criterion the judge did not rate.
     """
     judged, people = _frame(judge), _frame(humans)
-    criteria = [c for c in dict.fromkeys(judged["criterion"]) if c in set(people["criterion"])]
-    if not criteria:
+    judged = _renamed(judged, people, criteria or {})
+    shared = [c for c in dict.fromkeys(judged["criterion"]) if c in set(people["criterion"])]
+    if not shared:
         raise StoryevalError(
             f"the judge and the people share no criterion (judge: {', '.join(sorted(set(judged['criterion'])))}; "
             f"people: {', '.join(sorted(set(people['criterion'])))})"
@@ -115,18 +121,43 @@ def evaluate_judge(
     if len(set(judged["rater_id"])) > 1:
         raise StoryevalError("give the judgments of one judge (filter by rater_id)")
     per_item = judged.groupby(["item_id", "criterion"], as_index=False)["value"].mean()
-    notes: list[str] = []
-    correlations, ceiling = _correlations(per_item, people, criteria, stories, n_boot, seed, notes)
+    notes: list[str] = [
+        f"the judge's {a} is compared with the people's {b}" for a, b in (criteria or {}).items()
+    ]
+    correlations, ceiling = _correlations(per_item, people, shared, stories, n_boot, seed, notes)
     return JudgeEvaluation(
         correlations=correlations,
         ceiling=ceiling,
-        agreement=_agreement(per_item, people, criteria, n_boot, seed),
-        confusion=_confusion(per_item, people, criteria),
-        calibration=_calibration(per_item, people, criteria),
-        consistency=_consistency(judged, criteria, n_boot, seed),
+        agreement=_agreement(per_item, people, shared, n_boot, seed),
+        confusion=_confusion(per_item, people, shared),
+        calibration=_calibration(per_item, people, shared),
+        consistency=_consistency(judged, shared, n_boot, seed),
         position=_position(comparisons or []),
         notes=notes,
     )
+
+
+def _renamed(
+    judged: pd.DataFrame, people: pd.DataFrame, criteria: Mapping[str, str]
+) -> pd.DataFrame:
+    """The judge's criteria under the people's names."""
+    targets = list(criteria.values())
+    if len(set(targets)) < len(targets):
+        raise StoryevalError("--criteria maps two of the judge's criteria to one of the people's")
+    for source, target in criteria.items():
+        if source not in set(judged["criterion"]):
+            raise StoryevalError(
+                f"--criteria {source}={target}: the judge rated no {source!r} (it rated "
+                f"{', '.join(sorted(set(judged['criterion'])))})"
+            )
+        if target not in set(people["criterion"]):
+            raise StoryevalError(
+                f"--criteria {source}={target}: the people rated no {target!r} (they rated "
+                f"{', '.join(sorted(set(people['criterion'])))})"
+            )
+    judged = judged.copy()
+    judged["criterion"] = judged["criterion"].map(lambda c: criteria.get(c, c))
+    return judged
 
 
 def _correlations(
@@ -144,7 +175,7 @@ def _correlations(
     scores = per_item.rename(columns={"criterion": "metric"})
     scores["metric"] = "judge:" + scores["metric"]
     table = build_meta_table(scores, people[people["criterion"].isin(criteria)], stories=stories)
-    levels, level_notes = available_levels(table, None)
+    levels, level_notes = available_levels(table, None, stories_given=stories is not None)
     notes.extend(level_notes)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", StoryevalWarning)

@@ -305,6 +305,13 @@ def _story(
             "prompts has 2 or more stories with varying metric and human values",
         )
         return result
+    if n_items < 3:  # one prompt of two stories: always +1 or -1
+        warn(
+            DegenerateInputWarning,
+            f"story-level {method} correlation is undefined{where}: {n_items} complete "
+            f"pair(s) in {n_groups} prompt(s), need at least 3",
+        )
+        return result
     per_prompt = values[used]
     result["estimate"] = float(per_prompt.mean())
     result["p_value"] = sign_flip_test(per_prompt, seed=seed)
