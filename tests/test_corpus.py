@@ -223,7 +223,7 @@ def test_detect_kind(write_file):
 
 
 def test_empty_file_is_an_error(write_file):
-    with pytest.raises(DataFileError, match="no stories records"):
+    with pytest.raises(DataFileError, match="holds no stories"):
         read_stories(write_file("e.jsonl", "\n\n"))
 
 

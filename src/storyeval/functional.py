@@ -73,6 +73,7 @@ from storyeval.metrics.prose import (
     sentence_length_cv,
     slop_index,
 )
+from storyeval.metrics.set_diversity import SetDiversityScores, compression_ratio, vendi_score
 
 ModelArg = Any  # a name, a local path, None (the offline default) or a loaded model object
 References = Sequence[str] | Sequence[Sequence[str]]
@@ -96,6 +97,7 @@ METRICS: dict[str, Callable[..., Any]] = {
     "bertscore_prompt": bertscore_prompt,
     "bleu": bleu,
     "bleu1": bleu1,
+    "compression_ratio": compression_ratio,
     "concreteness_noun": concreteness_noun,
     "concreteness_verb": concreteness_verb,
     "cross_story_repetition": cross_story_repetition,
@@ -128,6 +130,7 @@ METRICS: dict[str, Callable[..., Any]] = {
     "swms": swms,
     "union": union,
     "user": user,
+    "vendi_score": vendi_score,
     "wms": wms,
 }
 
@@ -261,6 +264,7 @@ __all__ = [
     "Scores",
     "ScoringContext",
     "SelfBleuScores",
+    "SetDiversityScores",
     "TextScores",
     "bertscore",
     "bertscore_f",
@@ -270,6 +274,7 @@ __all__ = [
     "bertscore_r",
     "bleu",
     "bleu1",
+    "compression_ratio",
     "concreteness_noun",
     "concreteness_verb",
     "cross_story_repetition",
@@ -307,5 +312,6 @@ __all__ = [
     "swms",
     "union",
     "user",
+    "vendi_score",
     "wms",
 ]

@@ -90,11 +90,33 @@ def nubia_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def checkpoints(nsp_checkpoint: Path, union_model: Any, nubia_checkpoint: Path) -> dict[str, str]:
+def checkpoints(
+    nsp_checkpoint: Path, union_model: Any, nubia_checkpoint: Path, preference_checkpoint: Path
+) -> dict[str, str]:
     """Options pointing the metrics that need a trained checkpoint at one: the NSP head above,
-    the session's UNION model (trained by tests/conftest.py) and a NUBIA model."""
+    the session's UNION model (trained by tests/conftest.py), a NUBIA model and a preference
+    model."""
     return {
         "nsp.model": str(nsp_checkpoint),
         "union.model": str(union_model.directory),
         "nubia.model": str(nubia_checkpoint),
+        "preference.model": str(preference_checkpoint),
     }
+
+
+@pytest.fixture(scope="session")
+def preference_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A preference model trained on the example ratings (no cross-validation: seconds)."""
+    from storyeval.corpus import read_judgments, read_stories
+    from storyeval.learn.preference import PreferenceConfig, preference_data, train_preference
+
+    examples = Path(__file__).resolve().parents[2] / "examples"
+    config = PreferenceConfig(criterion="coherence", steps=100)
+    data = preference_data(
+        read_stories(examples / "stories.jsonl"),
+        read_judgments(examples / "judgments.jsonl"),
+        config=config,
+    )
+    target = tmp_path_factory.mktemp("preference") / "model"
+    train_preference(data, target, config=config, folds=0)
+    return target

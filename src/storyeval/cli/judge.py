@@ -387,6 +387,14 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     ]
 
 
+RANK_COVARIATES = typer.Option(
+    None,
+    "--covariates",
+    help="Comma-separated covariates held equal: length (log words) and any metric of "
+    "--scores, e.g. length,slop_index (Bradley-Terry with covariates).",
+)
+
+
 def rank(
     pairs: Path = typer.Argument(
         ...,
@@ -409,9 +417,21 @@ def rank(
         min=0,
         help="Print the N pairs to compare next (least compared, then neighbours).",
     ),
+    covariates: str = RANK_COVARIATES,
+    stories: Path = typer.Option(
+        None, "--stories", help="With --covariates: the compared stories (their texts)."
+    ),
+    scores: Path = typer.Option(
+        None, "--scores", help="With --covariates: metric scores of the stories (long format)."
+    ),
+    baseline: str = typer.Option(
+        None, "--baseline", help="With --covariates: the system of the controlled win rates."
+    ),
 ) -> None:
     """Rank systems from pairwise comparisons: Bradley-Terry (log-odds, Davidson ties) and
-    Elo, with bootstrap intervals over prompts."""
+    Elo, with bootstrap intervals over prompts. With --covariates, also the strengths with
+    the stories' length (or any metric) held equal, each covariate's effect, and the
+    length-controlled win rate against a baseline (OUT-controlled and OUT-covariates)."""
     from storyeval.cli._tables import write_table
     from storyeval.meta.comparisons import (
         next_pairs,
@@ -438,11 +458,76 @@ def rank(
         table.drop(columns=["signature"]).to_string(index=False, float_format=lambda v: f"{v:.3f}")
     )
     typer.echo(f"signature: {table['signature'].iloc[0]}")
+    if covariates:
+        _controlled(
+            pairs, output, criterion, covariates, stories, scores, baseline, bootstrap, seed
+        )
     if plan:
         typer.echo("compare next:")
         typer.echo(
             next_pairs(frame, budget=plan).to_string(index=False, float_format=lambda v: f"{v:.3f}")
         )
+
+
+def _controlled(
+    pairs: Path,
+    output: Path,
+    criterion: str | None,
+    covariates: str,
+    stories: Path | None,
+    scores: Path | None,
+    baseline: str | None,
+    bootstrap: int,
+    seed: int,
+) -> None:
+    """The covariate-controlled ranking beside the raw one, written next to ``output``."""
+    from storyeval.cli._tables import write_table
+    from storyeval.corpus import read_stories
+    from storyeval.meta.comparisons import read_comparisons
+    from storyeval.meta.controlled import controlled_ranking
+
+    if stories is None:
+        raise exit_with("error: --covariates needs --stories (the compared stories)")
+    with user_errors():
+        frame = read_comparisons(pairs)
+        if criterion is not None:
+            frame = frame[frame["criterion"] == criterion]
+        score_frame = _score_frame(scores) if scores is not None else None
+        result = controlled_ranking(
+            frame,
+            read_stories(stories),
+            covariates=[c.strip() for c in covariates.split(",") if c.strip()],
+            scores=score_frame,
+            baseline=baseline,
+            n_boot=bootstrap,
+            seed=seed,
+        )
+        controlled = output.with_name(f"{output.stem}-controlled{output.suffix}")
+        effects = output.with_name(f"{output.stem}-covariates{output.suffix}")
+        write_table(result.systems, controlled)
+        write_table(result.covariates, effects)
+    shown = result.systems.drop(columns=["signature"])
+    typer.echo(f"with {covariates} held equal (win rates against {result.baseline}):")
+    typer.echo(shown.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    typer.echo(
+        result.covariates.drop(columns=["unit"]).to_string(
+            index=False, float_format=lambda v: f"{v:+.3f}"
+        )
+        + "  (log-odds per sd)"
+    )
+    typer.echo(f"wrote {controlled} and {effects}")
+    typer.echo(f"signature: {result.signature.render()}")
+
+
+def _score_frame(path: Path) -> Any:
+    """Scores as ``item_id``, ``metric``, ``value``."""
+    import pandas as pd
+
+    from storyeval.corpus import read_scores
+
+    return pd.DataFrame(
+        [{"item_id": s.item_id, "metric": s.metric, "value": s.value} for s in read_scores(path)]
+    )
 
 
 def paired(

@@ -412,6 +412,12 @@ def engen(
     variant: str = typer.Option(
         "engen", "--variant", help="engen, s2sa (no entities) or entitynlm (no previous sentence)."
     ),
+    combine: str = typer.Option(
+        "max",
+        "--combine",
+        help="max (parameter-free max pooling of the contexts, the thesis' Eq. 3.5) or tanh "
+        "(a learned combination, storyeval before 0.4.0).",
+    ),
     epochs: int = typer.Option(3, "--epochs", min=1, help="Passes over the texts."),
     embedding: int = typer.Option(64, "--embedding", min=1, help="Word embedding size."),
     hidden: int = typer.Option(128, "--hidden", min=1, help="LSTM and entity size."),
@@ -428,8 +434,9 @@ def engen(
     mentions and coreference: an LSTM language model with previous-sentence attention and
     dynamic entity representations, trained on words, mention starts, entities and lengths.
     Then `storyeval generate PROMPTS --model DIR` and `storyeval entity-eval mentions|selection
-    --model DIR`. The defaults are a small configuration for a CPU; the thesis' full one is
-    about --embedding 300 --hidden 300 --vocabulary 10000."""
+    --model DIR`. The defaults are a small configuration for a CPU; the thesis trains
+    512-dimensional models (section 3.3) on a GPU. The epoch with the best dev log-likelihood
+    is kept."""
     from storyeval.entities import read_entity_texts
     from storyeval.errors import StoryevalError
     from storyeval.learn.engen import EngenConfig, train_engen
@@ -438,6 +445,7 @@ def engen(
     try:
         config = EngenConfig(
             variant=variant,
+            combine=combine,
             epochs=epochs,
             embedding=embedding,
             hidden=hidden,
@@ -457,7 +465,7 @@ def engen(
         typer.echo(
             f"epoch {row['epoch']}: train word NLL {row['train_word_nll']:.3f}, dev perplexity "
             f"{row['dev_perplexity']:.1f}, dev entity NLL/word {row['dev_entity_nll']:.3f} "
-            f"({row['seconds']:.0f} s)"
+            f"({row['seconds']:.0f} s){' <- kept (best dev)' if row.get('kept') else ''}"
         )
     if source == "detected":
         typer.echo("note: mentions come from storyeval's approximate detector, not annotations")

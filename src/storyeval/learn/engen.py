@@ -10,7 +10,10 @@ contexts into the state that predicts the word:
 * the **entity context** ``e_t``: the dynamic representation of the entity being mentioned
   (inside a mention) or else of the most salient entity (the most recently mentioned one).
 
-``c_t = tanh(W_h h_t + W_p p_t + W_e e_t)`` and ``P(word) = softmax(W_o c_t)``. As in
+The three are combined by parameter-free max pooling, ``c_t = max(h_t, p_t, e_t)`` element by
+element (the thesis' Eq. 3.5, which argues against a parameterised combination; ablations pool
+the contexts they have), and ``P(word) = softmax(W_o c_t)``; ``combine="tanh"`` gives the
+parameterised ``c_t = tanh(W_h h_t + W_p p_t + W_e e_t)`` of storyeval before 0.4.0. As in
 EntityNLM (Ji et al. 2017), the model also predicts, before each word, whether a mention
 starts (``R``), which entity it refers to (``E``: a bilinear score of ``h_t`` with each known
 entity's vector plus a recency feature, or a new entity) and its length (``L``, up to
@@ -47,6 +50,7 @@ from storyeval.generate.core import GENERATORS, GeneratorKind
 from storyeval.signature import Signature
 
 VARIANTS = ("engen", "s2sa", "entitynlm")
+COMBINES = ("max", "tanh")
 WEIGHTS_FILE = "engen.pt"
 VOCAB_FILE = "vocab.json"
 UNK, BOS, EOS = "<unk>", "<s>", "</s>"
@@ -79,11 +83,12 @@ def detokenize(words: Sequence[str]) -> str:
 
 @dataclass(frozen=True)
 class EngenConfig:
-    """The model's size and training settings (all in the signature). The defaults are the
-    small configuration that trains on a CPU in minutes; the thesis' full one is about
-    ``embedding=300, hidden=300, vocabulary=10000`` on a GPU."""
+    """The model's size and training settings (all in the signature). The defaults are a
+    small configuration that trains on a CPU in minutes; the thesis trains 512-dimensional
+    models (section 3.3) on a GPU."""
 
     variant: str = "engen"
+    combine: str = "max"
     embedding: int = 64
     hidden: int = 128
     vocabulary: int = 4000
@@ -99,6 +104,8 @@ class EngenConfig:
     def __post_init__(self) -> None:
         if self.variant not in VARIANTS:
             raise ValueError(f"variant must be one of {', '.join(VARIANTS)}; got {self.variant!r}")
+        if self.combine not in COMBINES:
+            raise ValueError(f"combine must be one of {', '.join(COMBINES)}; got {self.combine!r}")
         for name in ("embedding", "hidden", "vocabulary", "max_entities", "max_mention"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1; got {getattr(self, name)}")
@@ -194,9 +201,10 @@ def _module(config: EngenConfig, vocab_size: int) -> Any:
             self.lstm = nn.LSTM(config.embedding, h, batch_first=True)
             self.drop = nn.Dropout(config.dropout)
             self.attend = nn.Linear(h, h, bias=False)  # W_a
-            self.w_h = nn.Linear(h, h)
-            self.w_p = nn.Linear(h, h, bias=False)
-            self.w_e = nn.Linear(h, h, bias=False)
+            if config.combine == "tanh":  # max pooling has no parameters
+                self.w_h = nn.Linear(h, h)
+                self.w_p = nn.Linear(h, h, bias=False)
+                self.w_e = nn.Linear(h, h, bias=False)
             self.out = nn.Linear(h, vocab_size)
             self.r = nn.Linear(h, 1)  # does a mention start?
             self.e_score = nn.Linear(h, h, bias=False)  # bilinear with each entity
@@ -227,6 +235,15 @@ def _module(config: EngenConfig, vocab_size: int) -> Any:
                 scores.append(bilinear + self.recency * distance)
             scores.append(self.new_score(h))
             return torch.log_softmax(torch.cat(scores), dim=0)
+
+        def combine(self, h: Any, p: Any, e: Any) -> Any:
+            """The state that predicts the word: max pooling over the variant's contexts, or
+            the parameterised tanh combination."""
+            if config.combine == "tanh":
+                return torch.tanh(self.w_h(h) + self.w_p(p) + self.w_e(e))
+            parts = [h, *([p] if config.previous_sentence else [])]
+            parts += [e] if config.entities else []
+            return torch.stack(parts).amax(dim=0)
 
         def update(self, entity: Any, h: Any) -> Any:
             """EntityNLM's gated update of an entity after its mention."""
@@ -291,7 +308,7 @@ def _text_terms(
                 0, index, torch.stack([extra[t] for t in sorted(extra)])
             )
     e_all = torch.stack(entity_ctx)
-    combined = torch.tanh(model.w_h(h_all) + model.w_p(p_all) + model.w_e(e_all))
+    combined = model.combine(h_all, p_all, e_all)
     logits = model.out(model.drop(combined))
     words = torch.log_softmax(logits, dim=-1).gather(1, torch.tensor(text.ids[1:]).unsqueeze(1))
     return words.squeeze(1), decisions
@@ -385,7 +402,7 @@ class EngenModel:
         meta = read_metadata(directory)
         if meta["kind"] != "engen":
             raise ModelLoadError(f"{directory}: a {meta['kind']} model, not an ENGEN model")
-        config = EngenConfig(**meta["config"])
+        config = EngenConfig(**{"combine": "tanh", **meta["config"]})  # before 0.4.0: tanh
         words = json.loads((Path(directory) / VOCAB_FILE).read_text(encoding="utf-8"))
         vocab = {w: i for i, w in enumerate(words)}
         module = _module(config, len(vocab))
@@ -441,6 +458,7 @@ def train_engen(
         "engen",
         {
             **asdict(config),
+            "epoch": "best-dev",
             "data": corpus_hash([Story(t.id, "", t.text) for t in texts]),
             "texts": len(texts),
             "mentions": source,
@@ -450,24 +468,11 @@ def train_engen(
     model = EngenModel(module, vocab, config, signature)
     optimizer = torch.optim.Adam(module.parameters(), lr=config.learning_rate)
     step = 0
+    best: tuple[float, dict[str, Any]] | None = None
     for epoch in range(config.epochs):
-        module.train()
         rng.shuffle(encoded)
-        started, total, words = time.perf_counter(), 0.0, 0
-        for start in range(0, len(encoded), config.batch_size):
-            batch = encoded[start : start + config.batch_size]
-            word_loss, extra_loss, count = model.loss(batch)
-            loss = (word_loss + extra_loss) / count
-            optimizer.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(module.parameters(), 5.0)
-            optimizer.step()
-            total, words, step = total + float(word_loss.detach()), words + count, step + 1
-            if progress:
-                print(f"epoch {epoch + 1} step {step}: loss/word {float(loss):.3f}", flush=True)
-            if max_steps is not None and step >= max_steps:
-                break
-        module.eval()
+        started = time.perf_counter()
+        total, words, step = _epoch(model, optimizer, encoded, epoch, step, progress, max_steps)
         with torch.no_grad():
             dev_words, dev_extra, dev_count = model.loss(dev_encoded)
         model.history.append(
@@ -481,10 +486,58 @@ def train_engen(
                 "seconds": time.perf_counter() - started,
             }
         )
+        dev_total = float(dev_words + dev_extra)  # the dev set's negative log-likelihood
+        if best is None or dev_total < best[0]:
+            best = (dev_total, {k: v.detach().clone() for k, v in module.state_dict().items()})
+        if max_steps is not None and step >= max_steps:
+            break
+    _keep_best(model, best)
+    return model
+
+
+def _epoch(
+    model: EngenModel,
+    optimizer: Any,
+    encoded: Sequence[EncodedText],
+    epoch: int,
+    step: int,
+    progress: bool,
+    max_steps: int | None,
+) -> tuple[float, int, int]:
+    """One pass over the training texts: the summed word NLL, the words and the step count."""
+    import torch
+
+    config, module = model.config, model.module
+    module.train()
+    total, words = 0.0, 0
+    for start in range(0, len(encoded), config.batch_size):
+        batch = encoded[start : start + config.batch_size]
+        word_loss, extra_loss, count = model.loss(batch)
+        loss = (word_loss + extra_loss) / count
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(module.parameters(), 5.0)
+        optimizer.step()
+        total, words, step = total + float(word_loss.detach()), words + count, step + 1
+        if progress:
+            print(f"epoch {epoch + 1} step {step}: loss/word {float(loss):.3f}", flush=True)
         if max_steps is not None and step >= max_steps:
             break
     module.eval()
-    return model
+    return total, words, step
+
+
+def _keep_best(model: EngenModel, best: tuple[float, dict[str, Any]] | None) -> None:
+    """Restore the epoch of the best dev log-likelihood (section 3.3) and mark it in the
+    history."""
+    if best is None:
+        return
+    model.module.load_state_dict(best[1])
+    model.module.eval()
+    totals = [row["dev_word_nll"] + row["dev_entity_nll"] for row in model.history]
+    kept = min(range(len(totals)), key=totals.__getitem__)
+    for number, row in enumerate(model.history):
+        row["kept"] = number == kept
 
 
 # --------------------------------------------------------------------------- scoring
@@ -681,7 +734,7 @@ class EngenLM:
                     mention = self._sample_mention(h, entities, generator)
                 entity_vec = self._entity_context(mention, salient, entities, h)
                 p = self._attend(previous, h) if config.previous_sentence else torch.zeros_like(h)
-                combined = torch.tanh(model.w_h(h) + model.w_p(p) + model.w_e(entity_vec))
+                combined = model.combine(h, p, entity_vec)
                 logits = model.out(combined)
                 logits[self.engen.vocab[UNK]] = float("-inf")
                 logits[self.engen.vocab[BOS]] = float("-inf")

@@ -1,0 +1,211 @@
+"""Diversity of a system's stories as a set: the compression ratio and the Vendi score.
+
+Both are properties of a system's stories together, not of one story: each story gets its
+system's value (level ``system``), so the per-system table shows the system's number and the
+per-story file repeats it. They complement distinct-n and Self-BLEU: the compression ratio
+catches repeated text at any length (Shaib et al. 2024, "Standardizing the measurement of text
+diversity"), the Vendi score counts the effective number of different stories under a
+similarity (Friedman and Dieng 2023).
+"""
+
+from __future__ import annotations
+
+import gzip
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+import numpy as np
+
+from storyeval.metrics.cards import MetricCard
+from storyeval.metrics.context import ScoringContext
+from storyeval.metrics.embedding import BatchTokens, Device, EncoderName, Precision
+from storyeval.metrics.function import Groups, Opt, Scores, Texts, metric
+from storyeval.metrics.registry import MetricBatch
+
+
+@dataclass(frozen=True)
+class SetDiversityScores(Scores):
+    """Each text's value is its group's (the set's) value."""
+
+
+def _by_group(texts: Texts, groups: Groups | None) -> dict[str, list[int]]:
+    """The text indices of each group of two or more texts, in order (one group ``all``
+    without groups); a text alone in its group is left out (a set of one has no diversity)."""
+    members: dict[str, list[int]] = {}
+    for index in range(len(texts)):
+        members.setdefault(str(groups[index]) if groups is not None else "all", []).append(index)
+    return {group: indices for group, indices in members.items() if len(indices) > 1}
+
+
+def _alone_note(values: np.ndarray) -> tuple[str, ...]:
+    alone = int(np.isnan(values).sum())
+    return (f"{alone} stories are alone in their system: undefined",) if alone else ()
+
+
+def compression_ratio_of(texts: Iterable[str], *, level: int = 9) -> float:
+    """Bytes of the texts (UTF-8, one per line, sorted so the order of a file does not
+    matter) over their gzip size: about 1 for incompressible text, higher for repetitive text.
+
+    >>> compression_ratio_of(["the cat sat on the mat"] * 20) > compression_ratio_of(
+    ...     ["the cat sat", "a dog ran far away", "rain fell on the old roof"])
+    True
+    """
+    raw = "\n".join(sorted(texts)).encode("utf-8")
+    if not raw:
+        return float("nan")
+    return len(raw) / len(gzip.compress(raw, compresslevel=level, mtime=0))
+
+
+@metric(
+    "compression_ratio",
+    description="The gzip compression ratio of the system's stories together (higher = more "
+    "repetitive, less diverse)",
+    families=("diversity",),
+    higher_is_better=False,
+    value_range=(0.0, None),
+    level="system",
+    default=False,
+    card=MetricCard(
+        measures="The size of a system's stories (UTF-8, one per line, sorted) over "
+        "their gzip size (level 9), as Shaib et al. (2024) standardise it: repeated words, "
+        "phrases and whole passages, within and across stories, all make the text more "
+        "compressible. Every story gets its system's value.",
+        read="About 2-3 for varied English prose; higher = more repeated text across the "
+        "system's stories. Compare systems on the same prompts and similar numbers of "
+        "stories.",
+        papers="Shaib et al. (2024) find compression ratios separate models' outputs and "
+        "correlate with other diversity scores while costing almost nothing.",
+        limits="gzip looks back 32 KB: repetition between stories further apart than that "
+        "is not seen, so the ratio of a large system is a local one. Longer stories compress "
+        "better; it depends on the number of stories. The per-system table's interval is "
+        "degenerate (every story carries the system's one value).",
+        refs="Shaib et al. (2024), Standardizing the measurement of text diversity.",
+    ),
+)
+def compression_ratio(
+    texts: Texts,
+    groups: Groups | None = None,
+    *,
+    level: Annotated[int, Opt("gzip compression level", minimum=1, maximum=9)] = 9,
+) -> SetDiversityScores:
+    """Each text gets the compression ratio of its group's texts (all texts are one group
+    without ``groups``).
+
+    >>> repeated = "The cat sat on the mat. " * 4
+    >>> varied = ["A storm rolled over the hills.", "Nobody answered the bell."]
+    >>> r = compression_ratio([repeated, repeated, *varied], ["s", "s", "t", "t"])
+    >>> bool(r.values[0] == r.values[1] > r.values[2] == r.values[3])
+    True
+    """
+    values = np.full(len(texts), np.nan)
+    for indices in _by_group(texts, groups).values():
+        values[indices] = compression_ratio_of([texts[i] for i in indices], level=level)
+    return SetDiversityScores(values, notes=_alone_note(values))
+
+
+def vendi(vectors: np.ndarray) -> float:
+    """The Vendi score of the rows of ``vectors`` under the cosine kernel: ``exp`` of the
+    Shannon entropy of the eigenvalues of ``K / n`` (Friedman and Dieng 2023): 1 for identical
+    items, ``n`` for orthogonal ones. Computed from the ``d x d`` matrix ``X^T X / n`` when
+    there are more items than dimensions (the same non-zero eigenvalues).
+
+    >>> round(vendi(np.eye(4)), 6), round(vendi(np.ones((5, 3))), 6)
+    (4.0, 1.0)
+    """
+    x = np.asarray(vectors, dtype=np.float64)
+    x = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+    n = x.shape[0]
+    gram = (x.T @ x if n > x.shape[1] else x @ x.T) / n
+    eigenvalues = np.clip(np.linalg.eigvalsh(gram), 0.0, None)
+    eigenvalues = eigenvalues[eigenvalues > 1e-12]
+    return float(np.exp(-np.sum(eigenvalues * np.log(eigenvalues))))
+
+
+def ngram_vectors(texts: Sequence[str], n: int) -> np.ndarray:
+    """Counts of each text's word n-grams (lowercased), one column per distinct n-gram."""
+    from storyeval.metrics.phrases import ngrams, words
+
+    counted = [ngrams(words(text), n) for text in texts]
+    vocabulary = {g: k for k, g in enumerate(sorted({g for grams in counted for g in grams}))}
+    matrix = np.zeros((len(texts), max(1, len(vocabulary))))
+    for row, grams in enumerate(counted):
+        for gram in grams:
+            matrix[row, vocabulary[gram]] += 1
+    return matrix
+
+
+def _vendi_plan(
+    batch: MetricBatch, options: Mapping[str, Any]
+) -> Iterable[tuple[str | None, list[str], list[int]]]:
+    if options["kernel"] == "embedding":
+        cache = batch.context.cache(options["model"])
+        yield options["model"], [s.story for s in batch.stories], [cache.n_layers]
+
+
+@metric(
+    "vendi_score",
+    description="Vendi score of the system's stories: the effective number of different "
+    "stories under a cosine similarity (higher = more diverse)",
+    families=("diversity",),
+    model="encoder",
+    value_range=(1.0, None),
+    level="system",
+    default=False,
+    plan=_vendi_plan,
+    card=MetricCard(
+        measures="The Vendi score (Friedman and Dieng 2023) of a system's stories: the "
+        "exponential of the entropy of the eigenvalues of their similarity matrix divided by "
+        "the number of stories. The similarity is the cosine of the encoder's mean-pooled "
+        "last layer (`kernel: embedding`, the offline MiniLM by default) or of word n-gram "
+        "counts (`kernel: ngram`). Every story gets its system's value.",
+        read="From 1 (all stories alike) to the number of stories (all orthogonal): the "
+        "effective number of distinct stories. Compare systems with equal numbers of "
+        "stories (it grows with them); divide by the count for a share.",
+        papers="Friedman and Dieng (2023) introduce it as a reference-free diversity "
+        "measure for generative models; Shaib et al. (2024) compare it with other text "
+        "diversity scores.",
+        limits="A property of the kernel: embeddings see topic and style, n-grams surface "
+        "form. Not a quality measure: random text is maximally diverse. The per-system "
+        "table's interval is degenerate (every story carries the system's one value).",
+        refs="Friedman and Dieng (2023), The Vendi Score.",
+    ),
+)
+def vendi_score(
+    texts: Texts,
+    groups: Groups | None = None,
+    *,
+    kernel: Annotated[
+        Literal["embedding", "ngram"], Opt("the similarity: encoder cosine or n-gram cosine")
+    ] = "embedding",
+    n: Annotated[int, Opt("n-gram order of the ngram kernel", minimum=1, maximum=6)] = 1,
+    model: EncoderName = None,
+    batch_tokens: BatchTokens = 4096,
+    scoring: ScoringContext | None = None,
+    device: Device = None,
+    precision: Precision = None,
+    progress: bool = False,
+) -> SetDiversityScores:
+    """Each text gets the Vendi score of its group's texts (all texts are one group without
+    ``groups``).
+
+    >>> F = vendi_score(["a b", "a b", "c d", "e f", "g"], ["x", "x", "y", "y", "z"], kernel="ngram")
+    >>> F.values.round(3).tolist()
+    [1.0, 1.0, 2.0, 2.0, nan]
+    """
+    if kernel == "embedding":
+        assert scoring is not None
+        cache = scoring.cache(model)
+        layer = cache.n_layers
+        cache.request(list(texts), [layer])
+        cache.run()
+        vectors = np.vstack([cache.sentence_embedding(t, layer) for t in texts])
+        models = {"model": cache.identity}
+    else:
+        vectors = ngram_vectors(texts, n)
+        models = {}
+    values = np.full(len(texts), np.nan)
+    for indices in _by_group(texts, groups).values():
+        values[indices] = vendi(vectors[indices])
+    fields = {"kernel": kernel, **({"n": n} if kernel == "ngram" else {"pooling": "mean"})}
+    return SetDiversityScores(values, models=models, fields=fields, notes=_alone_note(values))

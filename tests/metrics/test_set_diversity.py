@@ -1,0 +1,72 @@
+"""The set-level diversity measures: the compression ratio (Shaib et al. 2024) and the Vendi
+score (Friedman and Dieng 2023), checked against their definitions computed directly."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from storyeval import functional as F
+from storyeval.metrics.set_diversity import ngram_vectors, vendi
+
+
+def _vendi_by_definition(x: np.ndarray) -> float:
+    """exp(entropy) of the eigenvalues of K / n with K the cosine similarity matrix."""
+    unit = x / np.linalg.norm(x, axis=1, keepdims=True)
+    eigenvalues = np.linalg.eigvalsh(unit @ unit.T / len(x))
+    eigenvalues = eigenvalues[eigenvalues > 1e-12]
+    return float(np.exp(-(eigenvalues * np.log(eigenvalues)).sum()))
+
+
+def test_vendi_counts_distinct_items_and_matches_its_definition() -> None:
+    assert vendi(np.eye(5)) == pytest.approx(5.0)
+    assert vendi(np.ones((7, 4))) == pytest.approx(1.0)
+    two_clusters = np.array([[1.0, 0.0]] * 3 + [[0.0, 1.0]] * 3)
+    assert vendi(two_clusters) == pytest.approx(2.0)
+    rng = np.random.default_rng(0)
+    for shape in ((12, 4), (4, 12)):  # more items than dimensions, and fewer
+        x = rng.normal(size=shape)
+        assert vendi(x) == pytest.approx(_vendi_by_definition(x), rel=1e-9)
+
+
+def test_the_ngram_kernel_and_groups() -> None:
+    texts = ["a b c", "a b c", "d e f", "g h i", "a b x"]
+    result = F.vendi_score(texts, ["s", "s", "t", "t", "t"], kernel="ngram")
+    assert result.values[:2].tolist() == pytest.approx([1.0, 1.0])  # two copies: one story
+    expected = _vendi_by_definition(ngram_vectors(texts, 1)[2:])
+    assert result.values[2:].tolist() == pytest.approx([expected] * 3)
+    assert result.signature.fields["kernel"] == "ngram"
+
+
+def test_compression_ratio_is_gzip_of_the_systems_text() -> None:
+    texts = ["The cat sat on the mat. " * 3, "The cat sat on the mat.", "Rain fell on the roof."]
+    result = F.compression_ratio(
+        [*texts, "Hail hit the old shed.", "Snow."], ["s", "s", "t", "t", "u"]
+    )
+    joined = "\n".join(sorted(texts[:2])).encode()
+    assert result.values[0] == pytest.approx(len(joined) / len(gzip.compress(joined, 9, mtime=0)))
+    assert result.values[0] == result.values[1] > result.values[2]
+    assert np.isnan(result.values[4]) and "alone in their system" in result.notes[0]
+
+
+def test_scored_per_system_on_the_examples(examples_dir: Path) -> None:
+    from storyeval.corpus import read_stories
+    from storyeval.metrics import score_stories
+
+    stories = read_stories(examples_dir / "stories.jsonl")
+    run = score_stories(stories, "compression_ratio,vendi_score", missing="skip")
+    systems = run.systems.set_index(["metric", "system"])
+    vendi_values = systems.xs("vendi_score", level="metric")["estimate"]
+    assert ((vendi_values > 1.0) & (vendi_values < 60.0)).all()  # 60 stories a system
+    ratios = systems.xs("compression_ratio", level="metric")["estimate"]
+    assert (ratios > 1.5).all()
+    human = "\n".join(sorted(s.story for s in stories if s.system == "human")).encode()
+    assert ratios["human"] == pytest.approx(len(human) / len(gzip.compress(human, 9, mtime=0)))
+    per_story: dict[str, set[float]] = {}
+    for score in run.scores:
+        if score.metric == "vendi_score":
+            per_story.setdefault(str(score.extra.get("system")), set()).add(score.value)
+    assert all(len(values) == 1 for values in per_story.values())  # one value a system
