@@ -583,5 +583,8 @@ def register(app: typer.Typer) -> None:
     """Add the judge, judge-eval, rank and paired commands to the application."""
     app.command(rich_help_panel="LLM judges")(judge)
     app.command(name="judge-eval", rich_help_panel="LLM judges")(judge_eval)
+    from storyeval.cli._judge_audit import judge_audit
+
+    app.command(name="judge-audit", rich_help_panel="LLM judges")(judge_audit)
     app.command(rich_help_panel="Meta-evaluation")(rank)
     app.command(rich_help_panel="Meta-evaluation")(paired)
