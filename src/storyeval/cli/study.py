@@ -165,6 +165,12 @@ ANALYSE_BETA = typer.Option(
 ANALYSE_PD = typer.Option(
     None, "--pd", help="Triangle test: largest proportion of discriminators for similarity."
 )
+ANALYSE_COMPETENCE = typer.Option(
+    None,
+    "--competence",
+    help="mace (Hovy et al. 2013) or dawid-skene (Dawid and Skene 1979): each rater's "
+    "competence (spammers and constant raters flagged) and each item's posterior label.",
+)
 ANALYSE_BOOTSTRAP = typer.Option(
     1000,
     "--bootstrap",
@@ -185,9 +191,11 @@ def analyse(
     pd: float = ANALYSE_PD,
     bootstrap: int = ANALYSE_BOOTSTRAP,
     seed: int = typer.Option(0, "--seed", help="Seed of the bootstrap."),
+    competence: str = ANALYSE_COMPETENCE,
 ) -> None:
     """Summaries, agreement and tests: writes DIR/summary.csv, agreement.csv, tests.csv,
-    filtering.csv, raters.csv (and detection.csv, pairwise.csv, triangle.csv when relevant)."""
+    filtering.csv, raters.csv (and detection.csv, pairwise.csv, triangle.csv when relevant;
+    competence.csv and posteriors.csv with --competence)."""
     from storyeval.human.analysis import analyse_judgments
 
     threshold = min_median_time
@@ -216,9 +224,26 @@ def analyse(
             triangle_pd=pd,
             n_boot=bootstrap,
             seed=seed,
+            competence=competence,
         )
         paths = result.write(output)
     _print_analysis(result, paths)
+    if result.competence is not None:
+        _print_competence(result.competence)
+
+
+def _print_competence(table: Any) -> None:
+    """The raters flagged by the competence model, per criterion."""
+    flagged = table[table["spammer"] | table["constant"]]
+    model = table["model"].iloc[0] if len(table) else ""
+    if flagged.empty:
+        typer.echo(f"competence ({model}): no rater flagged")
+    for row in flagged.itertuples(index=False):
+        why = "always the same answer" if row.constant else "answers at chance"
+        typer.echo(
+            f"competence ({model}, {row.criterion}): rater {row.rater_id} {why} "
+            f"(competence {row.competence:.2f}, {row.labels} labels)"
+        )
 
 
 def _print_analysis(result: Any, paths: Sequence[Path]) -> None:

@@ -168,8 +168,13 @@ def analyse_judgments(
     n_boot: int = 1000,
     seed: int = 0,
     conditions: Mapping[str, str] | None = None,
+    competence: str | None = None,
 ) -> StudyAnalysis:
     """Run the whole analysis (module docstring) on long-format judgments or a file of them.
+
+    ``competence`` (``mace`` or ``dawid-skene``) adds a rater competence model of the rated
+    criteria: ``competence`` (each rater's competence, spammers and constant raters flagged)
+    and ``posteriors`` (each item's label with its posterior) tables.
 
     ``conditions`` maps item ids to conditions for judgments without one (the CLI's
     ``--stories`` uses each story's system).
@@ -234,6 +239,9 @@ def analyse_judgments(
         test_rows += welch_tests(rating_like)
         test_rows += anova_tukey(rating_like)
     extra: dict[str, Any] = {}
+    if competence and not rating_like.empty:
+        fields["competence"] = competence
+        extra.update(_competence(rating_like, competence, seed))
     for protocol in present:
         result = protocol.analyse(kept[kept["protocol"] == protocol.name], settings)
         extra.update(result.tables)
@@ -255,6 +263,14 @@ def analyse_judgments(
     for table in extra.values():
         table["signature"] = signature
     return analysis
+
+
+def _competence(ratings: Any, model: str, seed: int) -> dict[str, Any]:
+    """The competence and posterior tables of a rater competence model."""
+    from storyeval.meta.competence import competence_tables
+
+    raters, items = competence_tables(ratings, model=model, seed=seed)
+    return {"competence": raters, "posteriors": items}
 
 
 __all__ = [
