@@ -14,7 +14,7 @@ import pytest
 from scipy.stats import spearmanr
 
 from storyeval.corpus import Judgment
-from storyeval.meta.competence import competence_tables, dawid_skene, mace
+from storyeval.meta.competence import competence_tables, dawid_skene, mace, ordinal_ratings
 
 DATA = Path(__file__).parent / "data" / "competence"
 PLANTED_BAD = {"spam1", "spam2", "const"}
@@ -93,3 +93,50 @@ def test_study_analyse_reports_competence(
     table = pd.read_csv(tmp_path / "a" / "competence.csv")
     assert table.set_index("rater_id").loc["spam2", "spammer"]
     assert (tmp_path / "a" / "posteriors.csv").is_file()
+
+
+def _likert_study(seed: int = 0) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
+    """80 stories with a true location, 12 raters (70 stories each) of their own severity and
+    discrimination, the last three rating at random (discrimination 0)."""
+    rng = np.random.default_rng(seed)
+    location = rng.normal(size=80)
+    severity = rng.normal(0, 0.7, 12)
+    discrimination = np.concatenate([rng.uniform(0.8, 2.5, 9), np.zeros(3)])
+    cuts = np.array([-1.5, -0.5, 0.5, 1.5])
+    rows = []
+    for rater in range(12):
+        for item in rng.choice(80, 70, replace=False):
+            eta = discrimination[rater] * (location[item] - severity[rater])
+            cumulative = 1 / (1 + np.exp(-(cuts - eta)))
+            p = np.diff(np.concatenate([[0.0], cumulative, [1.0]]))
+            rows.append(
+                {
+                    "item_id": int(item),
+                    "rater_id": f"r{rater}",
+                    "label": int(rng.choice(5, p=p)) + 1,
+                }
+            )
+    return pd.DataFrame(rows), location, severity
+
+
+def test_the_ordinal_model_recovers_locations_severities_and_random_raters() -> None:
+    flagged = 0
+    for seed in range(3):
+        frame, location, severity = _likert_study(seed)
+        fitted = ordinal_ratings(frame)
+        items = fitted.items.set_index("item_id").loc[range(80)]
+        mean = frame.groupby("item_id")["label"].mean().loc[range(80)]
+        model_r = np.corrcoef(items["location"], location)[0, 1]
+        assert model_r > 0.85 and model_r > np.corrcoef(mean, location)[0, 1]  # beats the mean
+        assert (items["ci_low"] < items["location"]).all()
+        assert (items["location"] < items["ci_high"]).all()
+        raters = fitted.raters.set_index("rater_id")
+        good = [f"r{k}" for k in range(9)]
+        assert not raters.loc[good, "spammer"].any()
+        flagged += int(raters.loc[["r9", "r10", "r11"], "spammer"].sum())
+        assert np.corrcoef(raters.loc[good, "severity"], severity[:9])[0, 1] > 0.9
+    assert flagged >= 8  # of the 9 random raters of the three studies
+    table, _ = competence_tables(
+        frame.rename(columns={"label": "value"}).assign(criterion="quality"), model="ordinal"
+    )
+    assert table["spammer"].sum() == 3 and "severity" in table

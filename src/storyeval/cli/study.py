@@ -169,7 +169,9 @@ ANALYSE_COMPETENCE = typer.Option(
     None,
     "--competence",
     help="mace (Hovy et al. 2013) or dawid-skene (Dawid and Skene 1979): each rater's "
-    "competence (spammers and constant raters flagged) and each item's posterior label.",
+    "competence (spammers and constant raters flagged) and each item's posterior label; "
+    "ordinal: an item-response model of Likert ratings (item location with an interval, rater "
+    "severity and discrimination).",
 )
 ANALYSE_BOOTSTRAP = typer.Option(
     1000,

@@ -1,5 +1,6 @@
 """How good is each rater? Dawid-Skene and MACE: latent-truth models of categorical labels
-that estimate each rater's competence and each item's label with a posterior.
+that estimate each rater's competence and each item's label with a posterior; and an ordinal
+item-response model of Likert ratings (item location, rater severity and discrimination).
 
 Crowd ratings can look fine in aggregate and be noise underneath (Karpinska et al. 2021): a
 competence model finds the raters who answer at random or always alike before the data go
@@ -34,7 +35,9 @@ from storyeval.signature import Signature
 
 EPS = 1e-10  # crowd-kit's floor on probabilities
 CONSTANT_SHARE = 0.95
-SPAM_KAPPA = 0.2  # Dawid-Skene: a rater's accuracy beyond their own chance below this
+SPAM_KAPPA = 0.2
+WEAK_PRIOR = 0.1  # ordinal model: precision of the location and severity priors, relative
+NOISE_DISCRIMINATION = 0.25  # ordinal model: a spammer's discrimination, relative to the median  # Dawid-Skene: a rater's accuracy beyond their own chance below this
 
 
 @dataclass
@@ -291,7 +294,8 @@ def _rater_table(data: _Data, competence: np.ndarray, spammer: np.ndarray) -> pd
 def competence_tables(
     judgments: pd.DataFrame | Sequence[Any], *, model: str = "mace", seed: int = 0
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Per criterion: the raters' competence and the items' posterior labels, from long
+    """Per criterion: the raters' competence and the items' posterior labels (``ordinal``:
+    their locations with intervals), from long
     judgments (records or a frame with ``item_id``, ``rater_id``, ``criterion``, ``value``),
     stacked with ``criterion`` and ``model`` columns.
 
@@ -320,10 +324,177 @@ def competence_tables(
     frame = frame.rename(columns={"value": "label"})[["item_id", "rater_id", "criterion", "label"]]
     raters, items = [], []
     for criterion, group in frame.groupby("criterion", sort=False):
-        fitted = mace(group, seed=seed) if model == "mace" else dawid_skene(group)
+        fitted = (
+            mace(group, seed=seed)
+            if model == "mace"
+            else dawid_skene(group)
+            if model == "dawid-skene"
+            else ordinal_ratings(group)
+        )
         raters.append(fitted.raters.assign(criterion=criterion, model=model))
         items.append(fitted.items.assign(criterion=criterion, model=model))
     return pd.concat(raters, ignore_index=True), pd.concat(items, ignore_index=True)
 
 
-COMPETENCE_MODELS = ("mace", "dawid-skene")
+COMPETENCE_MODELS = ("mace", "dawid-skene", "ordinal")
+
+
+# --------------------------------------------------------------------------- ordinal ratings
+
+
+@dataclass
+class _Ordinal:
+    """The parameters of the ordinal model, packed for the optimiser."""
+
+    n_items: int
+    n_raters: int
+    n_cuts: int
+
+    def unpack(self, x: np.ndarray) -> tuple[np.ndarray, ...]:
+        i, r = self.n_items, self.n_raters
+        mu, severity, log_a = x[:i], x[i : i + r], x[i + r : i + 2 * r]
+        first, steps = x[i + 2 * r], x[i + 2 * r + 1 :]
+        cuts = first + np.concatenate([[0.0], np.cumsum(np.exp(steps))])
+        return mu, severity, log_a, cuts, steps
+
+
+def _ordinal_objective(
+    x: np.ndarray,
+    shape: _Ordinal,
+    item: np.ndarray,
+    rater: np.ndarray,
+    category: np.ndarray,
+    prior: float,
+) -> tuple[float, np.ndarray]:
+    """Negative log posterior and its gradient (cumulative logit, Gaussian priors)."""
+    mu, severity, log_a, cuts, steps = shape.unpack(x)
+    a = np.exp(log_a)
+    eta = a[rater] * (mu[item] - severity[rater])
+    padded = np.concatenate([[-np.inf], cuts, [np.inf]])
+    upper, lower = padded[category + 1] - eta, padded[category] - eta
+    su, sl = _sigmoid(upper), _sigmoid(lower)
+    p = np.maximum(su - sl, 1e-12)
+    du, dl = su * (1 - su), sl * (1 - sl)  # 0 at the infinite ends
+    d_eta = -(du - dl) / p  # d log p / d eta
+    grad = np.zeros_like(x)
+    i, r = shape.n_items, shape.n_raters
+    np.add.at(grad, item, d_eta * a[rater])
+    np.add.at(grad[i : i + r], rater, -d_eta * a[rater])
+    np.add.at(grad[i + r : i + 2 * r], rater, d_eta * eta)
+    d_cut = np.zeros(shape.n_cuts)  # d log p / d cut_k
+    upper_index, lower_index = category, category - 1  # cut k of padded index k + 1
+    inner_u, inner_l = upper_index < shape.n_cuts, lower_index >= 0
+    np.add.at(d_cut, upper_index[inner_u], du[inner_u] / p[inner_u])
+    np.add.at(d_cut, lower_index[inner_l], -dl[inner_l] / p[inner_l])
+    grad[i + 2 * r] = d_cut.sum()
+    # cut k = first + sum_{m < k} exp(step m): d/d step m sums the cuts after it
+    grad[i + 2 * r + 1 :] = np.exp(steps) * np.cumsum(d_cut[::-1])[::-1][1:]
+    log_posterior = float(np.log(p).sum())
+    # weak priors on locations and severities, a unit one on log discrimination: the scale
+    # is the one where a typical rater's discrimination is about 1
+    weak = prior * WEAK_PRIOR
+    penalty = 0.5 * (
+        weak * float((mu**2).sum() + (severity**2).sum()) + prior * float((log_a**2).sum())
+    )
+    grad[: i + r] -= weak * x[: i + r]
+    grad[i + r : i + 2 * r] -= prior * x[i + r : i + 2 * r]
+    return -(log_posterior - penalty), -grad
+
+
+def _sigmoid(values: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        result: np.ndarray = 1.0 / (1.0 + np.exp(-values))
+    return result
+
+
+def ordinal_ratings(
+    annotations: pd.DataFrame, *, prior: float = 3.0, confidence: float = 0.95
+) -> Competence:
+    """An ordinal item-response model of Likert ratings: ``P(rating <= c) = sigmoid(cut_c -
+    a_j (mu_i - b_j))`` with item location ``mu_i``, rater severity ``b_j`` (a severe rater
+    rates lower) and discrimination ``a_j`` (how much the rater's ratings follow the items;
+    near 0 for a rater who answers at random), fitted by maximum a posteriori (standard
+    normal priors of precision ``prior`` on ``mu``, ``b`` and ``log a``; L-BFGS on the exact
+    gradient). ``items`` gives each item's location with a Wald interval and its expected
+    rating by an average rater; ``raters`` each rater's severity, discrimination (their
+    ``competence``), ``rest_correlation`` (Spearman's rho of their ratings with the other
+    raters' mean on the same items), ``spammer`` (that correlation not significantly above 0,
+    one-sided, at ``1 - confidence``) and ``constant``. The priors on ``mu`` and ``b`` are ten times weaker than on ``log a``, so
+    the scale is the one where a typical rater's discrimination is about 1.
+
+    >>> frame = pd.DataFrame({"item_id": [1, 1, 2, 2, 3, 3], "rater_id": list("ababab"),
+    ...                       "label": [1, 2, 3, 3, 5, 4]})
+    >>> fitted = ordinal_ratings(frame)
+    >>> fitted.items.sort_values("location")["item_id"].tolist()
+    [1, 2, 3]
+    """
+    from scipy.optimize import minimize
+    from scipy.stats import norm
+
+    data = _encode(annotations)
+    values = np.asarray(data.labels, dtype=float)
+    shape = _Ordinal(len(data.items), len(data.raters), len(data.labels) - 1)
+    if shape.n_cuts < 1:
+        raise StoryevalError("every rating is the same: an ordinal model needs two or more")
+    start = np.zeros(shape.n_items + 2 * shape.n_raters + shape.n_cuts)
+    start[shape.n_items + 2 * shape.n_raters] = -(shape.n_cuts - 1) / 2
+    args = (shape, data.item, data.rater, data.label, prior)
+    result = minimize(_ordinal_objective, start, args=args, jac=True, method="L-BFGS-B")
+    mu, severity, log_a, cuts, _ = shape.unpack(result.x)
+    a = np.exp(log_a)
+    info = _location_information(mu, severity, a, cuts, data) + prior
+    se = 1.0 / np.sqrt(info)
+    z = float(norm.ppf(0.5 + confidence / 2))
+    expected = _sigmoid(cuts[None, :] - mu[:, None])  # P(rating <= c) for an average rater
+    probs = np.diff(np.column_stack([np.zeros(len(mu)), expected, np.ones(len(mu))]), axis=1)
+    items = pd.DataFrame(
+        {
+            "item_id": data.items,
+            "location": mu,
+            "ci_low": mu - z * se,
+            "ci_high": mu + z * se,
+            "expected_rating": probs @ values,
+        }
+    )
+    rest = _rest_agreement(data, values)
+    raters = _rater_table(data, a, rest["p_value"].to_numpy() >= 1 - confidence)
+    raters = raters.assign(severity=severity, rest_correlation=rest["correlation"].to_numpy())
+    fields: dict[str, str | int | float] = {"model": "ordinal", "prior": prior, "link": "logit"}
+    return Competence(items, raters, int(result.nit), Signature("competence", fields))
+
+
+def _rest_agreement(data: _Data, values: np.ndarray) -> pd.DataFrame:
+    """Per rater: Spearman's rho of their ratings with the mean of the other raters' ratings
+    of the same items, and its one-sided p-value (no agreement: rho <= 0)."""
+    from scipy.stats import spearmanr
+
+    rating = values[data.label]
+    totals = np.bincount(data.item, weights=rating, minlength=len(data.items))
+    counts = np.bincount(data.item, minlength=len(data.items))
+    rows = []
+    for r in range(len(data.raters)):
+        mine = (data.rater == r) & (counts[data.item] > 1)
+        items = data.item[mine]
+        rest = (totals[items] - rating[mine]) / (counts[items] - 1)
+        if mine.sum() < 3 or np.ptp(rating[mine]) == 0 or np.ptp(rest) == 0:
+            rows.append({"correlation": math.nan, "p_value": 1.0})
+            continue
+        test = spearmanr(rating[mine], rest, alternative="greater")
+        rows.append({"correlation": float(test.statistic), "p_value": float(test.pvalue)})
+    return pd.DataFrame(rows)
+
+
+def _location_information(
+    mu: np.ndarray, severity: np.ndarray, a: np.ndarray, cuts: np.ndarray, data: _Data
+) -> np.ndarray:
+    """Fisher information of each item's location (the expected squared score)."""
+    eta = a[data.rater] * (mu[data.item] - severity[data.rater])
+    cumulative = _sigmoid(cuts[None, :] - eta[:, None])
+    padded = np.column_stack([np.zeros(len(eta)), cumulative, np.ones(len(eta))])
+    p = np.maximum(np.diff(padded, axis=1), 1e-12)
+    density = padded * (1 - padded)
+    score = -(density[:, 1:] - density[:, :-1]) / p  # d log p(c) / d eta for each c
+    per = (p * score**2).sum(axis=1) * a[data.rater] ** 2
+    info = np.zeros(len(mu))
+    np.add.at(info, data.item, per)
+    return info
