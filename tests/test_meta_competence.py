@@ -140,3 +140,21 @@ def test_the_ordinal_model_recovers_locations_severities_and_random_raters() -> 
         frame.rename(columns={"label": "value"}).assign(criterion="quality"), model="ordinal"
     )
     assert table["spammer"].sum() == 3 and "severity" in table
+
+
+def test_model_based_aggregates_feed_the_meta_evaluation(examples_dir: Path) -> None:
+    from storyeval.corpus import read_judgments
+    from storyeval.meta.data import aggregate_ratings
+
+    frame, location, _ = _likert_study(1)
+    long = frame.rename(columns={"label": "value"}).assign(criterion="quality")
+    ids = [str(i) for i in range(80)]
+    mean = aggregate_ratings(long)["quality"].loc[ids]
+    for method in ("ordinal", "mace", "dawid-skene"):
+        values = aggregate_ratings(long, method=method)["quality"].loc[ids]
+        assert values.between(1, 5).all()
+        if method == "ordinal":  # random raters count for little: closer to the truth
+            assert np.corrcoef(values, location)[0, 1] > np.corrcoef(mean, location)[0, 1]
+    examples = aggregate_ratings(read_judgments(examples_dir / "judgments.jsonl"), method="ordinal")
+    plain = aggregate_ratings(read_judgments(examples_dir / "judgments.jsonl"))
+    assert np.corrcoef(examples["coherence"], plain["coherence"])[0, 1] > 0.95

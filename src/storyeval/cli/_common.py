@@ -75,7 +75,12 @@ def output_option(help_text: str = "Output table (.csv or .jsonl).") -> Any:
 
 
 def aggregate_option() -> Any:
-    return typer.Option("mean", "--aggregate", help="Rater aggregation: mean, median, majority.")
+    return typer.Option(
+        "mean",
+        "--aggregate",
+        help="Rater aggregation: mean, median, majority, or a competence model's estimate: "
+        "mace, dawid-skene (posterior mean label), ordinal (expected rating).",
+    )
 
 
 def metric_option() -> Any:

@@ -445,7 +445,8 @@ def ordinal_ratings(
     info = _location_information(mu, severity, a, cuts, data) + prior
     se = 1.0 / np.sqrt(info)
     z = float(norm.ppf(0.5 + confidence / 2))
-    expected = _sigmoid(cuts[None, :] - mu[:, None])  # P(rating <= c) for an average rater
+    typical = float(np.exp(log_a.mean())) * (mu - float(severity.mean()))  # an average rater
+    expected = _sigmoid(cuts[None, :] - typical[:, None])  # P(rating <= c)
     probs = np.diff(np.column_stack([np.zeros(len(mu)), expected, np.ones(len(mu))]), axis=1)
     items = pd.DataFrame(
         {

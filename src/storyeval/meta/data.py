@@ -27,7 +27,7 @@ import pandas as pd
 from storyeval.corpus import Judgment, Score, Story, read_judgments, read_scores, read_stories
 from storyeval.errors import DataCoverageWarning, MixedSignatureWarning, StoryevalError, warn
 
-AGGREGATIONS: tuple[str, ...] = ("mean", "median", "majority")
+AGGREGATIONS: tuple[str, ...] = ("mean", "median", "majority", "mace", "dawid-skene", "ordinal")
 
 
 class MetaInputError(StoryevalError, ValueError):
@@ -71,6 +71,24 @@ def _as_text(value: Any) -> str | None:
 # --------------------------------------------------------------------------- aggregation
 
 
+def _model_based(frame: pd.DataFrame, method: str) -> pd.DataFrame:
+    """Each item's value per criterion under a competence model (see aggregate_ratings)."""
+    from storyeval.meta.competence import competence_tables
+
+    _, items = competence_tables(frame, model=method)
+    if method == "ordinal":
+        items["aggregate"] = items["expected_rating"]
+    else:
+        columns = [c for c in items.columns if c.startswith("p_")]
+        values = [float(c.removeprefix("p_")) for c in columns]
+        items["aggregate"] = items[columns].fillna(0.0).to_numpy() @ values
+    wide = items.pivot_table(index="item_id", columns="criterion", values="aggregate")
+    wide.columns = [str(c) for c in wide.columns]
+    wide = wide.sort_index().reindex(sorted(wide.columns), axis=1)
+    wide.index.name = "item_id"
+    return wide.astype(float)
+
+
 def aggregate_ratings(
     judgments: pd.DataFrame | Sequence[Judgment],
     *,
@@ -82,9 +100,13 @@ def aggregate_ratings(
     ----------
     judgments : DataFrame or sequence of Judgment
         Long format: ``item_id``, ``rater_id``, ``criterion``, ``value``.
-    method : {"mean", "median", "majority"}
+    method : {"mean", "median", "majority", "mace", "dawid-skene", "ordinal"}
         ``majority`` is for binary (or other categorical) labels: the most frequent value; an
         item whose most frequent values tie gets nan (with a warning), never an arbitrary pick.
+        ``mace`` and ``dawid-skene`` give the posterior mean of the label values under a rater
+        competence model, ``ordinal`` the expected rating by an average rater under an ordinal
+        item-response model (:mod:`storyeval.meta.competence`): raters who answer at random
+        count for little.
 
     Returns
     -------
@@ -108,6 +130,8 @@ def aggregate_ratings(
     frame = judgments_frame(judgments)
     if frame.empty:
         return pd.DataFrame(index=pd.Index([], name="item_id"))
+    if method in ("mace", "dawid-skene", "ordinal"):
+        return _model_based(frame, method)
     grouped = frame.groupby(["item_id", "criterion"])["value"]
     if method == "mean":
         agg = grouped.mean()

@@ -1,0 +1,43 @@
+"""``storyeval view``: read the stories behind the numbers in a browser."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from storyeval.cli._common import exit_with, user_errors
+
+VIEW_INPUTS = typer.Argument(
+    ...,
+    help="Story, score, judgment and comparison files (JSONL or CSV), or directories of them.",
+)
+
+
+def view(
+    inputs: list[Path] = VIEW_INPUTS,
+    port: int = typer.Option(8765, "--port", min=1, max=65535, help="Port on 127.0.0.1."),
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on (loopback)."),
+) -> None:
+    """Serve a local read-only web app over storyeval's files, joined by story id and prompt:
+    a sortable, filterable table of every story with its scores and ratings; every system's
+    story for one prompt side by side with its scores, people's ratings and the judges'
+    rationales; the stories where a metric and people disagree most; the pairwise comparisons;
+    and what could not be joined. Every view's state is in its URL (shareable links)."""
+    from storyeval.view import create_view_app, load_view_data
+
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        raise exit_with("error: storyeval view listens on the loopback address only (127.0.0.1)")
+    with user_errors():
+        data = load_view_data(inputs)
+    import uvicorn
+
+    typer.echo(
+        f"{len(data.stories)} stories from {len(data.files)} file(s); open http://{host}:{port}/"
+    )
+    uvicorn.run(create_view_app(data), host=host, port=port, log_level="warning")  # type: ignore[arg-type]
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``view`` command to the application."""
+    app.command(rich_help_panel="Meta-evaluation")(view)

@@ -1,0 +1,13 @@
+"""``storyeval view``: a local read-only web app over storyeval's files, to read the stories
+behind the numbers (see :mod:`storyeval.view.app`)."""
+
+from storyeval.view.data import ViewData, load_view_data
+
+__all__ = ["ViewData", "create_view_app", "load_view_data"]
+
+
+def create_view_app(data: ViewData) -> object:
+    """The web app over ``data`` (:func:`storyeval.view.app.create_view_app`)."""
+    from storyeval.view.app import create_view_app as create
+
+    return create(data)

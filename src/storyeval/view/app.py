@@ -1,0 +1,241 @@
+"""The ``storyeval view`` web app: read-only pages over joined files, rendered on the server
+(no script at all: the Content-Security-Policy forbids it, and every value is escaped).
+
+Every view's state is in its URL, so a link shows what its author saw:
+
+- ``/``: the table, one story a row; ``system`` (repeatable) and ``q`` (text) filter,
+  ``sort`` and ``desc`` order, ``col`` (repeatable) chooses the columns, ``page`` pages;
+- ``/prompt/{prompt_id}``: every system's story for one prompt side by side, with its scores,
+  people's ratings (each rater and the mean) and each judge's score, rationale and answer
+  probabilities;
+- ``/disagree``: stories ranked by the gap between a metric (or judge) and people
+  (``metric``, ``criterion``), or by how much raters disagree (``by=raters``);
+- ``/pairs``: the comparisons, with pairs a judge decided differently in its two orders flagged,
+  and the win-rate matrix;
+- ``/files``: what was read and what could not be joined.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import urlencode
+
+import pandas as pd
+from fastapi import FastAPI, HTTPException, Query, Request
+from fastapi.responses import HTMLResponse
+
+from storyeval.view.data import ViewData
+
+PAGE_SIZE = 50
+FIXED = ("item_id", "system", "prompt_id", "words")
+
+
+def create_view_app(data: ViewData) -> FastAPI:
+    """The app over ``data`` (see the module docstring)."""
+    import jinja2
+    from fastapi.staticfiles import StaticFiles
+
+    from storyeval import __version__
+    from storyeval.server.security import SecurityHeaders
+
+    app = FastAPI(title="storyeval view", docs_url=None, redoc_url=None, openapi_url=None)
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("storyeval.view", "templates"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["num"] = _number
+    table = data.table()
+
+    def page(name: str, **context: Any) -> HTMLResponse:
+        body = env.get_template(name).render(version=__version__, **context)
+        return HTMLResponse(body)
+
+    from starlette.exceptions import HTTPException as StarletteHTTPException
+
+    @app.exception_handler(StarletteHTTPException)
+    async def error_page(request: Request, exc: StarletteHTTPException) -> HTMLResponse:
+        body = env.get_template("message.html").render(
+            version=__version__, status=exc.status_code, message=str(exc.detail)
+        )
+        return HTMLResponse(body, status_code=exc.status_code)
+
+    @app.get("/", response_class=HTMLResponse)
+    def table_view(
+        request: Request,
+        system: list[str] = Query(default=[]),
+        q: str = "",
+        sort: str = "item_id",
+        desc: bool = False,
+        col: list[str] = Query(default=[]),
+        page_number: int = Query(default=1, alias="page", ge=1),
+    ) -> HTMLResponse:
+        shown, total, columns = _filtered(table, data, system, q, sort, desc, col, page_number)
+        systems = sorted({s.system or "" for s in data.stories.values()})
+        return page(
+            "table.html",
+            rows=shown.to_dict("records"),
+            columns=columns,
+            total=total,
+            page=page_number,
+            pages=max(1, math.ceil(total / PAGE_SIZE)),
+            systems=systems,
+            chosen=system,
+            q=q,
+            sort=sort,
+            desc=desc,
+            all_columns=list(table.columns),
+            query=urlencode([(k, v) for k, v in request.query_params.multi_items() if k != "page"]),
+        )
+
+    @app.get("/prompt/{prompt_id}", response_class=HTMLResponse)
+    def prompt_view(prompt_id: str) -> HTMLResponse:
+        stories = [s for s in data.stories.values() if data.prompt_of(s) == prompt_id]
+        if not stories:
+            raise HTTPException(404, f"no story for prompt {prompt_id!r}")
+        cards = [_card(data, s) for s in sorted(stories, key=lambda s: s.system or "")]
+        return page("prompt.html", prompt_id=prompt_id, prompt=stories[0].prompt, cards=cards)
+
+    _add_reading_routes(app, data, table, page)
+    from storyeval.server import __file__ as server_file
+
+    static = str(__import__("pathlib").Path(server_file).parent / "static")
+    app.mount("/static", StaticFiles(directory=static), name="static")
+    app.add_middleware(SecurityHeaders)
+    return app
+
+
+def _add_reading_routes(
+    app: FastAPI, data: ViewData, table: pd.DataFrame, page: Callable[..., HTMLResponse]
+) -> None:
+    """The disagreement, pairs and files views."""
+
+    @app.get("/disagree", response_class=HTMLResponse)
+    def disagree_view(metric: str = "", criterion: str = "", by: str = "metric") -> HTMLResponse:
+        rows, note = _disagreements(table, data, metric, criterion, by)
+        metrics = [c for c in table.columns if c not in FIXED and not c.startswith("people:")]
+        criteria = sorted(set(data.people["criterion"])) if not data.people.empty else []
+        return page(
+            "disagree.html",
+            rows=rows,
+            note=note,
+            metric=metric,
+            criterion=criterion,
+            by=by,
+            metrics=metrics,
+            criteria=criteria,
+        )
+
+    @app.get("/pairs", response_class=HTMLResponse)
+    def pairs_view() -> HTMLResponse:
+        rows, matrix = _pairs(data.comparisons)
+        return page("pairs.html", rows=rows, matrix=matrix)
+
+    @app.get("/files", response_class=HTMLResponse)
+    def files_view() -> HTMLResponse:
+        return page("files.html", files=data.files, unjoined=data.unjoined)
+
+
+def _number(value: Any) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
+    if isinstance(value, float):
+        return f"{value:.3f}"
+    return str(value)
+
+
+def _filtered(
+    table: pd.DataFrame,
+    data: ViewData,
+    systems: list[str],
+    text: str,
+    sort: str,
+    desc: bool,
+    columns: list[str],
+    page_number: int,
+) -> tuple[pd.DataFrame, int, list[str]]:
+    """The page of rows the query asks for, the number of matching rows and the columns."""
+    rows = table
+    if systems:
+        rows = rows[rows["system"].isin(systems)]
+    if text:
+        needle = text.lower()
+        keep = [
+            needle in data.stories[i].story.lower() or needle in data.stories[i].prompt.lower()
+            for i in rows["item_id"]
+        ]
+        rows = rows[keep]
+    if sort in rows.columns:
+        rows = rows.sort_values(sort, ascending=not desc, kind="stable", na_position="last")
+    chosen = [c for c in columns if c in table.columns] or list(table.columns)
+    chosen = [
+        *[c for c in FIXED if c in chosen or c == "item_id"],
+        *[c for c in chosen if c not in FIXED],
+    ]
+    start = (page_number - 1) * PAGE_SIZE
+    return rows.iloc[start : start + PAGE_SIZE][chosen], len(rows), chosen
+
+
+def _card(data: ViewData, story: Any) -> dict[str, Any]:
+    """One story of the prompt view with what is known of it."""
+    scores = data.scores[data.scores["item_id"] == story.id]
+    people = data.people[data.people["item_id"] == story.id]
+    judges = data.judges[data.judges["item_id"] == story.id]
+    means = people.groupby("criterion")["value"].mean().to_dict() if len(people) else {}
+    return {
+        "story": story,
+        "scores": scores.sort_values("metric").to_dict("records"),
+        "people": people.sort_values(["criterion", "rater_id"]).to_dict("records"),
+        "means": means,
+        "judges": judges.sort_values("criterion").to_dict("records"),
+        "reference": story.references[0] if story.references else "",
+    }
+
+
+def _disagreements(
+    table: pd.DataFrame, data: ViewData, metric: str, criterion: str, by: str
+) -> tuple[list[dict[str, Any]], str]:
+    """Stories by the gap between a metric's and people's percentile ranks, or by the
+    spread of the raters' ratings."""
+    if by == "raters":
+        if data.people.empty:
+            return [], "no people's judgments were given"
+        chosen = (
+            data.people if not criterion else data.people[data.people["criterion"] == criterion]
+        )
+        spread = chosen.groupby(["item_id", "criterion"])["value"].agg(["std", "count", "mean"])
+        spread = spread[spread["count"] > 1].sort_values("std", ascending=False).reset_index()
+        return _with_prompts(spread.head(100), data), ""
+    human = f"people:{criterion}"
+    if metric not in table.columns or human not in table.columns:
+        return [], "choose a metric (or judge) and a criterion people rated"
+    both = table[["item_id", "system", metric, human]].dropna()
+    if len(both) < 2:
+        return [], "fewer than two stories have both values"
+    gap = both[metric].rank(pct=True) - both[human].rank(pct=True)
+    both = both.assign(rank_gap=gap, abs_gap=gap.abs()).sort_values("abs_gap", ascending=False)
+    return _with_prompts(both.head(100), data), ""
+
+
+def _with_prompts(frame: pd.DataFrame, data: ViewData) -> list[dict[str, Any]]:
+    records: list[dict[str, Any]] = frame.to_dict("records")
+    for record in records:
+        record["prompt_id"] = data.prompt_of(data.stories[record["item_id"]])
+    return records
+
+
+def _pairs(comparisons: pd.DataFrame) -> tuple[list[dict[str, Any]], pd.DataFrame]:
+    """The comparisons with inconsistent orders flagged, and the win-rate matrix."""
+    if comparisons.empty:
+        return [], pd.DataFrame()
+    from storyeval.meta.comparisons import win_rate_matrix
+
+    frame = comparisons.copy()
+    keys = [k for k in ("item_id", "criterion", "rater_id") if k in frame]
+    frame["inconsistent"] = frame.groupby(keys)["winner"].transform("nunique") > 1
+    matrix = win_rate_matrix(comparisons)
+    return frame.head(500).to_dict("records"), matrix

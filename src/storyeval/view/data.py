@@ -1,0 +1,215 @@
+"""What ``storyeval view`` shows: storyeval's files joined by item id and prompt.
+
+Any mix of story files, score files, judgment files (people's, and LLM judges' with their
+rationales and answer probabilities) and comparison files (pairwise studies and judges) is
+read, each kind told by its fields; a directory stands for the ``.jsonl`` and ``.csv`` files
+in it. Records that name an item no story file has are counted per file, not dropped
+silently.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from storyeval.corpus import Judgment, Score, Story
+from storyeval.errors import StoryevalError
+
+#: A judgment whose rater id starts so is an LLM judge's (storyeval judge writes signatures).
+JUDGE_PREFIX = "judge|"
+
+
+@dataclass
+class ViewData:
+    """The joined files.
+
+    Attributes
+    ----------
+    stories : dict of str to Story
+    scores : DataFrame
+        ``item_id``, ``metric``, ``value``.
+    people, judges : DataFrame
+        ``item_id``, ``rater_id``, ``criterion``, ``value`` (judges also ``raw``,
+        ``probabilities``).
+    comparisons : DataFrame
+    unjoined : list of (file, records, reason)
+    files : list of (file, kind, records)
+    """
+
+    stories: dict[str, Story]
+    scores: pd.DataFrame
+    people: pd.DataFrame
+    judges: pd.DataFrame
+    comparisons: pd.DataFrame
+    unjoined: list[tuple[str, int, str]] = field(default_factory=list)
+    files: list[tuple[str, str, int]] = field(default_factory=list)
+
+    def prompt_of(self, story: Story) -> str:
+        """The prompt id of a story (its ``prompt_id``, else its id)."""
+        return str(story.extra.get("prompt_id") or story.id)
+
+    def table(self) -> pd.DataFrame:
+        """One row per story: ``item_id``, ``system``, ``prompt_id``, ``words``, then each
+        metric's value, people's mean per criterion (``people:<criterion>``) and each
+        judged criterion's mean (``judge:<criterion>``)."""
+        rows = pd.DataFrame(
+            [
+                {
+                    "item_id": s.id,
+                    "system": s.system or "",
+                    "prompt_id": self.prompt_of(s),
+                    "words": len(s.story.split()),
+                }
+                for s in self.stories.values()
+            ]
+        )
+        if rows.empty:
+            return rows
+        for frame, prefix, column in (
+            (self.scores, "", "metric"),
+            (self.people, "people:", "criterion"),
+            (self.judges, "judge:", "criterion"),
+        ):
+            if frame.empty:
+                continue
+            wide = frame.pivot_table(
+                index="item_id", columns=column, values="value", aggfunc="mean"
+            )
+            wide.columns = [f"{prefix}{c}" for c in wide.columns]
+            rows = rows.join(wide, on="item_id")
+        return rows
+
+
+def _paths(inputs: Sequence[str | Path]) -> list[Path]:
+    found: list[Path] = []
+    for item in inputs:
+        path = Path(item)
+        if path.is_dir():
+            found += sorted(p for p in path.iterdir() if p.suffix in (".jsonl", ".csv"))
+        elif path.is_file():
+            found.append(path)
+        else:
+            raise StoryevalError(f"{path}: no such file or directory")
+    if not found:
+        raise StoryevalError("no .jsonl or .csv file to show")
+    return found
+
+
+def _kind(path: Path) -> str:
+    """stories, judgments, scores or comparisons, from the first record's fields."""
+    from storyeval.corpus import detect_kind, iter_raw_records
+
+    for _, record in iter_raw_records(path):
+        if isinstance(record, dict) and {"system_a", "system_b"} <= set(record):
+            return "comparisons"
+        break
+    return str(detect_kind(path))
+
+
+def load_view_data(inputs: Sequence[str | Path]) -> ViewData:
+    """Read and join the files (see the module docstring).
+
+    Raises
+    ------
+    StoryevalError
+        A path that does not exist, a file of no known kind (with its line), or no story.
+    """
+    from storyeval.corpus import read_judgments, read_scores, read_stories
+
+    stories: dict[str, Story] = {}
+    scores: list[tuple[str, Score]] = []
+    judgments: list[tuple[str, Judgment]] = []
+    comparisons: list[dict[str, Any]] = []
+    files: list[tuple[str, str, int]] = []
+    for path in _paths(inputs):
+        kind = _kind(path)
+        count = 0
+        if kind == "stories":
+            read_s = read_stories(path)
+            stories.update((s.id, s) for s in read_s)
+            count = len(read_s)
+        elif kind == "scores":
+            scores += [(str(path), s) for s in read_scores(path)]
+        elif kind == "judgments":
+            judgments += [(str(path), j) for j in read_judgments(path)]
+        else:
+            read_c = _comparisons(path)
+            comparisons += read_c
+            count = len(read_c)
+        count = count or {
+            "scores": sum(1 for f, _ in scores if f == str(path)),
+            "judgments": sum(1 for f, _ in judgments if f == str(path)),
+        }.get(kind, count)
+        files.append((str(path), kind, count))
+    if not stories:
+        raise StoryevalError("no story file among the inputs: give the stories the files are about")
+    return _joined(stories, scores, judgments, comparisons, files)
+
+
+def _comparisons(path: Path) -> list[dict[str, Any]]:
+    from storyeval.meta.comparisons import read_comparisons
+
+    records: list[dict[str, Any]] = read_comparisons(path).to_dict("records")
+    return records
+
+
+def _joined(
+    stories: dict[str, Story],
+    scores: Iterable[tuple[str, Score]],
+    judgments: Iterable[tuple[str, Judgment]],
+    comparisons: list[dict[str, Any]],
+    files: list[tuple[str, str, int]],
+) -> ViewData:
+    unjoined: dict[tuple[str, str], int] = {}
+
+    def known(source: str, item: str) -> bool:
+        if item in stories:
+            return True
+        unjoined[(source, "item_id not in the story files")] = (
+            unjoined.get((source, "item_id not in the story files"), 0) + 1
+        )
+        return False
+
+    score_rows = [
+        {"item_id": s.item_id, "metric": s.metric, "value": s.value}
+        for source, s in scores
+        if known(source, s.item_id)
+    ]
+    people_rows, judge_rows = [], []
+    for source, j in judgments:
+        if not known(source, j.item_id):
+            continue
+        row = {
+            "item_id": j.item_id,
+            "rater_id": j.rater_id,
+            "criterion": j.criterion,
+            "value": j.value,
+        }
+        if j.rater_id.startswith(JUDGE_PREFIX):
+            row["raw"] = str(j.extra.get("raw") or "")
+            row["probabilities"] = _probabilities(j.extra.get("probabilities"))
+            judge_rows.append(row)
+        else:
+            people_rows.append(row)
+    columns = ["item_id", "rater_id", "criterion", "value"]
+    return ViewData(
+        stories,
+        pd.DataFrame(score_rows, columns=["item_id", "metric", "value"]),
+        pd.DataFrame(people_rows, columns=columns),
+        pd.DataFrame(judge_rows, columns=[*columns, "raw", "probabilities"]),
+        pd.DataFrame(comparisons),
+        [(source, count, reason) for (source, reason), count in unjoined.items()],
+        files,
+    )
+
+
+def _probabilities(value: Any) -> str:
+    if isinstance(value, list | tuple):
+        return " ".join(f"{float(v):.2f}" for v in value if not math.isnan(float(v)))
+    return "" if value is None else json.dumps(value)

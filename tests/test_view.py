@@ -1,0 +1,195 @@
+"""storyeval view: every view over the example corpus, filters, sorts and links that carry the
+state, untrusted story text that never runs, what could not be joined, and a real server in
+Chromium."""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from storyeval.corpus import Judgment, Story, read_stories
+
+pytest.importorskip("fastapi")
+from fastapi.testclient import TestClient
+
+from storyeval.view import create_view_app, load_view_data
+
+EVIL = '<script>window.pwned = 1</script><img src=x onerror="window.pwned = 2">'
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory, examples_dir: Path) -> Path:
+    """The example stories and ratings, a score file, a judge's answers with rationales, a
+    judge's pairwise run, a story whose text is markup, and a score of an unknown story."""
+    folder = tmp_path_factory.mktemp("view")
+    stories = read_stories(examples_dir / "stories.jsonl")
+    evil = Story("evil", "A prompt <b>bold</b>", EVIL, system="attacker", extra={"prompt_id": "x1"})
+    (folder / "stories.jsonl").write_text(
+        "".join(json.dumps(s.to_dict()) + "\n" for s in [*stories, evil])
+    )
+    (folder / "judgments.jsonl").write_text((examples_dir / "judgments.jsonl").read_text())
+    scores = [
+        {"item_id": s.id, "metric": "words_metric", "value": float(len(s.story.split()))}
+        for s in stories
+    ]
+    scores.append({"item_id": "ghost", "metric": "words_metric", "value": 1.0})
+    (folder / "scores.jsonl").write_text("".join(json.dumps(r) + "\n" for r in scores))
+    judge = [
+        Judgment(
+            s.id,
+            "judge|model:x",
+            "coherence",
+            3.0 + (k % 3),
+            extra={
+                "raw": f"Score: {3 + k % 3} because <i>reasons</i>",
+                "probabilities": [0.1, 0.1, 0.2, 0.3, 0.3],
+            },
+        )
+        for k, s in enumerate(stories)
+    ]
+    (folder / "judge.jsonl").write_text("".join(json.dumps(j.to_dict()) + "\n" for j in judge))
+    pairs = []
+    for prompt in ("s001", "s002"):
+        for order, winner in (
+            ("xy", "human"),
+            ("yx", "smollm2-p0.9" if prompt == "s002" else "human"),
+        ):
+            pairs.append(
+                {
+                    "item_id": f"{prompt}:pair",
+                    "prompt_id": prompt,
+                    "system_a": "human",
+                    "system_b": "smollm2-p0.9",
+                    "winner": winner,
+                    "criterion": "coherence",
+                    "rater_id": "judge|model:x",
+                    "order": order,
+                    "first": "human" if order == "xy" else "smollm2-p0.9",
+                }
+            )
+    (folder / "pairs.jsonl").write_text("".join(json.dumps(p) + "\n" for p in pairs))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def client(corpus: Path) -> TestClient:
+    return TestClient(create_view_app(load_view_data([corpus])))
+
+
+def _rows(html: str, table: str) -> list[str]:
+    body = html.split(f'id="{table}"', 1)[1].split("</table>", 1)[0]
+    return re.findall(r"<tr[ >].*?</tr>", body, flags=re.S)
+
+
+def test_the_table_filters_sorts_chooses_columns_and_pages(client: TestClient) -> None:
+    everything = client.get("/")
+    assert everything.status_code == 200 and "181 stories; page 1 of 4" in everything.text
+    human = client.get("/?system=human&sort=words&desc=true&col=words&col=people:coherence")
+    rows = _rows(human.text, "stories")[1:]
+    assert "60 stories" in human.text and len(rows) == 50
+    words = [int(re.findall(r"<td>(\d+)</td>", row)[0]) for row in rows]
+    assert words == sorted(words, reverse=True)
+    assert "<th>people:coherence</th>" in human.text and "<th>words_metric</th>" not in human.text
+    second = client.get("/?system=human&sort=words&desc=true&page=2")
+    assert len(_rows(second.text, "stories")) == 1 + 10
+    assert (
+        'href="/?system=human&amp;sort=words&amp;desc=true&amp;page=2&amp;page=1"'
+        not in second.text
+    )
+    searched = client.get("/?q=lighthouse")
+    assert "stories; page" in searched.text
+
+
+def test_the_prompt_view_shows_every_system_with_ratings_and_rationales(client: TestClient) -> None:
+    page = client.get("/prompt/s001").text
+    for system in ("human", "smollm2-p0.9", "smollm2-k40-t0.7"):
+        assert f"<h2>{system} " in page
+    assert "<td>r1</td>" in page and "<td>mean</td>" in page
+    assert "Score: 3 because &lt;i&gt;reasons&lt;/i&gt;" in page  # escaped rationale
+    assert "0.10 0.10 0.20 0.30 0.30" in page
+    missing = client.get("/prompt/nowhere")
+    assert missing.status_code == 404 and "no story for prompt" in missing.text
+    assert "<h1>404</h1>" in client.get("/no/such/page").text
+
+
+def test_disagreements_rank_the_biggest_gaps_first(client: TestClient) -> None:
+    page = client.get("/disagree?metric=words_metric&criterion=coherence").text
+    gaps = [abs(float(g)) for g in re.findall(r"<td>(-?\d\.\d{3})</td></tr>", page)]
+    assert len(gaps) == 100 and gaps == sorted(gaps, reverse=True)
+    raters = client.get("/disagree?by=raters&criterion=likability").text
+    assert "sd of ratings" in raters and 'href="/prompt/' in raters
+    assert "choose a metric" in client.get("/disagree").text
+
+
+def test_pairs_flag_orders_that_disagree(client: TestClient) -> None:
+    page = client.get("/pairs").text
+    rows = _rows(page, "pairs")[1:]
+    flagged = [r for r in rows if 'class="flag"' in r]
+    assert len(rows) == 4 and len(flagged) == 2 and all("s002" in r for r in flagged)
+    assert 'id="matrix"' in page
+
+
+def test_untrusted_text_is_escaped_and_unjoined_records_are_listed(client: TestClient) -> None:
+    page = client.get("/prompt/x1")
+    assert "&lt;script&gt;" in page.text and "<script>" not in page.text
+    assert "<img src=x" not in page.text and "&lt;b&gt;bold&lt;/b&gt;" in page.text
+    assert "default-src 'none'" in page.headers["content-security-policy"]
+    files = client.get("/files").text
+    assert "item_id not in the story files" in files and "scores.jsonl" in files
+
+
+def test_the_command_refuses_other_addresses(run_cli: Any, corpus: Path) -> None:
+    code, _, err = run_cli("view", str(corpus), "--host", "0.0.0.0")
+    assert code == 2 and "loopback" in err
+    code, _, err = run_cli("view", str(corpus / "nothing.jsonl"))
+    assert code == 2 and "no such file" in err
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.mark.slow
+def test_a_real_server_in_chromium(corpus: Path) -> None:
+    playwright_api = pytest.importorskip("playwright.sync_api")
+    port = _free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "storyeval", "view", str(corpus), "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.3)
+        with playwright_api.sync_playwright() as p:
+            browser = p.chromium.launch(
+                executable_path="/usr/bin/chromium", args=["--headless", "--no-sandbox"]
+            )
+            page = browser.new_page()
+            page.goto(f"http://127.0.0.1:{port}/?system=attacker")
+            assert page.locator("#stories tbody tr").count() == 1
+            page.click("text=x1")
+            assert page.url.endswith("/prompt/x1")
+            assert page.evaluate("window.pwned === undefined")
+            assert EVIL in page.inner_text("section.story p.text")
+            page.goto(f"http://127.0.0.1:{port}/?system=human&sort=words&desc=true")
+            assert page.locator("#stories tbody tr").count() == 50
+            browser.close()
+    finally:
+        server.terminate()
+        server.wait(timeout=20)
