@@ -73,7 +73,12 @@ from storyeval.metrics.prose import (
     sentence_length_cv,
     slop_index,
 )
-from storyeval.metrics.set_diversity import SetDiversityScores, compression_ratio, vendi_score
+from storyeval.metrics.set_diversity import (
+    SetDiversityScores,
+    compression_ratio,
+    homogenization,
+    vendi_score,
+)
 
 ModelArg = Any  # a name, a local path, None (the offline default) or a loaded model object
 References = Sequence[str] | Sequence[Sequence[str]]
@@ -105,6 +110,7 @@ METRICS: dict[str, Callable[..., Any]] = {
     "distinct2": distinct2,
     "distinct3": distinct3,
     "embedding_coherence": embedding_coherence,
+    "homogenization": homogenization,
     "jaccard": jaccard,
     "levenshtein": levenshtein,
     "mauve": mauve_features,
@@ -283,6 +289,7 @@ __all__ = [
     "distinct2",
     "distinct3",
     "embedding_coherence",
+    "homogenization",
     "jaccard",
     "levenshtein",
     "mauve",

@@ -70,3 +70,19 @@ def test_scored_per_system_on_the_examples(examples_dir: Path) -> None:
         if score.metric == "vendi_score":
             per_story.setdefault(str(score.extra.get("system")), set()).add(score.value)
     assert all(len(values) == 1 for values in per_story.values())  # one value a system
+
+
+def test_homogenization_compares_each_story_with_the_other_systems_for_its_prompt() -> None:
+    texts = [
+        "The dragon slept on its gold in the cave.",
+        "A dragon was sleeping on a pile of gold in a cave.",
+        "Stock prices fell sharply on Monday morning.",
+        "The knight rode home.",
+    ]
+    prompts = ["Dragon", "Dragon", "Dragon", "Knight"]
+    result = F.homogenization(texts, prompts, ["a", "b", "c", "a"])
+    values = result.values
+    assert values[0] > values[2] and values[1] > values[2]  # a and b wrote the same story
+    assert np.isnan(values[3]) and "no other system" in result.notes[0]
+    same_system = F.homogenization(texts[:2], prompts[:2], ["a", "a"]).values
+    assert np.isnan(same_system).all()  # its own stories do not count

@@ -20,7 +20,7 @@ import numpy as np
 from storyeval.metrics.cards import MetricCard
 from storyeval.metrics.context import ScoringContext
 from storyeval.metrics.embedding import BatchTokens, Device, EncoderName, Precision
-from storyeval.metrics.function import Groups, Opt, Scores, Texts, metric
+from storyeval.metrics.function import Groups, Opt, Prompts, Scores, Texts, metric
 from storyeval.metrics.registry import MetricBatch
 
 
@@ -209,3 +209,80 @@ def vendi_score(
         values[indices] = vendi(vectors[indices])
     fields = {"kernel": kernel, **({"n": n} if kernel == "ngram" else {"pooling": "mean"})}
     return SetDiversityScores(values, models=models, fields=fields, notes=_alone_note(values))
+
+
+def _homogenization_plan(
+    batch: MetricBatch, options: Mapping[str, Any]
+) -> Iterable[tuple[str | None, list[str], list[int]]]:
+    cache = batch.context.cache(options["model"])
+    yield options["model"], [s.story for s in batch.stories], [cache.n_layers]
+
+
+@metric(
+    "homogenization",
+    description="Mean cosine similarity of a story to the other systems' stories for the same "
+    "prompt (higher = the systems write the same story)",
+    families=("diversity",),
+    model="encoder",
+    higher_is_better=False,
+    value_range=(-1.0, 1.0),
+    level="system",
+    default=False,
+    plan=_homogenization_plan,
+    card=MetricCard(
+        measures="How alike different systems' stories for one prompt are: the mean cosine "
+        "similarity of a story's embedding (the encoder's mean-pooled last layer, the offline "
+        "MiniLM by default) to every other system's stories for the same prompt (the same "
+        "prompt text). The per-system mean says how much a system writes what the others "
+        "write.",
+        read="-1..1, in practice 0.2-0.9 for stories; higher = more homogeneous across "
+        "systems. Undefined for a story whose prompt no other system answered.",
+        papers="Jiang et al. (2025, the 'artificial hivemind') find different LLMs write "
+        "strikingly similar answers to the same open-ended prompt; Padmakumar and He (2024) "
+        "find writing with an LLM homogenises what people write.",
+        limits="Embedding similarity mixes topic and plot: stories on one prompt share its "
+        "topic, so compare systems with each other and with the human stories' value, not "
+        "with a fixed threshold.",
+        refs="Jiang et al. (2025); Padmakumar and He (2024).",
+    ),
+)
+def homogenization(
+    texts: Texts,
+    prompts: Prompts,
+    groups: Groups | None = None,
+    *,
+    model: EncoderName = None,
+    batch_tokens: BatchTokens = 4096,
+    scoring: ScoringContext | None = None,
+    device: Device = None,
+    precision: Precision = None,
+    progress: bool = False,
+) -> SetDiversityScores:
+    """Each text's mean cosine similarity to the texts of other groups with the same prompt
+    (NaN without one)."""
+    assert scoring is not None
+    cache = scoring.cache(model)
+    layer = cache.n_layers
+    cache.request(list(texts), [layer])
+    cache.run()
+    vectors = np.vstack([cache.sentence_embedding(t, layer) for t in texts]).astype(np.float64)
+    vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+    labels = [str(g) for g in groups] if groups is not None else [str(i) for i in range(len(texts))]
+    by_prompt: dict[str, list[int]] = {}
+    for index, prompt in enumerate(prompts):
+        by_prompt.setdefault(prompt.strip(), []).append(index)
+    values = np.full(len(texts), np.nan)
+    for members in by_prompt.values():
+        for i in members:
+            others = [j for j in members if labels[j] != labels[i]]
+            if others:
+                values[i] = float((vectors[others] @ vectors[i]).mean())
+    notes: tuple[str, ...] = ()
+    if np.isnan(values).any():
+        notes = (
+            f"{int(np.isnan(values).sum())} stories have no other system's story for "
+            "their prompt: undefined",
+        )
+    return SetDiversityScores(
+        values, models={"model": cache.identity}, fields={"pooling": "mean"}, notes=notes
+    )
