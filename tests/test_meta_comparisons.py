@@ -185,3 +185,33 @@ def test_study_exports_are_read_as_comparisons(tmp_path: Path) -> None:
     assert set(implied["prompt_id"]) == {"t1"}
     table = rank_systems(implied, n_boot=0)
     assert table[table["method"] == "bradley-terry"]["system"].iloc[0] == "a"
+
+
+def test_margin_weighted_comparisons_let_clear_preferences_count_more() -> None:
+    from storyeval.meta.comparisons import rank_systems
+
+    rows = []
+    for k in range(30):  # x wins 20 slight preferences, y wins 10 clear ones
+        x_wins = k < 20
+        rows.append(
+            {
+                "item_id": f"c{k}",
+                "prompt_id": f"p{k}",
+                "system_a": "x",
+                "system_b": "y",
+                "winner": "x" if x_wins else "y",
+                "margin": 0.1 if x_wins else 1.0,
+                "p_first": 0.55 if x_wins else 0.0,
+            }
+        )
+    frame = pd.DataFrame(rows)
+
+    def order(table: pd.DataFrame) -> list[str]:
+        return table[table["method"] == "bradley-terry"]["system"].tolist()
+
+    assert order(rank_systems(frame, n_boot=0)) == ["x", "y"]
+    weighted = rank_systems(frame, n_boot=0, weights="margin")
+    assert order(weighted) == ["y", "x"] and "weights:margin" in weighted["signature"].iloc[0]
+    assert order(rank_systems(frame, n_boot=0, weights="strength")) == ["y", "x"]
+    with pytest.raises(ValueError, match="no column 'effort'"):
+        rank_systems(frame, n_boot=0, weights="effort")

@@ -417,6 +417,12 @@ def rank(
         min=0,
         help="Print the N pairs to compare next (least compared, then neighbours).",
     ),
+    weights: str = typer.Option(
+        None,
+        "--weights",
+        help="A numeric column weighing each comparison (margin-weighted Bradley-Terry); "
+        "'strength' derives |2 p_first - 1| from a judge's run.",
+    ),
     covariates: str = RANK_COVARIATES,
     stories: Path = typer.Option(
         None, "--stories", help="With --covariates: the compared stories (their texts)."
@@ -450,6 +456,7 @@ def rank(
             n_boot=bootstrap,
             confidence=confidence,
             seed=seed,
+            weights=weights,
         )
         write_table(table, output)
         if matrix is not None:

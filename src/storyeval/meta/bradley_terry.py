@@ -65,9 +65,14 @@ class ComparisonCounts:
 
 
 def count_comparisons(
-    comparisons: Iterable[Comparison], *, systems: Sequence[str] | None = None
+    comparisons: Iterable[Comparison],
+    *,
+    systems: Sequence[str] | None = None,
+    weights: Sequence[float] | None = None,
 ) -> ComparisonCounts:
-    """Tally ``(system_a, system_b, winner)`` comparisons into win and tie matrices.
+    """Tally ``(system_a, system_b, winner)`` comparisons into win and tie matrices, each
+    counting ``weights[k]`` (default 1: a margin-weighted tally gives a clear preference more
+    weight than a slight one).
 
     Raises
     ------
@@ -76,6 +81,9 @@ def count_comparisons(
         ``"tie"``.
     """
     rows = list(comparisons)
+    counts = [1.0] * len(rows) if weights is None else [float(w) for w in weights]
+    if len(counts) != len(rows) or any(not w >= 0 for w in counts):
+        raise ValueError("give one weight >= 0 per comparison")
     names = list(systems) if systems is not None else []
     for a, b, _ in rows:
         for s in (a, b):
@@ -85,19 +93,19 @@ def count_comparisons(
     k = len(names)
     wins = np.zeros((k, k))
     ties = np.zeros((k, k))
-    for a, b, winner in rows:
+    for (a, b, winner), weight in zip(rows, counts, strict=True):
         if a == b:
             raise ValueError(f"a comparison needs two different systems; got {a!r} twice")
         if a not in index or b not in index:
             raise ValueError(f"system {a if a not in index else b!r} is not among {names}")
         i, j = index[a], index[b]
         if winner == a:
-            wins[i, j] += 1
+            wins[i, j] += weight
         elif winner == b:
-            wins[j, i] += 1
+            wins[j, i] += weight
         elif winner == "tie":
-            ties[i, j] += 1
-            ties[j, i] += 1
+            ties[i, j] += weight
+            ties[j, i] += weight
         else:
             raise ValueError(f"winner must be {a!r}, {b!r} or 'tie'; got {winner!r}")
     return ComparisonCounts(tuple(names), wins, ties)

@@ -146,6 +146,30 @@ def _triples(frame: pd.DataFrame) -> list[tuple[str, str, str]]:
     return list(zip(frame["system_a"], frame["system_b"], frame["winner"], strict=True))
 
 
+def _weighted(frame: pd.DataFrame, column: str | None) -> pd.DataFrame:
+    """The comparisons with a ``_weight`` column (1 without ``column``)."""
+    if column is None:
+        return frame.assign(_weight=1.0)
+    if column not in frame:
+        if column == "strength" and "p_first" in frame:
+            return frame.assign(_weight=(2 * frame["p_first"].astype(float) - 1).abs())
+        raise ValueError(
+            f"no column {column!r} to weigh the comparisons by (the columns: "
+            f"{', '.join(map(str, frame.columns))})"
+        )
+    values = pd.to_numeric(frame[column], errors="coerce")
+    if values.isna().any() or (values < 0).any():
+        raise ValueError(f"the weights in {column!r} must be numbers >= 0")
+    return frame.assign(_weight=values.astype(float))
+
+
+def _counts(frame: pd.DataFrame, systems: Sequence[str]) -> Any:
+    from storyeval.meta.bradley_terry import count_comparisons
+
+    weights = frame["_weight"].tolist() if "_weight" in frame else None
+    return count_comparisons(_triples(frame), systems=systems, weights=weights)
+
+
 def _tallies(frame: pd.DataFrame, systems: Sequence[str]) -> dict[str, tuple[int, int, int, int]]:
     """Per system: comparisons, wins, losses, ties."""
     result = {}
@@ -180,9 +204,16 @@ def rank_systems(
     confidence: float = 0.95,
     seed: int = 0,
     elo_shuffles: int = 20,
+    weights: str | None = None,
 ) -> pd.DataFrame:
     """Bradley-Terry strengths (log-odds scale, mean 0) and Elo ratings per system, with
     percentile bootstrap intervals over prompts.
+
+    ``weights`` names a numeric column that weighs each comparison in the Bradley-Terry
+    likelihood (margin-weighted comparisons: "A much better" counts more than "A slightly
+    better", as EQ-Bench's Creative Writing scores them); ``strength`` is derived from a
+    judge's ``p_first`` when the column is absent (``|2 p - 1|``: 0 for a coin flip, 1 for a
+    certain judge). Elo ignores the weights.
 
     Parameters
     ----------
@@ -220,8 +251,9 @@ def rank_systems(
         )
     if n_boot < 0 or not 0 < confidence < 1:
         raise ValueError("n_boot must be >= 0 and confidence between 0 and 1")
+    frame = _weighted(frame, weights)
     systems = list(dict.fromkeys([*frame["system_a"], *frame["system_b"]]))
-    fit = bradley_terry(_triples(frame), ties=ties, systems=systems)
+    fit = bradley_terry(_counts(frame, systems), ties=ties, systems=systems)
     ratings = _elo_mean(_triples(frame), systems, elo_shuffles, seed)
     intervals = _bootstrap(frame, systems, ties, n_boot, confidence, seed, elo_shuffles)
     tallies = _tallies(frame, systems)
@@ -236,6 +268,7 @@ def rank_systems(
             "elo_shuffles": elo_shuffles,
             "criterion": criterion or "all",
             "comparisons": len(frame),
+            "weights": weights or "none",
         },
         __version__,
     ).render()
@@ -279,7 +312,7 @@ def _bootstrap(
         sample = pd.concat([groups[keys[i]] for i in chosen], ignore_index=True)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DegenerateInputWarning)
-            fit = bradley_terry(_triples(sample), ties=ties, systems=systems, prior=0.01)
+            fit = bradley_terry(_counts(sample, systems), ties=ties, systems=systems, prior=0.01)
         ratings = _elo_mean(_triples(sample), systems, max(1, shuffles // 5), seed + replicate)
         for system in systems:
             draws.setdefault(("bradley-terry", system), []).append(fit.strengths[system])
