@@ -215,3 +215,59 @@ def test_margin_weighted_comparisons_let_clear_preferences_count_more() -> None:
     assert order(rank_systems(frame, n_boot=0, weights="strength")) == ["y", "x"]
     with pytest.raises(ValueError, match="no column 'effort'"):
         rank_systems(frame, n_boot=0, weights="effort")
+
+
+def test_an_anchored_pool_keeps_its_numbers_when_a_system_joins(tmp_path, run_cli) -> None:
+    """A pool of three systems is ranked once; a fourth joins with a few comparisons against
+    two of them: the pool's strengths do not move, and the newcomer lands between the systems
+    it beat and lost to."""
+    import json
+
+    from storyeval.meta.comparisons import rank_systems
+
+    rng = np.random.default_rng(0)
+    strength = {"a": -1.0, "b": 0.0, "c": 1.0, "new": 0.5}
+
+    def play(x: str, y: str, n: int, start: int) -> list[dict]:
+        rows = []
+        for k in range(n):
+            p = 1 / (1 + np.exp(strength[y] - strength[x]))
+            rows.append(
+                {
+                    "item_id": f"{x}{y}{start + k}",
+                    "prompt_id": f"p{start + k}",
+                    "system_a": x,
+                    "system_b": y,
+                    "winner": x if rng.random() < p else y,
+                }
+            )
+        return rows
+
+    pool = play("a", "b", 60, 0) + play("b", "c", 60, 100) + play("a", "c", 60, 200)
+    first = rank_systems(pd.DataFrame(pool), n_boot=0)
+    stored = tmp_path / "pool.csv"
+    first.to_csv(stored, index=False)
+    anchors = {r.system: r.estimate for r in first[first["method"] == "bradley-terry"].itertuples()}
+    joining = play("new", "b", 40, 300) + play("new", "c", 40, 400)
+    second = rank_systems(pd.DataFrame(joining), n_boot=20, anchors=anchors)
+    bt = second[second["method"] == "bradley-terry"].set_index("system")["estimate"]
+    assert bt["b"] == anchors["b"] and bt["c"] == anchors["c"]  # the pool did not move
+    assert anchors["b"] < bt["new"] < anchors["c"] + 0.5
+    assert "anchored:2" in second["signature"].iloc[0]
+    pairs = tmp_path / "joining.jsonl"
+    pairs.write_text("".join(json.dumps(r) + "\n" for r in joining))
+    code, _, err = run_cli(
+        "rank",
+        str(pairs),
+        "-o",
+        str(tmp_path / "r.csv"),
+        "--anchors",
+        str(stored),
+        "--bootstrap",
+        "0",
+    )
+    assert code == 0, err
+    again = pd.read_csv(tmp_path / "r.csv")
+    assert again.set_index(["method", "system"]).loc[
+        ("bradley-terry", "c"), "estimate"
+    ] == pytest.approx(anchors["c"])

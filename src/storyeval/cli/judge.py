@@ -387,6 +387,18 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     ]
 
 
+RANK_WEIGHTS = typer.Option(
+    None,
+    "--weights",
+    help="A numeric column weighing each comparison (margin-weighted Bradley-Terry); "
+    "'strength' derives |2 p_first - 1| from a judge's run.",
+)
+RANK_ANCHORS = typer.Option(
+    None,
+    "--anchors",
+    help="A stored ranking (an earlier rank output): its systems keep their Bradley-Terry "
+    "strengths, new systems join on the same scale.",
+)
 RANK_COVARIATES = typer.Option(
     None,
     "--covariates",
@@ -417,12 +429,8 @@ def rank(
         min=0,
         help="Print the N pairs to compare next (least compared, then neighbours).",
     ),
-    weights: str = typer.Option(
-        None,
-        "--weights",
-        help="A numeric column weighing each comparison (margin-weighted Bradley-Terry); "
-        "'strength' derives |2 p_first - 1| from a judge's run.",
-    ),
+    weights: str = RANK_WEIGHTS,
+    anchors: Path = RANK_ANCHORS,
     covariates: str = RANK_COVARIATES,
     stories: Path = typer.Option(
         None, "--stories", help="With --covariates: the compared stories (their texts)."
@@ -457,6 +465,7 @@ def rank(
             confidence=confidence,
             seed=seed,
             weights=weights,
+            anchors=_anchor_table(anchors) if anchors is not None else None,
         )
         write_table(table, output)
         if matrix is not None:
@@ -474,6 +483,17 @@ def rank(
         typer.echo(
             next_pairs(frame, budget=plan).to_string(index=False, float_format=lambda v: f"{v:.3f}")
         )
+
+
+def _anchor_table(path: Path) -> dict[str, float]:
+    """System -> Bradley-Terry strength of a stored ranking."""
+    import pandas as pd
+
+    table = pd.read_json(path, lines=True) if path.suffix == ".jsonl" else pd.read_csv(path)
+    if not {"system", "method", "estimate"} <= set(table.columns):
+        raise exit_with(f"error: {path}: not a ranking (needs system, method, estimate)")
+    rows = table[table["method"] == "bradley-terry"]
+    return {str(r.system): float(r.estimate) for r in rows.itertuples(index=False)}
 
 
 def _controlled(

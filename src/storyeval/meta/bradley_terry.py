@@ -20,7 +20,7 @@ prior on ``theta`` and says so with a :class:`~storyeval.errors.DegenerateInputW
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -333,3 +333,73 @@ def elo(
         ratings[a] = ra + k_factor * (score_a - expected_a)
         ratings[b] = rb - k_factor * (score_a - expected_a)
     return ratings
+
+
+def anchored_bradley_terry(
+    comparisons: Iterable[Comparison] | ComparisonCounts,
+    anchors: Mapping[str, float],
+    *,
+    ties: str = "davidson",
+    prior: float = SEPARATION_PRIOR,
+    systems: Sequence[str] | None = None,
+) -> BradleyTerryFit:
+    """Bradley-Terry strengths of new systems against a stored rating table: the ``anchors``
+    keep their strengths (so numbers stay comparable across runs: a new system joins the
+    pool with a few comparisons against its neighbours), the other systems are fitted, with
+    a weak Gaussian prior (precision ``prior``) centred on the anchors' mean so that a
+    system that has only won or only lost stays finite.
+
+    >>> fit = anchored_bradley_terry([("new", "a", "new"), ("new", "a", "new"), ("new", "b", "b")],
+    ...                              {"a": 0.0, "b": 1.0}, ties="drop")
+    >>> fit.strengths["a"], fit.strengths["b"], round(fit.strengths["new"], 2)
+    (0.0, 1.0, 1.05)
+
+    Raises
+    ------
+    ValueError
+        No anchor among the compared systems, or an unknown ``ties`` value.
+    """
+    from scipy.optimize import minimize
+
+    if ties not in TIES:
+        raise ValueError(f"ties must be one of {', '.join(TIES)}; got {ties!r}")
+    counts = (
+        comparisons
+        if isinstance(comparisons, ComparisonCounts)
+        else count_comparisons(comparisons, systems=systems)
+    )
+    names = counts.systems
+    fixed = np.array([s in anchors for s in names])
+    if not fixed.any():
+        raise ValueError("none of the compared systems is in the anchor table")
+    wins, tie_counts = counts.wins.copy(), counts.ties.copy()
+    if ties == "half":
+        wins, tie_counts = wins + tie_counts / 2.0, np.zeros_like(tie_counts)
+    elif ties == "drop":
+        tie_counts = np.zeros_like(tie_counts)
+    davidson = ties == "davidson" and tie_counts.sum() > 0
+    k = len(names)
+    theta = np.array([float(anchors.get(s, 0.0)) for s in names])
+    centre = float(np.mean([anchors[s] for s in names if s in anchors]))
+    free = np.flatnonzero(~fixed)
+
+    def objective(params: NDArray[np.float64]) -> tuple[float, NDArray[np.float64]]:
+        full = np.concatenate([theta, params[len(free) :]])
+        full[free] = params[: len(free)]
+        value, grad = _negative_log_likelihood(full, wins, tie_counts, davidson, 0.0)
+        offset = params[: len(free)] - centre
+        value += 0.5 * prior * float((offset**2).sum())
+        return value, np.concatenate([grad[free] + prior * offset, grad[k:]])
+
+    start = np.concatenate([np.full(len(free), centre), np.zeros(1 if davidson else 0)])
+    result = minimize(objective, start, jac=True, method="L-BFGS-B")
+    theta[free] = result.x[: len(free)]
+    return BradleyTerryFit(
+        systems=names,
+        strengths={s: float(t) for s, t in zip(names, theta, strict=True)},
+        tie_parameter=float(math.exp(result.x[len(free)])) if davidson else None,
+        n=counts.n,
+        prior=prior,
+        log_likelihood=float(-result.fun),
+        notes=(f"{int(fixed.sum())} system(s) anchored to a stored table",),
+    )

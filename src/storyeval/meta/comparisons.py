@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -163,6 +163,22 @@ def _weighted(frame: pd.DataFrame, column: str | None) -> pd.DataFrame:
     return frame.assign(_weight=values.astype(float))
 
 
+def _fit(
+    counts: Any,
+    ties: str,
+    systems: Sequence[str],
+    anchors: Mapping[str, float] | None,
+    *,
+    prior: float = 0.0,
+) -> Any:
+    """Bradley-Terry, anchored to a stored table when ``anchors`` names a compared system."""
+    from storyeval.meta.bradley_terry import anchored_bradley_terry
+
+    if anchors and any(s in anchors for s in systems):
+        return anchored_bradley_terry(counts, anchors, ties=ties, systems=systems)
+    return bradley_terry(counts, ties=ties, systems=systems, prior=prior)
+
+
 def _counts(frame: pd.DataFrame, systems: Sequence[str]) -> Any:
     from storyeval.meta.bradley_terry import count_comparisons
 
@@ -205,6 +221,7 @@ def rank_systems(
     seed: int = 0,
     elo_shuffles: int = 20,
     weights: str | None = None,
+    anchors: Mapping[str, float] | None = None,
 ) -> pd.DataFrame:
     """Bradley-Terry strengths (log-odds scale, mean 0) and Elo ratings per system, with
     percentile bootstrap intervals over prompts.
@@ -214,6 +231,10 @@ def rank_systems(
     better", as EQ-Bench's Creative Writing scores them); ``strength`` is derived from a
     judge's ``p_first`` when the column is absent (``|2 p - 1|``: 0 for a coin flip, 1 for a
     certain judge). Elo ignores the weights.
+
+    ``anchors`` (system -> strength, e.g. the Bradley-Terry rows of an earlier run) keep
+    those systems' strengths fixed, so a new system joins a stored pool on its scale (an
+    anchored pool: a few comparisons against its neighbours suffice; see ``next_pairs``).
 
     Parameters
     ----------
@@ -253,9 +274,9 @@ def rank_systems(
         raise ValueError("n_boot must be >= 0 and confidence between 0 and 1")
     frame = _weighted(frame, weights)
     systems = list(dict.fromkeys([*frame["system_a"], *frame["system_b"]]))
-    fit = bradley_terry(_counts(frame, systems), ties=ties, systems=systems)
+    fit = _fit(_counts(frame, systems), ties, systems, anchors)
     ratings = _elo_mean(_triples(frame), systems, elo_shuffles, seed)
-    intervals = _bootstrap(frame, systems, ties, n_boot, confidence, seed, elo_shuffles)
+    intervals = _bootstrap(frame, systems, ties, n_boot, confidence, seed, elo_shuffles, anchors)
     tallies = _tallies(frame, systems)
     signature = Signature(
         "rank",
@@ -269,6 +290,7 @@ def rank_systems(
             "criterion": criterion or "all",
             "comparisons": len(frame),
             "weights": weights or "none",
+            "anchored": len([s for s in systems if anchors and s in anchors]),
         },
         __version__,
     ).render()
@@ -296,6 +318,7 @@ def _bootstrap(
     confidence: float,
     seed: int,
     shuffles: int,
+    anchors: Mapping[str, float] | None = None,
 ) -> dict[tuple[str, str], tuple[float, float]]:
     import warnings
 
@@ -312,7 +335,7 @@ def _bootstrap(
         sample = pd.concat([groups[keys[i]] for i in chosen], ignore_index=True)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DegenerateInputWarning)
-            fit = bradley_terry(_counts(sample, systems), ties=ties, systems=systems, prior=0.01)
+            fit = _fit(_counts(sample, systems), ties, systems, anchors, prior=0.01)
         ratings = _elo_mean(_triples(sample), systems, max(1, shuffles // 5), seed + replicate)
         for system in systems:
             draws.setdefault(("bradley-terry", system), []).append(fit.strengths[system])
