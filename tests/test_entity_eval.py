@@ -131,6 +131,14 @@ def test_sentence_selection_by_hand():
     assert summary.loc["right", "sd"] == 0.0 and summary.loc["right", "rounds"] == 3
     decisions = result.items[result.items["model"] == "right"]
     assert set(decisions["position"]) == {1, 2, 3, 4}
+    (pair,) = result.comparisons.to_dict("records")  # the two models on the same decisions
+    assert (pair["model_a"], pair["model_b"], pair["discordant"], pair["a_wins"]) == (
+        "right",
+        "wrong",
+        12,
+        12,
+    )
+    assert pair["p_value"] == pytest.approx(2 * 0.5**12)
     with pytest.raises(Exception, match="sentence selection needs"):
         sentence_selection([("x", ["A.", "B."])], scorers=[IndexScorer("r", 1.0)])
 

@@ -186,6 +186,7 @@ class EntityTaskResult:
     summary: pd.DataFrame
     signature: Signature
     notes: list[str] = field(default_factory=list)
+    comparisons: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 def _summary(items: pd.DataFrame, value: str, by: list[str], confidence: float) -> pd.DataFrame:
@@ -342,6 +343,7 @@ def sentence_selection(
                 )
     items = pd.DataFrame(rows)
     summary = _selection_summary(items, confidence)
+    comparisons = model_comparisons(items, confidence)
     signature = Signature(
         "sentence_selection",
         {
@@ -354,7 +356,45 @@ def sentence_selection(
             "texts": len(texts),
         },
     )
-    return EntityTaskResult(items, summary, signature)
+    return EntityTaskResult(items, summary, signature, comparisons=comparisons)
+
+
+def model_comparisons(items: pd.DataFrame, confidence: float = 0.95) -> pd.DataFrame:
+    """Every two models on the same first-round decisions (the thesis' comparison of two
+    models, section 3.6): on the contexts where exactly one of them chose the true sentence,
+    how often it was the first model, with an exact two-sided binomial test against 0.5.
+
+    >>> items = pd.DataFrame({"model": ["a"] * 4 + ["b"] * 4, "round": 1,
+    ...     "text_id": "t", "position": [1, 2, 3, 4] * 2, "correct": [1.0, 1, 1, 0, 0, 0, 1, 0]})
+    >>> model_comparisons(items)[["model_a", "model_b", "discordant", "a_wins"]].values.tolist()
+    [['a', 'b', 2, 2]]
+    """
+    from storyeval.stats import binomial_test
+
+    first = items[items["round"] == 1]
+    wide = first.pivot_table(
+        index=["text_id", "position"], columns="model", values="correct", aggfunc="first"
+    )
+    models = list(dict.fromkeys(first["model"]))
+    rows = []
+    for k, a in enumerate(models):
+        for b in models[k + 1 :]:
+            both = wide[[a, b]].dropna()
+            a_only = int(((both[a] == 1.0) & (both[b] != 1.0)).sum())
+            b_only = int(((both[b] == 1.0) & (both[a] != 1.0)).sum())
+            n = a_only + b_only
+            p_value = binomial_test(a_only, n, confidence=confidence)[0] if n else math.nan
+            rows.append(
+                {
+                    "model_a": a,
+                    "model_b": b,
+                    "decisions": len(both),
+                    "discordant": n,
+                    "a_wins": a_only,
+                    "p_value": p_value,
+                }
+            )
+    return pd.DataFrame(rows)
 
 
 def _selection_summary(items: pd.DataFrame, confidence: float) -> pd.DataFrame:

@@ -175,9 +175,16 @@ def selection(
             min_context=min_context,
         )
         _write(result, output, "decisions.csv", "sentence_selection.csv")
+        if len(result.comparisons):
+            from storyeval.io import write_table
+
+            write_table(output / "model_comparisons.csv", result.comparisons)
     except (StoryevalError, OSError, ValueError) as exc:
         raise user_error(exc) from None
     typer.echo(result.summary.round(3).to_string(index=False))
+    if len(result.comparisons):
+        typer.echo("two models on the same decisions (exact binomial test on the discordant ones):")
+        typer.echo(result.comparisons.round(4).to_string(index=False))
     typer.echo(f"wrote sentence_selection.csv and decisions.csv to {output}")
     typer.echo(f"signature: {result.signature.render()}")
 
