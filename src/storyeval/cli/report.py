@@ -102,6 +102,7 @@ def report_command(
                 "judgments": judgments,
                 "stories": [stories] if stories else [],
             },
+            progress=lambda step: typer.echo(f"report: {step}...", err=True),
         )
     typer.echo(f"wrote {result.directory / 'index.html'} and {result.directory / 'report.md'}")
     csvs = sorted(name for name in result.files if name.endswith(".csv"))

@@ -22,7 +22,7 @@ level; one metric: no Williams test) are replaced by a sentence that says why.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -109,6 +109,7 @@ def build_report(
     robustness: str | Path | None = None,
     mauve: str | Path | None = None,
     curves: str | Path | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> ReportResult:
     """Compute the meta-evaluation and write the report (see the module docstring):
     :func:`~storyeval.report.compute.compute_report`, then the sections, then the pages.
@@ -144,6 +145,8 @@ def build_report(
         A directory written by ``storyeval mauve``: the section "Distribution of the stories".
     curves : str or Path, optional
         A directory written by ``storyeval curves``: the section "Along the stories".
+    progress : callable, optional
+        Told what is being done, step by step (the CLI prints it).
 
     Returns
     -------
@@ -159,6 +162,8 @@ def build_report(
     directory = Path(out_dir)
     if directory.exists() and not directory.is_dir():
         raise NotADirectoryError(f"{directory}: exists and is not a directory")
+    say = progress or (lambda _: None)
+    say(f"correlations, agreement, ceilings and Williams tests ({n_boot} bootstrap resamples)")
     data = compute_report(
         table,
         judgments,
@@ -172,6 +177,7 @@ def build_report(
     )
     (directory / "figures").mkdir(parents=True, exist_ok=True)
     out = ReportFiles(directory)
+    say("figures and tables")
     sections = report_sections(
         data,
         out,
@@ -181,6 +187,7 @@ def build_report(
         mauve=mauve,
         curves=curves,
     )
+    say("pages")
     out.text("index.html", render_html(title, sections))
     out.text("report.md", render_markdown(title, sections))
     return ReportResult(directory, out.files, data.warnings)
