@@ -68,6 +68,7 @@ from storyeval.metrics.overlap import (
 from storyeval.metrics.prose import (
     ProseScores,
     cross_story_repetition,
+    not_but_rate,
     overused_phrase_rate,
     paragraph_length_cv,
     sentence_length_cv,
@@ -116,6 +117,7 @@ METRICS: dict[str, Callable[..., Any]] = {
     "mauve": mauve_features,
     "mauve_star": mauve_features,
     "moverscore": moverscore,
+    "not_but_rate": not_but_rate,
     "nsp_prev": nsp_prev,
     "nsp_prompt": nsp_prompt,
     "nubia": nubia,
@@ -297,6 +299,7 @@ __all__ = [
     "mauve_star",
     "metric",
     "moverscore",
+    "not_but_rate",
     "nsp_prev",
     "nsp_prompt",
     "nubia",

@@ -154,3 +154,24 @@ def test_diagnose_command(run_cli: Any, examples_dir: Path, tmp_path: Path) -> N
     systems = pd.read_csv(out / "diagnostics.csv")
     assert set(systems.metric) >= {"slop_index", "cross_story_repetition"}
     assert "Over-used phrases" in (out / "diagnostics.md").read_text()
+
+
+def test_not_but_constructions_by_hand() -> None:
+    from storyeval import functional as F
+    from storyeval.metrics.prose import not_but_count
+
+    cases = {
+        "This is not about money, but about trust.": 1,
+        "It is not a story. It is a warning.": 1,
+        "Not because he was afraid, but because he was tired.": 1,
+        "They were not just friends, they were family.": 1,
+        "It wasn't fear. It was something older. She was not tired but angry.": 2,
+        "He did not know. Nobody did.": 0,
+        "It was not until dawn that she slept.": 0,
+        "She did not go. But he did.": 0,
+    }
+    for text, expected in cases.items():
+        assert not_but_count(text) == expected, text
+    result = F.not_but_rate(["It is not a story. It is a warning.", "He ran home.", ""])
+    assert result.values[0] == pytest.approx(1000 / 9) and result.values[1] == 0.0
+    assert np.isnan(result.values[2])

@@ -4,6 +4,7 @@ the variability of sentence and paragraph lengths."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
@@ -248,3 +249,66 @@ def paragraph_length_cv(texts: Texts, *, scoring: ScoringContext | None = None) 
     """The coefficient of variation of each text's paragraph lengths (in words)."""
     assert scoring is not None
     return _length_cv(texts, "paragraph", "pysbd", scoring)
+
+
+#: "not X, but Y" and its relatives: a contrast that denies one thing to assert another, a
+#: construction language models over-use in fiction ("It wasn't fear. It was something else.").
+_NOT_BUT = [
+    re.compile(p, re.IGNORECASE)
+    for p in (
+        r"\bnot\s+(?:just|only|merely|simply)?\s*[^.!?;:]{1,60}?,?\s+but\s+(?:rather\s+)?",
+        r"\b(?:it|this|that|he|she|they)(?:'s|\s+is|\s+was|\s+were)\s*n[o']t\s+[^.!?;:]{1,60}?"
+        r"[.;,\u2014-]+\s*(?:it|this|that|he|she|they)(?:'s|\s+is|\s+was|\s+were)\s+",
+        r"\b(?:was|is|were|are)\s*n[o']t\s+(?:about\s+)?[^.!?;:]{1,40}?[.;]\s+(?:it|this|that)\s+"
+        r"(?:was|is)\s+(?:about\s+)?",
+    )
+]
+
+
+def not_but_count(text: str) -> int:
+    """The "not X, but Y" constructions of a text (contrasts that deny one thing to assert
+    another), each counted once.
+
+    >>> not_but_count("It wasn't fear. It was something older. She was not tired but angry.")
+    2
+    >>> not_but_count("She did not go. But he did.")
+    0
+    """
+    spans: list[tuple[int, int]] = []
+    for pattern in _NOT_BUT:
+        for match in pattern.finditer(text):
+            if not any(a < match.end() and match.start() < b for a, b in spans):
+                spans.append(match.span())
+    return len(spans)
+
+
+@metric(
+    "not_but_rate",
+    description="'Not X, but Y' constructions per 1,000 words (a contrast language models "
+    "over-use in fiction)",
+    families=("prose",),
+    higher_is_better=False,
+    value_range=(0.0, None),
+    default=False,
+    card=MetricCard(
+        measures="How often a story denies one thing to assert another: 'not X but Y', "
+        "'not just X, but Y', 'It wasn't X. It was Y.', 'This isn't about X; it's about Y' "
+        "(regular expressions over the text; each construction counted once), per 1,000 "
+        "words.",
+        read="0 for most human fiction, a few per 1,000 words in prose by instruction-tuned "
+        "models. Compare with the human stories of the same corpus.",
+        papers="Named among the tics of LLM fiction in EQ-Bench Creative Writing's slop "
+        "analysis and by writers reviewing LLM prose; no published rate for this exact "
+        "definition.",
+        limits="Patterns, not a parser: a legitimate contrast counts as much as a tic, and "
+        "unusual phrasings are missed. A short story's rate is noisy (one hit in 100 words "
+        "is 10).",
+        refs="Paech (2023), EQ-Bench.",
+    ),
+)
+def not_but_rate(texts: Texts) -> ProseScores:
+    """Per text, its "not X, but Y" constructions per 1,000 words (NaN for an empty text)."""
+    values = np.array(
+        [1000.0 * not_but_count(t) / len(t.split()) if t.split() else np.nan for t in texts]
+    )
+    return ProseScores(values)
