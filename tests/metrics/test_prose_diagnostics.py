@@ -103,8 +103,10 @@ def test_slop_index_and_a_replacement_list(tmp_path: Path) -> None:
     )
     assert run.scores[0].value == pytest.approx(1 / 3)
     assert "words:mine.txt@" in run.metrics["slop_index"].signature.render()
-    mine.write_text("two words\n", encoding="utf-8")
-    with pytest.raises(ValueError, match="one word per line"):
+    mine.write_text("Two  Words # a phrase\n", encoding="utf-8")
+    assert read_word_list(mine)[0] == frozenset({"two words"})  # phrases are entries too
+    mine.write_text("# nothing but a comment\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="the word list is empty"):
         read_word_list(mine)
 
 
@@ -175,3 +177,61 @@ def test_not_but_constructions_by_hand() -> None:
     result = F.not_but_rate(["It is not a story. It is a warning.", "He ran home.", ""])
     assert result.values[0] == pytest.approx(1000 / 9) and result.values[1] == 0.0
     assert np.isnan(result.values[2])
+
+
+def test_a_slop_list_built_from_the_corpus_finds_planted_phrases(
+    tmp_path, run_cli, examples_dir
+) -> None:
+    from storyeval import functional as F
+    from storyeval.metrics.phrases import build_slop_list, read_word_list, slop_list_text
+
+    rng = np.random.default_rng(0)
+    common = [
+        "the",
+        "dog",
+        "ran",
+        "home",
+        "and",
+        "the",
+        "cat",
+        "sat",
+        "by",
+        "the",
+        "door",
+        "while",
+        "rain",
+        "fell",
+    ]
+
+    def text(planted: bool) -> str:
+        tokens = list(rng.choice(common, 40))
+        if planted:
+            tokens[5:8] = ["a", "testament", "to"]
+            tokens[20:22] = ["shimmering", "light"]
+        return " ".join(tokens) + "."
+
+    model = [text(True) for _ in range(80)]
+    human = [text(False) for _ in range(80)]
+    entries = build_slop_list(model, human)
+    found = set(entries["entry"])
+    assert {"testament", "shimmering", "a testament to", "shimmering light"} <= found
+    assert not found & set(common)  # words both use alike are not listed
+    path = tmp_path / "slop.txt"
+    path.write_text(slop_list_text(entries, source="test"))
+    vocabulary, identity = read_word_list(path)
+    assert "a testament to" in vocabulary and identity.startswith("slop.txt@")
+    scores = F.slop_index([model[0], human[0]], words=str(path)).values
+    assert scores[0] >= 5 / 41 and scores[1] < scores[0]
+    code, out, err = run_cli(
+        "diagnose",
+        str(examples_dir / "stories.jsonl"),
+        "-o",
+        str(tmp_path / "d"),
+        "--bootstrap",
+        "10",
+        "--build-list",
+        str(tmp_path / "built.txt"),
+    )
+    assert code == 0, err
+    assert "over-represented words and phrases" in out
+    assert read_word_list(tmp_path / "built.txt")[0]

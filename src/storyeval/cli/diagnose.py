@@ -28,6 +28,13 @@ def diagnose_command(
     ),
     bootstrap: int = typer.Option(1000, "--bootstrap", help="Bootstrap resamples for the CIs."),
     seed: int = typer.Option(0, "--seed", help="Seed of the bootstrap."),
+    build_list: Path = typer.Option(
+        None,
+        "--build-list",
+        help="Also write a slop list: words and phrases (1-3 words) over-represented in the "
+        "other systems' stories against the reference system's (log-odds z >= 3.09, used 5+ "
+        "times); slop_index.words=FILE and --words read it.",
+    ),
 ) -> None:
     """Over-used phrases against the human profile, phrases repeated across a system's
     stories, the slop index and sentence/paragraph-length variability.
@@ -60,6 +67,8 @@ def diagnose_command(
         write_table(output / "overused_phrases.csv", result["overused"])
         write_table(output / "repeated_phrases.csv", result["repeated"])
         write_text_atomic(output / "diagnostics.md", diagnostics_markdown(result))
+        if build_list is not None:
+            _write_list(stories, reference_system, build_list)
     except (StoryevalError, OSError, ValueError) as exc:
         raise user_error(exc) from None
     for note in result["notes"]:
@@ -81,3 +90,20 @@ def diagnose_command(
 def register(app: typer.Typer) -> None:
     """Add the ``diagnose`` command to the application."""
     app.command("diagnose", rich_help_panel="Metrics")(diagnose_command)
+
+
+def _write_list(stories: Path, reference_system: str, target: Path) -> None:
+    """The slop list of the corpus (see --build-list)."""
+    from storyeval.corpus import read_stories
+    from storyeval.io import write_text_atomic
+    from storyeval.metrics.phrases import build_slop_list, slop_list_text
+
+    read = read_stories(stories)
+    human = [s.story for s in read if s.system == reference_system]
+    model = [s.story for s in read if s.system != reference_system]
+    if not human:
+        raise ValueError(f"no story of the reference system {reference_system!r}")
+    entries = build_slop_list(model, human)
+    write_text_atomic(target, slop_list_text(entries, source=stories.name))
+    shown = ", ".join(entries["entry"].head(12))
+    typer.echo(f"wrote {len(entries)} over-represented words and phrases to {target}: {shown}")

@@ -37,11 +37,14 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from storyeval.text import tokenize_words
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 Gram = tuple[str, ...]
 SLOP_LIST_VERSION = "slop-v1"
@@ -314,8 +317,8 @@ def paragraphs(text: str) -> list[str]:
 
 def read_word_list(path: str | Path | None = None) -> tuple[frozenset[str], str]:
     """The slop word list and its identity: the shipped list (:data:`SLOP_LIST_VERSION`) or a
-    file in the same format (one word a line, ``#`` comments), identified by its name and
-    content hash.
+    file in the same format (one word or phrase a line, ``#`` comments; ``storyeval diagnose
+    --build-list`` writes one), identified by its name and content hash.
 
     >>> words_, identity = read_word_list()
     >>> "tapestry" in words_, identity
@@ -332,25 +335,98 @@ def read_word_list(path: str | Path | None = None) -> tuple[frozenset[str], str]
         content = file.read_text(encoding="utf-8")
         identity = f"{file.name}@{hashlib.sha256(content.encode()).hexdigest()[:12]}"
     entries = set()
-    for number, line in enumerate(content.splitlines(), 1):
-        word = line.split("#", 1)[0].strip().lower()
-        if not word:
-            continue
-        if " " in word:
-            raise ValueError(f"{path}:{number}: one word per line; got {word!r}")
-        entries.add(word)
+    for line in content.splitlines():
+        entry = " ".join(words(line.split("#", 1)[0]))
+        if entry:
+            entries.add(entry)
     if not entries:
         raise ValueError(f"{path or SLOP_LIST_VERSION}: the word list is empty")
     return frozenset(entries), identity
 
 
 def slop_share(text: str, vocabulary: frozenset[str]) -> float:
-    """The share of the text's words on the list (NaN for a text without words).
+    """The share of the text's words on the list (a phrase of the list covers its words; NaN
+    for a text without words).
 
     >>> slop_share("A testament to the tapestry of our life.", read_word_list()[0])
     0.25
+    >>> slop_share("the dog barked at a dark night", frozenset({"dark night", "dog"}))
+    0.42857142857142855
     """
     tokens = words(text)
     if not tokens:
         return math.nan
-    return sum(1 for token in tokens if token in vocabulary) / len(tokens)
+    lengths = sorted({len(entry.split()) for entry in vocabulary}, reverse=True)
+    covered = [False] * len(tokens)
+    for k in lengths:
+        for i in range(len(tokens) - k + 1):
+            if " ".join(tokens[i : i + k]) in vocabulary:
+                covered[i : i + k] = [True] * k
+    return sum(covered) / len(tokens)
+
+
+def build_slop_list(
+    model_texts: Sequence[str],
+    human_texts: Sequence[str],
+    *,
+    max_n: int = 3,
+    min_count: int = 5,
+    z_threshold: float = 3.09,
+) -> pd.DataFrame:
+    """Words and phrases (up to ``max_n`` words) over-represented in model text against
+    human text: the log-odds ratio with an informative Dirichlet prior (Monroe, Colaresi and
+    Quinn 2008; the prior is the two corpora's pooled counts), kept when its z-score is at
+    least ``z_threshold`` (3.09: one-sided p < 0.001) and the model text uses it at least
+    ``min_count`` times. Returns ``entry``, ``n``, ``model_count``, ``human_count``, ``z``,
+    most over-represented first.
+
+    >>> model = ["a rich tapestry of light"] * 60 + ["the dog ran home"] * 60
+    >>> human = ["the dog ran home"] * 120
+    >>> sorted(build_slop_list(model, human, max_n=1)["entry"])
+    ['a', 'light', 'of', 'rich', 'tapestry']
+    """
+    import pandas as pd
+
+    if not model_texts or not human_texts:
+        raise ValueError("building a list needs model texts and human texts")
+    rows = []
+    for n in range(1, max_n + 1):
+        model = Counter(g for t in model_texts for g in ngrams(words(t), n))
+        human = Counter(g for t in human_texts for g in ngrams(words(t), n))
+        total_m, total_h = sum(model.values()), sum(human.values())
+        alpha0 = total_m + total_h
+        for gram, y_m in model.items():
+            if y_m < min_count:
+                continue
+            y_h = human.get(gram, 0)
+            alpha = y_m + y_h
+            delta = math.log((y_m + alpha) / (total_m + alpha0 - y_m - alpha)) - math.log(
+                (y_h + alpha) / (total_h + alpha0 - y_h - alpha)
+            )
+            z = delta / math.sqrt(1 / (y_m + alpha) + 1 / (y_h + alpha))
+            if z >= z_threshold:
+                rows.append(
+                    {
+                        "entry": " ".join(gram),
+                        "n": n,
+                        "model_count": y_m,
+                        "human_count": y_h,
+                        "z": z,
+                    }
+                )
+    columns = ["entry", "n", "model_count", "human_count", "z"]
+    frame = pd.DataFrame(rows, columns=columns)
+    return frame.sort_values(["z", "entry"], ascending=[False, True], ignore_index=True)
+
+
+def slop_list_text(entries: pd.DataFrame, *, source: str) -> str:
+    """The list as a file ``read_word_list`` reads, its settings and counts as comments."""
+    lines = [
+        f"# slop list built by storyeval diagnose --build-list from {source}",
+        "# entry  # model count, human count, z (log-odds, Monroe et al. 2008)",
+    ]
+    lines += [
+        f"{row.entry}  # {row.model_count}, {row.human_count}, {row.z:.2f}"
+        for row in entries.itertuples(index=False)
+    ]
+    return "\n".join(lines) + "\n"
