@@ -76,6 +76,28 @@ def corpus(tmp_path_factory: pytest.TempPathFactory, examples_dir: Path) -> Path
                 }
             )
     (folder / "pairs.jsonl").write_text("".join(json.dumps(p) + "\n" for p in pairs))
+    original = stories[0]
+    perturbed = [
+        {
+            "id": "p-neg",
+            "source_id": original.id,
+            "prompt": original.prompt,
+            "story": original.story.replace("read it twice", "did not read it twice", 1),
+            "techniques": ["negation"],
+            "system": "perturbed",
+        },
+        {
+            "id": "p-rep",
+            "source_id": original.id,
+            "prompt": original.prompt,
+            "story": original.story + " <b>Again.</b>",
+            "techniques": ["repetition"],
+            "system": "perturbed",
+        },
+    ]
+    (folder / "perturbed.jsonl").write_text("".join(json.dumps(p) + "\n" for p in perturbed))
+    extra = [{"item_id": p["id"], "metric": "words_metric", "value": 7.0} for p in perturbed]
+    (folder / "perturbed-scores.jsonl").write_text("".join(json.dumps(r) + "\n" for r in extra))
     return folder
 
 
@@ -91,7 +113,7 @@ def _rows(html: str, table: str) -> list[str]:
 
 def test_the_table_filters_sorts_chooses_columns_and_pages(client: TestClient) -> None:
     everything = client.get("/")
-    assert everything.status_code == 200 and "181 stories; page 1 of 4" in everything.text
+    assert everything.status_code == 200 and "183 stories; page 1 of 4" in everything.text
     human = client.get("/?system=human&sort=words&desc=true&col=words&col=people:coherence")
     rows = _rows(human.text, "stories")[1:]
     assert "60 stories" in human.text and len(rows) == 50
@@ -144,6 +166,16 @@ def test_untrusted_text_is_escaped_and_unjoined_records_are_listed(client: TestC
     assert "default-src 'none'" in page.headers["content-security-policy"]
     files = client.get("/files").text
     assert "item_id not in the story files" in files and "scores.jsonl" in files
+
+
+def test_the_perturbation_view_marks_the_edit_and_both_scores(client: TestClient) -> None:
+    page = client.get("/perturbations").text
+    assert "2 perturbed stories" in page
+    assert "She <ins>did not </ins>read it twice" in page  # the inserted words marked
+    assert "<ins>&lt;b&gt;Again.&lt;/b&gt; </ins>" in page and "<b>Again" not in page
+    assert "<td>words_metric</td><td>" in page and "<td>7</td>" not in page
+    only = client.get("/perturbations?technique=negation").text
+    assert "1 perturbed stories" in only and "p-rep" not in only
 
 
 def test_the_command_refuses_other_addresses(run_cli: Any, corpus: Path) -> None:

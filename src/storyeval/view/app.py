@@ -135,6 +135,22 @@ def _add_reading_routes(
         rows, matrix = _pairs(data.comparisons)
         return page("pairs.html", rows=rows, matrix=matrix)
 
+    @app.get("/perturbations", response_class=HTMLResponse)
+    def perturbations_view(
+        technique: str = "", page_number: int = Query(default=1, alias="page", ge=1)
+    ) -> HTMLResponse:
+        pairs, techniques = _perturbation_pairs(data, technique)
+        start = (page_number - 1) * 20
+        return page(
+            "perturbations.html",
+            pairs=pairs[start : start + 20],
+            total=len(pairs),
+            techniques=techniques,
+            technique=technique,
+            page=page_number,
+            pages=max(1, math.ceil(len(pairs) / 20)),
+        )
+
     @app.get("/files", response_class=HTMLResponse)
     def files_view() -> HTMLResponse:
         return page("files.html", files=data.files, unjoined=data.unjoined)
@@ -226,6 +242,56 @@ def _with_prompts(frame: pd.DataFrame, data: ViewData) -> list[dict[str, Any]]:
     for record in records:
         record["prompt_id"] = data.prompt_of(data.stories[record["item_id"]])
     return records
+
+
+def _perturbation_pairs(data: ViewData, technique: str) -> tuple[list[dict[str, Any]], list[str]]:
+    """Perturbed stories whose original is among the stories: both texts as diff segments
+    (``same``/``old``/``new``), the techniques and each metric's two scores."""
+    scores = data.scores.pivot_table(index="item_id", columns="metric", values="value")
+    pairs, techniques = [], set()
+    for story in data.stories.values():
+        source = str(story.extra.get("source_id") or "")
+        if not source or source not in data.stories:
+            continue
+        used = [str(t) for t in story.extra.get("techniques") or []]
+        techniques.update(used)
+        if technique and technique not in used:
+            continue
+        original = data.stories[source]
+        both = [
+            {"metric": m, "original": scores.at[source, m], "perturbed": scores.at[story.id, m]}
+            for m in scores.columns
+            if source in scores.index and story.id in scores.index
+        ]
+        old, new = _diff(original.story, story.story)
+        pairs.append(
+            {
+                "id": story.id,
+                "source": source,
+                "techniques": used,
+                "old": old,
+                "new": new,
+                "scores": both,
+            }
+        )
+    return pairs, sorted(techniques)
+
+
+def _diff(before: str, after: str) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """Word-level segments of two texts: ``(kind, text)`` with kind ``same`` or ``changed``
+    (escaped by the template like any text)."""
+    import difflib
+
+    a, b = before.split(" "), after.split(" ")
+    old: list[tuple[str, str]] = []
+    new: list[tuple[str, str]] = []
+    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes():
+        kind = "same" if op == "equal" else "changed"
+        if i2 > i1:
+            old.append((kind, " ".join(a[i1:i2]) + " "))
+        if j2 > j1:
+            new.append((kind, " ".join(b[j1:j2]) + " "))
+    return old, new
 
 
 def _pairs(comparisons: pd.DataFrame) -> tuple[list[dict[str, Any]], pd.DataFrame]:
