@@ -46,6 +46,16 @@ def test_judge_eval_maps_a_judge_criterion_to_the_peoples_name() -> None:
     # every prompt has one story: no story-level number, and the system level names why
     assert result.correlations.query("level == 'story'")["estimate"].isna().all()
     assert any("story file's records have no system field" in n for n in result.notes)
+    modelled = evaluate_judge(
+        judge,
+        people,
+        stories=stories,
+        criteria={"coherence": "reasonable"},
+        n_boot=20,
+        aggregate="mace",
+    )  # people's labels through a competence model rather than their mean
+    estimates = modelled.correlations.query("level == 'pooled'")["estimate"]
+    assert estimates.notna().all() and (estimates > 0.3).all()
     with pytest.raises(StoryevalError, match="the judge rated no 'fluency'"):
         evaluate_judge(judge, people, criteria={"fluency": "reasonable"}, n_boot=20)
     with pytest.raises(StoryevalError, match="the people rated no 'overall'"):

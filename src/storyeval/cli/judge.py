@@ -10,6 +10,7 @@ from typing import Any
 import typer
 
 from storyeval.cli._common import (
+    aggregate_option,
     block_size_option,
     check_choice,
     compute_settings,
@@ -326,6 +327,7 @@ def judge_eval(
         1000, "--bootstrap", help="Bootstrap replicates of the intervals."
     ),
     seed: int = typer.Option(0, "--seed", help="Seed of the bootstrap."),
+    aggregate: str = aggregate_option(),
     criteria: list[str] = typer.Option(
         None,
         "--criteria",
@@ -340,6 +342,9 @@ def judge_eval(
 
     if (humans is None) == (human_pairs is None):
         raise exit_with("error: give --humans (ratings) or --human-pairs (preferences)")
+    from storyeval.meta.data import AGGREGATIONS
+
+    check_choice(aggregate, AGGREGATIONS, "--aggregate")
     if human_pairs is not None:
         from storyeval.cli._tables import write_table
         from storyeval.meta.comparisons import read_comparisons
@@ -358,6 +363,7 @@ def judge_eval(
             stories=read_stories(stories) if stories is not None else None,
             comparisons=_read_jsonl(comparisons) if comparisons is not None else None,
             criteria=_criteria_map(criteria or []),
+            aggregate=aggregate,
             n_boot=bootstrap,
             seed=seed,
         )

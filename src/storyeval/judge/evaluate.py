@@ -98,12 +98,15 @@ def evaluate_judge(
     criteria: Mapping[str, str] | None = None,
     n_boot: int = 1000,
     seed: int = 0,
+    aggregate: str = "mean",
 ) -> JudgeEvaluation:
     """Compare one judge's judgments with people's on the criteria both rated.
 
     ``criteria`` maps a judge's criterion to the people's name for it (a judge's
     ``coherence`` against UNION's ``reasonable``: ``{"coherence": "reasonable"}``); the
-    tables then use the people's name.
+    tables then use the people's name. ``aggregate`` is how people's ratings of an item are
+    combined for the correlations (``mean``; or a competence model's estimate: ``ordinal``,
+    ``mace``, ``dawid-skene``; see :func:`storyeval.meta.data.aggregate_ratings`).
 
     Raises
     ------
@@ -124,7 +127,9 @@ def evaluate_judge(
     notes: list[str] = [
         f"the judge's {a} is compared with the people's {b}" for a, b in (criteria or {}).items()
     ]
-    correlations, ceiling = _correlations(per_item, people, shared, stories, n_boot, seed, notes)
+    correlations, ceiling = _correlations(
+        per_item, people, shared, stories, n_boot, seed, notes, aggregate
+    )
     return JudgeEvaluation(
         correlations=correlations,
         ceiling=ceiling,
@@ -168,13 +173,15 @@ def _correlations(
     n_boot: int,
     seed: int,
     notes: list[str],
+    aggregate: str = "mean",
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     from storyeval.meta import build_meta_table, correlate, human_ceiling
     from storyeval.report.compute import available_levels
 
     scores = per_item.rename(columns={"criterion": "metric"})
     scores["metric"] = "judge:" + scores["metric"]
-    table = build_meta_table(scores, people[people["criterion"].isin(criteria)], stories=stories)
+    chosen = people[people["criterion"].isin(criteria)]
+    table = build_meta_table(scores, chosen, stories=stories, aggregation=aggregate)
     levels, level_notes = available_levels(table, None, stories_given=stories is not None)
     notes.extend(level_notes)
     with warnings.catch_warnings():
