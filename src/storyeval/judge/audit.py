@@ -71,12 +71,11 @@ def _row(
 
 
 def _interval(values: np.ndarray, confidence: float) -> tuple[float, float]:
-    finite = values[np.isfinite(values)]
-    if len(finite) < 2:
+    from storyeval.stats import percentile_interval
+
+    if np.isfinite(values).sum() < 2:
         return math.nan, math.nan
-    tail = (1 - confidence) / 2 * 100
-    low, high = np.percentile(finite, [tail, 100 - tail])
-    return float(low), float(high)
+    return percentile_interval(values, confidence=confidence)
 
 
 def _frame(judgments: Sequence[Judgment], run: int = 0) -> pd.DataFrame:

@@ -590,7 +590,7 @@ def preference(
     scorer = scoring.given(model) or load_preference(str(model))
     heads = prompts if prompts is not None else [""] * len(texts)
     stories = [Story(str(i), p, t) for i, (p, t) in enumerate(zip(heads, texts, strict=True))]
-    values = scorer.score(stories, device=scoring.device, precision=scoring.precision)
+    values = scorer.score(stories, scoring=scoring)
     fields = {k: v for k, v in scorer.signature.fields.items() if k != "data"}
     return LearnedScores(
         np.asarray(values, dtype=float), models={"model": scorer.identity}, fields=fields

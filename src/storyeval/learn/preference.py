@@ -307,9 +307,11 @@ def story_features(
     *,
     device: str = "cpu",
     precision: str = "float32",
+    scoring: Any = None,
 ) -> tuple[np.ndarray, np.ndarray, str]:
     """Each story's features, its length covariate (log of 1 + words) and the feature
-    model's identity."""
+    model's identity. ``scoring`` (a ScoringContext) shares a scoring run's encoder cache,
+    so texts other metrics encoded are not encoded again."""
     texts = [
         f"{s.prompt.strip()}\n\n{s.story.strip()}"
         if config.with_prompt and s.prompt.strip()
@@ -317,6 +319,8 @@ def story_features(
         for s in stories
     ]
     lengths = np.log1p([len(t.split()) for t in (s.story for s in stories)])
+    if scoring is not None:
+        device, precision = scoring.device, scoring.precision
     if config.features == "causal-lm":
         from storyeval.metrics.distributional import causal_lm_features
         from storyeval.models import load_causal_lm
@@ -327,12 +331,9 @@ def story_features(
         return features.astype(np.float64), lengths, str(lm.identity)
     from storyeval.metrics.context import ScoringContext
 
-    cache = ScoringContext(device=device, precision=precision).cache(config.model)
-    layer = cache.n_layers
-    cache.request(texts, [layer])
-    cache.run()
-    features = np.vstack([cache.sentence_embedding(t, layer) for t in texts]).astype(np.float64)
-    return features, lengths, cache.identity
+    context = scoring or ScoringContext(device=device, precision=precision)
+    cache = context.cache(config.model)
+    return cache.text_embeddings(texts), lengths, cache.identity
 
 
 # --------------------------------------------------------------------------- the head
@@ -656,10 +657,17 @@ class PreferenceModel:
         return f"{self.directory.name}@{digest}"
 
     def score(
-        self, stories: Sequence[Story], *, device: str = "cpu", precision: str = "float32"
+        self,
+        stories: Sequence[Story],
+        *,
+        device: str = "cpu",
+        precision: str = "float32",
+        scoring: Any = None,
     ) -> np.ndarray:
-        """Each story's score (see the class docstring)."""
-        features, _, _ = story_features(stories, self.config, device=device, precision=precision)
+        """Each story's score (see the class docstring; ``scoring``: see story_features)."""
+        features, _, _ = story_features(
+            stories, self.config, device=device, precision=precision, scoring=scoring
+        )
         return self.to_scale(self.head.scores(features))
 
     def to_scale(self, standard: np.ndarray) -> np.ndarray:

@@ -36,8 +36,10 @@ class RewardModelJudge:
         from storyeval.learn.preference import load_preference
 
         self.model = load_preference(model)
-        self.device = device
-        self.precision = precision
+        from storyeval.metrics.context import ScoringContext
+
+        # one encoder cache for every call: a story asked about again is not encoded again
+        self.context = ScoringContext(device=device, precision=precision)
         self.name = self.model.directory.name
         self.identity = self.model.identity
         self.calls = 0
@@ -60,9 +62,7 @@ class RewardModelJudge:
     def _features(self, stories: Sequence[Any]) -> Any:
         from storyeval.learn.preference import story_features
 
-        features, _, _ = story_features(
-            stories, self.model.config, device=self.device, precision=self.precision
-        )
+        features, _, _ = story_features(stories, self.model.config, scoring=self.context)
         return features
 
     def _one(self, request: JudgeRequest, standard: Sequence[float]) -> JudgeAnswer:

@@ -322,15 +322,14 @@ def competence_tables(
         )
     )
     frame = frame.rename(columns={"value": "label"})[["item_id", "rater_id", "criterion", "label"]]
+    fits: dict[str, Any] = {
+        "mace": lambda group: mace(group, seed=seed),
+        "dawid-skene": dawid_skene,
+        "ordinal": ordinal_ratings,
+    }
     raters, items = [], []
     for criterion, group in frame.groupby("criterion", sort=False):
-        fitted = (
-            mace(group, seed=seed)
-            if model == "mace"
-            else dawid_skene(group)
-            if model == "dawid-skene"
-            else ordinal_ratings(group)
-        )
+        fitted = fits[model](group)
         raters.append(fitted.raters.assign(criterion=criterion, model=model))
         items.append(fitted.items.assign(criterion=criterion, model=model))
     return pd.concat(raters, ignore_index=True), pd.concat(items, ignore_index=True)

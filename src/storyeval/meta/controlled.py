@@ -242,13 +242,13 @@ def _tables(
     n_boot: int,
     seed: int,
 ) -> ControlledRanking:
+    from storyeval.stats import percentile_interval
+
     def interval(key: str, i: int) -> tuple[float, float]:
         if len(replicates) < 2:
             return math.nan, math.nan
         values = np.array([r[key][i] for r in replicates])
-        tail = (1 - confidence) / 2 * 100
-        low, high = np.percentile(values, [tail, 100 - tail])
-        return float(low), float(high)
+        return percentile_interval(values, confidence=confidence)
 
     signature = Signature(
         "rank_controlled",

@@ -186,6 +186,14 @@ class EncoderCache:
         mean pooling does), shape ``(hidden,)``."""
         return cast("np.ndarray", self.embeddings(text, layer).mean(axis=0))
 
+    def text_embeddings(self, texts: Sequence[str], layer: int | None = None) -> np.ndarray:
+        """The mean-pooled ``layer`` (default: the last) of each text, encoded in one pass,
+        shape ``(len(texts), hidden)``, float64."""
+        chosen = self.n_layers if layer is None else layer
+        self.request(texts, [chosen])
+        self.run()
+        return np.vstack([self.sentence_embedding(t, chosen) for t in texts]).astype(np.float64)
+
     # ------------------------------------------------------------------ internals
 
     def _tokenize(self, texts: Sequence[str]) -> list[list[int]]:

@@ -135,10 +135,11 @@ def ngram_vectors(texts: Sequence[str], n: int) -> np.ndarray:
     return matrix
 
 
-def _vendi_plan(
+def _whole_story_plan(
     batch: MetricBatch, options: Mapping[str, Any]
 ) -> Iterable[tuple[str | None, list[str], list[int]]]:
-    if options["kernel"] == "embedding":
+    """Every story's last layer, shared with the other encoder metrics of a run."""
+    if options.get("kernel", "embedding") == "embedding":
         cache = batch.context.cache(options["model"])
         yield options["model"], [s.story for s in batch.stories], [cache.n_layers]
 
@@ -152,7 +153,7 @@ def _vendi_plan(
     value_range=(1.0, None),
     level="system",
     default=False,
-    plan=_vendi_plan,
+    plan=_whole_story_plan,
     card=MetricCard(
         measures="The Vendi score (Friedman and Dieng 2023) of a system's stories: the "
         "exponential of the entropy of the eigenvalues of their similarity matrix divided by "
@@ -196,10 +197,7 @@ def vendi_score(
     if kernel == "embedding":
         assert scoring is not None
         cache = scoring.cache(model)
-        layer = cache.n_layers
-        cache.request(list(texts), [layer])
-        cache.run()
-        vectors = np.vstack([cache.sentence_embedding(t, layer) for t in texts])
+        vectors = cache.text_embeddings(list(texts))
         models = {"model": cache.identity}
     else:
         vectors = ngram_vectors(texts, n)
@@ -209,13 +207,6 @@ def vendi_score(
         values[indices] = vendi(vectors[indices])
     fields = {"kernel": kernel, **({"n": n} if kernel == "ngram" else {"pooling": "mean"})}
     return SetDiversityScores(values, models=models, fields=fields, notes=_alone_note(values))
-
-
-def _homogenization_plan(
-    batch: MetricBatch, options: Mapping[str, Any]
-) -> Iterable[tuple[str | None, list[str], list[int]]]:
-    cache = batch.context.cache(options["model"])
-    yield options["model"], [s.story for s in batch.stories], [cache.n_layers]
 
 
 @metric(
@@ -228,7 +219,7 @@ def _homogenization_plan(
     value_range=(-1.0, 1.0),
     level="system",
     default=False,
-    plan=_homogenization_plan,
+    plan=_whole_story_plan,
     card=MetricCard(
         measures="How alike different systems' stories for one prompt are: the mean cosine "
         "similarity of a story's embedding (the encoder's mean-pooled last layer, the offline "
@@ -262,10 +253,7 @@ def homogenization(
     (NaN without one)."""
     assert scoring is not None
     cache = scoring.cache(model)
-    layer = cache.n_layers
-    cache.request(list(texts), [layer])
-    cache.run()
-    vectors = np.vstack([cache.sentence_embedding(t, layer) for t in texts]).astype(np.float64)
+    vectors = cache.text_embeddings(list(texts))
     vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
     labels = [str(g) for g in groups] if groups is not None else [str(i) for i in range(len(texts))]
     by_prompt: dict[str, list[int]] = {}

@@ -129,24 +129,20 @@ def load_view_data(inputs: Sequence[str | Path]) -> ViewData:
     files: list[tuple[str, str, int]] = []
     for path in _paths(inputs):
         kind = _kind(path)
-        count = 0
+        records: list[Any]
         if kind == "stories":
-            read_s = read_stories(path)
-            stories.update((s.id, s) for s in read_s)
-            count = len(read_s)
+            records = read_stories(path)
+            stories.update((s.id, s) for s in records)
         elif kind == "scores":
-            scores += [(str(path), s) for s in read_scores(path)]
+            records = read_scores(path)
+            scores += [(str(path), s) for s in records]
         elif kind == "judgments":
-            judgments += [(str(path), j) for j in read_judgments(path)]
+            records = read_judgments(path)
+            judgments += [(str(path), j) for j in records]
         else:
-            read_c = _comparisons(path)
-            comparisons += read_c
-            count = len(read_c)
-        count = count or {
-            "scores": sum(1 for f, _ in scores if f == str(path)),
-            "judgments": sum(1 for f, _ in judgments if f == str(path)),
-        }.get(kind, count)
-        files.append((str(path), kind, count))
+            records = _comparisons(path)
+            comparisons += records
+        files.append((str(path), kind, len(records)))
     if not stories:
         raise StoryevalError("no story file among the inputs: give the stories the files are about")
     return _joined(stories, scores, judgments, comparisons, files)
