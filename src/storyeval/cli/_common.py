@@ -175,3 +175,16 @@ def dask_client(engine: str, scheduler: str | None, workers: int | None, gpus: f
         return connect(scheduler, workers=workers, gpus=int(gpus > 0))
     except (ValueError, StoryevalError) as exc:
         raise user_error(exc) from None
+
+
+def criteria_map(pairs: list[str]) -> dict[str, str]:
+    """``JUDGE=PEOPLE`` options as a mapping."""
+    mapping = {}
+    for pair in pairs:
+        source, sep, target = pair.partition("=")
+        if not sep or not source.strip() or not target.strip():
+            raise exit_with(
+                f"error: --criteria takes JUDGE=PEOPLE, e.g. coherence=reasonable; got {pair!r}"
+            )
+        mapping[source.strip()] = target.strip()
+    return mapping

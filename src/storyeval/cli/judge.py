@@ -14,6 +14,7 @@ from storyeval.cli._common import (
     block_size_option,
     check_choice,
     compute_settings,
+    criteria_map,
     dask_client,
     engine_option,
     exit_with,
@@ -77,7 +78,8 @@ JUDGE_OUTPUT = typer.Option(
 JUDGE_RUBRIC = typer.Option(
     "karpinska",
     "--rubric",
-    help="A built-in rubric (hanna, karpinska, callan_foster, checklist) or a rubric file.",
+    help="A built-in rubric (hanna, karpinska, callan_foster, checklist, negative: flaws "
+    "after EQ-Bench, ttcw: the 14 Torrance tests) or a rubric file.",
 )
 JUDGE_MODE = typer.Option(
     "absolute",
@@ -140,6 +142,20 @@ JUDGE_DEVICE = typer.Option("cpu", "--device", help="cpu, cuda, cuda:N, mps or a
 JUDGE_PRECISION = typer.Option(
     "float32", "--precision", help="float32, bfloat16 or float16 (GPUs) (local judge)."
 )
+JUDGE_FIT_WEIGHTS = typer.Option(
+    None,
+    "--fit-weights",
+    help="People's judgments of some of the stories: fit each criterion's weight (checklist "
+    "items, flaws) to their rating and write OUTPUT.fitted.jsonl with the weighted sum "
+    "(out-of-fold where people rated), its weights and its evaluation (as storyeval jury "
+    "--checklist).",
+)
+JUDGE_FIT_TARGET = typer.Option(
+    None,
+    "--fit-target",
+    help="--fit-weights: the people's criterion to predict (default: their only one, overall, "
+    "else the mean of their criteria's z-scores).",
+)
 JUDGE_CONCURRENCY = typer.Option(4, "--concurrency", min=1, help="Requests in flight (endpoint).")
 
 
@@ -175,6 +191,8 @@ def judge(
     scheduler: str = scheduler_option(),
     workers: int = workers_option(),
     block_size: int = block_size_option(),
+    fit_weights: Path = JUDGE_FIT_WEIGHTS,
+    fit_target: str = JUDGE_FIT_TARGET,
 ) -> None:
     """Judge stories with an LLM: a score per rubric criterion, or pairwise preferences in both
     orders. Every parse failure is counted and written beside the output, never imputed.
@@ -192,6 +210,8 @@ def judge(
 
     check_choice(backend, ("llm", *JUDGE_BACKENDS.names()), "--backend")
     check_choice(score, ("expected", "argmax"), "--score")
+    if fit_weights is not None and mode != "absolute":
+        raise exit_with("error: --fit-weights fits absolute scores; leave out --mode pairwise")
     if not base_url:
         device, precision = compute_settings(device, precision, threads)
     with user_errors():
@@ -225,6 +245,24 @@ def judge(
         client = dask_client(engine, scheduler, workers)
         run = _run(stories, chosen, spec, settings, cache_path, client, block_size)
     _write(run, output, mode)
+    if fit_weights is not None:
+        _fit(run, chosen, fit_weights, fit_target, output)
+
+
+def _fit(run: Any, rubric: Any, people: Path, target: str | None, output: Path) -> None:
+    """``--fit-weights``: the criteria's weights fitted to people (storyeval jury --checklist)."""
+    from storyeval.cli._jury import write_fitted
+    from storyeval.corpus import read_judgments
+    from storyeval.judge.jury import fit_checklist
+
+    with user_errors():
+        fitted = fit_checklist(
+            run.judgments,
+            read_judgments(people),
+            target=target,
+            negative=[c.name for c in rubric.criteria if c.negative],
+        )
+        write_fitted(fitted, output.with_name(output.stem + ".fitted.jsonl"))
 
 
 def _run(
@@ -362,7 +400,7 @@ def judge_eval(
             read_judgments(humans),
             stories=read_stories(stories) if stories is not None else None,
             comparisons=_read_jsonl(comparisons) if comparisons is not None else None,
-            criteria=_criteria_map(criteria or []),
+            criteria=criteria_map(criteria or []),
             aggregate=aggregate,
             n_boot=bootstrap,
             seed=seed,
@@ -372,19 +410,6 @@ def judge_eval(
     for note in result.notes:
         typer.echo(f"note: {note}")
     typer.echo(f"tables: {', '.join(sorted(p.name for p in files))} in {output}")
-
-
-def _criteria_map(pairs: list[str]) -> dict[str, str]:
-    """``JUDGE=PEOPLE`` options as a mapping."""
-    mapping = {}
-    for pair in pairs:
-        source, sep, target = pair.partition("=")
-        if not sep or not source.strip() or not target.strip():
-            raise exit_with(
-                f"error: --criteria takes JUDGE=PEOPLE, e.g. coherence=reasonable; got {pair!r}"
-            )
-        mapping[source.strip()] = target.strip()
-    return mapping
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -617,7 +642,9 @@ def register(app: typer.Typer) -> None:
     app.command(rich_help_panel="LLM judges")(judge)
     app.command(name="judge-eval", rich_help_panel="LLM judges")(judge_eval)
     from storyeval.cli._judge_audit import judge_audit
+    from storyeval.cli._jury import jury
 
     app.command(name="judge-audit", rich_help_panel="LLM judges")(judge_audit)
+    app.command(rich_help_panel="LLM judges")(jury)
     app.command(rich_help_panel="Meta-evaluation")(rank)
     app.command(rich_help_panel="Meta-evaluation")(paired)

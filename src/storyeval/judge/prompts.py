@@ -87,8 +87,9 @@ def rubric_text(rubric: Rubric) -> str:
     """The rubric as the judge reads it: every criterion, its question and its scale."""
     parts = [f"You will rate a story on the criteria of the rubric {rubric.name!r}."]
     for criterion in rubric.criteria:
+        flaw = " (a flaw: a higher score means more of it)" if criterion.negative else ""
         parts.append(
-            f"Criterion: {criterion.name}\nQuestion: {criterion.question}\n"
+            f"Criterion: {criterion.name}{flaw}\nQuestion: {criterion.question}\n"
             f"Scale:\n{_scale_text(criterion)}"
         )
     return "\n\n".join(parts) + "\n\n"
@@ -141,7 +142,13 @@ def pairwise_request(
         )
     else:
         instruction = "Answer with exactly one letter, A or B, and nothing else."
-    question = (
-        f"Which story is better on {criterion.name} only ({criterion.question})? " + instruction
-    )
+    if criterion.negative:
+        question = (
+            f"Which story shows less of the flaw {criterion.name} ({criterion.question})? "
+            + instruction
+        )
+    else:
+        question = (
+            f"Which story is better on {criterion.name} only ({criterion.question})? " + instruction
+        )
     return _request(rubric, "\n\n".join(shown), question, PAIR_LABELS, (first, second))

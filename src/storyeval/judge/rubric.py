@@ -43,11 +43,13 @@ class ScalePoint(StrictModel):
 
 
 class Criterion(StrictModel):
-    """A question of a rubric and its scale."""
+    """A question of a rubric and its scale. A ``negative`` criterion asks about a flaw (purple
+    prose, an unearned ending): a higher value means more of it, and less is better."""
 
     name: str
     question: str = Field(min_length=1)
     scale: list[ScalePoint] = Field(default_factory=list)
+    negative: bool = False
 
     @field_validator("name")
     @classmethod
@@ -115,7 +117,11 @@ class Rubric(StrictModel):
     def identity(self) -> str:
         """``name@hash`` of everything in the rubric that can change a judgment (for signatures
         and the cache): its content without the human-readable ``description``."""
-        text = json.dumps(self.model_dump(exclude={"description"}), sort_keys=True)
+        content = self.model_dump(exclude={"description"})
+        for criterion in content["criteria"]:  # rubrics written before the field keep their hash
+            if not criterion["negative"]:
+                del criterion["negative"]
+        text = json.dumps(content, sort_keys=True)
         return f"{self.name}@{hashlib.sha256(text.encode()).hexdigest()[:10]}"
 
     def criterion(self, name: str) -> Criterion:
@@ -136,7 +142,8 @@ def _builtin_rubrics() -> None:
             RUBRICS.register(entry.name.removesuffix(".yaml"), str(entry))
 
 
-#: Built-in rubrics by name (path of their file): hanna, karpinska, callan_foster, checklist.
+#: Built-in rubrics by name (path of their file): hanna, karpinska, callan_foster, checklist,
+#: negative, ttcw.
 RUBRICS: Registry[str] = Registry(
     "rubric",
     builtins=_builtin_rubrics,
