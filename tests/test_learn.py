@@ -467,6 +467,12 @@ def test_union_negatives_are_cached_and_can_come_from_a_perturb_file(
         e.source_id for e in negatives
     }
     assert all(e.original == next(s.story for s in train if s.id == e.source_id) for e in negatives)
+    from storyeval.learn.union import train_union
+
+    for setting in ({"delexicalize": True}, {"window": 2}):
+        # positives prepared, the file's negatives raw: a shortcut the model would learn
+        with pytest.raises(ValueError, match="a negatives file cannot be used with"):
+            train_union(train, tmp_path / "m", config=UnionConfig(**setting), negatives=path)  # type: ignore[arg-type]
 
 
 @pytest.mark.slow

@@ -675,6 +675,26 @@ def _union_examples(
     return train_examples, dev_examples, skipped
 
 
+def _check_negatives_file(negatives: str | Path | None, config: UnionConfig) -> None:
+    """A negatives file holds the raw perturbed stories: they would not be delexicalized or cut
+    into windows as the positives are, and the model would learn that difference (masked names,
+    window length) instead of the perturbations."""
+    if negatives is None:
+        return
+    done = {
+        "delexicalize": (config.delexicalize, "with names masked"),
+        "window": (config.window, "cut into sentence windows"),
+    }
+    for setting, (value, what) in done.items():
+        if value:
+            raise ValueError(
+                f"a negatives file cannot be used with {setting}: the positives would be "
+                f"{what} and the file's perturbed stories not, a difference the model would "
+                f"learn instead of the perturbations; prepare the stories before `storyeval "
+                "perturb`, or let training draw the negatives (leave out the negatives file)"
+            )
+
+
 def train_union(
     stories: Sequence[Story],
     output: str | Path,
@@ -731,6 +751,7 @@ def train_union(
 
     config = config or UnionConfig()
     training = training or TrainingConfig()
+    _check_negatives_file(negatives, config)
     if nlp is None and (negatives is None or config.delexicalize):
         from storyeval.models import load_spacy  # perturbing and delexicalizing need it, no more
 
