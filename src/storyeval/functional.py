@@ -54,6 +54,7 @@ from storyeval.metrics.embedding import BertScores, bertscore_f, bertscore_p, be
 from storyeval.metrics.function import Scores, call_metric
 from storyeval.metrics.lm import PerplexityScores, perplexity
 from storyeval.metrics.mover import MoverScores, moverscore, sms, swms, wms
+from storyeval.metrics.novelty import creativity_index, ngram_novelty
 from storyeval.metrics.overlap import (
     BleuScores,
     RougeScores,
@@ -105,6 +106,7 @@ METRICS: dict[str, Callable[..., Any]] = {
     "bleu1": bleu1,
     "compression_ratio": compression_ratio,
     "concreteness_noun": concreteness_noun,
+    "creativity_index": creativity_index,
     "concreteness_verb": concreteness_verb,
     "cross_story_repetition": cross_story_repetition,
     "distinct1": distinct1,
@@ -117,6 +119,7 @@ METRICS: dict[str, Callable[..., Any]] = {
     "mauve": mauve_features,
     "mauve_star": mauve_features,
     "moverscore": moverscore,
+    "ngram_novelty": ngram_novelty,
     "not_but_rate": not_but_rate,
     "nsp_prev": nsp_prev,
     "nsp_prompt": nsp_prompt,
