@@ -66,6 +66,8 @@ from storyeval.metrics.overlap import (
     rougeL,
     self_bleu,
 )
+from storyeval.metrics.precision_recall import PrecisionRecall, text_precision_features
+from storyeval.metrics.precision_recall import text_precision_recall as precision_recall
 from storyeval.metrics.prose import (
     ProseScores,
     cross_story_repetition,
@@ -139,6 +141,8 @@ METRICS: dict[str, Callable[..., Any]] = {
     "slop_index": slop_index,
     "sms": sms,
     "swms": swms,
+    "text_precision": text_precision_features,
+    "text_recall": text_precision_features,
     "union": union,
     "user": user,
     "vendi_score": vendi_score,
@@ -270,6 +274,7 @@ __all__ = [
     "MoverScores",
     "Perplexity",
     "PerplexityScores",
+    "PrecisionRecall",
     "ProseScores",
     "RougeScores",
     "Scores",
@@ -288,6 +293,7 @@ __all__ = [
     "compression_ratio",
     "concreteness_noun",
     "concreteness_verb",
+    "creativity_index",
     "cross_story_repetition",
     "distinct",
     "distinct1",
@@ -302,6 +308,7 @@ __all__ = [
     "mauve_star",
     "metric",
     "moverscore",
+    "ngram_novelty",
     "not_but_rate",
     "nsp_prev",
     "nsp_prompt",
@@ -309,6 +316,7 @@ __all__ = [
     "overused_phrase_rate",
     "paragraph_length_cv",
     "perplexity",
+    "precision_recall",
     "preference",
     "repeated_ngram_rate",
     "repeated_sentence_rate",
@@ -323,6 +331,7 @@ __all__ = [
     "slop_index",
     "sms",
     "swms",
+    "text_precision_features",
     "union",
     "user",
     "vendi_score",

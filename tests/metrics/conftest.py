@@ -91,17 +91,34 @@ def nubia_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def checkpoints(
-    nsp_checkpoint: Path, union_model: Any, nubia_checkpoint: Path, preference_checkpoint: Path
+    nsp_checkpoint: Path,
+    union_model: Any,
+    nubia_checkpoint: Path,
+    preference_checkpoint: Path,
+    novelty_index: Path,
 ) -> dict[str, str]:
-    """Options pointing the metrics that need a trained checkpoint at one: the NSP head above,
-    the session's UNION model (trained by tests/conftest.py), a NUBIA model and a preference
-    model."""
+    """Options pointing the metrics that need a trained checkpoint (or an index) at one: the
+    NSP head above, the session's UNION model (trained by tests/conftest.py), a NUBIA model,
+    a preference model and a corpus index of the example human stories."""
     return {
         "nsp.model": str(nsp_checkpoint),
         "union.model": str(union_model.directory),
         "nubia.model": str(nubia_checkpoint),
         "preference.model": str(preference_checkpoint),
+        "novelty.index": str(novelty_index),
     }
+
+
+@pytest.fixture(scope="session")
+def novelty_index(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A corpus index of the example human stories (for the novelty metrics)."""
+    from storyeval.corpus import read_stories
+    from storyeval.metrics.novelty import build_index
+
+    examples = Path(__file__).resolve().parents[2] / "examples"
+    target = tmp_path_factory.mktemp("novelty") / "index"
+    build_index([s.story for s in read_stories(examples / "human.jsonl")], target)
+    return target
 
 
 @pytest.fixture(scope="session")

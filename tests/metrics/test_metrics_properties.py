@@ -20,8 +20,10 @@ EDIT_FIELD = "suggestion"
 
 def _options(checkpoints, spec=None):
     """Options for every metric: trained checkpoints (NSP head, UNION) and the edit field."""
-    # two stories a system: a phrase shared by both counts as repeated
+    # two stories a system: a phrase shared by both counts as repeated; k-NN supports from
+    # the nearest neighbour (a handful of stories a system)
     options = {**checkpoints, "edits.original": EDIT_FIELD, "prose.min_stories": "2"}
+    options["precision_recall.k"] = "1"
     if spec is None:
         return options
     return {key: value for key, value in options.items() if key.split(".")[0] in spec.families}

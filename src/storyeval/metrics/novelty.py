@@ -298,7 +298,7 @@ def open_index(path: str | Path) -> CorpusIndex:
 def novel_share(matches: np.ndarray, n: int) -> float:
     """The share of the story's n-grams absent from the corpus (nan for fewer than n words).
 
-    >>> novel_share(np.array([3, 2, 0, 1]), 2)
+    >>> novel_share(np.array([3, 2, 0, 1, 0]), 2)
     0.5
     """
     grams = matches.size - n + 1
