@@ -80,6 +80,7 @@ from storyeval.metrics.prose import (
 from storyeval.metrics.set_diversity import (
     SetDiversityScores,
     compression_ratio,
+    functional_diversity,
     homogenization,
     vendi_score,
 )
@@ -115,6 +116,7 @@ METRICS: dict[str, Callable[..., Any]] = {
     "distinct2": distinct2,
     "distinct3": distinct3,
     "embedding_coherence": embedding_coherence,
+    "functional_diversity": functional_diversity,
     "homogenization": homogenization,
     "jaccard": jaccard,
     "levenshtein": levenshtein,
@@ -300,6 +302,7 @@ __all__ = [
     "distinct2",
     "distinct3",
     "embedding_coherence",
+    "functional_diversity",
     "homogenization",
     "jaccard",
     "levenshtein",

@@ -24,6 +24,7 @@ def _options(checkpoints, spec=None):
     # the nearest neighbour (a handful of stories a system)
     options = {**checkpoints, "edits.original": EDIT_FIELD, "prose.min_stories": "2"}
     options["precision_recall.k"] = "1"
+    options["functional_diversity.within"] = "system"  # one story a system and prompt
     if spec is None:
         return options
     return {key: value for key, value in options.items() if key.split(".")[0] in spec.families}

@@ -86,3 +86,37 @@ def test_homogenization_compares_each_story_with_the_other_systems_for_its_promp
     assert np.isnan(values[3]) and "no other system" in result.notes[0]
     same_system = F.homogenization(texts[:2], prompts[:2], ["a", "a"]).values
     assert np.isnan(same_system).all()  # its own stories do not count
+
+
+def test_functional_diversity_counts_classes_of_equivalent_samples() -> None:
+    from storyeval.metrics.set_diversity import equivalence_classes
+
+    # chains merge: a~b and b~c put a, b, c in one class even though a and c are apart
+    chain = np.array([[1.0, 0.95, 0.5], [0.95, 1.0, 0.95], [0.5, 0.95, 1.0]])
+    assert equivalence_classes(chain, 0.9).tolist() == [0, 0, 0]
+    assert len(set(equivalence_classes(chain, 0.99).tolist())) == 3
+    texts = [
+        "The knight rode to the castle.",  # system s, prompt p: two copies and one other
+        "The knight rode to the castle.",
+        "A whale sang beneath the ice.",
+        "Rain on the roof all night.",  # system t, prompt p: two different stories
+        "Bread rose slowly in the oven.",
+        "Only one sample here.",  # system t, prompt q: alone
+    ]
+    prompts = ["p", "p", "p", "p", "p", "q"]
+    groups = ["s", "s", "s", "t", "t", "t"]
+    result = F.functional_diversity(texts, prompts, groups, kernel="ngram", threshold=0.8)
+    assert result.values[:5].tolist() == [2.0, 2.0, 2.0, 2.0, 2.0] and np.isnan(result.values[5])
+    assert "only sample" in result.notes[0]
+    reordered = F.functional_diversity(
+        texts[::-1], prompts[::-1], groups[::-1], kernel="ngram", threshold=0.8
+    )
+    assert reordered.values[::-1].tolist()[:5] == result.values[:5].tolist()
+    embedded = F.functional_diversity(texts[:3], prompts[:3], groups[:3], threshold=0.99)
+    assert embedded.values.tolist() == [2.0, 2.0, 2.0]  # the copies are one story
+    assert embedded.signature.fields["model"].startswith("all-MiniLM-L6-v2")
+    assert (
+        F.functional_diversity(texts[:3], prompts[:3], groups[:3], threshold=0.0).values[0] == 1.0
+    )
+    pooled = F.functional_diversity(texts, prompts, groups, kernel="ngram", within="system")
+    assert pooled.values.tolist() == [2.0, 2.0, 2.0, 3.0, 3.0, 3.0]

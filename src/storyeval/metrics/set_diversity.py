@@ -274,3 +274,119 @@ def homogenization(
     return SetDiversityScores(
         values, models={"model": cache.identity}, fields={"pooling": "mean"}, notes=notes
     )
+
+
+def equivalence_classes(similarity: np.ndarray, threshold: float) -> np.ndarray:
+    """Class labels of items whose pairwise similarity reaches ``threshold`` (the connected
+    components of the graph of such pairs: independent of the items' order).
+
+    >>> s = np.array([[1, .95, .2], [.95, 1, .1], [.2, .1, 1]])
+    >>> equivalence_classes(s, 0.9).tolist()
+    [0, 0, 1]
+    """
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    _, labels = connected_components(csr_matrix(similarity >= threshold), directed=False)
+    return np.asarray(labels)
+
+
+def _by_group_and_prompt(
+    prompts: Prompts, groups: Groups | None, *, by_prompt: bool = True
+) -> list[list[int]]:
+    members: dict[tuple[str, str], list[int]] = {}
+    for index, prompt in enumerate(prompts):
+        group = str(groups[index]) if groups is not None else "all"
+        members.setdefault((group, prompt.strip() if by_prompt else ""), []).append(index)
+    return [indices for indices in members.values() if len(indices) > 1]
+
+
+@metric(
+    "functional_diversity",
+    description="Number of meaningfully different stories among a system's samples for one "
+    "prompt (NoveltyBench-style distinct_k; stories as alike as the threshold count once)",
+    families=("diversity",),
+    model="encoder",
+    value_range=(1.0, None),
+    level="system",
+    default=False,
+    plan=_whole_story_plan,
+    card=MetricCard(
+        measures="For each system and prompt with several samples, the number of classes of "
+        "equivalent stories among them (distinct_k of Zhang et al. 2025's NoveltyBench): two "
+        "stories are equivalent when the cosine similarity of their embeddings (the "
+        "encoder's mean-pooled last layer; `kernel: ngram`: of word n-gram counts) reaches "
+        "`threshold`, and classes are the connected groups of equivalent stories. Every "
+        "story gets its prompt's count; the system mean is the mean over prompts. "
+        "`within: system` counts distinct stories among all of a system's stories instead.",
+        read="From 1 (every sample the same story) to k (all different), for k samples per "
+        "prompt: compare systems with the same k. Read beside a quality score: random text "
+        "is maximally diverse.",
+        papers="Zhang et al. (2025) find that language models asked for several answers to "
+        "one creative prompt give far fewer distinct ones than people, and that larger "
+        "models are often less diverse.",
+        limits="NoveltyBench decides equivalence with a trained classifier and compares each "
+        "sample with earlier classes in order; storyeval uses a similarity threshold and "
+        "connected groups (independent of order, but chains of near-equivalents merge). "
+        "The threshold matters: calibrate it on pairs you judge by hand. Undefined for a "
+        "prompt with one sample.",
+        refs="Zhang et al. (2025), NoveltyBench: evaluating language models for humanlike "
+        "diversity.",
+    ),
+)
+def functional_diversity(
+    texts: Texts,
+    prompts: Prompts,
+    groups: Groups | None = None,
+    *,
+    threshold: Annotated[
+        float, Opt("similarity at which two stories count as the same", minimum=0.0, maximum=1.0)
+    ] = 0.9,
+    kernel: Annotated[
+        Literal["embedding", "ngram"], Opt("the similarity: encoder cosine or n-gram cosine")
+    ] = "embedding",
+    n: Annotated[int, Opt("n-gram order of the ngram kernel", minimum=1, maximum=6)] = 1,
+    within: Annotated[
+        Literal["prompt", "system"],
+        Opt("count distinct stories per prompt, or among all of a system's stories"),
+    ] = "prompt",
+    model: EncoderName = None,
+    batch_tokens: BatchTokens = 4096,
+    scoring: ScoringContext | None = None,
+    device: Device = None,
+    precision: Precision = None,
+    progress: bool = False,
+) -> SetDiversityScores:
+    """Each text gets the number of equivalence classes among its group's texts for its
+    prompt (``within="system"``: among all its group's texts); NaN when it is the only one."""
+    assert scoring is not None
+    sets = _by_group_and_prompt(prompts, groups, by_prompt=within == "prompt")
+    models: dict[str, str] = {}
+    if kernel == "embedding":
+        cache = scoring.cache(model)
+        wanted = sorted({i for indices in sets for i in indices})
+        vectors = np.zeros((len(texts), 1))
+        if wanted:
+            found = cache.text_embeddings([texts[i] for i in wanted])
+            vectors = np.zeros((len(texts), found.shape[1]))
+            vectors[wanted] = found
+        models["model"] = cache.identity
+    values = np.full(len(texts), np.nan)
+    for indices in sets:
+        chosen = (
+            vectors[indices]
+            if kernel == "embedding"
+            else ngram_vectors([texts[i] for i in indices], n)
+        )
+        unit = chosen / np.maximum(np.linalg.norm(chosen, axis=1, keepdims=True), 1e-12)
+        values[indices] = len(set(equivalence_classes(unit @ unit.T, threshold).tolist()))
+    notes = (
+        ()
+        if not np.isnan(values).any()
+        else (
+            f"{int(np.isnan(values).sum())} stories are their system's only sample for their "
+            "prompt: undefined",
+        )
+    )
+    omit = ("model", "batch_tokens") if kernel == "ngram" else ("n",)
+    return SetDiversityScores(values, models=models, notes=notes, omit=omit)
