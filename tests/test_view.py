@@ -225,3 +225,52 @@ def test_a_real_server_in_chromium(corpus: Path) -> None:
     finally:
         server.terminate()
         server.wait(timeout=20)
+
+
+def test_the_export_is_a_static_site_of_the_same_pages(
+    corpus: Path, tmp_path: Path, run_cli: Any
+) -> None:
+    site = tmp_path / "site"
+    code, stdout, err = run_cli("view", str(corpus), "--export", str(site))
+    assert code == 0, err
+    pages = sorted(p.name for p in site.glob("*.html"))
+    assert "index.html" in pages and "views.html" in pages and (site / "static").is_dir()
+    assert not re.search(r'(href|src)="/', "".join((site / p).read_text() for p in pages))
+    evil_page = next(p for p in pages if p.startswith("prompt-x1-"))
+    text = (site / evil_page).read_text()
+    assert "&lt;script&gt;" in text and "<script>" not in text and "script-src 'none'" in text
+    views = (site / "views.html").read_text()
+    assert "words_metric against people&#x27;s coherence" in views and "negation" in views
+    table = json.loads((site / "data" / "table.json").read_text())
+    assert len(table) == len(read_stories(corpus / "stories.jsonl")) + 2  # and the perturbed
+    small = tmp_path / "small"
+    code, stdout, err = run_cli("view", str(corpus), "--export", str(small), "--max-pages", "8")
+    assert code == 0 and "linked pages left out" in stdout
+    assert len(list(small.glob("*.html"))) == 8 + 2  # and views.html, not-exported.html
+    assert 'href="not-exported.html"' in (small / "index.html").read_text()
+
+
+@pytest.mark.slow
+def test_the_export_opens_from_the_file_system_in_chromium(corpus: Path, tmp_path: Path) -> None:
+    playwright_api = pytest.importorskip("playwright.sync_api")
+    from storyeval.view.export import export_site
+
+    export_site(load_view_data([corpus]), tmp_path / "site")
+    with playwright_api.sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path="/usr/bin/chromium", args=["--headless", "--no-sandbox"]
+        )
+        page = browser.new_page()
+        page.goto((tmp_path / "site" / "index.html").as_uri())
+        assert page.locator("#stories tbody tr").count() == 50
+        margin = page.evaluate("getComputedStyle(document.body).marginTop")
+        assert margin == "0px"  # the style sheet loaded (a browser's default is 8px)
+        page.click("nav >> text=Views")
+        page.click("text=negation")
+        assert "1 perturbed stories" in page.inner_text("main")
+        page.click("nav >> text=Stories")
+        page.click("text=x1")
+        assert "/prompt-x1-" in page.url
+        assert page.evaluate("window.pwned === undefined")
+        assert EVIL in page.inner_text("section.story p.text")
+        browser.close()

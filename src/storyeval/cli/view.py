@@ -18,18 +18,38 @@ def view(
     inputs: list[Path] = VIEW_INPUTS,
     port: int = typer.Option(8765, "--port", min=1, max=65535, help="Port on 127.0.0.1."),
     host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on (loopback)."),
+    export: Path | None = typer.Option(
+        None,
+        "--export",
+        help="Write the app as a static site to this directory (opens from a file system or "
+        "any static host) instead of serving it.",
+    ),
+    max_pages: int = typer.Option(
+        5000, "--max-pages", min=1, help="--export: the most pages written."
+    ),
 ) -> None:
     """Serve a local read-only web app over storyeval's files, joined by story id and prompt:
     a sortable, filterable table of every story with its scores and ratings; every system's
     story for one prompt side by side with its scores, people's ratings and the judges'
     rationales; the stories where a metric and people disagree most; the pairwise comparisons;
-    and what could not be joined. Every view's state is in its URL (shareable links)."""
+    and what could not be joined. Every view's state is in its URL (shareable links).
+    --export DIR writes the same pages as a static site instead."""
     from storyeval.view import create_view_app, load_view_data
 
     if host not in ("127.0.0.1", "localhost", "::1"):
         raise exit_with("error: storyeval view listens on the loopback address only (127.0.0.1)")
     with user_errors():
         data = load_view_data(inputs)
+    if export is not None:
+        from storyeval.view.export import export_site
+
+        result = export_site(data, export, max_pages=max_pages)
+        left = f"; {result.skipped} linked pages left out (--max-pages)" if result.skipped else ""
+        typer.echo(
+            f"{len(data.stories)} stories from {len(data.files)} file(s): {result.pages} pages "
+            f"-> {export / 'index.html'}{left}"
+        )
+        return
     import uvicorn
 
     typer.echo(
