@@ -274,3 +274,73 @@ def test_the_export_opens_from_the_file_system_in_chromium(corpus: Path, tmp_pat
         assert page.evaluate("window.pwned === undefined")
         assert EVIL in page.inner_text("section.story p.text")
         browser.close()
+
+
+def _slogan_session() -> dict[str, Any]:
+    """A slogan session in the server's export format, its final slogan markup."""
+    return {
+        "format": "storyeval-slogan-session",
+        "format_version": 1,
+        "session_id": "slogans/p7",
+        "kind": "slogan",
+        "session": "slogans",
+        "participant": "p7",
+        "condition": "suggestions",
+        "status": "complete",
+        "started_at": 100.0,
+        "finished_at": 220.0,
+        "tasks": [
+            {
+                "task": 1,
+                "prompt": {"id": "coffee", "product": "a coffee shop"},
+                "pulls": [
+                    {
+                        "keywords": ["coffee", "morning"],
+                        "draft": "Good coffee.",
+                        "suggestions": ["Bright mornings start with coffee.", "Coffee, warmly."],
+                    }
+                ],
+                "final": EVIL,
+                "survival": {"new_words": 0.5, "kept": 0.25},
+                "survey": {
+                    "likert": [
+                        {"name": "proud", "statement": "I am proud of it", "value": 4, "scale": 5}
+                    ]
+                },
+            }
+        ],
+        "final_survey": {"questions": [{"name": "why", "question": "Why?", "answer": "fun"}]},
+    }
+
+
+def test_writing_sessions_replay_turn_by_turn(tmp_path: Path, examples_dir: Path) -> None:
+    (tmp_path / "cyoa.jsonl").write_text((examples_dir / "cyoa" / "sessions.jsonl").read_text())
+    (tmp_path / "slogans.jsonl").write_text(json.dumps(_slogan_session()) + "\n")
+    data = load_view_data([tmp_path])  # sessions alone: no story file needed
+    client = TestClient(create_view_app(data))
+    listing = client.get("/sessions").text
+    assert "cyoa-example/p00001" in listing and "slogans/p7" in listing
+    first = json.loads((examples_dir / "cyoa" / "sessions.jsonl").read_text().splitlines()[0])
+    number = next(
+        k for k, s in enumerate(data.sessions, start=1) if s["session_id"] == first["session_id"]
+    )
+    page = client.get(f"/session/{number}").text
+    suggestion = next(t for t in first["turns"] if t["author"] == "suggestion")
+    chosen = next(s for s in suggestion["suggestions"] if s["generator"] == suggestion["chosen"])
+    assert f"{suggestion['chosen']} (chosen)" in page and chosen["text"] in page
+    assert first["turns"][0]["text"] in page and "Actions: choose" in page
+    slogan = client.get(f"/session/{len(data.sessions)}").text
+    assert "Bright mornings start with coffee." in slogan and "I am proud of it" in slogan
+    assert "&lt;script&gt;" in slogan and "<script>" not in slogan and "Why?" in slogan
+    assert client.get("/session/999").status_code == 404
+    bad = tmp_path / "bad" / "s.jsonl"
+    bad.parent.mkdir()
+    bad.write_text(json.dumps({"format": "storyeval-writing-session", "turns": "x"}) + "\n")
+    from storyeval.errors import DataFileError
+
+    with pytest.raises(DataFileError, match=r"s\.jsonl:1: not a writing session"):
+        load_view_data([bad])
+    from storyeval.view.export import export_site
+
+    export_site(data, tmp_path / "site")
+    assert len(list((tmp_path / "site").glob("session-*.html"))) == len(data.sessions)

@@ -12,6 +12,9 @@ Every view's state is in its URL, so a link shows what its author saw:
   (``metric``, ``criterion``), or by how much raters disagree (``by=raters``);
 - ``/pairs``: the comparisons, with pairs a judge decided differently in its two orders flagged,
   and the win-rate matrix;
+- ``/sessions`` and ``/session/{n}``: writing sessions (CYOA, machine-in-the-loop, slogans)
+  and one replayed turn by turn: each suggestion offered with its generator, the one chosen,
+  the writer's actions and the text kept, then the survey answers;
 - ``/files``: what was read and what could not be joined.
 """
 
@@ -154,6 +157,17 @@ def _add_reading_routes(
     @app.get("/files", response_class=HTMLResponse)
     def files_view() -> HTMLResponse:
         return page("files.html", files=data.files, unjoined=data.unjoined)
+
+    @app.get("/sessions", response_class=HTMLResponse)
+    def sessions_view() -> HTMLResponse:
+        return page("sessions.html", sessions=[_session_row(s) for s in data.sessions])
+
+    @app.get("/session/{number}", response_class=HTMLResponse)
+    def session_view(number: int) -> HTMLResponse:
+        if not 1 <= number <= len(data.sessions):
+            raise HTTPException(404, f"no session {number} (there are {len(data.sessions)})")
+        record = data.sessions[number - 1]
+        return page("session.html", number=number, session=_session_row(record), record=record)
 
 
 def _number(value: Any) -> str:
@@ -305,3 +319,27 @@ def _pairs(comparisons: pd.DataFrame) -> tuple[list[dict[str, Any]], pd.DataFram
     frame["inconsistent"] = frame.groupby(keys)["winner"].transform("nunique") > 1
     matrix = win_rate_matrix(comparisons)
     return frame.head(500).to_dict("records"), matrix
+
+
+def _session_row(record: dict[str, Any]) -> dict[str, Any]:
+    """A session's summary: id, kind, participant, condition, status, turns or tasks, time."""
+    steps = record.get("turns") if record.get("kind") != "slogan" else record.get("tasks")
+    started, finished = record.get("started_at"), record.get("finished_at")
+    minutes = (
+        (finished - started) / 60
+        if isinstance(started, int | float) and isinstance(finished, int | float)
+        else None
+    )
+    prompt = record.get("prompt") or {}
+    return {
+        "id": record.get("session_id", ""),
+        "kind": record.get("kind", ""),
+        "participant": record.get("participant", ""),
+        "condition": record.get("condition") or "",
+        "status": record.get("status", ""),
+        "steps": len(steps or []),
+        "minutes": minutes,
+        "prompt": (prompt.get("text") or prompt.get("alt") or prompt.get("id") or "")
+        if isinstance(prompt, dict)
+        else "",
+    }

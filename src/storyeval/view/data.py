@@ -1,7 +1,8 @@
 """What ``storyeval view`` shows: storyeval's files joined by item id and prompt.
 
 Any mix of story files, score files, judgment files (people's, and LLM judges' with their
-rationales and answer probabilities) and comparison files (pairwise studies and judges) is
+rationales and answer probabilities), comparison files (pairwise studies and judges) and
+writing-session exports (CYOA, machine-in-the-loop and slogan sessions of the study server) is
 read, each kind told by its fields; a directory stands for the ``.jsonl`` and ``.csv`` files
 in it. Records that name an item no story file has are counted per file, not dropped
 silently.
@@ -23,6 +24,8 @@ from storyeval.errors import StoryevalError
 
 #: A judgment whose rater id starts so is an LLM judge's (storyeval judge writes signatures).
 JUDGE_PREFIX = "judge|"
+#: The formats of the study server's writing-session exports.
+SESSION_FORMATS = ("storyeval-writing-session", "storyeval-slogan-session")
 
 
 @dataclass
@@ -40,6 +43,9 @@ class ViewData:
     comparisons : DataFrame
     unjoined : list of (file, records, reason)
     files : list of (file, kind, records)
+    sessions : list of dict
+        Writing sessions as exported (``storyeval-writing-session`` and
+        ``storyeval-slogan-session`` records), in file order.
     """
 
     stories: dict[str, Story]
@@ -49,6 +55,7 @@ class ViewData:
     comparisons: pd.DataFrame
     unjoined: list[tuple[str, int, str]] = field(default_factory=list)
     files: list[tuple[str, str, int]] = field(default_factory=list)
+    sessions: list[dict[str, Any]] = field(default_factory=list)
 
     def prompt_of(self, story: Story) -> str:
         """The prompt id of a story (its ``prompt_id``, else its id)."""
@@ -67,7 +74,8 @@ class ViewData:
                     "words": len(s.story.split()),
                 }
                 for s in self.stories.values()
-            ]
+            ],
+            columns=["item_id", "system", "prompt_id", "words"],
         )
         if rows.empty:
             return rows
@@ -108,6 +116,8 @@ def _kind(path: Path) -> str:
     for _, record in iter_raw_records(path):
         if isinstance(record, dict) and {"system_a", "system_b"} <= set(record):
             return "comparisons"
+        if isinstance(record, dict) and record.get("format") in SESSION_FORMATS:
+            return "sessions"
         break
     return str(detect_kind(path))
 
@@ -126,11 +136,15 @@ def load_view_data(inputs: Sequence[str | Path]) -> ViewData:
     scores: list[tuple[str, Score]] = []
     judgments: list[tuple[str, Judgment]] = []
     comparisons: list[dict[str, Any]] = []
+    sessions: list[dict[str, Any]] = []
     files: list[tuple[str, str, int]] = []
     for path in _paths(inputs):
         kind = _kind(path)
         records: list[Any]
-        if kind == "stories":
+        if kind == "sessions":
+            records = _sessions(path)
+            sessions += records
+        elif kind == "stories":
             records = read_stories(path)
             stories.update((s.id, s) for s in records)
         elif kind == "scores":
@@ -143,9 +157,35 @@ def load_view_data(inputs: Sequence[str | Path]) -> ViewData:
             records = _comparisons(path)
             comparisons += records
         files.append((str(path), kind, len(records)))
-    if not stories:
-        raise StoryevalError("no story file among the inputs: give the stories the files are about")
-    return _joined(stories, scores, judgments, comparisons, files)
+    if not stories and not sessions:
+        raise StoryevalError(
+            "no story or writing-session file among the inputs: give the stories the files "
+            "are about"
+        )
+    data = _joined(stories, scores, judgments, comparisons, files)
+    data.sessions = sessions
+    return data
+
+
+def _sessions(path: Path) -> list[dict[str, Any]]:
+    """The session records of an export (each checked for the fields the replay reads)."""
+    from storyeval.corpus import iter_raw_records
+    from storyeval.errors import DataFileError, DataProblem
+
+    records = []
+    for number, record in iter_raw_records(path):
+        if isinstance(record, DataProblem):
+            raise DataFileError([record])
+        if record.get("format") not in SESSION_FORMATS or not isinstance(
+            record.get("turns" if record.get("format") == SESSION_FORMATS[0] else "tasks"), list
+        ):
+            raise DataFileError.single(
+                path,
+                number,
+                "not a writing session (a 'format' of a session export and its turns or tasks)",
+            )
+        records.append(dict(record))
+    return records
 
 
 def _comparisons(path: Path) -> list[dict[str, Any]]:
