@@ -248,8 +248,6 @@ def test_union_trains_and_scores_on_the_gpu_without_spacy(
         "3",
         "--max-length",
         "48",
-        "--window",
-        "2",
         "--device",
         "cuda",
         "--threads",
