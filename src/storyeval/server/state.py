@@ -87,6 +87,8 @@ class ServerState:
     client_salt: str = ""
     limiter: RateLimiter = field(init=False)
     known: dict[str, Participant] = field(init=False, default_factory=dict)
+    #: computed admin tables (the live agreement page), keyed by what they were computed from
+    computed: dict[tuple[Any, ...], Any] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         self.limiter = RateLimiter(

@@ -4,7 +4,9 @@ have the cells a spreadsheet would run as formulas made inert."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
+import pandas as pd
 from fastapi import APIRouter, HTTPException
 from fastapi.responses import Response
 from pydantic import BaseModel
@@ -84,6 +86,68 @@ def progress_json(state: Admin, name: str) -> Progress:
     study = _study(state, name)
     with state.db.read() as conn:
         return Progress.model_validate(study_export.progress(conn, study))
+
+
+def _review(state: ServerState, study: Study) -> dict[str, Any]:
+    """The agreement per criterion and the raters to review, computed again only when new
+    judgments (or failed checks) arrived."""
+    from storyeval.meta.review import criterion_agreement, rater_review
+
+    with state.db.read() as conn:
+        records = study_export.export_judgments(conn, study.name, version=study.version)
+        people = study_export.participant_summaries(conn, study)
+    failed = sum(int(p.get("checks_failed") or 0) for p in people)
+    key = ("review", study.name, study.version, len(records), failed)
+    if key not in state.computed:
+        if len(state.computed) > 16:
+            state.computed.clear()
+        threshold = study.config.quality.min_median_time_s
+        raters = (
+            rater_review(records, participants=people, min_time_s=threshold)
+            if records
+            else pd.DataFrame()
+        )
+        state.computed[key] = {
+            "judgments": len(records),
+            "criteria": _plain(criterion_agreement(records)) if records else [],
+            "raters": _plain(raters),
+        }
+    result: dict[str, Any] = state.computed[key]
+    return result
+
+
+def _plain(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    """Table rows with NaN as None and numpy scalars as Python values (JSON-ready)."""
+    rows = json.loads(frame.to_json(orient="records")) if not frame.empty else []
+    return list(rows)
+
+
+@router.get("/agreement")
+def agreement_page(state: Admin, name: str) -> Response:
+    """Live agreement: per criterion alpha, kappa and ICC; per rater bias, agreement with the
+    others, speed, attention checks and competence, with the raters to review first."""
+    from storyeval.meta import review
+
+    study = _study(state, name)
+    return state.page(
+        "admin/agreement.html",
+        {
+            "study": study,
+            "review": _review(state, study),
+            "prefix": f"/admin/{state.admin_token}/study/{name}",
+            "threshold": study.config.quality.min_median_time_s,
+            "low_agreement": review.LOW_AGREEMENT,
+            "large_bias": review.LARGE_BIAS,
+            "min_shared": review.MIN_SHARED,
+        },
+    )
+
+
+@router.get("/agreement.json")
+def agreement_json(state: Admin, name: str) -> Response:
+    """The agreement page's tables as JSON (NaN as null)."""
+    study = _study(state, name)
+    return Response(json.dumps(_review(state, study)), media_type="application/json")
 
 
 @router.get("/export/judgments.{fmt}")
