@@ -45,6 +45,8 @@ class RecordingNli:
 
 def test_features_are_the_nli_models_outputs_on_single_sentences(extractor):
     candidate, reference = "A man is sleeping on the couch.", "A man is wide awake."
+    assert list(extractor.extract([candidate], [reference]).columns) == feature_names("6dim")
+    extractor = NubiaFeatures(extractor.encoder, extractor.nli, None, "both-ways")
     row = extractor.extract([candidate], [reference]).iloc[0]
     forward = extractor.nli.probabilities([reference], [candidate])[0]
     backward = extractor.nli.probabilities([candidate], [reference])[0]
@@ -69,11 +71,11 @@ def test_features_are_the_nli_models_outputs_on_single_sentences(extractor):
     same = extractor.extract([reference], [reference]).iloc[0]
     assert same["similarity"] == pytest.approx(1.0, abs=1e-5)
     assert same["similarity"] > row["similarity"]
-    assert list(extractor.extract([candidate], [reference]).columns) == feature_names(False)
+    assert list(extractor.extract([candidate], [reference]).columns) == feature_names("both-ways")
 
 
 def test_each_candidate_sentence_meets_its_best_matching_reference_sentence(extractor):
-    stub = NubiaFeatures(extractor.encoder, RecordingNli(), None)
+    stub = NubiaFeatures(extractor.encoder, RecordingNli(), None, "both-ways")
     candidate = "The storm broke the old mill. Mara baked bread for the village."
     reference = "Mara baked bread for the village. The storm broke the old mill."
     row = stub.extract([candidate], [reference]).iloc[0]
@@ -91,8 +93,8 @@ def test_self_calibration_gives_a_story_against_itself_one(extractor, tmp_path):
     from storyeval.learn.nubia import NubiaModel
     from storyeval.signature import Signature
 
-    stub = NubiaFeatures(extractor.encoder, RecordingNli(), None)
-    names = feature_names(False)
+    stub = NubiaFeatures(extractor.encoder, RecordingNli(), None, "both-ways")
+    names = feature_names("both-ways")
     rng = np.random.default_rng(1)
     x = rng.normal(size=(30, len(names)))
     target = np.clip(0.5 + 0.3 * x[:, 0], 0, 1)
@@ -146,7 +148,8 @@ def test_train_nubia_and_score_end_to_end(examples_dir, tmp_path, run_cli):
     assert "held-out (5-fold, 10 stories, coherence): Pearson" in stdout
     assert "signature: nubia|encoder:all-MiniLM-L6-v2@" in stdout and "|nli:lm-zero-shot:" in stdout
     table = pd.read_csv(features)
-    assert len(table) == 10 and set(feature_names(False)) <= set(table.columns)
+    assert len(table) == 10 and list(table.columns[:6]) == feature_names("6dim")
+    assert "|similarity:cosine|" in stdout and "|features:6dim|" in stdout
     assert table["target"].between(0, 1).all() and {"heldout", "id"} <= set(table.columns)
     saved = json.loads((model_dir / "nubia.json").read_text())
     assert saved["report"]["n"] == 10 and saved["calibration"] == "clip"
@@ -177,3 +180,34 @@ def test_train_nubia_and_score_end_to_end(examples_dir, tmp_path, run_cli):
         "-o", str(tmp_path / "x"),
     )  # fmt: skip
     assert code == 2 and "several criteria" in stderr
+
+
+def test_the_papers_feature_sets_and_an_sts_cross_encoder(extractor, tmp_path):
+    from transformers import AutoModelForSequenceClassification
+
+    from storyeval.learn.nubia import StsCrossEncoder, feature_set_of
+
+    six = NubiaFeatures(extractor.encoder, RecordingNli(), None, "6dim")
+    candidate = "The storm broke the old mill. Mara baked bread."
+    reference = "Mara baked bread for the village. The storm broke the old mill."
+    row = six.extract([candidate], [reference]).iloc[0]
+    assert list(row.index) == feature_names("6dim") and len(six.nli.pairs) == 2  # one way only
+    eight = NubiaFeatures(extractor.encoder, RecordingNli(), None, "8dim")
+    assert eight.extract([candidate], [reference]).iloc[0]["words_reference"] == len(
+        reference.split()
+    )
+    assert feature_set_of(feature_names("both-ways+lengths")) == "both-ways+lengths"
+    assert feature_set_of(feature_names("6dim")) == "6dim"
+    with pytest.raises(ValueError, match="features must be one of"):
+        feature_names("7dim")
+    # a cross-encoder regression model (a random head on the offline encoder: the code path
+    # of cross-encoder/stsb-roberta-large, not its numbers)
+    directory = tmp_path / "sts"
+    head = AutoModelForSequenceClassification.from_pretrained(extractor.encoder.path, num_labels=1)
+    head.save_pretrained(directory)
+    extractor.encoder.tokenizer.save_pretrained(directory)
+    sts = StsCrossEncoder(str(directory))
+    with_sts = NubiaFeatures(extractor.encoder, RecordingNli(), None, "6dim", sts=sts)
+    similarity = with_sts.extract([candidate], [reference]).iloc[0]["similarity"]
+    assert similarity == pytest.approx(float(sts.scores([reference], [candidate])[0]), rel=1e-5)
+    assert with_sts.identity()["similarity"].startswith("sts:sts@")

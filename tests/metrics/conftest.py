@@ -76,7 +76,7 @@ def nubia_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from storyeval.learn.nubia import NubiaFeatures, NubiaModel, feature_names, fit_aggregator
     from storyeval.signature import Signature
 
-    names = feature_names(False)
+    names = feature_names("6dim")
     rng = np.random.default_rng(0)
     x = rng.normal(size=(40, len(names)))
     target = np.clip(0.5 + 0.2 * x[:, 0] - 0.1 * x[:, 3], 0, 1)

@@ -350,7 +350,20 @@ def nubia(
         None, "--encoder", help="Encoder for similarity (default offline)."
     ),
     lm: str = typer.Option(None, "--lm", help="Causal LM for perplexity (default offline)."),
-    lengths: bool = typer.Option(False, "--lengths", help="Add word counts (the 8-DIM variant)."),
+    features: str = typer.Option(
+        "6dim",
+        "--features",
+        help="6dim (the paper's: STS similarity, NLI one way, two perplexities), 8dim (and "
+        "the lengths), both-ways (NLI both ways) or both-ways+lengths.",
+    ),
+    lengths: bool = typer.Option(False, "--lengths", help="Same as --features 8dim."),
+    sts: str = typer.Option(
+        None,
+        "--sts",
+        help="An STS cross-encoder for the similarity (hub name or directory, e.g. "
+        "cross-encoder/stsb-roberta-large); default: the encoder's cosine (named in the "
+        "signature).",
+    ),
     folds: int = typer.Option(5, "--folds", min=2, help="Cross-validation folds."),
     seed: int = typer.Option(0, "--seed", help="Seed of the folds and the MLP."),
     get_features: Path = typer.Option(
@@ -380,7 +393,8 @@ def nubia(
             encoder=encoder,
             nli=nli,
             lm=lm,
-            lengths=lengths,
+            features="8dim" if lengths and features == "6dim" else features,
+            sts=sts,
             folds=folds,
             seed=seed,
             device=device,

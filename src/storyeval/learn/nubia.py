@@ -1,17 +1,22 @@
 """NUBIA (Kane et al. 2020): neural features -> aggregator -> calibrator.
 
-**Features** of a (reference, candidate) pair of stories:
+**Features** of a (reference, candidate) pair of stories, in the paper's six (``6dim``, the
+default) or eight (``8dim``) or storyeval's both-ways NLI (``both-ways``, ``both-ways+lengths``):
 
-* ``similarity``: cosine of the two stories' embeddings (the mean of their sentences'
-  mean-pooled, normalised encoder embeddings; the paper used RoBERTa fine-tuned on STS-B);
+* ``similarity``: the STS score of the pair from a cross-encoder regression model (``sts``,
+  any hub cross-encoder, e.g. ``cross-encoder/stsb-roberta-large``, as the paper used RoBERTa
+  fine-tuned on STS-B); offline, no STS model installs, so the fallback is the cosine of the two
+  stories' embeddings (the mean of their sentences' mean-pooled, normalised encoder
+  embeddings), named in the signature (``similarity:cosine``);
 * ``entail_fwd``, ``neutral_fwd``, ``contra_fwd``: NLI probabilities with the reference as the
-  premise and the candidate as the hypothesis, and ``*_bwd`` the other way round. Stories are
-  documents, so NLI runs on aligned sentence pairs: each candidate sentence against the
-  reference sentence most similar to it (encoder cosine), and the probabilities are averaged
-  over the candidate's sentences;
+  premise and the candidate as the hypothesis (the paper's MNLI features), and in the
+  both-ways sets ``*_bwd`` the other way round. Stories are documents, so NLI runs on aligned
+  sentence pairs: each candidate sentence against the reference sentence most similar to it
+  (encoder cosine), and the probabilities are averaged over the candidate's sentences;
 * ``logppl_candidate``, ``logppl_reference``: log perplexity of each text under the causal LM
   (the paper's GPT-2 "intelligibility" features);
-* with ``lengths``: ``words_candidate``, ``words_reference`` (the paper's 8-DIM variant).
+* in ``8dim`` and ``both-ways+lengths``: ``words_candidate``, ``words_reference`` (the paper's
+  8-DIM variant adds the lengths).
 
 The NLI model is any hub sequence classifier with entailment/neutral/contradiction labels
 (``roberta-large-mnli``, as NUBIA used). No licensed three-way NLI model installs offline, so
@@ -50,12 +55,39 @@ FORMAT_VERSION = 1
 _LABEL_WORDS = (" True", " Neither", " False")
 
 
-def feature_names(lengths: bool) -> list[str]:
-    """The features in order (see the module docstring)."""
-    names = ["similarity"]
-    names += [f"{k}_fwd" for k in NLI_FEATURES] + [f"{k}_bwd" for k in NLI_FEATURES]
+#: The feature sets: the paper's six and eight features, and NLI both ways (with lengths).
+FEATURE_SETS = ("6dim", "8dim", "both-ways", "both-ways+lengths")
+
+
+def feature_names(feature_set: str = "6dim") -> list[str]:
+    """The features of a set, in order (see the module docstring).
+
+    >>> feature_names("6dim")
+    ['similarity', 'entail_fwd', 'neutral_fwd', 'contra_fwd', 'logppl_candidate', 'logppl_reference']
+    >>> len(feature_names("8dim")), len(feature_names("both-ways+lengths"))
+    (8, 11)
+    """
+    if feature_set not in FEATURE_SETS:
+        raise ValueError(f"features must be one of {', '.join(FEATURE_SETS)}; got {feature_set!r}")
+    names = ["similarity", *(f"{k}_fwd" for k in NLI_FEATURES)]
+    if feature_set.startswith("both-ways"):
+        names += [f"{k}_bwd" for k in NLI_FEATURES]
     names += ["logppl_candidate", "logppl_reference"]
-    return names + (["words_candidate", "words_reference"] if lengths else [])
+    if feature_set in ("8dim", "both-ways+lengths"):
+        names += ["words_candidate", "words_reference"]
+    return names
+
+
+def feature_set_of(names: Sequence[str]) -> str:
+    """The feature set whose features include ``names`` (a saved model's list), the smallest.
+
+    >>> feature_set_of(feature_names("both-ways"))
+    'both-ways'
+    """
+    for feature_set in FEATURE_SETS:
+        if set(names) <= set(feature_names(feature_set)):
+            return feature_set
+    raise ValueError(f"no feature set has the features {', '.join(names)}")
 
 
 # --------------------------------------------------------------------------- NLI backends
@@ -156,6 +188,38 @@ class LmZeroShotNli:
         return np.concatenate(rows) if rows else np.zeros((0, 3))
 
 
+class StsCrossEncoder:
+    """A cross-encoder regression model of semantic textual similarity (sentence-transformers'
+    ``CrossEncoder``: a hub name such as ``cross-encoder/stsb-roberta-large`` or a local
+    directory), scoring (reference, candidate) pairs as whole texts."""
+
+    def __init__(self, name: str, device: str = "cpu") -> None:
+        from pathlib import Path
+
+        from storyeval.models.loading import file_identity, hub_identity
+
+        try:
+            from sentence_transformers import CrossEncoder
+
+            self.model = CrossEncoder(name, device=device, num_labels=1)
+        except (OSError, ValueError) as exc:
+            raise StoryevalError(f"--sts {name}: cannot load the cross-encoder ({exc})") from None
+        local = Path(name).exists()
+        base = (
+            f"{Path(name).name}@{file_identity(name)}"
+            if local
+            else hub_identity(self.model.model, name)
+        )
+        self.identity = "sts:" + base
+
+    def scores(self, references: Sequence[str], candidates: Sequence[str]) -> np.ndarray:
+        """One similarity per pair (the model's regression output)."""
+        pairs = [(r, c) for r, c in zip(references, candidates, strict=True)]
+        return np.asarray(self.model.predict(pairs, show_progress_bar=False), dtype=float).reshape(
+            -1
+        )
+
+
 # --------------------------------------------------------------------------- features
 
 
@@ -166,9 +230,10 @@ class NubiaFeatures:
     encoder: Any
     nli: Any
     lm_name: str | None
-    lengths: bool = False
+    feature_set: str = "6dim"
     device: str = "cpu"
     precision: str = "float32"
+    sts: Any = None
 
     @classmethod
     def load(
@@ -177,17 +242,20 @@ class NubiaFeatures:
         encoder: str | None = None,
         nli: str | None = None,
         lm: str | None = None,
-        lengths: bool = False,
+        features: str = "6dim",
+        sts: str | None = None,
         device: str = "cpu",
         precision: str = "float32",
     ) -> NubiaFeatures:
-        """Load the models (``nli=None``: zero-shot NLI with the causal LM ``lm``) on
-        ``device``."""
+        """Load the models (``nli=None``: zero-shot NLI with the causal LM ``lm``;
+        ``sts=None``: the encoder's cosine as the similarity) on ``device``."""
         from storyeval.models import load_encoder
 
+        feature_names(features)  # checks the name
         backend = HubNli(nli) if nli else LmZeroShotNli(lm)
         loaded = load_encoder(encoder, option="--encoder")
-        return cls(loaded, backend, lm, lengths, device, precision)
+        cross = StsCrossEncoder(sts, device) if sts else None
+        return cls(loaded, backend, lm, features, device, precision, cross)
 
     def _place(self) -> None:
         """Put every model on the extractor's device (they are shared: others may move them)."""
@@ -204,6 +272,7 @@ class NubiaFeatures:
 
         return {
             "encoder": self.encoder.identity,
+            "similarity": self.sts.identity if self.sts is not None else "cosine",
             "nli": self.nli.identity,
             "lm": load_causal_lm(self.lm_name).identity,
         }
@@ -266,7 +335,10 @@ class NubiaFeatures:
                 hypotheses_f.append(cands[i])
                 owner.append(index)
         forward = self.nli.probabilities(premises_f, hypotheses_f)
-        backward = self.nli.probabilities(hypotheses_f, premises_f)
+        both_ways = self.feature_set.startswith("both-ways")
+        backward = self.nli.probabilities(hypotheses_f, premises_f) if both_ways else forward
+        if self.sts is not None:
+            similarity = list(self.sts.scores(references, candidates))
         owners = np.asarray(owner)
         rows = []
         on = {"device": self.device, "precision": self.precision}
@@ -281,19 +353,20 @@ class NubiaFeatures:
                     for k, v in zip(NLI_FEATURES, forward[mine].mean(0), strict=True)
                 }
             )
-            row.update(
-                {
-                    f"{k}_bwd": float(v)
-                    for k, v in zip(NLI_FEATURES, backward[mine].mean(0), strict=True)
-                }
-            )
+            if both_ways:
+                row.update(
+                    {
+                        f"{k}_bwd": float(v)
+                        for k, v in zip(NLI_FEATURES, backward[mine].mean(0), strict=True)
+                    }
+                )
             row["logppl_candidate"] = float(math.log(ppl_c[index]))
             row["logppl_reference"] = float(math.log(ppl_r[index]))
-            if self.lengths:
+            if self.feature_set in ("8dim", "both-ways+lengths"):
                 row["words_candidate"] = float(len(candidates[index].split()))
                 row["words_reference"] = float(len(references[index].split()))
             rows.append(row)
-        return pd.DataFrame(rows, columns=feature_names(self.lengths))
+        return pd.DataFrame(rows, columns=feature_names(self.feature_set))
 
 
 # --------------------------------------------------------------------------- aggregator
@@ -454,7 +527,8 @@ class NubiaModel:
             encoder=s.get("encoder"),
             nli=s.get("nli"),
             lm=s.get("lm"),
-            lengths=bool(s.get("lengths")),
+            features=feature_set_of(self.features),
+            sts=s.get("sts"),
             device=device,
             precision=precision,
         )
@@ -519,7 +593,8 @@ def train_nubia(
     encoder: str | None = None,
     nli: str | None = None,
     lm: str | None = None,
-    lengths: bool = False,
+    features: str = "6dim",
+    sts: str | None = None,
     folds: int = 5,
     seed: int = 0,
     extractor: NubiaFeatures | None = None,
@@ -528,9 +603,11 @@ def train_nubia(
 ) -> tuple[NubiaModel, pd.DataFrame]:
     """Train NUBIA's aggregator on human judgments of stories with references.
 
-    Returns the saved model and the feature table (one row per story, with ``target`` and the
-    cross-validated ``heldout`` prediction). The model's ``report`` holds the held-out Pearson,
-    Spearman and Kendall correlations.
+    ``features`` is the feature set (:data:`FEATURE_SETS`: the paper's ``6dim`` by default,
+    ``8dim`` with lengths, or NLI both ways); ``sts`` a cross-encoder for the similarity
+    feature (default: the encoder's cosine). Returns the saved model and the feature table (one
+    row per story, with ``target`` and the cross-validated ``heldout`` prediction). The model's
+    ``report`` holds the held-out Pearson, Spearman and Kendall correlations.
     """
     from scipy.stats import kendalltau, pearsonr, spearmanr
     from sklearn.model_selection import KFold
@@ -545,10 +622,16 @@ def train_nubia(
         raise ValueError(f"every {criterion!r} rating is {low}: nothing to learn")
     target = (ratings - low) / (high - low)
     extractor = extractor or NubiaFeatures.load(
-        encoder=encoder, nli=nli, lm=lm, lengths=lengths, device=device, precision=precision
+        encoder=encoder,
+        nli=nli,
+        lm=lm,
+        features=features,
+        sts=sts,
+        device=device,
+        precision=precision,
     )
     table = extractor.extract([s.story for s in usable], [s.references[0] for s in usable])
-    names = feature_names(extractor.lengths)
+    names = feature_names(extractor.feature_set)
     x = table[names].to_numpy()
     heldout = np.zeros(len(target))
     for train_index, test_index in KFold(
@@ -565,14 +648,14 @@ def train_nubia(
         "heldout_kendall": float(kendalltau(heldout, target)[0]),
     }
     final = fit_aggregator(x, target, kind=aggregator, seed=seed)
-    settings = {"encoder": encoder, "nli": nli, "lm": lm, "lengths": lengths}
+    settings = {"encoder": encoder, "nli": nli, "lm": lm, "sts": sts}
     signature = Signature(
         "nubia",
         {
             **extractor.identity(),
             "aggregator": aggregator,
             "calibration": calibration,
-            "features": len(names),
+            "features": extractor.feature_set,
             "alignment": "best-cosine-sentence",
             "criterion": criterion,
             "n": len(target),

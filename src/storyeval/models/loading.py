@@ -257,7 +257,8 @@ def _check_hub(name: str, what: str, option: str) -> None:
         raise _hub_error(name, what, option)
 
 
-def _hub_identity(model: Any, name: str) -> str:
+def hub_identity(model: Any, name: str) -> str:
+    """``NAME@REVISION`` of a model loaded from the hub (its commit hash, when known)."""
     revision = getattr(model.config, "_commit_hash", None)
     return f"{name}@{revision[:12]}" if revision else name
 
@@ -284,7 +285,7 @@ def wrap_model(
         raise ValueError(f"kind must be one of encoder, causal-lm; got {kind!r}")
     label = name or str(getattr(model.config, "_name_or_path", "") or type(model).__name__)
     model.eval()
-    return LoadedModel(label, _hub_identity(model, label), label, tokenizer, model, kind)
+    return LoadedModel(label, hub_identity(model, label), label, tokenizer, model, kind)
 
 
 # --------------------------------------------------------------------------- loaders
@@ -336,7 +337,7 @@ def load_pretrained(
                 f"{path}: cannot load a model from this path: {exc}".splitlines()[0]
             ) from exc
         model.eval()
-        identity = f"{display}@{file_identity(path)}" if is_local else _hub_identity(model, path)
+        identity = f"{display}@{file_identity(path)}" if is_local else hub_identity(model, path)
         loaded = LoadedModel(display, identity, path, tokenizer, model, kind)
         _MODELS[key] = loaded
         model.storyeval_load_seconds = time.perf_counter() - started
