@@ -73,6 +73,10 @@ CORRELATION_COLUMNS: tuple[str, ...] = (
 )
 
 
+#: Offset of the seed of the label draws from the bootstrap's (independent streams).
+LABEL_SEED = 1_000_003
+
+
 def check_level(level: str) -> str:
     """``level`` if it is one of :data:`LEVELS`, else ``ValueError``."""
     if level not in LEVELS:
@@ -120,6 +124,7 @@ def level_correlation(
     confidence: float = 0.95,
     seed: int = 0,
     label: str = "",
+    y_draws: ArrayLike | None = None,
 ) -> dict[str, Any]:
     """Correlation of ``x`` and ``y`` at one level, with p-value and bootstrap interval.
 
@@ -143,6 +148,10 @@ def level_correlation(
         Seeds the bootstrap (and the story-level sign-flip test).
     label : str
         Named in warnings.
+    y_draws : array-like of shape (n_boot, n), optional
+        Draws of ``y`` from its uncertainty (a competence model's posterior): bootstrap
+        replicate ``k`` resamples items and reads ``y_draws[k]`` instead of ``y``, so the
+        interval also carries the uncertainty of people's labels.
 
     Returns
     -------
@@ -175,6 +184,12 @@ def level_correlation(
     xa, ya = xa[keep], ya[keep]
     p_arr = None if p_arr is None else p_arr[keep]
     s_arr = None if s_arr is None else s_arr[keep]
+    draws = None
+    if y_draws is not None and n_boot:
+        draws = np.asarray(y_draws, dtype=float)
+        if draws.shape != (n_boot, keep.size):
+            raise ValueError(f"y_draws must have shape ({n_boot}, {keep.size}); got {draws.shape}")
+        draws = np.where(np.isfinite(draws), draws, _as_row(y, keep.size))[:, keep]
     common: dict[str, Any] = {
         "method": method,
         "kendall_variant": kendall_variant,
@@ -182,6 +197,7 @@ def level_correlation(
         "confidence": confidence,
         "seed": seed,
         "label": label,
+        "draws": draws,
     }
     if level == "pooled":
         return _pooled(xa, ya, **common)
@@ -194,6 +210,11 @@ def level_correlation(
     return _system(xa, ya, s_arr, p_arr, **common)
 
 
+def _as_row(y: ArrayLike, size: int) -> np.ndarray:
+    """``y`` as one float row of ``size`` values (fills draws where a posterior is missing)."""
+    return np.asarray(y, dtype=float).reshape(1, size)
+
+
 def _pooled(
     x: FloatArray,
     y: FloatArray,
@@ -204,6 +225,7 @@ def _pooled(
     confidence: float,
     seed: int,
     label: str,
+    draws: FloatArray | None = None,
 ) -> dict[str, Any]:
     estimate, p_value, n = correlation(
         x, y, method=method, kendall_variant=kendall_variant, label=label
@@ -212,7 +234,12 @@ def _pooled(
     result.update(estimate=estimate, p_value=p_value)
     if n_boot and np.isfinite(estimate):
         idx = bootstrap_indices(n, n_boot, seed)
-        if method == "kendall":
+        if draws is not None:
+            resampled = draws[np.arange(n_boot)[:, None], idx]
+            replicates = rows_correlation(
+                x[idx], resampled, method=method, kendall_variant=kendall_variant
+            )
+        elif method == "kendall":
             replicates = kendall_resampled(x, y, bootstrap_weights(idx, n), variant=kendall_variant)
         else:
             replicates = rows_correlation(
@@ -275,6 +302,7 @@ def _story(
     confidence: float,
     seed: int,
     label: str,
+    draws: FloatArray | None = None,
 ) -> dict[str, Any]:
     known = np.array([p is not None for p in prompts.tolist()], dtype=bool)
     where = f" ({label})" if label else ""
@@ -285,6 +313,7 @@ def _story(
             f"level{where}",
         )
     x, y, prompts = x[known], y[known], prompts[known]
+    draws = None if draws is None else draws[:, known]
     if x.size == 0:
         warn(DegenerateInputWarning, f"story-level correlation is undefined{where}: no items")
         return _nan_result(n_groups=0, skipped=0, resample="prompts")
@@ -322,11 +351,83 @@ def _story(
                 f"story-level interval is undefined{where}: only one prompt contributes",
             )
         else:
-            replicates = per_prompt[bootstrap_indices(n_groups, n_boot, seed)].mean(axis=1)
+            idx = bootstrap_indices(n_groups, n_boot, seed)
+            if draws is None:
+                replicates = per_prompt[idx].mean(axis=1)
+            else:
+                replicates = _drawn_story_replicates(
+                    x, draws, prompts, used, idx, method, kendall_variant
+                )
             result["ci_low"], result["ci_high"] = percentile_interval(
                 replicates, confidence=confidence, label=label
             )
     return result
+
+
+def _drawn_story_replicates(
+    x: FloatArray,
+    draws: FloatArray,
+    prompts: np.ndarray,
+    used: np.ndarray,
+    idx: np.ndarray,
+    method: str,
+    kendall_variant: str,
+) -> FloatArray:
+    """Story-level replicates with people's labels drawn: replicate ``k`` recomputes the
+    per-prompt correlations on ``draws[k]`` and averages the resampled prompts (a prompt whose
+    drawn labels do not vary is left out of that replicate)."""
+    replicates = np.full(idx.shape[0], np.nan)
+    for k in range(idx.shape[0]):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            _, values, _, _ = _group_correlations(
+                x, draws[k], prompts, method=method, kendall_variant=kendall_variant
+            )
+        chosen = values[used][idx[k]]
+        if np.isfinite(chosen).any():
+            replicates[k] = float(np.nanmean(chosen))
+    return replicates
+
+
+def _system_replicates(
+    x: FloatArray,
+    y: FloatArray,
+    draws: FloatArray | None,
+    c_codes: np.ndarray,
+    s_codes: np.ndarray,
+    n_sys: int,
+    n_boot: int,
+    seed: int,
+    method: str,
+    kendall_variant: str,
+) -> FloatArray:
+    """System-level replicates: clusters (prompts, else items) resampled, system means
+    correlated; with ``draws``, replicate ``k`` averages its drawn labels."""
+    n_clusters = int(c_codes.max()) + 1
+    ax = np.zeros((n_clusters, n_sys))
+    ay = np.zeros((n_clusters, n_sys))
+    cc = np.zeros((n_clusters, n_sys))
+    np.add.at(ax, (c_codes, s_codes), x)
+    np.add.at(ay, (c_codes, s_codes), y)
+    np.add.at(cc, (c_codes, s_codes), 1.0)
+    weights = bootstrap_weights(bootstrap_indices(n_clusters, n_boot, seed), n_clusters)
+    if draws is not None:  # each replicate's cluster sums of its drawn labels
+        drawn = np.zeros((n_boot, n_clusters, n_sys))
+        rows = np.arange(n_boot)[:, None]
+        np.add.at(drawn, (rows, c_codes[None, :], s_codes[None, :]), draws)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        wc = weights @ cc
+        bx = (weights @ ax) / wc
+        by = (weights @ ay) / wc if draws is None else np.einsum("kc,kcs->ks", weights, drawn) / wc
+    if method in RANK_METHODS:
+        bx, by = tie_safe(bx), tie_safe(by)
+    complete = np.isfinite(bx).all(axis=1) & np.isfinite(by).all(axis=1)
+    replicates = np.full(n_boot, np.nan)
+    if complete.any():
+        replicates[complete] = rows_correlation(
+            bx[complete], by[complete], method=method, kendall_variant=kendall_variant
+        )
+    return replicates
 
 
 def _system(
@@ -341,6 +442,7 @@ def _system(
     confidence: float,
     seed: int,
     label: str,
+    draws: FloatArray | None = None,
 ) -> dict[str, Any]:
     where = f" ({label})" if label else ""
     known = np.array([s is not None for s in systems.tolist()], dtype=bool)
@@ -352,6 +454,7 @@ def _system(
         )
     x, y, systems = x[known], y[known], systems[known]
     prompts = None if prompts is None else prompts[known]
+    draws = None if draws is None else draws[:, known]
     system_keys = sorted(set(systems.tolist()), key=str)
     s_pos = {k: i for i, k in enumerate(system_keys)}
     s_codes = np.array([s_pos[s] for s in systems.tolist()], dtype=int)
@@ -382,26 +485,9 @@ def _system(
         c_codes = np.array([c_pos[p] for p in prompts.tolist()], dtype=int)
     else:
         c_codes = np.arange(x.size)
-    n_clusters = int(c_codes.max()) + 1
-    ax = np.zeros((n_clusters, n_sys))
-    ay = np.zeros((n_clusters, n_sys))
-    cc = np.zeros((n_clusters, n_sys))
-    np.add.at(ax, (c_codes, s_codes), x)
-    np.add.at(ay, (c_codes, s_codes), y)
-    np.add.at(cc, (c_codes, s_codes), 1.0)
-    weights = bootstrap_weights(bootstrap_indices(n_clusters, n_boot, seed), n_clusters)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        wc = weights @ cc
-        bx = (weights @ ax) / wc
-        by = (weights @ ay) / wc
-    if method in RANK_METHODS:
-        bx, by = tie_safe(bx), tie_safe(by)
-    complete = np.isfinite(bx).all(axis=1) & np.isfinite(by).all(axis=1)
-    replicates = np.full(n_boot, np.nan)
-    if complete.any():
-        replicates[complete] = rows_correlation(
-            bx[complete], by[complete], method=method, kendall_variant=kendall_variant
-        )
+    replicates = _system_replicates(
+        x, y, draws, c_codes, s_codes, n_sys, n_boot, seed, method, kendall_variant
+    )
     result["ci_low"], result["ci_high"] = percentile_interval(
         replicates, confidence=confidence, label=label
     )
@@ -418,8 +504,10 @@ def correlation_signature(
     seed: int,
     resample: str,
     aggregation: str | None = None,
+    labels: str | None = None,
 ) -> str:
-    """The rendered signature of one correlation row."""
+    """The rendered signature of one correlation row (``labels``: ``posterior-draws`` when
+    people's labels were drawn from a competence model in every replicate)."""
     fields: dict[str, Any] = {"method": method}
     if method == "kendall":
         fields["tau"] = kendall_variant
@@ -431,6 +519,8 @@ def correlation_signature(
     fields["confidence"] = confidence
     fields["bootstrap"] = n_boot
     fields["resample"] = resample
+    if labels is not None:
+        fields["labels"] = labels
     fields["seed"] = seed
     return Signature("correlation", fields).render()
 
@@ -498,6 +588,7 @@ class CorrelationSettings:
         prompts: ArrayLike | None,
         systems: ArrayLike | None,
         label: str,
+        y_draws: ArrayLike | None = None,
     ) -> dict[str, Any]:
         """:func:`level_correlation` with these settings."""
         return level_correlation(
@@ -512,10 +603,17 @@ class CorrelationSettings:
             confidence=self.confidence,
             seed=self.seed,
             label=label,
+            y_draws=y_draws,
         )
 
     def signature(
-        self, *, method: str, level: str, resample: str, aggregation: str | None = None
+        self,
+        *,
+        method: str,
+        level: str,
+        resample: str,
+        aggregation: str | None = None,
+        labels: str | None = None,
     ) -> str:
         """The rendered signature of one correlation row."""
         return correlation_signature(
@@ -527,6 +625,7 @@ class CorrelationSettings:
             seed=self.seed,
             resample=resample,
             aggregation=aggregation,
+            labels=labels,
         )
 
     def row(
@@ -540,13 +639,26 @@ class CorrelationSettings:
         systems: ArrayLike | None,
         label: str,
         aggregation: str | None,
+        y_draws: ArrayLike | None = None,
     ) -> dict[str, Any]:
-        """One correlation row: ``level, method``, the result and its ``signature``."""
+        """One correlation row: ``level, method``, the result and its ``signature``
+        (``y_draws``: see :func:`level_correlation`)."""
         result = self.compute(
-            x, y, level=level, method=method, prompts=prompts, systems=systems, label=label
+            x,
+            y,
+            level=level,
+            method=method,
+            prompts=prompts,
+            systems=systems,
+            label=label,
+            y_draws=y_draws,
         )
         signature = self.signature(
-            method=method, level=level, resample=str(result["resample"]), aggregation=aggregation
+            method=method,
+            level=level,
+            resample=str(result["resample"]),
+            aggregation=aggregation,
+            labels="posterior-draws" if y_draws is not None and self.n_boot else None,
         )
         return {"level": level, "method": method, **result, "signature": signature}
 
@@ -649,6 +761,7 @@ def correlate(
         x = table.metrics[metric].to_numpy(dtype=float)
         for criterion in criterion_names:
             y = table.human[criterion].to_numpy(dtype=float)
+            draws = table.label_draws(criterion, chosen.n_boot, chosen.seed + LABEL_SEED)
             for level in chosen.levels:
                 for method in chosen.methods:
                     row = chosen.row(
@@ -660,6 +773,7 @@ def correlate(
                         systems=systems,
                         label=f"{metric} ~ {criterion}, {level}, {method}",
                         aggregation=table.aggregation,
+                        y_draws=draws,
                     )
                     rows.append(
                         {

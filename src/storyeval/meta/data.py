@@ -73,9 +73,20 @@ def _as_text(value: Any) -> str | None:
 
 def _model_based(frame: pd.DataFrame, method: str) -> pd.DataFrame:
     """Each item's value per criterion under a competence model (see aggregate_ratings)."""
+    return _model_based_with_posteriors(frame, method)[0]
+
+
+def _model_based_with_posteriors(
+    frame: pd.DataFrame, method: str
+) -> tuple[pd.DataFrame, dict[str, pd.DataFrame]]:
+    """The model-based values and, per criterion, each item's posterior (for draws)."""
     from storyeval.meta.competence import competence_tables
 
     _, items = competence_tables(frame, model=method)
+    posteriors = {
+        str(criterion): part.set_index("item_id").drop(columns=["criterion", "model"])
+        for criterion, part in items.groupby("criterion")
+    }
     if method == "ordinal":
         items["aggregate"] = items["expected_rating"]
     else:
@@ -86,7 +97,50 @@ def _model_based(frame: pd.DataFrame, method: str) -> pd.DataFrame:
     wide.columns = [str(c) for c in wide.columns]
     wide = wide.sort_index().reindex(sorted(wide.columns), axis=1)
     wide.index.name = "item_id"
-    return wide.astype(float)
+    return wide.astype(float), posteriors
+
+
+def posterior_draws(
+    posterior: pd.DataFrame, items: Sequence[str], n_draws: int, seed: int
+) -> np.ndarray:
+    """``n_draws`` draws of each item's aggregate from its posterior, shape (n_draws, items):
+    a label from MACE's or Dawid-Skene's posterior over the label values (``p_<value>``
+    columns), or for the ordinal model a location from its normal approximation (the Wald
+    interval) mapped to the expected rating through the items' own location-to-rating curve;
+    nan for an item without a posterior.
+
+    >>> post = pd.DataFrame({"p_1.0": [1.0, 0.5], "p_5.0": [0.0, 0.5]}, index=["a", "b"])
+    >>> draws = posterior_draws(post, ["a", "b", "c"], 1000, seed=0)
+    >>> draws[:, 0].tolist() == [1.0] * 1000, round(float(draws[:, 1].mean())), bool(np.isnan(draws[0, 2]))
+    (True, 3, True)
+    """
+    from scipy.stats import norm
+
+    rng = np.random.default_rng(seed)
+    out = np.full((n_draws, len(items)), np.nan)
+    known = [i for i, item in enumerate(items) if item in posterior.index]
+    if not known:
+        return out
+    rows = posterior.loc[[items[i] for i in known]]
+    columns = [c for c in posterior.columns if str(c).startswith("p_")]
+    if columns:
+        values = np.array([float(str(c).removeprefix("p_")) for c in columns])
+        probs = np.nan_to_num(rows[columns].to_numpy(dtype=float))
+        probs /= np.maximum(probs.sum(axis=1, keepdims=True), 1e-300)
+        cumulative = np.cumsum(probs, axis=1)
+        u = rng.random((n_draws, len(known), 1))
+        picked = (u > cumulative[None, :, :]).sum(axis=2).clip(0, len(values) - 1)
+        out[:, known] = values[picked]
+        return out
+    z = float(norm.ppf(0.975))
+    location = rows["location"].to_numpy(dtype=float)
+    se = (rows["ci_high"].to_numpy(dtype=float) - rows["ci_low"].to_numpy(dtype=float)) / (2 * z)
+    order = np.argsort(posterior["location"].to_numpy(dtype=float))
+    curve_x = posterior["location"].to_numpy(dtype=float)[order]
+    curve_y = posterior["expected_rating"].to_numpy(dtype=float)[order]
+    drawn = location + se * rng.standard_normal((n_draws, len(known)))
+    out[:, known] = np.interp(drawn, curve_x, curve_y)
+    return out
 
 
 def aggregate_ratings(
@@ -211,6 +265,9 @@ class MetaTable:
         Same index and columns as ``human``: the number of ratings behind each value.
     coverage : dict
         Counts: items scored, items judged, items in common.
+    posteriors : dict of str to DataFrame
+        With a competence model's aggregation: per criterion, each item's posterior (draws in
+        :meth:`label_draws` carry its uncertainty into the bootstraps); empty otherwise.
     """
 
     items: pd.DataFrame
@@ -220,6 +277,16 @@ class MetaTable:
     aggregation: str = "mean"
     n_raters: pd.DataFrame | None = None
     coverage: dict[str, int] = field(default_factory=dict)
+    posteriors: dict[str, pd.DataFrame] = field(default_factory=dict)
+
+    def label_draws(self, criterion: str, n_draws: int, seed: int) -> np.ndarray | None:
+        """Draws of people's aggregate for every item (shape (n_draws, items)) from the
+        competence model's posterior, or None without one (see :func:`posterior_draws`)."""
+        posterior = self.posteriors.get(criterion)
+        if posterior is None or n_draws == 0:
+            return None
+        items = [str(i) for i in self.items.index]
+        return posterior_draws(posterior, items, n_draws, seed)
 
     @property
     def metric_names(self) -> list[str]:
@@ -255,6 +322,7 @@ class MetaTable:
             aggregation=self.aggregation,
             n_raters=None if self.n_raters is None else self.n_raters.loc[index],
             coverage={**self.coverage, "items": int(keep.sum())},
+            posteriors=self.posteriors,
         )
 
     def metric_signature(self, metric: str) -> str:
@@ -310,7 +378,11 @@ def build_meta_table(
     chosen_criteria = _choose(all_criteria, criteria, "criterion")
     judgment_frame = judgment_frame[judgment_frame["criterion"].isin(chosen_criteria)]
 
-    human = aggregate_ratings(judgment_frame, method=aggregation)
+    posteriors: dict[str, pd.DataFrame] = {}
+    if aggregation in ("mace", "dawid-skene", "ordinal") and not judgment_frame.empty:
+        human, posteriors = _model_based_with_posteriors(judgment_frame, aggregation)
+    else:
+        human = aggregate_ratings(judgment_frame, method=aggregation)
     human = human.reindex(columns=chosen_criteria)
     counts = judgment_frame.groupby(["item_id", "criterion"])["value"].count().unstack("criterion")
     counts = counts.reindex(columns=chosen_criteria)
@@ -363,6 +435,7 @@ def build_meta_table(
             "raters": int(judgment_frame["rater_id"].nunique()),
             "judgments": len(judgment_frame),
         },
+        posteriors=posteriors,
     )
 
 
