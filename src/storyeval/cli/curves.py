@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -22,7 +23,7 @@ def curves_command(
         "perplexity,distinct2,slop_index",
         "--metrics",
         "-m",
-        help="Per-story metrics, no reference.",
+        help="Per-story metrics, no reference ('none': only --tension).",
     ),
     output: Path = typer.Option(..., "-o", "--output", help="The directory to write."),
     chapters: str = typer.Option(
@@ -35,6 +36,17 @@ def curves_command(
         300, "--window-words", help="Window length in words when a story has no chapters."
     ),
     option: list[str] = typer.Option(None, "--option", "-O", help="NAME.KEY=VALUE (repeat)."),
+    tension: str = typer.Option(
+        None,
+        "--tension",
+        help="Also draw each story's tension curve: sample (the share of an LM's sampled "
+        "endings after each sentence that miss the actual ending) or likelihood (the ending's "
+        "surprisal after each sentence).",
+    ),
+    tension_samples: int = typer.Option(
+        8, "--tension-samples", min=1, help="--tension sample: endings sampled per sentence."
+    ),
+    seed: int = typer.Option(0, "--seed", help="Seed of the sampled endings."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bars."),
     device: str = device_option(),
     precision: str = precision_option(),
@@ -51,16 +63,29 @@ def curves_command(
     device, precision = compute_settings(device, precision, threads)
     pattern = CHAPTER_PATTERN if chapters is None else (None if chapters == "none" else chapters)
     try:
-        table, signatures = story_curves(
-            read_stories(stories),
-            metrics,
-            options=parse_option_assignments(option or []),
-            chapter_pattern=pattern,
-            window_words=window_words,
-            progress=progress and sys.stderr.isatty(),
-            device=device,
-            precision=precision,
+        read = read_stories(stories)
+        if metrics.strip().lower() in ("", "none"):
+            if tension is None:
+                raise ValueError("give --metrics, --tension or both")
+            metrics = ""
+        table, signatures = (
+            _no_curves()
+            if not metrics
+            else story_curves(
+                read,
+                metrics,
+                options=parse_option_assignments(option or []),
+                chapter_pattern=pattern,
+                window_words=window_words,
+                progress=progress and sys.stderr.isatty(),
+                device=device,
+                precision=precision,
+            )
         )
+        if tension is not None:
+            table, signatures = _with_tension(
+                read, table, signatures, tension, tension_samples, seed
+            )
         written = write_curves(table, signatures, output)
     except (StoryevalError, OSError, ValueError) as exc:
         raise user_error(exc) from None
@@ -71,6 +96,28 @@ def curves_command(
     )
     for kind, path in written.items():
         typer.echo(f"wrote {kind}: {path}")
+
+
+def _no_curves() -> tuple[Any, dict[str, str]]:
+    import pandas as pd
+
+    from storyeval.analyses.curves import CURVE_COLUMNS
+
+    return pd.DataFrame(columns=list(CURVE_COLUMNS)), {}
+
+
+def _with_tension(
+    stories: list[Any], table: Any, signatures: dict[str, str], method: str, samples: int, seed: int
+) -> tuple[Any, dict[str, str]]:
+    """The curves with each story's tension curve added (``--tension``)."""
+    import pandas as pd
+
+    from storyeval.analyses.tension import TensionSettings, tension_curves
+
+    settings = TensionSettings(method=method, samples=samples, seed=seed)  # type: ignore[arg-type]
+    curve, signature = tension_curves(stories, settings=settings)
+    signatures = {**signatures, signature.name: signature.render()}
+    return pd.concat([table, curve], ignore_index=True), signatures
 
 
 def register(app: typer.Typer) -> None:
