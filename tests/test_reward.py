@@ -92,3 +92,35 @@ def test_cli_reward_mle_and_generation_with_the_trained_model(
         "train", "reward", "--prompts", str(prompts), "-o", str(tmp_path / "x"), "--batch-size", "3"
     )
     assert code == 2 and "multiple of num_generations" in err
+
+
+def test_self_critical_training_keeps_the_best_validation_checkpoint(
+    prompts: list[Any], tmp_path: Path
+) -> None:
+    """scst: the greedy decode is the baseline, a mixed loss, and the kept weights are those
+    with the best greedy validation reward (step 0 counts)."""
+    from storyeval.learn.reward import _private_copy
+    from storyeval.learn.scst import ScstSettings, scst, validation_reward
+
+    lm = _private_copy(None, "cpu")
+    settings = ScstSettings(steps=2, batch_size=2, max_new_tokens=8, learning_rate=5e-4,
+                            gamma_start=0.5, eval_every=1, seed=1)  # fmt: skip
+    score = reward_function(RewardSpec("perplexity"))
+    run = scst(lm, prompts[:2], prompts[2:4], score, settings)
+    assert [h["step"] for h in run.history] == [1, 2] and len(run.validation) == 3
+    assert [round(h["gamma"], 2) for h in run.history] == [0.5, 1.0]
+    best_step, best = max(run.validation, key=lambda sv: sv[1])
+    assert run.best_step == best_step
+    assert validation_reward(lm, prompts[2:4], score, settings) == pytest.approx(best, rel=1e-4)
+    result = train_reward(
+        prompts[:3], tmp_path / "scst", reward=RewardSpec("perplexity"),
+        settings=RewardTraining(algorithm="scst", steps=1, batch_size=2, max_new_tokens=8,
+                                learning_rate=5e-4, eval_every=1),
+    )  # fmt: skip
+    assert result.validation_before is not None and result.validation_after is not None
+    assert result.best_step in (0, 1)
+    fields = result.signature.fields
+    assert fields["algorithm"] == "scst" and fields["gamma_start"] == 0.97
+    assert "num_generations" not in fields and "validation" in fields
+    with pytest.raises(ValueError, match="gamma_start"):
+        RewardTraining(algorithm="scst", gamma_start=1.5)

@@ -517,6 +517,44 @@ _PROMPTS = typer.Option(
 )
 
 
+REWARD_ALGORITHM = typer.Option(
+    "grpo",
+    "--algorithm",
+    help="grpo or rloo (TRL's trainers), or scst (the thesis': self-critical REINFORCE "
+    "with the greedy decode as the baseline, a mixed loss with MLE, the best validation "
+    "checkpoint kept).",
+)
+REWARD_VALIDATION = typer.Option(
+    None,
+    "--validation",
+    help="Validation prompts: their reward before and after; scst keeps the weights with "
+    "the best (default for scst: a fifth of the prompts held out).",
+)
+REWARD_GAMMA_START = typer.Option(
+    0.97, "--gamma-start", help="scst: the policy-gradient weight at the first step."
+)
+REWARD_GAMMA_END = typer.Option(
+    1.0, "--gamma-end", help="scst: the weight at the last step (1 - weight: MLE)."
+)
+REWARD_EVAL_EVERY = typer.Option(
+    5, "--eval-every", min=1, help="scst: steps between validation scorings."
+)
+
+
+def _print_reward(spec: Any, result: Any) -> None:
+    typer.echo(
+        f"mean reward ({spec.describe()}) on the training prompts: {result.reward_before:.4f} "
+        f"before, {result.reward_after:.4f} after ({result.seconds:.0f} s)"
+    )
+    if result.validation_before is not None:
+        typer.echo(
+            f"on the validation prompts: {result.validation_before:.4f} before, "
+            f"{result.validation_after:.4f} after"
+        )
+    if result.best_step is not None:
+        typer.echo(f"kept the weights of step {result.best_step} (best validation reward)")
+
+
 @train_app.command("reward")
 def reward(
     prompts: Path = _PROMPTS,
@@ -536,7 +574,11 @@ def reward(
     model: str = typer.Option(
         None, "--model", help="The causal LM to train (default: the offline SmolLM2)."
     ),
-    algorithm: str = typer.Option("grpo", "--algorithm", help="grpo or rloo (TRL's trainers)."),
+    algorithm: str = REWARD_ALGORITHM,
+    validation: Path = REWARD_VALIDATION,
+    gamma_start: float = REWARD_GAMMA_START,
+    gamma_end: float = REWARD_GAMMA_END,
+    eval_every: int = REWARD_EVAL_EVERY,
     steps: int = typer.Option(20, "--steps", min=1, help="Policy-gradient steps."),
     batch_size: int = typer.Option(
         4, "--batch-size", min=2, help="Continuations per step (a multiple of --generations)."
@@ -576,6 +618,9 @@ def reward(
             beta=beta,
             temperature=temperature,
             mle_steps=mle_steps,
+            gamma_start=gamma_start,
+            gamma_end=gamma_end,
+            eval_every=eval_every,
             seed=seed,
         )
         spec = RewardSpec(metric, _reward_options(metric, option), judge_model)
@@ -586,13 +631,11 @@ def reward(
             model=model,
             settings=settings,
             device=device,
+            validation=read_prompts(validation) if validation is not None else None,
         )
     except (StoryevalError, OSError, ValueError) as exc:
         raise user_error(exc) from None
-    typer.echo(
-        f"mean reward ({spec.describe()}) on the training prompts: {result.reward_before:.4f} "
-        f"before, {result.reward_after:.4f} after ({result.seconds:.0f} s)"
-    )
+    _print_reward(spec, result)
     typer.echo(f"model: {output}")
     typer.echo(f"signature: {result.signature.render()}")
 

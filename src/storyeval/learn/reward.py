@@ -4,7 +4,10 @@ reinforcement learning against any registered storyeval metric or an LLM judge's
 The policy-gradient loop is TRL's (:class:`trl.GRPOTrainer` or :class:`trl.RLOOTrainer`):
 for each prompt it samples ``num_generations`` continuations, scores them with the reward in
 one batch through :func:`storyeval.metrics.function.call_metric` (or a judge), and moves the model
-towards the continuations scored above their group's mean. A metric where lower is better
+towards the continuations scored above their group's mean. ``algorithm="scst"`` is the
+thesis' own: self-critical REINFORCE with the greedy decode's reward as the baseline and a mixed
+loss with maximum likelihood, keeping the weights with the best validation reward
+(:mod:`storyeval.learn.scst`). A metric where lower is better
 (perplexity) is negated. ``mle_steps`` first fine-tunes on the references by maximum
 likelihood (TRL's :class:`trl.SFTTrainer`), as the thesis' models were trained with MLE
 before the metric reward; :func:`train_mle` alone is the thesis' baseline.
@@ -31,7 +34,10 @@ from storyeval.corpus import Story
 from storyeval.errors import StoryevalError
 from storyeval.signature import Signature
 
-ALGORITHMS = ("grpo", "rloo")
+ALGORITHMS = ("grpo", "rloo", "scst")
+#: Settings that only one kind of algorithm reads (left out of the other's signature).
+_SCST_ONLY = ("gamma_start", "gamma_end", "eval_every")
+_GROUP_ONLY = ("num_generations", "beta")
 
 
 class MissingTrainingExtra(StoryevalError, ImportError):
@@ -162,6 +168,9 @@ class RewardTraining:
     top_p: float = 1.0
     mle_steps: int = 0
     mle_learning_rate: float = 5e-5
+    gamma_start: float = 0.97
+    gamma_end: float = 1.0
+    eval_every: int = 5
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -169,6 +178,15 @@ class RewardTraining:
             raise ValueError(
                 f"algorithm must be one of {', '.join(ALGORITHMS)}; got {self.algorithm!r}"
             )
+        for name in ("steps", "max_new_tokens"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1; got {getattr(self, name)}")
+        if self.algorithm == "scst":
+            if not 0 <= self.gamma_start <= 1 or not 0 <= self.gamma_end <= 1:
+                raise ValueError("gamma_start and gamma_end must be in [0, 1]")
+            if self.eval_every < 1:
+                raise ValueError("eval_every must be at least 1")
+            return
         if self.num_generations < 2:
             raise ValueError("num_generations must be at least 2 (rewards are compared in a group)")
         if self.batch_size % self.num_generations:
@@ -176,9 +194,28 @@ class RewardTraining:
                 f"batch_size ({self.batch_size}) must be a multiple of num_generations "
                 f"({self.num_generations})"
             )
-        for name in ("steps", "max_new_tokens"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1; got {getattr(self, name)}")
+
+    def signature_fields(self) -> dict[str, Any]:
+        """The settings the algorithm reads (for the signature)."""
+        skip = _GROUP_ONLY if self.algorithm == "scst" else _SCST_ONLY
+        return {k: v for k, v in asdict(self).items() if k not in skip}
+
+    def scst(self) -> Any:
+        """The self-critical loop's settings."""
+        from storyeval.learn.scst import ScstSettings
+
+        return ScstSettings(
+            steps=self.steps,
+            batch_size=self.batch_size,
+            max_new_tokens=self.max_new_tokens,
+            learning_rate=self.learning_rate,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            gamma_start=self.gamma_start,
+            gamma_end=self.gamma_end,
+            eval_every=self.eval_every,
+            seed=self.seed,
+        )
 
 
 def _check_prompts(prompts: Sequence[Story], spec: RewardSpec) -> None:
@@ -297,14 +334,18 @@ def _on_gpu(lm: Any) -> bool:
 
 @dataclass
 class RewardResult:
-    """What a run did: the before/after mean rewards on the training prompts, the trainer's
-    log, and the signature of the saved model."""
+    """What a run did: the before/after mean rewards on the training prompts (and on the
+    validation prompts), the trainer's log, the signature of the saved model, and for
+    ``scst`` the step whose weights were kept."""
 
     signature: Signature
     reward_before: float
     reward_after: float
     history: list[dict[str, Any]]
     seconds: float
+    validation_before: float | None = None
+    validation_after: float | None = None
+    best_step: int | None = None
 
 
 def _policy_trainer(
@@ -396,9 +437,14 @@ def train_reward(
     model: str | None = None,
     settings: RewardTraining | None = None,
     device: str = "cpu",
+    validation: Sequence[Story] | None = None,
 ) -> RewardResult:
     """Fine-tune ``model`` (the offline SmolLM2 by default) against ``reward`` on the prompts
     (see the module docstring) and save it to ``output``.
+
+    ``validation`` prompts are scored before and after too; ``scst`` keeps the weights with
+    the best validation reward and, without validation prompts, holds out a fifth of the
+    prompts (seeded) for it.
 
     Raises
     ------
@@ -409,58 +455,98 @@ def train_reward(
 
     import torch
 
-    require_trl()
-    from transformers import PrinterCallback
-
     settings = settings or RewardTraining()
+    if settings.algorithm != "scst" or settings.mle_steps:
+        require_trl()
     _check_prompts(prompts, reward)
+    prompts, validation = _validation_split(prompts, validation, settings)
     torch.manual_seed(settings.seed)
     lm = _private_copy(model, device)
     score = reward_function(reward)
-    signature = _signature("reward", lm, reward, asdict(settings), prompts)
+    fields = settings.signature_fields()
+    if validation:
+        from storyeval.learn.data import corpus_hash
+
+        fields["validation"] = corpus_hash(validation)
+    signature = _signature("reward", lm, reward, fields, prompts)
     started = time.perf_counter()
     measure = functools.partial(
         mean_reward,
-        prompts=prompts,
         reward=score,
         max_new_tokens=settings.max_new_tokens,
         temperature=settings.temperature,
         seed=settings.seed,
     )
-    before, _ = measure(lm)
-    with tempfile.TemporaryDirectory(prefix="storyeval-rl-") as work, _quiet_trl():
+    before = measure(lm, prompts)[0]
+    validation_before = measure(lm, validation)[0] if validation else None
+    with tempfile.TemporaryDirectory(prefix="storyeval-rl-") as work:
+        history, best_step = _train(lm, prompts, validation, score, settings, Path(work))
+    lm.model.eval()
+    result = RewardResult(
+        signature,
+        before,
+        measure(lm, prompts)[0],
+        history,
+        0.0,
+        validation_before,
+        measure(lm, validation)[0] if validation else None,
+        best_step,
+    )
+    result.seconds = time.perf_counter() - started
+    _save(lm, Path(output), {"kind": "reward", "signature": signature.to_dict(), "training": {
+        "reward_before": result.reward_before, "reward_after": result.reward_after,
+        "validation_before": result.validation_before, "validation_after": result.validation_after,
+        "best_step": best_step, "seconds": result.seconds, "history": history}})  # fmt: skip
+    return result
+
+
+def _validation_split(
+    prompts: Sequence[Story], validation: Sequence[Story] | None, settings: RewardTraining
+) -> tuple[list[Story], list[Story]]:
+    """The training and validation prompts (``scst`` without validation prompts: a seeded
+    fifth of the prompts held out)."""
+    import random
+
+    if validation or settings.algorithm != "scst":
+        return list(prompts), list(validation or [])
+    order = list(prompts)
+    random.Random(settings.seed).shuffle(order)
+    held = max(1, len(order) // 5)
+    if len(order) - held < 1:
+        raise StoryevalError("scst needs at least 2 prompts (one held out for validation)")
+    return order[held:], order[:held]
+
+
+def _train(
+    lm: Any,
+    prompts: Sequence[Story],
+    validation: Sequence[Story],
+    score: Any,
+    settings: RewardTraining,
+    work: Path,
+) -> tuple[list[dict[str, Any]], int | None]:
+    """The MLE warm-up, then the policy-gradient loop; the trainer's log and (scst) the kept
+    step."""
+    if settings.algorithm == "scst":
+        from storyeval.learn.scst import scst
+
         if settings.mle_steps:
-            _sft(
-                lm,
-                prompts,
-                settings.mle_steps,
-                settings.mle_learning_rate,
-                settings.seed,
-                Path(work),
-            )
-        trainer = _policy_trainer(lm, prompts, score, settings, Path(work))
+            with _quiet_trl():
+                _sft(
+                    lm, prompts, settings.mle_steps, settings.mle_learning_rate, settings.seed, work
+                )
+        run = scst(lm, prompts, validation, score, settings.scst())
+        history = run.history + [{"step": s, "validation_reward": v} for s, v in run.validation]
+        return history, run.best_step
+    from transformers import PrinterCallback
+
+    with _quiet_trl():
+        if settings.mle_steps:
+            _sft(lm, prompts, settings.mle_steps, settings.mle_learning_rate, settings.seed, work)
+        trainer = _policy_trainer(lm, prompts, score, settings, work)
         trainer.remove_callback(PrinterCallback)  # storyeval prints its own summary
         trainer.train()
-        history = [dict(h) for h in trainer.state.log_history]
-    lm.model.eval()
-    after, _ = measure(lm)
-    seconds = time.perf_counter() - started
-    result = RewardResult(signature, before, after, history, seconds)
-    _save(
-        lm,
-        Path(output),
-        {
-            "kind": "reward",
-            "signature": signature.to_dict(),
-            "training": {
-                "reward_before": before,
-                "reward_after": after,
-                "seconds": seconds,
-                "history": history,
-            },
-        },
-    )
-    return result
+    return [dict(h) for h in trainer.state.log_history], None
 
 
 def train_mle(
