@@ -153,3 +153,14 @@ def test_entity_tasks_and_generation_from_the_command_line(
         "train", "engen", "--texts", str(annotated), "-o", str(tmp_path / "x"), "-q"
     )
     assert code == 2 and "at least 4 texts" in err
+
+
+def test_texts_longer_than_max_tokens_are_cut_with_a_warning(texts: list[AnnotatedText]) -> None:
+    config = EngenConfig(epochs=1, hidden=8, embedding=8, max_tokens=20, seed=0)
+    with pytest.warns(UserWarning, match=r"of \d+ texts are longer than max_tokens \(20"):
+        model = train_engen(texts[:6], config=config, max_steps=1)
+    assert model.signature.fields["max_tokens"] == 20
+    text = AnnotatedText("t", " ".join(["word"] * 50), ())
+    assert len(encode(text, build_vocabulary([text], 10), config).ids) == 20
+    with pytest.raises(ValueError, match="max_tokens must be at least 1"):
+        EngenConfig(max_tokens=0)

@@ -436,6 +436,13 @@ def engen(
     embedding: int = typer.Option(64, "--embedding", min=1, help="Word embedding size."),
     hidden: int = typer.Option(128, "--hidden", min=1, help="LSTM and entity size."),
     vocabulary: int = typer.Option(4000, "--vocabulary", min=1, help="Words kept (rest <unk>)."),
+    max_tokens: int = typer.Option(
+        400,
+        "--max-tokens",
+        min=3,
+        help="Longest text trained on, in tokens (longer texts are cut, counted in a warning; "
+        "in the signature).",
+    ),
     batch_size: int = typer.Option(8, "--batch-size", min=1, help="Texts per step."),
     learning_rate: float = typer.Option(3e-3, "--lr", help="Adam learning rate."),
     max_steps: int = typer.Option(None, "--max-steps", min=1, help="Stop after N steps."),
@@ -464,6 +471,7 @@ def engen(
             embedding=embedding,
             hidden=hidden,
             vocabulary=vocabulary,
+            max_tokens=max_tokens,
             batch_size=batch_size,
             learning_rate=learning_rate,
             seed=seed,

@@ -106,7 +106,14 @@ class EngenConfig:
             raise ValueError(f"variant must be one of {', '.join(VARIANTS)}; got {self.variant!r}")
         if self.combine not in COMBINES:
             raise ValueError(f"combine must be one of {', '.join(COMBINES)}; got {self.combine!r}")
-        for name in ("embedding", "hidden", "vocabulary", "max_entities", "max_mention"):
+        for name in (
+            "embedding",
+            "hidden",
+            "vocabulary",
+            "max_entities",
+            "max_mention",
+            "max_tokens",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1; got {getattr(self, name)}")
 
@@ -134,6 +141,20 @@ class EncodedText:
     inside: list[int] = field(default_factory=list)
     ends: dict[int, int] = field(default_factory=dict)
     sentence: list[int] = field(default_factory=list)
+
+
+def _warn_cut(texts: Sequence[AnnotatedText], config: EngenConfig) -> None:
+    """Say how many texts are longer than ``max_tokens`` (their ends are not trained on)."""
+    import warnings
+
+    longer = sum(1 for t in texts if len(tokenize(t.text)) > config.max_tokens - 2)
+    if longer:
+        warnings.warn(
+            f"{longer} of {len(texts)} texts are longer than max_tokens ({config.max_tokens} "
+            "tokens with the boundaries): their ends are not trained on (--max-tokens)",
+            UserWarning,
+            stacklevel=3,
+        )
 
 
 def encode(
@@ -449,6 +470,7 @@ def train_engen(
     n_dev = max(1, round(len(order) * dev_fraction))
     dev, train = order[:n_dev], order[n_dev:]
     vocab = build_vocabulary(train, config.vocabulary)
+    _warn_cut(texts, config)
     encoded = [encode(t, vocab, config) for t in train]
     dev_encoded = [encode(t, vocab, config) for t in dev]
     module = _module(config, len(vocab))
