@@ -203,12 +203,12 @@ class Technique:
         The error of generated stories it mimics (repeated plots, poor coherence, ...).
     description : str
         One line for help texts and docs.
-    suite : {"union", "discrimination", "invariance", "invariance-lm"}
+    suite : {"union", "discrimination", "invariance", "invariance-lm", "consistency"}
         ``union``: UNION's four negative-sampling techniques, the default set. The others
         are asked for by name or by suite: ``discrimination`` introduces an error of
         generated stories (OpenMEVA's tests), ``invariance`` keeps the quality (a robust
         metric barely moves), ``invariance-lm`` keeps it with a language model's rewrites
-        (slow).
+        (slow), ``consistency`` plants contradictions for the consistency checks.
     """
 
     name: str
@@ -239,7 +239,13 @@ UNION_COUNT_PROBABILITIES: dict[int, float] = {1: 0.5, 2: 0.2, 3: 0.2, 4: 0.1}
 
 
 #: The suites of techniques (see :class:`Technique`).
-SUITES: tuple[str, ...] = ("union", "discrimination", "invariance", "invariance-lm")
+SUITES: tuple[str, ...] = (
+    "union",
+    "discrimination",
+    "invariance",
+    "invariance-lm",
+    "consistency",
+)
 
 
 def register_technique(

@@ -323,4 +323,56 @@ def negation(
     return new, [edit]
 
 
-__all__ = ["alter_negation", "negation", "reordering", "repetition", "substitution"]
+@register_technique(
+    "contradiction",
+    min_sentences=2,
+    mix_weight=0.0,
+    error_type="inconsistency",
+    description="state a sentence again later with its negation flipped (a planted "
+    "contradiction for the consistency checks)",
+    suite="consistency",
+)
+def contradiction(
+    sentences: list[str],
+    rng: random.Random,
+    corpus: PerturbationCorpus,
+    *,
+    story_id: str,
+    options: PerturbOptions,
+) -> tuple[list[str], list[Edit]]:
+    """Copy a sentence ``i`` (not the last) with one negation added or removed (Table 8's rules)
+    and insert it at a random later place, so the story says X and later not X; the edit
+    names both sentences."""
+    from storyeval.perturb.negation import apply_site
+
+    places = []
+    for index, sentence in enumerate(sentences[:-1]):
+        doc = corpus.parse(sentence)
+        places += [(index, doc, site) for site in negation_sites(doc)]
+    if not places:
+        raise NotApplicableError(
+            "contradiction", "no sentence has a verb whose negation can change"
+        )
+    index, doc, site = rng.choice(places)
+    flipped = corpus.style.render(apply_site(doc, site, contract=False))
+    at = rng.randint(index + 2, len(sentences))  # after the next sentence at the earliest
+    new = [*sentences[:at], flipped, *sentences[at:]]
+    edit = Edit(
+        "contradiction",
+        f"{site.direction}_negation",
+        at,
+        before="",
+        after=flipped,
+        detail={"contradicts": index, "rule": site.rule},
+    )
+    return new, [edit]
+
+
+__all__ = [
+    "alter_negation",
+    "contradiction",
+    "negation",
+    "reordering",
+    "repetition",
+    "substitution",
+]
