@@ -167,6 +167,9 @@ def test_analysis_per_condition_with_third_party_ratings(tmp_path: Path) -> None
     catchy = result.ratings.set_index("condition")
     assert catchy.loc["mil", "mean"] == 5.0 and catchy.loc["solo", "mean"] == 2.5
     assert catchy.loc["mil", "mannwhitney_p"] < 0.01
+    agreement = result.self_vs_others.set_index(["question", "criterion"])
+    own = agreement.loc[("satisfied", "catchy")]  # the satisfied writers' slogans rate higher
+    assert own["n"] == 12 and own["estimate"] > 0.7 and own["ci_low"] <= own["estimate"]
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"format": "storyeval-writing-session"}\n', encoding="utf-8")
     with pytest.raises(DataFileError, match=r"bad\.jsonl:1"):

@@ -11,7 +11,11 @@ machine in the loop):
   and drafts; share of that suggestion's words kept); "would you use it again" counts;
 * ``ratings``: third-party ratings of the final slogans (any judgment file whose ``item_id``
   is a slogan id of :func:`slogan_stories`, e.g. from a Likert study over them), per
-  condition and criterion, with the same tests.
+  condition and criterion, with the same tests;
+* ``self_vs_others``: how well writers judge their own slogans: Spearman's rho between a
+  writer's seven-point answer about a slogan (creative, catchy, ...) and the third-party mean
+  rating of the same slogan, per question and criterion, with a bootstrap interval
+  (section 2.6.2 compares the two).
 
 Examples
 --------
@@ -32,7 +36,7 @@ from __future__ import annotations
 import json
 import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -214,6 +218,7 @@ class SloganAnalysis:
     pulls: pd.DataFrame
     ratings: pd.DataFrame
     writers: pd.DataFrame
+    self_vs_others: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 def analyse_slogan_sessions(
@@ -246,7 +251,46 @@ def analyse_slogan_sessions(
         columns=["criterion", "condition", "value"],
     )
     ratings_table = _compare(rated, "criterion", confidence)
-    return SloganAnalysis(survey_table, _pull_rows(used), ratings_table, writers)
+    agreement = _self_vs_others(used, ratings, confidence)
+    return SloganAnalysis(survey_table, _pull_rows(used), ratings_table, writers, agreement)
+
+
+def _self_vs_others(
+    records: Sequence[Mapping[str, Any]], ratings: Sequence[Judgment], confidence: float
+) -> pd.DataFrame:
+    """Spearman's rho of the writers' own answers with the third-party mean, per question and
+    criterion (slogans with both)."""
+    import warnings
+
+    from storyeval.meta.correlation import level_correlation
+
+    own = pd.DataFrame(
+        [
+            {"item_id": slogan_id(r, t), "question": a["name"], "own": float(a["value"])}
+            for r, t in _completed_tasks(records)
+            for a in (t.get("survey") or {}).get("likert", [])
+        ],
+        columns=["item_id", "question", "own"],
+    )
+    others = pd.DataFrame(
+        [(j.item_id, j.criterion, float(j.value)) for j in ratings],
+        columns=["item_id", "criterion", "value"],
+    )
+    columns = ["question", "criterion", "estimate", "ci_low", "ci_high", "p_value", "n"]
+    if own.empty or others.empty:
+        return pd.DataFrame(columns=columns)
+    means = others.groupby(["item_id", "criterion"], as_index=False)["value"].mean()
+    rows = []
+    for (question, criterion), part in own.merge(means, on="item_id").groupby(
+        ["question", "criterion"]
+    ):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            result = level_correlation(
+                part["own"], part["value"], method="spearman", n_boot=1000, confidence=confidence
+            )
+        rows.append({"question": question, "criterion": criterion, **result})
+    return pd.DataFrame(rows, columns=columns) if rows else pd.DataFrame(columns=columns)
 
 
 def slogan_report(result: SloganAnalysis) -> str:
@@ -273,11 +317,18 @@ def slogan_report(result: SloganAnalysis) -> str:
         )
     else:
         doc.frame(result.ratings)
+        doc.heading(2, "Writers' own ratings against the third-party ratings")
+        doc.paragraph(
+            "Spearman's rho between a writer's answer about their slogan and the mean "
+            "third-party rating of it, with a bootstrap interval."
+        )
+        doc.frame(result.self_vs_others, digits=3)
     return doc.render()
 
 
 def write_slogan_analysis(result: SloganAnalysis, output: str | Path) -> list[Path]:
-    """Write survey.csv, pulls.csv, ratings.csv, writers.csv and report.md into ``output``."""
+    """Write survey.csv, pulls.csv, ratings.csv, writers.csv, self_vs_others.csv and
+    report.md into ``output``."""
     from storyeval.io import write_table, write_text_atomic
 
     folder = Path(output)
@@ -287,6 +338,7 @@ def write_slogan_analysis(result: SloganAnalysis, output: str | Path) -> list[Pa
         write_table(folder / "pulls.csv", result.pulls),
         write_table(folder / "ratings.csv", result.ratings),
         write_table(folder / "writers.csv", result.writers),
+        write_table(folder / "self_vs_others.csv", result.self_vs_others),
     ]
     write_text_atomic(folder / "report.md", slogan_report(result))
     return [*written, folder / "report.md"]
