@@ -82,6 +82,7 @@ from storyeval.metrics.set_diversity import (
     compression_ratio,
     functional_diversity,
     homogenization,
+    plot_reuse,
     vendi_score,
 )
 
@@ -131,6 +132,7 @@ METRICS: dict[str, Callable[..., Any]] = {
     "overused_phrase_rate": overused_phrase_rate,
     "paragraph_length_cv": paragraph_length_cv,
     "perplexity": perplexity,
+    "plot_reuse": plot_reuse,
     "preference": preference,
     "repeated_ngram_rate": repeated_ngram_rate,
     "repeated_sentence_rate": repeated_sentence_rate,
@@ -319,6 +321,7 @@ __all__ = [
     "overused_phrase_rate",
     "paragraph_length_cv",
     "perplexity",
+    "plot_reuse",
     "precision_recall",
     "preference",
     "repeated_ngram_rate",

@@ -25,6 +25,7 @@ def _options(checkpoints, spec=None):
     options = {**checkpoints, "edits.original": EDIT_FIELD, "prose.min_stories": "2"}
     options["precision_recall.k"] = "1"
     options["functional_diversity.within"] = "system"  # one story a system and prompt
+    options["plot_reuse.within"] = "system"
     if spec is None:
         return options
     return {key: value for key, value in options.items() if key.split(".")[0] in spec.families}

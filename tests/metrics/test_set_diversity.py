@@ -120,3 +120,22 @@ def test_functional_diversity_counts_classes_of_equivalent_samples() -> None:
     )
     pooled = F.functional_diversity(texts, prompts, groups, kernel="ngram", within="system")
     assert pooled.values.tolist() == [2.0, 2.0, 2.0, 3.0, 3.0, 3.0]
+
+
+def test_plot_reuse_counts_events_retold_in_the_other_samples() -> None:
+    from storyeval.metrics.set_diversity import event_reuse
+
+    unit = np.eye(3)
+    assert event_reuse([unit[:2], unit[:1], unit[2:]], 0.9).tolist() == [0.5, 1.0, 0.0]
+    assert np.isnan(event_reuse([unit[:1]], 0.9)[0])  # alone: no other sample
+    texts = [
+        "The knight rode out at dawn. He found a sleeping dragon.",
+        "The knight rode out at dawn. A storm drove him home.",
+        "A girl baked bread for the whole village.",
+        "Only one sample here.",
+    ]
+    result = F.plot_reuse(texts, ["p", "p", "p", "q"], ["s", "s", "s", "s"])
+    assert result.values[:3].tolist() == pytest.approx([0.5, 0.5, 0.0])
+    assert np.isnan(result.values[3]) and "only sample" in result.notes[0]
+    pooled = F.plot_reuse(texts, ["p", "p", "p", "q"], ["s", "s", "s", "s"], within="system")
+    assert not np.isnan(pooled.values).any()

@@ -390,3 +390,100 @@ def functional_diversity(
     )
     omit = ("model", "batch_tokens") if kernel == "ngram" else ("n",)
     return SetDiversityScores(values, models=models, notes=notes, omit=omit)
+
+
+def _sentence_plan(
+    batch: MetricBatch, options: Mapping[str, Any]
+) -> Iterable[tuple[str | None, list[str], list[int]]]:
+    """Every sentence of every story at the last layer (the events compared)."""
+    cache = batch.context.cache(options["model"])
+    texts = [t for s in batch.stories for t in batch.context.sentences(s.story)]
+    yield options["model"], texts, [cache.n_layers]
+
+
+def event_reuse(events: Sequence[np.ndarray], threshold: float) -> np.ndarray:
+    """Per sample, the share of its events (rows, unit vectors) that have a match (cosine at
+    least ``threshold``) among the other samples' events; nan for a sample without events.
+
+    >>> a, b = np.array([[1.0, 0.0], [0.0, 1.0]]), np.array([[1.0, 0.0]])
+    >>> event_reuse([a, b], 0.9).tolist()
+    [0.5, 1.0]
+    """
+    out = np.full(len(events), np.nan)
+    for k, mine in enumerate(events):
+        others = [e for j, e in enumerate(events) if j != k and len(e)]
+        if not len(mine) or not others:
+            continue
+        best = (mine @ np.vstack(others).T).max(axis=1)
+        out[k] = float((best >= threshold).mean())
+    return out
+
+
+@metric(
+    "plot_reuse",
+    description="Share of the story's events (sentences) that reappear in the system's other "
+    "samples for the same prompt (higher = the samples retell one plot)",
+    families=("diversity",),
+    model="encoder",
+    higher_is_better=False,
+    value_range=(0.0, 1.0),
+    level="system",
+    default=False,
+    plan=_sentence_plan,
+    card=MetricCard(
+        measures="Plot-level diversity in the manner of Sui Generis (Xu et al. 2025): of "
+        "several samples one system wrote for one prompt, the share of a sample's events "
+        "that reappear in the others. Events are the story's sentences; a sentence reappears "
+        "when a sentence of another sample is at least `threshold` similar (cosine of the "
+        "encoder's mean-pooled last layer). The system mean is over its samples.",
+        read="0-1; 0: every sample tells new events, 1: every event of a sample is retold in "
+        "another. Compare systems at the same number of samples per prompt, beside a "
+        "quality score.",
+        papers="Xu et al. (2025) find that LLMs' continuations of a story reuse the same plot "
+        "elements across samples far more than human writers' do.",
+        limits="Sentences stand in for plot events (Sui Generis extracts events with an LLM); "
+        "a paraphrase below the threshold counts as new, a shared generic sentence ('The end.') "
+        "as reused. Undefined for a prompt with one sample.",
+        refs="Xu et al. (2025), Echoes in AI: quantifying lack of plot diversity in LLM outputs.",
+    ),
+)
+def plot_reuse(
+    texts: Texts,
+    prompts: Prompts,
+    groups: Groups | None = None,
+    *,
+    threshold: Annotated[
+        float, Opt("similarity at which a sentence is the same event", minimum=0.0, maximum=1.0)
+    ] = 0.8,
+    within: Annotated[
+        Literal["prompt", "system"],
+        Opt("compare the samples of a prompt, or all of a system's stories"),
+    ] = "prompt",
+    model: EncoderName = None,
+    batch_tokens: BatchTokens = 4096,
+    scoring: ScoringContext | None = None,
+    device: Device = None,
+    precision: Precision = None,
+    progress: bool = False,
+) -> SetDiversityScores:
+    """Each text's share of sentences found again in its group's other texts for its prompt."""
+    assert scoring is not None
+    cache = scoring.cache(model)
+    sentences = [scoring.sentences(t) for t in texts]
+    flat = [s for group in sentences for s in group]
+    vectors = cache.text_embeddings(flat) if flat else np.zeros((0, 1))
+    vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+    bounds = np.cumsum([0, *(len(group) for group in sentences)])
+    values = np.full(len(texts), np.nan)
+    for indices in _by_group_and_prompt(prompts, groups, by_prompt=within == "prompt"):
+        events = [vectors[bounds[i] : bounds[i + 1]] for i in indices]
+        values[indices] = event_reuse(events, threshold)
+    notes = (
+        ()
+        if not np.isnan(values).any()
+        else (
+            f"{int(np.isnan(values).sum())} stories are their system's only sample for their "
+            "prompt: undefined",
+        )
+    )
+    return SetDiversityScores(values, models={"model": cache.identity}, notes=notes)
