@@ -83,6 +83,38 @@ def test_suggest_is_seeded_and_gives_at_most_three(
         suggest(["the", "of"], bank=bank, lm=causal_lm, nlp=nlp)
 
 
+def test_neighbours_widen_the_slot_words(bank: SkeletonBank, causal_lm: Any, nlp: Any) -> None:
+    """With --neighbours the slots may take words near the targets in GloVe, words neither the
+    writer nor the skeleton corpus' frequent words offer."""
+    import dataclasses
+
+    from storyeval.generate.slogans import SloganSettings, Target, related_words, slogan_signature
+
+    related = related_words([Target("coffee", "coffee", "NN")], 4)
+    assert [t.word for t in related] == ["drink", "drinks", "wine", "tea"]
+    assert all(t.tag == "NN" for t in related)
+    plain = SloganSettings()
+    wide = dataclasses.replace(plain, neighbours=4)
+    # an LM that likes "tea": the slot takes it only if the neighbours are offered
+    import storyeval.generate.slogans as slogans
+
+    def likes_tea(lm: Any, texts: list[str]) -> list[float]:
+        return [1.0 if "tea" in t.lower().split() else 0.0 for t in texts]
+
+    monkey = pytest.MonkeyPatch()
+    monkey.setattr(slogans, "_prefix_scores", likes_tea)
+    try:
+        base, _ = suggest(["coffee"], "", bank=bank, lm=causal_lm, nlp=nlp, settings=plain)
+        more, _ = suggest(["coffee"], "", bank=bank, lm=causal_lm, nlp=nlp, settings=wide)
+    finally:
+        monkey.undo()
+    words = lambda found: {w.strip(".,!") for s in found for w in s.text.lower().split()}  # noqa: E731
+    assert "tea" not in words(base) and "tea" in words(more)
+    assert "neighbours" not in slogan_signature(bank, causal_lm, nlp, 0, plain).fields
+    signature = slogan_signature(bank, causal_lm, nlp, 0, wide).fields
+    assert signature["neighbours"] == 4 and str(signature["vectors"]).startswith("glove")
+
+
 def test_shipped_lines_and_user_files(tmp_path: Path) -> None:
     assert len(read_lines()) >= 50
     empty = tmp_path / "empty.txt"

@@ -23,6 +23,14 @@ def slogans_command(
     seed: int = typer.Option(0, "--seed", help="Seed of the target-word and skeleton draws."),
     suggestions: int = typer.Option(3, "--suggestions", min=1, max=3, help="Suggestions each."),
     beam: int = typer.Option(None, "--beam", min=1, help="Beam width of the slot filling (4)."),
+    neighbours: int = typer.Option(
+        0,
+        "--neighbours",
+        min=0,
+        max=20,
+        help="Also offer each target's N nearest GloVe neighbours as slot words (beyond the "
+        "skeleton corpus' frequent words and the writer's own).",
+    ),
     device: str = device_option(),
     threads: int = threads_option(),
 ) -> None:
@@ -54,7 +62,7 @@ def slogans_command(
         nlp = load_spacy()
         bank = SkeletonBank.load(skeletons, nlp=nlp)
         lm = place(load_causal_lm(model), device)
-        settings = SloganSettings(suggestions=suggestions)
+        settings = SloganSettings(suggestions=suggestions, neighbours=neighbours)
         if beam is not None:
             settings = dataclasses.replace(settings, beam=beam)
         records = list(

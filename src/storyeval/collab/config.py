@@ -441,6 +441,7 @@ class SkeletonSettings(_Strict):
     diversity: float = _SUGGESTER.diversity
     targets: int = Field(default=_SUGGESTER.targets, ge=1, le=10)
     suggestions: int = Field(default=_SUGGESTER.suggestions, ge=1, le=3)
+    neighbours: int = Field(default=_SUGGESTER.neighbours, ge=0, le=20)
 
     def settings(self) -> SloganSettings:
         """The suggester's settings (without the skeleton file and the model)."""

@@ -272,6 +272,49 @@ class SloganSettings:
     diversity: float = 0.5
     targets: int = 3
     suggestions: int = 3
+    neighbours: int = 0
+
+
+_NORMALISED: dict[str, Any] = {}
+
+
+def related_words(targets: Sequence[Target], k: int, *, search: int = 50_000) -> list[Target]:
+    """The ``k`` nearest neighbours of each target in the GloVe vectors (cosine, among the
+    ``search`` most frequent alphabetic words), as targets of the same part of speech: slot
+    candidates beyond the skeleton corpus' frequent words (Clark 2021, section 2.5.2).
+
+    >>> [t.word for t in related_words([Target("coffee", "coffee", "NN")], 2)]
+    ['drink', 'drinks']
+    """
+    import numpy as np
+
+    from storyeval.models import load_glove
+
+    vectors = load_glove()
+    if vectors.identity not in _NORMALISED:
+        top = np.asarray(vectors.vectors[:search], dtype=np.float64)
+        _NORMALISED.clear()
+        _NORMALISED[vectors.identity] = top / np.maximum(
+            np.linalg.norm(top, axis=1, keepdims=True), 1e-12
+        )
+    matrix = _NORMALISED[vectors.identity]
+    words = {i: w for w, i in vectors.index.items() if i < len(matrix)}
+    found: list[Target] = []
+    taken = {t.lemma for t in targets}
+    for target in targets:
+        row = vectors.index.get(target.lemma)
+        if row is None or row >= len(matrix):
+            continue
+        picked = 0
+        for i in np.argsort(-(matrix @ matrix[row])):
+            word = words.get(int(i), "")
+            if picked == k:
+                break
+            if word.isalpha() and word not in taken and not word.startswith(target.lemma[:4]):
+                found.append(Target(word, word, target.tag))
+                taken.add(word)
+                picked += 1
+    return found
 
 
 def fill(
@@ -280,8 +323,10 @@ def fill(
     bank: SkeletonBank,
     lm: Any,
     settings: SloganSettings,
+    related: Sequence[Target] = (),
 ) -> Suggestion:
-    """Fill the slots of one skeleton by beam search (see the module docstring)."""
+    """Fill the slots of one skeleton by beam search (see the module docstring); ``related``
+    words (:func:`related_words`) are candidates beside the corpus' frequent words."""
     beams = [_Beam({}, frozenset())]
     for slot in skeleton.slots:
         tag = skeleton.tags[slot]
@@ -296,6 +341,8 @@ def fill(
                 form = inflect(target, tag)
                 if form is not None and target.word not in beam.used:
                     options.append((form, target.word))  # the writer's word, as in targets
+            extra = [inflect(r, tag) for r in related]
+            options += [(w, "") for w in extra if w and w not in beam.fillers.values()]
             options += [(word, "") for word in corpus if word not in beam.fillers.values()]
             for word, source in options:
                 used = beam.used | {source} if source else beam.used
@@ -359,7 +406,8 @@ def suggest(
             fits.append((holdable, rng.random(), skeleton))
     fits.sort(key=lambda item: (-item[0], item[1]))
     chosen = [skeleton for _, _, skeleton in fits[: settings.suggestions]]
-    suggestions = [fill(skeleton, targets, bank, lm, settings) for skeleton in chosen]
+    related = related_words(targets, settings.neighbours) if settings.neighbours else []
+    suggestions = [fill(skeleton, targets, bank, lm, settings, related) for skeleton in chosen]
     return suggestions, [t.word for t in targets]
 
 
@@ -379,9 +427,16 @@ def slogan_signature(
             "model": lm.identity,
             "spacy": spacy_identity(nlp),
             "seed": seed,
-            **asdict(settings),
+            **{k: v for k, v in asdict(settings).items() if k != "neighbours" or v},
+            **({"vectors": _glove_identity()} if settings.neighbours else {}),
         },
     )
+
+
+def _glove_identity() -> str:
+    from storyeval.models import load_glove
+
+    return load_glove().identity
 
 
 # --------------------------------------------------------------------------- files
