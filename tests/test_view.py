@@ -241,6 +241,10 @@ def test_the_export_is_a_static_site_of_the_same_pages(
     assert "&lt;script&gt;" in text and "<script>" not in text and "script-src 'none'" in text
     views = (site / "views.html").read_text()
     assert "words_metric against people&#x27;s coherence" in views and "negation" in views
+    attacker = re.search(r'<a href="([^"]+)">the stories of attacker</a>', views)
+    assert attacker is not None
+    only = (site / attacker.group(1)).read_text()
+    assert "<p>1 stories; page 1 of 1.</p>" in only and "evil" in only
     table = json.loads((site / "data" / "table.json").read_text())
     assert len(table) == len(read_stories(corpus / "stories.jsonl")) + 2  # and the perturbed
     small = tmp_path / "small"

@@ -4,9 +4,9 @@ The app's pages are rendered by the app itself (through an in-process client, so
 shows exactly what the server shows) and crawled from the start pages: every page linked
 from another is written once, its links rewritten to relative file names, so the site opens
 from a file system or any static host. Filters and sorting need the server: their forms are
-replaced by a note, and the views they choose are exported ready-made instead (each
-disagreement of a metric or judge with each people's criterion, raters' disagreement, each
-perturbation technique), listed on ``views.html``. The crawl stops at ``max_pages``; a link
+replaced by a note, and the views they choose are exported ready-made instead (each system's
+stories, each disagreement of a metric or judge with each people's criterion, raters'
+disagreement, each perturbation technique), listed on ``views.html``. The crawl stops at ``max_pages``; a link
 beyond it leads to a page that says so. The joined data are written as JSON beside the pages
 (``data/table.json``, ``data/files.json``). Every page keeps the app's safety: story text is
 escaped, and a Content-Security-Policy in each page forbids scripts.
@@ -72,6 +72,8 @@ def _seeds(data: ViewData) -> list[tuple[str, str]]:
         ("/perturbations", "Perturbations"),
         ("/files", "Files"),
     ]
+    for system in sorted({str(s) for s in table["system"] if str(s)}):
+        seeds.append((f"/?{urlencode({'system': system})}", f"the stories of {system}"))
     metrics = [c for c in table.columns if c not in FIXED and not c.startswith("people:")]
     criteria = sorted(set(data.people["criterion"])) if not data.people.empty else []
     for metric in metrics:
