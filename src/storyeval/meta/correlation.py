@@ -757,11 +757,14 @@ def correlate(
     prompts = table.items["prompt_id"].to_numpy(dtype=object)
     systems = table.items["system"].to_numpy(dtype=object)
     rows: list[dict[str, Any]] = []
+    draws = {  # one set of label draws per criterion, shared by every metric
+        criterion: table.label_draws(criterion, chosen.n_boot, chosen.seed + LABEL_SEED)
+        for criterion in criterion_names
+    }
     for metric in metric_names:
         x = table.metrics[metric].to_numpy(dtype=float)
         for criterion in criterion_names:
             y = table.human[criterion].to_numpy(dtype=float)
-            draws = table.label_draws(criterion, chosen.n_boot, chosen.seed + LABEL_SEED)
             for level in chosen.levels:
                 for method in chosen.methods:
                     row = chosen.row(
@@ -773,7 +776,7 @@ def correlate(
                         systems=systems,
                         label=f"{metric} ~ {criterion}, {level}, {method}",
                         aggregation=table.aggregation,
-                        y_draws=draws,
+                        y_draws=draws[criterion],
                     )
                     rows.append(
                         {

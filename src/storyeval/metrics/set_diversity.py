@@ -20,7 +20,15 @@ import numpy as np
 from storyeval.metrics.cards import MetricCard
 from storyeval.metrics.context import ScoringContext
 from storyeval.metrics.embedding import BatchTokens, Device, EncoderName, Precision
-from storyeval.metrics.function import Groups, Opt, Prompts, Scores, Texts, metric
+from storyeval.metrics.function import (
+    Groups,
+    Opt,
+    Prompts,
+    Scores,
+    Texts,
+    metric,
+    undefined_note,
+)
 from storyeval.metrics.registry import MetricBatch
 
 
@@ -36,6 +44,16 @@ def _by_group(texts: Texts, groups: Groups | None) -> dict[str, list[int]]:
     for index in range(len(texts)):
         members.setdefault(str(groups[index]) if groups is not None else "all", []).append(index)
     return {group: indices for group, indices in members.items() if len(indices) > 1}
+
+
+def _only_sample_note(values: np.ndarray) -> tuple[str, ...]:
+    """The note of the per-prompt set measures: stories without another sample."""
+    return tuple(undefined_note(values, "stories are their system's only sample for their prompt"))
+
+
+def _unit_rows(x: np.ndarray) -> np.ndarray:
+    """The rows of ``x`` scaled to unit length (zero rows stay zero)."""
+    return np.asarray(x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12))
 
 
 def _alone_note(values: np.ndarray) -> tuple[str, ...]:
@@ -114,7 +132,7 @@ def vendi(vectors: np.ndarray) -> float:
     (4.0, 1.0)
     """
     x = np.asarray(vectors, dtype=np.float64)
-    x = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+    x = _unit_rows(x)
     n = x.shape[0]
     gram = (x.T @ x if n > x.shape[1] else x @ x.T) / n
     eigenvalues = np.clip(np.linalg.eigvalsh(gram), 0.0, None)
@@ -254,7 +272,7 @@ def homogenization(
     assert scoring is not None
     cache = scoring.cache(model)
     vectors = cache.text_embeddings(list(texts))
-    vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+    vectors = _unit_rows(vectors)
     labels = [str(g) for g in groups] if groups is not None else [str(i) for i in range(len(texts))]
     by_prompt: dict[str, list[int]] = {}
     for index, prompt in enumerate(prompts):
@@ -378,16 +396,9 @@ def functional_diversity(
             if kernel == "embedding"
             else ngram_vectors([texts[i] for i in indices], n)
         )
-        unit = chosen / np.maximum(np.linalg.norm(chosen, axis=1, keepdims=True), 1e-12)
+        unit = _unit_rows(chosen)
         values[indices] = len(set(equivalence_classes(unit @ unit.T, threshold).tolist()))
-    notes = (
-        ()
-        if not np.isnan(values).any()
-        else (
-            f"{int(np.isnan(values).sum())} stories are their system's only sample for their "
-            "prompt: undefined",
-        )
-    )
+    notes = _only_sample_note(values)
     omit = ("model", "batch_tokens") if kernel == "ngram" else ("n",)
     return SetDiversityScores(values, models=models, notes=notes, omit=omit)
 
@@ -472,18 +483,11 @@ def plot_reuse(
     sentences = [scoring.sentences(t) for t in texts]
     flat = [s for group in sentences for s in group]
     vectors = cache.text_embeddings(flat) if flat else np.zeros((0, 1))
-    vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+    vectors = _unit_rows(vectors)
     bounds = np.cumsum([0, *(len(group) for group in sentences)])
     values = np.full(len(texts), np.nan)
     for indices in _by_group_and_prompt(prompts, groups, by_prompt=within == "prompt"):
         events = [vectors[bounds[i] : bounds[i + 1]] for i in indices]
         values[indices] = event_reuse(events, threshold)
-    notes = (
-        ()
-        if not np.isnan(values).any()
-        else (
-            f"{int(np.isnan(values).sum())} stories are their system's only sample for their "
-            "prompt: undefined",
-        )
-    )
+    notes = _only_sample_note(values)
     return SetDiversityScores(values, models={"model": cache.identity}, notes=notes)
