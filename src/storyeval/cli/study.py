@@ -14,7 +14,8 @@ if TYPE_CHECKING:
     from storyeval.human.study import Study
 
 study_app = typer.Typer(
-    help="Human evaluation studies: check, links, export, analyse, statement.", no_args_is_help=True
+    help="Human evaluation studies: check, links, export, analyse, statement, simulate-adaptive.",
+    no_args_is_help=True,
 )
 
 
@@ -362,6 +363,61 @@ def statement(
             min_median_time_s=min_median_time,
         )
     typer.echo(f"wrote {output}")
+
+
+SIM_TARGET = typer.Option(1.5, "--target-width", help="Interval width at which an item stops.")
+SIM_MIN = typer.Option(3, "--min-raters", help="Judgments every item gets first.")
+SIM_RATERS = typer.Option(16, "--raters", help="The most raters an item gets (raters_per_item).")
+SIM_CONTESTED = typer.Option(
+    0.3, "--contested-share", help="Share of items raters disagree on (rater SD 1.5, else 0.5)."
+)
+
+
+@study_app.command("simulate-adaptive")
+def simulate_adaptive_command(
+    file: Path = typer.Argument(
+        None, help="A study file whose assignment.adaptive settings to simulate (else options)."
+    ),
+    target_width: float = SIM_TARGET,
+    min_raters: int = SIM_MIN,
+    raters: int = SIM_RATERS,
+    items: int = typer.Option(200, "--items", help="Simulated items."),
+    contested_share: float = SIM_CONTESTED,
+    repeats: int = typer.Option(5, "--repeats", min=1, help="Simulated studies."),
+    seed: int = typer.Option(0, "--seed"),
+    output: Path = typer.Option(None, "-o", "--output", help="Write the table (.csv or .jsonl)."),
+) -> None:
+    """How many judgments adaptive assignment saves against giving every item the same
+    number of raters, for the same share of items within the target interval width."""
+    from storyeval.cli._tables import write_table
+    from storyeval.human.adaptive import simulate_adaptive
+    from storyeval.human.model import AdaptiveAssignment
+
+    with user_errors():
+        if file is not None:
+            study = _load(file)
+            settings = study.config.assignment.adaptive
+            if settings is None:
+                raise exit_with(f"error: {file}: the study has no assignment.adaptive section")
+            raters, items = study.raters_per_item, len(study.items)
+        else:
+            settings = AdaptiveAssignment(target_width=target_width, min_raters=min_raters)
+        table = simulate_adaptive(
+            settings,
+            n_items=items,
+            raters_per_item=raters,
+            contested_share=contested_share,
+            repeats=repeats,
+            seed=seed,
+        )
+    if output is not None:
+        write_table(table, output)
+    typer.echo(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    saving = table[table["design"] == "adaptive"]["saving"]
+    typer.echo(
+        f"adaptive assignment saved {saving.mean():.0%} of the judgments on average "
+        f"(from {saving.min():.0%} to {saving.max():.0%} over {repeats} simulated studies)"
+    )
 
 
 def register(app: typer.Typer) -> None:

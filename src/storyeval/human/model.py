@@ -90,6 +90,26 @@ class Selection(StrictModel):
     seed: int = 0
 
 
+class AdaptiveAssignment(StrictModel):
+    """Route each participant's next items to where the study's estimate is least certain.
+
+    Every item first gets ``min_raters`` judgments (coverage before refinement); after that the
+    open item whose mean judgment has the widest interval goes first, and an item whose
+    interval is narrower than ``target_width`` (in the criterion's units, a ``confidence``
+    normal interval of the mean) gets no more raters: its remaining slots are *settled*.
+    ``raters_per_item`` stays the most any item gets. The within-item variance is shrunk
+    toward the study's pooled variance with the weight of ``prior_weight`` judgments, so two
+    raters who happen to agree do not settle an item alone. ``criteria`` limits the criteria
+    whose intervals count (default: all; an item's width is its widest criterion's).
+    """
+
+    min_raters: int = Field(default=2, ge=1)
+    target_width: float = Field(gt=0)
+    criteria: list[str] | None = None
+    confidence: float = Field(default=0.95, gt=0, lt=1)
+    prior_weight: float = Field(default=2.0, ge=0)
+
+
 class Assignment(StrictModel):
     """How items are distributed over participants.
 
@@ -104,6 +124,7 @@ class Assignment(StrictModel):
     order: Literal["balanced", "random", "fixed"] = "balanced"
     seed: int = 0
     reservation_minutes: float | None = Field(default=None, gt=0)
+    adaptive: AdaptiveAssignment | None = None
 
     @property
     def reservation_s(self) -> float:

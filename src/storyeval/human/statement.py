@@ -272,6 +272,21 @@ def _lines_with_blanks(doc: Document, lines: Sequence[str]) -> None:
             block = []
 
 
+def _raters_text(study: Study) -> str:
+    adaptive = study.config.assignment.adaptive
+    if adaptive is None:
+        return f"Planned raters per item: {study.raters_per_item}."
+    criteria = ", ".join(adaptive.criteria) if adaptive.criteria else "every criterion"
+    return (
+        f"Raters per item: adaptive, {adaptive.min_raters} to {study.raters_per_item}; after "
+        f"{adaptive.min_raters} judgments each item, the next rater went to the item whose "
+        f"mean judgment had the widest {adaptive.confidence:.0%} interval ({criteria}), and an "
+        f"item stopped once its interval was narrower than {adaptive.target_width:g} "
+        f"(within-item variance shrunk toward the pooled variance with the weight of "
+        f"{adaptive.prior_weight:g} judgments); every routing decision is exported."
+    )
+
+
 def _presentation(doc: Document, study: Study, answered: dict[str, bool]) -> None:
     config = study.config
     protocol = get_protocol(study.protocol)
@@ -287,7 +302,7 @@ def _presentation(doc: Document, study: Study, answered: dict[str, bool]) -> Non
         f"Items per participant: {per_person} per batch"
         + (f", up to {cap} in total (a cap)" if cap > per_person else " (no further batches)")
         + ".",
-        f"Planned raters per item: {study.raters_per_item}.",
+        _raters_text(study),
         "Interface: storyeval study server (server-rendered web pages, no JavaScript); the server "
         "records the time from the delivery of each page to its submission and the gap between "
         "consecutive submissions; each participant's order of pages is exported.",

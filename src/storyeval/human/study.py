@@ -199,8 +199,9 @@ def _canonical_config(config: StudyConfig) -> dict[str, Any]:
             data.pop(key)
     for key in [k for k, v in data.items() if v is None and k in PROTOCOLS]:
         data.pop(key)  # absent protocol sections
-    if data.get("assignment", {}).get("reservation_minutes") is None:
-        data.get("assignment", {}).pop("reservation_minutes", None)
+    for key in ("reservation_minutes", "adaptive"):  # later options, absent while unset
+        if data.get("assignment", {}).get(key) is None:
+            data.get("assignment", {}).pop(key, None)
     return data
 
 
@@ -270,10 +271,32 @@ def _check_common(config: StudyConfig, protocol: StudyProtocol, problem: Problem
     _check_attention_ids(config, problem)
     _check_unique([q.name for q in config.questions], ("questions",), "question name", problem)
     _check_comprehension(config, problem)
+    _check_adaptive(config, protocol, problem)
     if config.completion.url is not None and not config.completion.url.startswith(
         ("https://", "http://")
     ):
         problem(("completion", "url"), "must be an http(s) URL")
+
+
+def _check_adaptive(config: StudyConfig, protocol: StudyProtocol, problem: Problem) -> None:
+    adaptive = config.assignment.adaptive
+    if adaptive is None:
+        return
+    loc: Loc = ("assignment", "adaptive")
+    if protocol.one_slot_per_item():
+        problem(loc, f"the {protocol.name} protocol gives each item one rater; nothing to route")
+        return
+    most = protocol.raters_per_item(config)
+    if adaptive.min_raters > most:
+        problem(
+            (*loc, "min_raters"), f"must be <= raters_per_item ({most}); got {adaptive.min_raters}"
+        )
+    known = {c.name for c in config.criteria}
+    for i, name in enumerate(adaptive.criteria or []):
+        if known and name not in known:
+            problem(
+                (*loc, "criteria", i), f"unknown criterion {name!r}; the study asks {sorted(known)}"
+            )
 
 
 def _check_unique(names: Sequence[str], loc: Loc, what: str, problem: Problem) -> None:

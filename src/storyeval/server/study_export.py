@@ -19,6 +19,7 @@ from storyeval.errors import StoryevalError
 from storyeval.human.model import Study
 from storyeval.server.db import Database
 from storyeval.server.participants import participants, rater_id
+from storyeval.server.study_routing import export_routing
 from storyeval.server.study_tables import (
     KIND,
     StudyVersionError,
@@ -326,6 +327,7 @@ def progress(conn: Connection, study: Study) -> dict[str, Any]:
         "slots_open": int(by_status.get("open", 0)),
         "slots_reserved": int(by_status.get("reserved", 0)),
         "slots_done": int(by_status.get("done", 0)),
+        "slots_settled": int(by_status.get("settled", 0)),
         "judgments": int(n_judgments),
         "raters_per_item": study.raters_per_item,
         "items": sorted(coverage.values(), key=lambda e: e["item"]),
@@ -358,7 +360,8 @@ def export_to_directory(
     Files: ``judgments.<fmt>`` (long format, readable by
     :func:`storyeval.corpus.read_judgments`), ``responses.jsonl`` (free text),
     ``participants.jsonl`` (one record per participant), ``training.jsonl`` (training answers),
-    ``attention_checks.jsonl``, ``comprehension.jsonl`` and ``study.json`` (the definition that
+    ``attention_checks.jsonl``, ``comprehension.jsonl``, ``routing.jsonl`` (adaptive
+    assignment: why each slot went to whom) and ``study.json`` (the definition that
     was run, with its version). Returns the number of records per file.
     """
     from storyeval.corpus import write_judgments, write_records
@@ -385,6 +388,8 @@ def export_to_directory(
             "attention_checks.jsonl": export_attention_checks(conn, study.name),
             "comprehension.jsonl": export_comprehension(conn, study.name),
         }
+        if study.config.assignment.adaptive is not None:
+            tables["routing.jsonl"] = export_routing(conn, study.name)
     counts = {}
     with atomic_directory(Path(out_dir)) as tmp:
         counts[f"judgments.{fmt}"] = (

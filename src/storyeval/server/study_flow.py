@@ -39,6 +39,7 @@ from storyeval.server.participants import (
     participants,
     set_status,
 )
+from storyeval.server.study_routing import record_routing, routed_slots, settle
 from storyeval.server.study_tables import (
     comprehension_answers,
     judgments,
@@ -447,9 +448,14 @@ def claim_batch(conn: Connection, study: Study, participant: Participant, now: f
         str(row[0]) for row in _MY_GROUPS.rows(conn, {"pid": participant.id, "study": study.name})
     }
     open_slots = _OPEN_SLOTS.rows(conn, {"study": study.name})
+    states = None
+    if study.config.assignment.adaptive is not None:
+        open_slots, states = routed_slots(conn, study, open_slots)
     claimed = _choose_slots(open_slots, taken, preferences)
     if not claimed:
         return 0
+    if states is not None:
+        record_routing(conn, study, participant.id, claimed, open_slots, states, now)
     position = {item.key: i for i, item in enumerate(study.items)}
     claimed.sort(key=lambda r: position.get(str(r[1]), 0))
     order = order_batch(
@@ -574,6 +580,7 @@ def start(
         if step.kind == "full":
             return Started("full", step)
         raise Conflict(step)
+    settle(conn, study)
     if open_slot_count(conn, study) == 0:
         release_expired(conn, study, now)
         if open_slot_count(conn, study) == 0:

@@ -134,6 +134,25 @@ responses = Table(
     UniqueConstraint("participant_id", "scope", "question", name="uq_response_once"),
 )
 
+routing = Table(
+    "study_routing",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("study", String(128), ForeignKey("studies.name"), nullable=False),
+    Column("slot_id", Integer, ForeignKey("study_slots.id"), nullable=False),
+    Column("participant_id", Integer, ForeignKey(participants.c.id), nullable=False),
+    Column("item_key", String(160), nullable=False),
+    Column("phase", String(12), nullable=False),
+    Column("rank", Integer, nullable=False),
+    Column("done_before", Integer, nullable=False),
+    Column("planned_before", Integer, nullable=False),
+    Column("width", Float, nullable=True),
+    Column("anticipated_width", Float, nullable=True),
+    Column("routed_at", Float, nullable=False),
+    Index("ix_study_routing_study", "study", "id"),
+)
+"""One row per slot adaptive assignment handed out: why that item, at that moment."""
+
 training_answers = Table(
     "study_training",
     metadata,
