@@ -115,7 +115,7 @@ def test_the_version_changes_with_the_file_and_with_the_stories(corpus_dir):
         ),
         (
             ("protocol: likert", "protocol: ranking"),
-            ":3: protocol: must be one of likert, side_by_side, pairwise, detection, triangle, best_worst; got 'ranking'",
+            ":3: protocol: must be one of likert, side_by_side, pairwise, detection, triangle, best_worst, spans; got 'ranking'",
         ),
         (("title: T", "title: T\nshow_promt: true"), ":3: show_promt: unknown key 'show_promt'"),
         (

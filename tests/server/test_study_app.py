@@ -59,11 +59,12 @@ EXPECTED_ROWS_PER_PAGE = {
     "detection": 1,
     "triangle": 1,
     "best_worst": 8,  # 4 stories x 2 criteria
+    "spans": 6,  # 5 labels of the taxonomy and the share of sentences marked
 }
 
 
 @pytest.mark.parametrize(
-    "name", ["likert", "side_by_side", "pairwise", "detection", "triangle", "best_worst"]
+    "name", ["likert", "side_by_side", "pairwise", "detection", "triangle", "best_worst", "spans"]
 )
 def test_every_example_study_can_be_completed(name, examples_dir, tmp_path):
     study = load_study(examples_dir / "studies" / f"{name}.yaml")

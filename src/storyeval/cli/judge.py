@@ -407,6 +407,9 @@ def judge_eval(
         )
         files = write_evaluation(result, output)
     typer.echo(result.headline().to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    if not result.spans.empty:
+        typer.echo("spans, the judge against the people's majority:")
+        typer.echo(result.spans.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     for note in result.notes:
         typer.echo(f"note: {note}")
     typer.echo(f"tables: {', '.join(sorted(p.name for p in files))} in {output}")

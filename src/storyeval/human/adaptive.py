@@ -55,8 +55,8 @@ def pooled_variance(cells: Iterable[Moments], *, fallback: float = 1.0) -> float
     """The within-cell variance pooled over cells with two or more judgments (``fallback``
     when there are none, or when every such cell is unanimous and nothing else is known).
 
-    >>> pooled_variance([Moments(2, 3.0, 5.0), Moments(3, 9.0, 27.0)])
-    0.3333333333333333
+    >>> pooled_variance([Moments(2, 3.0, 5.0), Moments(3, 9.0, 27.0)])  # (0.5 * 1 + 0 * 2) / 3
+    0.16666666666666666
     """
     numerator = 0.0
     dof = 0
@@ -74,7 +74,7 @@ def interval_width(
     judgments are in (infinite with none planned), its variance shrunk toward ``pooled``.
 
     >>> round(interval_width(Moments(4, 12.0, 40.0), 4, pooled=1.0, prior_weight=2.0, confidence=0.95), 3)
-    1.6
+    2.263
     """
     if planned <= 0:
         return math.inf

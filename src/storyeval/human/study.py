@@ -56,7 +56,7 @@ from storyeval.yamlfile import (
 
 #: Sections added to the study file after storyeval 0.1; left out of the canonical form (and
 #: so of the study version) while they hold their defaults.
-_LATER_SECTIONS = ("comprehension", "platform", *("best_worst",))
+_LATER_SECTIONS = ("comprehension", "platform", *("best_worst", "spans"))
 
 
 # ----------------------------------------------------------------------------- the model
@@ -96,7 +96,8 @@ def answer_keys(config: StudyConfig) -> dict[str, tuple[int, ...]]:
     ``criterion@2`` for the left and right text; ``pairwise``: one key per criterion, 1 or 2
     for the left or right text (0 for a tie when allowed); ``detection``: ``source`` (1-4);
     ``triangle``: ``odd`` (1-3); ``best_worst``: ``criterion:best`` and ``criterion:worst``
-    (positions in the tuple).
+    (positions in the tuple); ``spans``: ``u1``, ``u2``... (0 = no problem, else the taxonomy
+    label's number) and ``confirm`` (1).
     """
     return get_protocol(config.protocol).answer_keys(config)
 

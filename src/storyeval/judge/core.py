@@ -23,8 +23,15 @@ from storyeval.errors import StoryevalError
 from storyeval.judge.backends import BackendSpec, Decoding, JudgeAnswer, JudgeBackend
 from storyeval.judge.cache import JudgeCache, cache_key
 from storyeval.judge.parse import parse_answer
-from storyeval.judge.prompts import SYSTEM, JudgeRequest, absolute_request, pairwise_request
+from storyeval.judge.prompts import (
+    SYSTEM,
+    JudgeRequest,
+    absolute_request,
+    pairwise_request,
+    spans_request,
+)
 from storyeval.judge.rubric import Criterion, Rubric
+from storyeval.meta.spans import span_rows, story_units
 from storyeval.signature import Signature
 
 Mode = Literal["absolute", "pairwise"]
@@ -202,10 +209,12 @@ class JudgeSettings:
             from storyeval.models.devices import compute_fields
 
             fields.update(compute_fields(device, getattr(backend, "precision", "float32")))
-        if scoring == "first-token" and self.mode == "absolute":
+        if scoring == "first-token" and self.mode == "absolute" and rubric.kind != "spans":
             fields["score"] = self.score
         if scoring == "generated":
             fields.update(self.decoding.fields())
+        if rubric.kind == "spans":
+            fields["unit"] = "sentence"
         if self.mode == "pairwise":
             fields["orders"] = "both" if self.both_orders else "seeded-random"
             fields["margin"] = self.margin
@@ -518,6 +527,8 @@ def judge_stories(
             "repeats need sampled written answers (a rubric with analyse_first and a temperature "
             "> 0); probability answers are deterministic"
         )
+    if rubric.kind == "spans" and settings.mode != "absolute":
+        raise ValueError("a spans rubric marks the sentences of each story: use mode absolute")
     run = JudgeRun()
     texts = _length_checked(stories, settings, run.notes)
     for backend in backends:
@@ -531,10 +542,65 @@ def judge_stories(
             progress(f"judging with {backend.name} ({settings.mode}, rubric {rubric.name})")
         ask = _Asker(backend, settings, cache, run)
         judge = _absolute if settings.mode == "absolute" else _pairwise
+        if rubric.kind == "spans":
+            judge = _spans
         judge(texts, rubric, ask, signature.render(), backend.name, run)
     if finish:
         _mass_note(run)
     return run
+
+
+# --------------------------------------------------------------------------- spans
+
+
+def _spans(
+    stories: Sequence[Story], rubric: Rubric, ask: _Asker, rater: str, judge: str, run: JudgeRun
+) -> None:
+    """Mark every sentence of every story with a label of a spans rubric, or none: one question
+    per sentence (the taxonomy and the numbered story shared), the records of the ``spans``
+    study protocol per story. A story with a sentence whose answer did not parse is left out
+    (its failures are counted): an unmarked sentence is never imputed."""
+    from storyeval.meta.data import story_prompt_id
+
+    names = [c.name for c in rubric.criteria]
+    jobs = []
+    for story in stories:
+        units = story_units(story.story)
+        jobs += [(story, units, i) for i in range(1, len(units) + 1)]
+    requests = [
+        spans_request(story, rubric, [u.text for u in units], index) for story, units, index in jobs
+    ]
+    for sample in range(ask.settings.repeats):
+        marked: dict[str, dict[int, str]] = {}
+        mass: dict[str, list[float]] = {}
+        broken: set[str] = set()
+        for (story, _units, index), request, answer in zip(
+            jobs, requests, ask(requests, sample), strict=True
+        ):
+            reading = _read(answer, request)
+            if reading.index is None:
+                run.failed(
+                    judge, story.id, f"sentence {index}", sample, reading.status, answer.text
+                )
+                broken.add(story.id)
+                continue
+            if reading.index > 0:
+                marked.setdefault(story.id, {})[index] = names[reading.index - 1]
+            if reading.mass is not None:
+                mass.setdefault(story.id, []).append(reading.mass)
+        for story in stories:
+            if story.id in broken:
+                continue
+            units = story_units(story.story)
+            masses = mass.get(story.id)
+            for criterion, value, extra in span_rows(units, marked.get(story.id, {}), names):
+                extra.update(
+                    system=story.system,
+                    prompt_id=story_prompt_id(story),
+                    sample=sample,
+                    label_mass=round(min(masses), 6) if masses else None,
+                )
+                run.judgments.append(Judgment(story.id, rater, criterion, value, extra=extra))
 
 
 def judge_blocks_plan(stories: Sequence[Story], mode: str, block_size: int) -> list[list[int]]:

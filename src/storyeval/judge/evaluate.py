@@ -38,6 +38,7 @@ class JudgeEvaluation:
     consistency: pd.DataFrame
     position: pd.DataFrame
     notes: list[str] = field(default_factory=list)
+    spans: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     def headline(self) -> pd.DataFrame:
         """Per criterion and level: the judge's Spearman correlation with the human mean
@@ -72,6 +73,7 @@ class JudgeEvaluation:
             "calibration": self.calibration,
             "consistency": self.consistency,
             "position": self.position,
+            "spans": self.spans,
         }
 
 
@@ -139,7 +141,20 @@ def evaluate_judge(
         consistency=_consistency(judged, shared, n_boot, seed),
         position=_position(comparisons or []),
         notes=notes,
+        spans=_spans(judge, humans),
     )
+
+
+def _spans(judge: Sequence[Judgment], humans: Sequence[Judgment]) -> pd.DataFrame:
+    """Span by span, where both the judge and people marked spans (``spans`` rubric and
+    study protocol): the judge against the people's majority per label."""
+    from storyeval.meta.spans import SHARE, compare_spans, spans_frame
+
+    judged, people = spans_frame(judge), spans_frame(humans)
+    if judged.empty or people.empty:
+        return pd.DataFrame()
+    labels = sorted(({j.criterion for j in judge} & {j.criterion for j in humans}) - {SHARE})
+    return compare_spans(people, judged, labels=labels)
 
 
 def _renamed(

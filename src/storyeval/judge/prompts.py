@@ -12,6 +12,7 @@ forward pass; with ``analyse_first`` it writes a short analysis and ends with ``
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -152,3 +153,43 @@ def pairwise_request(
             f"Which story is better on {criterion.name} only ({criterion.question})? " + instruction
         )
     return _request(rubric, "\n\n".join(shown), question, PAIR_LABELS, (first, second))
+
+
+def spans_request(story: Story, rubric: Rubric, units: Sequence[str], index: int) -> JudgeRequest:
+    """Which label of a spans rubric sentence ``index`` (1-based) of ``story`` has: the
+    taxonomy, then the story as numbered sentences (shared by every sentence of the story),
+    then the question; the answers are ``0`` (no problem) and the labels' numbers.
+
+    >>> from storyeval.judge.rubric import load_rubric
+    >>> request = spans_request(Story("s", "", "It rained. It rained."), load_rubric("spans"), ["It rained.", "It rained."], 2)
+    >>> request.labels
+    ('0', '1', '2', '3', '4', '5')
+    """
+    labels = tuple(str(i) for i in range(len(rubric.criteria) + 1))
+    lines = [
+        "You will mark the problems of a story sentence by sentence. The labels:",
+        "0: none (the sentence has no problem)",
+        *(f"{i}: {c.name} ({c.question})" for i, c in enumerate(rubric.criteria, start=1)),
+    ]
+    prefix = "\n".join(lines) + "\n\n"
+    shown = []
+    if rubric.show_prompt and story.prompt.strip():
+        shown.append(f"Prompt: {story.prompt.strip()}")
+    numbered = "\n".join(f"{i}. {text}" for i, text in enumerate(units, start=1))
+    shown.append(f"Story, one numbered sentence per line:\n{numbered}")
+    subject = "\n\n".join(shown)
+    options = ", ".join(labels)
+    instruction = (
+        "First write a short analysis (at most three sentences), then end with a last line of "
+        f"the form 'Score: X' where X is one of {options}."
+        if rubric.analyse_first
+        else f"Answer with exactly one of {options} and nothing else."
+    )
+    question = (
+        f'Which problem does sentence {index} have ("{units[index - 1]}")? Give the number '
+        f"of its label, 0 if it has none. {instruction}"
+    )
+    user = prefix + subject + "\n\n" + question
+    messages = ({"role": "system", "content": SYSTEM}, {"role": "user", "content": user})
+    analysed = rubric.analyse_first
+    return JudgeRequest(messages, labels, prefix, subject, analysed, analysed, (story,))

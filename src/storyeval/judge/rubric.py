@@ -72,8 +72,11 @@ class Rubric(StrictModel):
 
     Attributes
     ----------
-    kind : {"scale", "checklist"}
-        A checklist's criteria are yes/no questions (yes = 1, no = 0) and need no scale.
+    kind : {"scale", "checklist", "spans"}
+        A checklist's criteria are yes/no questions (yes = 1, no = 0) and need no scale. A
+        spans rubric's criteria are the labels of an error taxonomy (``question``: the
+        definition): the judge marks each sentence of a story with one label or none
+        (:func:`storyeval.judge.judge_stories`).
     show_prompt, show_reference : bool
         Show the story's prompt / its reference to the judge.
     analyse_first : bool
@@ -83,7 +86,7 @@ class Rubric(StrictModel):
 
     name: str
     description: str = ""
-    kind: Literal["scale", "checklist"] = "scale"
+    kind: Literal["scale", "checklist", "spans"] = "scale"
     show_prompt: bool = True
     show_reference: bool = False
     analyse_first: bool = False
@@ -92,7 +95,7 @@ class Rubric(StrictModel):
     @model_validator(mode="before")
     @classmethod
     def _checklist_scale(cls, data: object) -> object:
-        if isinstance(data, dict) and data.get("kind") == "checklist":
+        if isinstance(data, dict) and data.get("kind") in ("checklist", "spans"):
             for criterion in data.get("criteria") or []:
                 if isinstance(criterion, dict):
                     criterion.setdefault("scale", _CHECKLIST_SCALE)
@@ -143,7 +146,7 @@ def _builtin_rubrics() -> None:
 
 
 #: Built-in rubrics by name (path of their file): hanna, karpinska, callan_foster, checklist,
-#: negative, ttcw.
+#: negative, spans, ttcw.
 RUBRICS: Registry[str] = Registry(
     "rubric",
     builtins=_builtin_rubrics,

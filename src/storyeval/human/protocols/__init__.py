@@ -2,7 +2,7 @@
 
 >>> from storyeval.human.protocols import PROTOCOLS
 >>> PROTOCOLS.names()
-('likert', 'side_by_side', 'pairwise', 'detection', 'triangle', 'best_worst')
+('likert', 'side_by_side', 'pairwise', 'detection', 'triangle', 'best_worst', 'spans')
 
 A package adds a protocol by subclassing :class:`StudyProtocol` in a module named by an entry
 point of the group ``storyeval.protocols`` and registering an instance:
@@ -29,6 +29,7 @@ def _builtins() -> None:
         likert,
         pairwise,
         side_by_side,
+        spans,
         triangle,
     )
 
@@ -39,6 +40,7 @@ def _builtins() -> None:
         detection.Detection(),
         triangle.Triangle(),
         best_worst.BestWorst(),
+        spans.Spans(),
     ):
         PROTOCOLS.register(protocol.name, protocol)
 
