@@ -7,7 +7,7 @@ from typing import Any
 
 import typer
 
-from storyeval.cli._common import exit_with
+from storyeval.cli._common import exit_with, user_errors
 
 
 def _default_db(path: Path) -> str:
@@ -61,6 +61,14 @@ SERVE_TRUST_PROXY = typer.Option(
 )
 
 
+SERVE_JUDGE = typer.Option(
+    None,
+    "--judge",
+    help="An LLM judge's judgments of the studies' stories (storyeval judge output), for the "
+    "judge-calibration queue of the admin pages (repeat for several).",
+)
+
+
 def serve(
     files: list[Path] = typer.Argument(..., help="Study files (YAML)."),
     db: str = SERVE_DB,
@@ -76,6 +84,7 @@ def serve(
     enroll_rate: float = SERVE_ENROLL_RATE,
     sqlite_sync: str = SERVE_SQLITE_SYNC,
     trust_proxy: bool = SERVE_TRUST_PROXY,
+    judge: list[Path] = SERVE_JUDGE,
 ) -> None:
     """Serve human evaluation studies: participant pages, admin view, exports."""
     from pydantic import ValidationError
@@ -85,6 +94,7 @@ def serve(
     from storyeval.server.settings import Settings
 
     sessions = [load_session(path) for path in files]
+    _check_judge_files(judge or [])
     try:
         settings = Settings(
             database_url=db or _default_db(files[0]),
@@ -94,6 +104,7 @@ def serve(
             enroll_rate_per_minute=enroll_rate,
             trust_proxy=trust_proxy,
             sqlite_sync=sqlite_sync,  # type: ignore[arg-type]  # validated by Settings
+            judge_files=tuple(str(p.resolve()) for p in judge or []),
         )
     except ValidationError as exc:
         first = exc.errors()[0]
@@ -111,6 +122,16 @@ def serve(
     typer.echo(f"admin: {root}/admin/{state.admin_token}/")
     typer.echo(f"listening on http://{host}:{port} with {workers} process(es) (Ctrl+C to stop)")
     _run(app, files, settings, sessions, host, port, workers, access_log)
+
+
+def _check_judge_files(paths: list[Path]) -> None:
+    """Read each judge file once before serving, so a bad one stops the start (FILE:LINE)."""
+    from storyeval.corpus import read_judgments
+
+    for path in paths:
+        with user_errors():
+            records = read_judgments(path)
+        typer.echo(f"judge file {path}: {len(records)} judgments (for the calibration queue)")
 
 
 def _announce(session: Any, state: Any, root: str, links: int, links_file: Path | None) -> None:

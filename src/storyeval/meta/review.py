@@ -182,3 +182,74 @@ def criterion_agreement(
     wanted = ["krippendorff_alpha_interval", "krippendorff_alpha_ordinal", "fleiss_kappa"]
     chosen = table[table["method"].isin([*wanted, "icc2", "icc2k"])]
     return chosen[["criterion", "method", "estimate", "ci_low", "ci_high", "n", "n_raters"]]
+
+
+def rank_gap(values: pd.Series, reference: pd.Series) -> pd.Series:
+    """Each item's percentile rank among ``values`` minus its rank among ``reference``
+    (positive: ranked higher than the reference ranks it). Scales need not match.
+
+    >>> rank_gap(pd.Series([1.0, 2.0, 3.0]), pd.Series([3.0, 2.0, 1.0])).round(3).tolist()
+    [-0.667, 0.0, 0.667]
+    """
+    return values.rank(pct=True) - reference.rank(pct=True)
+
+
+CALIBRATION_COLUMNS = [
+    "judge",
+    "criterion",
+    "item_id",
+    "people_mean",
+    "people_n",
+    "people_sd",
+    "judge_value",
+    "rank_gap",
+]
+
+
+def calibration_queue(
+    people: pd.DataFrame | Sequence[Judgment],
+    judges: pd.DataFrame | Sequence[Judgment],
+    *,
+    top: int = 25,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Where an LLM judge and people disagree most: per judge and criterion both rated, the
+    Spearman correlation of the judge with the people's mean over the shared items (a summary
+    table), and the ``top`` items by the gap between the judge's and the people's percentile
+    ranks (:func:`rank_gap`; a queue to read, calibrate the rubric on, or send to more raters).
+    """
+    from scipy.stats import spearmanr
+
+    from storyeval.meta.data import judgments_frame
+
+    rated, judged = judgments_frame(people), judgments_frame(judges)
+    means = rated.groupby(["criterion", "item_id"])["value"].agg(["mean", "count", "std"])
+    summary, queue = [], []
+    for (judge, criterion), part in judged.groupby(["rater_id", "criterion"], sort=True):
+        if criterion not in means.index.get_level_values(0):
+            continue
+        per_item = part.groupby("item_id")["value"].mean()
+        both = means.loc[criterion].join(per_item.rename("judge_value"), how="inner")
+        if both.empty:
+            continue
+        both = both.assign(rank_gap=rank_gap(both["judge_value"], both["mean"]))
+        varied = both["mean"].nunique() > 1 and both["judge_value"].nunique() > 1
+        rho = float(spearmanr(both["mean"], both["judge_value"]).statistic) if varied else math.nan
+        summary.append({"judge": judge, "criterion": criterion, "spearman": rho, "n": len(both)})
+        worst = both.reindex(both["rank_gap"].abs().sort_values(ascending=False).index).head(top)
+        for item_id, row in worst.iterrows():
+            queue.append(
+                {
+                    "judge": judge,
+                    "criterion": criterion,
+                    "item_id": item_id,
+                    "people_mean": float(row["mean"]),
+                    "people_n": int(row["count"]),
+                    "people_sd": float(row["std"]) if row["count"] > 1 else math.nan,
+                    "judge_value": float(row["judge_value"]),
+                    "rank_gap": float(row["rank_gap"]),
+                }
+            )
+    return (
+        pd.DataFrame(summary, columns=["judge", "criterion", "spearman", "n"]),
+        pd.DataFrame(queue, columns=CALIBRATION_COLUMNS),
+    )

@@ -32,6 +32,9 @@ class Settings(BaseModel):
     sqlite_sync : {"full", "normal"}
         SQLite durability: ``full`` survives a power cut, ``normal`` a crash of the server
         (see :data:`storyeval.server.db.SQLITE_SYNC`).
+    judge_files : tuple of str
+        LLM judges' judgment files (``storyeval judge`` output) of the studies' stories, for
+        the judge-calibration queue of each study's admin pages.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -44,6 +47,7 @@ class Settings(BaseModel):
     trust_proxy: bool = False
     threads: int = Field(default=8, ge=1, le=256)
     sqlite_sync: Literal["full", "normal"] = "full"
+    judge_files: tuple[str, ...] = ()
 
     @field_validator("admin_token")
     @classmethod

@@ -29,6 +29,7 @@ import pandas as pd
 from fastapi import FastAPI, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse
 
+from storyeval.meta.review import rank_gap
 from storyeval.view.data import ViewData
 
 PAGE_SIZE = 50
@@ -246,7 +247,7 @@ def _disagreements(
     both = table[["item_id", "system", metric, human]].dropna()
     if len(both) < 2:
         return [], "fewer than two stories have both values"
-    gap = both[metric].rank(pct=True) - both[human].rank(pct=True)
+    gap = rank_gap(both[metric], both[human])
     both = both.assign(rank_gap=gap, abs_gap=gap.abs()).sort_values("abs_gap", ascending=False)
     return _with_prompts(both.head(100), data), ""
 

@@ -198,3 +198,64 @@ def export_definition(state: Admin, name: str) -> Response:
         f"{name}-study.json",
         "application/json",
     )
+
+
+def _judge_records(state: ServerState, study: Study) -> list[Any]:
+    """The judgments of the served judge files about this study's texts (read again when a
+    file changes)."""
+    from pathlib import Path
+
+    from storyeval.corpus import read_judgments
+
+    paths = [Path(p) for p in state.settings.judge_files]
+    stamp = tuple((str(p), p.stat().st_mtime_ns if p.exists() else 0) for p in paths)
+    key = ("judges", study.name, stamp)
+    if key not in state.computed:
+        texts = {text.id for item in study.items for text in item.texts}
+        records = [j for p in paths if p.exists() for j in read_judgments(p)]
+        state.computed[key] = [j for j in records if j.item_id in texts]
+    result: list[Any] = state.computed[key]
+    return result
+
+
+def _calibration(state: ServerState, study: Study, top: int) -> dict[str, Any]:
+    """The judge-calibration tables: per judge and criterion the Spearman correlation with
+    the people's mean so far, and the items where they disagree most."""
+    from storyeval.meta.review import calibration_queue
+
+    judges = _judge_records(state, study)
+    with state.db.read() as conn:
+        records = study_export.export_judgments(conn, study.name, version=study.version)
+    people = [j for j in records if not j.extra.get("check")]
+    if not judges or not people:
+        return {"files": list(state.settings.judge_files), "summary": [], "queue": []}
+    summary, queue = calibration_queue(people, judges, top=top)
+    texts = {text.id: text for item in study.items for text in item.texts}
+    rows = _plain(queue)
+    for row in rows:
+        text = texts.get(row["item_id"])
+        row["system"] = text.system if text else None
+        row["excerpt"] = (text.story[:240] + ("…" if len(text.story) > 240 else "")) if text else ""
+    return {"files": list(state.settings.judge_files), "summary": _plain(summary), "queue": rows}
+
+
+@router.get("/calibration")
+def calibration_page(state: Admin, name: str, top: int = 25) -> Response:
+    """The judge-calibration queue: the items where an LLM judge and people disagree most."""
+    study = _study(state, name)
+    return state.page(
+        "admin/calibration.html",
+        {
+            "study": study,
+            "calibration": _calibration(state, study, max(1, min(top, 500))),
+            "prefix": f"/admin/{state.admin_token}/study/{name}",
+        },
+    )
+
+
+@router.get("/calibration.json")
+def calibration_json(state: Admin, name: str, top: int = 25) -> Response:
+    """The calibration page's tables as JSON (NaN as null)."""
+    study = _study(state, name)
+    payload = _calibration(state, study, max(1, min(top, 500)))
+    return Response(json.dumps(payload), media_type="application/json")
