@@ -79,3 +79,78 @@ def test_categorical_and_ordinal_draws() -> None:
     assert (drawn[:, 0] == 1.5).all() and (drawn[:, 2] == 4.5).all()  # no spread: the value
     assert 2.5 < drawn[:, 1].mean() < 3.5 and drawn[:, 1].std() > 0.2
     assert drawn.min() >= 1.5 and drawn.max() <= 4.5  # within the items' curve
+
+
+def _with_spammer(seed: int = 1) -> pd.DataFrame:
+    """60 items, five raters who follow the truth and one who answers at random."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for i in range(60):
+        truth = rng.normal()
+        for r in range(6):
+            value = (
+                rng.integers(1, 6)
+                if r == 5
+                else np.clip(np.round(3 + truth + rng.normal(0, 0.6)), 1, 5)
+            )
+            rows.append(
+                {"item_id": f"s{i:02d}", "rater_id": f"r{r}", "criterion": "q", "value": int(value)}
+            )
+    return pd.DataFrame(rows)
+
+
+def test_a_model_based_ceiling_compares_each_rater_with_the_others_labels() -> None:
+    from storyeval.meta.agreement import human_ceiling
+
+    frame = _with_spammer()
+    common = dict(methods=["pearson"], n_boot=200, seed=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        plain = human_ceiling(frame, **common)
+        model = human_ceiling(frame, aggregation="ordinal", **common)
+    per_rater = model[model["rater"] != "mean"].set_index("rater")
+    plain_rater = plain[plain["rater"] != "mean"].set_index("rater")
+    good = [f"r{r}" for r in range(5)]
+    # the others' label discounts the spammer: a good rater agrees with it more than with
+    # the plain mean of the others, which carries the spammer's noise
+    assert (per_rater.loc[good, "estimate"] > plain_rater.loc[good, "estimate"]).mean() >= 0.8
+    assert per_rater.loc["r5", "estimate"] < 0.3 < per_rater.loc[good, "estimate"].min()
+    assert per_rater["signature"].str.contains("labels:posterior-draws").all()
+    assert per_rater["signature"].str.contains("leave-one-rater-out-ordinal").all()
+    assert not plain_rater["signature"].str.contains("posterior-draws").any()
+    assert (per_rater["ci_low"] <= per_rater["estimate"]).all()
+    with pytest.raises(ValueError, match="aggregation must be mean or one of"):
+        human_ceiling(frame, aggregation="median", **common)
+
+
+def test_ceiling_command_takes_a_competence_model(tmp_path) -> None:
+    from typer.testing import CliRunner
+
+    from storyeval.cli import app
+
+    path = tmp_path / "people.jsonl"
+    path.write_text(_with_spammer().to_json(orient="records", lines=True), encoding="utf-8")
+    out = tmp_path / "ceiling.csv"
+    result = CliRunner().invoke(
+        app,
+        [
+            "ceiling",
+            "-j",
+            str(path),
+            "-o",
+            str(out),
+            "--aggregate",
+            "mace",
+            "--n-boot",
+            "50",
+            "-m",
+            "spearman",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    table = pd.read_csv(out)
+    assert table[table["rater"] != "mean"]["signature"].str.contains("posterior-draws").all()
+    refused = CliRunner().invoke(
+        app, ["ceiling", "-j", str(path), "-o", str(out), "--aggregate", "median"]
+    )
+    assert refused.exit_code != 0 and "--aggregate" in refused.output

@@ -240,6 +240,15 @@ def agreement_command(
     typer.echo(f"wrote {len(result)} rows to {output}")
 
 
+CEILING_AGGREGATE = typer.Option(
+    "mean",
+    "--aggregate",
+    help="What each rater is compared with: mean (of the others), or the others' label under a "
+    "competence model fitted without the rater: mace, dawid-skene, ordinal (its posterior "
+    "uncertainty carried into the intervals, as correlate --aggregate does).",
+)
+
+
 def ceiling_command(
     judgments: list[Path] = judgments_option(),
     output: Path = output_option(),
@@ -256,8 +265,10 @@ def ceiling_command(
     ),
     n_boot: int = typer.Option(1000, "--n-boot"),
     seed: int = typer.Option(0, "--seed"),
+    aggregate: str = CEILING_AGGREGATE,
 ) -> None:
-    """The human ceiling: each rater against the mean of the other raters."""
+    """The human ceiling: each rater against the mean of the other raters (or their label
+    under a competence model fitted without the rater, its uncertainty in the intervals)."""
     from storyeval.corpus import read_stories
     from storyeval.meta import LEVELS, METHODS, human_ceiling
     from storyeval.meta.data import item_info, judgments_frame, read_judgment_files
@@ -265,6 +276,7 @@ def ceiling_command(
     check_table_path(output)
     levels = check_choices(level or ["pooled"], LEVELS, "--level")
     methods = check_choices(method or list(METHODS), METHODS, "--method")
+    check_choice(aggregate, ("mean", "mace", "dawid-skene", "ordinal"), "--aggregate")
     with user_errors(), reported_warnings():
         frame = judgments_frame(read_judgment_files(judgments))
         story_records = read_stories(stories) if stories is not None else None
@@ -286,6 +298,7 @@ def ceiling_command(
             min_items=min_items,
             n_boot=n_boot,
             seed=seed,
+            aggregation=aggregate,
         )
     write_table(result, output)
     print_table(result, ["rater", "criterion", "level", "method", "estimate [ci]", "n"], limit=60)

@@ -34,6 +34,7 @@ import pandas as pd
 from storyeval.corpus import Judgment
 from storyeval.errors import DataCoverageWarning, DegenerateInputWarning, warn
 from storyeval.meta.correlation import (
+    LABEL_SEED,
     LEVELS,
     CorrelationSettings,
     settings_from,
@@ -679,6 +680,7 @@ def human_ceiling(
     confidence: float = 0.95,
     seed: int = 0,
     settings: CorrelationSettings | None = None,
+    aggregation: str = "mean",
 ) -> pd.DataFrame:
     """Each rater against the mean of the other raters, at the metric levels.
 
@@ -693,6 +695,13 @@ def human_ceiling(
         As in :func:`~storyeval.meta.correlate`.
     min_items : int
         Raters who share fewer items with the others are skipped (counted in a warning).
+    aggregation : {"mean", "mace", "dawid-skene", "ordinal"}
+        What each rater is compared with: the mean of the others' ratings, or the others'
+        label under a competence model fitted without the rater
+        (:func:`storyeval.meta.data.model_based_labels`), its posterior uncertainty carried
+        into the bootstrap (each replicate draws the labels; ``labels:posterior-draws`` in
+        the signature), so a ceiling and a metric's correlation against the same labels
+        compare like with like.
 
     Returns
     -------
@@ -731,7 +740,9 @@ def human_ceiling(
             )
             continue
         prompts, systems = _item_groups(items, list(wide.columns), levels)
-        for rater, mine, rest in _leave_one_out(wide):
+        for rater, mine, rest, draws in _leave_one_out(
+            wide, frame, criterion, aggregation, correlation.n_boot, correlation.seed + LABEL_SEED
+        ):
             if int((np.isfinite(mine) & np.isfinite(rest)).sum()) < min_items:
                 skipped_raters.add(str(rater))
                 continue
@@ -745,7 +756,8 @@ def human_ceiling(
                         prompts=prompts,
                         systems=systems,
                         label=f"rater {rater} ~ others, {criterion}, {level}, {method}",
-                        aggregation="leave-one-rater-out",
+                        aggregation=_ceiling_aggregation(aggregation),
+                        y_draws=draws,
                     )
                     rater_columns = {"rater": str(rater), "metric": f"rater:{rater}"}
                     rows.append(
@@ -780,15 +792,44 @@ def _item_groups(
     return prompts, systems
 
 
-def _leave_one_out(wide: pd.DataFrame) -> list[tuple[Any, np.ndarray, np.ndarray]]:
-    """Each rater's ratings beside the mean of the other raters' (per item)."""
+def _ceiling_aggregation(aggregation: str) -> str:
+    if aggregation == "mean":
+        return "leave-one-rater-out"
+    return f"leave-one-rater-out-{aggregation}"
+
+
+def _leave_one_out(
+    wide: pd.DataFrame,
+    frame: pd.DataFrame,
+    criterion: str,
+    aggregation: str,
+    n_boot: int,
+    seed: int,
+) -> list[tuple[Any, np.ndarray, np.ndarray, np.ndarray | None]]:
+    """Each rater's ratings beside the other raters' aggregate per item: their mean, or their
+    label under a competence model fitted without the rater, with posterior draws."""
+    from storyeval.meta.data import MODEL_AGGREGATIONS, model_based_labels, posterior_draws
+
+    if aggregation not in ("mean", *MODEL_AGGREGATIONS):
+        raise ValueError(
+            f"aggregation must be mean or one of {', '.join(MODEL_AGGREGATIONS)}; got {aggregation!r}"
+        )
     values = wide.to_numpy(dtype=float)
-    result = []
+    items = [str(i) for i in wide.columns]
+    part = frame[frame["criterion"] == criterion]
+    result: list[tuple[Any, np.ndarray, np.ndarray, np.ndarray | None]] = []
     for index, rater in enumerate(wide.index):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            rest = np.nanmean(np.delete(values, index, axis=0), axis=0)
-        result.append((rater, values[index], rest))
+        if aggregation == "mean":
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                rest = np.nanmean(np.delete(values, index, axis=0), axis=0)
+            result.append((rater, values[index], rest, None))
+            continue
+        others = part[part["rater_id"] != str(rater)]
+        labels, posteriors = model_based_labels(others, aggregation)
+        rest = labels[criterion].reindex(items).to_numpy(dtype=float)
+        draws = posterior_draws(posteriors[criterion], items, n_boot, seed) if n_boot else None
+        result.append((rater, values[index], rest, draws))
     return result
 
 

@@ -73,13 +73,18 @@ def _as_text(value: Any) -> str | None:
 
 def _model_based(frame: pd.DataFrame, method: str) -> pd.DataFrame:
     """Each item's value per criterion under a competence model (see aggregate_ratings)."""
-    return _model_based_with_posteriors(frame, method)[0]
+    return model_based_labels(frame, method)[0]
 
 
-def _model_based_with_posteriors(
+MODEL_AGGREGATIONS: tuple[str, ...] = ("mace", "dawid-skene", "ordinal")
+
+
+def model_based_labels(
     frame: pd.DataFrame, method: str
 ) -> tuple[pd.DataFrame, dict[str, pd.DataFrame]]:
-    """The model-based values and, per criterion, each item's posterior (for draws)."""
+    """Each item's value per criterion under a competence model (``mace``, ``dawid-skene``,
+    ``ordinal``; see :func:`aggregate_ratings`) and, per criterion, each item's posterior
+    (for :func:`posterior_draws`)."""
     from storyeval.meta.competence import competence_tables
 
     _, items = competence_tables(frame, model=method)
@@ -380,7 +385,7 @@ def build_meta_table(
 
     posteriors: dict[str, pd.DataFrame] = {}
     if aggregation in ("mace", "dawid-skene", "ordinal") and not judgment_frame.empty:
-        human, posteriors = _model_based_with_posteriors(judgment_frame, aggregation)
+        human, posteriors = model_based_labels(judgment_frame, aggregation)
     else:
         human = aggregate_ratings(judgment_frame, method=aggregation)
     human = human.reindex(columns=chosen_criteria)
