@@ -154,3 +154,76 @@ def test_ceiling_command_takes_a_competence_model(tmp_path) -> None:
         app, ["ceiling", "-j", str(path), "-o", str(out), "--aggregate", "median"]
     )
     assert refused.exit_code != 0 and "--aggregate" in refused.output
+
+
+def _pairwise_with_spammers(seed: int = 2) -> pd.DataFrame:
+    """Four systems of known strength; each pair of stories judged by three careful raters
+    and two who pick at random."""
+    rng = np.random.default_rng(seed)
+    strength = {"w": 1.5, "x": 0.5, "y": -0.5, "z": -1.5}
+    systems = list(strength)
+    rows = []
+    for prompt in range(40):
+        for i, a in enumerate(systems):
+            for b in systems[i + 1 :]:
+                p_a = 1 / (1 + np.exp(strength[b] - strength[a]))
+                for r in range(5):
+                    shown = (a, b) if rng.random() < 0.5 else (b, a)
+                    if r >= 3:
+                        winner = shown[int(rng.integers(0, 2))]
+                    else:
+                        winner = a if rng.random() < p_a else b
+                    rows.append(
+                        {"item_id": f"p{prompt}-{a}{b}", "prompt_id": f"p{prompt}", "system_a": shown[0],
+                         "system_b": shown[1], "winner": winner, "rater_id": f"r{r}", "criterion": "q"}
+                    )  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def test_rank_combines_each_pairs_raters_by_a_competence_model() -> None:
+    from storyeval.meta.comparisons import draw_outcomes, model_based_comparisons, rank_systems
+
+    frame = _pairwise_with_spammers()
+    combined = model_based_comparisons(frame, "dawid-skene")
+    assert combined.groupby("_pair")["_weight"].sum().round(9).eq(1).all()
+    assert combined["_pair"].nunique() == 40 * 6
+    rng = np.random.default_rng(0)
+    counts = pd.concat([draw_outcomes(combined, rng) for _ in range(400)])
+    share = counts.groupby(["_pair", "winner"]).size() / 400
+    expected = combined.set_index(["_pair", "winner"])["_weight"]
+    assert (share - expected.reindex(share.index)).abs().max() < 0.1
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        plain = rank_systems(frame, n_boot=40, seed=0)
+        model = rank_systems(frame, n_boot=40, seed=0, aggregate="dawid-skene")
+    bt = model[model["method"] == "bradley-terry"].set_index("system")
+    bt_plain = plain[plain["method"] == "bradley-terry"].set_index("system")
+    assert list(bt.index) == ["w", "x", "y", "z"]
+    # the random raters pull the plain strengths toward 0; the model discounts them
+    assert bt.loc["w", "estimate"] - bt.loc["z", "estimate"] > (
+        bt_plain.loc["w", "estimate"] - bt_plain.loc["z", "estimate"]
+    )
+    assert (bt["ci_low"] <= bt["estimate"]).all() and (bt["estimate"] <= bt["ci_high"]).all()
+    assert bt["signature"].str.contains("aggregate:dawid-skene").all()
+    assert bt["signature"].str.contains("labels:posterior-draws").all()
+    assert int(bt["comparisons"].sum()) // 2 == 40 * 6  # tallies: one outcome per pair
+    with pytest.raises(ValueError, match="cannot be combined"):
+        rank_systems(frame, n_boot=0, aggregate="mace", weights="strength")
+
+
+def test_rank_command_takes_a_competence_model(tmp_path) -> None:
+    from typer.testing import CliRunner
+
+    from storyeval.cli import app
+
+    path = tmp_path / "pairs.jsonl"
+    path.write_text(
+        _pairwise_with_spammers().head(600).to_json(orient="records", lines=True), encoding="utf-8"
+    )
+    out = tmp_path / "rank.csv"
+    args = ["rank", str(path), "-o", str(out), "--bootstrap", "10", "--aggregate", "mace"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert pd.read_csv(out)["signature"].str.contains("aggregate:mace").all()
+    refused = CliRunner().invoke(app, [*args[:-1], "ordinal"])
+    assert refused.exit_code != 0 and "--aggregate" in refused.output

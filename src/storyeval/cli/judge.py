@@ -433,6 +433,13 @@ RANK_ANCHORS = typer.Option(
     help="A stored ranking (an earlier rank output): its systems keep their Bradley-Terry "
     "strengths, new systems join on the same scale.",
 )
+RANK_AGGREGATE = typer.Option(
+    None,
+    "--aggregate",
+    help="Combine the raters of each pair by a competence model first: mace or dawid-skene "
+    "(Bradley-Terry on posterior-weighted outcomes; every bootstrap replicate draws the "
+    "outcomes from the posteriors).",
+)
 RANK_COVARIATES = typer.Option(
     None,
     "--covariates",
@@ -475,6 +482,7 @@ def rank(
     baseline: str = typer.Option(
         None, "--baseline", help="With --covariates: the system of the controlled win rates."
     ),
+    aggregate: str = RANK_AGGREGATE,
 ) -> None:
     """Rank systems from pairwise comparisons: Bradley-Terry (log-odds, Davidson ties) and
     Elo, with bootstrap intervals over prompts. With --covariates, also the strengths with
@@ -489,6 +497,8 @@ def rank(
     )
 
     check_choice(ties, ("davidson", "half", "drop"), "--ties")
+    if aggregate is not None:
+        check_choice(aggregate, ("mace", "dawid-skene"), "--aggregate")
     with user_errors():
         frame = read_comparisons(pairs)
         table = rank_systems(
@@ -500,6 +510,7 @@ def rank(
             seed=seed,
             weights=weights,
             anchors=_anchor_table(anchors) if anchors is not None else None,
+            aggregate=aggregate,
         )
         write_table(table, output)
         if matrix is not None:

@@ -186,6 +186,83 @@ def _counts(frame: pd.DataFrame, systems: Sequence[str]) -> Any:
     return count_comparisons(_triples(frame), systems=systems, weights=weights)
 
 
+def model_based_comparisons(comparisons: pd.DataFrame, method: str) -> pd.DataFrame:
+    """People's comparisons of the same pair combined by a rater competence model
+    (``mace`` or ``dawid-skene``; :mod:`storyeval.meta.competence`): per pair (``item_id``
+    and the two systems) and criterion, one row per outcome (the first system of the sorted
+    pair wins, the second wins, a tie) with its posterior probability in ``_weight``, the
+    pair's key in ``_pair`` and the cumulative bounds ``_low``/``_high`` that
+    :func:`draw_outcomes` samples from. A rater who answers at random counts for little.
+    """
+    from storyeval.meta.competence import competence_tables
+
+    if method not in ("mace", "dawid-skene"):
+        raise ValueError(f"comparisons combine with mace or dawid-skene; got {method!r}")
+    first = comparisons[["system_a", "system_b"]].min(axis=1)
+    second = comparisons[["system_a", "system_b"]].max(axis=1)
+    pair = comparisons["item_id"] + "|" + first + "|" + second
+    outcome = np.where(
+        comparisons["winner"] == "tie", 0.0, np.where(comparisons["winner"] == first, 1.0, -1.0)
+    )
+    long = pd.DataFrame(
+        {
+            "item_id": pair,
+            "rater_id": comparisons["rater_id"].astype(str).to_numpy(),
+            "criterion": comparisons["criterion"].astype(str).to_numpy(),
+            "value": outcome,
+        }
+    )
+    long = long.drop_duplicates(["item_id", "rater_id", "criterion"], keep="last")
+    _, posteriors = competence_tables(long, model=method)
+    info = pd.DataFrame(
+        {"_pair": pair, "prompt_id": comparisons["prompt_id"], "a": first, "b": second}
+    )
+    info = info.drop_duplicates("_pair").set_index("_pair")
+    rows = []
+    for record in posteriors.to_dict("records"):
+        a, b, prompt = info.loc[record["item_id"], ["a", "b", "prompt_id"]]
+        low = 0.0
+        for value, winner in ((1.0, a), (0.0, "tie"), (-1.0, b)):
+            weight = float(record.get(f"p_{value}", 0.0) or 0.0)
+            rows.append(
+                {
+                    "item_id": str(record["item_id"]).split("|", 1)[0],
+                    "prompt_id": prompt,
+                    "system_a": a,
+                    "system_b": b,
+                    "winner": winner,
+                    "rater_id": method,
+                    "criterion": record["criterion"],
+                    "_pair": record["item_id"],
+                    "_weight": weight,
+                    "_low": low,
+                    "_high": low + weight,
+                }
+            )
+            low += weight
+    frame = pd.DataFrame(rows)
+    return frame[frame["_weight"] > 0].reset_index(drop=True)
+
+
+def draw_outcomes(
+    frame: pd.DataFrame, rng: np.random.Generator, copy: pd.Series | None = None
+) -> pd.DataFrame:
+    """One outcome per pair (per ``copy`` of it in a bootstrap sample) drawn from the
+    posterior of :func:`model_based_comparisons`, each with weight 1."""
+    key = frame["_pair"] if copy is None else copy.astype(str) + "#" + frame["_pair"]
+    codes, uniques = pd.factorize(key)
+    u = rng.random(len(uniques))[codes]
+    total = frame.groupby(key)["_weight"].transform("sum").to_numpy()
+    picked = (frame["_low"].to_numpy() <= u * total) & (u * total < frame["_high"].to_numpy())
+    return frame[picked].assign(_weight=1.0)
+
+
+def _modal(frame: pd.DataFrame) -> pd.DataFrame:
+    """The most probable outcome of each pair (for Elo and the tallies)."""
+    order = frame.sort_values("_weight", ascending=False, kind="stable")
+    return order.drop_duplicates("_pair").sort_index()
+
+
 def _tallies(frame: pd.DataFrame, systems: Sequence[str]) -> dict[str, tuple[int, int, int, int]]:
     """Per system: comparisons, wins, losses, ties."""
     result = {}
@@ -222,6 +299,7 @@ def rank_systems(
     elo_shuffles: int = 20,
     weights: str | None = None,
     anchors: Mapping[str, float] | None = None,
+    aggregate: str | None = None,
 ) -> pd.DataFrame:
     """Bradley-Terry strengths (log-odds scale, mean 0) and Elo ratings per system, with
     percentile bootstrap intervals over prompts.
@@ -231,6 +309,12 @@ def rank_systems(
     better", as EQ-Bench's Creative Writing scores them); ``strength`` is derived from a
     judge's ``p_first`` when the column is absent (``|2 p - 1|``: 0 for a coin flip, 1 for a
     certain judge). Elo ignores the weights.
+
+    ``aggregate`` (``mace`` or ``dawid-skene``) first combines the raters of each pair by a
+    competence model (:func:`model_based_comparisons`): Bradley-Terry is fitted on each
+    outcome weighted by its posterior probability, every bootstrap replicate draws the
+    outcomes from the posteriors (the interval carries the labels' uncertainty), and Elo and
+    the tallies use each pair's most probable outcome.
 
     ``anchors`` (system -> strength, e.g. the Bradley-Terry rows of an earlier run) keep
     those systems' strengths fixed, so a new system joins a stored pool on its scale (an
@@ -272,12 +356,16 @@ def rank_systems(
         )
     if n_boot < 0 or not 0 < confidence < 1:
         raise ValueError("n_boot must be >= 0 and confidence between 0 and 1")
-    frame = _weighted(frame, weights)
+    if aggregate is not None and weights is not None:
+        raise ValueError("weights and aggregate cannot be combined (the posterior weighs)")
+    n_compared = len(frame)
+    frame = model_based_comparisons(frame, aggregate) if aggregate else _weighted(frame, weights)
+    modal = _modal(frame) if aggregate else frame
     systems = list(dict.fromkeys([*frame["system_a"], *frame["system_b"]]))
     fit = _fit(_counts(frame, systems), ties, systems, anchors)
-    ratings = _elo_mean(_triples(frame), systems, elo_shuffles, seed)
+    ratings = _elo_mean(_triples(modal), systems, elo_shuffles, seed)
     intervals = _bootstrap(frame, systems, ties, n_boot, confidence, seed, elo_shuffles, anchors)
-    tallies = _tallies(frame, systems)
+    tallies = _tallies(modal, systems)
     signature = Signature(
         "rank",
         {
@@ -288,8 +376,9 @@ def rank_systems(
             "seed": seed,
             "elo_shuffles": elo_shuffles,
             "criterion": criterion or "all",
-            "comparisons": len(frame),
+            "comparisons": n_compared,
             "weights": weights or "none",
+            **({"aggregate": aggregate, "labels": "posterior-draws"} if aggregate else {}),
             "anchored": len([s for s in systems if anchors and s in anchors]),
         },
         __version__,
@@ -332,7 +421,10 @@ def _bootstrap(
     draws: dict[tuple[str, str], list[float]] = {}
     for replicate in range(n_boot):
         chosen = rng.integers(0, len(keys), len(keys))
-        sample = pd.concat([groups[keys[i]] for i in chosen], ignore_index=True)
+        parts = [groups[keys[i]].assign(_copy=j) for j, i in enumerate(chosen)]
+        sample = pd.concat(parts, ignore_index=True)
+        if "_pair" in sample:  # posterior outcomes: draw one per pair
+            sample = draw_outcomes(sample, rng, sample["_copy"])
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DegenerateInputWarning)
             fit = _fit(_counts(sample, systems), ties, systems, anchors, prior=0.01)
