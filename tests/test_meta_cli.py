@@ -466,3 +466,26 @@ def test_correlate_skips_unsupported_levels_with_a_note_and_filters_systems(tmp_
     assert (pd.read_csv(out)["n"] == 2).all()  # two systems left
     result = invoke("correlate", "-s", grouped, "-j", JUDGMENTS, "-o", out, "--systems", "nobody")
     assert result.exit_code == 2 and "no item of system 'nobody'" in result.output
+
+
+def test_report_rows_link_to_a_view_export(scores, tmp_path):
+    site = tmp_path / "site"
+    exported = invoke("view", STORIES, JUDGMENTS, scores, "--export", site)
+    assert exported.exit_code == 0, exported.output
+    out = tmp_path / "report"
+    args = ["report", "-s", scores, "-j", JUDGMENTS, "--stories", STORIES, "-o", out]
+    result = invoke(*args, "--n-boot", "20", "--view-export", site, "--method", "spearman")
+    assert result.exit_code == 0, result.output
+    html = (out / "index.html").read_text()
+    markdown = (out / "report.md").read_text()
+    links = re.findall(r'<a href="(\.\./site/[^"]+)">', html)
+    assert links and all((out / link).resolve().exists() for link in links)
+    from storyeval.view.export import disagreement_url, page_file, system_url
+
+    assert f"../site/{page_file(system_url('human'))}" in links
+    assert f"../site/{page_file(disagreement_url('distinct2', 'coherence'))}" in links
+    assert f"](../site/{page_file(system_url('human'))})" in markdown
+    target = (site / page_file(disagreement_url("distinct2", "coherence"))).read_text()
+    assert "distinct2" in target and "coherence" in target
+    missing = invoke(*args, "--n-boot", "20", "--view-export", tmp_path / "nothing")
+    assert missing.exit_code != 0 and "no index.html" in missing.output

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pytest
 
 from storyeval.corpus import Judgment, Story, read_stories
@@ -21,6 +22,7 @@ pytest.importorskip("fastapi")
 from fastapi.testclient import TestClient
 
 from storyeval.view import create_view_app, load_view_data
+from storyeval.view.index import IndexedStories, open_view_data
 
 EVIL = '<script>window.pwned = 1</script><img src=x onerror="window.pwned = 2">'
 
@@ -101,9 +103,55 @@ def corpus(tmp_path_factory: pytest.TempPathFactory, examples_dir: Path) -> Path
     return folder
 
 
-@pytest.fixture(scope="module")
-def client(corpus: Path) -> TestClient:
-    return TestClient(create_view_app(load_view_data([corpus])))
+@pytest.fixture(scope="module", params=["memory", "index"])
+def client(
+    request: pytest.FixtureRequest, corpus: Path, tmp_path_factory: pytest.TempPathFactory
+) -> TestClient:
+    """The app over the files read into memory, and over their SQLite index: the same pages."""
+    if request.param == "memory":
+        return TestClient(create_view_app(load_view_data([corpus])))
+    data, built = open_view_data([corpus], index_dir=tmp_path_factory.mktemp("index"))
+    assert built and isinstance(data.stories, IndexedStories)
+    return TestClient(create_view_app(data))
+
+
+def test_an_index_is_reused_until_an_input_changes(corpus: Path, tmp_path: Path) -> None:
+    inputs = [corpus / "stories.jsonl", corpus / "judge.jsonl"]
+    _, built = open_view_data(inputs, index_dir=tmp_path)
+    again, rebuilt = open_view_data(inputs, index_dir=tmp_path)
+    assert built and not rebuilt and len(list(tmp_path.glob("view-*.sqlite3"))) == 1
+    memory = load_view_data(inputs)
+    assert len(again.stories) == len(memory.stories)
+    assert again.stories["evil"] == memory.stories["evil"]
+    pd.testing.assert_frame_equal(again.table(), memory.table(), check_dtype=False)
+    assert again.stories.systems() == memory.stories.systems()
+    assert again.stories.matching("LIGHTHOUSE") == memory.stories.matching("lighthouse")
+    assert [s.id for s in again.stories.by_prompt("s001")] == [
+        s.id for s in memory.stories.by_prompt("s001")
+    ]
+    copy = tmp_path / "stories.jsonl"
+    copy.write_text((corpus / "stories.jsonl").read_text(), encoding="utf-8")
+    _, built = open_view_data([copy], index_dir=tmp_path)
+    with copy.open("a", encoding="utf-8") as fh:
+        fh.write(json.dumps({"id": "late", "prompt": "P.", "story": "A late story."}) + "\n")
+    changed, rebuilt = open_view_data([copy], index_dir=tmp_path)
+    assert built and rebuilt and "late" in changed.stories
+    assert len(list(tmp_path.glob("view-*.sqlite3"))) == 2  # one per set of input paths
+
+
+def test_the_command_builds_then_reuses_an_index(
+    run_cli: Any, corpus: Path, tmp_path: Path
+) -> None:
+    args = ["view", str(corpus), "--index", "always", "--index-dir", str(tmp_path / "idx")]
+    code, stdout, err = run_cli(*args, "--export", str(tmp_path / "one"))
+    assert code == 0 and "index built" in stdout, err
+    code, stdout, err = run_cli(*args, "--export", str(tmp_path / "two"))
+    assert code == 0 and "index reused" in stdout, err
+    assert (tmp_path / "one" / "index.html").read_text() == (
+        tmp_path / "two" / "index.html"
+    ).read_text()
+    code, _, err = run_cli("view", str(corpus), "--index", "sometimes")
+    assert code == 2 and "--index" in err
 
 
 def _rows(html: str, table: str) -> list[str]:

@@ -39,6 +39,14 @@ REPORT_COMMAND_CURVES = typer.Option(
 )
 
 
+REPORT_COMMAND_VIEW = typer.Option(
+    None,
+    "--view-export",
+    help="A `storyeval view --export` site of the same files: link each system and each "
+    "metric x criterion cell to its stories there.",
+)
+
+
 def report_command(
     scores: list[Path] = scores_option(),
     judgments: list[Path] = judgments_option(),
@@ -56,6 +64,7 @@ def report_command(
     robustness: Path = REPORT_COMMAND_ROBUSTNESS,
     mauve: Path = REPORT_COMMAND_MAUVE,
     curves: Path = REPORT_COMMAND_CURVES,
+    view_export: Path = REPORT_COMMAND_VIEW,
 ) -> None:
     """Write OUT/index.html and OUT/report.md with heatmaps, scatter plots, agreement, the human
     ceiling, Williams tests, signatures, and the CSVs behind them."""
@@ -97,6 +106,7 @@ def report_command(
             robustness=robustness,
             mauve=mauve,
             curves=curves,
+            view_export=view_export,
             inputs={
                 "scores": scores,
                 "judgments": judgments,

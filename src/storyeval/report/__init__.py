@@ -110,6 +110,7 @@ def build_report(
     mauve: str | Path | None = None,
     curves: str | Path | None = None,
     progress: Callable[[str], None] | None = None,
+    view_export: str | Path | None = None,
 ) -> ReportResult:
     """Compute the meta-evaluation and write the report (see the module docstring):
     :func:`~storyeval.report.compute.compute_report`, then the sections, then the pages.
@@ -147,6 +148,10 @@ def build_report(
         A directory written by ``storyeval curves``: the section "Along the stories".
     progress : callable, optional
         Told what is being done, step by step (the CLI prints it).
+    view_export : str or Path, optional
+        A ``storyeval view --export`` site of the same files: each system row and each
+        metric and criterion cell links to its stories there (see
+        :func:`~storyeval.report.render.link_view_export`).
 
     Returns
     -------
@@ -187,6 +192,12 @@ def build_report(
         mauve=mauve,
         curves=curves,
     )
+    if view_export is not None:
+        from storyeval.report.render import link_view_export
+
+        if not (Path(view_export) / "index.html").exists():
+            raise FileNotFoundError(f"{view_export}: no index.html (run storyeval view --export)")
+        link_view_export(sections, Path(view_export), directory)
     say("pages")
     out.text("index.html", render_html(title, sections))
     out.text("report.md", render_markdown(title, sections))

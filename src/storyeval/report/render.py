@@ -19,10 +19,19 @@ from storyeval.markdown import MISSING, Document, fmt
 
 @dataclass
 class Table:
-    """A table of the report (cells already formatted for people) and its caption."""
+    """A table of the report (cells already formatted for people), its caption and the
+    cells that link somewhere (``(row, column)`` positions to relative URLs)."""
 
     frame: pd.DataFrame
     caption: str = ""
+    links: dict[tuple[int, int], str] = field(default_factory=dict)
+
+    def cells(self) -> list[list[str]]:
+        """The cells as text (Markdown links where a cell links)."""
+        rows = [[str(v) for v in row] for row in self.frame.itertuples(index=False)]
+        for (i, j), href in self.links.items():
+            rows[i][j] = f"[{rows[i][j]}]({href})"
+        return rows
 
 
 @dataclass
@@ -97,7 +106,7 @@ def render_markdown(title: str, sections: Sequence[Section]) -> str:
         for table in section.tables:
             if table.caption:
                 doc.paragraph(f"*{table.caption}*")
-            doc.frame(table.frame.astype(str))
+            doc.frame(pd.DataFrame(table.cells(), columns=table.frame.columns))
     return doc.render()
 
 
@@ -136,7 +145,7 @@ def render_html(title: str, sections: Sequence[Section]) -> str:
 {% endfor %}{% for f in s.figures %}<figure><img src="{{ f.path }}" alt="{{ f.alt }}"></figure>
 {% endfor %}{% for t in s.tables %}<table>{% if t.caption %}<caption>{{ t.caption }}</caption>{% endif %}
 <thead><tr>{% for c in t.columns %}<th>{{ c }}</th>{% endfor %}</tr></thead>
-<tbody>{% for row in t.rows %}<tr>{% for v in row %}<td{% if t.sig[loop.index0] %} class="sig"{% endif %}>{{ v }}</td>{% endfor %}</tr>
+<tbody>{% for row in t.rows %}{% set r = loop.index0 %}<tr>{% for v in row %}<td{% if t.sig[loop.index0] %} class="sig"{% endif %}>{% if (r, loop.index0) in t.links %}<a href="{{ t.links[(r, loop.index0)] }}">{{ v }}</a>{% else %}{{ v }}{% endif %}</td>{% endfor %}</tr>
 {% endfor %}</tbody></table>
 {% endfor %}</section>
 {% endfor %}
@@ -155,6 +164,7 @@ def render_html(title: str, sections: Sequence[Section]) -> str:
                     "columns": columns,
                     "rows": [[str(v) for v in row] for row in table.frame.itertuples(index=False)],
                     "sig": ["signature" in c.lower() for c in columns],
+                    "links": table.links,
                 }
             )
         view.append(
@@ -214,3 +224,33 @@ def _merge_cases(cases: Sequence[str], shown: int) -> str:
             text += f"|... ({len(values)})"
         merged.append(text)
     return "".join(merged)
+
+
+def link_view_export(sections: Sequence[Section], view: Path, report: Path) -> int:
+    """Link the report's rows to a ``storyeval view --export`` site: each system (a table
+    whose first column is ``system``) to its stories, each metric and criterion cell of the
+    correlation tables to the stories where they disagree most. Only pages the export holds
+    are linked; returns the number of links."""
+    import os
+
+    from storyeval.view.export import disagreement_url, page_file, system_url
+
+    base = Path(os.path.relpath(view, report))
+    count = 0
+    for section in sections:
+        for table in section.tables:
+            columns = [str(c) for c in table.frame.columns]
+            if not columns or columns[0] not in ("system", "metric"):
+                continue
+            for i, first in enumerate(table.frame.iloc[:, 0].astype(str)):
+                targets = (
+                    [(0, system_url(first))]
+                    if columns[0] == "system"
+                    else [(j, disagreement_url(first, name)) for j, name in enumerate(columns) if j]
+                )
+                for j, url in targets:
+                    name = page_file(url)
+                    if (view / name).exists():
+                        table.links[(i, j)] = (base / name).as_posix()
+                        count += 1
+    return count

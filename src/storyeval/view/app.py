@@ -79,7 +79,7 @@ def create_view_app(data: ViewData) -> FastAPI:
         page_number: int = Query(default=1, alias="page", ge=1),
     ) -> HTMLResponse:
         shown, total, columns = _filtered(table, data, system, q, sort, desc, col, page_number)
-        systems = sorted({s.system or "" for s in data.stories.values()})
+        systems = data.stories.systems()
         return page(
             "table.html",
             rows=shown.to_dict("records"),
@@ -98,7 +98,7 @@ def create_view_app(data: ViewData) -> FastAPI:
 
     @app.get("/prompt/{prompt_id}", response_class=HTMLResponse)
     def prompt_view(prompt_id: str) -> HTMLResponse:
-        stories = [s for s in data.stories.values() if data.prompt_of(s) == prompt_id]
+        stories = data.stories.by_prompt(prompt_id)
         if not stories:
             raise HTTPException(404, f"no story for prompt {prompt_id!r}")
         cards = [_card(data, s) for s in sorted(stories, key=lambda s: s.system or "")]
@@ -194,12 +194,7 @@ def _filtered(
     if systems:
         rows = rows[rows["system"].isin(systems)]
     if text:
-        needle = text.lower()
-        keep = [
-            needle in data.stories[i].story.lower() or needle in data.stories[i].prompt.lower()
-            for i in rows["item_id"]
-        ]
-        rows = rows[keep]
+        rows = rows[rows["item_id"].isin(data.stories.matching(text))]
     if sort in rows.columns:
         rows = rows.sort_values(sort, ascending=not desc, kind="stable", na_position="last")
     chosen = [c for c in columns if c in table.columns] or list(table.columns)
@@ -264,7 +259,7 @@ def _perturbation_pairs(data: ViewData, technique: str) -> tuple[list[dict[str, 
     (``same``/``old``/``new``), the techniques and each metric's two scores."""
     scores = data.scores.pivot_table(index="item_id", columns="metric", values="value")
     pairs, techniques = [], set()
-    for story in data.stories.values():
+    for story in data.stories.derived():
         source = str(story.extra.get("source_id") or "")
         if not source or source not in data.stories:
             continue

@@ -28,6 +28,35 @@ JUDGE_PREFIX = "judge|"
 SESSION_FORMATS = ("storyeval-writing-session", "storyeval-slogan-session")
 
 
+class MemoryStories(dict[str, Story]):
+    """The stories by id, in memory, with the queries the views ask of a story store (the
+    same as :class:`storyeval.view.index.IndexedStories` answers from an SQLite index)."""
+
+    def systems(self) -> list[str]:
+        """Every system, sorted (``""`` for stories without one)."""
+        return sorted({s.system or "" for s in self.values()})
+
+    def by_prompt(self, prompt_id: str) -> list[Story]:
+        """The stories continuing a prompt (by prompt id)."""
+        return [s for s in self.values() if prompt_id_of(s) == prompt_id]
+
+    def matching(self, text: str) -> set[str]:
+        """The ids of the stories whose text or prompt contains ``text`` (any case)."""
+        needle = text.lower()
+        return {
+            s.id for s in self.values() if needle in s.story.lower() or needle in s.prompt.lower()
+        }
+
+    def derived(self) -> list[Story]:
+        """The stories made from another story (a ``source_id``: perturbations)."""
+        return [s for s in self.values() if s.extra.get("source_id")]
+
+
+def prompt_id_of(story: Story) -> str:
+    """The prompt id of a story (its ``prompt_id``, else its id)."""
+    return str(story.extra.get("prompt_id") or story.id)
+
+
 @dataclass
 class ViewData:
     """The joined files.
@@ -48,7 +77,7 @@ class ViewData:
         ``storyeval-slogan-session`` records), in file order.
     """
 
-    stories: dict[str, Story]
+    stories: MemoryStories | Any
     scores: pd.DataFrame
     people: pd.DataFrame
     judges: pd.DataFrame
@@ -56,15 +85,21 @@ class ViewData:
     unjoined: list[tuple[str, int, str]] = field(default_factory=list)
     files: list[tuple[str, str, int]] = field(default_factory=list)
     sessions: list[dict[str, Any]] = field(default_factory=list)
+    stored_table: pd.DataFrame | None = None
 
     def prompt_of(self, story: Story) -> str:
         """The prompt id of a story (its ``prompt_id``, else its id)."""
-        return str(story.extra.get("prompt_id") or story.id)
+        return prompt_id_of(story)
 
     def table(self) -> pd.DataFrame:
         """One row per story: ``item_id``, ``system``, ``prompt_id``, ``words``, then each
         metric's value, people's mean per criterion (``people:<criterion>``) and each
-        judged criterion's mean (``judge:<criterion>``)."""
+        judged criterion's mean (``judge:<criterion>``); computed once."""
+        if self.stored_table is None:
+            self.stored_table = self._table()
+        return self.stored_table
+
+    def _table(self) -> pd.DataFrame:
         rows = pd.DataFrame(
             [
                 {
@@ -94,7 +129,8 @@ class ViewData:
         return rows
 
 
-def _paths(inputs: Sequence[str | Path]) -> list[Path]:
+def input_paths(inputs: Sequence[str | Path]) -> list[Path]:
+    """The files the inputs name (a directory stands for its .jsonl and .csv files)."""
     found: list[Path] = []
     for item in inputs:
         path = Path(item)
@@ -132,13 +168,13 @@ def load_view_data(inputs: Sequence[str | Path]) -> ViewData:
     """
     from storyeval.corpus import read_judgments, read_scores, read_stories
 
-    stories: dict[str, Story] = {}
+    stories = MemoryStories()
     scores: list[tuple[str, Score]] = []
     judgments: list[tuple[str, Judgment]] = []
     comparisons: list[dict[str, Any]] = []
     sessions: list[dict[str, Any]] = []
     files: list[tuple[str, str, int]] = []
-    for path in _paths(inputs):
+    for path in input_paths(inputs):
         kind = _kind(path)
         records: list[Any]
         if kind == "sessions":
@@ -196,7 +232,7 @@ def _comparisons(path: Path) -> list[dict[str, Any]]:
 
 
 def _joined(
-    stories: dict[str, Story],
+    stories: MemoryStories,
     scores: Iterable[tuple[str, Score]],
     judgments: Iterable[tuple[str, Judgment]],
     comparisons: list[dict[str, Any]],

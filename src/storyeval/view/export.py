@@ -50,7 +50,7 @@ class ExportResult:
     skipped: int
 
 
-def _file_name(url: str) -> str:
+def page_file(url: str) -> str:
     """The file a site URL is written to: ``index.html`` for ``/``, else a readable stem
     and a hash of the whole URL (queries included)."""
     if url == "/":
@@ -73,13 +73,14 @@ def _seeds(data: ViewData) -> list[tuple[str, str]]:
         ("/files", "Files"),
     ]
     for system in sorted({str(s) for s in table["system"] if str(s)}):
-        seeds.append((f"/?{urlencode({'system': system})}", f"the stories of {system}"))
+        seeds.append((system_url(system), f"the stories of {system}"))
     metrics = [c for c in table.columns if c not in FIXED and not c.startswith("people:")]
     criteria = sorted(set(data.people["criterion"])) if not data.people.empty else []
     for metric in metrics:
         for criterion in criteria:
-            query = urlencode({"metric": metric, "criterion": criterion, "by": "metric"})
-            seeds.append((f"/disagree?{query}", f"{metric} against people's {criterion}"))
+            seeds.append(
+                (disagreement_url(metric, criterion), f"{metric} against people's {criterion}")
+            )
     if criteria:
         seeds.append(("/disagree?by=raters", "people's disagreement with each other"))
     for technique in _perturbation_pairs(data, "")[1]:
@@ -103,7 +104,7 @@ def _rewrite(
             if len(known) >= limit:
                 skipped.add(path)
                 return f'{attribute}="{NOT_EXPORTED}"'
-            known[path] = _file_name(path)
+            known[path] = page_file(path)
             queue.append(path)
         target = known[path] + (f"#{fragment}" if fragment else "")
         return f'{attribute}="{html.escape(target, quote=True)}"'
@@ -131,7 +132,7 @@ def export_site(data: ViewData, directory: str | Path, *, max_pages: int = 5000)
     queue: deque[str] = deque()
     for url, _ in seeds:
         if url not in known and len(known) < max_pages:
-            known[url] = _file_name(url)
+            known[url] = page_file(url)
             queue.append(url)
     skipped: set[str] = set()
     with atomic_directory(directory) as tmp:
@@ -183,3 +184,14 @@ def _write_extras(
     (tmp / "data" / "files.json").write_text(
         json.dumps({"files": files, "unjoined": unjoined}, indent=1), encoding="utf-8"
     )
+
+
+def disagreement_url(metric: str, criterion: str) -> str:
+    """The app's URL of the stories where ``metric`` and people's ``criterion`` disagree most
+    (exported ready-made for every metric and criterion)."""
+    return f"/disagree?{urlencode({'metric': metric, 'criterion': criterion, 'by': 'metric'})}"
+
+
+def system_url(system: str) -> str:
+    """The app's URL of one system's stories (exported ready-made for every system)."""
+    return f"/?{urlencode({'system': system})}"

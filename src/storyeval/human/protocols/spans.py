@@ -75,7 +75,9 @@ class SpansOptions(StrictModel):
     taxonomy: list[SpanLabel] = Field(default_factory=_story_taxonomy, min_length=1, max_length=9)
     question: str = "Mark every sentence that has a problem, and choose the kind of problem."
     confirm: str = "I read the whole story and marked every problem I found."
-    max_units: int = Field(default=60, ge=1, le=200)
+    max_units: int = Field(
+        default=60, ge=1, le=150
+    )  # one form field per unit (the server takes 200)
 
 
 class Spans(StudyProtocol):
