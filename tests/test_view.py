@@ -396,3 +396,39 @@ def test_writing_sessions_replay_turn_by_turn(tmp_path: Path, examples_dir: Path
 
     export_site(data, tmp_path / "site")
     assert len(list((tmp_path / "site").glob("session-*.html"))) == len(data.sessions)
+
+
+def test_ranges_filter_the_table_and_bad_ones_are_refused(client: TestClient) -> None:
+    page = client.get("/?range=words:100:140&sort=words&col=words")
+    words = [
+        int(w)
+        for row in _rows(page.text, "stories")[1:]
+        for w in re.findall(r"<td>(\d+)</td>", row)[:1]
+    ]
+    assert words and all(100 <= w <= 140 for w in words)
+    total = int(re.search(r"(\d+) stories; page", page.text).group(1))  # type: ignore[union-attr]
+    table = client.get("/?rc=words&rlo=100&rhi=140").text
+    assert f"{total} stories; page" in table and 'value="words:100.0:140.0"' in table
+    rated = client.get("/?range=people:coherence:4:").text
+    assert "stories; page" in rated
+    for bad in ("nothing:1:2", "words:x:2", "item_id:1:2"):
+        assert client.get(f"/?range={bad}").status_code == 422
+
+
+def test_the_pairs_page_ranks_the_systems_with_intervals(client: TestClient) -> None:
+    page = client.get("/pairs").text
+    rows = _rows(page, "ranking")[1:]
+    assert len(rows) >= 2 and all("–" in row for row in rows)
+
+
+def test_references_are_marked_and_stored_rankings_shown(tmp_path: Path) -> None:
+    story = Story("a", "P.", "The cat sat on the red mat.", reference="The cat sat on the mat.")
+    (tmp_path / "stories.jsonl").write_text(json.dumps(story.to_dict()) + "\n")
+    (tmp_path / "ranking.csv").write_text(
+        "system,method,estimate,ci_low,ci_high,comparisons\nx,bradley-terry,0.5,0.1,0.9,40\n"
+    )
+    client = TestClient(create_view_app(load_view_data([tmp_path])))
+    page = client.get("/prompt/a").text
+    assert "<ins>red </ins>" in page and "Words not in the reference are marked" in page
+    pairs = client.get("/pairs").text
+    assert "Stored rankings" in pairs and "0.100 – 0.900" in pairs

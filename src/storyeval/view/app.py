@@ -3,15 +3,17 @@
 
 Every view's state is in its URL, so a link shows what its author saw:
 
-- ``/``: the table, one story a row; ``system`` (repeatable) and ``q`` (text) filter,
-  ``sort`` and ``desc`` order, ``col`` (repeatable) chooses the columns, ``page`` pages;
+- ``/``: the table, one story a row; ``system`` (repeatable), ``q`` (text) and ``range``
+  (``COLUMN:LOW:HIGH``, repeatable: length, a metric, a criterion, a judge) filter, ``sort``
+  and ``desc`` order, ``col`` (repeatable) chooses the columns, ``page`` pages;
 - ``/prompt/{prompt_id}``: every system's story for one prompt side by side, with its scores,
   people's ratings (each rater and the mean) and each judge's score, rationale and answer
-  probabilities;
+  probabilities; where a story has a reference, the words that differ from it are marked;
 - ``/disagree``: stories ranked by the gap between a metric (or judge) and people
   (``metric``, ``criterion``), or by how much raters disagree (``by=raters``);
 - ``/pairs``: the comparisons, with pairs a judge decided differently in its two orders flagged,
-  and the win-rate matrix;
+  the win-rate matrix, the Bradley-Terry ranking with bootstrap intervals, and any stored
+  rankings (``storyeval rank`` outputs) given;
 - ``/sessions`` and ``/session/{n}``: writing sessions (CYOA, machine-in-the-loop, slogans)
   and one replayed turn by turn: each suggestion offered with its generator, the one chosen,
   the writer's actions and the text kept, then the survey answers;
@@ -77,8 +79,15 @@ def create_view_app(data: ViewData) -> FastAPI:
         desc: bool = False,
         col: list[str] = Query(default=[]),
         page_number: int = Query(default=1, alias="page", ge=1),
+        within: list[str] = Query(default=[], alias="range"),
+        rc: str = "",
+        rlo: str = "",
+        rhi: str = "",
     ) -> HTMLResponse:
-        shown, total, columns = _filtered(table, data, system, q, sort, desc, col, page_number)
+        limits = _ranges([*within, f"{rc}:{rlo}:{rhi}"], table)
+        shown, total, columns = _filtered(
+            _within(table, limits), data, system, q, sort, desc, col, page_number
+        )
         systems = data.stories.systems()
         return page(
             "table.html",
@@ -93,6 +102,8 @@ def create_view_app(data: ViewData) -> FastAPI:
             sort=sort,
             desc=desc,
             all_columns=list(table.columns),
+            numeric=[c for c in table.columns if c not in ("item_id", "system", "prompt_id")],
+            limits=limits,
             query=urlencode([(k, v) for k, v in request.query_params.multi_items() if k != "page"]),
         )
 
@@ -134,10 +145,20 @@ def _add_reading_routes(
             criteria=criteria,
         )
 
+    ranking: list[pd.DataFrame] = []  # computed on first request (a bootstrap)
+
     @app.get("/pairs", response_class=HTMLResponse)
     def pairs_view() -> HTMLResponse:
         rows, matrix = _pairs(data.comparisons)
-        return page("pairs.html", rows=rows, matrix=matrix)
+        if not ranking:
+            ranking.append(_ranking(data.comparisons))
+        return page(
+            "pairs.html",
+            rows=rows,
+            matrix=matrix,
+            ranking=ranking[0].to_dict("records"),
+            rankings=data.rankings.to_dict("records"),
+        )
 
     @app.get("/perturbations", response_class=HTMLResponse)
     def perturbations_view(
@@ -177,6 +198,41 @@ def _number(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.3f}"
     return str(value)
+
+
+def _ranges(values: list[str], table: pd.DataFrame) -> list[tuple[str, float | None, float | None]]:
+    """``COLUMN:LOW:HIGH`` filters (either bound may be empty) on numeric columns; a bad one
+    is a 422 that says which."""
+    limits = []
+    for value in values:
+        parts = value.rsplit(":", 2)  # column names may hold colons (people:coherence)
+        column, low, high = ([""] * (3 - len(parts)) + parts) if len(parts) < 3 else parts
+        if not column and not low and not high:
+            continue  # the form's empty row
+        if column not in table.columns or column in ("item_id", "system", "prompt_id"):
+            raise HTTPException(422, f"range: no numeric column {column!r}")
+        try:
+            parsed = tuple(float(b) if b.strip() else None for b in (low, high))
+        except ValueError:
+            raise HTTPException(422, f"range: bounds must be numbers; got {value!r}") from None
+        limits.append((column, parsed[0], parsed[1]))
+    return limits
+
+
+def _within(
+    table: pd.DataFrame, limits: list[tuple[str, float | None, float | None]]
+) -> pd.DataFrame:
+    """The rows whose values lie within every range (a missing value is outside)."""
+    rows = table
+    for column, low, high in limits:
+        values = pd.to_numeric(rows[column], errors="coerce")
+        keep = values.notna()
+        if low is not None:
+            keep &= values >= low
+        if high is not None:
+            keep &= values <= high
+        rows = rows[keep]
+    return rows
 
 
 def _filtered(
@@ -219,6 +275,7 @@ def _card(data: ViewData, story: Any) -> dict[str, Any]:
         "means": means,
         "judges": judges.sort_values("criterion").to_dict("records"),
         "reference": story.references[0] if story.references else "",
+        "against_reference": _diff(story.references[0], story.story)[1] if story.references else [],
     }
 
 
@@ -315,6 +372,21 @@ def _pairs(comparisons: pd.DataFrame) -> tuple[list[dict[str, Any]], pd.DataFram
     frame["inconsistent"] = frame.groupby(keys)["winner"].transform("nunique") > 1
     matrix = win_rate_matrix(comparisons)
     return frame.head(500).to_dict("records"), matrix
+
+
+def _ranking(comparisons: pd.DataFrame) -> pd.DataFrame:
+    """Bradley-Terry strengths of the compared systems with bootstrap intervals over prompts
+    (200 replicates; every criterion together), best first."""
+    if comparisons.empty:
+        return pd.DataFrame()
+    import warnings
+
+    from storyeval.meta.comparisons import rank_systems
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        table = rank_systems(comparisons, n_boot=200, seed=0)
+    return table[table["method"] == "bradley-terry"].reset_index(drop=True)
 
 
 def _session_row(record: dict[str, Any]) -> dict[str, Any]:

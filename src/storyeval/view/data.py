@@ -1,8 +1,8 @@
 """What ``storyeval view`` shows: storyeval's files joined by item id and prompt.
 
 Any mix of story files, score files, judgment files (people's, and LLM judges' with their
-rationales and answer probabilities), comparison files (pairwise studies and judges) and
-writing-session exports (CYOA, machine-in-the-loop and slogan sessions of the study server) is
+rationales and answer probabilities), comparison files (pairwise studies and judges), stored
+rankings (``storyeval rank`` outputs) and writing-session exports (CYOA, machine-in-the-loop and slogan sessions of the study server) is
 read, each kind told by its fields; a directory stands for the ``.jsonl`` and ``.csv`` files
 in it. Records that name an item no story file has are counted per file, not dropped
 silently.
@@ -86,6 +86,7 @@ class ViewData:
     files: list[tuple[str, str, int]] = field(default_factory=list)
     sessions: list[dict[str, Any]] = field(default_factory=list)
     stored_table: pd.DataFrame | None = None
+    rankings: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     def prompt_of(self, story: Story) -> str:
         """The prompt id of a story (its ``prompt_id``, else its id)."""
@@ -154,6 +155,8 @@ def _kind(path: Path) -> str:
             return "comparisons"
         if isinstance(record, dict) and record.get("format") in SESSION_FORMATS:
             return "sessions"
+        if isinstance(record, dict) and {"system", "method", "estimate"} <= set(record):
+            return "rankings"
         break
     return str(detect_kind(path))
 
@@ -173,6 +176,7 @@ def load_view_data(inputs: Sequence[str | Path]) -> ViewData:
     judgments: list[tuple[str, Judgment]] = []
     comparisons: list[dict[str, Any]] = []
     sessions: list[dict[str, Any]] = []
+    rankings: list[dict[str, Any]] = []
     files: list[tuple[str, str, int]] = []
     for path in input_paths(inputs):
         kind = _kind(path)
@@ -180,6 +184,9 @@ def load_view_data(inputs: Sequence[str | Path]) -> ViewData:
         if kind == "sessions":
             records = _sessions(path)
             sessions += records
+        elif kind == "rankings":
+            records = _rankings(path)
+            rankings += records
         elif kind == "stories":
             records = read_stories(path)
             stories.update((s.id, s) for s in records)
@@ -200,7 +207,32 @@ def load_view_data(inputs: Sequence[str | Path]) -> ViewData:
         )
     data = _joined(stories, scores, judgments, comparisons, files)
     data.sessions = sessions
+    data.rankings = pd.DataFrame(rankings)
+    for column in ("estimate", "ci_low", "ci_high"):
+        if column in data.rankings:
+            data.rankings[column] = pd.to_numeric(data.rankings[column], errors="coerce")
     return data
+
+
+def _rankings(path: Path) -> list[dict[str, Any]]:
+    """The rows of a stored ranking (``storyeval rank`` output: system, method, estimate and
+    its interval), each checked for those fields."""
+    from storyeval.corpus import iter_raw_records
+    from storyeval.errors import DataFileError, DataProblem
+
+    rows = []
+    for number, record in iter_raw_records(path):
+        if isinstance(record, DataProblem):
+            raise DataFileError([record])
+        if not {"system", "method", "estimate"} <= set(record):
+            raise DataFileError.single(path, number, "a ranking row needs system, method, estimate")
+        rows.append(
+            {
+                k: record.get(k)
+                for k in ("system", "method", "estimate", "ci_low", "ci_high", "comparisons")
+            }
+        )
+    return rows
 
 
 def _sessions(path: Path) -> list[dict[str, Any]]:

@@ -27,8 +27,8 @@ from storyeval.corpus import Story
 from storyeval.view.data import ViewData, input_paths, load_view_data
 
 #: Bumped when the index layout changes (old indexes are then rebuilt).
-INDEX_VERSION = 1
-_FRAMES = ("scores", "people", "judges", "comparisons")
+INDEX_VERSION = 2
+_FRAMES = ("scores", "people", "judges", "comparisons", "rankings")
 
 
 def default_index_dir() -> Path:
@@ -139,6 +139,7 @@ def read_index(path: Path) -> ViewData:
         [tuple(f) for f in meta["files"]],
         meta["sessions"],
         stored_table=table,
+        rankings=frames["rankings"],
     )
 
 
