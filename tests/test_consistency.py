@@ -65,3 +65,51 @@ def test_the_command(tmp_path: Path, run_cli: Any) -> None:
     table = pd.read_csv(tmp_path / "f.csv")
     assert table["item_id"].tolist() == ["x"] and "1 of 2 stories with a finding" in stdout
     assert table["first"].iloc[0] == "Mara locked the door."
+
+
+class _Reader:
+    """A judge that says yes exactly when the later passage negates the earlier (a stand-in
+    whose answers are known, to check the plumbing; the offline model is checked below)."""
+
+    identity = name = "reader@test"
+
+    def answer(self, requests: Any, decoding: Any, *, sample: int = 0) -> list[Any]:
+        from storyeval.judge.backends import JudgeAnswer
+
+        out = []
+        for request in requests:
+            later = request.messages[1]["content"].split("Later passage:")[1]
+            yes = " not " in later
+            out.append(JudgeAnswer((0.9, 0.1) if yes else (0.2, 0.8), None))
+        return out
+
+
+def test_an_llm_judge_finds_contradictions(nlp: Any) -> None:
+    story = Story("a", "", "Mara locked the door. She went to bed. Mara did not lock the door.")
+    found = find_contradictions([story], judge=_Reader(), nlp=nlp)
+    assert found[["first_index", "second_index"]].values.tolist() == [[0, 2]]
+    assert (
+        found["score"].iloc[0] == pytest.approx(0.9)
+        and found["method"].iloc[0] == "judge:reader@test"
+    )
+    with pytest.raises(ValueError, match="not both"):
+        find_contradictions([story], judge=_Reader(), nli="x", nlp=nlp)
+
+
+def test_the_command_with_the_offline_judge(tmp_path: Path, run_cli: Any) -> None:
+    stories = tmp_path / "s.jsonl"
+    record = {
+        "id": "x",
+        "story": "Mara locked the door. Mara did not lock the door.",
+        "system": "m",
+    }
+    stories.write_text(json.dumps(record) + "\n")
+    out = tmp_path / "f.csv"
+    code, stdout, err = run_cli(
+        "consistency", str(stories), "-o", str(out), "--judge", "offline", "--threshold", "0"
+    )
+    assert code == 0, err
+    table = pd.read_csv(out)  # threshold 0: every pair asked is a finding, with its probability
+    assert len(table) == 1 and table["method"].iloc[0].startswith("judge:")
+    assert 0 <= table["score"].iloc[0] <= 1
+    assert "1 findings (judge:" in stdout

@@ -12,7 +12,11 @@ Two detectors:
   of the two negated: "She locked the door" / "She did not lock the door"), or with one
   word replaced by its WordNet antonym ("The room was warm" / "The room was cold"). It finds
   contradictions of that surface form only: character attributes stated in other words,
-  timelines and world rules need the NLI model or an LLM judge.
+  timelines and world rules need the NLI model or an LLM judge;
+* with an LLM judge (``judge``: any :mod:`storyeval.judge.backends` backend, local or behind an
+  OpenAI-compatible server), the same pairs of sentences are each asked whether the later one
+  contradicts the earlier (yes/no, the story shown for context); the probability of *yes* is
+  the score (``method`` ``judge:MODEL``).
 
 The perturbation technique ``contradiction`` plants contradictions of the first kind, so the
 fallback's recall on planted errors and its false alarms on the original stories can be
@@ -131,10 +135,54 @@ def _nli_findings(
     ]
 
 
+def _judge_findings(
+    story: Story, sentences: list[_Sentence], judge: Any, threshold: float
+) -> list[Finding]:
+    """Pairs of sentences sharing words, each asked of an LLM judge: a finding where the
+    probability of *yes* (renormalised over yes and no; 1 or 0 for a written answer) reaches
+    ``threshold``. An answer that is neither is left out, never counted as either."""
+    from storyeval.judge.backends import Decoding
+    from storyeval.judge.parse import parse_answer
+    from storyeval.judge.prompts import contradiction_request
+
+    pairs = [
+        (i, j)
+        for (i, a), (j, b) in itertools.combinations(enumerate(sentences), 2)
+        if _overlap(a.lemmas, b.lemmas) >= 0.2
+    ]
+    requests = [
+        contradiction_request(story, sentences[i].text, sentences[j].text) for i, j in pairs
+    ]
+    answers = judge.answer(requests, Decoding(max_new_tokens=8)) if requests else []
+    found = []
+    for (i, j), answer in zip(pairs, answers, strict=True):
+        if answer.probabilities is not None and sum(answer.probabilities) > 0:
+            p_yes = float(answer.probabilities[0] / sum(answer.probabilities))
+        else:
+            label = parse_answer(answer.text or "", ("yes", "no"), analysed=False)
+            if label is None:
+                continue
+            p_yes = 1.0 if label == "yes" else 0.0
+        if p_yes >= threshold:
+            finding = Finding(
+                story.id,
+                i,
+                sentences[i].text,
+                j,
+                sentences[j].text,
+                "contradiction",
+                p_yes,
+                f"judge:{judge.identity}",
+            )
+            found.append(finding)
+    return found
+
+
 def find_contradictions(
     stories: Sequence[Story],
     *,
     nli: str | None = None,
+    judge: Any = None,
     threshold: float = 0.5,
     nlp: Any = None,
 ) -> pd.DataFrame:
@@ -145,9 +193,15 @@ def find_contradictions(
     ----------
     nli : str, optional
         An NLI classifier (hub name or directory); default: the rule-based fallback.
+    judge : JudgeBackend, optional
+        An LLM judge (:mod:`storyeval.judge.backends`) asked about every pair of sentences that
+        share words; its probability of *yes* is the score (not with ``nli``).
     threshold : float
-        The NLI contradiction probability that makes a finding.
+        The NLI contradiction probability (or the judge's probability of *yes*) that makes a
+        finding.
     """
+    if nli is not None and judge is not None:
+        raise ValueError("give an NLI model or a judge, not both")
     from storyeval.text import split_sentences
 
     if nlp is None:
@@ -162,10 +216,11 @@ def find_contradictions(
     rows: list[Finding] = []
     for story in stories:
         sentences = _analyse(split_sentences(story.story), nlp)
-        rows += (
-            _rule_findings(story, sentences)
-            if model is None
-            else _nli_findings(story, sentences, model, threshold)
-        )
+        if judge is not None:
+            rows += _judge_findings(story, sentences, judge, threshold)
+        elif model is not None:
+            rows += _nli_findings(story, sentences, model, threshold)
+        else:
+            rows += _rule_findings(story, sentences)
     columns = [f for f in Finding.__dataclass_fields__]
     return pd.DataFrame([asdict(r) for r in rows], columns=columns)

@@ -22,8 +22,20 @@ def consistency_command(
         "replaced by its antonym).",
     ),
     threshold: float = typer.Option(
-        0.5, "--threshold", min=0.0, max=1.0, help="--nli: contradiction probability of a finding."
+        0.5,
+        "--threshold",
+        min=0.0,
+        max=1.0,
+        help="--nli/--judge: the contradiction (or yes) probability of a finding.",
     ),
+    judge: str = typer.Option(
+        None,
+        "--judge",
+        help="An LLM judge asked about each pair of sentences that share words: a local causal "
+        "LM (hub name or directory; 'offline' for the packaged SmolLM2) or, with --base-url, "
+        "a model an OpenAI-compatible server knows.",
+    ),
+    base_url: str = typer.Option(None, "--base-url", help="--judge: the server's address."),
 ) -> None:
     """Find the sentences of each story that contradict an earlier one, each finding quoted
     with both sentences; prints the stories with findings per system. Plant contradictions to
@@ -35,7 +47,13 @@ def consistency_command(
     check_table_path(output)
     with user_errors():
         read = read_stories(stories)
-        findings = find_contradictions(read, nli=nli, threshold=threshold)
+        backend = None
+        if judge is not None:
+            from storyeval.judge.backends import BackendSpec
+
+            spec = BackendSpec(models=(None if judge == "offline" else judge,), base_url=base_url)
+            backend = spec.build()[0]
+        findings = find_contradictions(read, nli=nli, judge=backend, threshold=threshold)
         write_table(findings, output)
     flagged = set(findings["item_id"])
     systems: dict[str, list[int]] = {}
@@ -45,7 +63,11 @@ def consistency_command(
         systems[story.system or ""][1] += story.id in flagged
     for system, (total, with_findings) in sorted(systems.items()):
         typer.echo(f"{system or '(no system)'}: {with_findings} of {total} stories with a finding")
-    method = findings["method"].iloc[0] if len(findings) else ("nli" if nli else "rules")
+    method = (
+        findings["method"].iloc[0]
+        if len(findings)
+        else ("nli" if nli else "judge" if judge else "rules")
+    )
     typer.echo(f"{len(findings)} findings ({method}) -> {output}")
 
 

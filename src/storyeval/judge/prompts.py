@@ -193,3 +193,31 @@ def spans_request(story: Story, rubric: Rubric, units: Sequence[str], index: int
     messages = ({"role": "system", "content": SYSTEM}, {"role": "user", "content": user})
     analysed = rubric.analyse_first
     return JudgeRequest(messages, labels, prefix, subject, analysed, analysed, (story,))
+
+
+CONTRADICTION_LABELS = ("yes", "no")
+
+
+def contradiction_request(story: Story, first: str, second: str) -> JudgeRequest:
+    """Whether a later passage of a story contradicts an earlier one (``yes``/``no``), the
+    story shown for context (shared by every pair of the story).
+
+    >>> request = contradiction_request(Story("s", "", "Ann was tall. Ann was short."), "Ann was tall.", "Ann was short.")
+    >>> request.labels, request.subject.startswith("Story:")
+    (('yes', 'no'), True)
+    """
+    prefix = (
+        "You will check a story for contradictions: a later passage that cannot be true if an "
+        "earlier one is (a character's name, attribute, state or motive, the timeline, or a "
+        "rule of the story's world), unless the story explains the change.\n\n"
+    )
+    subject = f"Story: {story.story.strip()}"
+    question = (
+        f'Earlier passage: "{first}"\nLater passage: "{second}"\nDoes the later passage '
+        "contradict the earlier one? Answer with exactly one of yes, no and nothing else."
+    )
+    messages = (
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": prefix + subject + "\n\n" + question},
+    )
+    return JudgeRequest(messages, CONTRADICTION_LABELS, prefix, subject, stories=(story,))
