@@ -118,13 +118,18 @@ def test_aggregator_cross_validates_and_round_trips_through_json():
     rng = np.random.default_rng(0)
     x = rng.normal(size=(80, 9))
     target = 0.5 + 0.2 * x[:, 0] - 0.1 * x[:, 3] + rng.normal(scale=0.02, size=80)
-    for kind in ("linear", "mlp"):
+    for kind in ("linear", "mlp", "mlp-deep"):
         fitted = fit_aggregator(x[:60], target[:60], kind=kind, seed=1)
         predicted = fitted.predict(x[60:])
-        assert np.corrcoef(predicted, target[60:])[0, 1] > 0.9, kind
+        # ten tanh layers learn less from 60 examples than one (0.63 here): the literal
+        # reading of the paper is an option, not the default
+        assert np.corrcoef(predicted, target[60:])[0, 1] > (0.5 if kind == "mlp-deep" else 0.9)
         again = Aggregator.from_dict(json.loads(json.dumps(fitted.to_dict())))
         assert np.allclose(again.predict(x[60:]), predicted)
-    with pytest.raises(ValueError, match="aggregator must be linear or mlp"):
+        hidden = {"linear": 0, "mlp": 1, "mlp-deep": 10}[kind]
+        assert len(fitted.weights) == hidden + 1  # and one output layer
+        assert all(w.shape[1] == 10 for w in fitted.weights[:-1])
+    with pytest.raises(ValueError, match="aggregator must be one of linear, mlp, mlp-deep"):
         fit_aggregator(x, target, kind="forest")
 
 

@@ -328,6 +328,15 @@ def nsp(
     _train_and_report(train_nsp, stories, output, config, **_common(locals()))
 
 
+_NUBIA_AGGREGATOR = typer.Option(
+    "linear",
+    "--aggregator",
+    help="linear (-LREG), mlp (-NN: one hidden layer of 10 units, reading Kane et al.'s "
+    "'10 hidden layers' as units) or mlp-deep (ten hidden layers of 10 units, the literal "
+    "reading).",
+)
+
+
 @train_app.command("nubia")
 def nubia(
     stories: Path = _STORIES,
@@ -336,7 +345,7 @@ def nubia(
     criterion: str = typer.Option(
         None, "--criterion", help="The criterion to learn (needed when there are several)."
     ),
-    aggregator: str = typer.Option("linear", "--aggregator", help="linear (-LREG) or mlp (-NN)."),
+    aggregator: str = _NUBIA_AGGREGATOR,
     calibration: str = typer.Option(
         "self", "--calibration", help="self (divide by the candidate against itself) or clip."
     ),

@@ -180,7 +180,8 @@ def union(
             "(NUBIA used GPT-2); `--features 8dim` adds the word counts (the 8-DIM variant). "
             "The default is the paper's six features (`6dim`).\n"
             "\n"
-            "An **aggregator** (linear, `-LREG`, or a 10-unit tanh network, `-NN`) maps the "
+            "An **aggregator** (linear, `-LREG`, or a 10-unit tanh network, `-NN`; `mlp-deep`, ten "
+            "hidden layers, is the literal reading of the paper's '10 hidden layers') maps the "
             "standardised features to the human score scaled to [0, 1]; the **calibrator** "
             "divides the prediction by the prediction for the candidate against itself and "
             "clips to [0, 1] (the paper's section 3.3; `--calibration clip` only clips). "
@@ -198,7 +199,7 @@ def union(
         papers=(
             "On WMT17 segment-level direct assessment NUBIA-8DIM-NN reaches an average "
             "Pearson of 0.777 across language pairs, ablations showing semantic similarity as "
-            "the most important feature (Kane et al. 2020, Tables 6 and 8)."
+            "the most important feature (Kane et al. 2020, Tables 2 and 5)."
         ),
         limits=(
             "No licensed three-way NLI model installs offline, so the offline features are "

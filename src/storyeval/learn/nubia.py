@@ -27,7 +27,9 @@ the signature (``nli:lm-zero-shot:...``).
 
 **Aggregator**: a regression from the features (standardised) to the human score scaled to
 [0, 1] by the observed rating range: linear (``-LREG``) or a one-hidden-layer tanh network of
-10 units (``-NN``), cross-validated (held-out correlations reported), then fit on everything.
+10 units (``-NN``; ``mlp-deep``: ten hidden layers of 10 units, the literal reading of the
+paper's "10 hidden layers"), cross-validated (held-out correlations reported), then fit on
+everything.
 **Calibrator** (paper, 3.3): the prediction divided by the prediction for the candidate
 against itself, then clipped to [0, 1] (``calibration="self"``), or only clipped (``"clip"``).
 
@@ -413,10 +415,20 @@ class Aggregator:
         )
 
 
+#: The hidden layers of the network aggregators. Kane et al. (2020, section 3.2) describe "6
+#: (or 8) input layers ..., 10 hidden layers and a 1 dimension output layer": they count
+#: input features as "layers", so ``mlp`` (the default network) reads "10 hidden layers" as
+#: one hidden layer of 10 units; ``mlp-deep`` is the literal reading, ten hidden layers of 10.
+AGGREGATOR_LAYERS: dict[str, tuple[int, ...]] = {"mlp": (10,), "mlp-deep": (10,) * 10}
+AGGREGATORS: tuple[str, ...] = ("linear", *AGGREGATOR_LAYERS)
+
+
 def fit_aggregator(
     features: np.ndarray, target: np.ndarray, *, kind: str = "linear", seed: int = 0
 ) -> Aggregator:
-    """Fit a linear or a 10-unit tanh MLP regressor (scikit-learn) on standardised features."""
+    """Fit a linear regressor or a tanh MLP (scikit-learn) on standardised features: ``mlp``
+    is one hidden layer of 10 units, ``mlp-deep`` ten hidden layers of 10 units (see
+    :data:`AGGREGATOR_LAYERS`)."""
     from sklearn.linear_model import Ridge
     from sklearn.neural_network import MLPRegressor
 
@@ -429,9 +441,9 @@ def fit_aggregator(
         return Aggregator(
             kind, mean, scale, [model.coef_.reshape(-1, 1)], [np.asarray([model.intercept_])]
         )
-    if kind == "mlp":
+    if kind in AGGREGATOR_LAYERS:
         net = MLPRegressor(
-            hidden_layer_sizes=(10,),
+            hidden_layer_sizes=AGGREGATOR_LAYERS[kind],
             activation="tanh",
             solver="adam",
             max_iter=3000,
@@ -445,7 +457,7 @@ def fit_aggregator(
             [np.asarray(w) for w in net.coefs_],
             [np.asarray(b) for b in net.intercepts_],
         )
-    raise ValueError(f"aggregator must be linear or mlp; got {kind!r}")
+    raise ValueError(f"aggregator must be one of {', '.join(AGGREGATORS)}; got {kind!r}")
 
 
 # --------------------------------------------------------------------------- model
@@ -614,6 +626,8 @@ def train_nubia(
 
     if calibration not in ("self", "clip"):
         raise ValueError(f"calibration must be self or clip; got {calibration!r}")
+    if aggregator not in AGGREGATORS:
+        raise ValueError(f"aggregator must be one of {', '.join(AGGREGATORS)}; got {aggregator!r}")
     if folds < 2:
         raise ValueError(f"folds must be >= 2; got {folds}")
     usable, ratings, criterion = _targets(stories, judgments, criterion)
