@@ -49,14 +49,20 @@ def answer(session: SloganSession, result: list[str], now: float) -> None:
     )
 
 
-def finish(session: SloganSession, slogans: list[str], satisfied: int) -> None:
+def finish(
+    session: SloganSession, slogans: list[str], satisfied: int, experience: str = "some"
+) -> None:
     survey = {"slogan_creative": 4, "slogan_catchy": 5, "slogan_relevant": 6}
     for slogan in slogans:
         session.submit_slogan(slogan, now=50.0)
         session.submit_survey({**survey, "satisfied": satisfied}, now=60.0)
     likert = {s.name: 3 for s in session.final_statements().statements}
     use_again = "Probably yes" if session.condition == "mil" else None
-    session.submit_final(likert, {"interface": "fine"}, use_again=use_again, now=70.0)
+    with pytest.raises(TurnError, match="writing experience"):
+        session.submit_final(likert, {"interface": "fine"}, use_again=use_again, now=70.0)
+    session.submit_final(
+        likert, {"interface": "fine"}, use_again=use_again, experience=experience, now=70.0
+    )
 
 
 def test_conditions_alternate_and_prompt_orders_rotate() -> None:
@@ -96,6 +102,7 @@ def test_pull_twice_history_and_submit() -> None:
     assert [p["draft"] for p in first["pulls"]] == ["Fresh all day.", "Fresh food, all day."]
     assert first["survival"]["suggestion"] == "Fresh food keeps the day."
     assert record["final_survey"]["use_again"] == "Probably yes"
+    assert record["final_survey"]["experience"] == "some"
 
 
 def test_actions_out_of_turn_and_bad_input_are_refused() -> None:
@@ -143,7 +150,13 @@ def test_analysis_per_condition_with_third_party_ratings(tmp_path: Path) -> None
         if session.condition == "mil":
             session.pull("food", "Fresh.", now=1.0)
             answer(session, ["Fresh food."], 2.0)
-        finish(session, ["Fresh food.", "Her."], satisfied=6 if session.condition == "mil" else 3)
+        level = ["none", "some", "a lot"][i % 3]
+        finish(
+            session,
+            ["Fresh food.", "Her."],
+            satisfied=6 if session.condition == "mil" else 3,
+            experience=level,
+        )
         records.append(session.export())
     path = tmp_path / "sessions.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
@@ -170,6 +183,11 @@ def test_analysis_per_condition_with_third_party_ratings(tmp_path: Path) -> None
     agreement = result.self_vs_others.set_index(["question", "criterion"])
     own = agreement.loc[("satisfied", "catchy")]  # the satisfied writers' slogans rate higher
     assert own["n"] == 12 and own["estimate"] > 0.7 and own["ci_low"] <= own["estimate"]
+    writers = result.writers.set_index("condition")  # Table 2.3: writers by experience
+    # writers 0, 2, 4 are solo (none, a lot, some), 1, 3, 5 mil (some, none, a lot)
+    levels = ["experience: none", "experience: some", "experience: a lot"]
+    assert writers.loc["solo", levels].tolist() == [1, 1, 1] and writers.loc["mil", "writers"] == 3
+    assert writers["experience: not asked"].sum() == 0
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"format": "storyeval-writing-session"}\n', encoding="utf-8")
     with pytest.raises(DataFileError, match=r"bad\.jsonl:1"):

@@ -69,6 +69,7 @@ def test_a_writer_pulls_suggestions_twice_and_submits_a_slogan(tmp_path, live_se
                      "appreciated_suggestions"):  # fmt: skip
             page.check(f"input[name='likert-{name}'][value='3']")
         page.check("input[name='use_again'][value='Probably yes']")
+        page.check("input[name='experience'][value='a lot']")
         page.fill("#q-interface", "Clear enough.")
         page.click("#submit-final")
         page.wait_for_url("**/done")
@@ -94,6 +95,7 @@ def test_a_writer_pulls_suggestions_twice_and_submits_a_slogan(tmp_path, live_se
     )
     assert task["final"] == "Fresh lunch, every day."
     assert record["final_survey"]["use_again"] == "Probably yes"
+    assert record["final_survey"]["experience"] == "a lot"
 
     sessions = tmp_path / "sessions.jsonl"
     sessions.write_text(response.text, encoding="utf-8")

@@ -406,6 +406,14 @@ USE_AGAIN_CHOICES = (
 )
 """The four-choice "would you use the system again?" question (section 2.6.1)."""
 
+EXPERIENCE_CHOICES: tuple[tuple[str, str], ...] = (
+    ("none", "None: I have not done creative writing since school"),
+    ("some", "Some: I write now and then, or studied creative writing"),
+    ("a lot", "A lot: I write creatively often, as a hobby or professionally"),
+)
+"""The writing-experience question and its three levels (Clark's thesis, section 2.5 and
+Table 2.3: none, some or a lot)."""
+
 SLOGAN_QUESTIONS: tuple[tuple[str, str], ...] = (
     ("interface", "What did you think of the writing interface?"),
     ("difficulty", "How difficult was the task, and why?"),
@@ -473,6 +481,16 @@ class SloganConfig(_Common):
     solo_questions: list[OpenQuestion] = Field(
         default_factory=lambda: [OpenQuestion(name=n, question=q) for n, q in SOLO_QUESTIONS]
     )
+    ask_experience: bool = True
+
+    def version(self) -> str:
+        """As :meth:`_Common.version`; ``ask_experience`` counts only when switched off, so
+        files written before the question keep their version."""
+        data = stable_dump(self)
+        if data.get("ask_experience") is True:
+            data.pop("ask_experience")
+        text = json.dumps(data, sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:12]
 
     @model_validator(mode="after")
     def _slogan(self) -> SloganConfig:

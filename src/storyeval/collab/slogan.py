@@ -318,6 +318,7 @@ class SloganSession(SessionState):
         *,
         use_again: str | None,
         now: float,
+        experience: str | None = None,
     ) -> None:
         """The final survey; the session is then done.
 
@@ -326,15 +327,19 @@ class SloganSession(SessionState):
         TurnError
             Naming the first missing answer.
         """
-        from storyeval.collab.config import USE_AGAIN_CHOICES
+        from storyeval.collab.config import EXPERIENCE_CHOICES, USE_AGAIN_CHOICES
 
         self._require("final")
         values = likert_answers(self.final_statements(), likert)
         if self.condition == "mil" and use_again not in USE_AGAIN_CHOICES:
             raise TurnError("Please answer: would you use the system again?")
+        levels = [name for name, _ in EXPERIENCE_CHOICES]
+        if self.config.ask_experience and experience not in levels:
+            raise TurnError("Please answer: how much creative writing experience do you have?")
         self.data["final_survey"] = {
             "likert": values,
             "use_again": use_again if self.condition == "mil" else None,
+            "experience": experience if self.config.ask_experience else None,
             "questions": open_answers(self.final_questions(), answers),
             "submitted_at": now,
         }

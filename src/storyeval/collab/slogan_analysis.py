@@ -231,12 +231,7 @@ def analyse_slogan_sessions(
     """Survey means per condition, pulls and suggestion survival, and third-party ratings of
     the final slogans (see the module docstring)."""
     used = [r for r in records if include_incomplete or r.get("status") == "complete"]
-    writers = pd.DataFrame(
-        [
-            {"condition": c, "writers": sum(1 for r in used if r["condition"] == c)}
-            for c in CONDITIONS
-        ]
-    )
+    writers = _writers(used)
     survey = _survey_rows(used)
     survey_table = _compare(
         survey.assign(question=survey["survey"] + ":" + survey["question"]), "question", confidence
@@ -253,6 +248,23 @@ def analyse_slogan_sessions(
     ratings_table = _compare(rated, "criterion", confidence)
     agreement = _self_vs_others(used, ratings, confidence)
     return SloganAnalysis(survey_table, _pull_rows(used), ratings_table, writers, agreement)
+
+
+def _writers(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
+    """Writers per condition, and per level of writing experience where it was asked (Clark's
+    thesis, Table 2.3: none, some, a lot)."""
+    from storyeval.collab.config import EXPERIENCE_CHOICES
+
+    rows = []
+    for condition in CONDITIONS:
+        mine = [r for r in records if r["condition"] == condition]
+        row: dict[str, Any] = {"condition": condition, "writers": len(mine)}
+        levels = [(r.get("final_survey") or {}).get("experience") for r in mine]
+        for level, _ in EXPERIENCE_CHOICES:
+            row[f"experience: {level}"] = levels.count(level)
+        row["experience: not asked"] = sum(1 for v in levels if v is None)
+        rows.append(row)
+    return pd.DataFrame(rows)
 
 
 def _self_vs_others(

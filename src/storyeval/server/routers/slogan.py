@@ -17,7 +17,12 @@ from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.responses import FileResponse, RedirectResponse, Response
 from sqlalchemy import Connection
 
-from storyeval.collab.config import IMAGE_TYPES, USE_AGAIN_CHOICES, LikertSpec
+from storyeval.collab.config import (
+    EXPERIENCE_CHOICES,
+    IMAGE_TYPES,
+    USE_AGAIN_CHOICES,
+    LikertSpec,
+)
 from storyeval.collab.session import TurnError
 from storyeval.collab.slogan import SloganSession
 from storyeval.server import writing_store
@@ -92,6 +97,7 @@ def _context(participant: Participant, plugin: SloganSessionPlugin, session: Any
         "values": {},
         "errors": [],
         "use_again_choices": USE_AGAIN_CHOICES,
+        "experience_choices": EXPERIENCE_CHOICES,
     }
 
 
@@ -316,6 +322,9 @@ def final_submit(request: Request, who: Writer, form: Form) -> Response:
     use_again = form.get("use_again") or None
     if session.condition == "mil" and use_again not in USE_AGAIN_CHOICES:
         errors.append("use_again")
+    experience = form.get("experience") or None
+    if plugin.config.ask_experience and experience not in dict(EXPERIENCE_CHOICES):
+        errors.append("experience")
     if errors:
         return _again(
             state,
@@ -334,7 +343,9 @@ def final_submit(request: Request, who: Writer, form: Form) -> Response:
             plugin,
             participant,
             form,
-            lambda s, now: s.submit_final(likert, answers, use_again=use_again, now=now),
+            lambda s, now: s.submit_final(
+                likert, answers, use_again=use_again, experience=experience, now=now
+            ),
         )
     except TurnError as exc:
         raise HTTPException(status_code=422, detail=str(exc)) from None
