@@ -323,7 +323,7 @@ def final_submit(request: Request, who: Writer, form: Form) -> Response:
     if session.condition == "mil" and use_again not in USE_AGAIN_CHOICES:
         errors.append("use_again")
     experience = form.get("experience") or None
-    if plugin.config.ask_experience and experience not in dict(EXPERIENCE_CHOICES):
+    if session.config.ask_experience and experience not in dict(EXPERIENCE_CHOICES):
         errors.append("experience")
     if errors:
         return _again(
