@@ -139,3 +139,26 @@ def test_plot_reuse_counts_events_retold_in_the_other_samples() -> None:
     assert np.isnan(result.values[3]) and "only sample" in result.notes[0]
     pooled = F.plot_reuse(texts, ["p", "p", "p", "q"], ["s", "s", "s", "s"], within="system")
     assert not np.isnan(pooled.values).any()
+
+
+def test_functional_diversity_with_a_judge_partitions_in_order() -> None:
+    from storyeval.metrics.set_diversity import judged_classes
+
+    calls: list[tuple[str, str]] = []
+
+    def same(first: str, second: str) -> bool:
+        calls.append((first, second))
+        return first.split()[1] == second.split()[1]  # same animal, same story
+
+    texts = ["A cat slept.", "A dog ran.", "A cat napped.", "A bird sang.", "A dog barked."]
+    assert judged_classes(texts, same) == [0, 1, 0, 2, 1]
+    # each sample against the first member of each earlier class, until one matches
+    assert calls[:3] == [("A cat slept.", "A dog ran."), ("A cat slept.", "A cat napped."),
+                         ("A cat slept.", "A bird sang.")]  # fmt: skip
+    result = F.functional_diversity(
+        texts[:3], ["p"] * 3, ["s"] * 3, kernel="judge"
+    )  # the offline SmolLM2 as the judge: the plumbing, not its verdicts
+    assert 1 <= result.values[0] <= 3 and len(set(result.values.tolist())) == 1
+    signature = result.signature.render()
+    assert "judge:SmolLM2" in signature and "partition:sequential" in signature
+    assert "threshold" not in signature and "kernel:judge" in signature

@@ -221,3 +221,29 @@ def contradiction_request(story: Story, first: str, second: str) -> JudgeRequest
         {"role": "user", "content": prefix + subject + "\n\n" + question},
     )
     return JudgeRequest(messages, CONTRADICTION_LABELS, prefix, subject, stories=(story,))
+
+
+EQUIVALENCE_LABELS = ("yes", "no")
+
+
+def equivalence_request(first: str, second: str, prompt: str = "") -> JudgeRequest:
+    """Whether two stories written for the same prompt are essentially the same story (the
+    equivalence question of NoveltyBench, Zhang et al. 2025), ``yes``/``no``.
+
+    >>> equivalence_request("A cat slept.", "The cat napped.").labels
+    ('yes', 'no')
+    """
+    prefix = (
+        "Two stories were written for the same prompt. Decide whether they are essentially the "
+        "same story: the same main events, characters and outcome, even if worded differently. "
+        "Different events, a different turn or a different ending make them different.\n\n"
+    )
+    shown = [f"Prompt: {prompt.strip()}"] if prompt.strip() else []
+    shown += [f"Story A: {first.strip()}", f"Story B: {second.strip()}"]
+    subject = "\n\n".join(shown)
+    question = "Are A and B essentially the same story? Answer with exactly one of yes, no and nothing else."
+    messages = (
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": prefix + subject + "\n\n" + question},
+    )
+    return JudgeRequest(messages, EQUIVALENCE_LABELS, prefix, subject)

@@ -344,8 +344,12 @@ def _by_group_and_prompt(
         "one creative prompt give far fewer distinct ones than people, and that larger "
         "models are often less diverse.",
         limits="NoveltyBench decides equivalence with a trained classifier and compares each "
-        "sample with earlier classes in order; storyeval uses a similarity threshold and "
-        "connected groups (independent of order, but chains of near-equivalents merge). "
+        "sample with earlier classes in order; storyeval's similarity kernels use a "
+        "threshold and connected groups (independent of order, but chains of "
+        "near-equivalents merge); `kernel: judge` follows NoveltyBench's procedure with an "
+        "LLM judge asked whether two stories are essentially the same (each sample against "
+        "the first member of each earlier class, in file order; `partition:sequential` in "
+        "the signature), one model call per comparison. "
         "The threshold matters: calibrate it on pairs you judge by hand. Undefined for a "
         "prompt with one sample.",
         refs="Zhang et al. (2025), NoveltyBench: evaluating language models for humanlike "
@@ -361,13 +365,18 @@ def functional_diversity(
         float, Opt("similarity at which two stories count as the same", minimum=0.0, maximum=1.0)
     ] = 0.9,
     kernel: Annotated[
-        Literal["embedding", "ngram"], Opt("the similarity: encoder cosine or n-gram cosine")
+        Literal["embedding", "ngram", "judge"],
+        Opt("the equivalence: encoder cosine, n-gram cosine, or an LLM judge's yes"),
     ] = "embedding",
     n: Annotated[int, Opt("n-gram order of the ngram kernel", minimum=1, maximum=6)] = 1,
     within: Annotated[
         Literal["prompt", "system"],
         Opt("count distinct stories per prompt, or among all of a system's stories"),
     ] = "prompt",
+    judge: Annotated[
+        str | None,
+        Opt("kernel judge: a local causal LM (hub name or directory; default the offline SmolLM2)"),
+    ] = None,
     model: EncoderName = None,
     batch_tokens: BatchTokens = 4096,
     scoring: ScoringContext | None = None,
@@ -379,6 +388,8 @@ def functional_diversity(
     prompt (``within="system"``: among all its group's texts); NaN when it is the only one."""
     assert scoring is not None
     sets = _by_group_and_prompt(prompts, groups, by_prompt=within == "prompt")
+    if kernel == "judge":
+        return _judged_diversity(texts, prompts, sets, judge, device, precision)
     models: dict[str, str] = {}
     if kernel == "embedding":
         cache = scoring.cache(model)
@@ -399,8 +410,64 @@ def functional_diversity(
         unit = _unit_rows(chosen)
         values[indices] = len(set(equivalence_classes(unit @ unit.T, threshold).tolist()))
     notes = _only_sample_note(values)
-    omit = ("model", "batch_tokens") if kernel == "ngram" else ("n",)
+    omit = ("model", "batch_tokens", "judge") if kernel == "ngram" else ("n", "judge")
     return SetDiversityScores(values, models=models, notes=notes, omit=omit)
+
+
+def judged_classes(texts: Sequence[str], same: Any) -> list[int]:
+    """NoveltyBench's partition (Zhang et al. 2025): each text in order joins the first class
+    whose first member ``same(first_member_text, text)`` says it equals, else starts a class.
+
+    >>> judged_classes(["a", "b", "a", "c"], lambda x, y: x == y)
+    [0, 1, 0, 2]
+    """
+    firsts: list[str] = []
+    labels = []
+    for text in texts:
+        match = next((k for k, first in enumerate(firsts) if same(first, text)), None)
+        if match is None:
+            firsts.append(text)
+            match = len(firsts) - 1
+        labels.append(match)
+    return labels
+
+
+def _judged_diversity(
+    texts: Texts,
+    prompts: Prompts,
+    sets: list[list[int]],
+    judge: str | None,
+    device: Any,
+    precision: Any,
+) -> SetDiversityScores:
+    """functional_diversity with an LLM judge deciding equivalence (probability of *yes*
+    renormalised over yes and no, at least one half)."""
+    from storyeval.judge.backends import BackendSpec, Decoding
+    from storyeval.judge.prompts import equivalence_request
+
+    spec = BackendSpec(models=(judge,), device=device or "cpu", precision=precision or "float32")
+    backend = spec.build()[0]
+
+    def same(first: str, second: str, prompt: str = "") -> bool:
+        (answer,) = backend.answer(
+            [equivalence_request(first, second, prompt)], Decoding(max_new_tokens=8)
+        )
+        if answer.probabilities is not None and sum(answer.probabilities) > 0:
+            return bool(answer.probabilities[0] >= answer.probabilities[1])
+        return (answer.text or "").strip().lower().startswith("yes")
+
+    values = np.full(len(texts), np.nan)
+    for indices in sets:
+        prompt = str(prompts[indices[0]])
+        labels = judged_classes([texts[i] for i in indices], lambda a, b, p=prompt: same(a, b, p))
+        values[indices] = len(set(labels))
+    return SetDiversityScores(
+        values,
+        models={"judge": backend.identity},
+        fields={"partition": "sequential"},
+        notes=_only_sample_note(values),
+        omit=("model", "batch_tokens", "n", "threshold"),
+    )
 
 
 def _sentence_plan(
