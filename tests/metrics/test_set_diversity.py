@@ -162,3 +162,16 @@ def test_functional_diversity_with_a_judge_partitions_in_order() -> None:
     signature = result.signature.render()
     assert "judge:SmolLM2" in signature and "partition:sequential" in signature
     assert "threshold" not in signature and "kernel:judge" in signature
+
+
+def test_the_ngram_vendi_is_sparse_exact_and_refuses_what_it_cannot_do() -> None:
+    from storyeval.metrics.set_diversity import MAX_NGRAM_GRAM, ngram_vectors, vendi
+
+    rng = np.random.default_rng(0)
+    vocabulary = [f"w{i}" for i in range(3000)]
+    texts = [" ".join(rng.choice(vocabulary, size=12)) for _ in range(400)]
+    result = F.vendi_score(texts, ["s"] * 400, kernel="ngram")
+    assert result.values[0] == pytest.approx(vendi(ngram_vectors(texts, 1)), rel=1e-9)
+    many = [f"u{i} v{i}" for i in range(MAX_NGRAM_GRAM + 1)]  # as many stories as n-grams
+    with pytest.raises(ValueError, match="use kernel embedding"):
+        F.vendi_score(many, ["s"] * len(many), kernel="ngram")

@@ -134,10 +134,53 @@ def vendi(vectors: np.ndarray) -> float:
     x = np.asarray(vectors, dtype=np.float64)
     x = _unit_rows(x)
     n = x.shape[0]
-    gram = (x.T @ x if n > x.shape[1] else x @ x.T) / n
+    return _entropy_exp((x.T @ x if n > x.shape[1] else x @ x.T) / n)
+
+
+def _entropy_exp(gram: np.ndarray) -> float:
+    """``exp`` of the Shannon entropy of a Gram matrix's eigenvalues."""
     eigenvalues = np.clip(np.linalg.eigvalsh(gram), 0.0, None)
     eigenvalues = eigenvalues[eigenvalues > 1e-12]
     return float(np.exp(-np.sum(eigenvalues * np.log(eigenvalues))))
+
+
+#: The n-gram kernel's Vendi score is an eigendecomposition of a square matrix the size of the
+#: smaller of a set's stories and its distinct n-grams: cubic in that size. Beyond this size it
+#: is refused with a pointer to the embedding kernel (384 dimensions: linear in the stories);
+#: hashing the n-grams into fewer dimensions was tried and distorts the score of a diverse set
+#: by a third (collisions add similarity), so it is not offered.
+MAX_NGRAM_GRAM = 8192
+
+
+def ngram_vendi(texts: Sequence[str], n: int) -> float:
+    """The Vendi score of ``texts`` under the cosine of their word n-gram counts, from sparse
+    counts (memory bounded by the Gram matrix, see :data:`MAX_NGRAM_GRAM`).
+
+    >>> round(ngram_vendi(["a b", "a b", "c d"], 1), 4), round(vendi(ngram_vectors(["a b", "a b", "c d"], 1)), 4)
+    (1.8899, 1.8899)
+    """
+    from scipy.sparse import csr_matrix
+
+    from storyeval.metrics.phrases import ngrams, words
+
+    counted = [ngrams(words(text), n) for text in texts]
+    vocabulary = {g: k for k, g in enumerate(sorted({g for grams in counted for g in grams}))}
+    size = min(len(texts), len(vocabulary))
+    if size > MAX_NGRAM_GRAM:
+        raise ValueError(
+            f"the ngram kernel's Vendi score of {len(texts)} stories with {len(vocabulary)} "
+            f"distinct n-grams needs a {size} x {size} eigendecomposition (at most "
+            f"{MAX_NGRAM_GRAM}); use kernel embedding, linear in the number of stories"
+        )
+    rows = [row for row, grams in enumerate(counted) for _ in grams]
+    columns = [vocabulary[g] for grams in counted for g in grams]
+    shape = (len(texts), max(1, len(vocabulary)))
+    x = csr_matrix((np.ones(len(rows)), (rows, columns)), shape=shape, dtype=np.float64)
+    norms = np.sqrt(np.asarray(x.multiply(x).sum(axis=1)).ravel())
+    x = csr_matrix(x.multiply(1.0 / np.maximum(norms, 1e-12)[:, None]))
+    count = len(texts)
+    gram = (x.T @ x if count > shape[1] else x @ x.T).toarray() / count
+    return _entropy_exp(gram)
 
 
 def ngram_vectors(texts: Sequence[str], n: int) -> np.ndarray:
@@ -186,7 +229,10 @@ def _whole_story_plan(
         "diversity scores.",
         limits="A property of the kernel: embeddings see topic and style, n-grams surface "
         "form. Not a quality measure: random text is maximally diverse. The per-system "
-        "table's interval is degenerate (every story carries the system's one value).",
+        "table's interval is degenerate (every story carries the system's one value). Cost: "
+        "linear in the stories with embeddings; the n-gram kernel decomposes a matrix as "
+        "large as the smaller of a system's stories and distinct n-grams (cubic; refused "
+        "beyond 8,192, use the embedding kernel for larger sets).",
         refs="Friedman and Dieng (2023), The Vendi Score.",
     ),
 )
@@ -212,18 +258,20 @@ def vendi_score(
     >>> F.values.round(3).tolist()
     [1.0, 1.0, 2.0, 2.0, nan]
     """
+    values = np.full(len(texts), np.nan)
+    models: dict[str, str] = {}
     if kernel == "embedding":
         assert scoring is not None
         cache = scoring.cache(model)
         vectors = cache.text_embeddings(list(texts))
         models = {"model": cache.identity}
-    else:
-        vectors = ngram_vectors(texts, n)
-        models = {}
-    values = np.full(len(texts), np.nan)
-    for indices in _by_group(texts, groups).values():
-        values[indices] = vendi(vectors[indices])
-    fields = {"kernel": kernel, **({"n": n} if kernel == "ngram" else {"pooling": "mean"})}
+        for indices in _by_group(texts, groups).values():
+            values[indices] = vendi(vectors[indices])
+    else:  # per group, sparse: the n-grams of one system's stories only
+        for indices in _by_group(texts, groups).values():
+            values[indices] = ngram_vendi([texts[i] for i in indices], n)
+    fields: dict[str, Any] = {"kernel": kernel}
+    fields.update({"n": n} if kernel == "ngram" else {"pooling": "mean"})
     return SetDiversityScores(values, models=models, fields=fields, notes=_alone_note(values))
 
 
