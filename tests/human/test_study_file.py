@@ -34,7 +34,9 @@ def problems(path: Path) -> list[str]:
     return info.value.problems
 
 
-@pytest.mark.parametrize("name", ["likert", "side_by_side", "pairwise", "detection", "triangle"])
+@pytest.mark.parametrize(
+    "name", ["likert", "side_by_side", "pairwise", "detection", "triangle", "spans"]
+)
 def test_the_example_studies_load(name, examples_dir):
     study = load_study(examples_dir / "studies" / f"{name}.yaml")
     assert study.protocol == name and study.items and len(study.version) == 16
@@ -71,6 +73,55 @@ def test_pairwise_items_hold_both_systems_for_one_prompt(examples_dir):
     for item in study.items:
         a, b = item.texts
         assert (a.system, b.system) == ("smollm2-p0.9", "smollm2-k40-t0.7") and a.prompt == b.prompt
+
+
+PAIRS = """name: heads
+title: T
+protocol: pairwise
+stories: stories.jsonl
+pairwise:
+  pairs: [[human, smollm2-p0.9], [human, smollm2-k40-t0.7]]
+  allow_tie: true
+criteria:
+  - name: overall
+    question: Which is better?
+"""
+
+
+def test_pairwise_compares_several_pairs_and_keeps_old_versions(corpus_dir, examples_dir):
+    study = load_study(write(corpus_dir, PAIRS))
+    pairs = Counter((i.texts[0].system, i.texts[1].system) for i in study.items)
+    assert pairs == {("human", "smollm2-p0.9"): 60, ("human", "smollm2-k40-t0.7"): 60}
+    assert len({i.key for i in study.items}) == 120  # one item per prompt and pair
+    assert all(i.group == i.key.split("|")[0] for i in study.items)  # a prompt once per person
+    assert {i.condition for i in study.items} == {
+        "human vs smollm2-p0.9",
+        "human vs smollm2-k40-t0.7",
+    }
+    # a file with `systems` keeps the version it had before `pairs` existed
+    assert load_study(examples_dir / "studies" / "pairwise.yaml").version == "f5e45c3d13b0f8d3"
+    both = PAIRS.replace("  allow_tie: true", "  systems: [human, smollm2-p0.9]")
+    assert any("not both" in p for p in problems(write(corpus_dir, both)))
+    twice = PAIRS.replace("[human, smollm2-k40-t0.7]]", "[human, smollm2-p0.9]]")
+    assert any("listed twice" in p for p in problems(write(corpus_dir, twice)))
+
+
+def test_the_reward_experiments_pairwise_study_reads_its_stories(tmp_path, examples_dir):
+    folder = tmp_path / "out" / "reward-experiment"
+    folder.mkdir(parents=True)
+    lines = [
+        f'{{"id": "{system}-{i}", "prompt": "Prompt {i}.", "story": "Story {i} by {system}.", "system": "{system}"}}\n'
+        for system in ("mle", "rougeL", "wms", "sms", "swms")
+        for i in range(6)
+    ]
+    (folder / "stories.jsonl").write_text("".join(lines), encoding="utf-8")
+    target = tmp_path / "examples" / "reward"
+    target.mkdir(parents=True)
+    text = (examples_dir / "reward" / "pairwise.yaml").read_text(encoding="utf-8")
+    study = load_study(write(target, text))
+    assert [c.name for c in study.criteria] == ["non_redundancy", "coherence", "focus", "overall"]
+    assert len(study.items) == 18 and study.raters_per_item == 3
+    assert {i.texts[0].system for i in study.items} == {"rougeL"}
 
 
 def test_triangle_triads_are_balanced_and_use_three_prompts(examples_dir):

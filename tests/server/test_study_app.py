@@ -351,3 +351,37 @@ def test_failed_attention_checks_are_exported_and_excluded(examples_dir, tmp_pat
     step = result.filtering.set_index("step").loc["attention checks"]
     assert step["raters_removed"] == 1 and step["judgments_removed"] == 6 * 4
     assert set(result.raters.loc[result.raters["kept"], "rater_id"]) == {"p00001"}
+
+
+def test_a_pairwise_study_of_several_pairs_is_served(study_dir, tmp_path):
+    text = """name: heads
+title: Heads
+protocol: pairwise
+stories: stories.jsonl
+select: {systems: [human, smollm2-p0.9, smollm2-k40-t0.7]}
+pairwise:
+  pairs: [[human, smollm2-p0.9], [human, smollm2-k40-t0.7]]
+  allow_tie: true
+criteria:
+  - name: overall
+    question: Which is better?
+assignment:
+  items_per_participant: 6
+  raters_per_item: 1
+"""
+    (study_dir / "heads.yaml").write_text(text, encoding="utf-8")
+    study = load_study(study_dir / "heads.yaml")
+    client = make_client(study, tmp_path)
+    for seed, link in enumerate(new_links(client, study, 3)):
+        assert StudyBrowser(client, study, seed=seed).run(link).completion_code
+    judgments = export(client, study, tmp_path)
+    assert len(judgments) == 18
+    assert {j.condition for j in judgments} <= {
+        "human vs smollm2-p0.9",
+        "human vs smollm2-k40-t0.7",
+    }
+    for rater in {j.rater_id for j in judgments}:  # never the same prompt twice for one person
+        prompts = [j.item_id.split("|")[0] for j in judgments if j.rater_id == rater]
+        assert len(prompts) == len(set(prompts))
+    analysis = analyse_judgments(judgments, min_median_time_s=0, n_boot=20)
+    assert set(analysis.pairwise["comparison"]) == {j.condition for j in judgments}

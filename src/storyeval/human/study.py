@@ -203,6 +203,9 @@ def _canonical_config(config: StudyConfig) -> dict[str, Any]:
     for key in ("reservation_minutes", "adaptive"):  # later options, absent while unset
         if data.get("assignment", {}).get(key) is None:
             data.get("assignment", {}).pop(key, None)
+    pairwise = data.get("pairwise")
+    if isinstance(pairwise, dict) and pairwise.get("pairs") is None:
+        pairwise.pop("pairs", None)  # a later option: files with systems keep their version
     return data
 
 

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pandas as pd
+from pydantic import Field, model_validator
 
 from storyeval.corpus import Story
 from storyeval.human.model import Item, ResolvedTraining, Study, StudyConfig, TrainingExample
@@ -33,12 +34,26 @@ from storyeval.yamlfile import Loc, StrictModel
 
 
 class PairwiseOptions(StrictModel):
-    """Settings of a pairwise study: the two conditions compared and whether ties are allowed."""
+    """Settings of a pairwise study: the two conditions compared (``systems``), or several
+    head-to-head comparisons (``pairs``, e.g. a baseline against each of three models, as Clark
+    2021, Table B.5), and whether ties are allowed."""
 
-    systems: tuple[str, str]
+    systems: tuple[str, str] | None = None
+    pairs: list[tuple[str, str]] | None = Field(default=None, min_length=1)
     allow_tie: bool = False
     labels: tuple[str, str] = ("Story A", "Story B")
     tie_label: str = "They are equally good"
+
+    @model_validator(mode="after")
+    def _one_of(self) -> PairwiseOptions:
+        if (self.systems is None) == (self.pairs is None):
+            raise ValueError("give systems (one comparison) or pairs (several), not both")
+        return self
+
+    @property
+    def compared(self) -> list[tuple[str, str]]:
+        """Every pair of systems compared, in the file's order."""
+        return [self.systems] if self.systems is not None else list(self.pairs or [])
 
 
 def pairwise_preferences(frame: pd.DataFrame) -> pd.DataFrame:
@@ -118,8 +133,14 @@ class Pairwise(StudyProtocol):
 
     def check(self, config: StudyConfig, problem: Problem) -> None:
         options = config.section(self.name, PairwiseOptions)
-        if options is not None and options.systems[0] == options.systems[1]:
-            problem(("pairwise", "systems"), "the two systems must differ")
+        if options is None:
+            return
+        where = "systems" if options.systems is not None else "pairs"
+        for a, b in options.compared:
+            if a == b:
+                problem(("pairwise", where), f"the two systems must differ (both {a})")
+        if len(set(options.compared)) != len(options.compared):
+            problem(("pairwise", "pairs"), "a pair is listed twice")
 
     def answer_keys(self, config: StudyConfig) -> dict[str, tuple[int, ...]]:
         tie = self.options(config).allow_tie
@@ -128,22 +149,27 @@ class Pairwise(StudyProtocol):
     def build_items(
         self, config: StudyConfig, stories: Sequence[Story], excluded: set[str], problem: Problem
     ) -> list[Item]:
-        a, b = self.options(config).systems
-        check_system_pair(config, self.name, (a, b), stories, problem)
+        options = self.options(config)
+        compared = options.compared
+        for pair in compared:
+            check_system_pair(config, self.name, pair, stories, problem)
+        wanted = {system for pair in compared for system in pair}
         groups: dict[str, dict[str, Story]] = {}
         for s in select_stories(config, stories, excluded, problem):
-            if s.system in (a, b):
+            if s.system in wanted:
                 groups.setdefault(prompt_key(s), {}).setdefault(str(s.system), s)
-        return [
-            Item(
-                key,
-                f"{a} vs {b}",
-                (text_of(pair[a]), text_of(pair[b])),
-                {"system_a": a, "system_b": b},
-            )
-            for key, pair in groups.items()
-            if a in pair and b in pair
-        ]
+        items = []
+        for a, b in compared:  # one pair: the prompt is the key (as before pairs existed)
+            for key, stories_of in groups.items():
+                if a in stories_of and b in stories_of:
+                    single = options.systems is not None
+                    item_key = key if single else f"{key}|{a}|{b}"
+                    texts = (text_of(stories_of[a]), text_of(stories_of[b]))
+                    meta = {"system_a": a, "system_b": b}
+                    if not single:  # a participant never sees two pairs of one prompt
+                        meta["prompt_group"] = key
+                    items.append(Item(item_key, f"{a} vs {b}", texts, meta))
+        return items
 
     def check_training(
         self, config: StudyConfig, example: TrainingExample, loc: Loc, problem: Problem
@@ -190,10 +216,8 @@ class Pairwise(StudyProtocol):
             answers += f' / "{options.tie_label}"'
         lines = [self.summary, "", *criteria_table(study.config, answers), ""]
         ties = "allowed" if options.allow_tie else "not allowed (forced choice)"
-        lines.append(
-            f"Systems compared: `{options.systems[0]}` (system A) and `{options.systems[1]}` "
-            f"(system B); ties {ties}."
-        )
+        pairs = "; ".join(f"`{a}` (system A) and `{b}` (system B)" for a, b in options.compared)
+        lines.append(f"Systems compared: {pairs}; ties {ties}.")
         answered = {
             "criteria": True,
             "scale": True,
