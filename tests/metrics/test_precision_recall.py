@@ -54,6 +54,18 @@ def test_subsamples_give_an_interval() -> None:
         prdc(people[:5], system, k=5)
 
 
+def test_large_sets_are_subsampled_to_bound_the_quadratic_cost() -> None:
+    from storyeval.metrics.precision_recall import DEFAULT_MAX_SAMPLE
+
+    rng = np.random.default_rng(2)
+    size = DEFAULT_MAX_SAMPLE + 300
+    people, system = rng.normal(size=(size, 4)), rng.normal(size=(size + 50, 4))
+    capped = precision_recall(people, system, k=5, seeds=1)
+    assert capped.sample == DEFAULT_MAX_SAMPLE  # the default stops at the cap
+    assert precision_recall(people, system, k=5, seeds=1, sample=size).sample == size
+    assert precision_recall(people[:300], system, k=5, seeds=1).sample == 300
+
+
 def test_the_registered_metrics_score_each_system(
     tmp_path: Path, run_cli: Any, examples_dir: Path
 ) -> None:
