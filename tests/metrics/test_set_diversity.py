@@ -86,6 +86,13 @@ def test_homogenization_compares_each_story_with_the_other_systems_for_its_promp
     assert np.isnan(values[3]) and "no other system" in result.notes[0]
     same_system = F.homogenization(texts[:2], prompts[:2], ["a", "a"]).values
     assert np.isnan(same_system).all()  # its own stories do not count
+    # among its own samples: a repeats itself (the two dragon stories), b does not
+    own = F.homogenization(texts[:3], prompts[:3], ["a", "a", "b"], among="samples")
+    plain = F.homogenization(texts[:3], prompts[:3], ["a", "a", "b"])
+    assert own.values[0] == pytest.approx(own.values[1]) and np.isnan(own.values[2])
+    assert own.values[0] > plain.values[0]  # the dragons are more alike than dragon and stocks
+    assert "no other sample of its system" in own.notes[0]
+    assert "among:samples" in own.signature.render()
 
 
 def test_functional_diversity_counts_classes_of_equivalent_samples() -> None:

@@ -291,7 +291,8 @@ def vendi_score(
         "similarity of a story's embedding (the encoder's mean-pooled last layer, the offline "
         "MiniLM by default) to every other system's stories for the same prompt (the same "
         "prompt text). The per-system mean says how much a system writes what the others "
-        "write.",
+        "write. `among: samples` compares a story with its own system's other samples for "
+        "the prompt instead: how much a system repeats itself.",
         read="-1..1, in practice 0.2-0.9 for stories; higher = more homogeneous across "
         "systems. Undefined for a story whose prompt no other system answered.",
         papers="Jiang et al. (2025, the 'artificial hivemind') find different LLMs write "
@@ -308,6 +309,10 @@ def homogenization(
     prompts: Prompts,
     groups: Groups | None = None,
     *,
+    among: Annotated[
+        Literal["systems", "samples"],
+        Opt("compare with the other systems' stories, or with the system's own other samples"),
+    ] = "systems",
     model: EncoderName = None,
     batch_tokens: BatchTokens = 4096,
     scoring: ScoringContext | None = None,
@@ -316,7 +321,8 @@ def homogenization(
     progress: bool = False,
 ) -> SetDiversityScores:
     """Each text's mean cosine similarity to the texts of other groups with the same prompt
-    (NaN without one)."""
+    (``among="samples"``: to the other texts of its own group with the same prompt; NaN
+    without one)."""
     assert scoring is not None
     cache = scoring.cache(model)
     vectors = cache.text_embeddings(list(texts))
@@ -328,14 +334,17 @@ def homogenization(
     values = np.full(len(texts), np.nan)
     for members in by_prompt.values():
         for i in members:
-            others = [j for j in members if labels[j] != labels[i]]
+            if among == "systems":
+                others = [j for j in members if labels[j] != labels[i]]
+            else:
+                others = [j for j in members if labels[j] == labels[i] and j != i]
             if others:
                 values[i] = float((vectors[others] @ vectors[i]).mean())
     notes: tuple[str, ...] = ()
     if np.isnan(values).any():
+        whose = "other system's story" if among == "systems" else "other sample of its system"
         notes = (
-            f"{int(np.isnan(values).sum())} stories have no other system's story for "
-            "their prompt: undefined",
+            f"{int(np.isnan(values).sum())} stories have no {whose} for their prompt: undefined",
         )
     return SetDiversityScores(
         values, models={"model": cache.identity}, fields={"pooling": "mean"}, notes=notes
