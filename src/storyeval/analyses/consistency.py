@@ -142,7 +142,7 @@ def _judge_findings(
     probability of *yes* (renormalised over yes and no; 1 or 0 for a written answer) reaches
     ``threshold``. An answer that is neither is left out, never counted as either."""
     from storyeval.judge.backends import Decoding
-    from storyeval.judge.parse import parse_answer
+    from storyeval.judge.parse import yes_probability
     from storyeval.judge.prompts import contradiction_request
 
     pairs = [
@@ -156,14 +156,8 @@ def _judge_findings(
     answers = judge.answer(requests, Decoding(max_new_tokens=8)) if requests else []
     found = []
     for (i, j), answer in zip(pairs, answers, strict=True):
-        if answer.probabilities is not None and sum(answer.probabilities) > 0:
-            p_yes = float(answer.probabilities[0] / sum(answer.probabilities))
-        else:
-            label = parse_answer(answer.text or "", ("yes", "no"), analysed=False)
-            if label is None:
-                continue
-            p_yes = 1.0 if label == "yes" else 0.0
-        if p_yes >= threshold:
+        p_yes = yes_probability(answer)
+        if p_yes is not None and p_yes >= threshold:
             finding = Finding(
                 story.id,
                 i,

@@ -17,6 +17,7 @@ width from done judgments alone is within the target is *settled* and gets no mo
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 from collections.abc import Iterable, Mapping, Sequence
@@ -85,6 +86,7 @@ def interval_width(
     return 2 * z * math.sqrt(variance / planned)
 
 
+@functools.lru_cache(maxsize=16)  # one confidence per study: not a scipy call per item
 def _normal_quantile(p: float) -> float:
     from scipy.stats import norm
 

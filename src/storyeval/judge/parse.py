@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    from storyeval.judge.backends import JudgeAnswer
 
 _MARKERS = ("score", "winner", "answer")
 
@@ -40,3 +44,20 @@ def parse_answer(text: str, labels: Sequence[str], *, analysed: bool) -> str | N
 
 def _clean(text: str) -> str:
     return text.strip().strip("*\"'`").rstrip(".").strip()
+
+
+def yes_probability(answer: JudgeAnswer) -> float | None:
+    """A yes/no answer (labels ``yes``, ``no``, in that order) as the probability of *yes*:
+    the answer's probabilities renormalised over the two labels, or 1/0 for a written answer
+    that is exactly one of them; ``None`` for anything else (never counted as either).
+
+    >>> from storyeval.judge.backends import JudgeAnswer
+    >>> yes_probability(JudgeAnswer((0.375, 0.125))), yes_probability(JudgeAnswer(None, "No."))
+    (0.75, 0.0)
+    >>> yes_probability(JudgeAnswer(None, "maybe")) is None
+    True
+    """
+    if answer.probabilities is not None and sum(answer.probabilities) > 0:
+        return float(answer.probabilities[0] / sum(answer.probabilities))
+    label = parse_answer(answer.text or "", ("yes", "no"), analysed=False)
+    return None if label is None else float(label == "yes")

@@ -65,7 +65,7 @@ def _scale_text(criterion: Criterion) -> str:
     return "\n".join(f"{p.answer}: {p.description}" for p in criterion.scale)
 
 
-def _instruction(criterion: Criterion, analyse: bool, options: str) -> str:
+def _instruction(analyse: bool, options: str) -> str:
     if analyse:
         return (
             "First write a short analysis (at most three sentences), then end with a last line "
@@ -96,6 +96,13 @@ def rubric_text(rubric: Rubric) -> str:
     return "\n\n".join(parts) + "\n\n"
 
 
+def _chat(prefix: str, subject: str, question: str) -> tuple[dict[str, str], ...]:
+    """The chat of one question: the system prompt, then the shared prefix, the subject and
+    the question in one user message."""
+    user = prefix + subject + "\n\n" + question
+    return ({"role": "system", "content": SYSTEM}, {"role": "user", "content": user})
+
+
 def _request(
     rubric: Rubric,
     subject: str,
@@ -104,8 +111,7 @@ def _request(
     stories: tuple[Story, ...],
 ) -> JudgeRequest:
     prefix = rubric_text(rubric)
-    user = prefix + subject + "\n\n" + question
-    messages = ({"role": "system", "content": SYSTEM}, {"role": "user", "content": user})
+    messages = _chat(prefix, subject, question)
     analysed = rubric.analyse_first
     return JudgeRequest(messages, labels, prefix, subject, analysed, analysed, stories)
 
@@ -121,7 +127,7 @@ def absolute_request(story: Story, rubric: Rubric, criterion: Criterion) -> Judg
     """
     options = ", ".join(criterion.labels)
     question = f"Rate the story on {criterion.name} only: {criterion.question} " + _instruction(
-        criterion, rubric.analyse_first, options
+        rubric.analyse_first, options
     )
     block = _story_block(story, rubric)
     return _request(rubric, block, question, tuple(criterion.labels), (story,))
@@ -178,24 +184,17 @@ def spans_request(story: Story, rubric: Rubric, units: Sequence[str], index: int
     numbered = "\n".join(f"{i}. {text}" for i, text in enumerate(units, start=1))
     shown.append(f"Story, one numbered sentence per line:\n{numbered}")
     subject = "\n\n".join(shown)
-    options = ", ".join(labels)
-    instruction = (
-        "First write a short analysis (at most three sentences), then end with a last line of "
-        f"the form 'Score: X' where X is one of {options}."
-        if rubric.analyse_first
-        else f"Answer with exactly one of {options} and nothing else."
-    )
+    instruction = _instruction(rubric.analyse_first, ", ".join(labels))
     question = (
         f'Which problem does sentence {index} have ("{units[index - 1]}")? Give the number '
         f"of its label, 0 if it has none. {instruction}"
     )
-    user = prefix + subject + "\n\n" + question
-    messages = ({"role": "system", "content": SYSTEM}, {"role": "user", "content": user})
     analysed = rubric.analyse_first
+    messages = _chat(prefix, subject, question)
     return JudgeRequest(messages, labels, prefix, subject, analysed, analysed, (story,))
 
 
-CONTRADICTION_LABELS = ("yes", "no")
+YES_NO = ("yes", "no")
 
 
 def contradiction_request(story: Story, first: str, second: str) -> JudgeRequest:
@@ -214,16 +213,9 @@ def contradiction_request(story: Story, first: str, second: str) -> JudgeRequest
     subject = f"Story: {story.story.strip()}"
     question = (
         f'Earlier passage: "{first}"\nLater passage: "{second}"\nDoes the later passage '
-        "contradict the earlier one? Answer with exactly one of yes, no and nothing else."
+        "contradict the earlier one? " + _instruction(False, ", ".join(YES_NO))
     )
-    messages = (
-        {"role": "system", "content": SYSTEM},
-        {"role": "user", "content": prefix + subject + "\n\n" + question},
-    )
-    return JudgeRequest(messages, CONTRADICTION_LABELS, prefix, subject, stories=(story,))
-
-
-EQUIVALENCE_LABELS = ("yes", "no")
+    return JudgeRequest(_chat(prefix, subject, question), YES_NO, prefix, subject, stories=(story,))
 
 
 def equivalence_request(first: str, second: str, prompt: str = "") -> JudgeRequest:
@@ -241,9 +233,5 @@ def equivalence_request(first: str, second: str, prompt: str = "") -> JudgeReque
     shown = [f"Prompt: {prompt.strip()}"] if prompt.strip() else []
     shown += [f"Story A: {first.strip()}", f"Story B: {second.strip()}"]
     subject = "\n\n".join(shown)
-    question = "Are A and B essentially the same story? Answer with exactly one of yes, no and nothing else."
-    messages = (
-        {"role": "system", "content": SYSTEM},
-        {"role": "user", "content": prefix + subject + "\n\n" + question},
-    )
-    return JudgeRequest(messages, EQUIVALENCE_LABELS, prefix, subject)
+    question = "Are A and B essentially the same story? " + _instruction(False, ", ".join(YES_NO))
+    return JudgeRequest(_chat(prefix, subject, question), YES_NO, prefix, subject)

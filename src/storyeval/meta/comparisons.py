@@ -421,10 +421,12 @@ def _bootstrap(
     draws: dict[tuple[str, str], list[float]] = {}
     for replicate in range(n_boot):
         chosen = rng.integers(0, len(keys), len(keys))
-        parts = [groups[keys[i]].assign(_copy=j) for j, i in enumerate(chosen)]
-        sample = pd.concat(parts, ignore_index=True)
-        if "_pair" in sample:  # posterior outcomes: draw one per pair
+        if "_pair" in frame:  # posterior outcomes: draw one per pair and copy of it
+            parts = [groups[keys[i]].assign(_copy=j) for j, i in enumerate(chosen)]
+            sample = pd.concat(parts, ignore_index=True)
             sample = draw_outcomes(sample, rng, sample["_copy"])
+        else:
+            sample = pd.concat([groups[keys[i]] for i in chosen], ignore_index=True)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DegenerateInputWarning)
             fit = _fit(_counts(sample, systems), ties, systems, anchors, prior=0.01)

@@ -141,7 +141,8 @@ def spans_frame(judgments: pd.DataFrame | Sequence[Judgment]) -> pd.DataFrame:
 
 
 def _chars(rows: pd.DataFrame, label: str) -> set[int]:
-    chosen = rows[rows["label"] != NONE] if label == "any" else rows[rows["label"] == label]
+    """The character offsets the rows' spans of ``label`` (any label for ``any``) cover."""
+    chosen = rows[_flagged(rows["label"], label)]
     return {
         c
         for s, e in zip(chosen["start"], chosen["end"], strict=True)
@@ -250,14 +251,17 @@ def compare_spans(
     people = people[people["item_id"].isin(shared)]
     candidate = candidate[candidate["item_id"].isin(shared)]
     reference = majority_labels(people)
+    by_item = {
+        item: (reference[reference["item_id"] == item], candidate[candidate["item_id"] == item])
+        for item in shared
+    }
+    joined = reference.merge(candidate, on=["item_id", "unit"], suffixes=("_ref", "_cand"))
     rows = []
     for label in [*labels, "any"]:
         inter = n_ref = n_cand = 0
-        for item in shared:
-            ref = _chars(reference[reference["item_id"] == item], label)
-            cand = _chars(candidate[candidate["item_id"] == item], label)
+        for ref_rows, cand_rows in by_item.values():
+            ref, cand = _chars(ref_rows, label), _chars(cand_rows, label)
             inter, n_ref, n_cand = inter + len(ref & cand), n_ref + len(ref), n_cand + len(cand)
-        joined = reference.merge(candidate, on=["item_id", "unit"], suffixes=("_ref", "_cand"))
         ref_flags = _flagged(joined["label_ref"], label)
         cand_flags = _flagged(joined["label_cand"], label)
         kappa = (

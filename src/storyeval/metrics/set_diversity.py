@@ -500,6 +500,7 @@ def _judged_diversity(
     """functional_diversity with an LLM judge deciding equivalence (probability of *yes*
     renormalised over yes and no, at least one half)."""
     from storyeval.judge.backends import BackendSpec, Decoding
+    from storyeval.judge.parse import yes_probability
     from storyeval.judge.prompts import equivalence_request
 
     spec = BackendSpec(models=(judge,), device=device or "cpu", precision=precision or "float32")
@@ -509,9 +510,8 @@ def _judged_diversity(
         (answer,) = backend.answer(
             [equivalence_request(first, second, prompt)], Decoding(max_new_tokens=8)
         )
-        if answer.probabilities is not None and sum(answer.probabilities) > 0:
-            return bool(answer.probabilities[0] >= answer.probabilities[1])
-        return (answer.text or "").strip().lower().startswith("yes")
+        p_yes = yes_probability(answer)  # an answer that is neither starts a class
+        return p_yes is not None and p_yes >= 0.5
 
     values = np.full(len(texts), np.nan)
     for indices in sets:

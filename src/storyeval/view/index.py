@@ -152,6 +152,8 @@ class IndexedStories:
     def __init__(self, conn: sqlite3.Connection) -> None:
         self._conn = conn
         self._lock = threading.Lock()  # one connection, shared by the app's threads
+        # Python's lower() (Unicode-aware) for the search, as the in-memory store uses
+        conn.create_function("py_lower", 1, lambda v: (v or "").lower(), deterministic=True)
         self._count = int(self._rows("SELECT count(*) FROM stories")[0][0])
 
     def _rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
@@ -195,20 +197,12 @@ class IndexedStories:
     def matching(self, text: str) -> set[str]:
         """The ids of the stories whose text or prompt contains ``text`` (any case)."""
         needle = text.lower()
-        self._ensure_lower()
         rows = self._rows(
             "SELECT id FROM stories WHERE instr(py_lower(story), ?) > 0 "
             "OR instr(py_lower(prompt), ?) > 0",
             (needle, needle),
         )
         return {str(r[0]) for r in rows}
-
-    def _ensure_lower(self) -> None:
-        # Python's lower() (Unicode-aware), as the in-memory store uses
-        with self._lock:
-            self._conn.create_function(
-                "py_lower", 1, lambda v: (v or "").lower(), deterministic=True
-            )
 
     def derived(self) -> list[Story]:
         """The stories made from another story (a ``source_id``)."""
