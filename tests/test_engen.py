@@ -37,10 +37,11 @@ def trained(texts: list[AnnotatedText]) -> EngenModel:
 
 def test_encoding_marks_mention_starts_ends_and_entities() -> None:
     text = AnnotatedText("t", TEXT, MENTIONS)
-    vocab = build_vocabulary([text], 100)
-    encoded = encode(text, vocab, EngenConfig())
+    config = EngenConfig(min_count=1)
+    vocab = build_vocabulary([text], config)
+    encoded = encode(text, vocab, config)
     words = ["<s>"] + [w for w, _, _ in tokenize(TEXT)] + ["</s>"]
-    assert [encoded.ids[i] for i in (1, 3)] == [vocab["Emily"], vocab["Seth"]]
+    assert [encoded.ids[i] for i in (1, 3)] == [vocab["emily"], vocab["seth"]]
     # entities numbered by first mention; every mention is one word here
     assert encoded.starts == {1: (0, 1), 3: (1, 1), 5: (0, 1), 8: (1, 1)}
     assert encoded.ends == {1: 0, 3: 1, 5: 0, 8: 1}
@@ -161,6 +162,6 @@ def test_texts_longer_than_max_tokens_are_cut_with_a_warning(texts: list[Annotat
         model = train_engen(texts[:6], config=config, max_steps=1)
     assert model.signature.fields["max_tokens"] == 20
     text = AnnotatedText("t", " ".join(["word"] * 50), ())
-    assert len(encode(text, build_vocabulary([text], 10), config).ids) == 20
+    assert len(encode(text, build_vocabulary([text], config), config).ids) == 20
     with pytest.raises(ValueError, match="max_tokens must be at least 1"):
         EngenConfig(max_tokens=0)

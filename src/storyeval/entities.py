@@ -11,7 +11,10 @@ Three sources:
   simple coreference (see its docstring). It is good enough to run the tasks on any corpus,
   not a coreference system: use real annotations when the numbers matter.
 
-As in the thesis (section 3.4), a mention longer than three words is replaced by its head word.
+As in the thesis (section 3.4), a mention longer than three words is replaced by its head word,
+whatever the source: spaCy's syntactic head for detected mentions, and for annotated and
+CoNLL mentions (which come without a parse) :func:`mention_head`, an approximation of the
+noun-phrase head rule (the last word before the first post-modifier).
 """
 
 from __future__ import annotations
@@ -253,6 +256,89 @@ def _clause_subjects(token: Any) -> list[int]:
     return [c.i for c in head.children if c.dep_ in ("nsubj", "nsubjpass") and c.i != token.i]
 
 
+# words that start a noun phrase's post-modifier: the head is the last word before one
+_POST_MODIFIER = frozenset(
+    [
+        "of",
+        "with",
+        "in",
+        "on",
+        "at",
+        "from",
+        "to",
+        "by",
+        "for",
+        "about",
+        "near",
+        "under",
+        "over",
+        "behind",
+        "into",
+        "onto",
+        "inside",
+        "outside",
+        "beside",
+        "across",
+        "through",
+        "without",
+        "who",
+        "whom",
+        "whose",
+        "which",
+        "that",
+        "where",
+        "when",
+        "like",
+        "named",
+        "called",
+        ",",
+        "(",
+        ";",
+        ":",
+        "-",
+    ]
+)
+_MENTION_TOKEN = re.compile(r"\w+(?:'\w+)?|[^\w\s]")
+
+
+def mention_head(words: str) -> tuple[int, int]:
+    """Offsets in ``words`` of the noun phrase's head by the rule the thesis' preprocessing
+    needs without a parser: the last word before the first post-modifier (a preposition, a
+    relative pronoun, a comma), or the last word. A possessive's head is what it owns.
+
+    >>> [(w, w[slice(*mention_head(w))]) for w in ("the old man with the hat", "Emily's dog")]
+    [('the old man with the hat', 'man'), ("Emily's dog", 'dog')]
+    """
+    tokens = [(m.group(), m.start(), m.end()) for m in _MENTION_TOKEN.finditer(words)]
+    head: tuple[str, int, int] | None = None
+    for number, token in enumerate(tokens):
+        if number and token[0].lower() in _POST_MODIFIER and head is not None:
+            break
+        if token[0][0].isalnum():
+            head = token
+    if head is None:
+        return 0, len(words)
+    return head[1], head[2]
+
+
+def reduce_long_mentions(
+    text: AnnotatedText, max_words: int | None = MAX_MENTION_WORDS
+) -> AnnotatedText:
+    """``text`` with every mention of more than ``max_words`` words replaced by its head word
+    (:func:`mention_head`); a reduced mention that lands on another mention's span is dropped.
+    ``max_words`` None: unchanged."""
+    if max_words is None:
+        return text
+    kept: dict[tuple[int, int], Mention] = {}
+    for mention in text.mentions:
+        words = text.words(mention)
+        if len(re.findall(r"\w+(?:'\w+)?", words)) > max_words:
+            begin, finish = mention_head(words)
+            mention = Mention(mention.start + begin, mention.start + finish, mention.cluster)
+        kept.setdefault((mention.start, mention.end), mention)
+    return AnnotatedText(text.id, text.text, tuple(kept.values()))
+
+
 def _head_span(span: Any) -> tuple[int, int]:
     """The span's character offsets, or its head word's when it has more than three words."""
     if len(span) > MAX_MENTION_WORDS:
@@ -348,18 +434,24 @@ def entity_file_format(path: str | Path) -> str:
 
 
 def read_entity_texts(
-    path: str | Path, *, fmt: str = "auto", nlp: Any = None, limit: int | None = None
+    path: str | Path,
+    *,
+    fmt: str = "auto",
+    nlp: Any = None,
+    limit: int | None = None,
+    max_words: int | None = MAX_MENTION_WORDS,
 ) -> tuple[list[AnnotatedText], str]:
     """Annotated texts from ``path`` and where their mentions came from (``annotated``,
     ``conll`` or ``detected``); ``fmt`` ``auto`` decides by :func:`entity_file_format`, and a
-    story file goes through :func:`detect_mentions`. ``limit``: the first N texts only."""
+    story file goes through :func:`detect_mentions`. ``limit``: the first N texts only.
+    Annotated and CoNLL mentions of more than ``max_words`` words become their head word
+    (:func:`reduce_long_mentions`; None keeps them whole), as detected ones do."""
     source = Path(path)
     if fmt == "auto":
         fmt = entity_file_format(source)
-    if fmt == "conll":
-        return read_conll(source)[:limit], "conll"
-    if fmt == "annotated":
-        return read_annotated(source)[:limit], "annotated"
+    if fmt in ("conll", "annotated"):
+        texts = (read_conll if fmt == "conll" else read_annotated)(source)[:limit]
+        return [reduce_long_mentions(t, max_words) for t in texts], fmt
     if fmt != "stories":
         raise ValueError(f"format must be auto, annotated, conll or stories; got {fmt!r}")
     from storyeval.corpus import read_stories

@@ -12,22 +12,30 @@ contexts into the state that predicts the word:
 
 The three are combined by parameter-free max pooling, ``c_t = max(h_t, p_t, e_t)`` element by
 element (the thesis' Eq. 3.5, which argues against a parameterised combination; ablations pool
-the contexts they have), and ``P(word) = softmax(W_o c_t)``; ``combine="tanh"`` gives the
+the contexts they have), and ``P(word | c_t)`` is a class-factored softmax over word classes
+estimated from the training data (section 3.2.3; ``softmax="full"``: one softmax over the
+vocabulary); ``combine="tanh"`` gives the
 parameterised ``c_t = tanh(W_h h_t + W_p p_t + W_e e_t)`` of storyeval before 0.4.0. As in
 EntityNLM (Ji et al. 2017), the model also predicts, before each word, whether a mention
-starts (``R``), which entity it refers to (``E``: a bilinear score of ``h_t`` with each known
-entity's vector plus a recency feature, or a new entity) and its length (``L``, up to
+starts (``R``), which entity it refers to (``E``: Eq. 3.3, a bilinear score of ``h_t`` with
+each entity's vector plus a weighted distance feature, the new entity scored with its vector
+``r``) and its length (``L``, up to
 ``max_mention`` words). After each mention its entity's vector is updated,
 ``e <- normalise(d e + (1 - d) h)`` with a learned gate ``d``, and a new entity starts from a
-learned vector. Training maximises the words' likelihood plus the R, E and L likelihoods on
+vector drawn from N(r, 0.01^2 I) (Eq. 3.4; ``r`` itself when scoring, so scores are
+deterministic). Training maximises the words' likelihood plus the R, E and L likelihoods on
 the annotated mentions and coreference clusters (the mention and coreference supervision).
 
 Variants (``variant``): ``engen`` (all three contexts), ``s2sa`` (no entity context, no
 entity predictions: a seq2seq-with-attention language model over sentences) and
 ``entitynlm`` (no previous-sentence context).
 
-Words are tokens of a simple tokenizer (words and punctuation); the vocabulary is the
-``vocabulary`` most frequent training words, the rest ``<unk>``. Texts without annotations
+Words are tokens of a simple tokenizer (words and punctuation), downcased, numbers as
+``NUM``; the vocabulary is the words seen at least ``min_count`` (10) times in training, the
+rest ``<unk>``; texts are trained on in segments of at most 50 sentences
+(:mod:`storyeval.learn.engen_text`; section 3.4). Training is SGD at learning rate 0.1
+(section 3.3; ``optimizer="adam"`` as an option), the epoch of the best dev log-likelihood
+kept. Models saved before 0.7.0 load with the settings they were trained with. Texts without annotations
 (a prompt to continue, a raw story) get approximate mentions from
 :func:`storyeval.entities.detect_mentions`.
 """
@@ -47,10 +55,29 @@ from typing import Any
 from storyeval.entities import AnnotatedText
 from storyeval.errors import ModelLoadError, StoryevalError
 from storyeval.generate.core import GENERATORS, GeneratorKind
+from storyeval.learn.engen_text import normalise_word
 from storyeval.signature import Signature
 
 VARIANTS = ("engen", "s2sa", "entitynlm")
 COMBINES = ("max", "tanh")
+SOFTMAXES = ("class", "full")
+OPTIMIZERS = ("sgd", "adam")
+NEW_ENTITY_SCORES = ("eq3.3", "linear")
+# what a model saved before 0.7.0 did (its metadata lacks these settings)
+LEGACY_CONFIG = {
+    "combine": "tanh",
+    "vocabulary": 4000,
+    "min_count": 1,
+    "lowercase": False,
+    "numbers": False,
+    "segment_sentences": 0,
+    "softmax": "full",
+    "new_entity": "linear",
+    "new_entity_sigma": 0.0,
+    "max_mention": 4,
+    "optimizer": "adam",
+}
+CLASSES_FILE = "classes.json"
 WEIGHTS_FILE = "engen.pt"
 VOCAB_FILE = "vocab.json"
 UNK, BOS, EOS = "<unk>", "<s>", "</s>"
@@ -83,39 +110,63 @@ def detokenize(words: Sequence[str]) -> str:
 
 @dataclass(frozen=True)
 class EngenConfig:
-    """The model's size and training settings (all in the signature). The defaults are a
-    small configuration that trains on a CPU in minutes; the thesis trains 512-dimensional
-    models (section 3.3) on a GPU."""
+    """The model's size and training settings (all in the signature). The training and data
+    choices default to the thesis' (sections 3.3-3.4): SGD at learning rate 0.1, a
+    class-factored softmax over 160 word classes, downcased words, numbers as ``NUM``, words
+    seen fewer than 10 times as ``<unk>``, 50-sentence segments, a new entity drawn from
+    N(r, 0.01^2 I) and scored like the known ones (Eq. 3.3). The sizes default to a small
+    configuration that trains on a CPU in minutes; the thesis uses 512 dimensions."""
 
     variant: str = "engen"
     combine: str = "max"
     embedding: int = 64
     hidden: int = 128
-    vocabulary: int = 4000
+    vocabulary: int | None = None
+    min_count: int = 10
+    lowercase: bool = True
+    numbers: bool = True
+    segment_sentences: int = 50
+    softmax: str = "class"
+    classes: int = 160
+    new_entity: str = "eq3.3"
+    new_entity_sigma: float = 0.01
     max_entities: int = 24
-    max_mention: int = 4
+    max_mention: int = 3
     epochs: int = 3
     batch_size: int = 8
-    learning_rate: float = 3e-3
+    optimizer: str = "sgd"
+    learning_rate: float = 0.1
     dropout: float = 0.1
     seed: int = 0
     max_tokens: int = 400
 
     def __post_init__(self) -> None:
-        if self.variant not in VARIANTS:
-            raise ValueError(f"variant must be one of {', '.join(VARIANTS)}; got {self.variant!r}")
-        if self.combine not in COMBINES:
-            raise ValueError(f"combine must be one of {', '.join(COMBINES)}; got {self.combine!r}")
+        for name, allowed in (
+            ("variant", VARIANTS),
+            ("combine", COMBINES),
+            ("softmax", SOFTMAXES),
+            ("optimizer", OPTIMIZERS),
+            ("new_entity", NEW_ENTITY_SCORES),
+        ):
+            if getattr(self, name) not in allowed:
+                raise ValueError(
+                    f"{name} must be one of {', '.join(allowed)}; got {getattr(self, name)!r}"
+                )
         for name in (
             "embedding",
             "hidden",
-            "vocabulary",
+            "min_count",
+            "classes",
             "max_entities",
             "max_mention",
             "max_tokens",
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1; got {getattr(self, name)}")
+        if self.vocabulary is not None and self.vocabulary < 1:
+            raise ValueError(f"vocabulary must be at least 1 or None; got {self.vocabulary}")
+        if self.segment_sentences < 0 or self.new_entity_sigma < 0:
+            raise ValueError("segment_sentences and new_entity_sigma must not be negative")
 
     @property
     def entities(self) -> bool:
@@ -163,7 +214,7 @@ def encode(
     """Word ids (BOS first) and the mention structure, clusters numbered by first mention.
     Mentions are cut to ``max_mention`` words; clusters beyond ``max_entities`` are left out."""
     tokens = tokenize(text.text)[: config.max_tokens - 2]
-    ids = [vocab[BOS]] + [vocab.get(word, vocab[UNK]) for word, _, _ in tokens]
+    ids = [vocab[BOS]] + [vocab.get(_word(word, config), vocab[UNK]) for word, _, _ in tokens]
     inside = [-1] * len(ids)
     starts: dict[int, tuple[int, int]] = {}
     ends: dict[int, int] = {}
@@ -198,22 +249,88 @@ def encode(
     return EncodedText(ids, starts, inside, ends, sentence)
 
 
-def build_vocabulary(texts: Sequence[AnnotatedText], size: int) -> dict[str, int]:
-    """The ``size`` most frequent words (ties by first appearance) after the special tokens."""
-    counts: Counter[str] = Counter(word for t in texts for word, _, _ in tokenize(t.text))
-    words = [w for w, _ in counts.most_common(size)]
+def _word(token: str, config: EngenConfig) -> str:
+    """A token as the vocabulary sees it (downcased, numbers as NUM, by the settings)."""
+    return normalise_word(token, lowercase=config.lowercase, numbers=config.numbers)
+
+
+def build_vocabulary(texts: Sequence[AnnotatedText], config: EngenConfig) -> dict[str, int]:
+    """The words seen at least ``min_count`` times (at most ``vocabulary`` of them, the most
+    frequent; ties by first appearance) after the special tokens.
+
+    >>> texts = [AnnotatedText("t", "The dog saw the cat in 1999.", ())]
+    >>> list(build_vocabulary(texts, EngenConfig(min_count=2)))
+    ['<unk>', '<s>', '</s>', 'the']
+    """
+    counts: Counter[str] = Counter(
+        _word(word, config) for t in texts for word, _, _ in tokenize(t.text)
+    )
+    words = [w for w, n in counts.most_common(config.vocabulary) if n >= config.min_count]
+    words = [w for w in words if w not in (UNK, BOS, EOS)]
     return {word: i for i, word in enumerate([UNK, BOS, EOS, *words])}
 
 
 # --------------------------------------------------------------------------- the model
 
 
-def _module(config: EngenConfig, vocab_size: int) -> Any:
+def class_factored(logits: Any, class_logits: Any, word_class: Any) -> Any:
+    """``log P(class(w)) + log P(w | class(w))`` for every word ``w`` (columns of ``logits``),
+    each class's words normalised among themselves (Goodman 2001).
+
+    >>> import torch
+    >>> out = class_factored(torch.zeros(1, 3), torch.zeros(1, 2), torch.tensor([0, 0, 1]))
+    >>> [round(v, 3) for v in out.exp()[0].tolist()]
+    [0.25, 0.25, 0.5]
+    """
+    import torch
+
+    index = word_class.expand_as(logits)
+    width = (logits.shape[0], class_logits.shape[-1])
+    peak = torch.full(width, float("-inf"), dtype=logits.dtype, device=logits.device)
+    peak = peak.scatter_reduce(1, index, logits.detach(), "amax")
+    shifted = (logits - peak.gather(1, index)).exp()
+    totals = torch.zeros(width, dtype=logits.dtype, device=logits.device)
+    log_z = totals.scatter_add(1, index, shifted).log() + peak
+    class_lp = torch.log_softmax(class_logits, dim=-1)
+    return class_lp.gather(1, index) + logits - log_z.gather(1, index)
+
+
+def _optional_layers(module: Any, config: EngenConfig, word_class: Sequence[int] | None) -> None:
+    """The layers only some settings have: the tanh combination (max pooling has no
+    parameters), the class-factored softmax's class layer and word classes, and the separate
+    new-entity score of storyeval before 0.7.0."""
     import torch
     from torch import nn
 
+    h = config.hidden
+    if config.combine == "tanh":
+        module.w_h = nn.Linear(h, h)
+        module.w_p = nn.Linear(h, h, bias=False)
+        module.w_e = nn.Linear(h, h, bias=False)
+    if config.softmax == "class":
+        classes = torch.tensor(list(word_class or ()), dtype=torch.long)
+        module.register_buffer("word_class", classes)
+        module.class_out = nn.Linear(h, int(classes.max()) + 1)
+    if config.new_entity == "linear":
+        module.new_score = nn.Linear(h, 1)
+
+
+def _module(config: EngenConfig, vocab_size: int, word_class: Sequence[int] | None) -> Any:
+    import torch
+    from torch import nn
+
+    if config.softmax == "class" and (word_class is None or len(word_class) != vocab_size):
+        raise ModelLoadError("a class-factored softmax needs a class for every word")
+
     class Engen(nn.Module):
         """The network (see the module docstring)."""
+
+        # set by _optional_layers, by the settings
+        w_h: Any
+        w_p: Any
+        w_e: Any
+        class_out: Any
+        new_score: Any
 
         def __init__(self) -> None:
             super().__init__()
@@ -222,16 +339,12 @@ def _module(config: EngenConfig, vocab_size: int) -> Any:
             self.lstm = nn.LSTM(config.embedding, h, batch_first=True)
             self.drop = nn.Dropout(config.dropout)
             self.attend = nn.Linear(h, h, bias=False)  # W_a
-            if config.combine == "tanh":  # max pooling has no parameters
-                self.w_h = nn.Linear(h, h)
-                self.w_p = nn.Linear(h, h, bias=False)
-                self.w_e = nn.Linear(h, h, bias=False)
             self.out = nn.Linear(h, vocab_size)
+            _optional_layers(self, config, word_class)
             self.r = nn.Linear(h, 1)  # does a mention start?
-            self.e_score = nn.Linear(h, h, bias=False)  # bilinear with each entity
-            self.recency = nn.Parameter(torch.tensor(-0.1))
-            self.new_entity = nn.Parameter(torch.randn(h) * 0.1)
-            self.new_score = nn.Linear(h, 1)
+            self.e_score = nn.Linear(h, h, bias=False)  # W_entity, bilinear with each entity
+            self.recency = nn.Parameter(torch.tensor(-0.1))  # w_dist (one distance feature)
+            self.new_entity = nn.Parameter(torch.randn(h) * 0.1)  # r of Eq. 3.4
             self.length = nn.Linear(2 * h, config.max_mention)
             self.gate = nn.Linear(h, h, bias=False)
 
@@ -247,14 +360,32 @@ def _module(config: EngenConfig, vocab_size: int) -> Any:
             weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)  # first sentence: none
             return torch.einsum("bts,bsh->bth", weights, states)
 
+        def word_log_probs(self, c: Any) -> Any:
+            """log P(word | c_t) for every word (rows of ``c``): a full softmax, or the
+            class-factored ``log P(class | c) + log P(word | class, c)`` (section 3.2.3)."""
+            if config.softmax == "full":
+                return torch.log_softmax(self.out(c), dim=-1)
+            return class_factored(self.out(c), self.class_out(c), self.word_class)
+
+        def new_vector(self, draw: bool, generator: Any = None) -> Any:
+            """A new entity's vector: u ~ N(r, sigma^2 I) (Eq. 3.4) when ``draw``, else r."""
+            if not draw or not config.new_entity_sigma:
+                return self.new_entity
+            noise = torch.randn(self.new_entity.shape, generator=generator)
+            return self.new_entity + config.new_entity_sigma * noise.to(self.new_entity)
+
         def entity_scores(self, h: Any, entities: Any, known: int, last: Any, t: int) -> Any:
-            """Log-probabilities of the known entities and of a new one (known + 1 values)."""
+            """Log-probabilities of the known entities and of a new one (known + 1 values):
+            ``h^T W_entity e_i + w_dist f(i)`` (Eq. 3.3) with ``f`` the log distance in words
+            since the entity's last mention (0 for the new entity, whose vector is r)."""
             scores = []
             if known:
                 bilinear = entities[:known] @ self.e_score(h)
                 distance = torch.log1p(torch.as_tensor(t - last[:known], dtype=h.dtype))
                 scores.append(bilinear + self.recency * distance)
-            scores.append(self.new_score(h))
+            linear = config.new_entity == "linear"
+            new = self.new_score(h) if linear else (self.new_entity @ self.e_score(h)).reshape(1)
+            scores.append(new)
             return torch.log_softmax(torch.cat(scores), dim=0)
 
         def combine(self, h: Any, p: Any, e: Any) -> Any:
@@ -297,6 +428,7 @@ def _text_terms(
         last: list[int] = []
         salient: int | None = None
         extra: dict[int, Any] = {}
+        fresh: dict[int, Any] = {}  # a new entity's drawn vector until its mention ends
         for t in range(n - 1):  # predicting word t + 1 from the state after word t
             h, target = states[t], t + 1
             starting = text.starts.get(target)
@@ -305,17 +437,23 @@ def _text_terms(
                 known = len(entities)
                 stack = torch.stack(entities) if entities else None
                 scores = model.entity_scores(h, stack, known, torch.tensor(last or [0]), t)
-                vector = entities[entity] if entity < known else model.new_entity
+                if entity >= known:
+                    fresh[entity] = model.new_vector(model.training)
+                vector = entities[entity] if entity < known else fresh[entity]
                 length_logp = torch.log_softmax(model.length(torch.cat([h, vector])), dim=0)
                 extra[t] = scores[min(entity, known)] + length_logp[length - 1]
             inside = text.inside[target]
             if inside >= 0:
-                entity_ctx[t] = entities[inside] if inside < len(entities) else model.new_entity
+                entity_ctx[t] = (
+                    entities[inside] if inside < len(entities) else fresh.get(inside, zero)
+                )
             elif salient is not None:
                 entity_ctx[t] = entities[salient]
             ended = text.ends.get(target)
             if ended is not None:
-                base = entities[ended] if ended < len(entities) else model.new_entity
+                base = (
+                    entities[ended] if ended < len(entities) else fresh.pop(ended, model.new_entity)
+                )
                 updated = model.update(base, states[target])
                 if ended < len(entities):
                     entities = [*entities[:ended], updated, *entities[ended + 1 :]]
@@ -330,8 +468,8 @@ def _text_terms(
             )
     e_all = torch.stack(entity_ctx)
     combined = model.combine(h_all, p_all, e_all)
-    logits = model.out(model.drop(combined))
-    words = torch.log_softmax(logits, dim=-1).gather(1, torch.tensor(text.ids[1:]).unsqueeze(1))
+    log_probs = model.word_log_probs(model.drop(combined))
+    words = log_probs.gather(1, torch.tensor(text.ids[1:]).unsqueeze(1))
     return words.squeeze(1), decisions
 
 
@@ -398,6 +536,9 @@ class EngenModel:
         with atomic_directory(directory) as tmp:
             torch.save(self.module.state_dict(), tmp / WEIGHTS_FILE)
             (tmp / VOCAB_FILE).write_text(json.dumps(self.words), encoding="utf-8")
+            if self.config.softmax == "class":
+                classes = self.module.word_class.tolist()
+                (tmp / CLASSES_FILE).write_text(json.dumps(classes), encoding="utf-8")
             metadata = {
                 "kind": "engen",
                 "config": asdict(self.config),
@@ -423,10 +564,12 @@ class EngenModel:
         meta = read_metadata(directory)
         if meta["kind"] != "engen":
             raise ModelLoadError(f"{directory}: a {meta['kind']} model, not an ENGEN model")
-        config = EngenConfig(**{"combine": "tanh", **meta["config"]})  # before 0.4.0: tanh
+        config = EngenConfig(**{**LEGACY_CONFIG, **meta["config"]})
         words = json.loads((Path(directory) / VOCAB_FILE).read_text(encoding="utf-8"))
         vocab = {w: i for i, w in enumerate(words)}
-        module = _module(config, len(vocab))
+        classes_file = Path(directory) / CLASSES_FILE
+        word_class = json.loads(classes_file.read_text("utf-8")) if classes_file.is_file() else None
+        module = _module(config, len(vocab), word_class)
         module.load_state_dict(torch.load(Path(directory) / WEIGHTS_FILE, weights_only=True))
         module.eval()
         history = meta.get("training", {}).get("history", [])
@@ -465,15 +608,8 @@ def train_engen(
         )
     torch.manual_seed(config.seed)
     rng = random.Random(config.seed)
-    order = list(texts)
-    rng.shuffle(order)
-    n_dev = max(1, round(len(order) * dev_fraction))
-    dev, train = order[:n_dev], order[n_dev:]
-    vocab = build_vocabulary(train, config.vocabulary)
-    _warn_cut(texts, config)
-    encoded = [encode(t, vocab, config) for t in train]
-    dev_encoded = [encode(t, vocab, config) for t in dev]
-    module = _module(config, len(vocab))
+    encoded, dev_encoded, vocab, word_class = _prepared(texts, config, dev_fraction, rng)
+    module = _module(config, len(vocab), word_class)
     from storyeval.corpus import Story
 
     signature = Signature(
@@ -484,11 +620,13 @@ def train_engen(
             "data": corpus_hash([Story(t.id, "", t.text) for t in texts]),
             "texts": len(texts),
             "mentions": source,
+            "word_classes": "exchange" if config.softmax == "class" else "none",
             "torch": torch.__version__,
         },
     )
     model = EngenModel(module, vocab, config, signature)
-    optimizer = torch.optim.Adam(module.parameters(), lr=config.learning_rate)
+    kind = torch.optim.SGD if config.optimizer == "sgd" else torch.optim.Adam
+    optimizer = kind(module.parameters(), lr=config.learning_rate)
     step = 0
     best: tuple[float, dict[str, Any]] | None = None
     for epoch in range(config.epochs):
@@ -515,6 +653,28 @@ def train_engen(
             break
     _keep_best(model, best)
     return model
+
+
+def _prepared(
+    texts: Sequence[AnnotatedText], config: EngenConfig, dev_fraction: float, rng: Any
+) -> tuple[list[EncodedText], list[EncodedText], dict[str, int], list[int] | None]:
+    """The texts split into training and dev texts (whole texts, then cut into segments), the
+    vocabulary and word classes from the training segments, and both sides encoded."""
+    from storyeval.learn.engen_text import exchange_clusters, segments
+
+    order = list(texts)
+    rng.shuffle(order)
+    n_dev = max(1, round(len(order) * dev_fraction))
+    dev = [s for t in order[:n_dev] for s in segments(t, config.segment_sentences)]
+    train = [s for t in order[n_dev:] for s in segments(t, config.segment_sentences)]
+    vocab = build_vocabulary(train, config)
+    _warn_cut([*train, *dev], config)
+    encoded = [encode(t, vocab, config) for t in train]
+    dev_encoded = [encode(t, vocab, config) for t in dev]
+    word_class = None
+    if config.softmax == "class":
+        word_class = exchange_clusters([e.ids for e in encoded], len(vocab), config.classes)
+    return encoded, dev_encoded, vocab, word_class
 
 
 def _epoch(
@@ -750,14 +910,14 @@ class EngenLM:
             ]
             h, hidden = states[-1], (h_n, c_n)
             words: list[str] = []
-            mention: tuple[int, int] | None = None  # (entity, words left)
+            mention: tuple[int, int, Any] | None = None  # (entity, words left, its vector)
             for _ in range(decoding.max_new_tokens):
                 if config.entities and mention is None and self._sample_r(h, generator):
                     mention = self._sample_mention(h, entities, generator)
                 entity_vec = self._entity_context(mention, salient, entities, h)
                 p = self._attend(previous, h) if config.previous_sentence else torch.zeros_like(h)
                 combined = model.combine(h, p, entity_vec)
-                logits = model.out(combined)
+                logits = model.word_log_probs(combined.unsqueeze(0))[0]
                 logits[self.engen.vocab[UNK]] = float("-inf")
                 logits[self.engen.vocab[BOS]] = float("-inf")
                 if decoding.do_sample:
@@ -773,12 +933,12 @@ class EngenLM:
                 h = out[0, -1]
                 current.append(h)
                 if mention is not None:
-                    entity, left = mention
+                    entity, left, vector = mention
                     if left <= 1:
-                        entities, salient = self._updated(entities, entity, h), entity
-                        mention = None
+                        entities = self._updated(entities, entity, h, vector)
+                        salient, mention = entity, None
                     else:
-                        mention = (entity, left - 1)
+                        mention = (entity, left - 1, vector)
                 if word in _SENTENCE_END:
                     previous, current = current, []
         return detokenize(words)
@@ -792,11 +952,13 @@ class EngenLM:
             salient = entity
         return entities, salient
 
-    def _updated(self, entities: list[Any], entity: int, h: Any) -> list[Any]:
+    def _updated(self, entities: list[Any], entity: int, h: Any, new: Any = None) -> list[Any]:
+        """The entities after a mention of ``entity`` ending in state ``h`` (a new entity
+        starts from ``new``, else from r)."""
         model = self.model
         if entity < len(entities):
             return [*entities[:entity], model.update(entities[entity], h), *entities[entity + 1 :]]
-        return [*entities, model.update(model.new_entity, h)]
+        return [*entities, model.update(model.new_entity if new is None else new, h)]
 
     def _sample_r(self, h: Any, generator: Any) -> bool:
         import torch
@@ -804,7 +966,9 @@ class EngenLM:
         p = torch.sigmoid(self.model.r(h)).reshape(1)
         return bool(torch.bernoulli(p, generator=generator).item())
 
-    def _sample_mention(self, h: Any, entities: list[Any], generator: Any) -> tuple[int, int]:
+    def _sample_mention(self, h: Any, entities: list[Any], generator: Any) -> tuple[int, int, Any]:
+        """The entity, length and entity vector of a mention starting now (a new entity's
+        vector drawn from N(r, sigma^2 I))."""
         import torch
 
         model, known = self.model, len(entities)
@@ -814,20 +978,24 @@ class EngenLM:
         logp = model.entity_scores(h, stack, len(entities), torch.zeros(max(len(entities), 1)), 0)
         logp = logp[: known + 1] if known < len(entities) else logp
         entity = int(torch.multinomial(logp.exp(), 1, generator=generator))
-        vector = entities[entity] if entity < len(entities) else model.new_entity
+        new = entity >= len(entities)
+        vector = model.new_vector(True, generator) if new else entities[entity]
         lengths = torch.softmax(model.length(torch.cat([h, vector])), dim=0)
-        return entity, 1 + int(torch.multinomial(lengths, 1, generator=generator))
+        return entity, 1 + int(torch.multinomial(lengths, 1, generator=generator)), vector
 
     def _entity_context(
-        self, mention: tuple[int, int] | None, salient: int | None, entities: list[Any], h: Any
+        self,
+        mention: tuple[int, int, Any] | None,
+        salient: int | None,
+        entities: list[Any],
+        h: Any,
     ) -> Any:
         import torch
 
         if not self.engen.config.entities:
             return torch.zeros_like(h)
         if mention is not None:
-            entity = mention[0]
-            return entities[entity] if entity < len(entities) else self.model.new_entity
+            return mention[2]
         return entities[salient] if salient is not None else torch.zeros_like(h)
 
     def _attend(self, previous: list[Any], h: Any) -> Any:

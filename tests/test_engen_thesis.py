@@ -1,0 +1,242 @@
+"""ENGEN as Clark's thesis describes it (sections 3.2-3.4): the class-factored softmax over
+exchange-clustered word classes, the data pipeline (downcasing, NUM, min count, 50-sentence
+segments, head words of long mentions from every source), SGD at 0.1, the new entity of
+Eqs. 3.3-3.4, and models saved before these settings loading as they were trained."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from storyeval.entities import (
+    AnnotatedText,
+    Mention,
+    mention_head,
+    read_entity_texts,
+    reduce_long_mentions,
+)
+from storyeval.learn.engen import EngenConfig, EngenModel, build_vocabulary, encode, train_engen
+from storyeval.learn.engen_text import NUM, exchange_clusters, segments
+
+TEXT = "Emily saw Seth. She waved at him. Seth smiled."
+MENTIONS = (Mention(0, 5, "e"), Mention(10, 14, "s"), Mention(16, 19, "e"), Mention(29, 32, "s"))
+
+
+def _class_objective(sequences: list[list[int]], assignment: list[int], classes: int) -> float:
+    counts = np.zeros((classes, classes))
+    for seq in sequences:
+        for a, b in itertools.pairwise(seq):
+            counts[assignment[a], assignment[b]] += 1
+
+    def xlogx(v: np.ndarray) -> float:
+        v = v[v > 0]
+        return float((v * np.log(v)).sum())
+
+    return xlogx(counts) - xlogx(counts.sum(1)) - xlogx(counts.sum(0))
+
+
+def test_exchange_clusters_reach_a_local_optimum_of_the_class_bigram_likelihood() -> None:
+    rng = np.random.default_rng(3)
+    size, classes = 24, 4
+    # two "parts of speech": even words follow odd ones and the other way round
+    sequences = [
+        [int(rng.integers(0, size // 2)) * 2 + (k % 2) for k in range(int(rng.integers(3, 15)))]
+        for _ in range(80)
+    ]
+    assignment = exchange_clusters(sequences, size, classes)
+    assert sorted(set(assignment)) == list(range(classes))  # no class emptied
+    best = _class_objective(sequences, assignment, classes)
+    for word in range(size):  # no single move improves it
+        for other in range(classes):
+            moved = list(assignment)
+            moved[word] = other
+            if moved.count(assignment[word]) == 0:
+                continue
+            assert _class_objective(sequences, moved, classes) <= best + 1e-9
+    frequency = np.bincount([w for seq in sequences for w in seq], minlength=size)
+    start = np.empty(size, dtype=int)
+    start[np.argsort(-frequency, kind="stable")] = np.arange(size) % classes
+    assert best > _class_objective(sequences, start.tolist(), classes)
+    assert not {assignment[w] for w in range(0, size, 2)} & {
+        assignment[w] for w in range(1, size, 2)
+    }
+    with pytest.raises(ValueError, match="classes must be at least 1"):
+        exchange_clusters(sequences, size, 0)
+
+
+def test_the_thesis_data_pipeline() -> None:
+    text = AnnotatedText(
+        "t", "Emily saw 3 dogs in 1999. Emily smiled. The END.", (Mention(0, 5, "e"),)
+    )
+    config = EngenConfig(min_count=2)
+    assert list(build_vocabulary([text], config)) == ["<unk>", "<s>", "</s>", ".", "emily", NUM]
+    vocab = build_vocabulary([text], EngenConfig(min_count=1))
+    assert "end" in vocab and "END" not in vocab
+    kept = build_vocabulary([text], EngenConfig(min_count=1, lowercase=False, numbers=False))
+    assert {"END", "1999", "3"} <= set(kept)
+    encoded = encode(text, vocab, EngenConfig(min_count=1))
+    assert encoded.ids[3] == vocab[NUM]  # "3"
+    pieces = segments(text, 2)
+    assert [p.text for p in pieces] == ["Emily saw 3 dogs in 1999. Emily smiled.", "The END."]
+    assert [pieces[0].words(m) for m in pieces[0].mentions] == ["Emily"]
+    assert segments(text, 0) == [text] and segments(text, 3) == [text]
+
+
+def test_long_mentions_become_head_words_for_every_source(tmp_path: Path) -> None:
+    assert [
+        w[slice(*mention_head(w))]
+        for w in (
+            "the old man with the hat",
+            "a girl named Sue",
+            "the very tall tree",
+            "Dr. Jane Smith of Boston",
+        )
+    ] == ["man", "girl", "tree", "Smith"]
+    text = "The old man with the hat waved. He left."
+    annotated = AnnotatedText("a", text, (Mention(0, 24, "m"), Mention(32, 34, "m")))
+    reduced = reduce_long_mentions(annotated)
+    assert [reduced.words(m) for m in reduced.mentions] == ["man", "He"]
+    assert reduce_long_mentions(annotated, None) == annotated
+    jsonl = tmp_path / "a.jsonl"
+    jsonl.write_text(json.dumps(annotated.to_dict()) + "\n")
+    conll = tmp_path / "a.v4_gold_conll"
+    words = ["The", "old", "man", "with", "the", "hat", "waved", "."]
+    corefs = ["(1", "-", "-", "-", "-", "1)", "-", "-"]
+    conll.write_text(
+        "#begin document (a); part 000\n"
+        + "".join(
+            f"a 0 {i} {w} X - - - - - * {c}\n"
+            for i, (w, c) in enumerate(zip(words, corefs, strict=True))
+        )
+        + "\n#end document\n"
+    )
+    for path in (jsonl, conll):
+        texts, _ = read_entity_texts(path)
+        assert texts[0].words(texts[0].mentions[0]) == "man"
+        whole, _ = read_entity_texts(path, max_words=None)
+        assert whole[0].words(whole[0].mentions[0]).startswith("The old man with the hat")
+
+
+@pytest.fixture(scope="module")
+def texts(human: Any, nlp: Any) -> list[AnnotatedText]:
+    from storyeval.entities import detect_mentions
+
+    return detect_mentions([(s.id, s.story) for s in human[:24]], nlp=nlp)
+
+
+@pytest.fixture(scope="module")
+def thesis_model(texts: list[AnnotatedText]) -> EngenModel:
+    return train_engen(texts, config=EngenConfig(epochs=2, hidden=32, embedding=16, classes=12))
+
+
+def test_class_factored_softmax_is_a_distribution_and_is_saved(
+    thesis_model: EngenModel, tmp_path: Path
+) -> None:
+    import torch
+
+    module, config = thesis_model.module, thesis_model.config
+    fields = thesis_model.signature.fields
+    assert (config.softmax, config.optimizer, config.learning_rate) == ("class", "sgd", 0.1)
+    assert fields["softmax"] == "class" and fields["word_classes"] == "exchange"
+    assert fields["min_count"] == 10 and fields["segment_sentences"] == 50
+    classes = module.word_class.tolist()
+    assert len(classes) == len(thesis_model.vocab) and len(set(classes)) == 12
+    log_probs = module.word_log_probs(torch.randn(5, config.hidden) * 3)
+    assert torch.allclose(log_probs.exp().sum(-1), torch.ones(5), atol=1e-5)
+    # P(word) = P(class) P(word | class)
+    c = torch.randn(1, config.hidden)
+    class_p = torch.softmax(module.class_out(c), -1)[0]
+    per_class = torch.zeros(12).index_add(0, module.word_class, module.word_log_probs(c)[0].exp())
+    assert torch.allclose(per_class, class_p, atol=1e-5)
+    loaded = EngenModel.load(thesis_model.save(tmp_path / "m"))
+    assert loaded.module.word_class.tolist() == classes
+    assert torch.allclose(loaded.module.word_log_probs(c), module.word_log_probs(c))
+
+
+def test_new_entities_follow_eqs_3_3_and_3_4(thesis_model: EngenModel) -> None:
+    import torch
+
+    module = thesis_model.module
+    assert not hasattr(module, "new_score")  # the new entity is scored with r, as Eq. 3.3
+    h = torch.randn(thesis_model.config.hidden)
+    entities = torch.randn(2, thesis_model.config.hidden)
+    scores = module.entity_scores(h, entities, 2, torch.tensor([0, 3]), 5)
+    logits = torch.cat(
+        [entities @ module.e_score(h), (module.new_entity @ module.e_score(h))[None]]
+    )
+    logits[:2] += module.recency * torch.log1p(torch.tensor([5.0, 2.0]))
+    assert torch.allclose(scores, torch.log_softmax(logits, 0), atol=1e-6)
+    drawn = [module.new_vector(True, torch.Generator().manual_seed(k)) for k in range(2)]
+    assert not torch.equal(drawn[0], drawn[1])
+    spread = (drawn[0] - module.new_entity).std().item()
+    assert 0.005 < spread < 0.02  # sigma = 0.01
+    assert torch.equal(module.new_vector(False), module.new_entity)
+
+
+def test_old_models_load_with_their_settings(
+    texts: list[AnnotatedText], tmp_path: Path, thesis_model: EngenModel
+) -> None:
+    import torch
+
+    old = EngenConfig(
+        **{
+            "combine": "tanh",
+            "vocabulary": 4000,
+            "min_count": 1,
+            "lowercase": False,
+            "numbers": False,
+            "segment_sentences": 0,
+            "softmax": "full",
+            "new_entity": "linear",
+            "new_entity_sigma": 0.0,
+            "max_mention": 4,
+            "optimizer": "adam",
+            "learning_rate": 3e-3,
+        },
+        epochs=1,
+        hidden=8,
+        embedding=8,
+    )
+    model = train_engen(texts[:8], config=old)
+    assert hasattr(model.module, "new_score") and not hasattr(model.module, "class_out")
+    assert "Emily" in model.vocab or any(w[:1].isupper() for w in model.vocab)
+    directory = model.save(tmp_path / "old")
+    meta_file = directory / "storyeval.json"
+    meta = json.loads(meta_file.read_text())
+    meta["config"] = {
+        k: v
+        for k, v in meta["config"].items()
+        if k in ("variant", "embedding", "hidden", "max_entities", "epochs", "batch_size",
+                 "learning_rate", "dropout", "seed", "max_tokens")
+    }  # fmt: skip
+    meta_file.write_text(json.dumps(meta))
+    loaded = EngenModel.load(directory)
+    assert loaded.config == old
+    c = torch.randn(2, 8)
+    assert torch.allclose(loaded.module.word_log_probs(c), model.module.word_log_probs(c))
+
+
+def test_train_engen_command_takes_the_thesis_options(
+    texts: list[AnnotatedText], tmp_path: Path, run_cli: Any
+) -> None:
+    annotated = tmp_path / "texts.jsonl"
+    annotated.write_text("".join(json.dumps(t.to_dict()) + "\n" for t in texts[:12]))
+    code, out, err = run_cli(
+        "train", "engen", "--texts", str(annotated), "-o", str(tmp_path / "m"), "--epochs", "1",
+        "--hidden", "16", "--embedding", "8", "--softmax", "full", "--optimizer", "adam",
+        "--lr", "0.003", "--min-count", "2", "--keep-case", "--segment-sentences", "3", "-q",
+    )  # fmt: skip
+    assert code == 0, out + err
+    assert "softmax:full" in out and "optimizer:adam" in out and "min_count:2" in out
+    assert "lowercase:no" in out or "lowercase:false" in out.lower()
+    assert "vocabulary:" in out
+    code, out, err = run_cli(
+        "train", "engen", "--texts", str(annotated), "-o", str(tmp_path / "x"),
+        "--optimizer", "rmsprop", "-q",
+    )  # fmt: skip
+    assert code == 2 and "optimizer must be one of sgd, adam" in err
