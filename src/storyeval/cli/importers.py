@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -15,7 +16,8 @@ def import_command(
         metavar="FORMAT",
         help="union, hanna (per-system summary), hanna-raw (per-annotator file), hanna-llm "
         "(LLM stories or LLM ratings), deltascore, "
-        "openmeva (MAGS JSON), pairwise (LitBench-style preferences) or judgments.",
+        "openmeva (MAGS JSON), pairwise (LitBench-style preferences), wmt-da (WMT DAseg: the "
+        "human file), wmt-rr (WMT RR/DArr seglevel CSV) or judgments.",
     ),
     file: Path = typer.Argument(..., help="The file to import."),
     out_dir: Path = typer.Option(
@@ -31,12 +33,20 @@ def import_command(
     prompts: Path = typer.Option(
         None,
         "--prompts",
-        help="union: reference_ipt.txt, the whole contexts: line N story N's, or (the release) the line whose index is the story's id.",
+        help="union: reference_ipt.txt, the whole contexts: line N story N's, or (the release) "
+        "the line whose index is the story's id. wmt-rr: the source file (line N segment N's).",
     ),
     references: Path = typer.Option(
         None,
         "--references",
-        help="union: reference_opt.txt, the human endings, in the layout of --prompts.",
+        help="union: reference_opt.txt, the human endings, in the layout of --prompts. wmt-rr: "
+        "the reference file.",
+    ),
+    system_outputs: Path = typer.Option(
+        None,
+        "--system-outputs",
+        help="wmt-rr: WMT's system-outputs directory (files newstestYEAR.SYSTEM.LP): the "
+        "compared translations become stories.",
     ),
     metric_outputs: Path = typer.Option(
         None, "--metric-outputs", help="union: the metric_output directory (a file per metric)."
@@ -70,6 +80,8 @@ def import_command(
             "metric_outputs": metric_outputs,
             "error_min_votes": error_min_votes,
         }
+    elif fmt == "wmt-rr":
+        options = {"system_outputs": system_outputs, "prompts": prompts, "references": references}
     elif fmt == "deltascore" and aspect:
         options = {"aspects": aspect}
     try:
@@ -81,6 +93,11 @@ def import_command(
         raise typer.Exit(2) from None
     except (ValueError, OSError) as exc:
         raise user_error(exc) from None
+    _report(result, written)
+
+
+def _report(result: Any, written: dict[str, Path]) -> None:
+    """What was written, the metrics, criteria and raters, and the importer's notes."""
     counts = {
         "stories": len(result.stories),
         "judgments": len(result.judgments),

@@ -41,6 +41,9 @@ Formats
     see :mod:`storyeval.importers.hanna`, :mod:`storyeval.importers.openmeva`, :mod:`storyeval.importers.pairwise`.
 ``hanna-llm``
     HANNA's LLM-written stories and LLM ratings: see :mod:`storyeval.importers.hanna`.
+``wmt-da``, ``wmt-rr``
+    WMT metrics-task segment-level direct assessment and relative rankings (for NUBIA): see
+    :mod:`storyeval.importers.wmt`.
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ from storyeval.importers.hanna import import_hanna, import_hanna_llm, import_han
 from storyeval.importers.openmeva import import_openmeva
 from storyeval.importers.pairwise import import_pairwise
 from storyeval.importers.union import import_union
+from storyeval.importers.wmt import import_wmt_da, import_wmt_rr
 from storyeval.io import write_text_atomic
 from storyeval.registry import Registry, UnknownNameError
 
@@ -81,6 +85,8 @@ IMPORTERS.register("union", import_union)
 IMPORTERS.register("hanna", import_hanna)
 IMPORTERS.register("deltascore", import_deltascore)
 IMPORTERS.register("judgments", import_judgments)
+IMPORTERS.register("wmt-da", import_wmt_da)
+IMPORTERS.register("wmt-rr", import_wmt_rr)
 
 
 def _into_result(name: str, read: Callable[[Path, Any], Any]) -> Callable[..., ImportResult]:
@@ -146,5 +152,7 @@ __all__ = [
     "import_openmeva",
     "import_pairwise",
     "import_union",
+    "import_wmt_da",
+    "import_wmt_rr",
     "write_import",
 ]
