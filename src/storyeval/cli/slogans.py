@@ -80,6 +80,36 @@ def slogans_command(
     )
 
 
+def slogan_lines_command(
+    dump: Path = typer.Argument(
+        ..., help="A Wikiquote dump (enwikiquote-...-pages-articles.xml, or .xml.bz2)."
+    ),
+    output: Path = typer.Option(..., "-o", "--output", help="The skeleton file to write (.txt)."),
+    min_words: int = typer.Option(3, "--min-words", min=1, help="Shortest line kept."),
+    max_words: int = typer.Option(14, "--max-words", min=1, help="Longest line kept."),
+    limit: int = typer.Option(None, "--limit", min=1, help="Stop after N lines."),
+) -> None:
+    """Skeleton lines from a Wikiquote dump, so `storyeval slogans --skeletons FILE` draws from
+    thousands of quotations (Clark (2021), section 2.5.2): top-level quotes of article pages,
+    outside Disputed/Misattributed/Quotes about sections, wiki markup stripped, one sentence of
+    --min-words to --max-words words, each once."""
+    from storyeval.generate.quotes import read_wikiquote
+    from storyeval.io import write_text_atomic
+
+    try:
+        quotes = read_wikiquote(dump, min_words=min_words, max_words=max_words, limit=limit)
+        header = (
+            f"# {len(quotes)} quotation lines from {dump.name} (Wikiquote, CC BY-SA), "
+            f"{min_words}-{max_words} words; storyeval slogan-lines\n"
+        )
+        write_text_atomic(output, header + "".join(q.text + "\n" for q in quotes))
+    except (OSError, ValueError) as exc:
+        raise user_error(exc) from None
+    pages = len({q.page for q in quotes})
+    typer.echo(f"wrote {len(quotes)} lines from {pages} pages to {output}")
+
+
 def register(app: typer.Typer) -> None:
     """Add the ``slogans`` command to the application."""
     app.command("slogans", rich_help_panel="Generate")(slogans_command)
+    app.command("slogan-lines", rich_help_panel="Generate")(slogan_lines_command)
