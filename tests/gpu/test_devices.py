@@ -360,3 +360,52 @@ def test_nubia_features_and_slogans_on_the_gpu(
         written[device] = json.loads(out.read_text())["suggestions"]
     if gpu == "fake-cuda":
         assert written["cuda"] == written["cpu"]
+
+
+def test_engen_trains_scores_and_generates_on_the_gpu(
+    gpu: str, run_cli: Any, tmp_path: Path, examples_dir: Path, nlp: Any
+) -> None:
+    """ENGEN (the thesis' settings: class-factored softmax, SGD) trains on the GPU as on the
+    CPU, its mention scores match, and generation samples there with the seed's stories."""
+    from storyeval.entities import detect_mentions
+    from storyeval.learn.engen import EngenConfig, EngenScorer, train_engen
+
+    human = read_human(examples_dir)[:12]
+    texts = detect_mentions([(s.id, s.story) for s in human], nlp=nlp)
+    config = EngenConfig(epochs=1, hidden=16, embedding=8, classes=8, min_count=2, seed=3)
+    device = "cuda"
+    on_gpu = train_engen(texts, config=config, device=device, max_steps=3)
+    on_cpu = train_engen(texts, config=config, device="cpu", max_steps=3)
+    close(
+        [on_gpu.history[0]["dev_word_nll"], on_gpu.history[0]["dev_entity_nll"]],
+        [on_cpu.history[0]["dev_word_nll"], on_cpu.history[0]["dev_entity_nll"]],
+        gpu,
+    )
+    assert on_gpu.signature.fields["device"] == "cuda"
+    requests = [(texts[0].text[:40], "she", ""), (texts[0].text[:40], "the dog", "")]
+    close(
+        EngenScorer(on_gpu).bind(texts).score_mentions(requests),
+        EngenScorer(on_cpu).bind(texts).score_mentions(requests),
+        gpu,
+    )
+    model = on_gpu.save(tmp_path / "engen")
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text(
+        "".join(json.dumps({"id": s.id, "prompt": s.prompt}) + "\n" for s in human[:2])
+    )
+    stories = []
+    for run, where in enumerate(("cuda", "cuda")):
+        out = tmp_path / f"g{run}.jsonl"
+        code, _, err = run_cli(
+            "generate", str(prompts), "--model", str(model), "--top-p", "0.9", "--seed", "4",
+            "--max-new-tokens", "80", "--device", where, "--no-progress", "-o", str(out),
+        )  # fmt: skip
+        assert code == 0, err
+        stories.append([json.loads(line)["story"] for line in out.read_text().splitlines()])
+    assert stories[0] == stories[1] and len(stories[0]) == 2
+
+
+def read_human(examples_dir: Path) -> list[Any]:
+    from storyeval.corpus import read_stories
+
+    return read_stories(examples_dir / "human.jsonl")

@@ -499,6 +499,7 @@ def engen(
     max_steps: int = typer.Option(None, "--max-steps", min=1, help="Stop after N steps."),
     seed: int = typer.Option(0, "--seed", help="Seed of the split and the initialisation."),
     fmt: str = typer.Option("auto", "--format", help="auto, annotated, conll or stories."),
+    device: str = _DEVICE,
     threads: int = _THREADS,
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No line per step."),
 ) -> None:
@@ -538,7 +539,12 @@ def engen(
         )
         annotated, source = read_entity_texts(texts, fmt=fmt)
         model = train_engen(
-            annotated, config=config, source=source, progress=not quiet, max_steps=max_steps
+            annotated,
+            config=config,
+            source=source,
+            progress=not quiet,
+            max_steps=max_steps,
+            device=_device(device),
         )
         model.save(output)
     except (StoryevalError, OSError, ValueError) as exc:

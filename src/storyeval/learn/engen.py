@@ -381,7 +381,7 @@ def _module(config: EngenConfig, vocab_size: int, word_class: Sequence[int] | No
             scores = []
             if known:
                 bilinear = entities[:known] @ self.e_score(h)
-                distance = torch.log1p(torch.as_tensor(t - last[:known], dtype=h.dtype))
+                distance = torch.log1p((t - last[:known]).to(h.dtype))
                 scores.append(bilinear + self.recency * distance)
             linear = config.new_entity == "linear"
             new = self.new_score(h) if linear else (self.new_entity @ self.e_score(h)).reshape(1)
@@ -417,12 +417,15 @@ def _text_terms(
 
     n = len(text.ids)
     h_all, p_all = states[: n - 1], previous[: n - 1]
-    zero = torch.zeros(cfg.hidden, dtype=states.dtype)
+    device = states.device
+    zero = torch.zeros(cfg.hidden, dtype=states.dtype, device=device)
     entity_ctx = [zero] * (n - 1)
-    decisions = torch.zeros(n - 1, dtype=states.dtype)
+    decisions = torch.zeros(n - 1, dtype=states.dtype, device=device)
     if cfg.entities:
         r_logits = model.r(h_all).squeeze(-1)
-        starts = torch.tensor([1.0 if t + 1 in text.starts else 0.0 for t in range(n - 1)])
+        starts = torch.tensor(
+            [1.0 if t + 1 in text.starts else 0.0 for t in range(n - 1)], device=device
+        )
         decisions = -F.binary_cross_entropy_with_logits(r_logits, starts, reduction="none")
         entities: list[Any] = []
         last: list[int] = []
@@ -436,7 +439,8 @@ def _text_terms(
                 entity, length = starting
                 known = len(entities)
                 stack = torch.stack(entities) if entities else None
-                scores = model.entity_scores(h, stack, known, torch.tensor(last or [0]), t)
+                recent = torch.tensor(last or [0], device=device)
+                scores = model.entity_scores(h, stack, known, recent, t)
                 if entity >= known:
                     fresh[entity] = model.new_vector(model.training)
                 vector = entities[entity] if entity < known else fresh[entity]
@@ -462,14 +466,14 @@ def _text_terms(
                     entities, last = [*entities, updated], [*last, target]
                 salient = ended
         if extra:
-            index = torch.tensor(sorted(extra))
+            index = torch.tensor(sorted(extra), device=device)
             decisions = decisions.index_add(
                 0, index, torch.stack([extra[t] for t in sorted(extra)])
             )
     e_all = torch.stack(entity_ctx)
     combined = model.combine(h_all, p_all, e_all)
     log_probs = model.word_log_probs(model.drop(combined))
-    words = log_probs.gather(1, torch.tensor(text.ids[1:]).unsqueeze(1))
+    words = log_probs.gather(1, torch.tensor(text.ids[1:], device=device).unsqueeze(1))
     return words.squeeze(1), decisions
 
 
@@ -483,6 +487,8 @@ def _forward(model: Any, batch: Sequence[EncodedText]) -> tuple[Any, Any]:
     for row, text in enumerate(batch):
         ids[row, : len(text.ids)] = torch.tensor(text.ids)
         sentence[row, : len(text.ids)] = torch.tensor(text.sentence)
+    device = model.embed.weight.device
+    ids, sentence = ids.to(device), sentence.to(device)
     states, _ = model.lstm(model.drop(model.embed(ids)))
     return states, model.previous_context(states, sentence)
 
@@ -570,7 +576,9 @@ class EngenModel:
         classes_file = Path(directory) / CLASSES_FILE
         word_class = json.loads(classes_file.read_text("utf-8")) if classes_file.is_file() else None
         module = _module(config, len(vocab), word_class)
-        module.load_state_dict(torch.load(Path(directory) / WEIGHTS_FILE, weights_only=True))
+        module.load_state_dict(
+            torch.load(Path(directory) / WEIGHTS_FILE, map_location="cpu", weights_only=True)
+        )
         module.eval()
         history = meta.get("training", {}).get("history", [])
         return cls(module, vocab, config, Signature.from_dict(meta["signature"]), history)
@@ -584,9 +592,11 @@ def train_engen(
     source: str = "annotated",
     progress: bool = False,
     max_steps: int | None = None,
+    device: str = "cpu",
 ) -> EngenModel:
     """Train ENGEN (or an ablation) on annotated texts; the dev loss (per word) after each
-    epoch is in ``history``.
+    epoch is in ``history``. ``device``: where the network trains (the device's kind is in
+    the signature; the saved weights load on the CPU).
 
     Raises
     ------
@@ -609,7 +619,7 @@ def train_engen(
     torch.manual_seed(config.seed)
     rng = random.Random(config.seed)
     encoded, dev_encoded, vocab, word_class = _prepared(texts, config, dev_fraction, rng)
-    module = _module(config, len(vocab), word_class)
+    module = _module(config, len(vocab), word_class).to(device)
     from storyeval.corpus import Story
 
     signature = Signature(
@@ -621,6 +631,7 @@ def train_engen(
             "texts": len(texts),
             "mentions": source,
             "word_classes": "exchange" if config.softmax == "class" else "none",
+            **({"device": device.split(":", 1)[0]} if device != "cpu" else {}),
             "torch": torch.__version__,
         },
     )
@@ -895,7 +906,8 @@ class EngenLM:
         with torch.no_grad():
             # one pass over the prompt: its states (entities, previous sentence) and the
             # LSTM's state to continue from (dropout is off in eval mode)
-            out, (h_n, c_n) = model.lstm(model.embed(torch.tensor([encoded.ids])))
+            device = model.embed.weight.device
+            out, (h_n, c_n) = model.lstm(model.embed(torch.tensor([encoded.ids], device=device)))
             states = out[0]
             entities, salient = self._entities(encoded, states)
             current = [
@@ -922,14 +934,15 @@ class EngenLM:
                 logits[self.engen.vocab[BOS]] = float("-inf")
                 if decoding.do_sample:
                     probs = torch.softmax(_filtered(logits, decoding), dim=0)
-                    word_id = int(torch.multinomial(probs, 1, generator=generator))
+                    word_id = int(torch.multinomial(probs.float().cpu(), 1, generator=generator))
                 else:
                     word_id = int(logits.argmax())
                 if word_id == self.engen.vocab[EOS]:
                     break
                 word = self._words[word_id]
                 words.append(word)
-                out, hidden = model.lstm(model.embed(torch.tensor([[word_id]])), hidden)
+                step = torch.tensor([[word_id]], device=device)
+                out, hidden = model.lstm(model.embed(step), hidden)
                 h = out[0, -1]
                 current.append(h)
                 if mention is not None:
@@ -964,7 +977,7 @@ class EngenLM:
         import torch
 
         p = torch.sigmoid(self.model.r(h)).reshape(1)
-        return bool(torch.bernoulli(p, generator=generator).item())
+        return bool(torch.bernoulli(p.float().cpu(), generator=generator).item())
 
     def _sample_mention(self, h: Any, entities: list[Any], generator: Any) -> tuple[int, int, Any]:
         """The entity, length and entity vector of a mention starting now (a new entity's
@@ -975,13 +988,15 @@ class EngenLM:
         if known >= self.engen.config.max_entities:
             known -= 1  # no room for a new entity: choose among the known ones
         stack = torch.stack(entities) if entities else None
-        logp = model.entity_scores(h, stack, len(entities), torch.zeros(max(len(entities), 1)), 0)
+        recent = torch.zeros(max(len(entities), 1), device=h.device)
+        logp = model.entity_scores(h, stack, len(entities), recent, 0)
         logp = logp[: known + 1] if known < len(entities) else logp
-        entity = int(torch.multinomial(logp.exp(), 1, generator=generator))
+        entity = int(torch.multinomial(logp.exp().float().cpu(), 1, generator=generator))
         new = entity >= len(entities)
         vector = model.new_vector(True, generator) if new else entities[entity]
         lengths = torch.softmax(model.length(torch.cat([h, vector])), dim=0)
-        return entity, 1 + int(torch.multinomial(lengths, 1, generator=generator)), vector
+        length = int(torch.multinomial(lengths.float().cpu(), 1, generator=generator))
+        return entity, 1 + length, vector
 
     def _entity_context(
         self,
