@@ -174,8 +174,9 @@ def test_a_slow_writer_holds_at_most_their_share_of_the_workers(causal_lm):
 
 
 def test_a_writer_whose_suggestion_timed_out_can_ask_again(tmp_path):
-    # the timeout must exceed a real generation on a loaded 2-core machine (the retry)
-    config = write_config(tmp_path, rounds=1, generation={"timeout_s": 8, "workers": 2})
+    # the timeout must exceed a real generation on a loaded 2-core machine (the retry took
+    # over 8 s while other test processes shared the cores)
+    config = write_config(tmp_path, rounds=1, generation={"timeout_s": 20, "workers": 2})
     plugin = WritingSessionPlugin.from_file(config)
     flaky = Unreliable(plugin.engine)
     plugin.engine = flaky
