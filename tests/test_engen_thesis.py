@@ -20,7 +20,14 @@ from storyeval.entities import (
     read_entity_texts,
     reduce_long_mentions,
 )
-from storyeval.learn.engen import EngenConfig, EngenModel, build_vocabulary, encode, train_engen
+from storyeval.learn.engen import (
+    EncodedText,
+    EngenConfig,
+    EngenModel,
+    build_vocabulary,
+    encode,
+    train_engen,
+)
 from storyeval.learn.engen_text import NUM, exchange_clusters, segments
 
 TEXT = "Emily saw Seth. She waved at him. Seth smiled."
@@ -240,3 +247,104 @@ def test_train_engen_command_takes_the_thesis_options(
         "--optimizer", "rmsprop", "-q",
     )  # fmt: skip
     assert code == 2 and "optimizer must be one of sgd, adam" in err
+
+
+def _one_text_terms(
+    model: Any, text: EncodedText, states: Any, previous: Any, cfg: EngenConfig
+) -> tuple[Any, Any]:
+    """The definition the batched pass must meet: one text, position by position, with
+    Python lists of entities (storyeval's implementation before 0.7.0)."""
+    import torch
+    import torch.nn.functional as F
+
+    n = len(text.ids)
+    h_all, p_all = states[: n - 1], previous[: n - 1]
+    device = states.device
+    zero = torch.zeros(cfg.hidden, dtype=states.dtype, device=device)
+    entity_ctx = [zero] * (n - 1)
+    decisions = torch.zeros(n - 1, dtype=states.dtype, device=device)
+    if cfg.entities:
+        r_logits = model.r(h_all).squeeze(-1)
+        starts = torch.tensor(
+            [1.0 if t + 1 in text.starts else 0.0 for t in range(n - 1)], device=device
+        )
+        decisions = -F.binary_cross_entropy_with_logits(r_logits, starts, reduction="none")
+        entities: list[Any] = []
+        last: list[int] = []
+        salient: int | None = None
+        extra: dict[int, Any] = {}
+        fresh: dict[int, Any] = {}  # a new entity's drawn vector until its mention ends
+        for t in range(n - 1):  # predicting word t + 1 from the state after word t
+            h, target = states[t], t + 1
+            starting = text.starts.get(target)
+            if starting is not None:
+                entity, length = starting
+                known = len(entities)
+                stack = torch.stack(entities) if entities else None
+                recent = torch.tensor(last or [0], device=device)
+                scores = model.entity_scores(h, stack, known, recent, t)
+                if entity >= known:
+                    fresh[entity] = model.new_vector(model.training)
+                vector = entities[entity] if entity < known else fresh[entity]
+                length_logp = torch.log_softmax(model.length(torch.cat([h, vector])), dim=0)
+                extra[t] = scores[min(entity, known)] + length_logp[length - 1]
+            inside = text.inside[target]
+            if inside >= 0:
+                entity_ctx[t] = (
+                    entities[inside] if inside < len(entities) else fresh.get(inside, zero)
+                )
+            elif salient is not None:
+                entity_ctx[t] = entities[salient]
+            ended = text.ends.get(target)
+            if ended is not None:
+                base = (
+                    entities[ended] if ended < len(entities) else fresh.pop(ended, model.new_entity)
+                )
+                updated = model.update(base, states[target])
+                if ended < len(entities):
+                    entities = [*entities[:ended], updated, *entities[ended + 1 :]]
+                    last[ended] = target
+                else:
+                    entities, last = [*entities, updated], [*last, target]
+                salient = ended
+        if extra:
+            index = torch.tensor(sorted(extra), device=device)
+            decisions = decisions.index_add(
+                0, index, torch.stack([extra[t] for t in sorted(extra)])
+            )
+    e_all = torch.stack(entity_ctx)
+    combined = model.combine(h_all, p_all, e_all)
+    log_probs = model.word_log_probs(model.drop(combined))
+    words = log_probs.gather(1, torch.tensor(text.ids[1:], device=device).unsqueeze(1))
+    return words.squeeze(1), decisions
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"variant": "engen"},
+        {"variant": "entitynlm"},
+        {"variant": "s2sa"},
+        {"softmax": "full", "new_entity": "linear", "combine": "tanh"},
+    ],
+)
+def test_the_batched_entity_pass_equals_one_text_at_a_time(
+    texts: list[AnnotatedText], settings: dict[str, Any]
+) -> None:
+    import torch
+
+    from storyeval.learn.engen import _batch_terms, _forward
+
+    config = EngenConfig(epochs=1, hidden=16, embedding=8, min_count=2, classes=6, **settings)
+    model = train_engen(texts, config=config, max_steps=2)
+    encoded = [encode(t, model.vocab, config) for t in texts[:6]]
+    assert any(e.starts for e in encoded)
+    with torch.no_grad():
+        states, previous = _forward(model.module, encoded)
+        batched = _batch_terms(model.module, encoded, states, previous, config)
+        for row, text in enumerate(encoded):
+            words, decisions = _one_text_terms(
+                model.module, text, states[row], previous[row], config
+            )
+            assert torch.allclose(words, batched[row][0], atol=1e-5)
+            assert torch.allclose(decisions, batched[row][1], atol=1e-5)

@@ -367,26 +367,38 @@ def _module(config: EngenConfig, vocab_size: int, word_class: Sequence[int] | No
                 return torch.log_softmax(self.out(c), dim=-1)
             return class_factored(self.out(c), self.class_out(c), self.word_class)
 
-        def new_vector(self, draw: bool, generator: Any = None) -> Any:
-            """A new entity's vector: u ~ N(r, sigma^2 I) (Eq. 3.4) when ``draw``, else r."""
+        def new_vector(self, draw: bool, generator: Any = None, rows: int | None = None) -> Any:
+            """A new entity's vector: u ~ N(r, sigma^2 I) (Eq. 3.4) when ``draw``, else r
+            (``rows``: one draw per row)."""
             if not draw or not config.new_entity_sigma:
                 return self.new_entity
-            noise = torch.randn(self.new_entity.shape, generator=generator)
+            shape = self.new_entity.shape if rows is None else (rows, *self.new_entity.shape)
+            noise = torch.randn(shape, generator=generator)
             return self.new_entity + config.new_entity_sigma * noise.to(self.new_entity)
+
+        def entity_scores_batch(self, h: Any, table: Any, valid: Any, distance: Any) -> Any:
+            """:meth:`entity_scores` for a row per text: ``table`` (rows, slots, hidden) the
+            entities, ``valid`` which slots are known, ``distance`` the words since each
+            slot's last mention; the last column is the new entity."""
+            projected = self.e_score(h)
+            known = torch.einsum("bmh,bh->bm", table, projected)
+            known = (known + self.recency * torch.log1p(distance)).masked_fill(
+                ~valid, float("-inf")
+            )
+            if config.new_entity == "linear":
+                new = self.new_score(h)
+            else:
+                new = (projected @ self.new_entity).unsqueeze(1)
+            return torch.log_softmax(torch.cat([known, new], dim=1), dim=1)
 
         def entity_scores(self, h: Any, entities: Any, known: int, last: Any, t: int) -> Any:
             """Log-probabilities of the known entities and of a new one (known + 1 values):
             ``h^T W_entity e_i + w_dist f(i)`` (Eq. 3.3) with ``f`` the log distance in words
             since the entity's last mention (0 for the new entity, whose vector is r)."""
-            scores = []
-            if known:
-                bilinear = entities[:known] @ self.e_score(h)
-                distance = torch.log1p((t - last[:known]).to(h.dtype))
-                scores.append(bilinear + self.recency * distance)
-            linear = config.new_entity == "linear"
-            new = self.new_score(h) if linear else (self.new_entity @ self.e_score(h)).reshape(1)
-            scores.append(new)
-            return torch.log_softmax(torch.cat(scores), dim=0)
+            table = entities[:known] if known else h.new_zeros(0, h.shape[-1])
+            distance = (t - last[:known]).to(h.dtype) if known else h.new_zeros(0)
+            valid = torch.ones(1, known, dtype=torch.bool, device=h.device)
+            return self.entity_scores_batch(h[None], table[None], valid, distance[None])[0]
 
         def combine(self, h: Any, p: Any, e: Any) -> Any:
             """The state that predicts the word: max pooling over the variant's contexts, or
@@ -398,83 +410,151 @@ def _module(config: EngenConfig, vocab_size: int, word_class: Sequence[int] | No
             return torch.stack(parts).amax(dim=0)
 
         def update(self, entity: Any, h: Any) -> Any:
-            """EntityNLM's gated update of an entity after its mention."""
-            d = torch.sigmoid((self.gate(h) * entity).sum())
+            """EntityNLM's gated update of an entity after its mention (one vector, or a row
+            per text)."""
+            d = torch.sigmoid((self.gate(h) * entity).sum(-1, keepdim=True))
             mixed = d * entity + (1 - d) * h
-            return mixed / mixed.norm().clamp_min(1e-6)
+            return mixed / mixed.norm(dim=-1, keepdim=True).clamp_min(1e-6)
 
     return Engen()
 
 
-def _text_terms(
-    model: Any, text: EncodedText, states: Any, previous: Any, cfg: EngenConfig
+@dataclass
+class _Events:
+    """A batch's mention structure as (rows, predicted positions) tables: the entity and
+    length of a mention starting at the predicted word (-1: none), the entity of a mention
+    the word is inside, and of one ending at it; and the positions where anything happens."""
+
+    start: Any
+    length: Any
+    inside: Any
+    end: Any
+    start_steps: set[int]
+    end_steps: set[int]
+
+    @classmethod
+    def of(cls, batch: Sequence[EncodedText], width: int, device: Any) -> _Events:
+        import torch
+
+        start, length = [[-1] * width for _ in batch], [[1] * width for _ in batch]
+        inside, end = [[-1] * width for _ in batch], [[-1] * width for _ in batch]
+        start_steps: set[int] = set()
+        end_steps: set[int] = set()
+        for row, text in enumerate(batch):
+            for position, (entity, words) in text.starts.items():
+                start[row][position - 1], length[row][position - 1] = entity, words
+                start_steps.add(position - 1)
+            for position, entity in text.ends.items():
+                end[row][position - 1] = entity
+                end_steps.add(position - 1)
+            for position in range(1, len(text.ids)):
+                inside[row][position - 1] = text.inside[position]
+
+        def table(values: list[list[int]]) -> Any:
+            return torch.tensor(values, dtype=torch.long, device=device)
+
+        return cls(table(start), table(length), table(inside), table(end), start_steps, end_steps)
+
+
+def _entity_pass(
+    model: Any, batch: Sequence[EncodedText], states: Any, cfg: EngenConfig, width: int
 ) -> tuple[Any, Any]:
-    """Per predicted position ``t`` (word ``t + 1``): the word's log-probability and the log-
-    probability of the entity decisions made before it (R at every position; E and L where a
-    mention starts). Gold mentions are followed (teacher forcing)."""
+    """Teacher-forced entity decisions of a batch, every row at once, position by position
+    (each entity update feeds the next decision): per predicted position the log-probability
+    of E and L where a mention starts, and the entity context (the mentioned entity inside a
+    mention, else the most salient one)."""
+    import torch
+
+    rows, size, hidden = len(batch), cfg.max_entities, cfg.hidden
+    device, dtype = states.device, states.dtype
+    events = _Events.of(batch, width, device)
+    every = torch.arange(rows, device=device)
+    slots = torch.arange(size, device=device)
+    table = torch.zeros(rows, size, hidden, dtype=dtype, device=device)
+    known = torch.zeros(rows, dtype=torch.long, device=device)
+    last = torch.zeros(rows, size, dtype=torch.long, device=device)
+    salient = torch.full((rows,), -1, dtype=torch.long, device=device)
+    fresh = torch.zeros(rows, hidden, dtype=dtype, device=device)
+    terms = torch.zeros(rows, width, dtype=dtype, device=device)
+    contexts = []
+    for t in range(width):
+        h = states[:, t]
+        if t in events.start_steps:
+            term, fresh = _mention_start(model, h, table, known, last, fresh, events, t)
+            terms = terms.index_put((every, torch.full_like(every, t)), term)
+        inside = events.inside[:, t]
+        chosen = torch.where(inside >= 0, inside, salient).clamp(min=0)
+        use_fresh = ((inside >= 0) & (inside >= known)).unsqueeze(1)
+        vector = torch.where(use_fresh, fresh, table[every, chosen])
+        present = ((inside >= 0) | (salient >= 0)).unsqueeze(1)
+        contexts.append(torch.where(present, vector, torch.zeros_like(vector)))
+        if t in events.end_steps:
+            ended = events.end[:, t]
+            entity = ended.clamp(min=0)
+            base = torch.where((entity < known).unsqueeze(1), table[every, entity], fresh)
+            updated = model.update(base, states[:, t + 1])
+            hit = (slots.unsqueeze(0) == entity.unsqueeze(1)) & (ended >= 0).unsqueeze(1)
+            table = torch.where(hit.unsqueeze(2), updated.unsqueeze(1), table)
+            last = torch.where(hit, t + 1, last)
+            known = torch.where(ended >= 0, torch.maximum(known, entity + 1), known)
+            salient = torch.where(ended >= 0, entity, salient)
+    return terms, torch.stack(contexts, dim=1)
+
+
+def _mention_start(
+    model: Any, h: Any, table: Any, known: Any, last: Any, fresh: Any, events: _Events, t: int
+) -> tuple[Any, Any]:
+    """At position ``t``, for the rows where a mention starts: ``log P(E) + log P(L)``
+    (Eq. 3.3 over the known entities and a new one), and the rows' new-entity vectors."""
+    import torch
+
+    starting = events.start[:, t]
+    entity = starting.clamp(min=0)
+    size = table.shape[1]
+    valid = torch.arange(size, device=h.device).unsqueeze(0) < known.unsqueeze(1)
+    scores = model.entity_scores_batch(h, table, valid, (t - last).to(h.dtype))
+    is_new = entity >= known
+    choice = torch.where(is_new | (starting < 0), size, entity)
+    entity_lp = scores.gather(1, choice.unsqueeze(1)).squeeze(1)
+    drawn = model.new_vector(model.training, rows=len(entity)).expand_as(fresh)
+    fresh = torch.where((is_new & (starting >= 0)).unsqueeze(1), drawn, fresh)
+    vector = torch.where(is_new.unsqueeze(1), fresh, table[torch.arange(len(entity)), entity])
+    lengths = torch.log_softmax(model.length(torch.cat([h, vector], dim=1)), dim=1)
+    length_lp = lengths.gather(1, (events.length[:, t] - 1).unsqueeze(1)).squeeze(1)
+    term = torch.where(starting >= 0, entity_lp + length_lp, torch.zeros_like(entity_lp))
+    return term, fresh
+
+
+def _batch_terms(
+    model: Any, batch: Sequence[EncodedText], states: Any, previous: Any, cfg: EngenConfig
+) -> list[tuple[Any, Any]]:
+    """Per text of a batch and predicted position ``t`` (word ``t + 1``): the word's
+    log-probability and the log-probability of the entity decisions made before it (R at every
+    position; E and L where a mention starts). Gold mentions are followed (teacher forcing);
+    the entity decisions of every text advance together (:func:`_entity_pass`)."""
     import torch
     import torch.nn.functional as F
 
-    n = len(text.ids)
-    h_all, p_all = states[: n - 1], previous[: n - 1]
-    device = states.device
-    zero = torch.zeros(cfg.hidden, dtype=states.dtype, device=device)
-    entity_ctx = [zero] * (n - 1)
-    decisions = torch.zeros(n - 1, dtype=states.dtype, device=device)
+    width = max(len(t.ids) for t in batch) - 1
+    device, dtype = states.device, states.dtype
+    h_all, p_all = states[:, :width], previous[:, :width]
+    decisions = torch.zeros(len(batch), width, dtype=dtype, device=device)
+    contexts = torch.zeros_like(h_all)
     if cfg.entities:
+        marks = [[1.0 if t + 1 in text.starts else 0.0 for t in range(width)] for text in batch]
+        starts = torch.tensor(marks, dtype=dtype, device=device)
         r_logits = model.r(h_all).squeeze(-1)
-        starts = torch.tensor(
-            [1.0 if t + 1 in text.starts else 0.0 for t in range(n - 1)], device=device
-        )
         decisions = -F.binary_cross_entropy_with_logits(r_logits, starts, reduction="none")
-        entities: list[Any] = []
-        last: list[int] = []
-        salient: int | None = None
-        extra: dict[int, Any] = {}
-        fresh: dict[int, Any] = {}  # a new entity's drawn vector until its mention ends
-        for t in range(n - 1):  # predicting word t + 1 from the state after word t
-            h, target = states[t], t + 1
-            starting = text.starts.get(target)
-            if starting is not None:
-                entity, length = starting
-                known = len(entities)
-                stack = torch.stack(entities) if entities else None
-                recent = torch.tensor(last or [0], device=device)
-                scores = model.entity_scores(h, stack, known, recent, t)
-                if entity >= known:
-                    fresh[entity] = model.new_vector(model.training)
-                vector = entities[entity] if entity < known else fresh[entity]
-                length_logp = torch.log_softmax(model.length(torch.cat([h, vector])), dim=0)
-                extra[t] = scores[min(entity, known)] + length_logp[length - 1]
-            inside = text.inside[target]
-            if inside >= 0:
-                entity_ctx[t] = (
-                    entities[inside] if inside < len(entities) else fresh.get(inside, zero)
-                )
-            elif salient is not None:
-                entity_ctx[t] = entities[salient]
-            ended = text.ends.get(target)
-            if ended is not None:
-                base = (
-                    entities[ended] if ended < len(entities) else fresh.pop(ended, model.new_entity)
-                )
-                updated = model.update(base, states[target])
-                if ended < len(entities):
-                    entities = [*entities[:ended], updated, *entities[ended + 1 :]]
-                    last[ended] = target
-                else:
-                    entities, last = [*entities, updated], [*last, target]
-                salient = ended
-        if extra:
-            index = torch.tensor(sorted(extra), device=device)
-            decisions = decisions.index_add(
-                0, index, torch.stack([extra[t] for t in sorted(extra)])
-            )
-    e_all = torch.stack(entity_ctx)
-    combined = model.combine(h_all, p_all, e_all)
-    log_probs = model.word_log_probs(model.drop(combined))
-    words = log_probs.gather(1, torch.tensor(text.ids[1:], device=device).unsqueeze(1))
-    return words.squeeze(1), decisions
+        terms, contexts = _entity_pass(model, batch, states, cfg, width)
+        decisions = decisions + terms
+    combined = model.combine(h_all, p_all, contexts)
+    results = []
+    for row, text in enumerate(batch):  # the vocabulary-wide softmax a text at a time (memory)
+        n = len(text.ids) - 1
+        log_probs = model.word_log_probs(model.drop(combined[row, :n]))
+        targets = torch.tensor(text.ids[1:], device=device).unsqueeze(1)
+        results.append((log_probs.gather(1, targets).squeeze(1), decisions[row, :n]))
+    return results
 
 
 def _forward(model: Any, batch: Sequence[EncodedText]) -> tuple[Any, Any]:
@@ -523,10 +603,8 @@ class EngenModel:
         """Summed word and entity losses of a batch, and its word count."""
         states, previous = _forward(self.module, texts)
         word_total, extra_total, count = 0.0, 0.0, 0
-        for row, text in enumerate(texts):
-            words, decisions = _text_terms(
-                self.module, text, states[row], previous[row], self.config
-            )
+        terms = _batch_terms(self.module, texts, states, previous, self.config)
+        for text, (words, decisions) in zip(texts, terms, strict=True):
             word_total = word_total - words.sum()
             extra_total = extra_total - decisions.sum()
             count += len(text.ids) - 1
@@ -795,12 +873,10 @@ class EngenScorer:
                     encode(t, self.model.vocab, config, end_of_text=False) for t, *_ in chunk
                 ]
                 states, previous = _forward(self.model.module, encoded)
-                for row, ((text, offset, words, decisions), enc) in enumerate(
-                    zip(chunk, encoded, strict=True)
+                terms = _batch_terms(self.model.module, encoded, states, previous, config)
+                for (text, offset, words, decisions), (word_lp, decision_lp) in zip(
+                    chunk, terms, strict=True
                 ):
-                    word_lp, decision_lp = _text_terms(
-                        self.model.module, enc, states[row], previous[row], config
-                    )
                     first = 1 + sum(1 for _, s, _ in tokenize(text.text) if s < offset)
                     total = 0.0
                     if words:
