@@ -208,3 +208,17 @@ def test_cli_exports_slogans_and_analyses(run_cli: Any, tmp_path: Path) -> None:
     code, out, err = run_cli("slogan-study", "analyse", str(path), "-o", str(tmp_path / "an"))
     assert code == 0, out + err
     assert "Writers' surveys" in (tmp_path / "an" / "report.md").read_text()
+
+
+def test_the_third_party_rating_study_asks_the_writers_questions(examples_dir):
+    """examples/slogan/rating-study.yaml: a Likert study of final slogans on the writers' own
+    Table 2.2 questions (seven points, nine raters), so analyse can pair the two."""
+    from storyeval.collab.config import SLOGAN_STATEMENTS
+    from storyeval.human.study import load_study
+
+    study = load_study(examples_dir / "slogan" / "rating-study.yaml")
+    names = [c.name for c in study.criteria]
+    assert names == [name for name, _ in SLOGAN_STATEMENTS if name.startswith("slogan_")]
+    assert {c.scale for c in study.criteria} == {7}
+    assert study.protocol == "likert" and study.raters_per_item == 9
+    assert {item.condition for item in study.items} == {"solo", "mil"}
