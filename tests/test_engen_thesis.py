@@ -348,3 +348,39 @@ def test_the_batched_entity_pass_equals_one_text_at_a_time(
             )
             assert torch.allclose(words, batched[row][0], atol=1e-5)
             assert torch.allclose(decisions, batched[row][1], atol=1e-5)
+
+
+def test_batched_generation_equals_one_prompt_at_a_time(texts: list[AnnotatedText]) -> None:
+    """Without entity draws (s2sa) and with greedy decoding, a batch of prompts of different
+    lengths continues each prompt as it would alone (padding, packing and the sentence
+    buffers change nothing); with entities and sampling, a seed gives the same batch twice."""
+    import torch
+
+    from storyeval.generate.core import DecodingConfig
+    from storyeval.learn.engen import EngenLM
+
+    prompts = [texts[0].text[:60], texts[1].text[:150], texts[2].text[:20] + "."]
+    config = EngenConfig(variant="s2sa", epochs=1, hidden=16, embedding=8, min_count=2, classes=6)
+    lm = EngenLM(train_engen(texts, config=config, max_steps=3))
+    greedy = DecodingConfig(do_sample=False, max_new_tokens=25)
+    together = lm.generate_texts(prompts, greedy, generator=torch.Generator().manual_seed(0))
+    alone = [
+        lm.generate_texts([p], greedy, generator=torch.Generator().manual_seed(0))[0]
+        for p in prompts
+    ]
+    assert together == alone and all(together)
+    engen = EngenLM(
+        train_engen(
+            texts,
+            config=EngenConfig(epochs=1, hidden=16, embedding=8, min_count=2, classes=6),
+            max_steps=3,
+        )
+    )
+    sampling = DecodingConfig(do_sample=True, top_p=0.9, max_new_tokens=25)
+    runs = [
+        engen.generate_texts(prompts, sampling, generator=torch.Generator().manual_seed(5))
+        for _ in range(2)
+    ]
+    assert runs[0] == runs[1] and len(runs[0]) == 3
+    other = engen.generate_texts(prompts, sampling, generator=torch.Generator().manual_seed(6))
+    assert other != runs[0]
