@@ -485,8 +485,13 @@ def engen(
     softmax: str = _ENGEN_SOFTMAX,
     classes: int = _ENGEN_CLASSES,
     epochs: int = typer.Option(3, "--epochs", min=1, help="Passes over the texts."),
-    embedding: int = typer.Option(64, "--embedding", min=1, help="Word embedding size."),
-    hidden: int = typer.Option(128, "--hidden", min=1, help="LSTM and entity size."),
+    embedding: int = typer.Option(
+        512, "--embedding", min=1, help="Word embedding size (the thesis: 512)."
+    ),
+    hidden: int = typer.Option(
+        512, "--hidden", min=1, help="LSTM and entity size (the thesis: 512)."
+    ),
+    dropout: float = typer.Option(0.0, "--dropout", help="Dropout (the thesis names none)."),
     vocabulary: int = _ENGEN_VOCABULARY,
     min_count: int = _ENGEN_MIN_COUNT,
     lowercase: bool = _ENGEN_CASE,
@@ -509,9 +514,8 @@ def engen(
     Then `storyeval generate PROMPTS --model DIR` and `storyeval entity-eval mentions|selection
     --model DIR`. Training and data follow the thesis (sections 3.3-3.4: SGD at 0.1, a
     class-factored softmax over 160 classes, downcased words, NUM, words seen fewer than 10
-    times as <unk>, 50-sentence segments); the sizes default to a small configuration for a
-    CPU (the thesis uses 512 dimensions on a GPU). The epoch with the best dev log-likelihood
-    is kept."""
+    times as <unk>, 50-sentence segments, 512 dimensions; --embedding 64 --hidden 128 for a
+    quick CPU run). The epoch with the best dev log-likelihood is kept."""
     from storyeval.entities import read_entity_texts
     from storyeval.errors import StoryevalError
     from storyeval.learn.engen import EngenConfig, train_engen
@@ -526,6 +530,7 @@ def engen(
             epochs=epochs,
             embedding=embedding,
             hidden=hidden,
+            dropout=dropout,
             vocabulary=vocabulary,
             min_count=min_count,
             lowercase=lowercase,
