@@ -181,6 +181,20 @@ UNION_ANTONYMS = typer.Option(
     help="A ConceptNet-style antonym file (word|||/r/Antonym|||antonym lines, as in the "
     "UNION repository) for substitution, beside WordNet's sparse antonyms.",
 )
+UNION_SINGLE_SHARE = typer.Option(
+    0.0,
+    "--single-share",
+    help="Share of the stories whose negative is one technique alone, the techniques in turn "
+    "(the rest the paper's mixture; 0, the paper, by default). Each technique then gets a "
+    "clean training signal: in the mixture, repetition is alone in 5% of the negatives.",
+)
+UNION_HELDOUT = typer.Option(
+    None,
+    "--heldout",
+    help="Human stories the model never trains on: after training, each technique's "
+    "negatives of them are told from the originals (pairwise accuracy with an interval, "
+    "printed and written to DIR/heldout_techniques.csv).",
+)
 UNION_NEGATIVES_FILE = typer.Option(
     None,
     "--negatives-file",
@@ -221,6 +235,8 @@ def union(
     no_bucket: bool = _NO_BUCKET,
     antonyms: Path = UNION_ANTONYMS,
     negatives_file: Path = UNION_NEGATIVES_FILE,
+    heldout: Path = UNION_HELDOUT,
+    single_share: float = UNION_SINGLE_SHARE,
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
     """Train UNION (Guan & Huang 2020) on human-written stories.
@@ -255,15 +271,50 @@ def union(
             stride=stride,
             dev_fraction=dev_fraction,
             perturb=PerturbOptions(antonyms_file=str(antonyms) if antonyms else None),
+            single_share=single_share,
         )
         if antonyms is not None:
             antonym_file_identity(antonyms)  # a missing or malformed file fails now
+        if negatives_file is not None and single_share:
+            raise ValueError(
+                "--single-share decides how negatives are drawn, and --negatives-file already "
+                "holds them: leave out one of the two"
+            )
     except (ValueError, OSError) as exc:
         raise user_error(exc) from None
     import functools
 
     run = functools.partial(train_union, negatives=negatives_file)
     _train_and_report(run, stories, output, config, **_common(locals()))
+    if heldout is not None:
+        _technique_check(output, heldout, config.techniques, seed)
+
+
+def _technique_check(output: Path, heldout: Path, techniques: Any, seed: int) -> None:
+    """Per technique, how often the trained model scores a held-out story above its
+    negative made by that technique alone (printed; DIR/heldout_techniques.csv)."""
+    import pandas as pd
+
+    from storyeval.cli._tables import print_table
+    from storyeval.corpus import read_stories
+    from storyeval.errors import StoryevalError
+    from storyeval.io import write_table
+    from storyeval.learn.union import UnionScorer, heldout_discrimination
+
+    try:
+        stories, scorer = read_stories(heldout), UnionScorer(output)
+        rows = [
+            heldout_discrimination(scorer, stories, techniques=[name], seed=seed + 1).assign(
+                technique=name
+            )
+            for name in techniques
+        ]
+    except (StoryevalError, OSError, ValueError) as exc:
+        raise user_error(exc) from None
+    table = pd.concat(rows, ignore_index=True)
+    write_table(output / "heldout_techniques.csv", table)
+    typer.echo(f"held-out stories ({heldout.name}): the original preferred to its negative")
+    print_table(table, ["technique", "estimate [ci]", "n_pairs", "p", "accuracy"])
 
 
 @train_app.command("nsp")

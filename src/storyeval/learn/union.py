@@ -111,9 +111,12 @@ class UnionConfig:
     perturb: PerturbOptions = field(default_factory=PerturbOptions)
     recon_sample: int | None = 1024
     tie_recon: bool = True
+    single_share: float = 0.0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "techniques", parse_techniques(list(self.techniques)))
+        if not 0.0 <= self.single_share <= 1.0:
+            raise ValueError(f"single_share must be in [0, 1]; got {self.single_share!r}")
         if self.recon_sample is not None and (
             not isinstance(self.recon_sample, int) or self.recon_sample < 0
         ):
@@ -153,6 +156,7 @@ class UnionConfig:
         values["perturb"] = PerturbOptions(**values.get("perturb", {}))
         values.setdefault("recon_sample", None)  # saved before 0.2.0: the full softmax,
         values.setdefault("tie_recon", False)  # and a separate reconstruction matrix
+        values.setdefault("single_share", 0.0)  # before 0.7.0: mixtures only
         return cls(**values)
 
 
@@ -449,25 +453,33 @@ def build_examples(
     """The human stories (label 1) and ``config.negatives`` UNION negatives of each
     (label 0). Returns the examples and the stories no technique could perturb (id ->
     reason); those keep their positive example only."""
+    from storyeval.perturb.corpus import PerturbationCorpus
     from storyeval.perturb.engine import perturb_stories
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        run = perturb_stories(
-            stories,
-            config.techniques,
-            mode="mix",
-            seed=seed,
-            samples=config.negatives,
-            options=config.perturb,
-            skip_inapplicable=True,
-            nlp=nlp,
-            corpus=corpus,
-            progress=progress,
-        )
+    if corpus is None and config.single_share:  # one corpus for every group of stories
+        corpus = PerturbationCorpus(((s.id, s.story) for s in stories), nlp=nlp)
+    negatives, skipped = [], {}
+    for techniques, group in _negative_groups(stories, config, seed):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            run = perturb_stories(
+                group,
+                techniques,
+                mode="mix",
+                seed=seed,
+                samples=config.negatives,
+                options=config.perturb,
+                skip_inapplicable=True,
+                nlp=nlp,
+                corpus=corpus,
+                progress=progress,
+            )
+        negatives += run.stories
+        skipped.update(run.skipped)
     by_id = {story.id: story for story in stories}
+    order = {story.id: number for number, story in enumerate(stories)}
     examples = [UnionExample(s.id, s.prompt, s.story, s.story, 1) for s in stories]
-    for negative in run.stories:
+    for negative in sorted(negatives, key=lambda n: order[n.source_id]):
         source = by_id[negative.source_id]
         examples.append(
             UnionExample(
@@ -480,7 +492,32 @@ def build_examples(
                 negative.source_id,
             )
         )
-    return examples, run.skipped
+    return examples, skipped
+
+
+def _negative_groups(
+    stories: Sequence[Story], config: UnionConfig, seed: int
+) -> list[tuple[tuple[str, ...], list[Story]]]:
+    """Which stories get the paper's mixture of techniques and which one technique alone:
+    ``single_share`` of the stories (drawn by a hash of the seed and the story id, so a story's
+    draw does not depend on the others) get a single technique, the techniques in turn."""
+    import hashlib
+
+    if not config.single_share:
+        return [(config.techniques, list(stories))]
+    mixed: list[Story] = []
+    single: dict[str, list[Story]] = {name: [] for name in config.techniques}
+    for story in stories:
+        digest = hashlib.sha256(f"{seed}|{story.id}".encode()).digest()
+        if int.from_bytes(digest[:8], "big") / 2**64 < config.single_share:
+            name = config.techniques[digest[8] % len(config.techniques)]
+            single[name].append(story)
+        else:
+            mixed.append(story)
+    groups: list[tuple[tuple[str, ...], list[Story]]] = (
+        [(config.techniques, mixed)] if mixed else []
+    )
+    return groups + [((name,), group) for name, group in single.items() if group]
 
 
 def _example_record(example: UnionExample) -> list[Any]:
@@ -527,6 +564,7 @@ def cached_examples(
         "dev": [(s.id, s.prompt, s.story) for s in dev],
         "techniques": list(config.techniques),
         "negatives": config.negatives,
+        **({"single_share": config.single_share} if config.single_share else {}),
         "perturb": config.perturb.signature_fields(),
         "seed": seed,
         "spacy": spacy_identity(nlp),
@@ -628,6 +666,7 @@ def union_signature(
             "negatives": config.negatives,
             "window": config.window,
             "stride": config.stride,
+            "single_share": config.single_share or None,
             **config.perturb.signature_fields(),
             **training.signature_fields(),
             "data": data,
@@ -685,6 +724,11 @@ def _check_negatives_file(negatives: str | Path | None, config: UnionConfig) -> 
         "delexicalize": (config.delexicalize, "with names masked"),
         "window": (config.window, "cut into sentence windows"),
     }
+    if config.single_share:
+        raise ValueError(
+            "single_share decides how negatives are drawn, and a negatives file already holds "
+            "them: leave out one of the two"
+        )
     for setting, (value, what) in done.items():
         if value:
             raise ValueError(
@@ -787,6 +831,8 @@ def train_union(
     torch.manual_seed(training.seed)
     model = _union_model_class()(encoder, config.reconstruction, tie=config.tie_recon)
     task = UnionTask(model, tokenizer, config)
+    train_examples, hidden = visible_negatives(train_examples, task)
+    dev_examples, dev_hidden = visible_negatives(dev_examples, task)
     techniques_used: dict[str, int] = {}
     for example in train_examples:
         for name in example.techniques:
@@ -804,12 +850,39 @@ def train_union(
             "dev_texts": len(dev_list),
             "negatives_without_source": sorted(skipped),
             "technique_counts": techniques_used,
+            "negatives_past_max_length": {"train": hidden, "dev": dev_hidden},
             "hash": signature.fields["data"],
         },
         overwrite=overwrite,
         progress=progress,
         on_step=on_step,
     )
+
+
+def visible_negatives(
+    examples: Sequence[UnionExample], task: UnionTask
+) -> tuple[list[UnionExample], int]:
+    """The examples without the negatives whose input, cut at ``max_length`` tokens, equals
+    their original's: their edit lies past the cut, so the model would be taught that two
+    identical inputs differ (a sentence repetition late in a long story, for instance).
+    Returns the kept examples and how many negatives were dropped (a warning counts them)."""
+    kept, dropped = [], 0
+    for example in examples:
+        if example.label == 0 and example.text != example.original:
+            seen = task._encode(example.prompt, example.text).input_ids
+            if seen == task._encode(example.prompt, example.original).input_ids:
+                dropped += 1
+                continue
+        kept.append(example)
+    if dropped:
+        warnings.warn(
+            f"{dropped} negative(s) left out: their edits lie past max_length "
+            f"({task.config.max_length} tokens), so they read as their originals (raise "
+            "--max-length or train on --window)",
+            UserWarning,
+            stacklevel=2,
+        )
+    return kept, dropped
 
 
 # --------------------------------------------------------------------------- scoring
