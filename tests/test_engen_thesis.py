@@ -190,21 +190,10 @@ def test_old_models_load_with_their_settings(
 ) -> None:
     import torch
 
+    from storyeval.learn.engen import LEGACY_CONFIG
+
     old = EngenConfig(
-        **{
-            "combine": "tanh",
-            "vocabulary": 4000,
-            "min_count": 1,
-            "lowercase": False,
-            "numbers": False,
-            "segment_sentences": 0,
-            "softmax": "full",
-            "new_entity": "linear",
-            "new_entity_sigma": 0.0,
-            "max_mention": 4,
-            "optimizer": "adam",
-            "learning_rate": 3e-3,
-        },
+        **{**LEGACY_CONFIG, "learning_rate": 3e-3},
         epochs=1,
         hidden=8,
         embedding=8,

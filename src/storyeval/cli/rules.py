@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -56,30 +58,36 @@ def evaluate(
     """Which rules each system's outputs reproduce: per system (sentence, story and order
     conformance), per rule (count, share, expected share) and per realisation, with
     Clopper-Pearson intervals. Writes systems.csv, rules.csv, realisations.csv, sentences.csv."""
+    from storyeval.rules import conformance, load_grammar
+
+    def compute(items: list[tuple[str, str, str]]) -> dict[str, Any]:
+        loaded = load_grammar(grammar)
+        return conformance(loaded, items, distribution=distribution, confidence=confidence)
+
+    _conformance_tables(compute, outputs, output, ["system", "measure", "estimate [ci]", "n"])
+
+
+def _conformance_tables(
+    compute: Callable[[list[tuple[str, str, str]]], dict[str, Any]],
+    outputs: Path,
+    output: Path,
+    columns: list[str],
+) -> None:
+    """Read the outputs, compute the tables, write each as CSV, print the systems table."""
     from storyeval.cli._tables import print_table
     from storyeval.corpus import read_stories
     from storyeval.errors import StoryevalError
     from storyeval.io import write_table
-    from storyeval.rules import conformance, load_grammar
 
     try:
-        loaded = load_grammar(grammar)
         stories = read_stories(outputs)
-        tables = conformance(
-            loaded,
-            [(s.id, s.system or "(none)", s.story) for s in stories],
-            distribution=distribution,
-            confidence=confidence,
-        )
+        tables = compute([(s.id, s.system or "(none)", s.story) for s in stories])
         output.mkdir(parents=True, exist_ok=True)
         for name, frame in tables.items():
             write_table(output / f"{name}.csv", frame)
     except (StoryevalError, OSError, ValueError) as exc:
         raise user_error(exc) from None
-    print_table(
-        tables["systems"].rename(columns={"rate": "estimate"}),
-        ["system", "measure", "estimate [ci]", "n"],
-    )
+    print_table(tables["systems"].rename(columns={"rate": "estimate"}), columns)
     typer.echo(f"wrote {', '.join(f'{n}.csv' for n in tables)} to {output}")
 
 
@@ -161,31 +169,15 @@ def conform(
     template, and which entity values it mentions that the record does not hold. Writes
     systems.csv (fact recall, complete and faithful records per system and split),
     predicates.csv, templates.csv, records.csv and facts.csv."""
-    from storyeval.cli._tables import print_table
-    from storyeval.corpus import read_stories
-    from storyeval.errors import StoryevalError
-    from storyeval.io import write_table
     from storyeval.rules.data2text import data_conformance, load_data_grammar, read_data_records
 
-    try:
+    def compute(items: list[tuple[str, str, str]]) -> dict[str, Any]:
         loaded = load_data_grammar(grammar)
-        stories = read_stories(outputs)
-        tables = data_conformance(
-            loaded,
-            [(s.id, s.system or "(none)", s.story) for s in stories],
-            read_data_records(records, loaded),
-            confidence=confidence,
-        )
-        output.mkdir(parents=True, exist_ok=True)
-        for name, frame in tables.items():
-            write_table(output / f"{name}.csv", frame)
-    except (StoryevalError, OSError, ValueError) as exc:
-        raise user_error(exc) from None
-    print_table(
-        tables["systems"].rename(columns={"rate": "estimate"}),
-        ["system", "split", "measure", "estimate [ci]", "n"],
-    )
-    typer.echo(f"wrote {', '.join(f'{n}.csv' for n in tables)} to {output}")
+        known = read_data_records(records, loaded)
+        return data_conformance(loaded, items, known, confidence=confidence)
+
+    columns = ["system", "split", "measure", "estimate [ci]", "n"]
+    _conformance_tables(compute, outputs, output, columns)
 
 
 @rules_app.command("import-webnlg")
