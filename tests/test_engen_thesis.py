@@ -172,7 +172,7 @@ def test_new_entities_follow_eqs_3_3_and_3_4(thesis_model: EngenModel) -> None:
     assert not hasattr(module, "new_score")  # the new entity is scored with r, as Eq. 3.3
     h = torch.randn(thesis_model.config.hidden)
     entities = torch.randn(2, thesis_model.config.hidden)
-    scores = module.entity_scores(h, entities, 2, torch.tensor([0, 3]), 5)
+    scores = _entity_scores(module, h, entities, 2, torch.tensor([0, 3]), 5)
     logits = torch.cat(
         [entities @ module.e_score(h), (module.new_entity @ module.e_score(h))[None]]
     )
@@ -271,7 +271,7 @@ def _one_text_terms(
                 known = len(entities)
                 stack = torch.stack(entities) if entities else None
                 recent = torch.tensor(last or [0], device=device)
-                scores = model.entity_scores(h, stack, known, recent, t)
+                scores = _entity_scores(model, h, stack, known, recent, t)
                 if entity >= known:
                     fresh[entity] = model.new_vector(model.training)
                 vector = entities[entity] if entity < known else fresh[entity]
@@ -373,3 +373,14 @@ def test_batched_generation_equals_one_prompt_at_a_time(texts: list[AnnotatedTex
     assert runs[0] == runs[1] and len(runs[0]) == 3
     other = engen.generate_texts(prompts, sampling, generator=torch.Generator().manual_seed(6))
     assert other != runs[0]
+
+
+def _entity_scores(model: Any, h: Any, entities: Any, known: int, last: Any, t: int) -> Any:
+    """One text's entity scores at position ``t`` (known + 1 values) through the batched
+    :meth:`entity_scores_batch`, as the one-text definition above uses them."""
+    import torch
+
+    table = entities[:known] if known else h.new_zeros(0, h.shape[-1])
+    distance = (t - last[:known]).to(h.dtype) if known else h.new_zeros(0)
+    valid = torch.ones(1, known, dtype=torch.bool, device=h.device)
+    return model.entity_scores_batch(h[None], table[None], valid, distance[None])[0]

@@ -296,14 +296,27 @@ def class_factored(logits: Any, class_logits: Any, word_class: Any) -> Any:
     return class_lp.gather(1, index) + logits - log_z.gather(1, index)
 
 
-def _optional_layers(module: Any, config: EngenConfig, word_class: Sequence[int] | None) -> None:
-    """The layers only some settings have: the tanh combination (max pooling has no
-    parameters), the class-factored softmax's class layer and word classes, and the separate
-    new-entity score of storyeval before 0.7.0."""
+def _layers(
+    module: Any, config: EngenConfig, vocab_size: int, word_class: Sequence[int] | None
+) -> None:
+    """The network's layers; some only with some settings: the tanh combination (max
+    pooling has no parameters), the class-factored softmax's class layer and word classes,
+    and the separate new-entity score of storyeval before 0.7.0."""
     import torch
     from torch import nn
 
     h = config.hidden
+    module.embed = nn.Embedding(vocab_size, config.embedding)
+    module.lstm = nn.LSTM(config.embedding, h, batch_first=True)
+    module.drop = nn.Dropout(config.dropout)
+    module.attend = nn.Linear(h, h, bias=False)  # W_a
+    module.out = nn.Linear(h, vocab_size)
+    module.r = nn.Linear(h, 1)  # does a mention start?
+    module.e_score = nn.Linear(h, h, bias=False)  # W_entity, bilinear with each entity
+    module.recency = nn.Parameter(torch.tensor(-0.1))  # w_dist (one distance feature)
+    module.new_entity = nn.Parameter(torch.randn(h) * 0.1)  # r of Eq. 3.4
+    module.length = nn.Linear(2 * h, config.max_mention)
+    module.gate = nn.Linear(h, h, bias=False)
     if config.combine == "tanh":
         module.w_h = nn.Linear(h, h)
         module.w_p = nn.Linear(h, h, bias=False)
@@ -326,7 +339,18 @@ def _module(config: EngenConfig, vocab_size: int, word_class: Sequence[int] | No
     class Engen(nn.Module):
         """The network (see the module docstring)."""
 
-        # set by _optional_layers, by the settings
+        # set by _layers (some by the settings only)
+        embed: Any
+        lstm: Any
+        drop: Any
+        attend: Any
+        out: Any
+        r: Any
+        e_score: Any
+        recency: Any
+        new_entity: Any
+        length: Any
+        gate: Any
         w_h: Any
         w_p: Any
         w_e: Any
@@ -335,19 +359,7 @@ def _module(config: EngenConfig, vocab_size: int, word_class: Sequence[int] | No
 
         def __init__(self) -> None:
             super().__init__()
-            h = config.hidden
-            self.embed = nn.Embedding(vocab_size, config.embedding)
-            self.lstm = nn.LSTM(config.embedding, h, batch_first=True)
-            self.drop = nn.Dropout(config.dropout)
-            self.attend = nn.Linear(h, h, bias=False)  # W_a
-            self.out = nn.Linear(h, vocab_size)
-            _optional_layers(self, config, word_class)
-            self.r = nn.Linear(h, 1)  # does a mention start?
-            self.e_score = nn.Linear(h, h, bias=False)  # W_entity, bilinear with each entity
-            self.recency = nn.Parameter(torch.tensor(-0.1))  # w_dist (one distance feature)
-            self.new_entity = nn.Parameter(torch.randn(h) * 0.1)  # r of Eq. 3.4
-            self.length = nn.Linear(2 * h, config.max_mention)
-            self.gate = nn.Linear(h, h, bias=False)
+            _layers(self, config, vocab_size, word_class)
 
         # ----------------------------------------------------------- pieces
 
@@ -378,9 +390,11 @@ def _module(config: EngenConfig, vocab_size: int, word_class: Sequence[int] | No
             return self.new_entity + config.new_entity_sigma * noise.to(self.new_entity)
 
         def entity_scores_batch(self, h: Any, table: Any, valid: Any, distance: Any) -> Any:
-            """:meth:`entity_scores` for a row per text: ``table`` (rows, slots, hidden) the
-            entities, ``valid`` which slots are known, ``distance`` the words since each
-            slot's last mention; the last column is the new entity."""
+            """Log-probabilities of each row's known entities and of a new one (the last
+            column): ``h^T W_entity e_i + w_dist f(i)`` (Eq. 3.3) with ``f`` the log of
+            ``distance``, the words since the entity's last mention (0 for the new entity,
+            whose vector is r). ``table`` (rows, slots, hidden) holds the entities, ``valid``
+            which slots are known."""
             projected = self.e_score(h)
             known = torch.einsum("bmh,bh->bm", table, projected)
             known = (known + self.recency * torch.log1p(distance)).masked_fill(
@@ -391,15 +405,6 @@ def _module(config: EngenConfig, vocab_size: int, word_class: Sequence[int] | No
             else:
                 new = (projected @ self.new_entity).unsqueeze(1)
             return torch.log_softmax(torch.cat([known, new], dim=1), dim=1)
-
-        def entity_scores(self, h: Any, entities: Any, known: int, last: Any, t: int) -> Any:
-            """Log-probabilities of the known entities and of a new one (known + 1 values):
-            ``h^T W_entity e_i + w_dist f(i)`` (Eq. 3.3) with ``f`` the log distance in words
-            since the entity's last mention (0 for the new entity, whose vector is r)."""
-            table = entities[:known] if known else h.new_zeros(0, h.shape[-1])
-            distance = (t - last[:known]).to(h.dtype) if known else h.new_zeros(0)
-            valid = torch.ones(1, known, dtype=torch.bool, device=h.device)
-            return self.entity_scores_batch(h[None], table[None], valid, distance[None])[0]
 
         def combine(self, h: Any, p: Any, e: Any) -> Any:
             """The state that predicts the word: max pooling over the variant's contexts, or
