@@ -14,13 +14,17 @@ one single-threaded worker process per CPU.
 
 from __future__ import annotations
 
-from storyeval.errors import StoryevalError
+from storyeval.errors import StoryevalError, StoryevalWarning
 
 ENGINES = ("local", "dask")
 
 
 class EngineError(StoryevalError):
     """The engine cannot run the work (a missing extra, an unreachable scheduler)."""
+
+
+class EngineWarning(StoryevalWarning):
+    """The engine runs, but slower or differently than it could (how its workers started)."""
 
 
 def require_dask() -> None:
