@@ -647,6 +647,16 @@ def test_readme_per_technique_check_on_heldout_windows(union_model, human, tmp_p
     # negatives (edits past the 48-token cut) were left out and the batches shifted; substitution
     # and reordering near 0.5 on 45 stories
     assert rows.loc["repetition", "p_value"] < 0.05
+    by_operation = tmp_path / "per-operation.csv"
+    code, _, stderr = run_cli(
+        "discriminate", "-s", str(tmp_path / "s-human.jsonl"), "-s", str(tmp_path / "s-neg.jsonl"),
+        "--perturbed", str(negatives), "--by", "operations", "-o", str(by_operation),
+    )  # fmt: skip
+    assert code == 0, stderr
+    operations = pd.read_csv(by_operation).set_index("group")
+    assert {"ngram_repetition", "sentence_repetition", "reorder"} <= set(operations.index)
+    repeated = operations.loc[["ngram_repetition", "sentence_repetition"], "n_pairs"].sum()
+    assert repeated == rows.loc["repetition", "n_pairs"]  # each repetition edit is one of two
 
 
 def test_union_scores_a_long_story_in_sentence_windows_never_cut(union_model, human):

@@ -330,6 +330,42 @@ def test_mixture_without_a_technique_never_draws_it():
     assert all("reordering" not in d and 1 <= len(d) <= 3 for d in draws)
 
 
+def test_mixture_weights_replace_the_papers():
+    """``mix_weights`` replaces the weights it names (the others keep the paper's): a single
+    technique then follows the new weights; they are in the signature only when given."""
+    from storyeval.perturb import parse_mix_weights
+
+    options = PerturbOptions(mix_weights=parse_mix_weights("repetition=0.4, negation=.1"))
+    assert options.mix_weight_pairs == (("negation", 0.1), ("repetition", 0.4))
+    assert options.signature_fields()["mix_weights"] == "negation=0.1,repetition=0.4"
+    assert "mix_weights" not in PerturbOptions().signature_fields()
+    rng = random.Random(99)
+    names = list(technique_names())
+    draws = [sample_mixture(rng, names, options) for _ in range(20000)]
+    singles = Counter(d[0] for d in draws if len(d) == 1)
+    weights = {"repetition": 0.4, "substitution": 0.3, "reordering": 0.4, "negation": 0.1}
+    for name in names:
+        share = singles[name] / sum(singles.values())
+        assert abs(share - weights[name] / sum(weights.values())) < 0.02, name
+    assert sample_mixture(random.Random(0), names, PerturbOptions()) == sample_mixture(
+        random.Random(0), names
+    )
+    assert PerturbOptions(mix_weights=[["repetition", 1]]).mix_weight("repetition") == 1.0
+    for bad, message in [
+        ({"shuffle": 1.0}, "unknown technique 'shuffle'"),
+        ({"repetition": 0.0}, "must be > 0"),
+        ({"repetition": float("nan")}, "must be > 0"),
+        ({"repetition": "1"}, "must be > 0"),
+        ([("repetition", 1), ("repetition", 2)], "named twice"),
+        (["repetition"], "must map technique names"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            PerturbOptions(mix_weights=bad)
+    with pytest.raises(ValueError, match="NAME=WEIGHT pairs; got 'repetition'"):
+        parse_mix_weights("repetition")
+    assert parse_mix_weights(None) == {} == parse_mix_weights(" , ")
+
+
 # --------------------------------------------------------------------------- corpus runs
 
 
@@ -440,6 +476,15 @@ def test_cli_perturb_end_to_end(tmp_path, examples_dir, run_cli):
     assert code == 0, stderr
     drawn = [json.loads(line)["techniques"] for line in mixed.read_text().splitlines()]
     assert len({tuple(t) for t in drawn}) > 2 and all(1 <= len(t) <= 4 for t in drawn)
+    heavy = tmp_path / "heavy.jsonl"
+    code, stdout, stderr = run_cli(
+        "perturb", str(source), "--mix", "--mix-weights", "repetition=100", "--seed", "1",
+        "-o", str(heavy), "-q",
+    )  # fmt: skip
+    assert code == 0, stderr
+    weighted = [json.loads(line)["techniques"] for line in heavy.read_text().splitlines()]
+    assert sum("repetition" in t for t in weighted) >= 11 > sum("repetition" in t for t in drawn)
+    assert "|mix_weights:repetition=100|" in stdout
 
 
 def test_cli_perturb_errors(write_file, run_cli):
@@ -463,6 +508,13 @@ def test_cli_perturb_errors(write_file, run_cli):
         str(one) + ".s.jsonl",
     )
     assert code == 0 and "wrote 0 perturbed stories" in stdout and "s1-p0" in stderr
+    for extra, message in [
+        (["--mix-weights", "repetition=2"], "--mix-weights weighs the techniques of --mix"),
+        (["--mix", "--mix-weights", "repetition=-1"], "--mix-weights: mix_weights: the weight"),
+        (["--mix", "--mix-weights", "repetition"], "NAME=WEIGHT pairs"),
+    ]:
+        code, _, stderr = run_cli("perturb", str(one), *extra, "-o", str(one) + ".w.jsonl")
+        assert code == 2 and message in stderr, stderr
 
 
 @pytest.mark.slow

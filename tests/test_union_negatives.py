@@ -70,10 +70,13 @@ def test_train_union_checks_each_technique_on_heldout_stories(
     code, stdout, stderr = run_cli(
         "train", "union", "--stories", str(train), "-o", str(out), "--max-steps", "2",
         "--epochs", "1", "--max-length", "48", "--window", "2", "--single-share", "0.5",
-        "--heldout", str(heldout), "-q",
+        "--mix-weights", "repetition=0.25", "--heldout", str(heldout), "-q",
     )  # fmt: skip
     assert code == 0, stderr
-    assert "|single_share:0.5|" in stdout
+    assert "|single_share:0.5|" in stdout and "|mix_weights:repetition=0.25|" in stdout
+    from storyeval.learn.union import load_union
+
+    assert load_union(out).config.perturb.mix_weight("repetition") == 0.25
     assert "held-out stories (heldout.jsonl): the original preferred to its negative" in stdout
     table = (out / "heldout_techniques.csv").read_text().splitlines()
     assert table[0].startswith("metric,") or "technique" in table[0]
@@ -81,13 +84,35 @@ def test_train_union_checks_each_technique_on_heldout_stories(
         "repetition", "substitution", "reordering", "negation",
     }  # fmt: skip
     assert len(table) == 5
+    import pandas as pd
+
+    techniques = pd.read_csv(out / "heldout_techniques.csv").set_index("technique")
+    operations = pd.read_csv(out / "heldout_operations.csv")
+    assert "by edit operation" in stdout
+    for technique, operation in zip(operations["technique"], operations["operation"], strict=True):
+        assert (
+            set(operation.split("|"))
+            <= {
+                "repetition": {"ngram_repetition", "sentence_repetition"},
+                "substitution": {"keyword", "antonym", "sentence_substitution"},
+                "reordering": {"reorder"},
+                "negation": {"add_negation", "remove_negation"},
+            }[technique]
+        )
+    for technique, count in operations.groupby("technique")["n_pairs"].sum().items():
+        assert count >= techniques.loc[technique, "n_pairs"]  # several operations count for each
     negatives = tmp_path / "neg.jsonl"
     negatives.write_text(json.dumps({"source_id": human[0].id, "story": "x."}) + "\n")
     code, _, stderr = run_cli(
         "train", "union", "--stories", str(train), "-o", str(tmp_path / "x"),
         "--negatives-file", str(negatives), "--single-share", "0.5", "-q",
     )  # fmt: skip
-    assert code == 2 and "leave out one of the two" in stderr
+    assert code == 2 and "leave out one of them" in stderr
+    code, _, stderr = run_cli(
+        "train", "union", "--stories", str(train), "-o", str(tmp_path / "y"),
+        "--negatives-file", str(negatives), "--mix-weights", "negation=1", "-q",
+    )  # fmt: skip
+    assert code == 2 and "leave out one of them" in stderr
 
 
 def test_union_examples_keep_their_story_order(human: Any, nlp: Any) -> None:

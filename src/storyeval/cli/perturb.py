@@ -35,6 +35,12 @@ PERTURB_MIX = typer.Option(
     "techniques 1-4 with p=.5/.2/.2/.1; weights repetition .1, substitution .3, "
     "reordering .4, negation .2). Without it every listed technique is applied to every story.",
 )
+PERTURB_MIX_WEIGHTS = typer.Option(
+    None,
+    "--mix-weights",
+    help="With --mix: weights that replace the paper's, e.g. 'repetition=0.25,reordering=0.25' "
+    "(techniques not named keep theirs).",
+)
 PERTURB_EACH = typer.Option(
     False, "--each", help="One output per story and technique (instead of all combined)."
 )
@@ -74,6 +80,7 @@ def perturb(
     output: Path = PERTURB_OUTPUT,
     techniques: str = typer.Option(None, "--techniques", "-t", help=_TECHNIQUES_HELP),
     mix: bool = PERTURB_MIX,
+    mix_weights: str = PERTURB_MIX_WEIGHTS,
     each: bool = PERTURB_EACH,
     seed: int = PERTURB_SEED,
     samples: int = typer.Option(1, "--samples", min=1, help="Outputs per story (and technique)."),
@@ -99,7 +106,9 @@ def perturb(
 
     if mix and each:
         raise exit_with("error: --mix and --each cannot be combined")
-    options = _options(keyword_rate, paraphrase_model, antonyms)
+    if mix_weights and not mix:
+        raise exit_with("error: --mix-weights weighs the techniques of --mix: add --mix")
+    options = _options(keyword_rate, paraphrase_model, antonyms, mix_weights)
     try:
         from storyeval.perturb import parse_techniques
 
@@ -127,15 +136,26 @@ def perturb(
     typer.echo(f"signature: {run.signature.render()}")
 
 
-def _options(keyword_rate: float, paraphrase_model: str | None, antonyms: Path | None) -> Any:
-    """The techniques' options; a bad rate or antonym file exits now."""
+def _options(
+    keyword_rate: float,
+    paraphrase_model: str | None,
+    antonyms: Path | None,
+    mix_weights: str | None,
+) -> Any:
+    """The techniques' options; a bad rate, weight or antonym file exits now."""
     import dataclasses
 
-    from storyeval.perturb import PerturbOptions
+    from storyeval.perturb import PerturbOptions, parse_mix_weights
     from storyeval.perturb.lexicon import antonym_file_identity
 
     try:
-        options = PerturbOptions(keyword_rate=keyword_rate, paraphrase_model=paraphrase_model)
+        weights = parse_mix_weights(mix_weights)
+    except ValueError as exc:
+        raise exit_with(f"error: --mix-weights: {exc}") from None
+    try:
+        options = PerturbOptions(
+            keyword_rate=keyword_rate, paraphrase_model=paraphrase_model, mix_weights=weights
+        )
     except ValueError as exc:
         raise exit_with(f"error: --keyword-rate: {exc}") from None
     if antonyms is not None:

@@ -188,6 +188,14 @@ UNION_SINGLE_SHARE = typer.Option(
     "(the rest the paper's mixture; 0, the paper, by default). Each technique then gets a "
     "clean training signal: in the mixture, repetition is alone in 5% of the negatives.",
 )
+UNION_MIX_WEIGHTS = typer.Option(
+    None,
+    "--mix-weights",
+    help="Weights of the techniques in the mixture instead of the paper's (repetition .1, "
+    "substitution .3, reordering .4, negation .2), e.g. 'repetition=0.25,substitution=0.25,"
+    "reordering=0.25,negation=0.25'. In the paper's, n-gram repetition is rarely the only "
+    "cue of a negative and is not learned (see the guide).",
+)
 UNION_HELDOUT = typer.Option(
     None,
     "--heldout",
@@ -237,6 +245,7 @@ def union(
     negatives_file: Path = UNION_NEGATIVES_FILE,
     heldout: Path = UNION_HELDOUT,
     single_share: float = UNION_SINGLE_SHARE,
+    mix_weights: str = UNION_MIX_WEIGHTS,
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
     """Train UNION (Guan & Huang 2020) on human-written stories.
@@ -246,21 +255,11 @@ def union(
     with `storyeval score STORIES --metrics union --option union.model=DIR`.
     """
     from storyeval.learn.union import UnionConfig, train_union
-    from storyeval.perturb import PerturbOptions, parse_techniques, technique_names
-    from storyeval.perturb.lexicon import antonym_file_identity
 
     try:
-        chosen = list(parse_techniques(techniques))
-        if without:
-            dropped = set(parse_techniques(without))
-            chosen = [name for name in chosen if name not in dropped]
-            if not chosen:
-                raise ValueError(
-                    f"--without leaves no technique (all of {', '.join(technique_names())})"
-                )
         config = UnionConfig(
             encoder=model,
-            techniques=tuple(chosen),
+            techniques=_chosen_techniques(techniques, without),
             reconstruction=not no_recon,
             lam=lam,
             max_length=max_length,
@@ -270,15 +269,13 @@ def union(
             window=window,
             stride=stride,
             dev_fraction=dev_fraction,
-            perturb=PerturbOptions(antonyms_file=str(antonyms) if antonyms else None),
+            perturb=_union_perturb_options(antonyms, mix_weights),
             single_share=single_share,
         )
-        if antonyms is not None:
-            antonym_file_identity(antonyms)  # a missing or malformed file fails now
-        if negatives_file is not None and single_share:
+        if negatives_file is not None and (single_share or mix_weights):
             raise ValueError(
-                "--single-share decides how negatives are drawn, and --negatives-file already "
-                "holds them: leave out one of the two"
+                "--single-share and --mix-weights decide how negatives are drawn, and "
+                "--negatives-file already holds them: leave out one of them"
             )
     except (ValueError, OSError) as exc:
         raise user_error(exc) from None
@@ -290,9 +287,40 @@ def union(
         _technique_check(output, heldout, config.techniques, seed)
 
 
+def _chosen_techniques(techniques: str | None, without: str | None) -> tuple[str, ...]:
+    """``--techniques`` less ``--without``; ValueError when none is left."""
+    from storyeval.perturb import parse_techniques, technique_names
+
+    chosen = list(parse_techniques(techniques))
+    if without:
+        dropped = set(parse_techniques(without))
+        chosen = [name for name in chosen if name not in dropped]
+        if not chosen:
+            raise ValueError(
+                f"--without leaves no technique (all of {', '.join(technique_names())})"
+            )
+    return tuple(chosen)
+
+
+def _union_perturb_options(antonyms: Path | None, mix_weights: str | None) -> Any:
+    """The perturbation options of ``train union``; a missing or malformed antonym file and
+    bad weights raise now."""
+    from storyeval.perturb import PerturbOptions, parse_mix_weights
+    from storyeval.perturb.lexicon import antonym_file_identity
+
+    if antonyms is not None:
+        antonym_file_identity(antonyms)
+    return PerturbOptions(
+        antonyms_file=str(antonyms) if antonyms else None,
+        mix_weights=parse_mix_weights(mix_weights),
+    )
+
+
 def _technique_check(output: Path, heldout: Path, techniques: Any, seed: int) -> None:
     """Per technique, how often the trained model scores a held-out story above its
-    negative made by that technique alone (printed; DIR/heldout_techniques.csv)."""
+    negative made by that technique alone, and per edit operation of each technique (an
+    n-gram or a whole sentence repeated, ...): printed, and written to
+    DIR/heldout_techniques.csv and DIR/heldout_operations.csv."""
     import pandas as pd
 
     from storyeval.cli._tables import print_table
@@ -304,17 +332,23 @@ def _technique_check(output: Path, heldout: Path, techniques: Any, seed: int) ->
     try:
         stories, scorer = read_stories(heldout), UnionScorer(output)
         rows = [
-            heldout_discrimination(scorer, stories, techniques=[name], seed=seed + 1).assign(
-                technique=name
-            )
+            heldout_discrimination(
+                scorer, stories, techniques=[name], seed=seed + 1, by_operation=True
+            ).assign(technique=name)
             for name in techniques
         ]
     except (StoryevalError, OSError, ValueError) as exc:
         raise user_error(exc) from None
     table = pd.concat(rows, ignore_index=True)
-    write_table(output / "heldout_techniques.csv", table)
+    pooled = table["group"] == "(all)"
+    by_technique = table[pooled].drop(columns="group").reset_index(drop=True)
+    by_operation = table[~pooled].rename(columns={"group": "operation"}).reset_index(drop=True)
+    write_table(output / "heldout_techniques.csv", by_technique)
+    write_table(output / "heldout_operations.csv", by_operation)
     typer.echo(f"held-out stories ({heldout.name}): the original preferred to its negative")
-    print_table(table, ["technique", "estimate [ci]", "n_pairs", "p", "accuracy"])
+    print_table(by_technique, ["technique", "estimate [ci]", "n_pairs", "p", "accuracy"])
+    typer.echo("by edit operation (a negative with several counts for each):")
+    print_table(by_operation, ["technique", "operation", "estimate [ci]", "n_pairs", "p"])
 
 
 @train_app.command("nsp")

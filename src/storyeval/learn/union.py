@@ -1105,6 +1105,7 @@ def heldout_discrimination(
     techniques: Sequence[str] | None = None,
     samples: int = 1,
     nlp: Any = None,
+    by_operation: bool = False,
 ) -> Any:
     """How well a UNION model tells ``stories`` (human) from UNION negatives of them.
 
@@ -1113,41 +1114,61 @@ def heldout_discrimination(
     (``n_pairs, wins, losses, ties, estimate`` = share of pairs where the original scores
     higher, a Clopper-Pearson interval, ``p_value`` of the one-sided sign test), plus
     ``accuracy`` (balanced accuracy at threshold 0.5), ``mean_human`` and
-    ``mean_perturbed``. Use stories the model was not trained on.
+    ``mean_perturbed``. Use stories the model was not trained on. With ``by_operation``,
+    one row per edit operation as well (``group``: ``ngram_repetition``,
+    ``sentence_repetition``, ``keyword``, ``reorder``, ...; a negative with several counts
+    for each), after the ``(all)`` row.
 
     Returns
     -------
     pandas.DataFrame
-        One row.
+        One row (and one per operation).
     """
-    import pandas as pd
-
     from storyeval.corpus import Score
     from storyeval.meta.discrimination import discrimination
+    from storyeval.perturb.engine import perturb_stories
 
-    config = replace(scorer.config, negatives=samples)
-    if techniques is not None:
-        config = replace(config, techniques=tuple(techniques))
-    examples, _ = build_examples(stories, config, seed=seed, nlp=nlp)
-    positives = [e for e in examples if e.label == 1]
-    negatives = [e for e in examples if e.label == 0]
-    if not negatives:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        run = perturb_stories(
+            stories,
+            tuple(techniques) if techniques is not None else scorer.config.techniques,
+            mode="mix",
+            seed=seed,
+            samples=samples,
+            options=scorer.config.perturb,
+            skip_inapplicable=True,
+            nlp=nlp,
+        )
+    if not run.stories:
         raise StoryevalError("no story could be perturbed; cannot measure discrimination")
-    to_score = [Story(e.id, e.prompt, e.text) for e in positives + negatives]
-    values = scorer.score(to_score)
-    score_of = {story.id: float(v) for story, v in zip(to_score, values, strict=True)}
+    by_id = {story.id: story for story in stories}
+    originals = [Story(s.id, s.prompt, s.story) for s in stories]
+    altered = [Story(n.id, by_id[n.source_id].prompt, n.story) for n in run.stories]
+    values = scorer.score(originals + altered)
+    score_of = {story.id: float(v) for story, v in zip(originals + altered, values, strict=True)}
     rendered = scorer.signature.render()
     scores = [Score(key, "union", value, rendered) for key, value in score_of.items()]
-    originals = {e.id for e in positives}
-    pairs = pd.DataFrame(
-        [(e.source_id, e.id) for e in negatives if e.source_id in originals],
-        columns=["original_id", "altered_id"],
+    pairs = _heldout_pairs(run.stories)
+    table = discrimination(
+        scores, pairs, metrics=["union"], by="operations" if by_operation else None
     )
-    table = discrimination(scores, pairs, metrics=["union"])
-    true_positive = sum(score_of[e.id] >= 0.5 for e in positives) / len(positives)
-    true_negative = sum(score_of[e.id] < 0.5 for e in negatives) / len(negatives)
+    true_positive = sum(score_of[s.id] >= 0.5 for s in originals) / len(originals)
+    true_negative = sum(score_of[s.id] < 0.5 for s in altered) / len(altered)
     return table.assign(
         accuracy=(true_positive + true_negative) / 2,
-        mean_human=sum(score_of[e.id] for e in positives) / len(positives),
-        mean_perturbed=sum(score_of[e.id] for e in negatives) / len(negatives),
+        mean_human=sum(score_of[s.id] for s in originals) / len(originals),
+        mean_perturbed=sum(score_of[s.id] for s in altered) / len(altered),
+    )
+
+
+def _heldout_pairs(negatives: Sequence[Any]) -> Any:
+    """The (original, negative, operations) pairs of perturbed stories, in story order."""
+    import pandas as pd
+
+    from storyeval.meta.discrimination import edit_operations
+
+    return pd.DataFrame(
+        [(n.source_id, n.id, edit_operations([e.to_dict() for e in n.edits])) for n in negatives],
+        columns=["original_id", "altered_id", "operations"],
     )

@@ -41,6 +41,19 @@ from storyeval.stats import binomial_test, check_confidence
 PAIR_COLUMNS: tuple[str, ...] = ("original_id", "altered_id")
 
 
+def edit_operations(edits: Any) -> str | None:
+    """The distinct operations of a perturbed record's ``edits`` (``storyeval perturb``'s
+    output), sorted and ``|``-joined: ``"ngram_repetition|reorder"``; None without edits.
+
+    >>> edit_operations([{"operation": "reorder"}, {"operation": "keyword"}, {"operation": "keyword"}])
+    'keyword|reorder'
+    """
+    if not isinstance(edits, list):
+        return None
+    names = {str(e["operation"]) for e in edits if isinstance(e, dict) and e.get("operation")}
+    return "|".join(sorted(names)) or None
+
+
 def _technique_names(value: Any) -> list[str]:
     if value is None:
         return []
@@ -164,6 +177,7 @@ def pairs_from_perturbations(path: str | Path) -> pd.DataFrame:
                 "original_id": str(source),
                 "altered_id": str(item),
                 "techniques": "|".join(_technique_names(techniques)) or None,
+                "operations": edit_operations(record.get("edits")),
             }
         )
     if problems:

@@ -12,7 +12,7 @@ import hashlib
 import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from storyeval.errors import StoryevalError
 from storyeval.registry import Registry, UnknownNameError
@@ -114,6 +114,10 @@ class PerturbOptions:
         directory; None: the offline SmolLM2-135M-Instruct).
     paraphrase_similarity : float
         The encoder cosine a rewrite needs to count as a paraphrase (0.85).
+    mix_weights : mapping of str to float
+        Weights that replace the paper's (repetition 0.1, substitution 0.3, reordering 0.4,
+        negation 0.2) when a UNION mixture draws its techniques; techniques not named keep
+        theirs. Empty (the default): the paper's. Stored as sorted (name, weight) pairs.
     """
 
     keyword_rate: float = 0.15
@@ -125,6 +129,7 @@ class PerturbOptions:
     typo_rate: float = 0.05
     paraphrase_model: str | None = None
     paraphrase_similarity: float = 0.85
+    mix_weights: Mapping[str, float] | Sequence[tuple[str, float]] = ()
 
     def __post_init__(self) -> None:
         for name in (
@@ -144,6 +149,16 @@ class PerturbOptions:
             raise ValueError(f"max_ngram must be a positive integer; got {self.max_ngram!r}")
         if self.antonyms_file is not None:  # read when used: a saved config may outlive it
             object.__setattr__(self, "antonyms_file", str(self.antonyms_file))
+        object.__setattr__(self, "mix_weights", _checked_weights(self.mix_weights))
+
+    @property
+    def mix_weight_pairs(self) -> tuple[tuple[str, float], ...]:
+        """``mix_weights`` as the sorted (technique, weight) pairs they are stored as."""
+        return cast(tuple[tuple[str, float], ...], self.mix_weights)
+
+    def mix_weight(self, name: str) -> float:
+        """The weight of technique ``name`` when a mixture draws techniques."""
+        return dict(self.mix_weight_pairs).get(name, TECHNIQUES.get(name).mix_weight)
 
     def signature_fields(self) -> dict[str, float | int | str]:
         """The settings that change the perturbations, for the signature."""
@@ -162,11 +177,59 @@ class PerturbOptions:
             fields["paraphrase_model"] = self.paraphrase_model
         if self.paraphrase_similarity != 0.85:
             fields["paraphrase_similarity"] = self.paraphrase_similarity
+        if self.mix_weights:
+            fields["mix_weights"] = ",".join(f"{n}={w:g}" for n, w in self.mix_weight_pairs)
         if self.antonyms_file is not None:
             from storyeval.perturb.lexicon import antonym_file_identity
 
             fields["antonyms"] = antonym_file_identity(self.antonyms_file)
         return fields
+
+
+def _checked_weights(
+    weights: Mapping[str, float] | Sequence[tuple[str, float]],
+) -> tuple[tuple[str, float], ...]:
+    """Mixture weights as sorted (technique, weight) pairs, each technique registered and
+    each weight a positive finite number (leave a technique out with ``techniques``)."""
+    import math
+
+    pairs = list(weights.items()) if isinstance(weights, Mapping) else list(weights)
+    checked = []
+    for pair in pairs:
+        if not isinstance(pair, Sequence) or isinstance(pair, str) or len(pair) != 2:
+            raise ValueError(f"mix_weights must map technique names to weights; got {pair!r}")
+        name, weight = pair[0], pair[1]
+        if name not in TECHNIQUES:
+            raise ValueError(
+                f"mix_weights: unknown technique {name!r}; one of {', '.join(TECHNIQUES.names())}"
+            )
+        if (
+            isinstance(weight, bool)
+            or not isinstance(weight, int | float)
+            or not (math.isfinite(weight) and weight > 0)
+        ):
+            raise ValueError(f"mix_weights: the weight of {name} must be > 0; got {weight!r}")
+        checked.append((str(name), float(weight)))
+    if len({name for name, _ in checked}) != len(checked):
+        raise ValueError("mix_weights: a technique is named twice")
+    return tuple(sorted(checked))
+
+
+def parse_mix_weights(text: str | None) -> dict[str, float]:
+    """``"repetition=0.25,negation=0.15"`` as a mapping of mixture weights (empty for none).
+
+    >>> parse_mix_weights("repetition=0.25, negation=.15")
+    {'repetition': 0.25, 'negation': 0.15}
+    """
+    weights: dict[str, float] = {}
+    for part in filter(str.strip, (text or "").split(",")):
+        name, _, value = (piece.strip() for piece in part.partition("="))
+        try:
+            weights[name] = float(value)
+        except ValueError:
+            raise ValueError(f"mix weights are NAME=WEIGHT pairs; got {part.strip()!r}") from None
+    _checked_weights(weights)
+    return weights
 
 
 class TechniqueFunction(Protocol):

@@ -81,14 +81,16 @@ class PerturbedStory:
         return record
 
 
-def sample_mixture(rng: random.Random, techniques: Sequence[str]) -> list[str]:
+def sample_mixture(
+    rng: random.Random, techniques: Sequence[str], options: PerturbOptions | None = None
+) -> list[str]:
     """Draw the techniques for one UNION negative sample (Guan & Huang 2020, 3.2).
 
     The number of techniques is drawn from {1, 2, 3, 4} with probabilities
     {0.5, 0.2, 0.2, 0.1} (restricted to the number available and renormalized, for
     ablations that leave techniques out); the techniques are then drawn without
-    replacement with weights repetition 0.1, substitution 0.3, reordering 0.4, negation 0.2.
-    They are returned in application order (registry order).
+    replacement with weights repetition 0.1, substitution 0.3, reordering 0.4, negation 0.2
+    (or ``options.mix_weights``). They are returned in application order (registry order).
 
     >>> sample_mixture(random.Random(0), ["repetition", "substitution", "reordering", "negation"])
     ['repetition', 'substitution', 'reordering']
@@ -99,7 +101,8 @@ def sample_mixture(rng: random.Random, techniques: Sequence[str]) -> list[str]:
     pool = list(names)
     chosen: list[str] = []
     while len(chosen) < size:
-        pick = rng.choices(pool, weights=[TECHNIQUES[name].mix_weight for name in pool], k=1)[0]
+        weights = [(options or PerturbOptions()).mix_weight(name) for name in pool]
+        pick = rng.choices(pool, weights=weights, k=1)[0]
         chosen.append(pick)
         pool.remove(pick)
     return [name for name in TECHNIQUES if name in chosen]
@@ -168,13 +171,13 @@ def apply_mixture(
     :class:`NotApplicableError` when no technique applies at all.
     """
     options = options or PerturbOptions()
-    drawn = sample_mixture(rng, techniques)
+    drawn = sample_mixture(rng, techniques, options)
     # try each alone on a copy of the random state, to keep draws reproducible
     usable = [n for n in drawn if _applies(text, n, rng, corpus, story_id, options)]
     if not usable:
         remaining = [name for name in parse_techniques(list(techniques)) if name not in drawn]
         while remaining and not usable:
-            weights = [TECHNIQUES[n].mix_weight for n in remaining]
+            weights = [options.mix_weight(n) for n in remaining]
             pick = rng.choices(remaining, weights=weights, k=1)[0]
             remaining.remove(pick)
             if _applies(text, pick, rng, corpus, story_id, options):
