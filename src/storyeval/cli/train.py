@@ -193,8 +193,8 @@ UNION_MIX_WEIGHTS = typer.Option(
     "--mix-weights",
     help="Weights of the techniques in the mixture instead of the paper's (repetition .1, "
     "substitution .3, reordering .4, negation .2), e.g. 'repetition=0.25,substitution=0.25,"
-    "reordering=0.25,negation=0.25'. In the paper's, n-gram repetition is rarely the only "
-    "cue of a negative and is not learned (see the guide).",
+    "reordering=0.25,negation=0.25'. In the paper's mixture a repeated n-gram is rarely a "
+    "negative's only cue and is learned last (see the learned-metrics guide).",
 )
 UNION_HELDOUT = typer.Option(
     None,

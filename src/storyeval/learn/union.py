@@ -1106,6 +1106,7 @@ def heldout_discrimination(
     samples: int = 1,
     nlp: Any = None,
     by_operation: bool = False,
+    options: PerturbOptions | None = None,
 ) -> Any:
     """How well a UNION model tells ``stories`` (human) from UNION negatives of them.
 
@@ -1117,7 +1118,8 @@ def heldout_discrimination(
     ``mean_perturbed``. Use stories the model was not trained on. With ``by_operation``,
     one row per edit operation as well (``group``: ``ngram_repetition``,
     ``sentence_repetition``, ``keyword``, ``reorder``, ...; a negative with several counts
-    for each), after the ``(all)`` row.
+    for each), after the ``(all)`` row. ``options``: the perturbation settings of the
+    negatives (default: the model's own).
 
     Returns
     -------
@@ -1136,7 +1138,7 @@ def heldout_discrimination(
             mode="mix",
             seed=seed,
             samples=samples,
-            options=scorer.config.perturb,
+            options=options or scorer.config.perturb,
             skip_inapplicable=True,
             nlp=nlp,
         )
