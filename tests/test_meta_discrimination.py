@@ -111,7 +111,8 @@ def test_pairs_from_perturbation_output_by_technique(tmp_path):
     path = tmp_path / "perturbed.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
     pairs = pairs_from_perturbations(path)
-    assert list(pairs.columns) == ["original_id", "altered_id", "techniques"]
+    assert list(pairs.columns) == ["original_id", "altered_id", "techniques", "operations"]
+    assert pairs["operations"].isna().all()  # these records have no edits
     out = discrimination(scores, pairs, by="techniques").set_index("group")
     assert list(out.index) == ["(all)", "reordering", "repetition"]
     # Repeating a sentence repeats bigrams: distinct-2 always prefers the original.
