@@ -454,26 +454,21 @@ def build_examples(
     (label 0). Returns the examples and the stories no technique could perturb (id ->
     reason); those keep their positive example only."""
     from storyeval.perturb.corpus import PerturbationCorpus
-    from storyeval.perturb.engine import perturb_stories
 
     if corpus is None and config.single_share:  # one corpus for every group of stories
         corpus = PerturbationCorpus(((s.id, s.story) for s in stories), nlp=nlp)
     negatives, skipped = [], {}
     for techniques, group in _negative_groups(stories, config, seed):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            run = perturb_stories(
-                group,
-                techniques,
-                mode="mix",
-                seed=seed,
-                samples=config.negatives,
-                options=config.perturb,
-                skip_inapplicable=True,
-                nlp=nlp,
-                corpus=corpus,
-                progress=progress,
-            )
+        run = mixture_negatives(
+            group,
+            techniques,
+            seed=seed,
+            samples=config.negatives,
+            options=config.perturb,
+            nlp=nlp,
+            corpus=corpus,
+            progress=progress,
+        )
         negatives += run.stories
         skipped.update(run.skipped)
     by_id = {story.id: story for story in stories}
@@ -493,6 +488,38 @@ def build_examples(
             )
         )
     return examples, skipped
+
+
+def mixture_negatives(
+    stories: Sequence[Story],
+    techniques: Sequence[str],
+    *,
+    seed: int,
+    samples: int,
+    options: PerturbOptions,
+    nlp: Any = None,
+    corpus: Any = None,
+    progress: bool = False,
+) -> Any:
+    """UNION negatives of ``stories``: ``samples`` mixtures of ``techniques`` each
+    (:func:`storyeval.perturb.engine.perturb_stories` in ``mix`` mode), stories no technique
+    can change skipped quietly (the run's ``skipped`` names them)."""
+    from storyeval.perturb.engine import perturb_stories
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return perturb_stories(
+            stories,
+            techniques,
+            mode="mix",
+            seed=seed,
+            samples=samples,
+            options=options,
+            skip_inapplicable=True,
+            nlp=nlp,
+            corpus=corpus,
+            progress=progress,
+        )
 
 
 def _negative_groups(
@@ -1128,20 +1155,15 @@ def heldout_discrimination(
     """
     from storyeval.corpus import Score
     from storyeval.meta.discrimination import discrimination
-    from storyeval.perturb.engine import perturb_stories
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        run = perturb_stories(
-            stories,
-            tuple(techniques) if techniques is not None else scorer.config.techniques,
-            mode="mix",
-            seed=seed,
-            samples=samples,
-            options=options or scorer.config.perturb,
-            skip_inapplicable=True,
-            nlp=nlp,
-        )
+    run = mixture_negatives(
+        stories,
+        tuple(techniques) if techniques is not None else scorer.config.techniques,
+        seed=seed,
+        samples=samples,
+        options=options or scorer.config.perturb,
+        nlp=nlp,
+    )
     if not run.stories:
         raise StoryevalError("no story could be perturbed; cannot measure discrimination")
     by_id = {story.id: story for story in stories}

@@ -98,10 +98,11 @@ def sample_mixture(
     names = parse_techniques(list(techniques))
     sizes = [n for n in UNION_COUNT_PROBABILITIES if n <= len(names)]
     size = rng.choices(sizes, weights=[UNION_COUNT_PROBABILITIES[n] for n in sizes], k=1)[0]
+    options = options or PerturbOptions()
     pool = list(names)
     chosen: list[str] = []
     while len(chosen) < size:
-        weights = [(options or PerturbOptions()).mix_weight(name) for name in pool]
+        weights = [options.mix_weight(name) for name in pool]
         pick = rng.choices(pool, weights=weights, k=1)[0]
         chosen.append(pick)
         pool.remove(pick)
