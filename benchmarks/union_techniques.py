@@ -8,14 +8,16 @@ sentence vs a whole sentence repeated, keywords vs a sentence substituted, and s
 
 This is the experiment behind the learned-metrics guide's UNION recipe: with the paper's
 mixture weights, n-gram repetition is rarely a negative's only cue and stays near chance;
-``--ngram-only`` trains on n-gram repetition alone (it is learned), and ``--mix-weights``
-gives repetition more weight.
+``--ngram-only`` trains on n-gram repetition alone (it is learned), ``--mix-weights``
+gives repetition more weight, and ``--rank-weight`` adds the pairwise ranking loss (with
+repetition at 0.4, every operation is then learned: the guide's recipe).
 
 Usage::
 
     python benchmarks/union_techniques.py                                   # the paper's mixture
     python benchmarks/union_techniques.py --mix-weights repetition=0.4,substitution=0.3,reordering=0.2,negation=0.1
     python benchmarks/union_techniques.py --ngram-only --epochs 1
+    python benchmarks/union_techniques.py --rank-weight 1 --mix-weights repetition=0.4,substitution=0.3,reordering=0.2,negation=0.1
     python benchmarks/union_techniques.py --stories my-stories.jsonl --train 4000 --heldout 400
 """
 
@@ -57,6 +59,7 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--mix-weights", default=None, help="e.g. repetition=0.4,negation=0.1")
     parser.add_argument("--ngram-only", action="store_true", help="negatives: n-grams repeated")
+    parser.add_argument("--rank-weight", type=float, default=0.0, help="pairwise ranking loss")
     parser.add_argument("--max-length", type=int, default=96)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0, help="of the grammar's corpus")
@@ -77,7 +80,12 @@ def main() -> None:
         sentence_repetition_probability=0.0 if args.ngram_only else 0.5,
     )
     techniques = ("repetition",) if args.ngram_only else UnionConfig.techniques
-    config = UnionConfig(max_length=args.max_length, techniques=techniques, perturb=perturb)
+    config = UnionConfig(
+        max_length=args.max_length,
+        techniques=techniques,
+        perturb=perturb,
+        rank_weight=args.rank_weight,
+    )
     # the README's CPU recipe
     training = TrainingConfig(epochs=args.epochs, learning_rate=5e-5, head_learning_rate=1e-3,
                               batch_size=10, seed=1, eval_every=200, patience=3)  # fmt: skip
@@ -87,7 +95,8 @@ def main() -> None:
     train_union(train, output, config=config, training=training, progress=False, nlp=nlp)
     print(f"trained on {len(train)} stories in {time.perf_counter() - started:.0f} s "
           f"({args.epochs} epochs, weights {args.mix_weights or 'the paper'}"
-          f"{', n-grams only' if args.ngram_only else ''})")  # fmt: skip
+          f"{', n-grams only' if args.ngram_only else ''}"
+          f"{f', rank weight {args.rank_weight}' if args.rank_weight else ''})")  # fmt: skip
     scorer = UnionScorer(output)
     print(f"{len(held)} held-out stories: the original preferred to its negative")
     for name in ("repetition", "substitution", "reordering", "negation"):

@@ -24,5 +24,6 @@ def union_in_memory_scores(result: Any, human: Any) -> list[float]:
     stories = union_round_trip_stories(human)
     examples = [UnionExample(s.id, s.prompt, s.story, s.story, 1) for s in stories]
     with torch.no_grad():
-        _, _, in_memory, _ = task._losses(examples)
+        _, _, logits, _ = task._losses(examples)
+        in_memory = torch.sigmoid(logits)
     return [float(v) for v in in_memory.tolist()]

@@ -196,6 +196,14 @@ UNION_MIX_WEIGHTS = typer.Option(
     "reordering=0.25,negation=0.25'. In the paper's mixture a repeated n-gram is rarely a "
     "negative's only cue and is learned last (see the learned-metrics guide).",
 )
+UNION_RANK_WEIGHT = typer.Option(
+    0.0,
+    "--rank-weight",
+    help="Weight of a pairwise ranking loss beside the paper's (0, the paper, by default): "
+    "each story shares a batch with its negatives, which must score below it (RankNet's "
+    "logistic loss). Subtle errors such as a repeated n-gram get a direct gradient; see the "
+    "learned-metrics guide.",
+)
 UNION_HELDOUT = typer.Option(
     None,
     "--heldout",
@@ -246,6 +254,7 @@ def union(
     heldout: Path = UNION_HELDOUT,
     single_share: float = UNION_SINGLE_SHARE,
     mix_weights: str = UNION_MIX_WEIGHTS,
+    rank_weight: float = UNION_RANK_WEIGHT,
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
     """Train UNION (Guan & Huang 2020) on human-written stories.
@@ -271,6 +280,7 @@ def union(
             dev_fraction=dev_fraction,
             perturb=_union_perturb_options(antonyms, mix_weights),
             single_share=single_share,
+            rank_weight=rank_weight,
         )
         if negatives_file is not None and (single_share or mix_weights):
             raise ValueError(

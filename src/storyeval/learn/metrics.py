@@ -60,7 +60,12 @@ class LearnedScores(Scores):
             "word pieces plus 1,024 sampled ones, and the head shares the encoder's input "
             "embeddings, so a step costs about what the encoder costs). Train a model with "
             "`storyeval train union --stories HUMAN.jsonl -o DIR`; the learned-metrics guide gives a recipe "
-            "for a corpus of a few thousand stories on a CPU."
+            "for a corpus of a few thousand stories on a CPU. That recipe departs from the paper "
+            "in two settings of its own (`--mix-weights` with repetition at 0.4, and "
+            "`--rank-weight 1`, a pairwise ranking loss between each story and its negatives, "
+            "RankNet's (Burges et al. 2005)), with which every technique is learned, a repeated "
+            "n-gram included; the model's signature records both (the weights through the "
+            "negatives file's hash when the negatives come from `storyeval perturb`)."
         ),
         read=(
             "A score compares a story with what the model learned of *its training stories*: "

@@ -177,6 +177,7 @@ class TrainingTask(Protocol):
         ...
 
     # Optional: ``example_length(example) -> int``, a cheap length for length-bucketed batches.
+    # Optional: ``example_group(example) -> key or None``: examples with one key share a batch.
 
 
 @dataclass
@@ -331,21 +332,61 @@ BUCKET_POOL = 50
 
 
 def _batches(
-    n: int, batch_size: int, seed: int, epoch: int, lengths: Sequence[int] | None = None
+    n: int,
+    batch_size: int,
+    seed: int,
+    epoch: int,
+    lengths: Sequence[int] | None = None,
+    groups: Sequence[Any] | None = None,
 ) -> list[list[int]]:
     """The epoch's batches of example indices: a seeded shuffle, or with ``lengths`` length
-    buckets (pools of ``BUCKET_POOL`` batches sorted by length, the batches then shuffled)."""
+    buckets (pools of ``BUCKET_POOL`` batches sorted by length, the batches then shuffled).
+    With ``groups`` (a key per example), the examples of a group stay in one batch (a story
+    and its negatives, for a loss that compares them); batches then hold whole groups up to
+    ``batch_size`` examples."""
     rng = random.Random(f"{seed}|epoch|{epoch}")
-    order = list(range(n))
-    rng.shuffle(order)
+    units = _units(n, groups)
+    rng.shuffle(units)
     if lengths is None:
-        return [order[i : i + batch_size] for i in range(0, n, batch_size)]
+        return _packed(units, batch_size)
     pool = batch_size * BUCKET_POOL
     batches: list[list[int]] = []
-    for start in range(0, n, pool):
-        chunk = sorted(order[start : start + pool], key=lambda index: lengths[index])
-        batches += [chunk[i : i + batch_size] for i in range(0, len(chunk), batch_size)]
+    start = 0
+    while start < len(units):
+        chunk, size = [], 0
+        while start < len(units) and size < pool:
+            chunk.append(units[start])
+            size, start = size + len(units[start]), start + 1
+        chunk.sort(key=lambda unit: max(lengths[index] for index in unit))
+        batches += _packed(chunk, batch_size)
     rng.shuffle(batches)
+    return batches
+
+
+def _units(n: int, groups: Sequence[Any] | None) -> list[list[int]]:
+    """The indices that must share a batch: one each, or the examples of each group."""
+    if groups is None:
+        return [[index] for index in range(n)]
+    members: dict[Any, list[int]] = {}
+    for index, key in enumerate(groups):
+        members.setdefault(("group", key) if key is not None else ("alone", index), []).append(
+            index
+        )
+    return list(members.values())
+
+
+def _packed(units: Sequence[list[int]], batch_size: int) -> list[list[int]]:
+    """Consecutive units packed into batches of at most ``batch_size`` examples (a unit
+    larger than that is a batch of its own)."""
+    batches: list[list[int]] = []
+    current: list[int] = []
+    for unit in units:
+        if current and len(current) + len(unit) > batch_size:
+            batches.append(current)
+            current = []
+        current = current + unit
+    if current:
+        batches.append(current)
     return batches
 
 
@@ -530,7 +571,8 @@ class _Training:
         self.task, self.train, self.dev, self.config = task, train, dev, config
         self.checkpoint, self.on_step = checkpoint, on_step
         self.model = task.model
-        steps_per_epoch = math.ceil(len(train) / config.batch_size)
+        self._lengths: list[int] | None = None
+        steps_per_epoch = len(self.epoch_batches(0))
         self.total_steps = steps_per_epoch * config.epochs
         if config.max_steps is not None:
             self.total_steps = min(self.total_steps, config.max_steps)
@@ -542,7 +584,6 @@ class _Training:
         self.best_on_disk = -1  # the step whose weights best.pt holds
         self.started = 0.0
         self.step_seconds = 0.0  # optimizer steps only: no evaluation, no checkpoint
-        self._lengths: list[int] | None = None
         self._first_step = 0
         self.quiet = False  # no bar: one line per evaluation instead
         self.updating = False  # True while the optimizer changes weights not yet counted
@@ -687,12 +728,28 @@ class _Training:
             self._lengths = [length(example) for example in self.train]
         return self._lengths
 
+    def groups(self) -> list[Any] | None:
+        """The examples' batch groups, None when the task keeps none (its
+        ``example_group`` is missing or gives None)."""
+        group = getattr(self.task, "example_group", None)
+        keys = [group(example) for example in self.train] if group is not None else []
+        return keys if any(key is not None for key in keys) else None
+
+    def epoch_batches(self, epoch: int) -> list[list[int]]:
+        """The batches of example indices of one epoch."""
+        return _batches(
+            len(self.train),
+            self.config.batch_size,
+            self.config.seed,
+            epoch,
+            self.lengths(),
+            self.groups(),
+        )
+
     def epoch(self, bar: Any) -> None:
         """The rest of the current epoch (stops early when the dev loss stops improving)."""
         state, config = self.state, self.config
-        batches = _batches(
-            len(self.train), config.batch_size, config.seed, state.epoch, self.lengths()
-        )
+        batches = self.epoch_batches(state.epoch)
         while state.step_in_epoch < len(batches) and state.global_step < self.total_steps:
             self.step([self.train[i] for i in batches[state.step_in_epoch]], bar)
             if self.evaluation_due(state.global_step >= self.total_steps) and config.eval_every:

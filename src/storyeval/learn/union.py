@@ -90,6 +90,12 @@ class UnionConfig:
         the whole vocabulary (30,522 word pieces for BERT: the full softmax cost more than the
         encoder). ``None``: the full softmax, as in the paper. Dev losses always use the full
         softmax.
+    rank_weight : float
+        Weight of a pairwise ranking loss added to the paper's (storyeval's variant; 0, the
+        paper's loss, by default): each story and its negatives share a batch, and every
+        negative adds ``rank_weight * log(1 + exp(z_negative - z_story))`` on the classifier's
+        logits (RankNet's logistic loss, Burges et al. 2005), a gradient on what the negative
+        changed even when both read as human to the classifier. The dev loss includes it.
     tie_recon : bool
         The reconstruction head's weights are the encoder's input embeddings (as in BERT's
         masked-LM head; a bias of its own): a third fewer parameters to train and checkpoint
@@ -112,9 +118,16 @@ class UnionConfig:
     recon_sample: int | None = 1024
     tie_recon: bool = True
     single_share: float = 0.0
+    rank_weight: float = 0.0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "techniques", parse_techniques(list(self.techniques)))
+        if not (
+            isinstance(self.rank_weight, int | float)
+            and self.rank_weight >= 0
+            and math.isfinite(self.rank_weight)
+        ):
+            raise ValueError(f"rank_weight must be a finite number >= 0; got {self.rank_weight!r}")
         if not 0.0 <= self.single_share <= 1.0:
             raise ValueError(f"single_share must be in [0, 1]; got {self.single_share!r}")
         if self.recon_sample is not None and (
@@ -157,6 +170,7 @@ class UnionConfig:
         values.setdefault("recon_sample", None)  # saved before 0.2.0: the full softmax,
         values.setdefault("tie_recon", False)  # and a separate reconstruction matrix
         values.setdefault("single_share", 0.0)  # before 0.7.0: mixtures only
+        values.setdefault("rank_weight", 0.0)  # before 0.7.2: the paper's loss only
         return cls(**values)
 
 
@@ -315,11 +329,17 @@ class UnionTask:
         vocabulary = torch.unique(torch.cat([tensors["input_ids"].flatten(), wanted, sample]))
         return vocabulary, torch.searchsorted(vocabulary, wanted)
 
+    def example_group(self, example: UnionExample) -> str | None:
+        """With a ranking loss, a story and its negatives share a batch (the trainer's
+        groups); otherwise batches are drawn freely (None)."""
+        return (example.source_id or example.id) if self.config.rank_weight else None
+
     def _losses(
         self, batch: Sequence[UnionExample], *, sampled: bool = False
     ) -> tuple[Any, Any, Any, Any]:
-        """Per-example classification loss, reconstruction loss and probability, plus the
-        mean total loss (the reconstruction over a sampled vocabulary if ``sampled``)."""
+        """Per-example classification loss, reconstruction loss and logit, plus the mean
+        total loss with the ranking term (the reconstruction over a sampled vocabulary if
+        ``sampled``)."""
         import torch
         import torch.nn.functional as F
 
@@ -346,10 +366,15 @@ class UnionTask:
             counts = positions.sum(dim=1).clamp(min=1).to(sums.dtype)
             recon_loss = sums / counts
         total = (cls_loss + self.config.lam * recon_loss).mean()
-        return cls_loss, recon_loss, torch.sigmoid(logits), total
+        if self.config.rank_weight and sampled:
+            ranked = F.softplus(rank_differences(batch, logits))
+            if len(ranked):
+                total = total + self.config.rank_weight * ranked.mean()
+        return cls_loss, recon_loss, logits, total
 
     def batch_loss(self, batch: Sequence[UnionExample]) -> tuple[Any, dict[str, float]]:
-        """BCE of the classifier plus lambda times the reconstruction loss, on a batch."""
+        """BCE of the classifier plus lambda times the reconstruction loss (plus the ranking
+        loss if asked), on a batch."""
         cls_loss, recon_loss, _, total = self._losses(batch, sampled=True)
         shown = {"loss": float(total.detach()), "bce": float(cls_loss.detach().mean())}
         if self.model.reconstructor is not None:
@@ -357,23 +382,36 @@ class UnionTask:
         return total, shown
 
     def evaluate(self, examples: Sequence[UnionExample]) -> dict[str, float]:
-        """Dev loss, accuracy and the two loss parts."""
+        """Dev loss, accuracy, the loss parts and ``pair_accuracy``: the share of negatives
+        scored below the story they were made from (ties count half), what
+        :func:`heldout_discrimination` measures."""
+        import torch
+        import torch.nn.functional as F
+
         total = bce = nll = correct = 0.0
+        logits = []
         for start in range(0, len(examples), 32):
             batch = examples[start : start + 32]
-            cls_loss, recon_loss, probability, _ = self._losses(batch)
+            cls_loss, recon_loss, logit, _ = self._losses(batch)
             total += float((cls_loss + self.config.lam * recon_loss).sum())
             bce += float(cls_loss.sum())
             nll += float(recon_loss.sum())
+            logits.append(logit.detach().float().cpu())
             labels = [example.label for example in batch]
             correct += sum(
                 int((p >= 0.5) == bool(y))
-                for p, y in zip(probability.tolist(), labels, strict=True)
+                for p, y in zip(torch.sigmoid(logit).tolist(), labels, strict=True)
             )
         n = len(examples)
+        differences = rank_differences(examples, torch.cat(logits)) if n else torch.zeros(0)
+        if self.config.rank_weight and len(differences):
+            total += self.config.rank_weight * float(F.softplus(differences).mean()) * n
         metrics = {"loss": total / n, "bce": bce / n, "accuracy": correct / n}
         if self.model.reconstructor is not None:
             metrics["nll"] = nll / n
+        if len(differences):
+            wins = (differences < 0).float() + 0.5 * (differences == 0).float()
+            metrics["pair_accuracy"] = float(wins.mean())
         return metrics
 
     def save(self, directory: Path) -> None:
@@ -395,6 +433,23 @@ class UnionTask:
                 }
             )
         save_file(heads, str(directory / HEADS_FILE))
+
+
+def rank_differences(examples: Sequence[UnionExample], logits: Any) -> Any:
+    """``z_negative - z_story`` for every negative whose story is among ``examples``
+    (``logits`` in the same order); an empty tensor when there is none."""
+    import torch
+
+    rows = {example.id: row for row, example in enumerate(examples) if example.label == 1}
+    pairs = [
+        (rows[example.source_id], row)
+        for row, example in enumerate(examples)
+        if example.label == 0 and example.source_id in rows
+    ]
+    if not pairs:
+        return logits.new_zeros(0)
+    stories, negatives = torch.tensor(pairs, device=logits.device).T
+    return logits[negatives] - logits[stories]
 
 
 # --------------------------------------------------------------------------- data
@@ -694,6 +749,7 @@ def union_signature(
             "window": config.window,
             "stride": config.stride,
             "single_share": config.single_share or None,
+            "rank_weight": config.rank_weight or None,
             **config.perturb.signature_fields(),
             **training.signature_fields(),
             "data": data,
