@@ -248,6 +248,8 @@ def test_union_trains_and_scores_on_the_gpu_without_spacy(
         "3",
         "--max-length",
         "48",
+        "--rank-weight",  # the ranking loss's pairs index the logits on the device
+        "1",
         "--device",
         "cuda",
         "--threads",
