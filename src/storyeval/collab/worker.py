@@ -358,9 +358,9 @@ class GenerationWorker:
                     return
                 late, dead = self._late_and_dead(time.monotonic())
             for call in late:
+                with self._lock:  # counted before the result is delivered: a caller woken by
+                    self._stats.timed_out += 1  # wait_idle reads a final count
                 self._fail(call, f"the generator did not answer within {self.timeout_s:g} s")
-                with self._lock:
-                    self._stats.timed_out += 1
             for call in dead:
                 self._fail(call, "the generation worker stopped unexpectedly")
 
