@@ -628,13 +628,17 @@ def test_readme_per_technique_check_on_heldout_windows(union_model, human, tmp_p
             "-o", str(tmp_path / out), "--no-progress",
         )  # fmt: skip
         assert code == 0, stderr
-    table = tmp_path / "per-technique.csv"
-    code, _, stderr = run_cli(
-        "discriminate", "-s", str(tmp_path / "s-human.jsonl"), "-s", str(tmp_path / "s-neg.jsonl"),
-        "--perturbed", str(negatives), "--by", "techniques", "-o", str(table),
-    )  # fmt: skip
-    assert code == 0, stderr
-    rows = pd.read_csv(table).set_index("group")
+
+    def discriminate(by: str) -> pd.DataFrame:
+        table = tmp_path / f"per-{by}.csv"
+        code, _, stderr = run_cli(
+            "discriminate", "-s", str(tmp_path / "s-human.jsonl"), "-s", str(tmp_path / "s-neg.jsonl"),
+            "--perturbed", str(negatives), "--by", by, "-o", str(table),
+        )  # fmt: skip
+        assert code == 0, stderr
+        return pd.read_csv(table).set_index("group")
+
+    rows = discriminate("techniques")
     print(f"\nper technique on held-out windows:\n{rows[['n_pairs', 'estimate', 'p_value']]}")
     assert set(rows.index) == {"(all)", "repetition", "substitution", "reordering", "negation"}
     for _, row in rows.iterrows():
@@ -647,13 +651,7 @@ def test_readme_per_technique_check_on_heldout_windows(union_model, human, tmp_p
     # negatives (edits past the 48-token cut) were left out and the batches shifted; substitution
     # and reordering near 0.5 on 45 stories
     assert rows.loc["repetition", "p_value"] < 0.05
-    by_operation = tmp_path / "per-operation.csv"
-    code, _, stderr = run_cli(
-        "discriminate", "-s", str(tmp_path / "s-human.jsonl"), "-s", str(tmp_path / "s-neg.jsonl"),
-        "--perturbed", str(negatives), "--by", "operations", "-o", str(by_operation),
-    )  # fmt: skip
-    assert code == 0, stderr
-    operations = pd.read_csv(by_operation).set_index("group")
+    operations = discriminate("operations")
     assert {"ngram_repetition", "sentence_repetition", "reorder"} <= set(operations.index)
     repeated = operations.loc[["ngram_repetition", "sentence_repetition"], "n_pairs"].sum()
     assert repeated == rows.loc["repetition", "n_pairs"]  # each repetition edit is one of two

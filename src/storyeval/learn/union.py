@@ -338,8 +338,7 @@ class UnionTask:
         self, batch: Sequence[UnionExample], *, sampled: bool = False
     ) -> tuple[Any, Any, Any, Any]:
         """Per-example classification loss, reconstruction loss and logit, plus the mean
-        total loss with the ranking term (the reconstruction over a sampled vocabulary if
-        ``sampled``)."""
+        total loss (the reconstruction over a sampled vocabulary if ``sampled``)."""
         import torch
         import torch.nn.functional as F
 
@@ -366,16 +365,18 @@ class UnionTask:
             counts = positions.sum(dim=1).clamp(min=1).to(sums.dtype)
             recon_loss = sums / counts
         total = (cls_loss + self.config.lam * recon_loss).mean()
-        if self.config.rank_weight and sampled:
-            ranked = F.softplus(rank_differences(batch, logits))
-            if len(ranked):
-                total = total + self.config.rank_weight * ranked.mean()
         return cls_loss, recon_loss, logits, total
 
     def batch_loss(self, batch: Sequence[UnionExample]) -> tuple[Any, dict[str, float]]:
         """BCE of the classifier plus lambda times the reconstruction loss (plus the ranking
         loss if asked), on a batch."""
-        cls_loss, recon_loss, _, total = self._losses(batch, sampled=True)
+        import torch.nn.functional as F
+
+        cls_loss, recon_loss, logits, total = self._losses(batch, sampled=True)
+        if self.config.rank_weight:
+            ranked = F.softplus(rank_differences(batch, logits))
+            if len(ranked):
+                total = total + self.config.rank_weight * ranked.mean()
         shown = {"loss": float(total.detach()), "bce": float(cls_loss.detach().mean())}
         if self.model.reconstructor is not None:
             shown["nll"] = float(recon_loss.detach().mean())
