@@ -21,12 +21,13 @@ print(json.dumps({"card": torch.cuda.get_device_name(0) if torch.cuda.is_availab
                   "torch": torch.__version__, "transformers": transformers.__version__}))
 PY
 started=$(date +%s)
-"$PY" -m pytest -m gpu tests/gpu -q -p no:cacheprovider -o addopts="" --junitxml="$OUT/tests.xml" \
-  > "$OUT/tests.log" 2>&1
+# each half bounded (seconds; TESTS_LIMIT, BENCH_LIMIT): a hang still leaves the other's results
+timeout "${TESTS_LIMIT:-300}" "$PY" -m pytest -m gpu tests/gpu -q -rs --durations=0 \
+  -p no:cacheprovider -o addopts="" --junitxml="$OUT/tests.xml" > "$OUT/tests.log" 2>&1
 tests_rc=$?
 tests_s=$(( $(date +%s) - started ))
-"$PY" benchmarks/bench_gpu.py --device cuda --precision bfloat16 --json "$OUT/bench.json" ${BENCH_ARGS:-} \
-  > "$OUT/bench.log" 2>&1
+timeout "${BENCH_LIMIT:-360}" "$PY" benchmarks/bench_gpu.py --device cuda --precision bfloat16 \
+  --json "$OUT/bench.json" ${BENCH_ARGS:-} > "$OUT/bench.log" 2>&1
 bench_rc=$?
 "$PY" - "$OUT" "$tests_rc" "$tests_s" "$bench_rc" <<'PY'
 import json, pathlib, sys, xml.etree.ElementTree as ET

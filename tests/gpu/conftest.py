@@ -118,3 +118,17 @@ def offline_lm() -> Any:
         return load_causal_lm()
     except ModelLoadError as exc:
         pytest.skip(f"the offline LM is not installed here: {exc}")
+
+
+@pytest.fixture(scope="session")
+def nlp() -> Any:
+    """The offline spaCy pipeline, or a skip where spaCy or its model is not installed (the
+    GPU image has neither, and its 70 MB of wheels do not fit what travels to the card)."""
+    pytest.importorskip("spacy", reason="spaCy is not installed here")
+    from storyeval.errors import ModelLoadError
+    from storyeval.models import load_spacy
+
+    try:
+        return load_spacy()
+    except ModelLoadError as exc:
+        pytest.skip(f"the offline spaCy model is not installed here: {exc}")

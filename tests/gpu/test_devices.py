@@ -334,8 +334,8 @@ def test_robustness_paraphrases_and_curves_on_the_gpu(
     close(curves["cuda"]["value"], curves["cpu"]["value"], gpu)
 
 
-def test_nubia_features_and_slogans_on_the_gpu(
-    gpu: str, stories: list[Any], tiny_models: dict[str, Path], run_cli: Any, tmp_path: Path
+def test_nubia_features_on_the_gpu(
+    gpu: str, stories: list[Any], tiny_models: dict[str, Path]
 ) -> None:
     from storyeval.learn.nubia import NubiaFeatures
 
@@ -349,6 +349,12 @@ def test_nubia_features_and_slogans_on_the_gpu(
         for device in ("cuda", "cpu")
     }
     close(tables["cuda"].to_numpy(), tables["cpu"].to_numpy(), gpu)
+
+
+def test_slogans_on_the_gpu(
+    gpu: str, tiny_models: dict[str, Path], run_cli: Any, tmp_path: Path, nlp: Any
+) -> None:
+    """Slogan suggestions (spaCy tags the skeletons) from an LM on the GPU."""
     request = tmp_path / "slogan.jsonl"
     request.write_text(json.dumps({"id": "a", "keywords": ["boots", "hiking"], "draft": "Boots that walk further"}) + "\n")  # fmt: skip
     written = {}
@@ -411,3 +417,63 @@ def read_human(examples_dir: Path) -> list[Any]:
     from storyeval.corpus import read_stories
 
     return read_stories(examples_dir / "human.jsonl")
+
+
+def test_dask_runs_one_worker_on_the_card_with_the_local_numbers(
+    gpu: str, tiny_models: dict[str, Path], run_cli: Any, tmp_path: Path, examples_dir: Path
+) -> None:
+    """``score --engine dask --num-gpus 1`` on a real card: the worker sees the card and its
+    encoder and LM run there, with the numbers the local engine gives on the same card."""
+    if gpu == "fake-cuda":
+        pytest.skip("Dask's worker processes do not inherit the simulated device")
+    pytest.importorskip("distributed")
+    args = [
+        "score", str(examples_dir / "stories.jsonl"), "--metrics", "bertscore_f,perplexity",
+        "--skip-missing", "--no-progress", "--block-size", "70", "--device", "cuda",
+        "-O", f"bertscore.model={tiny_models['encoder']}",
+        "-O", f"perplexity.model={tiny_models['lm']}",
+    ]  # fmt: skip
+    rows = {}
+    for engine in ("local", "dask"):
+        out = tmp_path / f"{engine}.jsonl"
+        extra = ["--engine", "dask", "--num-gpus", "1"] if engine == "dask" else []
+        code, _, err = run_cli(*args, *extra, "-o", str(out))
+        assert code == 0, err
+        rows[engine] = [json.loads(line) for line in out.read_text().splitlines()]
+    key = [(r["item_id"], r["metric"]) for r in rows["local"]]
+    assert [(r["item_id"], r["metric"]) for r in rows["dask"]] == key and len(key) > 100
+    close([r["value"] for r in rows["dask"]], [r["value"] for r in rows["local"]], gpu)
+    assert all("device:cuda" in r["signature"] for r in rows["dask"])
+
+
+def test_reward_and_mle_training_on_the_gpu(
+    gpu: str, tiny_models: dict[str, Path], tmp_path: Path, examples_dir: Path
+) -> None:
+    """``train mle`` gives the CPU's weights on the GPU (one step, no sampling), and ``train
+    reward`` (GRPO, a perplexity reward) trains and signs its device there."""
+    pytest.importorskip("trl")
+    from storyeval import functional as F
+    from storyeval.generate import read_prompts
+    from storyeval.learn.reward import RewardSpec, RewardTraining, train_mle, train_reward
+
+    prompts = read_prompts(examples_dir / "human.jsonl")[:2]
+    lm = str(tiny_models["lm"])
+    texts = [p.references[0] for p in prompts]
+    trained = {}
+    for device in ("cuda", "cpu"):
+        train_mle(prompts, tmp_path / f"mle-{device}", model=lm, steps=1, device=device)
+        # both models scored on the CPU: the GPU's training, not its scoring, is compared
+        trained[device] = F.perplexity(texts, model=str(tmp_path / f"mle-{device}")).values
+    close(trained["cuda"], trained["cpu"], gpu)
+    assert not np.allclose(trained["cpu"], F.perplexity(texts, model=lm).values)  # it moved
+    settings = RewardTraining(steps=1, max_new_tokens=8, seed=0)
+    result = train_reward(
+        prompts,
+        tmp_path / "reward",
+        reward=RewardSpec("perplexity", {"model": lm}),
+        model=lm,
+        settings=settings,
+        device="cuda",
+    )
+    assert np.isfinite(result.reward_before) and np.isfinite(result.reward_after)
+    assert (tmp_path / "reward" / "config.json").is_file()

@@ -291,6 +291,8 @@ def _sft(
         per_device_train_batch_size=min(4, len(pairs)),
         learning_rate=learning_rate,
         use_cpu=not _on_gpu(lm),
+        bf16=False,  # TRL turns bfloat16 on for GPUs by default: float32, as on the CPU
+        fp16=False,
         report_to=[],
         save_strategy="no",
         logging_steps=1,
@@ -369,6 +371,8 @@ def _policy_trainer(
         "temperature": settings.temperature,
         "top_p": settings.top_p,
         "use_cpu": not _on_gpu(lm),
+        "bf16": False,  # TRL turns bfloat16 on for GPUs by default: float32, as on the CPU
+        "fp16": False,
         "report_to": [],
         "save_strategy": "no",
         "logging_steps": 1,
