@@ -117,13 +117,26 @@ def build_models(root: Path, *, small: bool, large: bool) -> dict[str, Path]:
 
 
 def stories(copies: int) -> list[Any]:
-    """The example stories copied ``copies`` times (each copy's ids distinct)."""
+    """The example stories copied ``copies`` times (each copy's ids and texts distinct)."""
     from dataclasses import replace
 
     from storyeval.corpus import read_stories
 
     base = read_stories(ROOT / "examples" / "stories.jsonl")
-    return [replace(s, id=f"{s.id}-{k}") for k in range(copies) for s in base]
+
+    def mark(text: str, k: int) -> str:  # each copy's texts distinct: no cache can dedupe
+        return text if k == 0 else f"({k}) {text}"
+
+    return [
+        replace(
+            s,
+            id=f"{s.id}-{k}",
+            story=mark(s.story, k),
+            reference=[mark(r, k) for r in s.references] if s.reference is not None else None,
+        )
+        for k in range(copies)
+        for s in base
+    ]
 
 
 # --------------------------------------------------------------------------- parts
@@ -271,13 +284,14 @@ def judge_part(
 def generate_part(
     models: dict[str, Path], corpus: list[Any], device: str, precision: str
 ) -> dict[str, Any]:
+    """Top-p 0.9 sampling (no top-k) on both sides; ``generate``'s own default adds top-k 50
+    unless told ``top_k=0``, so the bare call is told. The same with top-k 50 on both sides
+    is reported beside (``ratio_top_k50``)."""
     from dataclasses import replace
-
-    import torch
 
     from storyeval.generate.core import DecodingConfig, generate_raw, seeded_generator
     from storyeval.models import load_causal_lm
-    from storyeval.models.devices import autocast, place
+    from storyeval.models.devices import place
 
     lm = place(load_causal_lm(str(models["lm"])), device)
     prompts = [s.prompt for s in corpus if s.system == "human"][:60]
@@ -287,48 +301,67 @@ def generate_part(
     generator = seeded_generator(0)
     warm = replace(config, max_new_tokens=4)
     generate_raw(lm, prompts[:2], warm, separator=None, generator=generator, precision=precision)
-
-    def ours() -> None:
-        for start in range(0, len(prompts), 32):
-            generate_raw(
-                lm,
-                prompts[start : start + 32],
-                config,
-                separator=None,
-                generator=generator,
-                precision=precision,
-            )
-
-    ours_seconds = timed(device, ours)
     tokenizer = lm.tokenizer
     tokenizer.pad_token = tokenizer.pad_token or tokenizer.eos_token
+    found: dict[str, Any] = {"prompts": len(prompts)}
+    for top_k, suffix in ((None, ""), (50, "_top_k50")):
+        made: list[str] = []
 
-    def bare() -> None:
-        torch.manual_seed(0)
-        with torch.no_grad(), autocast(device, precision):
+        def ours(
+            chosen: DecodingConfig = replace(config, top_k=top_k), made: list[str] = made
+        ) -> None:
             for start in range(0, len(prompts), 32):
-                encoded = tokenizer(
-                    prompts[start : start + 32],
-                    padding=True,
-                    padding_side="left",
-                    return_tensors="pt",
-                ).to(device)
-                lm.model.generate(
-                    **encoded,
-                    do_sample=True,
-                    top_p=0.9,
-                    max_new_tokens=100,
-                    min_new_tokens=100,
-                    pad_token_id=tokenizer.pad_token_id,
+                made.extend(
+                    generate_raw(
+                        lm,
+                        prompts[start : start + 32],
+                        chosen,
+                        separator=None,
+                        generator=generator,
+                        precision=precision,
+                    )
                 )
 
-    bare_seconds = timed(device, bare)
-    return {
-        "prompts": len(prompts),
-        "storyeval_s": ours_seconds,
-        "bare_s": bare_seconds,
-        "ratio": bare_seconds / ours_seconds,
-    }
+        ours_seconds = timed(device, ours)
+        bare_seconds = timed(
+            device, lambda k=top_k: _bare_generate(lm, prompts, device, precision, k)
+        )
+        new_tokens = sum(len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in made)
+        found.update(
+            {
+                f"storyeval_s{suffix}": ours_seconds,
+                f"storyeval_new_tokens{suffix}": new_tokens,
+                f"bare_s{suffix}": bare_seconds,
+                f"ratio{suffix}": bare_seconds / ours_seconds,
+            }
+        )
+    return found
+
+
+def _bare_generate(
+    lm: Any, prompts: list[str], device: str, precision: str, top_k: int | None
+) -> None:
+    """``model.generate`` at batch 32, 100 new tokens per row, top-p 0.9 and ``top_k``."""
+    import torch
+
+    from storyeval.models.devices import autocast
+
+    tokenizer = lm.tokenizer
+    torch.manual_seed(0)
+    with torch.no_grad(), autocast(device, precision):
+        for start in range(0, len(prompts), 32):
+            encoded = tokenizer(
+                prompts[start : start + 32], padding=True, padding_side="left", return_tensors="pt"
+            ).to(device)
+            lm.model.generate(
+                **encoded,
+                do_sample=True,
+                top_p=0.9,
+                top_k=top_k or 0,
+                max_new_tokens=100,
+                min_new_tokens=100,
+                pad_token_id=tokenizer.pad_token_id,
+            )
 
 
 def union_part(

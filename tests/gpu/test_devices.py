@@ -477,3 +477,31 @@ def test_reward_and_mle_training_on_the_gpu(
     )
     assert np.isfinite(result.reward_before) and np.isfinite(result.reward_after)
     assert (tmp_path / "reward" / "config.json").is_file()
+
+
+def test_bertscore_matching_on_the_gpu_equals_the_cpus(
+    gpu: str, stories: list[Any], tiny_models: dict[str, Path]
+) -> None:
+    """Greedy matching runs batched on a GPU (pairs of different lengths, several references
+    per story, idf weights) and gives the CPU's numbers."""
+    from storyeval.metrics.context import EncoderCache
+    from storyeval.metrics.embedding import Greedy, idf_weights
+    from storyeval.models import load_encoder
+
+    encoder = load_encoder(str(tiny_models["encoder"]))
+    candidates = [s.story for s in stories]
+    references = [[s.prompt, *s.references] for s in stories]
+    results = {}
+    for device in ("cuda", "cpu"):
+        cache = EncoderCache(encoder, device=device)
+        cache.request([*candidates, *(r for refs in references for r in refs)], [1])
+        cache.run()
+        idf = idf_weights(cache.token_ids(r) for refs in references for r in refs)
+        greedy = Greedy(cache, 1, idf=idf)
+        greedy.PAIRS_PER_BATCH = 5  # several batches, each with padding
+        results[device] = greedy.all_best(candidates, references)
+    assert results["cpu"].shape == (len(candidates), 3) and np.isfinite(results["cpu"]).all()
+    if gpu == "fake-cuda":  # the same products; only the float64 sums' order differs
+        np.testing.assert_allclose(results["cuda"], results["cpu"], rtol=1e-12)
+    else:
+        close(results["cuda"], results["cpu"], gpu)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,19 +62,27 @@ def encode_pair(tokenizer: Any, first: str | None, second: str, max_length: int)
 
 
 def pad_batch(encoded: Sequence[Encoded], pad_id: int) -> dict[str, Any]:
-    """Tensors ``input_ids``, ``token_type_ids``, ``attention_mask`` padded to the longest."""
+    """Tensors ``input_ids``, ``token_type_ids``, ``attention_mask`` padded to the longest,
+    on torch's default device (a trainer's GPU)."""
+    width = max(len(item.input_ids) for item in encoded)
+
+    def padded(rows: Iterable[Sequence[int]], fill: int) -> list[list[int]]:
+        return [[*row, *([fill] * (width - len(row)))] for row in rows]
+
+    return {
+        "input_ids": to_default_device(padded((i.input_ids for i in encoded), pad_id)),
+        "token_type_ids": to_default_device(padded((i.token_type_ids for i in encoded), 0)),
+        "attention_mask": to_default_device(padded(([1] * len(i.input_ids) for i in encoded), 0)),
+    }
+
+
+def to_default_device(rows: Sequence[Sequence[int]]) -> Any:
+    """A long tensor of ``rows`` built on the CPU and copied to torch's default device in one
+    transfer (built there element by element, a batch costs thousands of tiny GPU copies)."""
     import torch
 
-    width = max(len(item.input_ids) for item in encoded)
-    ids = torch.full((len(encoded), width), pad_id, dtype=torch.long)
-    types = torch.zeros((len(encoded), width), dtype=torch.long)
-    mask = torch.zeros((len(encoded), width), dtype=torch.long)
-    for row, item in enumerate(encoded):
-        n = len(item.input_ids)
-        ids[row, :n] = torch.tensor(item.input_ids)
-        types[row, :n] = torch.tensor(item.token_type_ids)
-        mask[row, :n] = 1
-    return {"input_ids": ids, "token_type_ids": types, "attention_mask": mask}
+    default = torch.empty(0).device  # where tensors made without a device land
+    return torch.tensor(rows, dtype=torch.long, device="cpu").to(default)
 
 
 def pad_id(tokenizer: Any) -> int:

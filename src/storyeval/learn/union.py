@@ -34,7 +34,7 @@ from typing import Any
 from storyeval.corpus import Story
 from storyeval.errors import ModelLoadError, StoryevalError
 from storyeval.learn.data import training_data
-from storyeval.learn.encoding import Encoded, encode_pair, pad_batch, pad_id
+from storyeval.learn.encoding import Encoded, encode_pair, pad_batch, pad_id, to_default_device
 from storyeval.learn.trainer import (
     TrainingConfig,
     TrainingResult,
@@ -301,7 +301,8 @@ class UnionTask:
 
         inputs = [self._encode(example.prompt, example.text) for example in batch]
         tensors = pad_batch(inputs, self._pad)
-        targets = torch.full_like(tensors["input_ids"], -100)
+        width = int(tensors["input_ids"].shape[1])
+        targets = [[-100] * width for _ in batch]  # built on the CPU, copied once
         if self.model.reconstructor is not None:
             for row, (example, encoded) in enumerate(zip(batch, inputs, strict=True)):
                 original = self._encode(example.prompt, example.original)
@@ -310,8 +311,8 @@ class UnionTask:
                         continue
                     if original.special[position]:
                         continue
-                    targets[row, position] = original.input_ids[position]
-        tensors["targets"] = targets
+                    targets[row][position] = original.input_ids[position]
+        tensors["targets"] = to_default_device(targets)
         tensors["labels"] = torch.tensor([float(e.label) for e in batch])
         return tensors
 

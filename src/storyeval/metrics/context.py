@@ -310,14 +310,14 @@ class EncoderCache:
                 self.stats.batches += 1
                 self.stats.tokens += int(mask.sum())
                 self.stats.padded_tokens += len(rows) * width
+                # one copy to the host per layer and batch (not per row: each is a sync)
+                on_host = {layer: hidden[layer].float().cpu().numpy() for layer in layers}
                 for r, i in enumerate(batch):
                     piece = pieces[i]
                     target = filled.setdefault(piece.text_index, {})
                     n_tokens = len(all_ids[piece.text_index])
                     for layer in layers:
-                        states = (
-                            hidden[layer][r, piece.keep_from : piece.keep_to].float().cpu().numpy()
-                        )
+                        states = on_host[layer][r, piece.keep_from : piece.keep_to]
                         if layer not in target:
                             target[layer] = np.empty((n_tokens, states.shape[1]), dtype=np.float32)
                         target[layer][piece.target_from : piece.target_from + len(states)] = states
@@ -478,6 +478,7 @@ class ScoringContext:
             self._caches[key] = EncoderCache(
                 encoder,
                 batch_tokens=int(4096 * self.batch_scale),
+                max_batch=int(32 * self.batch_scale),
                 progress=self.progress,
                 device=self.device,
                 precision=self.precision,

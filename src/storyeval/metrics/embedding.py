@@ -189,11 +189,77 @@ class Greedy:
 
     def best(self, candidate: str, references: Sequence[str]) -> tuple[float, float, float]:
         """Each of P, R, F maximised over several references."""
-        scores = np.array([self.pair(candidate, ref) for ref in references])
-        if np.isnan(scores).all():
-            return math.nan, math.nan, math.nan
-        p, r, f = np.nanmax(scores, axis=0)
-        return float(p), float(r), float(f)
+        return _best_of(np.array([self.pair(candidate, ref) for ref in references]))
+
+    def all_best(
+        self, candidates: Sequence[str], references: Sequence[Sequence[str]]
+    ) -> np.ndarray:
+        """:meth:`best` of every candidate, shape ``(n, 3)``. On a GPU the pairs are matched
+        there in batches (the same float32 products and float64 sums as :meth:`pair`)."""
+        if not self.cache.device.startswith("cuda") or not candidates:  # MPS has no float64
+            each = zip(candidates, references, strict=True)
+            return np.array([self.best(c, refs) for c, refs in each])
+        pairs = [(c, r) for c, refs in zip(candidates, references, strict=True) for r in refs]
+        scores = self._pairs_on_device(pairs)
+        rows, start = [], 0
+        for refs in references:
+            rows.append(_best_of(scores[start : start + len(refs)]))
+            start += len(refs)
+        return np.array(rows).reshape(-1, 3)
+
+    PAIRS_PER_BATCH = 64
+
+    def _pairs_on_device(self, pairs: Sequence[tuple[str, str]]) -> np.ndarray:
+        """P, R and F of each ``(candidate, reference)`` pair, matched on the cache's device."""
+        import torch
+        from torch.nn.utils.rnn import pad_sequence
+
+        device = self.cache.device
+        out = np.full((len(pairs), 3), np.nan)
+        order = sorted(range(len(pairs)), key=lambda k: len(pairs[k][0]) + len(pairs[k][1]))
+        for begin in range(0, len(order), self.PAIRS_PER_BATCH):
+            chosen = order[begin : begin + self.PAIRS_PER_BATCH]
+            texts = {t for k in chosen for t in pairs[k]}
+            embedded = {t: torch.from_numpy(self.normed(t)).to(device) for t in texts}
+            weighted = {t: torch.from_numpy(self.weights(t)).to(device) for t in texts}
+
+            def stack(side: int, table: dict[str, Any], chosen: list[int] = chosen) -> Any:
+                return pad_sequence([table[pairs[k][side]] for k in chosen], batch_first=True)
+
+            sim = torch.bmm(stack(0, embedded), stack(1, embedded).transpose(1, 2))
+            # padding rows and columns are zero vectors: their similarities are 0, and
+            # their weights 0, so they change no maximum that counts and add nothing
+            cand_w, ref_w = stack(0, weighted).double(), stack(1, weighted).double()
+            cand_max = _masked_max(sim, ref_w.new_tensor(_valid(pairs, chosen, 1, self)), 2)
+            ref_max = _masked_max(sim, ref_w.new_tensor(_valid(pairs, chosen, 0, self)), 1)
+            precision = (cand_max.double() * cand_w).sum(1) / cand_w.sum(1)
+            recall = (ref_max.double() * ref_w).sum(1) / ref_w.sum(1)
+            usable = (cand_w.sum(1) > 0) & (ref_w.sum(1) > 0)
+            f1 = 2 * precision * recall / (precision + recall)
+            got = torch.stack([precision, recall, f1], 1).masked_fill(~usable[:, None], np.nan)
+            out[chosen] = got.cpu().numpy()
+        return out
+
+
+def _best_of(scores: np.ndarray) -> tuple[float, float, float]:
+    """Each of P, R, F maximised over the rows (references) of ``scores``."""
+    if np.isnan(scores).all():
+        return math.nan, math.nan, math.nan
+    p, r, f = np.nanmax(scores, axis=0)
+    return float(p), float(r), float(f)
+
+
+def _valid(pairs: Sequence[tuple[str, str]], chosen: list[int], side: int, greedy: Greedy) -> Any:
+    """Which token positions of one side of the chosen pairs are real (not padding)."""
+    lengths = [len(greedy.weights(pairs[k][side])) for k in chosen]
+    width = max(lengths)
+    return [[1.0] * n + [0.0] * (width - n) for n in lengths]
+
+
+def _masked_max(sim: Any, valid: Any, dim: int) -> Any:
+    """The maximum of ``sim`` over ``dim`` among its real (``valid``) positions."""
+    shape = (valid.shape[0], 1, valid.shape[1]) if dim == 2 else (valid.shape[0], valid.shape[1], 1)
+    return sim.masked_fill(valid.reshape(shape) == 0, float("-inf")).amax(dim)
 
 
 # --------------------------------------------------------------------------- baselines
@@ -363,9 +429,7 @@ def bertscore_triples(
         if options["idf"]:
             idf = idf_weights(cache.token_ids(r) for refs in references for r in refs)
         greedy = Greedy(cache, layer, idf=idf)
-        scores = np.array(
-            [greedy.best(c, refs) for c, refs in zip(candidates, references, strict=True)]
-        ).reshape(-1, 3)
+        scores = greedy.all_best(candidates, references).reshape(-1, 3)
         rescale, fields = rescaler(cache.encoder, layer, options)
         p, r, f = rescale(scores[:, 0], scores[:, 1], scores[:, 2])
         scoring.memo[key] = BertScores(

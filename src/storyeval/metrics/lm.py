@@ -184,12 +184,17 @@ class _PositionScorer:
         hidden = self.base(input_ids=input_ids, attention_mask=mask, use_cache=False)[0]
         states = hidden[rows, cols]
         # the output layer in chunks: logits of a few hundred positions at a time stay in
-        # the CPU's caches (a batch's whole logits are hundreds of MB)
+        # the CPU's caches (a batch's whole logits are hundreds of MB); on a GPU, larger
+        # chunks, and the NLLs stay there until one copy to the host per batch
+        chunk = self.CHUNK if states.device.type == "cpu" else 8 * self.CHUNK
         parts = [
-            _nll(self.head(states[k : k + self.CHUNK]).float(), targets[k : k + self.CHUNK])
-            for k in range(0, len(states), self.CHUNK)
+            _picked_nll(self.head(states[k : k + chunk]).float(), targets[k : k + chunk])
+            for k in range(0, len(states), chunk)
         ]
-        return np.concatenate(parts) if parts else np.zeros(0)
+        if not parts:
+            return np.zeros(0)
+        result: np.ndarray = torch.cat(parts).double().cpu().numpy()
+        return result
 
     CHUNK = 256
 
@@ -336,15 +341,27 @@ class _PackedReader:
 
 def _nll(logits: Any, targets: Any) -> np.ndarray:
     """``logsumexp(logits) - logits[target]`` per row, as float64."""
+    result: np.ndarray = _picked_nll(logits, targets).double().cpu().numpy()
+    return result
+
+
+def _picked_nll(logits: Any, targets: Any) -> Any:
+    """``logsumexp(logits) - logits[target]`` per row, a tensor where ``logits`` are."""
     import torch
 
-    picked = torch.logsumexp(logits, dim=-1) - logits.gather(-1, targets[:, None]).squeeze(-1)
-    result: np.ndarray = picked.double().cpu().numpy()
-    return result
+    return torch.logsumexp(logits, dim=-1) - logits.gather(-1, targets[:, None]).squeeze(-1)
 
 
 def _encode(lm: Any, text: str) -> list[int]:
     return [int(i) for i in lm.tokenizer(text, add_special_tokens=False)["input_ids"]]
+
+
+def _encode_many(lm: Any, texts: Sequence[str]) -> list[list[int]]:
+    """:func:`_encode` of each text, in one batched call (empty texts: no tokens)."""
+    if not texts:
+        return []
+    found = lm.tokenizer(list(texts), add_special_tokens=False)["input_ids"]
+    return [[int(i) for i in ids] if text else [] for text, ids in zip(texts, found, strict=True)]
 
 
 def start_token(lm: Any) -> int | None:
@@ -377,15 +394,15 @@ def perplexity_stats(
     True
     """
     first = start_token(lm)
+    cleaned = [p.strip() for p in prompts] if prompts is not None else [""] * len(texts)
+    # each text alone, or after a space when it follows its prompt (one batched call each)
+    targets = _encode_many(
+        lm, [(" " if p else "") + t.strip() for p, t in zip(cleaned, texts, strict=True)]
+    )
+    contexts = _encode_many(lm, cleaned)
     items = []
-    for index, text in enumerate(texts):
-        context = [first] if first is not None else []
-        prompt = prompts[index].strip() if prompts is not None else ""
-        if prompt:
-            context += _encode(lm, prompt)
-            target = _encode(lm, " " + text.strip())
-        else:
-            target = _encode(lm, text.strip())
+    for prompt_ids, target in zip(contexts, targets, strict=True):
+        context = ([first] if first is not None else []) + prompt_ids
         if not context:  # no start token: the first token cannot be scored
             context, target = target[:1], target[1:]
         items.append((context, target))
@@ -526,7 +543,7 @@ def perplexity(
         use_prompts,
         window=size,
         stride=step,
-        batch_tokens=batch_tokens,
+        batch_tokens=int(batch_tokens * scoring.batch_scale),  # larger on a roomy GPU
         progress=scoring.progress,
         precision=run_precision,
     )
@@ -534,7 +551,7 @@ def perplexity(
         values = np.where(stats[:, 1] > 0, np.exp(stats[:, 0] / np.maximum(stats[:, 1], 1)), np.nan)
     first = start_token(lm)
     start = lm.tokenizer.convert_ids_to_tokens(first) if first is not None else "none"
-    long = int(sum(1 for text in texts if len(_encode(lm, text)) > size))
+    long = int(sum(1 for ids in _encode_many(lm, list(texts)) if len(ids) > size))
     notes = (
         (f"{long} stories longer than {size} tokens were scored with a sliding window",)
         if long
