@@ -64,25 +64,45 @@ def encode_pair(tokenizer: Any, first: str | None, second: str, max_length: int)
 def pad_batch(encoded: Sequence[Encoded], pad_id: int) -> dict[str, Any]:
     """Tensors ``input_ids``, ``token_type_ids``, ``attention_mask`` padded to the longest,
     on torch's default device (a trainer's GPU)."""
+    return {name: moved(tensor) for name, tensor in pad_batch_on_host(encoded, pad_id).items()}
+
+
+def pad_batch_on_host(encoded: Sequence[Encoded], pad_id: int) -> dict[str, Any]:
+    """:func:`pad_batch` on the CPU (for work that stays there before the copy)."""
+    import torch
+
     width = max(len(item.input_ids) for item in encoded)
 
-    def padded(rows: Iterable[Sequence[int]], fill: int) -> list[list[int]]:
-        return [[*row, *([fill] * (width - len(row)))] for row in rows]
+    def padded(rows: Iterable[Sequence[int]], fill: int) -> Any:
+        made = [[*row, *([fill] * (width - len(row)))] for row in rows]
+        return torch.tensor(made, dtype=torch.long, device="cpu")
 
     return {
-        "input_ids": to_default_device(padded((i.input_ids for i in encoded), pad_id)),
-        "token_type_ids": to_default_device(padded((i.token_type_ids for i in encoded), 0)),
-        "attention_mask": to_default_device(padded(([1] * len(i.input_ids) for i in encoded), 0)),
+        "input_ids": padded((i.input_ids for i in encoded), pad_id),
+        "token_type_ids": padded((i.token_type_ids for i in encoded), 0),
+        "attention_mask": padded(([1] * len(i.input_ids) for i in encoded), 0),
     }
 
 
-def to_default_device(rows: Sequence[Sequence[int]]) -> Any:
-    """A long tensor of ``rows`` built on the CPU and copied to torch's default device in one
-    transfer (built there element by element, a batch costs thousands of tiny GPU copies)."""
+def to_default_device(rows: Sequence[Any], dtype: Any = None) -> Any:
+    """A tensor of ``rows`` (long unless ``dtype`` says) built on the CPU and copied to
+    torch's default device in one transfer (built there element by element, a batch costs
+    thousands of tiny GPU copies)."""
     import torch
 
-    default = torch.empty(0).device  # where tensors made without a device land
-    return torch.tensor(rows, dtype=torch.long, device="cpu").to(default)
+    return moved(torch.tensor(rows, dtype=dtype or torch.long, device="cpu"))
+
+
+def moved(tensor: Any) -> Any:
+    """A CPU tensor on torch's default device (where tensors made without a device land, a
+    trainer's GPU). To a CUDA device the copy is asynchronous, from pinned memory, so
+    preparing a batch does not wait for the GPU to finish the last step."""
+    import torch
+
+    default = torch.empty(0).device
+    if default.type == "cuda" and torch.cuda.is_available():
+        return tensor.pin_memory().to(default, non_blocking=True)
+    return tensor.to(default)
 
 
 def pad_id(tokenizer: Any) -> int:

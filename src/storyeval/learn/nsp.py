@@ -174,10 +174,10 @@ class NspTask:
         """A cheap length (characters) for length-bucketed batches."""
         return len(example.first) + len(example.second)
 
-    def batch_loss(self, batch: Sequence[NspExample]) -> tuple[Any, dict[str, float]]:
+    def batch_loss(self, batch: Sequence[NspExample]) -> tuple[Any, dict[str, Any]]:
         """Cross-entropy of the NSP head on a batch of pairs, and the values to show."""
         output = self.model(**self._tensors(batch))
-        return output.loss, {"loss": float(output.loss.detach())}
+        return output.loss, {"loss": output.loss.detach()}
 
     def evaluate(self, examples: Sequence[NspExample]) -> dict[str, float]:
         """Dev loss and accuracy."""
@@ -233,12 +233,12 @@ class SiameseNspTask:
         """A cheap length (characters) for length-bucketed batches."""
         return len(example.first) + len(example.second)
 
-    def batch_loss(self, batch: Sequence[NspExample]) -> tuple[Any, dict[str, float]]:
+    def batch_loss(self, batch: Sequence[NspExample]) -> tuple[Any, dict[str, Any]]:
         """Binary cross-entropy of the siamese head on a batch of pairs."""
         import torch.nn.functional as F
 
         loss = F.binary_cross_entropy_with_logits(self.logits(batch), self.targets(batch))
-        return loss, {"loss": float(loss.detach())}
+        return loss, {"loss": loss.detach()}
 
     def evaluate(self, examples: Sequence[NspExample]) -> dict[str, float]:
         """Dev loss and accuracy."""

@@ -115,11 +115,11 @@ class StyleTask:
         """A cheap length (characters) for length-bucketed batches."""
         return len(example.text)
 
-    def batch_loss(self, batch: Sequence[TextExample]) -> tuple[Any, dict[str, float]]:
+    def batch_loss(self, batch: Sequence[TextExample]) -> tuple[Any, dict[str, Any]]:
         """Cross-entropy over the styles."""
         targets = torch.tensor([e.label for e in batch], dtype=torch.long)
         loss = F.cross_entropy(self.logits(batch), targets)
-        return loss, {"loss": float(loss.detach())}
+        return loss, {"loss": loss.detach()}
 
     def evaluate(self, examples: Sequence[TextExample]) -> dict[str, float]:
         """Dev loss and accuracy."""

@@ -164,8 +164,10 @@ class TrainingTask(Protocol):
     kind: str
     model: Any  # torch.nn.Module
 
-    def batch_loss(self, batch: Sequence[Any]) -> tuple[Any, dict[str, float]]:
-        """The mean loss of a batch (a scalar tensor) and numbers for the progress bar."""
+    def batch_loss(self, batch: Sequence[Any]) -> tuple[Any, dict[str, Any]]:
+        """The mean loss of a batch (a scalar tensor) and numbers for the progress bar
+        (floats or detached scalar tensors: read only when the bar shows them, so a GPU
+        step does not wait for its own loss)."""
         ...
 
     def evaluate(self, examples: Sequence[Any]) -> dict[str, float]:
@@ -559,6 +561,9 @@ def fit(
 class _Training:
     """One training run: optimizer, schedule, counters, checkpoints and evaluations."""
 
+    #: The progress bar's loss is read every this many steps (reading it makes a GPU wait).
+    SHOW_EVERY = 20
+
     def __init__(
         self,
         task: TrainingTask,
@@ -715,7 +720,8 @@ class _Training:
         self.state.seconds = time.perf_counter() - self.started
         self.step_seconds += time.perf_counter() - began
         bar.update(1)
-        bar.set_postfix({k: f"{v:.3f}" for k, v in shown.items()}, refresh=False)
+        if self.state.global_step % self.SHOW_EVERY == 0 or self.state.global_step == 1:
+            bar.set_postfix({k: f"{float(v):.3f}" for k, v in shown.items()}, refresh=False)
         if self.on_step is not None:
             self.on_step(self.state.global_step)
 

@@ -34,7 +34,15 @@ from typing import Any
 from storyeval.corpus import Story
 from storyeval.errors import ModelLoadError, StoryevalError
 from storyeval.learn.data import training_data
-from storyeval.learn.encoding import Encoded, encode_pair, pad_batch, pad_id, to_default_device
+from storyeval.learn.encoding import (
+    Encoded,
+    encode_pair,
+    moved,
+    pad_batch,
+    pad_batch_on_host,
+    pad_id,
+    to_default_device,
+)
 from storyeval.learn.trainer import (
     TrainingConfig,
     TrainingResult,
@@ -232,7 +240,7 @@ def _union_model_class() -> Any:
             positions: Any = None,
             vocabulary: Any = None,
         ) -> tuple[Any, Any]:
-            """Classifier logits (batch,) and, for ``positions`` (a boolean mask), the
+            """Classifier logits (batch,) and, for ``positions`` (row and column indices), the
             reconstruction logits of those tokens (count, vocab), or over the token ids
             ``vocabulary`` only (count, len(vocabulary)): a sampled softmax."""
             kwargs = {"input_ids": input_ids, "attention_mask": attention_mask}
@@ -297,12 +305,16 @@ class UnionTask:
         return found
 
     def _tensors(self, batch: Sequence[UnionExample]) -> dict[str, Any]:
+        """The batch's inputs on the model's device and, under ``recon``, the reconstruction
+        targets as host lists (rows, positions, token ids, targets per row): every index a
+        GPU step needs is known before the copy, so nothing waits on the GPU to find it."""
         import torch
 
         inputs = [self._encode(example.prompt, example.text) for example in batch]
-        tensors = pad_batch(inputs, self._pad)
-        width = int(tensors["input_ids"].shape[1])
-        targets = [[-100] * width for _ in batch]  # built on the CPU, copied once
+        host = pad_batch_on_host(inputs, self._pad)
+        rows: list[int] = []
+        cols: list[int] = []
+        wanted: list[int] = []
         if self.model.reconstructor is not None:
             for row, (example, encoded) in enumerate(zip(batch, inputs, strict=True)):
                 original = self._encode(example.prompt, example.original)
@@ -311,24 +323,30 @@ class UnionTask:
                         continue
                     if original.special[position]:
                         continue
-                    targets[row][position] = original.input_ids[position]
-        tensors["targets"] = to_default_device(targets)
-        tensors["labels"] = torch.tensor([float(e.label) for e in batch])
+                    rows.append(row)
+                    cols.append(position)
+                    wanted.append(original.input_ids[position])
+        tensors = {name: moved(tensor) for name, tensor in host.items()}
+        tensors["host_input_ids"] = host["input_ids"]
+        tensors["recon"] = (rows, cols, wanted, [rows.count(r) for r in range(len(batch))])
+        tensors["labels"] = to_default_device([float(e.label) for e in batch], torch.float32)
         return tensors
 
     def example_length(self, example: UnionExample) -> int:
         """A cheap length (characters) for length-bucketed batches."""
         return len(example.prompt) + len(example.text)
 
-    def _sampled_vocabulary(self, tensors: dict[str, Any], wanted: Any) -> tuple[Any, Any]:
+    def _sampled_vocabulary(self, host_ids: Any, wanted: list[int]) -> tuple[Any, Any]:
         """The token ids of a sampled softmax (the batch's inputs and targets and
-        ``recon_sample`` random ids, sorted) and the targets as positions among them."""
+        ``recon_sample`` random ids, sorted) and the targets as positions among them, found
+        on the CPU (its random generator) and copied to the model's device."""
         import torch
 
         size = self.model.reconstructor.out_features
-        sample = torch.randint(0, size, (int(self.config.recon_sample or 0),))
-        vocabulary = torch.unique(torch.cat([tensors["input_ids"].flatten(), wanted, sample]))
-        return vocabulary, torch.searchsorted(vocabulary, wanted)
+        sample = torch.randint(0, size, (int(self.config.recon_sample or 0),), device="cpu")
+        targets = torch.tensor(wanted, dtype=torch.long, device="cpu")
+        vocabulary = torch.unique(torch.cat([host_ids.flatten(), targets, sample]))
+        return moved(vocabulary), moved(torch.searchsorted(vocabulary, targets))
 
     def example_group(self, example: UnionExample) -> str | None:
         """With a ranking loss, a story and its negatives share a batch (the trainer's
@@ -344,12 +362,14 @@ class UnionTask:
         import torch.nn.functional as F
 
         tensors = self._tensors(batch)
-        targets = tensors["targets"]
-        positions = targets != -100 if self.model.reconstructor is not None else None
-        vocabulary = None
-        wanted = targets[positions] if positions is not None else None
-        if sampled and wanted is not None and self.config.recon_sample is not None:
-            vocabulary, wanted = self._sampled_vocabulary(tensors, wanted)
+        rows, cols, wanted_ids, per_row = tensors["recon"]
+        positions = vocabulary = wanted = None
+        if self.model.reconstructor is not None:
+            positions = (to_default_device(rows), to_default_device(cols))
+            if sampled and self.config.recon_sample is not None:
+                vocabulary, wanted = self._sampled_vocabulary(tensors["host_input_ids"], wanted_ids)
+            else:
+                wanted = to_default_device(wanted_ids)
         logits, recon = self.model(
             tensors["input_ids"],
             tensors["attention_mask"],
@@ -361,14 +381,13 @@ class UnionTask:
         recon_loss = torch.zeros_like(cls_loss)
         if recon is not None and positions is not None and wanted is not None:
             token_loss = F.cross_entropy(recon, wanted, reduction="none")
-            rows = positions.nonzero(as_tuple=True)[0]
-            sums = torch.zeros_like(cls_loss).index_add(0, rows, token_loss)
-            counts = positions.sum(dim=1).clamp(min=1).to(sums.dtype)
+            sums = torch.zeros_like(cls_loss).index_add(0, positions[0], token_loss)
+            counts = to_default_device(per_row).clamp(min=1).to(sums.dtype)
             recon_loss = sums / counts
         total = (cls_loss + self.config.lam * recon_loss).mean()
         return cls_loss, recon_loss, logits, total
 
-    def batch_loss(self, batch: Sequence[UnionExample]) -> tuple[Any, dict[str, float]]:
+    def batch_loss(self, batch: Sequence[UnionExample]) -> tuple[Any, dict[str, Any]]:
         """BCE of the classifier plus lambda times the reconstruction loss (plus the ranking
         loss if asked), on a batch."""
         import torch.nn.functional as F
@@ -378,9 +397,9 @@ class UnionTask:
             ranked = F.softplus(rank_differences(batch, logits))
             if len(ranked):
                 total = total + self.config.rank_weight * ranked.mean()
-        shown = {"loss": float(total.detach()), "bce": float(cls_loss.detach().mean())}
+        shown = {"loss": total.detach(), "bce": cls_loss.detach().mean()}
         if self.model.reconstructor is not None:
-            shown["nll"] = float(recon_loss.detach().mean())
+            shown["nll"] = recon_loss.detach().mean()
         return total, shown
 
     def evaluate(self, examples: Sequence[UnionExample]) -> dict[str, float]:

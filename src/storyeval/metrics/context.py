@@ -126,7 +126,9 @@ class EncoderCache:
 
     def __post_init__(self) -> None:
         self._ids: dict[str, np.ndarray] = {}
-        self._layers: dict[str, dict[int, np.ndarray]] = {}
+        # numpy arrays, or float32 tensors on the GPU when the cache runs there
+        self._layers: dict[str, dict[int, Any]] = {}
+        self._host: dict[str, dict[int, np.ndarray]] = {}
         self._pending: dict[str, set[int]] = {}
 
     # ------------------------------------------------------------------ public
@@ -166,13 +168,32 @@ class EncoderCache:
     def embeddings(self, text: str, layer: int) -> np.ndarray:
         """Token embeddings (including the special tokens) of ``text`` at ``layer``,
         shape ``(n_tokens, hidden)``; encodes on demand if not requested before."""
+        key, value = self._stored(text, layer)
+        if isinstance(value, np.ndarray):
+            return value
+        host = self._host.setdefault(key, {})
+        if layer not in host:  # kept on the GPU: copied to the host once, when first asked
+            host[layer] = value.cpu().numpy()
+        return host[layer]
+
+    def device_embeddings(self, text: str, layer: int) -> Any:
+        """:meth:`embeddings` as a float32 torch tensor where the cache keeps it (on a GPU,
+        there: no copy through the host)."""
+        _, value = self._stored(text, layer)
+        if isinstance(value, np.ndarray):
+            import torch
+
+            return torch.from_numpy(value)
+        return value
+
+    def _stored(self, text: str, layer: int) -> tuple[str, Any]:
         key = _key(text)
         if layer not in self._layers.get(key, {}):
             self.request([text], [layer])
             self.run()
         else:
             self.stats.hits += 1
-        return self._layers[key][layer]
+        return key, self._layers[key][layer]
 
     def token_ids(self, text: str) -> np.ndarray:
         """The token ids (including special tokens) the encoder saw for ``text``."""
@@ -279,7 +300,7 @@ class EncoderCache:
                 )
             pieces.extend(made)
         top = max(layers)
-        filled: dict[int, dict[int, np.ndarray]] = {}
+        filled: dict[int, dict[int, Any]] = {}
         batches = self._batches(pieces)
         pad_id = self.encoder.tokenizer.pad_token_id or 0
         bar = _progress(len(batches), "encoding", self.progress)
@@ -310,17 +331,7 @@ class EncoderCache:
                 self.stats.batches += 1
                 self.stats.tokens += int(mask.sum())
                 self.stats.padded_tokens += len(rows) * width
-                # one copy to the host per layer and batch (not per row: each is a sync)
-                on_host = {layer: hidden[layer].float().cpu().numpy() for layer in layers}
-                for r, i in enumerate(batch):
-                    piece = pieces[i]
-                    target = filled.setdefault(piece.text_index, {})
-                    n_tokens = len(all_ids[piece.text_index])
-                    for layer in layers:
-                        states = on_host[layer][r, piece.keep_from : piece.keep_to]
-                        if layer not in target:
-                            target[layer] = np.empty((n_tokens, states.shape[1]), dtype=np.float32)
-                        target[layer][piece.target_from : piece.target_from + len(states)] = states
+                self._keep(hidden, layers, [pieces[i] for i in batch], all_ids, filled)
                 bar.update(1)
         bar.close()
         for index, key in enumerate(keys):
@@ -329,6 +340,38 @@ class EncoderCache:
                 store[layer] = filled[index][layer]
         self.stats.texts += len(keys)
         self.stats.seconds += time.perf_counter() - started
+
+    def _keep(
+        self,
+        hidden: Any,
+        layers: list[int],
+        pieces: list[_Piece],
+        all_ids: list[list[int]],
+        filled: dict[int, dict[int, Any]],
+    ) -> None:
+        """Each piece's rows of a batch's hidden states into its text's arrays: on a GPU
+        they stay there (device copies, no wait; :meth:`embeddings` copies a text to the
+        host when asked); elsewhere one copy to the host per layer and batch."""
+        import torch
+
+        on_gpu = self.device.startswith("cuda")
+        source = {
+            layer: hidden[layer].float() if on_gpu else hidden[layer].float().cpu().numpy()
+            for layer in layers
+        }
+        for row, piece in enumerate(pieces):
+            target = filled.setdefault(piece.text_index, {})
+            n_tokens = len(all_ids[piece.text_index])
+            for layer in layers:
+                states = source[layer][row, piece.keep_from : piece.keep_to]
+                if layer not in target:
+                    shape = (n_tokens, states.shape[1])
+                    target[layer] = (
+                        torch.empty(shape, dtype=torch.float32, device=states.device)
+                        if on_gpu
+                        else np.empty(shape, dtype=np.float32)
+                    )
+                target[layer][piece.target_from : piece.target_from + len(states)] = states
 
 
 def _key(text: str) -> str:

@@ -220,7 +220,10 @@ class Greedy:
         for begin in range(0, len(order), self.PAIRS_PER_BATCH):
             chosen = order[begin : begin + self.PAIRS_PER_BATCH]
             texts = {t for k in chosen for t in pairs[k]}
-            embedded = {t: torch.from_numpy(self.normed(t)).to(device) for t in texts}
+            embedded = {
+                t: _unit_rows(self.cache.device_embeddings(t.strip(), self.layer).to(device))
+                for t in texts
+            }
             weighted = {t: torch.from_numpy(self.weights(t)).to(device) for t in texts}
 
             def stack(side: int, table: dict[str, Any], chosen: list[int] = chosen) -> Any:
@@ -254,6 +257,14 @@ def _valid(pairs: Sequence[tuple[str, str]], chosen: list[int], side: int, greed
     lengths = [len(greedy.weights(pairs[k][side])) for k in chosen]
     width = max(lengths)
     return [[1.0] * n + [0.0] * (width - n) for n in lengths]
+
+
+def _unit_rows(states: Any) -> Any:
+    """:meth:`Greedy.normed` of a tensor (where it is)."""
+    import torch
+
+    norms = states.norm(dim=1, keepdim=True)
+    return states / torch.where(norms > 0, norms, torch.ones_like(norms))
 
 
 def _masked_max(sim: Any, valid: Any, dim: int) -> Any:
