@@ -389,8 +389,8 @@ def union_part(
             epochs=1, max_steps=steps, batch_size=10, device=device, precision=precision
         )
         warm = TrainingConfig(
-            epochs=1, max_steps=3, batch_size=10, device=device, precision=precision
-        )  # the process's first training steps set up kernels: not what is measured
+            epochs=1, max_steps=steps, batch_size=10, device=device, precision=precision
+        )  # the first step of each batch shape sets up kernels: a long run pays it once
         for name, settings in (("warm-up", warm), ("model", training)):
             result = train_union(
                 human,

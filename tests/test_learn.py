@@ -702,3 +702,24 @@ def test_union_scores_a_long_story_in_sentence_windows_never_cut(union_model, hu
         sum(v * n for v, n in zip(values, sizes, strict=True)) / sum(sizes), abs=1e-6
     )
     assert "long:sentence-windows" in scorer.signature.render()
+
+
+def test_batches_pad_to_a_multiple_within_the_limit():
+    """On a GPU UNION pads its batches to steps of 64 tokens (few shapes, so few kernel
+    set-ups), never past its max_length unless a row is longer; the CPU pads to the longest."""
+    from storyeval.learn.encoding import Encoded, pad_batch_on_host
+
+    def rows(*lengths: int) -> list[Encoded]:
+        return [Encoded([7] * n, [0] * n, [False] * n, False) for n in lengths]
+
+    def width(*lengths: int, **options: int) -> int:
+        return int(pad_batch_on_host(rows(*lengths), 0, **options)["input_ids"].shape[1])
+
+    assert width(3, 70) == 70
+    assert (
+        width(3, 70, multiple=64, limit=256) == 128 and width(3, 250, multiple=64, limit=256) == 256
+    )
+    assert width(3, 300, multiple=64, limit=256) == 300 and width(3, 70, multiple=64) == 128
+    host = pad_batch_on_host(rows(2, 5), 9, multiple=4)
+    assert host["input_ids"].tolist() == [[7, 7, 9, 9, 9, 9, 9, 9], [7] * 5 + [9] * 3]
+    assert host["attention_mask"].tolist() == [[1, 1, 0, 0, 0, 0, 0, 0], [1] * 5 + [0] * 3]

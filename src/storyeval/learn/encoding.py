@@ -67,11 +67,16 @@ def pad_batch(encoded: Sequence[Encoded], pad_id: int) -> dict[str, Any]:
     return {name: moved(tensor) for name, tensor in pad_batch_on_host(encoded, pad_id).items()}
 
 
-def pad_batch_on_host(encoded: Sequence[Encoded], pad_id: int) -> dict[str, Any]:
-    """:func:`pad_batch` on the CPU (for work that stays there before the copy)."""
+def pad_batch_on_host(
+    encoded: Sequence[Encoded], pad_id: int, *, multiple: int = 1, limit: int = 0
+) -> dict[str, Any]:
+    """:func:`pad_batch` on the CPU (for work that stays there before the copy), padded to a
+    ``multiple`` of tokens (no wider than ``limit`` unless the longest row is)."""
     import torch
 
-    width = max(len(item.input_ids) for item in encoded)
+    longest = max(len(item.input_ids) for item in encoded)
+    rounded = -(-longest // multiple) * multiple
+    width = max(longest, min(rounded, limit or rounded))
 
     def padded(rows: Iterable[Sequence[int]], fill: int) -> Any:
         made = [[*row, *([fill] * (width - len(row)))] for row in rows]

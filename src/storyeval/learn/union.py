@@ -311,7 +311,11 @@ class UnionTask:
         import torch
 
         inputs = [self._encode(example.prompt, example.text) for example in batch]
-        host = pad_batch_on_host(inputs, self._pad)
+        # on a GPU, widths in steps of 64: each new shape costs kernel set-up the first time
+        on_gpu = torch.empty(0).device.type == "cuda"
+        host = pad_batch_on_host(
+            inputs, self._pad, multiple=64 if on_gpu else 1, limit=self.config.max_length
+        )
         rows: list[int] = []
         cols: list[int] = []
         wanted: list[int] = []
