@@ -502,3 +502,31 @@ def test_bertscore_matching_on_the_gpu_equals_the_cpus(
         results[device] = greedy.all_best(candidates, references)
     assert results["cpu"].shape == (len(candidates), 3) and np.isfinite(results["cpu"]).all()
     close(results["cuda"], results["cpu"], gpu)
+
+
+def test_the_encoder_cache_keeps_what_fits_on_the_gpu_and_the_rest_on_the_host(
+    gpu: str, stories: list[Any], tiny_models: dict[str, Path]
+) -> None:
+    """Hidden states stay on the GPU up to the cache's budget; texts past it are kept on the
+    host, and BERTScore over a mix of both gives the CPU's numbers."""
+    import torch
+
+    from storyeval.metrics.context import EncoderCache
+    from storyeval.metrics.embedding import Greedy
+    from storyeval.models import load_encoder
+
+    encoder = load_encoder(str(tiny_models["encoder"]))
+    first, second = [s.story for s in stories[:6]], [s.story for s in stories[6:]]
+    references = [[s.prompt] for s in stories]
+    cache = EncoderCache(encoder, device="cuda")
+    cache._gpu_budget = 10**9  # room for the first texts
+    cache.request(first, [1])
+    cache.run()
+    cache._gpu_budget = cache._gpu_bytes  # none for the rest
+    cache.request([*second, *(r for refs in references for r in refs)], [1])
+    cache.run()
+    assert isinstance(cache.device_embeddings(first[0], 1), torch.Tensor)
+    assert isinstance(cache._layers[second[0].strip()][1], np.ndarray)
+    mixed = Greedy(cache, 1).all_best(first + second, references)
+    on_cpu = EncoderCache(encoder)
+    close(mixed, Greedy(on_cpu, 1).all_best(first + second, references), gpu)

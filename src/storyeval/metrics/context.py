@@ -129,6 +129,7 @@ class EncoderCache:
         # numpy arrays, or float32 tensors on the GPU when the cache runs there
         self._layers: dict[str, dict[int, Any]] = {}
         self._host: dict[str, dict[int, np.ndarray]] = {}
+        self._gpu_bytes, self._gpu_budget = 0, cast("int | None", None)
         self._pending: dict[str, set[int]] = {}
 
     # ------------------------------------------------------------------ public
@@ -300,6 +301,7 @@ class EncoderCache:
                 )
             pieces.extend(made)
         top = max(layers)
+        on_gpu = self._room_on_gpu(sum(len(ids) for ids in all_ids) * len(layers))
         filled: dict[int, dict[int, Any]] = {}
         batches = self._batches(pieces)
         pad_id = self.encoder.tokenizer.pad_token_id or 0
@@ -331,7 +333,8 @@ class EncoderCache:
                 self.stats.batches += 1
                 self.stats.tokens += int(mask.sum())
                 self.stats.padded_tokens += len(rows) * width
-                self._keep(hidden, layers, [pieces[i] for i in batch], all_ids, filled)
+                chosen = [pieces[i] for i in batch]
+                self._keep(hidden, layers, chosen, all_ids, filled, on_gpu=on_gpu)
                 bar.update(1)
         bar.close()
         for index, key in enumerate(keys):
@@ -341,6 +344,23 @@ class EncoderCache:
         self.stats.texts += len(keys)
         self.stats.seconds += time.perf_counter() - started
 
+    def _room_on_gpu(self, token_rows: int) -> bool:
+        """Whether ``token_rows`` more hidden-state rows may stay on the GPU: the cache keeps
+        at most a quarter of the free memory it found (the rest is the models' and batches');
+        past that, texts are kept on the host as on a CPU."""
+        if not self.device.startswith("cuda"):
+            return False
+        from storyeval.models.devices import batch_scale
+
+        if self._gpu_budget is None:  # batch_scale: free memory in units of 4 GiB
+            self._gpu_budget = int(batch_scale(self.device) * 2**30)
+        width = int(getattr(self.encoder.model.config, "hidden_size", 1024))
+        needed = token_rows * width * 4
+        if self._gpu_bytes + needed > self._gpu_budget:
+            return False
+        self._gpu_bytes += needed
+        return True
+
     def _keep(
         self,
         hidden: Any,
@@ -348,13 +368,14 @@ class EncoderCache:
         pieces: list[_Piece],
         all_ids: list[list[int]],
         filled: dict[int, dict[int, Any]],
+        *,
+        on_gpu: bool,
     ) -> None:
-        """Each piece's rows of a batch's hidden states into its text's arrays: on a GPU
+        """Each piece's rows of a batch's hidden states into its text's arrays: ``on_gpu``
         they stay there (device copies, no wait; :meth:`embeddings` copies a text to the
-        host when asked); elsewhere one copy to the host per layer and batch."""
+        host when asked); else one copy to the host per layer and batch."""
         import torch
 
-        on_gpu = self.device.startswith("cuda")
         source = {
             layer: hidden[layer].float() if on_gpu else hidden[layer].float().cpu().numpy()
             for layer in layers
