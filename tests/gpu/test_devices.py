@@ -425,7 +425,10 @@ def test_dask_runs_one_worker_on_the_card_with_the_local_numbers(
     """``score --engine dask --num-gpus 1`` on a real card: the worker sees the card and its
     encoder and LM run there, with the numbers the local engine gives on the same card."""
     if gpu == "fake-cuda":
-        pytest.skip("Dask's worker processes do not inherit the simulated device")
+        pytest.skip(
+            "Dask's worker processes do not inherit the simulated device: this runs on a real "
+            "card (tests/test_engine.py checks one worker per GPU and its placement here)"
+        )
     pytest.importorskip("distributed")
     args = [
         "score", str(examples_dir / "stories.jsonl"), "--metrics", "bertscore_f,perplexity",

@@ -98,13 +98,21 @@ def to_default_device(rows: Sequence[Any], dtype: Any = None) -> Any:
     return moved(torch.tensor(rows, dtype=dtype or torch.long, device="cpu"))
 
 
-def moved(tensor: Any) -> Any:
-    """A CPU tensor on torch's default device (where tensors made without a device land, a
-    trainer's GPU). To a CUDA device the copy is asynchronous, from pinned memory, so
-    preparing a batch does not wait for the GPU to finish the last step."""
+def default_device() -> Any:
+    """Torch's default device: where tensors made without a device land (a trainer's GPU
+    inside :func:`storyeval.models.devices.on_device`)."""
     import torch
 
-    default = torch.empty(0).device
+    return torch.empty(0).device
+
+
+def moved(tensor: Any) -> Any:
+    """A CPU tensor on torch's default device (:func:`default_device`). To a CUDA device the
+    copy is asynchronous, from pinned memory, so preparing a batch does not wait for the GPU
+    to finish the last step."""
+    import torch
+
+    default = default_device()
     if default.type == "cuda" and torch.cuda.is_available():
         return tensor.pin_memory().to(default, non_blocking=True)
     return tensor.to(default)

@@ -36,6 +36,7 @@ from storyeval.errors import ModelLoadError, StoryevalError
 from storyeval.learn.data import training_data
 from storyeval.learn.encoding import (
     Encoded,
+    default_device,
     encode_pair,
     moved,
     pad_batch,
@@ -312,7 +313,7 @@ class UnionTask:
 
         inputs = [self._encode(example.prompt, example.text) for example in batch]
         # on a GPU, widths in steps of 64: each new shape costs kernel set-up the first time
-        on_gpu = torch.empty(0).device.type == "cuda"
+        on_gpu = default_device().type == "cuda"
         host = pad_batch_on_host(
             inputs, self._pad, multiple=64 if on_gpu else 1, limit=self.config.max_length
         )

@@ -352,12 +352,9 @@ def _picked_nll(logits: Any, targets: Any) -> Any:
     return torch.logsumexp(logits, dim=-1) - logits.gather(-1, targets[:, None]).squeeze(-1)
 
 
-def _encode(lm: Any, text: str) -> list[int]:
-    return [int(i) for i in lm.tokenizer(text, add_special_tokens=False)["input_ids"]]
-
-
 def _encode_many(lm: Any, texts: Sequence[str]) -> list[list[int]]:
-    """:func:`_encode` of each text, in one batched call (empty texts: no tokens)."""
+    """The token ids of each text without special tokens, in one batched call (empty texts:
+    no tokens)."""
     if not texts:
         return []
     found = lm.tokenizer(list(texts), add_special_tokens=False)["input_ids"]
