@@ -319,8 +319,6 @@ def generate_part(
         do_sample=True, temperature=1.0, top_k=None, top_p=0.9, max_new_tokens=100
     )
     generator = seeded_generator(0)
-    warm = replace(config, max_new_tokens=4)
-    generate_raw(lm, prompts[:2], warm, separator=None, generator=generator, precision=precision)
     tokenizer = lm.tokenizer
     tokenizer.pad_token = tokenizer.pad_token or tokenizer.eos_token
     found: dict[str, Any] = {"prompts": len(prompts)}
