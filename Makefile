@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 OUT := out
 
-.PHONY: setup setup-test demo test test-fast test-gpu lint format typecheck check docs bench bench-study examples cards clean
+.PHONY: setup setup-test demo test test-fast test-gpu test-served lint format typecheck check docs bench bench-study examples cards clean
 
 setup:
 	@scripts/setup.sh
@@ -45,6 +45,11 @@ test-fast: setup
 ## test-gpu: the GPU tests on this machine's CUDA card (skipped without one)
 test-gpu: setup-test
 	$(BIN)/pytest -m gpu tests/gpu
+
+## test-served: the judge against a real llama.cpp server (builds it into .llama/ first, ~8 min)
+test-served: setup-test
+	scripts/llama_server.sh
+	$(BIN)/pytest -m served tests/test_served_judge.py
 
 lint:
 	$(BIN)/ruff check src tests benchmarks scripts

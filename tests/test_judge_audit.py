@@ -159,3 +159,69 @@ def test_a_fair_judge_passes_and_what_is_missing_is_said(
     assert "not checked: position bias" in out
     assert (tmp_path / "audit" / "audit.csv").is_file()
     assert "# Judge audit" in (tmp_path / "audit" / "audit.md").read_text()
+
+
+ONE_CRITERION = """\
+name: tiny
+criteria:
+  - name: coherence
+    question: How much sense does the story make?
+    scale:
+      - {value: 1, description: none}
+      - {value: 2, description: little}
+      - {value: 3, description: some}
+      - {value: 4, description: much}
+      - {value: 5, description: complete}
+"""
+
+
+@pytest.mark.slow
+def test_judge_audit_runs_the_judge_and_its_files_reproduce_the_audit(
+    corpus: tuple[list[Story], list[Judgment]], tmp_path: Path, run_cli: Any, examples_dir: Path
+) -> None:
+    stories = [s for s in corpus[0] if s.extra.get("prompt_id") in ("s001", "s002")]
+    stories_file, rubric = tmp_path / "stories.jsonl", tmp_path / "tiny.yaml"
+    stories_file.write_text("".join(json.dumps(s.to_dict()) + "\n" for s in stories))
+    rubric.write_text(ONE_CRITERION)
+    common = ["--stories", str(stories_file), "--humans", str(examples_dir / "judgments.jsonl")]
+    common += ["--bootstrap", "50"]
+    ran = tmp_path / "ran"
+    code, out, err = run_cli(
+        "judge-audit", *common, "--rubric", str(rubric), "--perturb", "repetition,typos",
+        "--no-cache", "-o", str(ran),
+    )  # fmt: skip
+    assert code == 0, err
+    judged = read_judgments(ran / "judge.jsonl")
+    assert len(judged) == len(stories)  # the offline SmolLM2, one criterion
+    pairs = [json.loads(line) for line in (ran / "pairwise.jsonl").read_text().splitlines()]
+    assert len(pairs) == 2 * 3 * 2  # two prompts, three stories each, both orders
+    perturbed = read_stories(ran / "perturbed.jsonl")
+    assert {tuple(s.extra["techniques"]) for s in perturbed} == {("repetition",), ("typos",)}
+    assert {s.extra["source_id"] for s in perturbed} <= {s.id for s in stories}
+    assert len(read_judgments(ran / "perturbed-judge.jsonl")) == len(perturbed)
+    checks = (ran / "audit.csv").read_text().splitlines()
+    for check in ("separability", "position_bias", "self_preference", "length_bias"):
+        assert any(line.startswith(check + ",") for line in checks), check
+    assert "perturbation:repetition (coherence)" in out and "perturbation:typos" in out
+    # the answers written beside the audit give the same audit when read back
+    again = tmp_path / "again"
+    own = "smollm2-k40-t0.7,smollm2-p0.9"  # what the run found: the judge's own family
+    code, _, err = run_cli(
+        "judge-audit", *common, "--judge", str(ran / "judge.jsonl"),
+        "--comparisons", str(ran / "pairwise.jsonl"), "--perturbed", str(ran / "perturbed.jsonl"),
+        "--perturbed-judge", str(ran / "perturbed-judge.jsonl"), "--own-systems", own,
+        "-o", str(again),
+    )  # fmt: skip
+    assert code == 0, err
+    assert (again / "audit.csv").read_text() == (ran / "audit.csv").read_text()
+    code, _, err = run_cli(
+        "judge-audit",
+        *common,
+        "--judge",
+        str(ran / "judge.jsonl"),
+        "--model",
+        "x",
+        "-o",
+        str(again),
+    )
+    assert code == 2 and "not both" in err

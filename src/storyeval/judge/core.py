@@ -256,11 +256,22 @@ def _length_checked(
     ]
 
 
+def model_family(name: str) -> str:
+    """A judge's model family: the first word of its model name (``smollm2`` for
+    ``HuggingFaceTB/SmolLM2-1.7B``)."""
+    return name.lower().split("/")[-1].split("-")[0]
+
+
+def family_systems(stories: Sequence[Story], judge_name: str) -> list[str]:
+    """The systems of ``stories`` whose name contains the judge's model family."""
+    family = model_family(judge_name)
+    if not family:
+        return []
+    return sorted({str(s.system) for s in stories if s.system and family in s.system.lower()})
+
+
 def _family_note(stories: Sequence[Story], backend: JudgeBackend) -> str | None:
-    family = backend.name.lower().split("/")[-1].split("-")[0]
-    systems = {
-        str(s.system) for s in stories if s.system and family and family in str(s.system).lower()
-    }
+    family, systems = model_family(backend.name), family_systems(stories, backend.name)
     if not systems:
         return None
     return (
