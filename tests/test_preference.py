@@ -149,6 +149,49 @@ def test_a_second_run_reuses_the_model_and_other_settings_are_refused(  # type: 
         )
 
 
+def test_an_interrupted_training_resumes_from_its_stored_features(  # type: ignore[no-untyped-def]
+    trained, example_data: PreferenceData, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import storyeval.learn.feature_store as feature_store
+    import storyeval.learn.preference as preference
+
+    monkeypatch.setattr(feature_store, "FEATURE_CHUNK", 50)
+    encoder, encoded, stop_after = preference.feature_encoder, [], [2]
+
+    def interrupted(*args, **kwargs):  # type: ignore[no-untyped-def]
+        encode, identity = encoder(*args, **kwargs)
+
+        def counted(texts: list[str]) -> np.ndarray:
+            if stop_after and len(encoded) == stop_after[0]:
+                raise KeyboardInterrupt  # the user's Ctrl-C in the third chunk
+            encoded.append(len(texts))
+            return encode(texts)
+
+        return counted, identity
+
+    monkeypatch.setattr(preference, "feature_encoder", interrupted)
+    directory = tmp_path / "model"
+    with pytest.raises(KeyboardInterrupt):
+        train_preference(example_data, directory, config=CONFIG, folds=3, n_boot=100)
+    assert encoded == [50, 50] and not (directory / "preference.json").exists()
+    distinct = len({s.story for s in example_data.stories})
+    stop_after.clear()
+    encoded.clear()
+    heard: list[str] = []
+    resumed = train_preference(
+        example_data, directory, config=CONFIG, folds=3, n_boot=100, progress=heard.append
+    )
+    assert sum(encoded) == distinct - 100  # only what the interrupted run had not saved
+    assert heard and f"{len(example_data.stories) - sum(encoded)} of" in heard[0]
+    assert resumed.signature == trained.signature
+    stories = example_data.stories
+    np.testing.assert_allclose(resumed.score(stories), trained.score(stories), atol=1e-5)
+    encoded.clear()
+    other = PreferenceConfig(criterion="coherence", hidden=4)
+    train_preference(example_data, directory, config=other, folds=0, overwrite=True)
+    assert encoded == []  # other head settings: nothing encoded again
+
+
 def test_the_metric_scores_on_the_rating_scale(trained, example_data: PreferenceData) -> None:  # type: ignore[no-untyped-def]
     from storyeval import functional as F
 

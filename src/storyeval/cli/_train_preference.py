@@ -109,6 +109,7 @@ def preference(
             overwrite=overwrite,
             device=device,
             precision=precision,
+            progress=typer.echo,
         )
     except (StoryevalError, OSError, ValueError) as exc:
         raise user_error(exc) from None

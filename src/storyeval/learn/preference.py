@@ -25,7 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -38,6 +38,8 @@ from storyeval.signature import Signature
 
 #: The model directory's files.
 MODEL_FILE = "preference.json"
+#: The model directory's store of story features (resume, retraining without encoding).
+FEATURES_DIR = "features"
 FEATURES = ("encoder", "causal-lm")
 
 
@@ -308,32 +310,63 @@ def story_features(
     device: str = "cpu",
     precision: str = "float32",
     scoring: Any = None,
+    store: str | Path | None = None,
 ) -> tuple[np.ndarray, np.ndarray, str]:
     """Each story's features, its length covariate (log of 1 + words) and the feature
     model's identity. ``scoring`` (a ScoringContext) shares a scoring run's encoder cache,
-    so texts other metrics encoded are not encoded again."""
-    texts = [
+    so texts other metrics encoded are not encoded again; ``store`` (a directory) keeps the
+    features as they are computed (:class:`~storyeval.learn.feature_store.FeatureStore`)."""
+    texts = _feature_texts(stories, config)
+    lengths = _lengths(stories)
+    if scoring is not None:
+        device, precision = scoring.device, scoring.precision
+    encode, identity = feature_encoder(config, device=device, precision=precision, scoring=scoring)
+    if store is None:
+        return encode(texts), lengths, identity
+    from storyeval.learn.feature_store import FeatureStore
+
+    features, _ = FeatureStore.for_model(store, identity, precision).features(texts, encode)
+    return features, lengths, identity
+
+
+def _lengths(stories: Sequence[Story]) -> np.ndarray:
+    return np.log1p([len(s.story.split()) for s in stories])
+
+
+def _feature_texts(stories: Sequence[Story], config: PreferenceConfig) -> list[str]:
+    return [
         f"{s.prompt.strip()}\n\n{s.story.strip()}"
         if config.with_prompt and s.prompt.strip()
         else s.story
         for s in stories
     ]
-    lengths = np.log1p([len(t.split()) for t in (s.story for s in stories)])
-    if scoring is not None:
-        device, precision = scoring.device, scoring.precision
+
+
+def feature_encoder(
+    config: PreferenceConfig,
+    *,
+    device: str = "cpu",
+    precision: str = "float32",
+    scoring: Any = None,
+) -> tuple[Callable[[list[str]], np.ndarray], str]:
+    """The function that gives texts their features (float64 rows), and the feature model's
+    identity; the model is loaded, nothing is encoded yet."""
     if config.features == "causal-lm":
         from storyeval.metrics.distributional import causal_lm_features
         from storyeval.models import load_causal_lm
         from storyeval.models.devices import place
 
         lm = place(load_causal_lm(config.model), device)
-        features, _ = causal_lm_features(lm, texts)
-        return features.astype(np.float64), lengths, str(lm.identity)
+
+        def last_states(texts: list[str]) -> np.ndarray:
+            return causal_lm_features(lm, texts)[0].astype(np.float64)
+
+        return last_states, str(lm.identity)
     from storyeval.metrics.context import ScoringContext
 
     context = scoring or ScoringContext(device=device, precision=precision)
     cache = context.cache(config.model)
-    return cache.text_embeddings(texts), lengths, cache.identity
+    return cache.text_embeddings, cache.identity
 
 
 # --------------------------------------------------------------------------- the head
@@ -731,21 +764,27 @@ def train_preference(
     overwrite: bool = False,
     device: str = "cpu",
     precision: str = "float32",
+    progress: Callable[[str], None] | None = None,
 ) -> PreferenceModel:
     """Cross-validate (``folds`` > 1), then train on every story and write the model to
     ``output``: the head, fitted on the training groups, with the pair temperature fitted on
     the held-out ``dev_fraction`` of groups, refitted on all stories. A directory holding a
     model trained with the same signature is returned as it is (a re-run does not train
-    again); another model there is replaced only with ``overwrite``."""
+    again); another model there is replaced only with ``overwrite``.
+
+    The stories' features are kept in ``output/features/`` as they are computed: a run that
+    was interrupted resumes from them, and a retraining (other head settings, more stories)
+    encodes only the texts it has not seen. ``progress`` hears how many were reused."""
     config = config or PreferenceConfig()
-    features, lengths, identity = story_features(
-        data.stories, config, device=device, precision=precision
-    )
+    encode, identity = feature_encoder(config, device=device, precision=precision)
     signature = preference_signature(config, data, identity)
     directory = Path(output)
     reused = _existing(directory, signature, overwrite)
     if reused is not None:
         return reused
+    features, lengths = _stored_features(
+        data, config, encode, identity, precision, directory, progress
+    )
     summary: dict[str, Any] = {"notes": list(data.notes)}
     if folds > 1:
         result = cross_validate(data, features, lengths, config, folds=folds, n_boot=n_boot)
@@ -767,6 +806,29 @@ def train_preference(
     )
     _save(model)
     return load_preference(directory)
+
+
+def _stored_features(
+    data: PreferenceData,
+    config: PreferenceConfig,
+    encode: Callable[[list[str]], np.ndarray],
+    identity: str,
+    precision: str,
+    directory: Path,
+    progress: Callable[[str], None] | None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The stories' features through the model directory's store (``features/``), so an
+    interrupted training resumes and a retraining encodes only what it has not seen."""
+    from storyeval.learn.feature_store import FeatureStore
+
+    store = FeatureStore.for_model(directory / FEATURES_DIR, identity, precision)
+    features, encoded = store.features(_feature_texts(data.stories, config), encode)
+    if progress is not None and encoded < len(data.stories):
+        progress(
+            f"features: {len(data.stories) - encoded} of {len(data.stories)} stories from "
+            f"an earlier run ({store.directory}), {encoded} encoded now"
+        )
+    return features, _lengths(data.stories)
 
 
 def _residual_sd(predictions: np.ndarray, data: PreferenceData) -> float | None:
