@@ -105,6 +105,12 @@ def collect_audit_inputs(
     )
     inputs = AuditInputs(runs=[absolute.judgments], calls=absolute.calls)
     inputs.own_systems = family_systems(stories, judge.name)
+    if base.repeats == 1 and (not rubric.analyse_first or base.decoding.temperature == 0):
+        inputs.notes.append(
+            "stability: this judge's answers are deterministic (read from probabilities or "
+            "written greedily), so a second run repeats them; sample written answers "
+            "(an analyse-first rubric, --temperature > 0, --repeats 2) to measure it"
+        )
     if pairwise:
         _pairwise(inputs, stories, rubric, judge, base, cache)
     if techniques:
