@@ -296,3 +296,83 @@ def test_the_commands_train_score_and_judge(trained, tmp_path: Path) -> None:  #
         ["judge", str(EXAMPLES / "human.jsonl"), "--backend", "reward-model", "-o", str(judged)],
     )
     assert refused.exit_code == 2 and "needs --model DIR" in refused.output
+
+
+def test_the_ordinal_loss_recovers_the_scale_and_the_ratings_distribution() -> None:
+    from storyeval.learn.ordinal import level_probabilities, thresholds
+
+    rng = np.random.default_rng(3)
+    n, raters = 300, 3
+    features = rng.normal(size=(n, 5))
+    quality = 1.5 * (features[:, 0] - 0.5 * features[:, 1])
+    true_cuts = np.array([-2.5, -1.5, 1.5, 2.5])  # 2 and 4 are rare: the points are not equal
+    below = 1 / (1 + np.exp(-(true_cuts[None, :] - quality[:, None])))
+    probabilities = np.diff(np.concatenate([np.zeros((n, 1)), below, np.ones((n, 1))], 1), axis=1)
+    ratings = [(i, int(rng.choice(5, p=probabilities[i]))) for i in range(n) for _ in range(raters)]
+    config = PreferenceConfig(criterion="x", rating_loss="ordinal", steps=600, l2=0.0)
+    means = np.array([np.mean([lvl for s, lvl in ratings if s == i]) for i in range(n)])
+    head = fit_head(features, np.zeros(n), means, [], config, ratings, 5)
+    scores = head.scores(features)
+    assert np.corrcoef(scores, quality)[0, 1] > 0.95
+    cuts = thresholds(head.weights)
+    assert np.all(np.diff(cuts) > 0)  # ordered
+    assert cuts[2] - cuts[1] > 1.5 * (cuts[1] - cuts[0])  # the wide middle step is learned
+    fitted = level_probabilities(head.weights, scores)
+    np.testing.assert_allclose(fitted.sum(axis=1), 1.0)
+    assert np.abs(fitted - probabilities).mean() < 0.05
+
+
+def test_ordinal_models_train_score_and_judge_on_their_scale(
+    example_data: PreferenceData, tmp_path: Path
+) -> None:
+    from storyeval.judge import load_rubric
+    from storyeval.judge.backends import Decoding
+    from storyeval.judge.prompts import absolute_request
+    from storyeval.learn.preference_judge import RewardModelJudge
+
+    config = PreferenceConfig(criterion="coherence", rating_loss="ordinal")
+    judgments = read_judgments(EXAMPLES / "judgments.jsonl")
+    data = preference_data(example_data.stories, judgments, config=config)
+    assert data.levels == (1.0, 2.0, 3.0, 4.0, 5.0)
+    assert len(data.ratings) == sum(j.criterion == "coherence" for j in judgments)
+    assert data.data_hash() != example_data.data_hash()
+    model = train_preference(data, tmp_path / "ordinal", config=config, folds=3, n_boot=50)
+    assert model.signature.fields["rating_loss"] == "ordinal"
+    assert "rating_loss" not in CONFIG.signature_fields()  # squared-error signatures unchanged
+    table = {(r["predictor"], r["statistic"]): r for r in model.summary["cross_validation"]}
+    assert table[("model", "kendall_tau_b")]["estimate"] > 0.2
+    loaded = load_preference(tmp_path / "ordinal")
+    assert loaded.levels == data.levels
+    stories = example_data.stories[:6]
+    predicted = loaded.score(stories)
+    assert np.all((predicted >= 1) & (predicted <= 5))
+    rubric = load_rubric("karpinska")
+    criterion = next(c for c in rubric.criteria if c.name == "coherence")
+    judge = RewardModelJudge(str(tmp_path / "ordinal"))
+    answers = judge.answer([absolute_request(s, rubric, criterion) for s in stories], Decoding())
+    labels = np.array([float(label) for label in criterion.labels])
+    np.testing.assert_allclose([np.dot(a.probabilities, labels) for a in answers], predicted)
+    with pytest.raises(ValueError, match="one criterion"):
+        PreferenceConfig(rating_loss="ordinal")
+    continuous = [
+        Judgment(j.item_id, j.rater_id, j.criterion, j.value + 0.01 * k)
+        for k, j in enumerate(judgments)
+    ]
+    with pytest.raises(PreferenceDataError, match="discrete scale"):
+        preference_data(example_data.stories, continuous, config=config)
+
+
+def test_the_ordinal_loss_from_the_command_line(tmp_path: Path) -> None:
+    from storyeval.cli import app
+
+    runner = CliRunner()
+    common = ["train", "preference", "--stories", str(EXAMPLES / "stories.jsonl")]
+    common += ["--judgments", str(EXAMPLES / "judgments.jsonl"), "--rating-loss", "ordinal"]
+    refused = runner.invoke(app, [*common, "-o", str(tmp_path / "a")])
+    assert refused.exit_code == 2 and "one criterion" in refused.output
+    done = runner.invoke(
+        app, [*common, "--criterion", "coherence", "--folds", "0", "-o", str(tmp_path / "b")]
+    )
+    assert done.exit_code == 0, done.output
+    assert "rating_loss:ordinal" in done.output
+    assert load_preference(tmp_path / "b").levels == (1.0, 2.0, 3.0, 4.0, 5.0)

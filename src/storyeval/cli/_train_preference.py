@@ -45,6 +45,12 @@ PREFERENCE_LENGTH = typer.Option(
     help="Learn length's effect beside the features and leave it out of the scores.",
 )
 PREFERENCE_HIDDEN = typer.Option(0, "--hidden", min=0, help="0: a linear head; N: one tanh layer.")
+PREFERENCE_RATING_LOSS = typer.Option(
+    "mse",
+    "--rating-loss",
+    help="mse (squared error on each story's mean rating) or ordinal (ordered logit on every "
+    "single rating of --criterion: a distribution over the scale).",
+)
 PREFERENCE_FOLDS = typer.Option(
     5, "--folds", min=0, help="Prompt-disjoint cross-validation folds (0: none)."
 )
@@ -64,6 +70,7 @@ def preference(
     tie_margin: float = PREFERENCE_TIE,
     length_covariate: bool = PREFERENCE_LENGTH,
     hidden: int = PREFERENCE_HIDDEN,
+    rating_loss: str = PREFERENCE_RATING_LOSS,
     folds: int = PREFERENCE_FOLDS,
     bootstrap: int = typer.Option(1000, "--bootstrap", min=0, help="Resamples of the CIs."),
     seed: int = typer.Option(0, "--seed", help="Seed of the folds, the head and the CIs."),
@@ -98,6 +105,7 @@ def preference(
             length_covariate=length_covariate,
             hidden=hidden,
             seed=seed,
+            rating_loss=rating_loss,  # type: ignore[arg-type]
         )
         data = preference_data(*_read(stories, judgments, pairs), config=config)
         trained = train_preference(

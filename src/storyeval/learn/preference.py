@@ -80,6 +80,11 @@ class PreferenceConfig:
     dev_fraction : float
         Groups held out to fit the pair temperature.
     seed : int
+    rating_loss : {"mse", "ordinal"}
+        The pointwise objective: squared error on each story's mean rating, or the
+        ordered-logit likelihood of every single rating (one criterion on a discrete scale;
+        the model then predicts a distribution over the scale, see
+        :mod:`storyeval.learn.ordinal`).
     """
 
     features: Literal["encoder", "causal-lm"] = "encoder"
@@ -97,6 +102,7 @@ class PreferenceConfig:
     learning_rate: float = 0.02
     dev_fraction: float = 0.2
     seed: int = 0
+    rating_loss: Literal["mse", "ordinal"] = "mse"
 
     def __post_init__(self) -> None:
         if self.features not in FEATURES:
@@ -111,11 +117,17 @@ class PreferenceConfig:
             raise ValueError("steps >= 1, learning_rate > 0, l2 >= 0 and hidden >= 0")
         if not 0 < self.dev_fraction < 1:
             raise ValueError(f"dev_fraction must be in (0, 1); got {self.dev_fraction}")
+        if self.rating_loss not in ("mse", "ordinal"):
+            raise ValueError(f"rating_loss must be mse or ordinal; got {self.rating_loss!r}")
+        if self.rating_loss == "ordinal" and (self.criterion is None or not self.pointwise):
+            raise ValueError("the ordinal rating loss learns one criterion's ratings: give it")
 
     def signature_fields(self) -> dict[str, Any]:
         """The settings that change the model (the signature's fields)."""
         fields = asdict(self)
         fields.pop("model")
+        if fields["rating_loss"] == "mse":  # the signatures of models trained before it
+            fields.pop("rating_loss")
         return fields
 
 
@@ -140,6 +152,9 @@ class PreferenceData:
         The rating scale's observed ends (one criterion: its ratings' min and max).
     target_mean, target_sd : float
         Of the mean ratings before they were standardised (one criterion).
+    ratings : list of (int, int)
+        The ordinal loss's single ratings: ``(story, level)``, the level an index into
+        ``levels`` (the scale's values, ascending); empty for the squared error.
     """
 
     stories: list[Story]
@@ -150,6 +165,8 @@ class PreferenceData:
     target_mean: float = 0.0
     target_sd: float = 1.0
     notes: list[str] = field(default_factory=list)
+    ratings: list[tuple[int, int]] = field(default_factory=list)
+    levels: tuple[float, ...] = ()
 
     def data_hash(self) -> str:
         """A hash of the stories, targets and pairs (in the signature)."""
@@ -157,6 +174,8 @@ class PreferenceData:
         for story, target in zip(self.stories, self.targets, strict=True):
             digest.update(f"{story.id}\x1f{story.story}\x1f{target!r}\x1e".encode())
         digest.update(json.dumps(self.pairs).encode())
+        if self.ratings:
+            digest.update(json.dumps([self.ratings, self.levels]).encode())
         return digest.hexdigest()[:12]
 
 
@@ -196,7 +215,27 @@ def preference_data(
     one_each = len(set(prompts)) == len(prompts)
     groups = [s.id for s in stories] if one_each else prompts
     notes = ["every prompt has one story: splits are by story"] if one_each else []
-    return PreferenceData(stories, targets, pairs, groups, scale, mean, sd, notes)
+    data = PreferenceData(stories, targets, pairs, groups, scale, mean, sd, notes)
+    if config.rating_loss == "ordinal":
+        data.ratings, data.levels = _single_ratings(judgments, index, str(config.criterion))
+    return data
+
+
+def _single_ratings(
+    judgments: Sequence[Judgment], index: Mapping[str, int], criterion: str
+) -> tuple[list[tuple[int, int]], tuple[float, ...]]:
+    """Every rating of ``criterion`` as ``(story, level)``, and the scale's levels."""
+    from storyeval.learn.ordinal import MAX_LEVELS
+
+    chosen = [j for j in judgments if j.criterion == criterion and math.isfinite(j.value)]
+    levels = tuple(sorted({float(j.value) for j in chosen}))
+    if not 2 <= len(levels) <= MAX_LEVELS:
+        raise PreferenceDataError(
+            f"the ordinal rating loss needs a discrete scale of 2 to {MAX_LEVELS} values; "
+            f"the ratings of {criterion!r} take {len(levels)} (use the squared error)"
+        )
+    position = {level: k for k, level in enumerate(levels)}
+    return [(index[j.item_id], position[float(j.value)]) for j in chosen], levels
 
 
 def _mean_ratings(
@@ -438,11 +477,16 @@ def fit_head(
     targets: np.ndarray,
     pairs: Sequence[tuple[int, int, float]],
     config: PreferenceConfig,
+    ratings: Sequence[tuple[int, int]] = (),
+    levels: int = 0,
 ) -> PreferenceHead:
-    """Fit the head on standardised features: mean squared error on the rated stories, the
-    Davidson-Bradley-Terry likelihood of the pairs, both when both exist (weighted so that
-    each counts as one objective), plus weight decay."""
+    """Fit the head on standardised features: mean squared error on the rated stories (or,
+    with the ordinal rating loss, the ordered-logit likelihood of ``ratings``, ``(story,
+    level)`` on a scale of ``levels``), the Davidson-Bradley-Terry likelihood of the pairs,
+    both when both exist (weighted so that each counts as one objective), plus weight decay."""
     import torch
+
+    from storyeval.learn.ordinal import initial_thresholds, ordinal_nll
 
     mean, sd = features.mean(axis=0), features.std(axis=0) + 1e-6
     length_mean, length_sd = float(lengths.mean()), float(lengths.std() + 1e-6)
@@ -450,6 +494,10 @@ def fit_head(
     x = torch.tensor((features - mean) / sd, dtype=torch.float64)
     z = torch.tensor((lengths - length_mean) / length_sd, dtype=torch.float64)
     params = _initial_weights(x.shape[1], config, generator)
+    ordinal = config.rating_loss == "ordinal" and len(ratings) > 0
+    if ordinal:
+        params.update(initial_thresholds(levels))
+        rated_story, rated_level = (torch.tensor(c) for c in zip(*ratings, strict=True))
     optimizer = torch.optim.Adam(list(params.values()), lr=config.learning_rate)
     rated = torch.tensor(np.isfinite(targets))
     y = torch.tensor(np.nan_to_num(targets), dtype=torch.float64)
@@ -460,7 +508,9 @@ def fit_head(
         optimizer.zero_grad()
         score = _forward(params, x) + (params["length"] * z if config.length_covariate else 0.0)
         loss = torch.zeros((), dtype=torch.float64)
-        if bool(rated.any()):
+        if ordinal:
+            loss = loss + ordinal_nll(params, score[rated_story], rated_level)
+        elif bool(rated.any()):
             loss = loss + ((score - y)[rated] ** 2).mean()
         if first is not None:
             loss = loss + _davidson_nll(params, score[first], score[second], outcome)
@@ -581,7 +631,7 @@ def cross_validate(
     for held in group_folds(data.groups, folds, config.seed):
         train = np.setdiff1d(np.arange(len(data.stories)), held)
         head = _fit_subset(data, features, lengths, config, train)
-        predictions[held] = head.scores(features[held])
+        predictions[held] = _held_out(head, features[held], data)
     rows = [
         _summary_rows("model", predictions, data, n_boot, config.seed),
         _summary_rows("length (log words)", lengths, data, n_boot, config.seed),
@@ -590,6 +640,19 @@ def cross_validate(
 
     table = pd.DataFrame([row for pair in rows for row in pair])
     return CrossValidation(predictions, table, folds)
+
+
+def _held_out(head: PreferenceHead, features: np.ndarray, data: PreferenceData) -> np.ndarray:
+    """Predictions comparable across folds: the standardised score, or with the ordinal loss
+    the expected rating, standardised as the mean ratings are."""
+    scores = head.scores(features)
+    if not data.ratings:
+        return scores
+    from storyeval.learn.ordinal import level_probabilities
+
+    expected = level_probabilities(head.weights, scores) @ np.asarray(data.levels)
+    standard: np.ndarray = (expected - data.target_mean) / data.target_sd
+    return standard
 
 
 def _fit_subset(
@@ -604,7 +667,16 @@ def _fit_subset(
     pairs = [
         (position[i], position[j], o) for i, j, o in data.pairs if i in position and j in position
     ]
-    return fit_head(features[members], lengths[members], data.targets[members], pairs, config)
+    ratings = [(position[i], level) for i, level in data.ratings if i in position]
+    return fit_head(
+        features[members],
+        lengths[members],
+        data.targets[members],
+        pairs,
+        config,
+        ratings,
+        len(data.levels),
+    )
 
 
 def _summary_rows(
@@ -682,6 +754,7 @@ class PreferenceModel:
     target_sd: float = 1.0
     scale: tuple[float, float] | None = None
     summary: dict[str, Any] = field(default_factory=dict)
+    levels: tuple[float, ...] = ()
 
     @property
     def identity(self) -> str:
@@ -707,7 +780,19 @@ class PreferenceModel:
         """Standardised scores on the rating scale (unchanged without one criterion)."""
         if self.scale is None:
             return standard
+        if self.levels:  # the ordinal loss: the expected rating
+            expected: np.ndarray = self.level_probabilities(standard) @ np.asarray(self.levels)
+            return expected
         return standard * self.target_sd + self.target_mean
+
+    def level_probabilities(self, standard: np.ndarray) -> np.ndarray:
+        """With the ordinal rating loss: each standardised score's probability of each of
+        the scale's ``levels``, shape ``(n, len(levels))``."""
+        from storyeval.learn.ordinal import level_probabilities
+
+        if not self.levels:
+            raise ValueError("this model learned mean ratings, not a distribution over levels")
+        return level_probabilities(self.head.weights, np.atleast_1d(standard))
 
     def pair_probability(self, first: Story, second: Story) -> float:
         """P(``first`` preferred to ``second``), calibrated."""
@@ -803,6 +888,7 @@ def train_preference(
         data.target_sd,
         data.scale,
         summary,
+        levels=data.levels,
     )
     _save(model)
     return load_preference(directory)
@@ -859,7 +945,9 @@ def _final_head(
             if i in position and j in position
         ]
         temperature = fit_temperature(head, head.scores(features[dev]), dev_pairs)
-    head = fit_head(features, lengths, data.targets, data.pairs, config)
+    head = fit_head(
+        features, lengths, data.targets, data.pairs, config, data.ratings, len(data.levels)
+    )
     head.temperature = temperature
     return head
 
@@ -896,6 +984,8 @@ def _save(model: PreferenceModel) -> None:
         "scale": list(model.scale) if model.scale else None,
         "summary": model.summary,
     }
+    if model.levels:  # the ordinal loss (files of the squared error stay as they were)
+        payload["levels"] = list(model.levels)
     write_text_atomic(
         model.directory / MODEL_FILE, json.dumps(payload, indent=1, default=_json_default) + "\n"
     )
@@ -935,4 +1025,5 @@ def load_preference(directory: str | Path) -> PreferenceModel:
         float(data["target_sd"]),
         tuple(data["scale"]) if data.get("scale") else None,
         dict(data.get("summary") or {}),
+        tuple(float(v) for v in data.get("levels") or ()),
     )

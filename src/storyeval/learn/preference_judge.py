@@ -82,6 +82,11 @@ class RewardModelJudge:
             values = [float(label) for label in labels]
         except ValueError:
             values = []
+        if values and self.model.levels and set(values) == set(self.model.levels):
+            # the ordinal loss: the model's own distribution over the scale
+            found = self.model.level_probabilities(np.array([standard]))[0]
+            by_level = dict(zip(self.model.levels, found, strict=True))
+            return [float(by_level[v]) for v in values]
         if values and self.model.scale is not None:
             predicted = float(self.model.to_scale(np.array([standard]))[0])
             return self.model.label_probabilities(predicted, values)
