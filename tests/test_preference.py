@@ -376,3 +376,30 @@ def test_the_ordinal_loss_from_the_command_line(tmp_path: Path) -> None:
     assert done.exit_code == 0, done.output
     assert "rating_loss:ordinal" in done.output
     assert load_preference(tmp_path / "b").levels == (1.0, 2.0, 3.0, 4.0, 5.0)
+
+
+def test_the_feature_store_finds_texts_by_content_and_names_a_broken_chunk(
+    tmp_path: Path,
+) -> None:
+    from storyeval.errors import StoryevalError
+    from storyeval.learn.feature_store import FeatureStore
+
+    calls: list[list[str]] = []
+
+    def encode(texts: list[str]) -> np.ndarray:
+        calls.append(texts)
+        return np.array([[float(len(t)), float(t.count("a"))] for t in texts])
+
+    store = FeatureStore.for_model(tmp_path, "encoder@1", "float32")
+    first, encoded = store.features(["a", "bb", "a", "ccc", "dddd"], encode, chunk=2)
+    assert encoded == 4 and calls == [["a", "bb"], ["ccc", "dddd"]]  # each text once, 2 a save
+    assert len(list(store.directory.glob("chunk-*.npz"))) == 2
+    again = FeatureStore.for_model(tmp_path, "encoder@1", "float32")
+    rows, encoded = again.features(["dddd", "a", "eeeee"], encode)
+    assert encoded == 1 and calls[-1] == ["eeeee"]
+    np.testing.assert_array_equal(rows[:2], first[[4, 0]])
+    other = FeatureStore.for_model(tmp_path, "encoder@1", "bfloat16")  # another precision
+    assert len(other) == 0 and other.directory != store.directory
+    (store.directory / "chunk-0-broken.npz").write_bytes(b"not a chunk")
+    with pytest.raises(StoryevalError, match=r"chunk-0-broken\.npz"):
+        FeatureStore(store.directory)
