@@ -14,6 +14,7 @@ import pytest
 
 from storyeval.corpus import Judgment, Story, read_judgments, read_stories
 from storyeval.judge.audit import audit_judge
+from test_judge import ONE_CRITERION
 
 OWN = "smollm2-p0.9"
 
@@ -159,20 +160,6 @@ def test_a_fair_judge_passes_and_what_is_missing_is_said(
     assert "not checked: position bias" in out
     assert (tmp_path / "audit" / "audit.csv").is_file()
     assert "# Judge audit" in (tmp_path / "audit" / "audit.md").read_text()
-
-
-ONE_CRITERION = """\
-name: tiny
-criteria:
-  - name: coherence
-    question: How much sense does the story make?
-    scale:
-      - {value: 1, description: none}
-      - {value: 2, description: little}
-      - {value: 3, description: some}
-      - {value: 4, description: much}
-      - {value: 5, description: complete}
-"""
 
 
 @pytest.mark.slow

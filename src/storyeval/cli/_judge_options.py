@@ -108,6 +108,7 @@ JUDGE_TRUNCATE = typer.Option(
 JUDGE_CACHE = typer.Option(
     None, "--cache", help="The answer cache (default: ~/.cache/storyeval/judge-cache.sqlite)."
 )
+JUDGE_NO_CACHE = typer.Option(False, "--no-cache", help="Neither read nor write the cache.")
 JUDGE_PREFIX_CACHE = typer.Option(
     True,
     "--prefix-cache/--no-prefix-cache",
