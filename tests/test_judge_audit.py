@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from storyeval import __version__
 from storyeval.corpus import Judgment, Story, read_judgments, read_stories
 from storyeval.judge.audit import audit_judge
 from test_judge import ONE_CRITERION
@@ -190,6 +191,8 @@ def test_judge_audit_runs_the_judge_and_its_files_reproduce_the_audit(
     for check in ("separability", "position_bias", "self_preference", "length_bias"):
         assert any(line.startswith(check + ",") for line in checks), check
     assert "perturbation:repetition (coherence)" in out and "perturbation:typos" in out
+    assert "signature: judge_audit|judge:" in out and "|perturbed:" in out
+    assert all(line.endswith("version:" + __version__) for line in checks[1:])
     # the answers written beside the audit give the same audit when read back
     again = tmp_path / "again"
     own = "smollm2-k40-t0.7,smollm2-p0.9"  # what the run found: the judge's own family

@@ -246,6 +246,8 @@ def _audit(
     for line in [*inputs.notes, *result.skipped]:
         typer.echo(f"not checked: {line}" if line in result.skipped else f"note: {line}")
     typer.echo(f"wrote {', '.join(str(f) for f in files)}")
+    if result.signature is not None:
+        typer.echo(f"signature: {result.signature.render()}")
 
 
 def _records(path: Path) -> list[dict[str, Any]]:

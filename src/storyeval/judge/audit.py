@@ -24,6 +24,7 @@ import pandas as pd
 
 from storyeval.corpus import Judgment, Story
 from storyeval.errors import StoryevalError
+from storyeval.signature import Signature
 
 #: A judge whose repeats agree at least this much (Kendall's tau) is called stable.
 STABLE_TAU = 0.7
@@ -36,10 +37,12 @@ ROBUST_SD = 0.25
 @dataclass
 class JudgeAudit:
     """One row per check and criterion (``check``, ``criterion``, ``statistic``, ``estimate``,
-    ``ci_low``, ``ci_high``, ``n``, ``verdict``), and what could not be checked and why."""
+    ``ci_low``, ``ci_high``, ``n``, ``verdict``, ``signature``), what could not be checked
+    and why, and the audit's signature (the judge, the data, every setting and threshold)."""
 
     checks: pd.DataFrame
     skipped: list[str]
+    signature: Signature | None = None
 
     def verdicts(self) -> list[str]:
         """One line per check and criterion."""
@@ -134,7 +137,43 @@ def audit_judge(
         )
         rows += _perturbations(name, group, perturbed, perturbed_judgments, skipped)
     rows += _position(comparisons, confidence, skipped)
-    return JudgeAudit(pd.DataFrame(rows), skipped)
+    signature = _signature(runs, stories, humans, perturbed, n_boot, confidence, seed)
+    checks = pd.DataFrame(rows)
+    if not checks.empty:
+        checks["signature"] = signature.render()
+    return JudgeAudit(checks, skipped, signature)
+
+
+def _signature(
+    runs: Sequence[Sequence[Judgment]],
+    stories: Sequence[Story],
+    humans: Sequence[Judgment],
+    perturbed: Sequence[Story],
+    n_boot: int,
+    confidence: float,
+    seed: int,
+) -> Signature:
+    """The audit's signature: which judge (a hash of its rater ids), how much data, the
+    bootstrap and the verdicts' thresholds."""
+    import hashlib
+
+    judges = sorted({j.rater_id for run in runs for j in run})
+    return Signature(
+        "judge_audit",
+        {
+            "judge": hashlib.sha256("\n".join(judges).encode()).hexdigest()[:12],
+            "runs": len(runs),
+            "stories": len(stories),
+            "people": "yes" if humans else "no",
+            "perturbed": len(perturbed),
+            "bootstrap": n_boot,
+            "confidence": confidence,
+            "seed": seed,
+            "stable_tau": STABLE_TAU,
+            "detects": DETECTS,
+            "robust_sd": ROBUST_SD,
+        },
+    )
 
 
 def _people(humans: Sequence[Judgment]) -> dict[str, pd.Series]:
@@ -472,10 +511,13 @@ def write_audit(audit: JudgeAudit, directory: str | Path) -> list[Path]:
     doc.heading(1, "Judge audit")
     doc.bullets(audit.verdicts())
     if not audit.checks.empty:
-        shown = audit.checks.drop(columns=["verdict"])
+        shown = audit.checks.drop(columns=["verdict", "signature"], errors="ignore")
         doc.table(list(shown.columns), shown.itertuples(index=False))
     if audit.skipped:
         doc.heading(2, "Not checked")
         doc.bullets(audit.skipped)
+    if audit.signature is not None:
+        doc.heading(2, "Signature")
+        doc.paragraph(f"`{audit.signature.render()}`")
     write_text_atomic(folder / "audit.md", doc.render())
     return [folder / "audit.csv", folder / "audit.md"]
