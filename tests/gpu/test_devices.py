@@ -533,3 +533,39 @@ def test_the_encoder_cache_keeps_what_fits_on_the_gpu_and_the_rest_on_the_host(
     mixed = Greedy(cache, 1).all_best(first + second, references)
     on_cpu = EncoderCache(encoder)
     close(mixed, Greedy(on_cpu, 1).all_best(first + second, references), gpu)
+
+
+@pytest.mark.parametrize("features", ["encoder", "causal-lm"])
+def test_preference_models_train_score_and_judge_on_the_gpu(
+    gpu: str, features: str, tiny_models: dict[str, Path], tmp_path: Path, examples_dir: Path
+) -> None:
+    """``train preference`` computes its features on the GPU (both kinds), stores them, and
+    gives the CPU's model; the metric and the reward-model judge score there too."""
+    from storyeval.corpus import read_judgments, read_stories
+    from storyeval.judge import load_rubric
+    from storyeval.judge.backends import Decoding
+    from storyeval.judge.prompts import absolute_request
+    from storyeval.learn.preference import PreferenceConfig, preference_data, train_preference
+    from storyeval.learn.preference_judge import RewardModelJudge
+
+    model = str(tiny_models["encoder" if features == "encoder" else "lm"])
+    config = PreferenceConfig(criterion="coherence", features=features, model=model)  # type: ignore[arg-type]
+    every = read_stories(examples_dir / "stories.jsonl")
+    data = preference_data(every, read_judgments(examples_dir / "judgments.jsonl"), config=config)
+    trained = {
+        device: train_preference(data, tmp_path / device, config=config, folds=0, device=device)
+        for device in ("cuda", "cpu")
+    }
+    assert any((tmp_path / "cuda" / "features").rglob("chunk-*.npz"))
+    sample = every[:8]
+    close(trained["cuda"].score(sample, device="cuda"), trained["cpu"].score(sample), gpu)
+    rubric = load_rubric("karpinska")
+    criterion = next(c for c in rubric.criteria if c.name == "coherence")
+    requests = [absolute_request(s, rubric, criterion) for s in sample]
+    answers = {
+        device: RewardModelJudge(str(tmp_path / "cpu"), device=device).answer(requests, Decoding())
+        for device in ("cuda", "cpu")
+    }
+    close(
+        [a.probabilities for a in answers["cuda"]], [a.probabilities for a in answers["cpu"]], gpu
+    )
