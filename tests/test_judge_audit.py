@@ -161,6 +161,31 @@ def test_a_fair_judge_passes_and_what_is_missing_is_said(
     assert "not checked: position bias" in out
     assert (tmp_path / "audit" / "audit.csv").is_file()
     assert "# Judge audit" in (tmp_path / "audit" / "audit.md").read_text()
+    # read back, and a section of the meta-evaluation report
+    from metahelpers import write_example_scores
+    from storyeval.judge.audit import read_audit
+
+    again = read_audit(tmp_path / "audit")
+    assert again.signature is not None and again.signature.name == "judge_audit"
+    assert any("position bias" in line for line in again.skipped)
+    assert list(again.checks["verdict"]) == [
+        line.split(": ", 1)[1] for line in out.splitlines() if line.startswith(("separab", "len"))
+    ]
+    scores = write_example_scores(tmp_path / "scores.jsonl")
+    code, _, err = run_cli(
+        "report", "-s", str(scores), "-j", str(humans_file), "--stories", str(stories_file),
+        "-o", str(tmp_path / "report"), "--n-boot", "20", "--judge-audit", str(tmp_path / "audit"),
+    )  # fmt: skip
+    assert code == 0, err
+    report = (tmp_path / "report" / "report.md").read_text()
+    assert "Audit of the judge" in report and "no length bias found" in report
+    assert "Not checked: position bias" in report and "judge_audit\\|judge:" in report
+    assert (tmp_path / "report" / "judge_audit.csv").is_file()
+    code, _, err = run_cli(
+        "report", "-s", str(scores), "-j", str(humans_file), "-o", str(tmp_path / "r2"),
+        "--n-boot", "20", "--judge-audit", str(tmp_path),
+    )  # fmt: skip
+    assert code == 2 and "no audit.csv" in err
 
 
 @pytest.mark.slow

@@ -115,8 +115,8 @@ def correlate_command(
     metric x criterion x level x method with estimate, p_value, ci_low, ci_high, n.
     """
     from storyeval.meta import LEVELS, METHODS, adjust_pvalues, correlate
+    from storyeval.meta.levels import available_levels
     from storyeval.meta.significance import CORRECTIONS
-    from storyeval.report.compute import available_levels
 
     check_table_path(output)
     levels = check_choices(level or list(LEVELS), LEVELS, "--level")

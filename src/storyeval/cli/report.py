@@ -37,6 +37,9 @@ REPORT_COMMAND_MAUVE = typer.Option(
 REPORT_COMMAND_CURVES = typer.Option(
     None, "--curves", help="A `storyeval curves` output directory to add as a section."
 )
+REPORT_COMMAND_AUDIT = typer.Option(
+    None, "--judge-audit", help="A `storyeval judge-audit` output directory to add as a section."
+)
 
 
 REPORT_COMMAND_VIEW = typer.Option(
@@ -64,6 +67,7 @@ def report_command(
     robustness: Path = REPORT_COMMAND_ROBUSTNESS,
     mauve: Path = REPORT_COMMAND_MAUVE,
     curves: Path = REPORT_COMMAND_CURVES,
+    judge_audit: Path = REPORT_COMMAND_AUDIT,
     view_export: Path = REPORT_COMMAND_VIEW,
 ) -> None:
     """Write OUT/index.html and OUT/report.md with heatmaps, scatter plots, agreement, the human
@@ -106,6 +110,7 @@ def report_command(
             robustness=robustness,
             mauve=mauve,
             curves=curves,
+            judge_audit=judge_audit,
             view_export=view_export,
             inputs={
                 "scores": scores,

@@ -498,6 +498,34 @@ def _position(
     return rows
 
 
+def read_audit(directory: str | Path) -> JudgeAudit:
+    """The audit :func:`write_audit` wrote in ``directory`` (its checks from ``audit.csv``,
+    what was not checked from ``audit.md``, the signature from the checks).
+
+    Raises
+    ------
+    StoryevalError
+        When the directory holds no audit.
+    """
+    folder = Path(directory)
+    if not (folder / "audit.csv").is_file():
+        raise StoryevalError(f"{folder}: no audit.csv (write one with storyeval judge-audit)")
+    checks = pd.read_csv(folder / "audit.csv")
+    signature = None
+    if "signature" in checks.columns and len(checks):
+        signature = Signature.parse(str(checks["signature"].iloc[0]))
+    skipped: list[str] = []
+    markdown = folder / "audit.md"
+    if markdown.is_file():
+        section = markdown.read_text(encoding="utf-8").partition("## Not checked")[2]
+        for line in section.splitlines():
+            if line.startswith("#"):
+                break
+            if line.startswith("- "):
+                skipped.append(line[2:])
+    return JudgeAudit(checks, skipped, signature)
+
+
 def write_audit(audit: JudgeAudit, directory: str | Path) -> list[Path]:
     """``audit.csv`` (the checks) and ``audit.md`` (the verdicts, the table and what was not
     checked), written atomically."""

@@ -191,7 +191,7 @@ def _correlations(
     aggregate: str = "mean",
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     from storyeval.meta import build_meta_table, correlate, human_ceiling
-    from storyeval.report.compute import available_levels
+    from storyeval.meta.levels import available_levels
 
     scores = per_item.rename(columns={"criterion": "metric"})
     scores["metric"] = "judge:" + scores["metric"]

@@ -13,7 +13,8 @@ judgments, and writes into the output directory:
   ``robustness_discrimination.csv`` and ``robustness_invariance.csv`` and their section;
 - with ``mauve=DIR`` (a ``storyeval mauve`` directory): ``figures/mauve_divergence.png``,
   ``mauve.csv`` and their section; with ``curves=DIR`` (``storyeval curves``):
-  ``figures/curves.png``, ``curves.csv`` and their section.
+  ``figures/curves.png``, ``curves.csv`` and their section; with ``judge_audit=DIR``
+  (``storyeval judge-audit``): ``judge_audit.csv`` and the section "Audit of the judge".
 
 Files are written one by one, atomically; other files in the directory are left alone.
 Sections that do not apply to the data (one rater: no agreement; no prompt ids: no story
@@ -41,6 +42,7 @@ from storyeval.report.sections import (
     correlation_section,
     curves_section,
     human_section,
+    judge_audit_section,
     matrix_section,
     mauve_section,
     overview_section,
@@ -70,6 +72,7 @@ def report_sections(
     robustness: str | Path | None = None,
     mauve: str | Path | None = None,
     curves: str | Path | None = None,
+    judge_audit: str | Path | None = None,
 ) -> list[Section]:
     """The report's sections, in order (writing the CSVs and figures they show)."""
     sections = [
@@ -86,6 +89,8 @@ def report_sections(
         sections.append(mauve_section(mauve, out))
     if curves is not None:
         sections.append(curves_section(curves, out))
+    if judge_audit is not None:
+        sections.append(judge_audit_section(judge_audit, out))
     sections.append(signature_section(data, out, inputs))
     warnings = warning_section(data)
     return sections + ([warnings] if warnings is not None else [])
@@ -109,6 +114,7 @@ def build_report(
     robustness: str | Path | None = None,
     mauve: str | Path | None = None,
     curves: str | Path | None = None,
+    judge_audit: str | Path | None = None,
     progress: Callable[[str], None] | None = None,
     view_export: str | Path | None = None,
 ) -> ReportResult:
@@ -146,6 +152,8 @@ def build_report(
         A directory written by ``storyeval mauve``: the section "Distribution of the stories".
     curves : str or Path, optional
         A directory written by ``storyeval curves``: the section "Along the stories".
+    judge_audit : str or Path, optional
+        A directory written by ``storyeval judge-audit``: the section "Audit of the judge".
     progress : callable, optional
         Told what is being done, step by step (the CLI prints it).
     view_export : str or Path, optional
@@ -191,6 +199,7 @@ def build_report(
         robustness=robustness,
         mauve=mauve,
         curves=curves,
+        judge_audit=judge_audit,
     )
     if view_export is not None:
         from storyeval.report.render import link_view_export

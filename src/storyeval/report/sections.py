@@ -377,6 +377,34 @@ def mauve_section(directory: str | Path, out: ReportFiles) -> Section:
     return section
 
 
+def judge_audit_section(directory: str | Path, out: ReportFiles) -> Section:
+    """A judge's audit (a ``storyeval judge-audit`` directory): one verdict per check and
+    criterion with its estimate and interval, what was not checked, and the signature."""
+    from storyeval.judge.audit import read_audit
+
+    audit = read_audit(directory)
+    section = Section("Audit of the judge")
+    section.paragraphs.append(
+        "From `storyeval judge-audit`: whether the judge separates the systems, repeats "
+        "itself, prefers the first story shown, rewards length beyond people's ratings, "
+        "prefers its own model family's stories, scores a story lower when an error "
+        "destroys it, and ignores edits that keep it."
+    )
+    if len(audit.checks):
+        out.csv("judge_audit.csv", audit.checks)
+        shown = audit.checks.copy()
+        shown["estimate [ci]"] = [
+            estimate_cell(r, "p_value", stars=False) for r in shown.to_dict("records")
+        ]
+        columns = ["check", "criterion", "statistic", "estimate [ci]", "n", "verdict"]
+        section.tables.append(Table(shown[columns], "Checks"))
+    section.paragraphs.extend(f"Not checked: {line}" for line in audit.skipped)
+    if audit.signature is not None:
+        rows = [{"what": "judge audit", "signature": audit.signature.render()}]
+        section.tables.append(Table(pd.DataFrame(rows), "Signature of the audit"))
+    return section
+
+
 def curves_section(directory: str | Path, out: ReportFiles) -> Section:
     """Metrics along long stories (a ``storyeval curves`` directory): the figure, the
     segmentation and the signatures."""
