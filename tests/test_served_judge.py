@@ -178,3 +178,24 @@ def test_written_answers_through_llama_server_are_parsed_or_counted(
     assert len(run.judgments) + len(run.failures) == len(stories)
     assert all(f["raw"].strip() for f in run.failures)  # the text came back, it did not parse
     assert all(j.extra["parse_status"] != "probabilities" for j in run.judgments)
+
+
+def test_judge_audit_of_a_served_judge(
+    llama_server: str, examples_dir: Path, tmp_path: Path, run_cli: Any
+) -> None:
+    """``judge-audit`` runs an endpoint judge on the stories, their pairs and perturbed
+    copies, and audits it."""
+    story_file = tmp_path / "stories.jsonl"
+    stories = _stories(examples_dir, ("s001", "s002"))
+    story_file.write_text("".join(json.dumps(s.to_dict()) + "\n" for s in stories))
+    code, out, err = run_cli(
+        "judge-audit", "--stories", str(story_file), "--base-url", llama_server,
+        "--model", "smollm2", "--rubric", "karpinska", "--perturb", "repetition",
+        "--concurrency", "4", "--no-cache", "--bootstrap", "50", "-o", str(tmp_path / "audit"),
+    )  # fmt: skip
+    assert code == 0, err
+    judged = [json.loads(line) for line in (tmp_path / "audit" / "judge.jsonl").open()]
+    assert len(judged) == len(stories) * 4
+    assert all(f"model:smollm2@{llama_server}" in j["rater_id"] for j in judged)
+    assert "position_bias (coherence):" in out and "perturbation:repetition (coherence):" in out
+    assert "signature: judge_audit|" in out
