@@ -240,3 +240,7 @@ def test_judge_audit_runs_the_judge_and_its_files_reproduce_the_audit(
         str(again),
     )
     assert code == 2 and "not both" in err
+    code, _, err = run_cli(
+        "judge-audit", *common, "--comparisons", str(ran / "pairwise.jsonl"), "-o", str(again)
+    )
+    assert code == 2 and "go with --judge" in err

@@ -146,6 +146,11 @@ def judge_audit(
         raise exit_with("error: --perturbed and --perturbed-judge go together")
     if judge and (model or base_url or backend != "llm"):
         raise exit_with("error: give the judge's answers (--judge) or a judge to run, not both")
+    if not judge and (comparisons or perturbed):
+        raise exit_with(
+            "error: --comparisons and --perturbed go with --judge; a judge that storyeval runs "
+            "makes its own (--pairwise, --perturb)"
+        )
     to_run = JudgeToRun(
         rubric, model or [], backend, base_url, api_key_env, repeats, temperature,
         max_new_tokens, score, None if no_cache else cache, prefix_cache, batch_size,
