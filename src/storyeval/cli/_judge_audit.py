@@ -248,8 +248,10 @@ def _audit(
     files = write_audit(result, output)
     for line in result.verdicts():
         typer.echo(line)
-    for line in [*inputs.notes, *result.skipped]:
-        typer.echo(f"not checked: {line}" if line in result.skipped else f"note: {line}")
+    for line in inputs.notes:
+        typer.echo(f"note: {line}")
+    for line in result.skipped:
+        typer.echo(f"not checked: {line}")
     typer.echo(f"wrote {', '.join(str(f) for f in files)}")
     if result.signature is not None:
         typer.echo(f"signature: {result.signature.render()}")

@@ -12,6 +12,7 @@ audit so that each answer can be read and the audit re-run from them.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -41,7 +42,6 @@ class AuditInputs:
     perturbed_judgments: list[Judgment] = field(default_factory=list)
     own_systems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    calls: int = 0
 
     def write(self, directory: str | Path) -> list[Path]:
         """``judge.jsonl``, ``pairwise.jsonl``, ``perturbed.jsonl``, ``perturbed-judge.jsonl``
@@ -103,7 +103,7 @@ def collect_audit_inputs(
     absolute = judge_stories(
         stories, rubric, [judge], settings=base, cache=cache, progress=progress
     )
-    inputs = AuditInputs(runs=[absolute.judgments], calls=absolute.calls)
+    inputs = AuditInputs(runs=[absolute.judgments])
     inputs.own_systems = family_systems(stories, judge.name)
     if base.repeats == 1 and (not rubric.analyse_first or base.decoding.temperature == 0):
         inputs.notes.append(
@@ -126,16 +126,14 @@ def _pairwise(
     settings: JudgeSettings,
     cache: JudgeCache | None,
 ) -> None:
-    prompts: dict[str, int] = {}
-    for story in stories:
-        key = str(story.extra.get("prompt_id") or story.prompt)
-        prompts[key] = prompts.get(key, 0) + 1
-    if max(prompts.values()) < 2:
+    from storyeval.meta.data import story_prompt_id
+
+    if max(Counter(story_prompt_id(s) for s in stories).values()) < 2:
         inputs.notes.append("position bias: every prompt has one story, so no pairs to judge")
         return
     paired = replace(settings, mode="pairwise", both_orders=True, repeats=1)
     run = judge_stories(stories, rubric, [judge], settings=paired, cache=cache)
-    inputs.comparisons, inputs.calls = run.comparisons, inputs.calls + run.calls
+    inputs.comparisons = run.comparisons
 
 
 def _perturbed(
@@ -163,4 +161,4 @@ def _perturbed(
     if inputs.perturbed:
         once = replace(settings, repeats=1)
         run = judge_stories(inputs.perturbed, rubric, [judge], settings=once, cache=cache)
-        inputs.perturbed_judgments, inputs.calls = run.judgments, inputs.calls + run.calls
+        inputs.perturbed_judgments = run.judgments

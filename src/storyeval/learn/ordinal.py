@@ -12,7 +12,7 @@ a 3) and gives that distribution when asked.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -69,3 +69,11 @@ def level_probabilities(weights: Mapping[str, np.ndarray], scores: np.ndarray) -
     lower = np.concatenate([np.zeros((len(below), 1)), below], axis=1)
     result: np.ndarray = upper - lower
     return result
+
+
+def expected_ratings(
+    weights: Mapping[str, np.ndarray], scores: np.ndarray, levels: Sequence[float]
+) -> np.ndarray:
+    """Each score's expected rating over the scale's ``levels`` (ascending values)."""
+    expected: np.ndarray = level_probabilities(weights, scores) @ np.asarray(levels, dtype=float)
+    return expected

@@ -349,23 +349,14 @@ def story_features(
     device: str = "cpu",
     precision: str = "float32",
     scoring: Any = None,
-    store: str | Path | None = None,
 ) -> tuple[np.ndarray, np.ndarray, str]:
     """Each story's features, its length covariate (log of 1 + words) and the feature
     model's identity. ``scoring`` (a ScoringContext) shares a scoring run's encoder cache,
-    so texts other metrics encoded are not encoded again; ``store`` (a directory) keeps the
-    features as they are computed (:class:`~storyeval.learn.feature_store.FeatureStore`)."""
-    texts = _feature_texts(stories, config)
-    lengths = _lengths(stories)
+    so texts other metrics encoded are not encoded again."""
     if scoring is not None:
         device, precision = scoring.device, scoring.precision
     encode, identity = feature_encoder(config, device=device, precision=precision, scoring=scoring)
-    if store is None:
-        return encode(texts), lengths, identity
-    from storyeval.learn.feature_store import FeatureStore
-
-    features, _ = FeatureStore.for_model(store, identity, precision).features(texts, encode)
-    return features, lengths, identity
+    return encode(_feature_texts(stories, config)), _lengths(stories), identity
 
 
 def _lengths(stories: Sequence[Story]) -> np.ndarray:
@@ -648,9 +639,9 @@ def _held_out(head: PreferenceHead, features: np.ndarray, data: PreferenceData) 
     scores = head.scores(features)
     if not data.ratings:
         return scores
-    from storyeval.learn.ordinal import level_probabilities
+    from storyeval.learn.ordinal import expected_ratings
 
-    expected = level_probabilities(head.weights, scores) @ np.asarray(data.levels)
+    expected = expected_ratings(head.weights, scores, data.levels)
     standard: np.ndarray = (expected - data.target_mean) / data.target_sd
     return standard
 
@@ -781,8 +772,9 @@ class PreferenceModel:
         if self.scale is None:
             return standard
         if self.levels:  # the ordinal loss: the expected rating
-            expected: np.ndarray = self.level_probabilities(standard) @ np.asarray(self.levels)
-            return expected
+            from storyeval.learn.ordinal import expected_ratings
+
+            return expected_ratings(self.head.weights, np.atleast_1d(standard), self.levels)
         return standard * self.target_sd + self.target_mean
 
     def level_probabilities(self, standard: np.ndarray) -> np.ndarray:
