@@ -51,6 +51,17 @@ PREFERENCE_RATING_LOSS = typer.Option(
     help="mse (squared error on each story's mean rating) or ordinal (ordered logit on every "
     "single rating of --criterion: a distribution over the scale).",
 )
+PREFERENCE_METRICS = typer.Option(
+    None,
+    "--metric-features",
+    help="Metrics whose values join the features, comma-separated (e.g. repeated_ngram_rate,"
+    "distinct2,perplexity): what an embedding misses; each metric's weight is printed.",
+)
+PREFERENCE_METRIC_OPTION = typer.Option(
+    None,
+    "--metric-option",
+    help="NAME.KEY=VALUE: an option of a metric feature (repeat), e.g. perplexity.model=DIR.",
+)
 PREFERENCE_FOLDS = typer.Option(
     5, "--folds", min=0, help="Prompt-disjoint cross-validation folds (0: none)."
 )
@@ -71,6 +82,8 @@ def preference(
     length_covariate: bool = PREFERENCE_LENGTH,
     hidden: int = PREFERENCE_HIDDEN,
     rating_loss: str = PREFERENCE_RATING_LOSS,
+    metric_features: str = PREFERENCE_METRICS,
+    metric_option: list[str] = PREFERENCE_METRIC_OPTION,
     folds: int = PREFERENCE_FOLDS,
     bootstrap: int = typer.Option(1000, "--bootstrap", min=0, help="Resamples of the CIs."),
     seed: int = typer.Option(0, "--seed", help="Seed of the folds, the head and the CIs."),
@@ -85,6 +98,7 @@ def preference(
     `storyeval score S --metrics preference -O preference.model=DIR`, or judge with
     `storyeval judge S --backend reward-model --model DIR`."""
     from storyeval.errors import StoryevalError
+    from storyeval.learn.metric_features import parse_metric_options
     from storyeval.learn.preference import PreferenceConfig, preference_data, train_preference
 
     if objective not in ("ratings", "pairs", "both"):
@@ -106,6 +120,8 @@ def preference(
             hidden=hidden,
             seed=seed,
             rating_loss=rating_loss,  # type: ignore[arg-type]
+            metric_features=tuple(n.strip() for n in (metric_features or "").split(",") if n),
+            metric_options=parse_metric_options(metric_option or []),
         )
         data = preference_data(*_read(stories, judgments, pairs), config=config)
         trained = train_preference(
@@ -158,5 +174,7 @@ def _report(trained: Any, data: Any, output: Path) -> None:
             f"length effect left out: {trained.summary['length_effect']:+.3f} score sd per sd of "
             "log length"
         )
+    for name, effect in trained.summary.get("metric_effects", {}).items():
+        typer.echo(f"metric feature {name}: {effect:+.3f} score sd per sd of {name}")
     typer.echo(f"wrote {output}")
     typer.echo(f"signature: {trained.signature.render()}")

@@ -546,7 +546,9 @@ def nsp_prev(
             "the mean rating of each story (a pointwise objective) and pairs of stories for "
             "one prompt (from ratings that differ by a margin, and from pairwise "
             "preferences), with a Bradley-Terry loss and Davidson's ties. Length can be a "
-            "covariate whose effect is learned and left out of the score."
+            "covariate whose effect is learned and left out of the score, and metrics of the "
+            "story alone (repeated n-grams, distinct n-grams, perplexity: what a mean-pooled "
+            "embedding hardly sees) can join the features (`--metric-features`)."
         ),
         read=(
             "With one rated criterion, the predicted mean rating on its scale; otherwise a "
@@ -564,8 +566,10 @@ def nsp_prev(
         limits=(
             "A model of the people, criterion and genre it was trained on: it transfers "
             "poorly to others. Frozen features limit what it can learn (no fine-tuning of the "
-            "encoder); with few judgments the held-out intervals are wide: read them before "
-            "trusting the scores."
+            "encoder), and a mean-pooled embedding barely changes when a sentence is repeated "
+            "or the sentences are shuffled: without metric features the model misses those "
+            "errors (audit it with `storyeval judge-audit --backend reward-model`). With few "
+            "judgments the held-out intervals are wide: read them before trusting the scores."
         ),
         refs="Fein et al. (2025), LitBench; Bradley and Terry (1952); Davidson (1970).",
     ),

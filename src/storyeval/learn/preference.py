@@ -85,6 +85,11 @@ class PreferenceConfig:
         ordered-logit likelihood of every single rating (one criterion on a discrete scale;
         the model then predicts a distribution over the scale, see
         :mod:`storyeval.learn.ordinal`).
+    metric_features : tuple of str
+        Metrics whose values join the features (repeated n-grams, perplexity, ...: what an
+        embedding does not see; :mod:`storyeval.learn.metric_features`).
+    metric_options : tuple of (str, str)
+        Their options, ``("NAME.KEY", "VALUE")``.
     """
 
     features: Literal["encoder", "causal-lm"] = "encoder"
@@ -103,8 +108,17 @@ class PreferenceConfig:
     dev_fraction: float = 0.2
     seed: int = 0
     rating_loss: Literal["mse", "ordinal"] = "mse"
+    metric_features: tuple[str, ...] = ()
+    metric_options: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
+        # a model file's JSON gives lists: keep the config hashable and comparable
+        object.__setattr__(self, "metric_features", tuple(self.metric_features))
+        object.__setattr__(self, "metric_options", tuple(map(tuple, self.metric_options)))
+        if self.metric_features or self.metric_options:
+            from storyeval.learn.metric_features import check_metric_features
+
+            check_metric_features(self.metric_features, self.metric_options)
         if self.features not in FEATURES:
             raise ValueError(
                 f"features must be one of {', '.join(FEATURES)}; got {self.features!r}"
@@ -128,6 +142,14 @@ class PreferenceConfig:
         fields.pop("model")
         if fields["rating_loss"] == "mse":  # the signatures of models trained before it
             fields.pop("rating_loss")
+        fields.pop("metric_options")
+        if self.metric_features:
+            from storyeval.learn.metric_features import describe_metric_features
+
+            options = dict(self.metric_options)
+            fields["metric_features"] = describe_metric_features(self.metric_features, options)
+        else:
+            fields.pop("metric_features")
         return fields
 
 
@@ -356,7 +378,36 @@ def story_features(
     if scoring is not None:
         device, precision = scoring.device, scoring.precision
     encode, identity = feature_encoder(config, device=device, precision=precision, scoring=scoring)
-    return encode(_feature_texts(stories, config)), _lengths(stories), identity
+    features = encode(_feature_texts(stories, config))
+    features = with_metric_features(
+        features, stories, config, scoring=scoring, device=device, precision=precision
+    )
+    return features, _lengths(stories), identity
+
+
+def with_metric_features(
+    features: np.ndarray,
+    stories: Sequence[Story],
+    config: PreferenceConfig,
+    *,
+    scoring: Any = None,
+    device: str = "cpu",
+    precision: str = "float32",
+) -> np.ndarray:
+    """``features`` with a column per metric of ``config.metric_features`` appended."""
+    if not config.metric_features:
+        return features
+    from storyeval.learn.metric_features import metric_feature_columns
+
+    columns, _ = metric_feature_columns(
+        stories,
+        config.metric_features,
+        config.metric_options,
+        scoring=scoring,
+        device=device,
+        precision=precision,
+    )
+    return np.hstack([features, columns])
 
 
 def _lengths(stories: Sequence[Story]) -> np.ndarray:
@@ -415,8 +466,9 @@ class PreferenceHead:
     temperature: float = 1.0
 
     def scores(self, features: np.ndarray) -> np.ndarray:
-        """The standardised score of each story (the length effect left out)."""
-        x = (features - self.mean) / self.sd
+        """The standardised score of each story (the length effect left out); a metric
+        feature undefined for a story counts as the training stories' mean."""
+        x = (np.where(np.isnan(features), self.mean, features) - self.mean) / self.sd
         w = self.weights
         if "w1" in w:
             x = np.tanh(x @ w["w1"] + w["b1"])
@@ -479,10 +531,11 @@ def fit_head(
 
     from storyeval.learn.ordinal import initial_thresholds, ordinal_nll
 
-    mean, sd = features.mean(axis=0), features.std(axis=0) + 1e-6
+    mean, sd = _column_moments(features)
     length_mean, length_sd = float(lengths.mean()), float(lengths.std() + 1e-6)
     generator = torch.Generator().manual_seed(config.seed)
-    x = torch.tensor((features - mean) / sd, dtype=torch.float64)
+    filled = np.where(np.isnan(features), mean, features)  # undefined: the mean (standard 0)
+    x = torch.tensor((filled - mean) / sd, dtype=torch.float64)
     z = torch.tensor((lengths - length_mean) / length_sd, dtype=torch.float64)
     params = _initial_weights(x.shape[1], config, generator)
     ordinal = config.rating_loss == "ordinal" and len(ratings) > 0
@@ -505,11 +558,33 @@ def fit_head(
             loss = loss + ((score - y)[rated] ** 2).mean()
         if first is not None:
             loss = loss + _davidson_nll(params, score[first], score[second], outcome)
-        penalty = sum((p**2).sum() for k, p in params.items() if k in ("w", "w1"))
+        penalty = _penalty(params, len(config.metric_features))
         (loss + config.l2 * penalty).backward()
         optimizer.step()
     weights = {k: v.detach().numpy().copy() for k, v in params.items()}
     return PreferenceHead(mean, sd, weights, length_mean, length_sd)
+
+
+def _penalty(params: Mapping[str, Any], metric_columns: int) -> Any:
+    """The weight decay: every weight of the embedding; a linear head's metric features
+    (the last columns) are left free, as the length covariate is: a few named features,
+    each worth what the data say, should not be shrunk towards the embedding's hundreds."""
+    if "w1" in params:
+        return (params["w1"] ** 2).sum() + (params["w"] ** 2).sum()
+    weights = params["w"][: params["w"].shape[0] - metric_columns]
+    return (weights**2).sum()
+
+
+def _column_moments(features: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each column's mean and sd over its defined values (NaN: a metric feature undefined for
+    a story); a column with none gets mean 0, and a constant column sd 1e-6 as before."""
+    if not np.isnan(features).any():
+        return features.mean(axis=0), features.std(axis=0) + 1e-6
+    defined = ~np.isnan(features)
+    counts = np.maximum(defined.sum(axis=0), 1)
+    mean = np.where(defined, features, 0.0).sum(axis=0) / counts
+    spread = np.where(defined, (features - mean) ** 2, 0.0).sum(axis=0) / counts
+    return mean, np.sqrt(spread) + 1e-6
 
 
 def _initial_weights(width: int, config: PreferenceConfig, generator: Any) -> dict[str, Any]:
@@ -863,6 +938,9 @@ def train_preference(
         data, config, encode, identity, precision, directory, progress
     )
     summary: dict[str, Any] = {"notes": list(data.notes)}
+    if config.metric_features:
+        columns, summary["metric_signatures"] = _metric_columns(data, config, device, precision)
+        features = np.hstack([features, columns])
     if folds > 1:
         result = cross_validate(data, features, lengths, config, folds=folds, n_boot=n_boot)
         summary["cross_validation"] = result.table.to_dict("records")
@@ -870,6 +948,8 @@ def train_preference(
         summary["residual_sd"] = _residual_sd(result.predictions, data)
     head = _final_head(data, features, lengths, config)
     summary["length_effect"] = head.length_effect
+    if config.metric_features:
+        summary["metric_effects"] = metric_feature_effects(head, config.metric_features)
     model = PreferenceModel(
         directory,
         config,
@@ -907,6 +987,31 @@ def _stored_features(
             f"an earlier run ({store.directory}), {encoded} encoded now"
         )
     return features, _lengths(data.stories)
+
+
+def _metric_columns(
+    data: PreferenceData, config: PreferenceConfig, device: str, precision: str
+) -> tuple[np.ndarray, dict[str, str]]:
+    """The metric features of the training stories, and each metric's signature."""
+    from storyeval.learn.metric_features import metric_feature_columns
+
+    columns, signatures = metric_feature_columns(
+        data.stories,
+        config.metric_features,
+        config.metric_options,
+        device=device,
+        precision=precision,
+    )
+    return columns, dict(zip(config.metric_features, signatures, strict=True))
+
+
+def metric_feature_effects(head: PreferenceHead, names: Sequence[str]) -> dict[str, float]:
+    """A linear head's weight of each metric feature: the score sd one sd of the metric adds
+    (the last columns of the features); empty for a head with a hidden layer."""
+    if not names or "w1" in head.weights:
+        return {}
+    tail = head.weights["w"][-len(names) :]
+    return {name: float(weight) for name, weight in zip(names, tail, strict=True)}
 
 
 def _residual_sd(predictions: np.ndarray, data: PreferenceData) -> float | None:

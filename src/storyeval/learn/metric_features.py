@@ -1,0 +1,135 @@
+"""Metric scores as features of a story reward model (``train preference --metric-features``).
+
+A mean-pooled encoder embedding hardly moves when a sentence is repeated or the sentences are
+shuffled (the judge audit of a reward model shows it), yet repetition is the commonest error of
+generated stories. Metrics that measure such things directly (repeated n-grams, distinct
+n-grams, perplexity, sentence-to-sentence similarity) can sit beside the embedding as extra
+features, as NUBIA (Kane et al. 2020) combines metrics: the head learns how much each is
+worth from people's judgments. Only metrics that
+read the story alone (and, optionally, its prompt) qualify, so a model scores a story the same
+way wherever it is used.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from storyeval.corpus import Story
+
+#: Metrics that cannot be features: the model itself, and metrics that give corpus features
+#: rather than one number per story.
+NOT_FEATURES = frozenset({"preference", "mauve", "mauve_star", "text_precision", "text_recall"})
+
+
+def check_metric_features(names: Sequence[str], options: Sequence[tuple[str, str]]) -> None:
+    """Refuse unknown metrics, metrics that need more than a story and its prompt, repeated
+    names, and options of metrics that are not features.
+
+    Raises
+    ------
+    ValueError
+        With the reason, naming the metric.
+    """
+    from storyeval.metrics.function import metric_function
+
+    if len(set(names)) != len(names):
+        raise ValueError(f"metric features named twice: {', '.join(names)}")
+    for name in names:
+        if name in NOT_FEATURES:
+            raise ValueError(f"{name} cannot be a feature of a preference model")
+        try:
+            described = metric_function(name).__metric__  # type: ignore[attr-defined]
+        except KeyError as exc:  # a metric registered without a typed function
+            raise ValueError(str(exc.args[0])) from None
+        needs = [key for key in described.inputs[1:] if key not in ("prompts",)]
+        if needs:
+            raise ValueError(
+                f"{name} needs {', '.join(needs)} beside the story: a preference model's "
+                "features must come from the story (and its prompt) alone"
+            )
+    for key, _ in options:
+        if key.split(".", 1)[0] not in names:
+            raise ValueError(f"option {key}: {key.split('.', 1)[0]} is not a metric feature")
+
+
+def parse_metric_options(assignments: Sequence[str]) -> tuple[tuple[str, str], ...]:
+    """``["perplexity.model=DIR"]`` as ``(("perplexity.model", "DIR"),)``.
+
+    >>> parse_metric_options(["repeated_ngram_rate.n=3"])
+    (('repeated_ngram_rate.n', '3'),)
+    """
+    parsed = []
+    for text in assignments:
+        key, sep, value = text.partition("=")
+        if not sep or "." not in key or not key.split(".", 1)[1]:
+            raise ValueError(f"metric option {text!r}: write NAME.KEY=VALUE")
+        parsed.append((key.strip(), value.strip()))
+    return tuple(parsed)
+
+
+def metric_feature_columns(
+    stories: Sequence[Story],
+    names: Sequence[str],
+    options: Sequence[tuple[str, str]] = (),
+    *,
+    scoring: Any = None,
+    device: str = "cpu",
+    precision: str = "float32",
+) -> tuple[np.ndarray, list[str]]:
+    """Each story's value of each metric, shape ``(len(stories), len(names))`` (NaN where a
+    metric is undefined for a story), and each metric's signature. ``scoring`` shares loaded
+    models with a scoring run."""
+    from storyeval.metrics.function import call_metric
+
+    texts = [s.story for s in stories]
+    prompts = [s.prompt for s in stories]
+    columns = np.full((len(stories), len(names)), np.nan)
+    signatures = []
+    for k, name in enumerate(names):
+        settings = _settings(name, options, scoring, device, precision)
+        result = call_metric(name, texts, prompts=prompts, **settings)
+        values = np.asarray(result.values, dtype=float)
+        if values.shape != (len(stories),):
+            raise ValueError(f"{name} gave {values.shape} values for {len(stories)} stories")
+        columns[:, k] = values
+        signatures.append(result.signature.render())
+    return columns, signatures
+
+
+def _settings(
+    name: str,
+    options: Sequence[tuple[str, str]],
+    scoring: Any,
+    device: str,
+    precision: str,
+) -> dict[str, Any]:
+    """The metric's options, and where its model runs when it has one."""
+    from storyeval.metrics.function import metric_function
+
+    settings: dict[str, Any] = {
+        key.split(".", 1)[1]: value for key, value in options if key.split(".", 1)[0] == name
+    }
+    parameters = inspect.signature(metric_function(name)).parameters
+    if "scoring" in parameters and scoring is not None:
+        settings["scoring"] = scoring
+    elif "device" in parameters:
+        settings.setdefault("device", device)
+        settings.setdefault("precision", precision)
+    return settings
+
+
+def describe_metric_features(names: Sequence[str], options: Mapping[str, str]) -> str:
+    """The features as the signature writes them: ``name`` or ``name(key=value,...)``.
+
+    >>> describe_metric_features(["distinct2", "perplexity"], {"perplexity.model": "lm"})
+    'distinct2,perplexity(model=lm)'
+    """
+    shown = []
+    for name in names:
+        mine = [f"{k.split('.', 1)[1]}={v}" for k, v in options.items() if k.startswith(name + ".")]
+        shown.append(f"{name}({','.join(mine)})" if mine else name)
+    return ",".join(shown)
