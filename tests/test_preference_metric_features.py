@@ -117,6 +117,9 @@ def test_metric_features_that_cannot_be_are_refused() -> None:
         PreferenceConfig(metric_features=("bleu",))
     with pytest.raises(ValueError, match="preference cannot be a feature"):
         PreferenceConfig(metric_features=("preference",))
+    for corpus_wide in ("self_bleu", "vendi_score", "mauve"):
+        with pytest.raises(ValueError, match="against the others scored with it"):
+            PreferenceConfig(metric_features=(corpus_wide,))
     with pytest.raises(ValueError, match="named twice"):
         check_metric_features(("distinct2", "distinct2"), ())
     with pytest.raises(ValueError, match="perplexity is not a metric feature"):

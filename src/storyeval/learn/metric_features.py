@@ -20,14 +20,12 @@ import numpy as np
 
 from storyeval.corpus import Story
 
-#: Metrics that cannot be features: the model itself, and metrics that give corpus features
-#: rather than one number per story.
-NOT_FEATURES = frozenset({"preference", "mauve", "mauve_star", "text_precision", "text_recall"})
-
 
 def check_metric_features(names: Sequence[str], options: Sequence[tuple[str, str]]) -> None:
-    """Refuse unknown metrics, metrics that need more than a story and its prompt, repeated
-    names, and options of metrics that are not features.
+    """Refuse unknown metrics, metrics that need more than a story and its prompt or whose
+    value of a story depends on the other stories scored with it (self-BLEU, Vendi, MAUVE's
+    features), the preference metric itself, repeated names, and options of metrics that are
+    not features.
 
     Raises
     ------
@@ -38,22 +36,44 @@ def check_metric_features(names: Sequence[str], options: Sequence[tuple[str, str
 
     if len(set(names)) != len(names):
         raise ValueError(f"metric features named twice: {', '.join(names)}")
+    for key, _ in options:
+        if key.split(".", 1)[0] not in names:
+            raise ValueError(f"option {key}: {key.split('.', 1)[0]} is not a metric feature")
     for name in names:
-        if name in NOT_FEATURES:
-            raise ValueError(f"{name} cannot be a feature of a preference model")
+        if name == "preference":
+            raise ValueError("preference cannot be a feature of a preference model")
         try:
             described = metric_function(name).__metric__  # type: ignore[attr-defined]
         except KeyError as exc:  # a metric registered without a typed function
             raise ValueError(str(exc.args[0])) from None
-        needs = [key for key in described.inputs[1:] if key not in ("prompts",)]
+        if _depends_on_others(name, options):
+            raise ValueError(
+                f"{name} scores a story against the others scored with it: a preference "
+                "model must score each story alone"
+            )
+        needs = [
+            k for k in described.inputs[1:] if k not in described.optional_inputs | {"prompts"}
+        ]
         if needs:
             raise ValueError(
                 f"{name} needs {', '.join(needs)} beside the story: a preference model's "
                 "features must come from the story (and its prompt) alone"
             )
-    for key, _ in options:
-        if key.split(".", 1)[0] not in names:
-            raise ValueError(f"option {key}: {key.split('.', 1)[0]} is not a metric feature")
+
+
+def _depends_on_others(name: str, options: Sequence[tuple[str, str]]) -> bool:
+    """Whether the metric's value of a story depends on the other stories of the run."""
+    from storyeval.metrics import get_metric
+    from storyeval.metrics.pipeline import corpus_wide
+
+    spec = get_metric(name)
+    settings = spec.defaults()
+    known = spec.option_map
+    for key, value in options:
+        field = key.split(".", 1)[1]
+        if key.split(".", 1)[0] == name and field in known:
+            settings[field] = known[field].parse(value, where=key)
+    return spec.level != "item" or corpus_wide(spec, settings)
 
 
 def parse_metric_options(assignments: Sequence[str]) -> tuple[tuple[str, str], ...]:
