@@ -569,3 +569,28 @@ def test_preference_models_train_score_and_judge_on_the_gpu(
     close(
         [a.probabilities for a in answers["cuda"]], [a.probabilities for a in answers["cpu"]], gpu
     )
+
+
+def test_a_reward_model_fine_tuned_on_the_gpu_scores_the_same_on_the_cpu(
+    gpu: str, tiny_models: dict[str, Path], tmp_path: Path, examples_dir: Path
+) -> None:
+    """``train preference --fine-tune-epochs`` trains the encoder on the GPU; the encoder it
+    saves scores the same on the GPU and the CPU."""
+    from storyeval.corpus import read_judgments, read_stories
+    from storyeval.learn.preference import PreferenceConfig, preference_data, train_preference
+    from storyeval.models import load_encoder
+
+    model = str(tiny_models["encoder"])
+    config = PreferenceConfig(
+        criterion="coherence", model=model, fine_tune_epochs=1, fine_tune_max_length=32
+    )
+    every = read_stories(examples_dir / "stories.jsonl")[:30]
+    ids = {s.id for s in every}
+    ratings = [j for j in read_judgments(examples_dir / "judgments.jsonl") if j.item_id in ids]
+    data = preference_data(every, ratings, config=config)
+    trained = train_preference(data, tmp_path / "tuned", config=config, folds=0, device="cuda")
+    base = load_encoder(model).model.state_dict()
+    tuned = load_encoder(str(tmp_path / "tuned" / "encoder")).model.state_dict()
+    assert any(not np.allclose(base[name], tuned[name]) for name in base)
+    sample = every[:8]
+    close(trained.score(sample, device="cuda"), trained.score(sample), gpu)

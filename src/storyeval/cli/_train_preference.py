@@ -62,6 +62,20 @@ PREFERENCE_METRIC_OPTION = typer.Option(
     "--metric-option",
     help="NAME.KEY=VALUE: an option of a metric feature (repeat), e.g. perplexity.model=DIR.",
 )
+PREFERENCE_TUNE_EPOCHS = typer.Option(
+    0,
+    "--fine-tune-epochs",
+    min=0,
+    help="0: a head over the frozen encoder; N: fine-tune the encoder N epochs first (each "
+    "cross-validation fold tunes its own on its training stories; saved in OUTPUT/encoder).",
+)
+PREFERENCE_TUNE_LR = typer.Option(3e-5, "--fine-tune-lr", help="The encoder's learning rate.")
+PREFERENCE_TUNE_BATCH = typer.Option(
+    8, "--fine-tune-batch-size", min=2, help="Stories per fine-tuning step (a prompt's together)."
+)
+PREFERENCE_TUNE_LENGTH = typer.Option(
+    256, "--fine-tune-max-length", min=8, help="Tokens of each story read while fine-tuning."
+)
 PREFERENCE_FOLDS = typer.Option(
     5, "--folds", min=0, help="Prompt-disjoint cross-validation folds (0: none)."
 )
@@ -84,6 +98,10 @@ def preference(
     rating_loss: str = PREFERENCE_RATING_LOSS,
     metric_features: str = PREFERENCE_METRICS,
     metric_option: list[str] = PREFERENCE_METRIC_OPTION,
+    fine_tune_epochs: int = PREFERENCE_TUNE_EPOCHS,
+    fine_tune_lr: float = PREFERENCE_TUNE_LR,
+    fine_tune_batch_size: int = PREFERENCE_TUNE_BATCH,
+    fine_tune_max_length: int = PREFERENCE_TUNE_LENGTH,
     folds: int = PREFERENCE_FOLDS,
     bootstrap: int = typer.Option(1000, "--bootstrap", min=0, help="Resamples of the CIs."),
     seed: int = typer.Option(0, "--seed", help="Seed of the folds, the head and the CIs."),
@@ -122,6 +140,10 @@ def preference(
             rating_loss=rating_loss,  # type: ignore[arg-type]
             metric_features=tuple(n.strip() for n in (metric_features or "").split(",") if n),
             metric_options=parse_metric_options(metric_option or []),
+            fine_tune_epochs=fine_tune_epochs,
+            fine_tune_lr=fine_tune_lr,
+            fine_tune_batch_size=fine_tune_batch_size,
+            fine_tune_max_length=fine_tune_max_length,
         )
         data = preference_data(*_read(stories, judgments, pairs), config=config)
         trained = train_preference(

@@ -90,6 +90,11 @@ class PreferenceConfig:
         embedding does not see; :mod:`storyeval.learn.metric_features`).
     metric_options : tuple of (str, str)
         Their options, ``("NAME.KEY", "VALUE")``.
+    fine_tune_epochs : int
+        0: frozen encoder features; N: the encoder is first fine-tuned for N epochs on the
+        training stories (:mod:`storyeval.learn.preference_tune`).
+    fine_tune_lr, fine_tune_batch_size, fine_tune_max_length : float, int, int
+        The fine-tuning's encoder learning rate, stories per batch, tokens read per story.
     """
 
     features: Literal["encoder", "causal-lm"] = "encoder"
@@ -110,6 +115,10 @@ class PreferenceConfig:
     rating_loss: Literal["mse", "ordinal"] = "mse"
     metric_features: tuple[str, ...] = ()
     metric_options: tuple[tuple[str, str], ...] = ()
+    fine_tune_epochs: int = 0
+    fine_tune_lr: float = 3e-5
+    fine_tune_batch_size: int = 8
+    fine_tune_max_length: int = 256
 
     def __post_init__(self) -> None:
         # a model file's JSON gives lists: keep the config hashable and comparable
@@ -135,6 +144,12 @@ class PreferenceConfig:
             raise ValueError(f"rating_loss must be mse or ordinal; got {self.rating_loss!r}")
         if self.rating_loss == "ordinal" and (self.criterion is None or not self.pointwise):
             raise ValueError("the ordinal rating loss learns one criterion's ratings: give it")
+        if self.fine_tune_epochs < 0 or self.fine_tune_lr <= 0:
+            raise ValueError("fine_tune_epochs >= 0 and fine_tune_lr > 0")
+        if self.fine_tune_batch_size < 2 or self.fine_tune_max_length < 8:
+            raise ValueError("fine_tune_batch_size >= 2 and fine_tune_max_length >= 8")
+        if self.fine_tune_epochs and self.features != "encoder":
+            raise ValueError("fine-tuning is for encoder features (--features encoder)")
 
     def signature_fields(self) -> dict[str, Any]:
         """The settings that change the model (the signature's fields)."""
@@ -143,6 +158,10 @@ class PreferenceConfig:
         if fields["rating_loss"] == "mse":  # the signatures of models trained before it
             fields.pop("rating_loss")
         fields.pop("metric_options")
+        if not self.fine_tune_epochs:  # the signatures of frozen-feature models stay as they were
+            for name in ("fine_tune_epochs", "fine_tune_lr", "fine_tune_batch_size"):
+                fields.pop(name)
+            fields.pop("fine_tune_max_length")
         if self.metric_features:
             from storyeval.learn.metric_features import describe_metric_features
 
@@ -682,22 +701,28 @@ class CrossValidation:
 
 def cross_validate(
     data: PreferenceData,
-    features: np.ndarray,
+    features: np.ndarray | None,
     lengths: np.ndarray,
     config: PreferenceConfig,
     *,
     folds: int = 5,
     n_boot: int = 1000,
+    tuned: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> CrossValidation:
     """Train on all folds but one and predict the held-out one, for every fold: the held-out
     pairwise accuracy (decided pairs with both stories held out) and the story-level Kendall
     tau between predictions and mean ratings, pooled over folds, with percentile bootstrap
-    intervals; a length-only baseline beside them."""
+    intervals; a length-only baseline beside them. ``tuned(train)`` (instead of
+    ``features``, which may then be None) gives every story's features from a model trained
+    on the fold's training stories only (a fine-tuned encoder)."""
     predictions = np.full(len(data.stories), np.nan)
     for held in group_folds(data.groups, folds, config.seed):
         train = np.setdiff1d(np.arange(len(data.stories)), held)
-        head = _fit_subset(data, features, lengths, config, train)
-        predictions[held] = _held_out(head, features[held], data)
+        fold_features = tuned(train) if tuned is not None else features
+        if fold_features is None:
+            raise ValueError("give features or tuned")
+        head = _fit_subset(data, fold_features, lengths, config, train)
+        predictions[held] = _held_out(head, fold_features[held], data)
     rows = [
         _summary_rows("model", predictions, data, n_boot, config.seed),
         _summary_rows("length (log words)", lengths, data, n_boot, config.seed),
@@ -823,6 +848,16 @@ class PreferenceModel:
     levels: tuple[float, ...] = ()
 
     @property
+    def feature_config(self) -> PreferenceConfig:
+        """The settings its features are computed with: a fine-tuned model reads its own
+        encoder, saved beside it."""
+        if not self.config.fine_tune_epochs:
+            return self.config
+        from storyeval.learn.preference_tune import ENCODER_DIR
+
+        return replace(self.config, model=str(self.directory / ENCODER_DIR))
+
+    @property
     def identity(self) -> str:
         """The model's name and the hash of its file (for signatures)."""
         digest = hashlib.sha256((self.directory / MODEL_FILE).read_bytes()).hexdigest()[:12]
@@ -838,7 +873,7 @@ class PreferenceModel:
     ) -> np.ndarray:
         """Each story's score (see the class docstring; ``scoring``: see story_features)."""
         features, _, _ = story_features(
-            stories, self.config, device=device, precision=precision, scoring=scoring
+            stories, self.feature_config, device=device, precision=precision, scoring=scoring
         )
         return self.to_scale(self.head.scores(features))
 
@@ -863,7 +898,7 @@ class PreferenceModel:
 
     def pair_probability(self, first: Story, second: Story) -> float:
         """P(``first`` preferred to ``second``), calibrated."""
-        features, _, _ = story_features([first, second], self.config)
+        features, _, _ = story_features([first, second], self.feature_config)
         a, b = self.head.scores(features)
         return self.head.pair_probability(float(a), float(b))
 
@@ -934,19 +969,35 @@ def train_preference(
     reused = _existing(directory, signature, overwrite)
     if reused is not None:
         return reused
-    features, lengths = _stored_features(
-        data, config, encode, identity, precision, directory, progress
-    )
     summary: dict[str, Any] = {"notes": list(data.notes)}
+    columns = np.zeros((len(data.stories), 0))
     if config.metric_features:
         columns, summary["metric_signatures"] = _metric_columns(data, config, device, precision)
-        features = np.hstack([features, columns])
+    lengths = _lengths(data.stories)
+    tuning = (
+        _FoldTuning(data, config, columns, device, precision) if config.fine_tune_epochs else None
+    )
+    if tuning is None:
+        stored, _ = _stored_features(data, config, encode, identity, precision, directory, progress)
+        features = np.hstack([stored, columns])
     if folds > 1:
-        result = cross_validate(data, features, lengths, config, folds=folds, n_boot=n_boot)
+        result = cross_validate(
+            data,
+            None if tuning else features,
+            lengths,
+            config,
+            folds=folds,
+            n_boot=n_boot,
+            tuned=tuning,
+        )
         summary["cross_validation"] = result.table.to_dict("records")
         summary["folds"] = folds
         summary["residual_sd"] = _residual_sd(result.predictions, data)
+    if tuning is not None:
+        features, identity = tuning.final(directory, progress)
     head = _final_head(data, features, lengths, config)
+    if tuning is not None and folds > 1:  # the final encoder saw every story: use held-out
+        head.temperature = fit_temperature(head, result.predictions, data.pairs)
     summary["length_effect"] = head.length_effect
     if config.metric_features:
         summary["metric_effects"] = metric_feature_effects(head, config.metric_features)
@@ -964,6 +1015,62 @@ def train_preference(
     )
     _save(model)
     return load_preference(directory)
+
+
+@dataclass
+class _FoldTuning:
+    """Fine-tuned features: for a fold, an encoder tuned on its training stories only; at the
+    end, one tuned on every story and saved in the model directory."""
+
+    data: PreferenceData
+    config: PreferenceConfig
+    columns: np.ndarray
+    device: str
+    precision: str
+
+    def __call__(self, members: np.ndarray) -> np.ndarray:
+        """Every story's features under an encoder tuned on the stories ``members``."""
+        return self._features(self._tune(members))
+
+    def final(
+        self, directory: Path, progress: Callable[[str], None] | None
+    ) -> tuple[np.ndarray, str]:
+        """The features of an encoder tuned on every story, saved, and its identity."""
+        from storyeval.learn.preference_tune import ENCODER_DIR, save_encoder
+        from storyeval.models import load_encoder
+
+        encoder = self._tune(np.arange(len(self.data.stories)))
+        directory.mkdir(parents=True, exist_ok=True)
+        save_encoder(encoder, directory)
+        if progress is not None:
+            progress(f"fine-tuned encoder saved in {directory / ENCODER_DIR}")
+        return self._features(encoder), load_encoder(str(directory / ENCODER_DIR)).identity
+
+    def _tune(self, members: np.ndarray) -> Any:
+        from storyeval.learn.preference_tune import fine_tune_encoder
+
+        position = {int(i): k for k, i in enumerate(members)}
+        pairs = [
+            (position[i], position[j], o)
+            for i, j, o in self.data.pairs
+            if i in position and j in position
+        ]
+        return fine_tune_encoder(
+            [self.data.stories[i] for i in members],
+            self.data.targets[members],
+            pairs,
+            [self.data.groups[i] for i in members],
+            self.config,
+            device=self.device,
+            precision=self.precision,
+        )
+
+    def _features(self, encoder: Any) -> np.ndarray:
+        from storyeval.learn.preference_tune import tuned_features
+
+        texts = _feature_texts(self.data.stories, self.config)
+        tuned = tuned_features(encoder, texts, device=self.device, precision=self.precision)
+        return np.hstack([tuned, self.columns])
 
 
 def _stored_features(
@@ -1112,6 +1219,8 @@ def load_preference(directory: str | Path) -> PreferenceModel:
         )
     data = json.loads(file.read_text(encoding="utf-8"))
     config = replace(PreferenceConfig(), **data["config"])
+    if config.fine_tune_epochs:
+        _check_tuned_encoder(path, str(data["feature_identity"]))
     return PreferenceModel(
         path,
         config,
@@ -1124,3 +1233,22 @@ def load_preference(directory: str | Path) -> PreferenceModel:
         dict(data.get("summary") or {}),
         tuple(float(v) for v in data.get("levels") or ()),
     )
+
+
+def _check_tuned_encoder(directory: Path, expected: str) -> None:
+    """Refuse a fine-tuned model whose saved encoder is missing or is not the one it was
+    trained with (its files' hash is in the model file)."""
+    from storyeval.errors import ModelLoadError
+    from storyeval.learn.preference_tune import ENCODER_DIR
+    from storyeval.models.loading import file_identity
+
+    encoder = directory / ENCODER_DIR
+    if not (encoder / "config.json").is_file():
+        raise ModelLoadError(f"{directory}: the fine-tuned encoder ({ENCODER_DIR}/) is missing")
+    # past the per-process memo of hashes by path: the files may have changed since
+    found = f"{ENCODER_DIR}@{file_identity.__wrapped__(str(encoder))}"
+    if found != expected:
+        raise ModelLoadError(
+            f"{encoder} is not the encoder this model was trained with ({found}, trained "
+            f"with {expected}): train again"
+        )

@@ -62,7 +62,7 @@ class RewardModelJudge:
     def _features(self, stories: Sequence[Any]) -> Any:
         from storyeval.learn.preference import story_features
 
-        features, _, _ = story_features(stories, self.model.config, scoring=self.context)
+        features, _, _ = story_features(stories, self.model.feature_config, scoring=self.context)
         return features
 
     def _one(self, request: JudgeRequest, standard: Sequence[float]) -> JudgeAnswer:

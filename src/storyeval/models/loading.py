@@ -485,6 +485,16 @@ def clear_cache() -> None:
         _SPACY.clear()
 
 
+def forget_model(path: str) -> None:
+    """Forget the models loaded from the local directory ``path`` (after it was rewritten, so
+    the next load reads the new files)."""
+    resolved = str(Path(path).resolve())
+    file_identity.cache_clear()  # its hashes are remembered by path
+    with _LOCK:
+        for key in [k for k, m in _MODELS.items() if str(Path(m.path).resolve()) == resolved]:
+            del _MODELS[key]
+
+
 def prepare_offline_models() -> dict[str, str]:
     """Load every offline default once (dequantizing SmolLM2 into the cache on first use) and
     return their identities; ``make setup`` runs this so later runs start fast."""

@@ -1,0 +1,167 @@
+"""Fine-tuning the encoder of a story reward model (``train preference --fine-tune-epochs N``).
+
+Frozen features limit what a head can learn; LitBench's reward models (Fein et al. 2025)
+fine-tune the whole network on people's preferences. Here the encoder and a scalar head over
+its mean-pooled last layer are trained together on the reward model's own objective (squared
+error on the standardised mean ratings, the Bradley-Terry likelihood of the pairs, a prompt's
+stories in one batch so its pairs meet), then the encoder is frozen again and the usual head
+(length covariate, metric features, pair temperature) is fitted over its features. In
+cross-validation each fold fine-tunes its own encoder on its training stories only, so the
+held-out numbers stay honest; the final encoder is saved in the model directory.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from storyeval.corpus import Story
+
+#: The fine-tuned encoder's folder in a model directory.
+ENCODER_DIR = "encoder"
+#: The head's learning rate relative to the encoder's (a new layer learns faster).
+HEAD_LR_FACTOR = 30.0
+
+
+def fine_tune_encoder(
+    stories: Sequence[Story],
+    targets: np.ndarray,
+    pairs: Sequence[tuple[int, int, float]],
+    groups: Sequence[str],
+    config: Any,
+    *,
+    device: str = "cpu",
+    precision: str = "float32",
+) -> Any:
+    """A copy of ``config.model``'s encoder fine-tuned on these stories (``targets``:
+    standardised mean ratings, NaN for none; ``pairs``: ``(i, j, outcome)``), wrapped as a
+    loaded model whose identity hashes its weights."""
+    import torch
+
+    from storyeval.models import load_encoder
+    from storyeval.models.devices import place
+
+    torch.manual_seed(config.seed)
+    base = load_encoder(config.model)
+    encoder = place(copy.deepcopy(base.model), device)
+    head = place(torch.nn.Linear(encoder.config.hidden_size, 1), device)
+    optimizer = torch.optim.AdamW(
+        [
+            {"params": encoder.parameters(), "lr": config.fine_tune_lr},
+            {"params": head.parameters(), "lr": config.fine_tune_lr * HEAD_LR_FACTOR},
+        ]
+    )
+    texts = [s.story for s in stories]
+    rng = np.random.default_rng(config.seed)
+    encoder.train()
+    for _ in range(config.fine_tune_epochs):
+        for batch in _batches(groups, config.fine_tune_batch_size, rng):
+            loss = _batch_loss(
+                encoder, head, base.tokenizer, texts, targets, pairs, batch, config, precision
+            )
+            if loss is None:
+                continue
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    encoder.eval()
+    return _wrapped(encoder, base)
+
+
+def _batches(groups: Sequence[str], size: int, rng: np.random.Generator) -> list[list[int]]:
+    """The stories in batches of about ``size``, a group's stories together, groups shuffled."""
+    members: dict[str, list[int]] = {}
+    for index, group in enumerate(groups):
+        members.setdefault(group, []).append(index)
+    order = [members[name] for name in rng.permutation(sorted(members))]
+    batches: list[list[int]] = []
+    current: list[int] = []
+    for unit in order:
+        if current and len(current) + len(unit) > size:
+            batches.append(current)
+            current = []
+        current = current + unit
+    return batches + ([current] if current else [])
+
+
+def _batch_loss(
+    encoder: Any,
+    head: Any,
+    tokenizer: Any,
+    texts: Sequence[str],
+    targets: np.ndarray,
+    pairs: Sequence[tuple[int, int, float]],
+    batch: list[int],
+    config: Any,
+    precision: str,
+) -> Any:
+    """Squared error on the batch's rated stories plus the logistic (Bradley-Terry) loss of
+    the pairs inside the batch (a tie's target is one half); None when the batch has neither."""
+    import torch
+    import torch.nn.functional as F
+
+    from storyeval.models.devices import autocast, model_device
+    from storyeval.models.pooling import mean_pooled, tokenize
+
+    position = {story: k for k, story in enumerate(batch)}
+    inside = [(position[i], position[j], o) for i, j, o in pairs if i in position and j in position]
+    rated = [k for k, story in enumerate(batch) if np.isfinite(targets[story])]
+    if not inside and not rated:
+        return None
+    device = model_device(encoder)
+    inputs = tokenize(tokenizer, [texts[i] for i in batch], config.fine_tune_max_length)
+    inputs = {key: value.to(device) for key, value in inputs.items()}
+    with autocast(str(device), precision):
+        scores = head(mean_pooled(encoder, inputs)).squeeze(-1).float()
+    loss = torch.zeros((), device=device)
+    if rated:
+        wanted = torch.tensor([targets[batch[k]] for k in rated], device=device)
+        loss = loss + F.mse_loss(scores[rated], wanted.float())
+    if inside:
+        first, second, outcome = (torch.tensor(c, device=device) for c in zip(*inside, strict=True))
+        logits = scores[first] - scores[second]
+        loss = loss + F.binary_cross_entropy_with_logits(logits, outcome.float())
+    return loss
+
+
+def _wrapped(encoder: Any, base: Any) -> Any:
+    """The fine-tuned encoder as a loaded model, its identity a hash of its weights."""
+    from storyeval.models.loading import LoadedModel
+
+    digest = hashlib.sha256()
+    for name, tensor in sorted(encoder.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(tensor.detach().float().cpu().numpy().tobytes())
+    identity = f"{base.name}+fine-tuned@{digest.hexdigest()[:12]}"
+    return LoadedModel(base.name, identity, base.path, base.tokenizer, encoder, "encoder")
+
+
+def tuned_features(encoder: Any, texts: Sequence[str], *, device: str, precision: str) -> Any:
+    """The mean-pooled last layer of each text under a fine-tuned encoder (float64 rows), the
+    way the frozen features are computed."""
+    from storyeval.metrics.context import ScoringContext
+
+    context = ScoringContext(device=device, precision=precision)
+    return context.cache(context.use(encoder)).text_embeddings(list(texts))
+
+
+def save_encoder(encoder: Any, directory: Any) -> None:
+    """Write the fine-tuned encoder and its tokenizer to ``directory/encoder`` (a complete
+    folder replaces the old one only once written), and forget any copy loaded from there."""
+    import shutil
+    from pathlib import Path
+
+    from storyeval.models.loading import forget_model
+
+    target = Path(directory) / ENCODER_DIR
+    staging = Path(directory) / f".{ENCODER_DIR}.partial"
+    shutil.rmtree(staging, ignore_errors=True)
+    encoder.model.save_pretrained(staging)
+    encoder.tokenizer.save_pretrained(staging)
+    shutil.rmtree(target, ignore_errors=True)
+    staging.rename(target)
+    forget_model(str(target))
