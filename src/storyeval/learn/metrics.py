@@ -561,12 +561,14 @@ def nsp_prev(
             "Fein et al. (2025, LitBench) report Bradley-Terry reward models trained on human "
             "story preferences agreeing with held-out people 78% of the time, against 73% for "
             "the best off-the-shelf LLM judge; their models fine-tune 1-8B parameter LMs, "
-            "where this one trains a head over frozen features (seconds on a CPU)."
+            "where this one trains a head over frozen features (seconds on a CPU) or "
+            "fine-tunes a small encoder with it (`--fine-tune-epochs`)."
         ),
         limits=(
             "A model of the people, criterion and genre it was trained on: it transfers "
-            "poorly to others. Frozen features limit what it can learn (no fine-tuning of the "
-            "encoder), and a mean-pooled embedding barely changes when a sentence is repeated "
+            "poorly to others. Frozen features (the default) limit what it can learn "
+            "(`--fine-tune-epochs` tunes the encoder too, at minutes rather than seconds on a "
+            "CPU), and a mean-pooled embedding barely changes when a sentence is repeated "
             "or the sentences are shuffled: without metric features the model misses those "
             "errors (audit it with `storyeval judge-audit --backend reward-model`). With few "
             "judgments the held-out intervals are wide: read them before trusting the scores."
