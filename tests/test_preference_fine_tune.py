@@ -47,9 +47,9 @@ def test_each_fold_tunes_on_its_training_stories_only(
     seen: list[set[str]] = []
     tune = preference_tune.fine_tune_encoder
 
-    def recording(stories: Any, *args: Any, **kwargs: Any) -> Any:
-        seen.append({s.id for s in stories})
-        return tune(stories, *args, **kwargs)
+    def recording(texts: Any, *args: Any, **kwargs: Any) -> Any:
+        seen.append({s.id for s in small.stories if s.story in texts})
+        return tune(texts, *args, **kwargs)
 
     monkeypatch.setattr(preference_tune, "fine_tune_encoder", recording)
     model = train_preference(small, tmp_path / "model", config=TUNED, folds=2, n_boot=20)
@@ -130,3 +130,24 @@ def test_fine_tuning_from_the_command_line(tmp_path: Path) -> None:
     assert f"fine-tuned encoder saved in {model / 'encoder'}" in result.output
     assert "fine_tune_epochs:1" in result.output and "fine_tune_max_length:32" in result.output
     assert load_preference(model).config.fine_tune_max_length == 32
+
+
+def test_fine_tuning_reads_the_stories_as_the_features_do(
+    small: PreferenceData, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dataclasses import replace
+
+    read: list[str] = []
+    tune = preference_tune.fine_tune_encoder
+
+    def recording(texts: Any, *args: Any, **kwargs: Any) -> Any:
+        read.extend(texts)
+        return tune(texts, *args, **kwargs)
+
+    monkeypatch.setattr(preference_tune, "fine_tune_encoder", recording)
+    config = replace(TUNED, with_prompt=True)
+    train_preference(small, tmp_path / "model", config=config, folds=0)
+    assert len(read) == len(small.stories)
+    assert all(
+        text.startswith(s.prompt.strip()) for text, s in zip(read, small.stories, strict=True)
+    )

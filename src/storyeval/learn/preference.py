@@ -1057,8 +1057,9 @@ class _FoldTuning:
             for i, j, o in self.data.pairs
             if i in position and j in position
         ]
+        texts = _feature_texts([self.data.stories[i] for i in members], self.config)
         return fine_tune_encoder(
-            [self.data.stories[i] for i in members],
+            texts,
             self.data.targets[members],
             pairs,
             [self.data.groups[i] for i in members],

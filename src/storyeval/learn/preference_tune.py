@@ -19,8 +19,6 @@ from typing import Any
 
 import numpy as np
 
-from storyeval.corpus import Story
-
 #: The fine-tuned encoder's folder in a model directory.
 ENCODER_DIR = "encoder"
 #: The head's learning rate relative to the encoder's (a new layer learns faster).
@@ -28,7 +26,7 @@ HEAD_LR_FACTOR = 30.0
 
 
 def fine_tune_encoder(
-    stories: Sequence[Story],
+    texts: Sequence[str],
     targets: np.ndarray,
     pairs: Sequence[tuple[int, int, float]],
     groups: Sequence[str],
@@ -37,9 +35,9 @@ def fine_tune_encoder(
     device: str = "cpu",
     precision: str = "float32",
 ) -> Any:
-    """A copy of ``config.model``'s encoder fine-tuned on these stories (``targets``:
-    standardised mean ratings, NaN for none; ``pairs``: ``(i, j, outcome)``), wrapped as a
-    loaded model whose identity hashes its weights."""
+    """A copy of ``config.model``'s encoder fine-tuned on these texts (each story as its
+    features read it; ``targets``: standardised mean ratings, NaN for none; ``pairs``:
+    ``(i, j, outcome)``), wrapped as a loaded model whose identity hashes its weights."""
     import torch
 
     from storyeval.models import load_encoder
@@ -55,7 +53,6 @@ def fine_tune_encoder(
             {"params": head.parameters(), "lr": config.fine_tune_lr * HEAD_LR_FACTOR},
         ]
     )
-    texts = [s.story for s in stories]
     rng = np.random.default_rng(config.seed)
     encoder.train()
     for _ in range(config.fine_tune_epochs):
