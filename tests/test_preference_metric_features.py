@@ -30,6 +30,8 @@ from storyeval.learn.preference import (
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 REPETITION = ("repeated_sentence_rate", "repeated_ngram_rate")
+TRAIN = ["train", "preference", "--stories", str(EXAMPLES / "stories.jsonl")]
+TRAIN += ["--judgments", str(EXAMPLES / "judgments.jsonl")]
 
 
 def _repeated(story: Story, times: int, rng: np.random.Generator) -> Story:
@@ -147,12 +149,7 @@ def test_metric_features_from_the_command_line(tmp_path: Path) -> None:
     result = CliRunner().invoke(
         app,
         [
-            "train",
-            "preference",
-            "--stories",
-            str(EXAMPLES / "stories.jsonl"),
-            "--judgments",
-            str(EXAMPLES / "judgments.jsonl"),
+            *TRAIN,
             "--criterion",
             "coherence",
             "--metric-features",
@@ -175,12 +172,7 @@ def test_metric_features_from_the_command_line(tmp_path: Path) -> None:
     refused = CliRunner().invoke(
         app,
         [
-            "train",
-            "preference",
-            "--stories",
-            str(EXAMPLES / "stories.jsonl"),
-            "--judgments",
-            str(EXAMPLES / "judgments.jsonl"),
+            *TRAIN,
             "--metric-features",
             "bleu",
             "-o",

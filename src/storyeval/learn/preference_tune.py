@@ -71,18 +71,12 @@ def fine_tune_encoder(
 
 def _batches(groups: Sequence[str], size: int, rng: np.random.Generator) -> list[list[int]]:
     """The stories in batches of about ``size``, a group's stories together, groups shuffled."""
+    from storyeval.learn.trainer import packed_batches
+
     members: dict[str, list[int]] = {}
     for index, group in enumerate(groups):
         members.setdefault(group, []).append(index)
-    order = [members[name] for name in rng.permutation(sorted(members))]
-    batches: list[list[int]] = []
-    current: list[int] = []
-    for unit in order:
-        if current and len(current) + len(unit) > size:
-            batches.append(current)
-            current = []
-        current = current + unit
-    return batches + ([current] if current else [])
+    return packed_batches([members[name] for name in rng.permutation(sorted(members))], size)
 
 
 def _batch_loss(

@@ -350,7 +350,7 @@ def _batches(
     units = _units(n, groups)
     rng.shuffle(units)
     if lengths is None:
-        return _packed(units, batch_size)
+        return packed_batches(units, batch_size)
     pool = batch_size * BUCKET_POOL
     batches: list[list[int]] = []
     start = 0
@@ -360,7 +360,7 @@ def _batches(
             chunk.append(units[start])
             size, start = size + len(units[start]), start + 1
         chunk.sort(key=lambda unit: max(lengths[index] for index in unit))
-        batches += _packed(chunk, batch_size)
+        batches += packed_batches(chunk, batch_size)
     rng.shuffle(batches)
     return batches
 
@@ -377,7 +377,7 @@ def _units(n: int, groups: Sequence[Any] | None) -> list[list[int]]:
     return list(members.values())
 
 
-def _packed(units: Sequence[list[int]], batch_size: int) -> list[list[int]]:
+def packed_batches(units: Sequence[list[int]], batch_size: int) -> list[list[int]]:
     """Consecutive units packed into batches of at most ``batch_size`` examples (a unit
     larger than that is a batch of its own)."""
     batches: list[list[int]] = []
