@@ -65,13 +65,20 @@ def test_each_fold_tunes_on_its_training_stories_only(
     assert ("model", "kendall_tau_b") in rows
 
 
-def test_the_saved_encoder_is_tuned_and_scores_what_training_saw(
-    small: PreferenceData, tmp_path: Path
+@pytest.fixture(scope="module")
+def tuned(small: PreferenceData, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """A model fine-tuned on the small set, no cross-validation."""
+    directory = tmp_path_factory.mktemp("tuned") / "model"
+    return train_preference(small, directory, config=TUNED, folds=0)
+
+
+def test_the_saved_encoder_is_tuned_and_the_metric_reads_it(
+    small: PreferenceData, tuned: Any
 ) -> None:
     from storyeval.models import load_encoder
 
-    model = train_preference(small, tmp_path / "model", config=TUNED, folds=0)
-    saved = tmp_path / "model" / preference_tune.ENCODER_DIR
+    model = tuned
+    saved = model.directory / preference_tune.ENCODER_DIR
     assert (saved / "config.json").is_file() and (saved / "tokenizer.json").is_file()
     base = load_encoder().model.state_dict()
     tuned = load_encoder(str(saved)).model.state_dict()
@@ -82,16 +89,15 @@ def test_the_saved_encoder_is_tuned_and_scores_what_training_saw(
     from storyeval.functional import metric
 
     texts = [s.story for s in small.stories[:6]]
-    values = metric("preference", texts, model=str(tmp_path / "model")).values
+    values = metric("preference", texts, model=str(model.directory)).values
     assert np.allclose(values, model.score(small.stories[:6]))
     frozen = PreferenceConfig(criterion="coherence")
     assert "fine_tune_epochs" not in frozen.signature_fields()  # older signatures unchanged
 
 
-def test_a_model_whose_encoder_was_replaced_or_lost_is_refused(
-    small: PreferenceData, tmp_path: Path
-) -> None:
-    train_preference(small, tmp_path / "model", config=TUNED, folds=0)
+def test_a_model_whose_encoder_was_replaced_or_lost_is_refused(tuned: Any, tmp_path: Path) -> None:
+    shutil.copytree(tuned.directory, tmp_path / "model")
+    load_preference(tmp_path / "model")  # a copy loads
     encoder = tmp_path / "model" / preference_tune.ENCODER_DIR
     config = json.loads((encoder / "config.json").read_text())
     config["layer_norm_eps"] = 1e-6  # another model's files
