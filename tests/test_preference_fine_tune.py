@@ -133,6 +133,7 @@ def test_fine_tuning_from_the_command_line(tmp_path: Path) -> None:
     arguments += ["--fine-tune-epochs", "1", "--fine-tune-max-length", "32", "--folds", "0"]
     result = CliRunner().invoke(app, [*arguments, "-o", str(model)])
     assert result.exit_code == 0, result.output
+    assert "fine-tuning 1: the encoder on 30 stories (1 epoch)" in result.output
     assert f"fine-tuned encoder saved in {model / 'encoder'}" in result.output
     assert "fine_tune_epochs:1" in result.output and "fine_tune_max_length:32" in result.output
     assert load_preference(model).config.fine_tune_max_length == 32

@@ -977,7 +977,9 @@ def train_preference(
         columns, summary["metric_signatures"] = _metric_columns(data, config, device, precision)
     lengths = _lengths(data.stories)
     tuning = (
-        _FoldTuning(data, config, columns, device, precision) if config.fine_tune_epochs else None
+        _FoldTuning(data, config, columns, device, precision, progress)
+        if config.fine_tune_epochs
+        else None
     )
     if tuning is None:
         stored, _ = _stored_features(data, config, encode, identity, precision, directory, progress)
@@ -996,7 +998,7 @@ def train_preference(
         summary["folds"] = folds
         summary["residual_sd"] = _residual_sd(result.predictions, data)
     if tuning is not None:
-        features, identity = tuning.final(directory, progress)
+        features, identity = tuning.final(directory)
     head = _final_head(data, features, lengths, config)
     if tuning is not None and folds > 1:  # the final encoder saw every story: use held-out
         head.temperature = fit_temperature(head, result.predictions, data.pairs)
@@ -1029,14 +1031,14 @@ class _FoldTuning:
     columns: np.ndarray
     device: str
     precision: str
+    progress: Callable[[str], None] | None = None
+    runs: int = 0
 
     def __call__(self, members: np.ndarray) -> np.ndarray:
         """Every story's features under an encoder tuned on the stories ``members``."""
         return self._features(self._tune(members))
 
-    def final(
-        self, directory: Path, progress: Callable[[str], None] | None
-    ) -> tuple[np.ndarray, str]:
+    def final(self, directory: Path) -> tuple[np.ndarray, str]:
         """The features of an encoder tuned on every story, saved, and its identity."""
         from storyeval.learn.preference_tune import ENCODER_DIR, save_encoder
         from storyeval.models import load_encoder
@@ -1044,8 +1046,8 @@ class _FoldTuning:
         encoder = self._tune(np.arange(len(self.data.stories)))
         directory.mkdir(parents=True, exist_ok=True)
         save_encoder(encoder, directory)
-        if progress is not None:
-            progress(f"fine-tuned encoder saved in {directory / ENCODER_DIR}")
+        if self.progress is not None:
+            self.progress(f"fine-tuned encoder saved in {directory / ENCODER_DIR}")
         return self._features(encoder), load_encoder(str(directory / ENCODER_DIR)).identity
 
     def _tune(self, members: np.ndarray) -> Any:
@@ -1058,6 +1060,13 @@ class _FoldTuning:
             if i in position and j in position
         ]
         texts = _feature_texts([self.data.stories[i] for i in members], self.config)
+        self.runs += 1
+        if self.progress is not None:
+            epochs = self.config.fine_tune_epochs
+            self.progress(
+                f"fine-tuning {self.runs}: the encoder on {len(members)} stories "
+                f"({epochs} epoch{'' if epochs == 1 else 's'})"
+            )
         return fine_tune_encoder(
             texts,
             self.data.targets[members],
