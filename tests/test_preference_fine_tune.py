@@ -158,3 +158,42 @@ def test_fine_tuning_reads_the_stories_as_the_features_do(
     assert all(
         text.startswith(s.prompt.strip()) for text, s in zip(read, small.stories, strict=True)
     )
+
+
+def test_an_interrupted_or_repeated_training_does_not_tune_again(
+    small: PreferenceData, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dataclasses import replace
+
+    calls: list[int] = []
+    lost = [True]
+    tune = preference_tune.fine_tune_encoder
+
+    def failing_second(texts: Any, *args: Any, **kwargs: Any) -> Any:
+        calls.append(len(texts))
+        if len(calls) == 2 and lost[0]:
+            raise RuntimeError("machine lost")  # during the second fold
+        return tune(texts, *args, **kwargs)
+
+    monkeypatch.setattr(preference_tune, "fine_tune_encoder", failing_second)
+    output = tmp_path / "model"
+    with pytest.raises(RuntimeError, match="machine lost"):
+        train_preference(small, output, config=TUNED, folds=2, n_boot=0)
+    assert len(list((output / "tuning").glob("*.npy"))) == 1
+    lost[0] = False
+    calls.clear()
+    first = train_preference(small, output, config=TUNED, folds=2, n_boot=0)
+    assert len(calls) == 2  # the second fold and the final encoder, not the first fold
+    whole = train_preference(small, tmp_path / "whole", config=TUNED, folds=2, n_boot=0)
+    assert whole.summary["cross_validation"] == first.summary["cross_validation"]
+    assert whole.feature_identity.split("@")[1] == first.feature_identity.split("@")[1]
+    calls.clear()
+    heard: list[str] = []
+    other_head = replace(TUNED, l2=0.1)
+    again = train_preference(
+        small, output, config=other_head, folds=2, n_boot=0, overwrite=True, progress=heard.append
+    )
+    assert calls == []  # nothing tuned: the folds' and the final features were reused
+    assert any("fine-tuned encoder reused" in line for line in heard)
+    assert again.feature_identity == first.feature_identity
+    assert again.config.l2 == 0.1

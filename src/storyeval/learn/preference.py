@@ -977,7 +977,7 @@ def train_preference(
         columns, summary["metric_signatures"] = _metric_columns(data, config, device, precision)
     lengths = _lengths(data.stories)
     tuning = (
-        _FoldTuning(data, config, columns, device, precision, progress)
+        _FoldTuning(data, config, columns, device, precision, directory, identity, progress)
         if config.fine_tune_epochs
         else None
     )
@@ -998,7 +998,7 @@ def train_preference(
         summary["folds"] = folds
         summary["residual_sd"] = _residual_sd(result.predictions, data)
     if tuning is not None:
-        features, identity = tuning.final(directory)
+        features, identity = tuning.final()
     head = _final_head(data, features, lengths, config)
     if tuning is not None and folds > 1:  # the final encoder saw every story: use held-out
         head.temperature = fit_temperature(head, result.predictions, data.pairs)
@@ -1021,34 +1021,105 @@ def train_preference(
     return load_preference(directory)
 
 
+#: The settings a fine-tuning depends on (the head's do not: a new head reuses the tuning).
+TUNING_FIELDS = (
+    "with_prompt",
+    "criterion",
+    "pointwise",
+    "pairwise",
+    "margin",
+    "tie_margin",
+    "seed",
+    "fine_tune_epochs",
+    "fine_tune_lr",
+    "fine_tune_batch_size",
+    "fine_tune_max_length",
+)
+#: The model directory's store of fine-tuned features (a re-run does not tune again).
+TUNING_DIR = "tuning"
+
+
 @dataclass
 class _FoldTuning:
     """Fine-tuned features: for a fold, an encoder tuned on its training stories only; at the
-    end, one tuned on every story and saved in the model directory."""
+    end, one tuned on every story and saved in the model directory. Each tuning's features
+    are saved in ``directory/tuning/``, so an interrupted or repeated training (other head
+    settings) does not tune again what it tuned before."""
 
     data: PreferenceData
     config: PreferenceConfig
     columns: np.ndarray
     device: str
     precision: str
+    directory: Path
+    base: str
     progress: Callable[[str], None] | None = None
     runs: int = 0
 
     def __call__(self, members: np.ndarray) -> np.ndarray:
         """Every story's features under an encoder tuned on the stories ``members``."""
-        return self._features(self._tune(members))
+        from storyeval.learn.preference_tune import store_tuning, stored_tuning, tuning_key
 
-    def final(self, directory: Path) -> tuple[np.ndarray, str]:
+        key = tuning_key(self._fields(), members)
+        tuned = stored_tuning(self.directory / TUNING_DIR, key)
+        self.runs += 1
+        if tuned is None:
+            tuned = self._features(self._tune(members))
+            store_tuning(self.directory / TUNING_DIR, key, tuned)
+        else:
+            self._say(f"fine-tuning {self.runs}: reused from {self.directory / TUNING_DIR}")
+        return np.hstack([tuned, self.columns])
+
+    def final(self) -> tuple[np.ndarray, str]:
         """The features of an encoder tuned on every story, saved, and its identity."""
-        from storyeval.learn.preference_tune import ENCODER_DIR, save_encoder
+        from storyeval.learn.preference_tune import ENCODER_DIR, save_encoder, tuning_key
         from storyeval.models import load_encoder
 
+        key = "final-" + tuning_key(self._fields(), np.arange(len(self.data.stories)))
+        reused = self._final_reused(key)
+        if reused is not None:
+            return reused
+        self.runs += 1
         encoder = self._tune(np.arange(len(self.data.stories)))
-        directory.mkdir(parents=True, exist_ok=True)
-        save_encoder(encoder, directory)
+        save_encoder(encoder, self.directory)
+        self._say(f"fine-tuned encoder saved in {self.directory / ENCODER_DIR}")
+        tuned = self._features(encoder)
+        identity = load_encoder(str(self.directory / ENCODER_DIR)).identity
+        self._store_final(key, tuned, identity)
+        return np.hstack([tuned, self.columns]), identity
+
+    def _final_reused(self, key: str) -> tuple[np.ndarray, str] | None:
+        """The final tuning's features when they and the encoder they came from are saved."""
+        from storyeval.learn.preference_tune import ENCODER_DIR, stored_tuning
+        from storyeval.models.loading import file_identity
+
+        tuned = stored_tuning(self.directory / TUNING_DIR, key)
+        record = self.directory / TUNING_DIR / f"{key}.identity"
+        encoder = self.directory / ENCODER_DIR
+        if tuned is None or not record.is_file() or not (encoder / "config.json").is_file():
+            return None
+        identity = record.read_text().strip()
+        if identity != f"{ENCODER_DIR}@{file_identity.__wrapped__(str(encoder))}":
+            return None
+        self._say(f"fine-tuned encoder reused from {encoder}")
+        return np.hstack([tuned, self.columns]), identity
+
+    def _store_final(self, key: str, tuned: np.ndarray, identity: str) -> None:
+        from storyeval.io import write_text_atomic
+        from storyeval.learn.preference_tune import store_tuning
+
+        store_tuning(self.directory / TUNING_DIR, key, tuned)
+        write_text_atomic(self.directory / TUNING_DIR / f"{key}.identity", identity + "\n")
+
+    def _fields(self) -> dict[str, Any]:
+        fields = {name: getattr(self.config, name) for name in TUNING_FIELDS}
+        fields.update(base=self.base, data=self.data.data_hash(), device=self.device)
+        fields["precision"] = self.precision
+        return fields
+
+    def _say(self, message: str) -> None:
         if self.progress is not None:
-            self.progress(f"fine-tuned encoder saved in {directory / ENCODER_DIR}")
-        return self._features(encoder), load_encoder(str(directory / ENCODER_DIR)).identity
+            self.progress(message)
 
     def _tune(self, members: np.ndarray) -> Any:
         from storyeval.learn.preference_tune import fine_tune_encoder
@@ -1060,13 +1131,11 @@ class _FoldTuning:
             if i in position and j in position
         ]
         texts = _feature_texts([self.data.stories[i] for i in members], self.config)
-        self.runs += 1
-        if self.progress is not None:
-            epochs = self.config.fine_tune_epochs
-            self.progress(
-                f"fine-tuning {self.runs}: the encoder on {len(members)} stories "
-                f"({epochs} epoch{'' if epochs == 1 else 's'})"
-            )
+        epochs = self.config.fine_tune_epochs
+        self._say(
+            f"fine-tuning {self.runs}: the encoder on {len(members)} stories "
+            f"({epochs} epoch{'' if epochs == 1 else 's'})"
+        )
         return fine_tune_encoder(
             texts,
             self.data.targets[members],
@@ -1081,8 +1150,10 @@ class _FoldTuning:
         from storyeval.learn.preference_tune import tuned_features
 
         texts = _feature_texts(self.data.stories, self.config)
-        tuned = tuned_features(encoder, texts, device=self.device, precision=self.precision)
-        return np.hstack([tuned, self.columns])
+        features: np.ndarray = tuned_features(
+            encoder, texts, device=self.device, precision=self.precision
+        )
+        return features
 
 
 def _stored_features(

@@ -143,16 +143,47 @@ def tuned_features(encoder: Any, texts: Sequence[str], *, device: str, precision
 def save_encoder(encoder: Any, directory: Any) -> None:
     """Write the fine-tuned encoder and its tokenizer to ``directory/encoder`` (a complete
     folder replaces the old one only once written), and forget any copy loaded from there."""
-    import shutil
     from pathlib import Path
 
+    from storyeval.io import atomic_directory
     from storyeval.models.loading import forget_model
 
     target = Path(directory) / ENCODER_DIR
-    staging = Path(directory) / f".{ENCODER_DIR}.partial"
-    shutil.rmtree(staging, ignore_errors=True)
-    encoder.model.save_pretrained(staging)
-    encoder.tokenizer.save_pretrained(staging)
-    shutil.rmtree(target, ignore_errors=True)
-    staging.rename(target)
+    with atomic_directory(target) as staging:
+        encoder.model.save_pretrained(staging)
+        encoder.tokenizer.save_pretrained(staging)
     forget_model(str(target))
+
+
+def tuning_key(fields: dict[str, Any], members: np.ndarray) -> str:
+    """The key of one fine-tuning's features: what the tuning depends on (the settings, the
+    base encoder, the data's hash, the device) and which stories it trained on."""
+    import json
+
+    digest = hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode())
+    digest.update(np.asarray(members, dtype=np.int64).tobytes())
+    return digest.hexdigest()[:20]
+
+
+def stored_tuning(directory: Any, key: str) -> np.ndarray | None:
+    """The features a fine-tuning with this key saved in ``directory``, if any."""
+    from pathlib import Path
+
+    path = Path(directory) / f"{key}.npy"
+    if not path.is_file():
+        return None
+    features: np.ndarray = np.load(path, allow_pickle=False)
+    return features
+
+
+def store_tuning(directory: Any, key: str, features: np.ndarray) -> None:
+    """Save a fine-tuning's features (atomically), so a re-run does not tune again."""
+    import io
+    from pathlib import Path
+
+    from storyeval.io import write_bytes_atomic
+
+    buffer = io.BytesIO()
+    np.save(buffer, np.asarray(features, dtype=np.float64), allow_pickle=False)
+    Path(directory).mkdir(parents=True, exist_ok=True)
+    write_bytes_atomic(Path(directory) / f"{key}.npy", buffer.getvalue())
