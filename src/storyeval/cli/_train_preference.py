@@ -54,8 +54,8 @@ PREFERENCE_RATING_LOSS = typer.Option(
 PREFERENCE_METRICS = typer.Option(
     None,
     "--metric-features",
-    help="Metrics whose values join the features, comma-separated (e.g. repeated_ngram_rate,"
-    "distinct2,perplexity): what an embedding misses; each metric's weight is printed.",
+    help="Metrics whose values join the features, comma-separated (e.g. repeated_ngram_rate, "
+    "distinct2, perplexity): what an embedding misses; each metric's weight is printed.",
 )
 PREFERENCE_METRIC_OPTION = typer.Option(
     None,
@@ -138,7 +138,9 @@ def preference(
             hidden=hidden,
             seed=seed,
             rating_loss=rating_loss,  # type: ignore[arg-type]
-            metric_features=tuple(n.strip() for n in (metric_features or "").split(",") if n),
+            metric_features=tuple(
+                n for n in (metric_features or "").replace(" ", "").split(",") if n
+            ),
             metric_options=parse_metric_options(metric_option or []),
             fine_tune_epochs=fine_tune_epochs,
             fine_tune_lr=fine_tune_lr,
