@@ -161,9 +161,8 @@ class PreferenceConfig:
             fields.pop("rating_loss")
         fields.pop("metric_options")
         if not self.fine_tune_epochs:  # the signatures of frozen-feature models stay as they were
-            for name in ("fine_tune_epochs", "fine_tune_lr", "fine_tune_batch_size"):
+            for name in [name for name in fields if name.startswith("fine_tune_")]:
                 fields.pop(name)
-            fields.pop("fine_tune_max_length")
         if self.metric_features:
             from storyeval.learn.metric_features import describe_metric_features
 
@@ -400,27 +399,28 @@ def story_features(
         device, precision = scoring.device, scoring.precision
     encode, identity = feature_encoder(config, device=device, precision=precision, scoring=scoring)
     features = encode(_feature_texts(stories, config))
-    features = with_metric_features(
-        features, stories, config, scoring=scoring, device=device, precision=precision
-    )
+    if config.metric_features:
+        columns, _ = metric_columns(
+            stories, config, scoring=scoring, device=device, precision=precision
+        )
+        features = np.hstack([features, columns])
     return features, _lengths(stories), identity
 
 
-def with_metric_features(
-    features: np.ndarray,
+def metric_columns(
     stories: Sequence[Story],
     config: PreferenceConfig,
     *,
     scoring: Any = None,
     device: str = "cpu",
     precision: str = "float32",
-) -> np.ndarray:
-    """``features`` with a column per metric of ``config.metric_features`` appended."""
-    if not config.metric_features:
-        return features
+) -> tuple[np.ndarray, dict[str, str]]:
+    """A column per metric of ``config.metric_features`` (see
+    :func:`storyeval.learn.metric_features.metric_feature_columns`), and each metric's
+    signature."""
     from storyeval.learn.metric_features import metric_feature_columns
 
-    columns, _ = metric_feature_columns(
+    columns, signatures = metric_feature_columns(
         stories,
         config.metric_features,
         config.metric_options,
@@ -428,7 +428,7 @@ def with_metric_features(
         device=device,
         precision=precision,
     )
-    return np.hstack([features, columns])
+    return columns, dict(zip(config.metric_features, signatures, strict=True))
 
 
 def _lengths(stories: Sequence[Story]) -> np.ndarray:
@@ -748,6 +748,18 @@ def _held_out(head: PreferenceHead, features: np.ndarray, data: PreferenceData) 
     return standard
 
 
+def pairs_within(
+    pairs: Sequence[tuple[int, int, float]], members: np.ndarray
+) -> list[tuple[int, int, float]]:
+    """The pairs whose two stories are both among ``members``, indexed by position there.
+
+    >>> pairs_within([(0, 2, 1.0), (1, 2, 0.5)], np.array([0, 2]))
+    [(0, 1, 1.0)]
+    """
+    position = {int(i): k for k, i in enumerate(members)}
+    return [(position[i], position[j], o) for i, j, o in pairs if i in position and j in position]
+
+
 def _fit_subset(
     data: PreferenceData,
     features: np.ndarray,
@@ -756,10 +768,8 @@ def _fit_subset(
     members: np.ndarray,
 ) -> PreferenceHead:
     """A head fitted on the stories ``members`` (their targets and the pairs within them)."""
+    pairs = pairs_within(data.pairs, members)
     position = {int(i): k for k, i in enumerate(members)}
-    pairs = [
-        (position[i], position[j], o) for i, j, o in data.pairs if i in position and j in position
-    ]
     ratings = [(position[i], level) for i, level in data.ratings if i in position]
     return fit_head(
         features[members],
@@ -974,7 +984,9 @@ def train_preference(
     summary: dict[str, Any] = {"notes": list(data.notes)}
     columns = np.zeros((len(data.stories), 0))
     if config.metric_features:
-        columns, summary["metric_signatures"] = _metric_columns(data, config, device, precision)
+        columns, summary["metric_signatures"] = metric_columns(
+            data.stories, config, device=device, precision=precision
+        )
     lengths = _lengths(data.stories)
     tuning = (
         _FoldTuning(data, config, columns, device, precision, directory, identity, progress)
@@ -1072,8 +1084,12 @@ class _FoldTuning:
 
     def final(self) -> tuple[np.ndarray, str]:
         """The features of an encoder tuned on every story, saved, and its identity."""
-        from storyeval.learn.preference_tune import ENCODER_DIR, save_encoder, tuning_key
-        from storyeval.models import load_encoder
+        from storyeval.learn.preference_tune import (
+            ENCODER_DIR,
+            save_encoder,
+            saved_encoder_identity,
+            tuning_key,
+        )
 
         key = "final-" + tuning_key(self._fields(), np.arange(len(self.data.stories)))
         reused = self._final_reused(key)
@@ -1084,24 +1100,26 @@ class _FoldTuning:
         save_encoder(encoder, self.directory)
         self._say(f"fine-tuned encoder saved in {self.directory / ENCODER_DIR}")
         tuned = self._features(encoder)
-        identity = load_encoder(str(self.directory / ENCODER_DIR)).identity
+        identity = str(saved_encoder_identity(self.directory))
         self._store_final(key, tuned, identity)
         return np.hstack([tuned, self.columns]), identity
 
     def _final_reused(self, key: str) -> tuple[np.ndarray, str] | None:
         """The final tuning's features when they and the encoder they came from are saved."""
-        from storyeval.learn.preference_tune import ENCODER_DIR, stored_tuning
-        from storyeval.models.loading import file_identity
+        from storyeval.learn.preference_tune import (
+            ENCODER_DIR,
+            saved_encoder_identity,
+            stored_tuning,
+        )
 
         tuned = stored_tuning(self.directory / TUNING_DIR, key)
         record = self.directory / TUNING_DIR / f"{key}.identity"
-        encoder = self.directory / ENCODER_DIR
-        if tuned is None or not record.is_file() or not (encoder / "config.json").is_file():
+        if tuned is None or not record.is_file():
             return None
         identity = record.read_text().strip()
-        if identity != f"{ENCODER_DIR}@{file_identity.__wrapped__(str(encoder))}":
+        if identity != saved_encoder_identity(self.directory):
             return None
-        self._say(f"fine-tuned encoder reused from {encoder}")
+        self._say(f"fine-tuned encoder reused from {self.directory / ENCODER_DIR}")
         return np.hstack([tuned, self.columns]), identity
 
     def _store_final(self, key: str, tuned: np.ndarray, identity: str) -> None:
@@ -1124,12 +1142,7 @@ class _FoldTuning:
     def _tune(self, members: np.ndarray) -> Any:
         from storyeval.learn.preference_tune import fine_tune_encoder
 
-        position = {int(i): k for k, i in enumerate(members)}
-        pairs = [
-            (position[i], position[j], o)
-            for i, j, o in self.data.pairs
-            if i in position and j in position
-        ]
+        pairs = pairs_within(self.data.pairs, members)
         texts = _feature_texts([self.data.stories[i] for i in members], self.config)
         epochs = self.config.fine_tune_epochs
         self._say(
@@ -1179,22 +1192,6 @@ def _stored_features(
     return features, _lengths(data.stories)
 
 
-def _metric_columns(
-    data: PreferenceData, config: PreferenceConfig, device: str, precision: str
-) -> tuple[np.ndarray, dict[str, str]]:
-    """The metric features of the training stories, and each metric's signature."""
-    from storyeval.learn.metric_features import metric_feature_columns
-
-    columns, signatures = metric_feature_columns(
-        data.stories,
-        config.metric_features,
-        config.metric_options,
-        device=device,
-        precision=precision,
-    )
-    return columns, dict(zip(config.metric_features, signatures, strict=True))
-
-
 def metric_feature_effects(head: PreferenceHead, names: Sequence[str]) -> dict[str, float]:
     """A linear head's weight of each metric feature: the score sd one sd of the metric adds
     (the last columns of the features); empty for a head with a hidden layer."""
@@ -1225,12 +1222,7 @@ def _final_head(
     temperature = 1.0
     if len(train) and len(dev):
         head = _fit_subset(data, features, lengths, config, train)
-        position = {int(i): k for k, i in enumerate(dev)}
-        dev_pairs = [
-            (position[i], position[j], o)
-            for i, j, o in data.pairs
-            if i in position and j in position
-        ]
+        dev_pairs = pairs_within(data.pairs, dev)
         temperature = fit_temperature(head, head.scores(features[dev]), dev_pairs)
     head = fit_head(
         features, lengths, data.targets, data.pairs, config, data.ratings, len(data.levels)
@@ -1322,14 +1314,12 @@ def _check_tuned_encoder(directory: Path, expected: str) -> None:
     """Refuse a fine-tuned model whose saved encoder is missing or is not the one it was
     trained with (its files' hash is in the model file)."""
     from storyeval.errors import ModelLoadError
-    from storyeval.learn.preference_tune import ENCODER_DIR
-    from storyeval.models.loading import file_identity
+    from storyeval.learn.preference_tune import ENCODER_DIR, saved_encoder_identity
 
     encoder = directory / ENCODER_DIR
-    if not (encoder / "config.json").is_file():
+    found = saved_encoder_identity(directory)
+    if found is None:
         raise ModelLoadError(f"{directory}: the fine-tuned encoder ({ENCODER_DIR}/) is missing")
-    # past the per-process memo of hashes by path: the files may have changed since
-    found = f"{ENCODER_DIR}@{file_identity.__wrapped__(str(encoder))}"
     if found != expected:
         raise ModelLoadError(
             f"{encoder} is not the encoder this model was trained with ({found}, trained "

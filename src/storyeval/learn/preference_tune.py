@@ -37,7 +37,7 @@ def fine_tune_encoder(
 ) -> Any:
     """A copy of ``config.model``'s encoder fine-tuned on these texts (each story as its
     features read it; ``targets``: standardised mean ratings, NaN for none; ``pairs``:
-    ``(i, j, outcome)``), wrapped as a loaded model whose identity hashes its weights."""
+    ``(i, j, outcome)``), wrapped as a loaded model."""
     import torch
 
     from storyeval.models import load_encoder
@@ -120,14 +120,11 @@ def _batch_loss(
 
 
 def _wrapped(encoder: Any, base: Any) -> Any:
-    """The fine-tuned encoder as a loaded model, its identity a hash of its weights."""
+    """The fine-tuned encoder as a loaded model; its identity (a scoring context's key for
+    its cache, never written anywhere) names this object."""
     from storyeval.models.loading import LoadedModel
 
-    digest = hashlib.sha256()
-    for name, tensor in sorted(encoder.state_dict().items()):
-        digest.update(name.encode())
-        digest.update(tensor.detach().float().cpu().numpy().tobytes())
-    identity = f"{base.name}+fine-tuned@{digest.hexdigest()[:12]}"
+    identity = f"{base.name}+fine-tuned@{id(encoder):x}"
     return LoadedModel(base.name, identity, base.path, base.tokenizer, encoder, "encoder")
 
 
@@ -153,6 +150,20 @@ def save_encoder(encoder: Any, directory: Any) -> None:
         encoder.model.save_pretrained(staging)
         encoder.tokenizer.save_pretrained(staging)
     forget_model(str(target))
+
+
+def saved_encoder_identity(directory: Any) -> str | None:
+    """The identity of the encoder saved in ``directory/encoder`` (as loading it would give:
+    ``encoder@HASH`` of its files), read past the per-process memo of hashes by path since
+    the files may have been rewritten; None when no encoder is saved there."""
+    from pathlib import Path
+
+    from storyeval.models.loading import file_identity
+
+    encoder = Path(directory) / ENCODER_DIR
+    if not (encoder / "config.json").is_file():
+        return None
+    return f"{ENCODER_DIR}@{file_identity.__wrapped__(str(encoder))}"
 
 
 def tuning_key(fields: dict[str, Any], members: np.ndarray) -> str:
