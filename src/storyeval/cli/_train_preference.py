@@ -45,6 +45,12 @@ PREFERENCE_LENGTH = typer.Option(
     help="Learn length's effect beside the features and leave it out of the scores.",
 )
 PREFERENCE_HIDDEN = typer.Option(0, "--hidden", min=0, help="0: a linear head; N: one tanh layer.")
+PREFERENCE_L2 = typer.Option(
+    0.01,
+    "--l2",
+    min=0,
+    help="Weight decay of the head's embedding weights (not of metric features).",
+)
 PREFERENCE_RATING_LOSS = typer.Option(
     "mse",
     "--rating-loss",
@@ -76,6 +82,19 @@ PREFERENCE_TUNE_BATCH = typer.Option(
 PREFERENCE_TUNE_LENGTH = typer.Option(
     256, "--fine-tune-max-length", min=8, help="Tokens of each story read while fine-tuning."
 )
+PREFERENCE_NEGATIVES = typer.Option(
+    None,
+    "--negatives",
+    help="Perturbation techniques, comma-separated (e.g. repetition,reordering): each story's "
+    "perturbed copy must score below it; held-out copies scored lower are reported per "
+    "technique.",
+)
+PREFERENCE_NEGATIVE_WEIGHT = typer.Option(
+    1.0,
+    "--negative-weight",
+    min=0,
+    help="Weight of the copies' ranking loss beside people's judgments (0: only measure them).",
+)
 PREFERENCE_FOLDS = typer.Option(
     5, "--folds", min=0, help="Prompt-disjoint cross-validation folds (0: none)."
 )
@@ -95,6 +114,7 @@ def preference(
     tie_margin: float = PREFERENCE_TIE,
     length_covariate: bool = PREFERENCE_LENGTH,
     hidden: int = PREFERENCE_HIDDEN,
+    l2: float = PREFERENCE_L2,
     rating_loss: str = PREFERENCE_RATING_LOSS,
     metric_features: str = PREFERENCE_METRICS,
     metric_option: list[str] = PREFERENCE_METRIC_OPTION,
@@ -102,6 +122,8 @@ def preference(
     fine_tune_lr: float = PREFERENCE_TUNE_LR,
     fine_tune_batch_size: int = PREFERENCE_TUNE_BATCH,
     fine_tune_max_length: int = PREFERENCE_TUNE_LENGTH,
+    negatives: str = PREFERENCE_NEGATIVES,
+    negative_weight: float = PREFERENCE_NEGATIVE_WEIGHT,
     folds: int = PREFERENCE_FOLDS,
     bootstrap: int = typer.Option(1000, "--bootstrap", min=0, help="Resamples of the CIs."),
     seed: int = typer.Option(0, "--seed", help="Seed of the folds, the head and the CIs."),
@@ -136,16 +158,17 @@ def preference(
             tie_margin=tie_margin,
             length_covariate=length_covariate,
             hidden=hidden,
+            l2=l2,
             seed=seed,
             rating_loss=rating_loss,  # type: ignore[arg-type]
-            metric_features=tuple(
-                n for n in (metric_features or "").replace(" ", "").split(",") if n
-            ),
+            metric_features=_names(metric_features),
             metric_options=parse_metric_options(metric_option or []),
             fine_tune_epochs=fine_tune_epochs,
             fine_tune_lr=fine_tune_lr,
             fine_tune_batch_size=fine_tune_batch_size,
             fine_tune_max_length=fine_tune_max_length,
+            negatives=_names(negatives),
+            negative_weight=negative_weight,
         )
         data = preference_data(*_read(stories, judgments, pairs), config=config)
         trained = train_preference(
@@ -164,6 +187,11 @@ def preference(
     _report(trained, data, output)
 
 
+def _names(text: str | None) -> tuple[str, ...]:
+    """A comma-separated list's names (spaces ignored)."""
+    return tuple(name for name in (text or "").replace(" ", "").split(",") if name)
+
+
 def _read(stories: Path, judgments: list[Path] | None, pairs: list[Path] | None) -> tuple[Any, ...]:
     """The stories, the ratings of every judgment file and the comparisons of every pair file."""
     from storyeval.corpus import read_judgments, read_stories
@@ -180,8 +208,9 @@ def _report(trained: Any, data: Any, output: Path) -> None:
     """The data, the cross-validation table, the length effect and the signature."""
     decided = sum(1 for _, _, outcome in data.pairs if outcome == 1.0)
     rated = int((data.targets == data.targets).sum())
+    judged = len(data.stories) - len(data.negatives)
     typer.echo(
-        f"{len(data.stories)} stories, {rated} with a mean rating, {len(data.pairs)} pairs "
+        f"{judged} stories, {rated} with a mean rating, {len(data.pairs)} pairs "
         f"({decided} decided, {len(data.pairs) - decided} ties)"
     )
     for note in trained.summary.get("notes", []):

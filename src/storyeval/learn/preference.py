@@ -97,6 +97,15 @@ class PreferenceConfig:
         training stories (:mod:`storyeval.learn.preference_tune`).
     fine_tune_lr, fine_tune_batch_size, fine_tune_max_length : float, int, int
         The fine-tuning's encoder learning rate, stories per batch, tokens read per story.
+    negatives : tuple of str
+        Perturbation techniques (``repetition``, ``reordering``, ...): each story gets one
+        perturbed copy per technique, which must score below its original (a logistic
+        ranking loss on the scores, length left out); the copies carry no rating, share
+        their original's split, and cross-validation reports the share of held-out copies
+        scored lower, per technique.
+    negative_weight : float
+        The weight of that ranking loss beside the people's objectives (0: the copies are
+        only measured, not learned from).
     """
 
     features: Literal["encoder", "causal-lm"] = "encoder"
@@ -121,11 +130,16 @@ class PreferenceConfig:
     fine_tune_lr: float = 3e-5
     fine_tune_batch_size: int = 8
     fine_tune_max_length: int = 256
+    negatives: tuple[str, ...] = ()
+    negative_weight: float = 1.0
 
     def __post_init__(self) -> None:
         # a model file's JSON gives lists: keep the config hashable and comparable
         object.__setattr__(self, "metric_features", tuple(self.metric_features))
         object.__setattr__(self, "metric_options", tuple(map(tuple, self.metric_options)))
+        object.__setattr__(self, "negatives", _checked_negatives(self.negatives))
+        if not (math.isfinite(self.negative_weight) and self.negative_weight >= 0):
+            raise ValueError(f"negative_weight must be >= 0; got {self.negative_weight}")
         if self.metric_features or self.metric_options:
             from storyeval.learn.metric_features import check_metric_features
 
@@ -163,6 +177,11 @@ class PreferenceConfig:
         if not self.fine_tune_epochs:  # the signatures of frozen-feature models stay as they were
             for name in [name for name in fields if name.startswith("fine_tune_")]:
                 fields.pop(name)
+        if self.negatives:
+            fields["negatives"] = ",".join(self.negatives)
+        else:  # the signatures of models trained without them stay as they were
+            fields.pop("negatives")
+            fields.pop("negative_weight")
         if self.metric_features:
             from storyeval.learn.metric_features import describe_metric_features
 
@@ -171,6 +190,19 @@ class PreferenceConfig:
         else:
             fields.pop("metric_features")
         return fields
+
+
+def _checked_negatives(names: Sequence[str]) -> tuple[str, ...]:
+    """The perturbation techniques of the negatives, known and each once, in the given order."""
+    names = tuple(names)
+    if not names:
+        return ()
+    from storyeval.perturb import parse_techniques
+
+    known = parse_techniques(list(names))  # raises on an unknown name
+    if len(set(names)) != len(names):
+        raise ValueError(f"negatives: a technique is named twice in {', '.join(names)}")
+    return tuple(name for name in names if name in known)
 
 
 # --------------------------------------------------------------------------- data
@@ -197,6 +229,9 @@ class PreferenceData:
     ratings : list of (int, int)
         The ordinal loss's single ratings: ``(story, level)``, the level an index into
         ``levels`` (the scale's values, ascending); empty for the squared error.
+    negatives : list of (int, int, str)
+        ``(original, copy, technique)``: a perturbed copy (among ``stories``, after the
+        judged ones, without a rating) that must score below its original.
     """
 
     stories: list[Story]
@@ -209,6 +244,14 @@ class PreferenceData:
     notes: list[str] = field(default_factory=list)
     ratings: list[tuple[int, int]] = field(default_factory=list)
     levels: tuple[float, ...] = ()
+    negatives: list[tuple[int, int, str]] = field(default_factory=list)
+
+    @property
+    def synthetic(self) -> np.ndarray:
+        """True for the perturbed copies (no person judged them)."""
+        mask = np.zeros(len(self.stories), dtype=bool)
+        mask[[copy for _, copy, _ in self.negatives]] = True
+        return mask
 
     def data_hash(self) -> str:
         """A hash of the stories, targets and pairs (in the signature)."""
@@ -218,6 +261,8 @@ class PreferenceData:
         digest.update(json.dumps(self.pairs).encode())
         if self.ratings:
             digest.update(json.dumps([self.ratings, self.levels]).encode())
+        if self.negatives:
+            digest.update(json.dumps(self.negatives).encode())
         return digest.hexdigest()[:12]
 
 
@@ -260,7 +305,43 @@ def preference_data(
     data = PreferenceData(stories, targets, pairs, groups, scale, mean, sd, notes)
     if config.rating_loss == "ordinal":
         data.ratings, data.levels = _single_ratings(judgments, index, str(config.criterion))
+    if config.negatives:
+        add_negatives(data, config.negatives, seed=config.seed)
     return data
+
+
+def add_negatives(
+    data: PreferenceData, techniques: Sequence[str], *, seed: int = 0, nlp: Any = None
+) -> None:
+    """Append a perturbed copy of every judged story per technique (the perturbation engine,
+    one technique per copy, seeded) to ``data``: no rating, its original's split group, and a
+    negative pair ``(original, copy, technique)``. A story a technique cannot change gets no
+    copy of it (counted in the notes)."""
+    import warnings
+    from collections import Counter
+
+    from storyeval.perturb import SkippedStoriesWarning, perturb_stories
+
+    if data.negatives:
+        raise ValueError("these data already have their perturbed copies")
+    with warnings.catch_warnings():  # reported in the notes instead
+        warnings.simplefilter("ignore", SkippedStoriesWarning)
+        made = perturb_stories(
+            data.stories, list(techniques), mode="each", seed=seed, skip_inapplicable=True, nlp=nlp
+        )
+    index = {story.id: i for i, story in enumerate(data.stories)}
+    for copy in made.stories:
+        original = index[copy.source_id]
+        data.negatives.append((original, len(data.stories), copy.techniques[0]))
+        data.stories.append(replace(data.stories[original], id=copy.id, story=copy.story))
+        data.groups.append(data.groups[original])
+    data.targets = np.concatenate([data.targets, np.full(len(made.stories), np.nan)])
+    counts = Counter(technique for _, _, technique in data.negatives)
+    made_counts = ", ".join(f"{counts[name]} {name}" for name in techniques)
+    note = f"perturbed copies that must score below their originals: {made_counts}"
+    if made.skipped:
+        note += f" ({len(made.skipped)} left out: the technique could not change the story)"
+    data.notes.append(note)
 
 
 def _single_ratings(
@@ -543,47 +624,90 @@ def fit_head(
     config: PreferenceConfig,
     ratings: Sequence[tuple[int, int]] = (),
     levels: int = 0,
+    negatives: Sequence[tuple[int, int]] = (),
 ) -> PreferenceHead:
     """Fit the head on standardised features: mean squared error on the rated stories (or,
     with the ordinal rating loss, the ordered-logit likelihood of ``ratings``, ``(story,
     level)`` on a scale of ``levels``), the Davidson-Bradley-Terry likelihood of the pairs,
-    both when both exist (weighted so that each counts as one objective), plus weight decay."""
+    both when both exist (weighted so that each counts as one objective), the ranking loss of
+    the ``negatives`` (``(original, copy)``: the copy must score lower, with weight
+    ``config.negative_weight``), plus weight decay. The copies are left out of the features'
+    standardisation, so a head that learns nothing from them equals one trained without."""
     import torch
 
-    from storyeval.learn.ordinal import initial_thresholds, ordinal_nll
+    from storyeval.learn.ordinal import initial_thresholds
 
-    mean, sd = _column_moments(features)
-    length_mean, length_sd = float(lengths.mean()), float(lengths.std() + 1e-6)
+    real = np.ones(len(features), dtype=bool)
+    real[[copy for _, copy in negatives]] = False
+    mean, sd = _column_moments(features[real])
+    length_mean, length_sd = float(lengths[real].mean()), float(lengths[real].std() + 1e-6)
     generator = torch.Generator().manual_seed(config.seed)
     filled = np.where(np.isnan(features), mean, features)  # undefined: the mean (standard 0)
     x = torch.tensor((filled - mean) / sd, dtype=torch.float64)
     z = torch.tensor((lengths - length_mean) / length_sd, dtype=torch.float64)
     params = _initial_weights(x.shape[1], config, generator)
-    ordinal = config.rating_loss == "ordinal" and len(ratings) > 0
-    if ordinal:
+    if config.rating_loss == "ordinal" and len(ratings) > 0:
         params.update(initial_thresholds(levels))
-        rated_story, rated_level = (torch.tensor(c) for c in zip(*ratings, strict=True))
+    objectives = _HeadObjectives(targets, pairs, ratings, negatives, config)
     optimizer = torch.optim.Adam(list(params.values()), lr=config.learning_rate)
-    rated = torch.tensor(np.isfinite(targets))
-    y = torch.tensor(np.nan_to_num(targets), dtype=torch.float64)
-    first, second, outcome = (
-        (torch.tensor(c) for c in zip(*pairs, strict=True)) if pairs else (None, None, None)
-    )
     for _ in range(config.steps):
         optimizer.zero_grad()
-        score = _forward(params, x) + (params["length"] * z if config.length_covariate else 0.0)
-        loss = torch.zeros((), dtype=torch.float64)
-        if ordinal:
-            loss = loss + ordinal_nll(params, score[rated_story], rated_level)
-        elif bool(rated.any()):
-            loss = loss + ((score - y)[rated] ** 2).mean()
-        if first is not None:
-            loss = loss + _davidson_nll(params, score[first], score[second], outcome)
+        plain = _forward(params, x)  # the score without length: what is reported
+        score = plain + (params["length"] * z if config.length_covariate else 0.0)
+        loss = objectives(params, score, plain)
         penalty = _penalty(params, len(config.metric_features))
         (loss + config.l2 * penalty).backward()
         optimizer.step()
     weights = {k: v.detach().numpy().copy() for k, v in params.items()}
     return PreferenceHead(mean, sd, weights, length_mean, length_sd)
+
+
+class _HeadObjectives:
+    """The head's loss: the ratings' objective, the pairs' and the negatives'."""
+
+    def __init__(
+        self,
+        targets: np.ndarray,
+        pairs: Sequence[tuple[int, int, float]],
+        ratings: Sequence[tuple[int, int]],
+        negatives: Sequence[tuple[int, int]],
+        config: PreferenceConfig,
+    ) -> None:
+        import torch
+
+        self.ordinal = config.rating_loss == "ordinal" and len(ratings) > 0
+        if self.ordinal:
+            self.rated_story, self.rated_level = (
+                torch.tensor(c) for c in zip(*ratings, strict=True)
+            )
+        self.rated = torch.tensor(np.isfinite(targets))
+        self.y = torch.tensor(np.nan_to_num(targets), dtype=torch.float64)
+        self.pairs = [torch.tensor(c) for c in zip(*pairs, strict=True)] if pairs else []
+        self.weight = config.negative_weight
+        self.negatives = (
+            [torch.tensor(c) for c in zip(*negatives, strict=True)]
+            if negatives and self.weight
+            else []
+        )
+
+    def __call__(self, params: Mapping[str, Any], score: Any, plain: Any) -> Any:
+        import torch
+        import torch.nn.functional as F
+
+        from storyeval.learn.ordinal import ordinal_nll
+
+        loss = torch.zeros((), dtype=torch.float64)
+        if self.ordinal:
+            loss = loss + ordinal_nll(params, score[self.rated_story], self.rated_level)
+        elif bool(self.rated.any()):
+            loss = loss + ((score - self.y)[self.rated] ** 2).mean()
+        if self.pairs:
+            first, second, outcome = self.pairs
+            loss = loss + _davidson_nll(params, score[first], score[second], outcome)
+        if self.negatives:  # length is left out: a repeated sentence may not buy length's credit
+            original, copy = self.negatives
+            loss = loss + self.weight * F.softplus(plain[copy] - plain[original]).mean()
+        return loss
 
 
 def _penalty(params: Mapping[str, Any], metric_columns: int) -> Any:
@@ -718,7 +842,7 @@ def cross_validate(
     ``features``, which may then be None) gives every story's features from a model trained
     on the fold's training stories only (a fine-tuned encoder)."""
     predictions = np.full(len(data.stories), np.nan)
-    for held in group_folds(data.groups, folds, config.seed):
+    for held in _story_folds(data, folds, config.seed):
         train = np.setdiff1d(np.arange(len(data.stories)), held)
         fold_features = tuned(train) if tuned is not None else features
         if fold_features is None:
@@ -728,11 +852,27 @@ def cross_validate(
     rows = [
         _summary_rows("model", predictions, data, n_boot, config.seed),
         _summary_rows("length (log words)", lengths, data, n_boot, config.seed),
+        _negative_rows("model", predictions, data, n_boot, config.seed),
+        _negative_rows("length (log words)", lengths, data, n_boot, config.seed),
     ]
     import pandas as pd
 
     table = pd.DataFrame([row for pair in rows for row in pair])
     return CrossValidation(predictions, table, folds)
+
+
+def _story_folds(data: PreferenceData, folds: int, seed: int) -> list[np.ndarray]:
+    """The folds of the judged stories (:func:`group_folds`), each perturbed copy in its
+    original's: the copies change neither the folds nor, when not learned from, the numbers."""
+    real = np.flatnonzero(~data.synthetic)
+    dealt = group_folds([data.groups[i] for i in real], folds, seed)
+    fold_of = {int(real[k]): number for number, fold in enumerate(dealt) for k in fold}
+    for original, copy, _ in data.negatives:
+        fold_of[copy] = fold_of[original]
+    members: list[list[int]] = [[] for _ in dealt]
+    for story, number in sorted(fold_of.items()):
+        members[number].append(story)
+    return [np.array(fold, dtype=np.int64) for fold in members]
 
 
 def _held_out(head: PreferenceHead, features: np.ndarray, data: PreferenceData) -> np.ndarray:
@@ -779,7 +919,20 @@ def _fit_subset(
         config,
         ratings,
         len(data.levels),
+        negatives_within(data.negatives, members),
     )
+
+
+def negatives_within(
+    negatives: Sequence[tuple[int, int, str]], members: np.ndarray
+) -> list[tuple[int, int]]:
+    """The negatives whose original and copy are both among ``members``, indexed there.
+
+    >>> negatives_within([(0, 3, "repetition"), (1, 4, "repetition")], np.array([0, 1, 3]))
+    [(0, 2)]
+    """
+    position = {int(i): k for k, i in enumerate(members)}
+    return [(position[i], position[j]) for i, j, _ in negatives if i in position and j in position]
 
 
 def _summary_rows(
@@ -802,6 +955,29 @@ def _summary_rows(
     rated = np.isfinite(data.targets) & np.isfinite(scores)
     if rated.sum() >= 3:
         rows.append(_kendall_row(name, scores[rated], data.targets[rated], n_boot, rng))
+    return rows
+
+
+def _negative_rows(
+    name: str, scores: np.ndarray, data: PreferenceData, n_boot: int, seed: int
+) -> list[dict[str, Any]]:
+    """Per technique, the share of held-out perturbed copies scored below their original
+    (a tie counts one half), with a bootstrap interval over the copies."""
+    from storyeval.stats import percentile_interval
+
+    rng = np.random.default_rng(seed)
+    techniques = list(dict.fromkeys(technique for _, _, technique in data.negatives))
+    rows = []
+    for technique in techniques:
+        chosen = [(i, j) for i, j, t in data.negatives if t == technique]
+        gaps = np.array([scores[i] - scores[j] for i, j in chosen])
+        lower = np.where(gaps > 0, 1.0, np.where(gaps == 0, 0.5, 0.0))
+        boots = [lower[rng.integers(0, len(lower), len(lower))].mean() for _ in range(n_boot)]
+        low, high = (
+            percentile_interval(np.array(boots), confidence=0.95) if n_boot else (np.nan, np.nan)
+        )
+        statistic = f"{technique}_scored_lower"
+        rows.append(_row(name, statistic, float(lower.mean()), low, high, len(lower)))
     return rows
 
 
@@ -1133,6 +1309,8 @@ class _FoldTuning:
         fields = {name: getattr(self.config, name) for name in TUNING_FIELDS}
         fields.update(base=self.base, data=self.data.data_hash(), device=self.device)
         fields["precision"] = self.precision
+        if self.config.negatives:  # the keys of tunings without them stay as they were
+            fields["negative_weight"] = self.config.negative_weight
         return fields
 
     def _say(self, message: str) -> None:
@@ -1157,6 +1335,7 @@ class _FoldTuning:
             self.config,
             device=self.device,
             precision=self.precision,
+            negatives=negatives_within(self.data.negatives, members),
         )
 
     def _features(self, encoder: Any) -> np.ndarray:
@@ -1183,7 +1362,12 @@ def _stored_features(
     from storyeval.learn.feature_store import FeatureStore
 
     store = FeatureStore.for_model(directory / FEATURES_DIR, identity, precision)
-    features, encoded = store.features(_feature_texts(data.stories, config), encode)
+    texts = _feature_texts(data.stories, config)
+    judged = len(texts) - len(data.negatives)  # the copies come last: encoded apart, the
+    features, encoded = store.features(texts[:judged], encode)  # judged are as without them
+    if data.negatives:
+        copies, more = store.features(texts[judged:], encode)
+        features, encoded = np.vstack([features, copies]), encoded + more
     if progress is not None and encoded < len(data.stories):
         progress(
             f"features: {len(data.stories) - encoded} of {len(data.stories)} stories from "
@@ -1224,9 +1408,8 @@ def _final_head(
         head = _fit_subset(data, features, lengths, config, train)
         dev_pairs = pairs_within(data.pairs, dev)
         temperature = fit_temperature(head, head.scores(features[dev]), dev_pairs)
-    head = fit_head(
-        features, lengths, data.targets, data.pairs, config, data.ratings, len(data.levels)
-    )
+    everything = np.arange(len(data.stories))
+    head = _fit_subset(data, features, lengths, config, everything)
     head.temperature = temperature
     return head
 

@@ -34,10 +34,12 @@ def fine_tune_encoder(
     *,
     device: str = "cpu",
     precision: str = "float32",
+    negatives: Sequence[tuple[int, int]] = (),
 ) -> Any:
     """A copy of ``config.model``'s encoder fine-tuned on these texts (each story as its
     features read it; ``targets``: standardised mean ratings, NaN for none; ``pairs``:
-    ``(i, j, outcome)``), wrapped as a loaded model."""
+    ``(i, j, outcome)``; ``negatives``: ``(original, copy)``, a perturbed copy that must
+    score lower, weighted by ``config.negative_weight``), wrapped as a loaded model."""
     import torch
 
     from storyeval.models import load_encoder
@@ -57,8 +59,9 @@ def fine_tune_encoder(
     encoder.train()
     for _ in range(config.fine_tune_epochs):
         for batch in _batches(groups, config.fine_tune_batch_size, rng):
+            objectives = (targets, pairs, negatives)
             loss = _batch_loss(
-                encoder, head, base.tokenizer, texts, targets, pairs, batch, config, precision
+                encoder, head, base.tokenizer, texts, objectives, batch, config, precision
             )
             if loss is None:
                 continue
@@ -84,24 +87,27 @@ def _batch_loss(
     head: Any,
     tokenizer: Any,
     texts: Sequence[str],
-    targets: np.ndarray,
-    pairs: Sequence[tuple[int, int, float]],
+    objectives: tuple[np.ndarray, Sequence[tuple[int, int, float]], Sequence[tuple[int, int]]],
     batch: list[int],
     config: Any,
     precision: str,
 ) -> Any:
     """Squared error on the batch's rated stories plus the logistic (Bradley-Terry) loss of
-    the pairs inside the batch (a tie's target is one half); None when the batch has neither."""
+    the pairs inside the batch (a tie's target is one half) and, weighted, of the negatives
+    inside it (``objectives``: targets, pairs, negatives); None when the batch has none."""
     import torch
     import torch.nn.functional as F
 
     from storyeval.models.devices import autocast, model_device
     from storyeval.models.pooling import mean_pooled, tokenize
 
+    targets, pairs, negatives = objectives
     position = {story: k for k, story in enumerate(batch)}
     inside = [(position[i], position[j], o) for i, j, o in pairs if i in position and j in position]
     rated = [k for k, story in enumerate(batch) if np.isfinite(targets[story])]
-    if not inside and not rated:
+    worse = [(position[i], position[j]) for i, j in negatives if i in position and j in position]
+    worse = worse if config.negative_weight else []
+    if not inside and not rated and not worse:
         return None
     device = model_device(encoder)
     inputs = tokenize(tokenizer, [texts[i] for i in batch], config.fine_tune_max_length)
@@ -116,6 +122,9 @@ def _batch_loss(
         first, second, outcome = (torch.tensor(c, device=device) for c in zip(*inside, strict=True))
         logits = scores[first] - scores[second]
         loss = loss + F.binary_cross_entropy_with_logits(logits, outcome.float())
+    if worse:
+        original, copy = (torch.tensor(c, device=device) for c in zip(*worse, strict=True))
+        loss = loss + config.negative_weight * F.softplus(scores[copy] - scores[original]).mean()
     return loss
 
 
