@@ -116,7 +116,8 @@ def test_the_fine_tuning_learns_from_the_negatives_in_its_batches() -> None:
     base = load_encoder()
     head = torch.nn.Linear(base.model.config.hidden_size, 1)
     texts = ["Ken ran home. He was tired.", "Ken ran home. Ken ran home. He was tired."]
-    nothing_rated = (np.full(2, np.nan), [], [(0, 1)])
+    no_pairs: list[tuple[int, int, float]] = []
+    nothing_rated = (np.full(2, np.nan), no_pairs, [(0, 1)])
     config = PreferenceConfig(fine_tune_epochs=1, negatives=("repetition",))
     loss = preference_tune._batch_loss(
         base.model, head, base.tokenizer, texts, nothing_rated, [0, 1], config, "float32"
