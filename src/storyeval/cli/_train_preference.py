@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import typer
 
@@ -46,10 +46,10 @@ PREFERENCE_LENGTH = typer.Option(
 )
 PREFERENCE_HIDDEN = typer.Option(0, "--hidden", min=0, help="0: a linear head; N: one tanh layer.")
 PREFERENCE_L2 = typer.Option(
-    0.01,
+    "0.01",
     "--l2",
-    min=0,
-    help="Weight decay of the head's embedding weights (not of metric features).",
+    help="Weight decay of the head (a linear head leaves metric features free), or auto: "
+    "chosen by cross-validation within the training stories.",
 )
 PREFERENCE_RATING_LOSS = typer.Option(
     "mse",
@@ -114,7 +114,7 @@ def preference(
     tie_margin: float = PREFERENCE_TIE,
     length_covariate: bool = PREFERENCE_LENGTH,
     hidden: int = PREFERENCE_HIDDEN,
-    l2: float = PREFERENCE_L2,
+    l2: str = PREFERENCE_L2,
     rating_loss: str = PREFERENCE_RATING_LOSS,
     metric_features: str = PREFERENCE_METRICS,
     metric_option: list[str] = PREFERENCE_METRIC_OPTION,
@@ -158,7 +158,7 @@ def preference(
             tie_margin=tie_margin,
             length_covariate=length_covariate,
             hidden=hidden,
-            l2=l2,
+            l2=_weight_decay(l2),
             seed=seed,
             rating_loss=rating_loss,  # type: ignore[arg-type]
             metric_features=_names(metric_features),
@@ -185,6 +185,16 @@ def preference(
     except (StoryevalError, OSError, ValueError) as exc:
         raise user_error(exc) from None
     _report(trained, data, output)
+
+
+def _weight_decay(text: str) -> float | Literal["auto"]:
+    """``--l2``: a number, or auto."""
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError(f"--l2 must be a number >= 0 or auto; got {text!r}") from None
 
 
 def _names(text: str | None) -> tuple[str, ...]:
@@ -227,6 +237,8 @@ def _report(trained: Any, data: Any, output: Path) -> None:
             f"length effect left out: {trained.summary['length_effect']:+.3f} score sd per sd of "
             "log length"
         )
+    if "l2_chosen" in trained.summary:
+        typer.echo(f"weight decay chosen by cross-validation: {trained.summary['l2_chosen']:g}")
     for name, effect in trained.summary.get("metric_effects", {}).items():
         typer.echo(f"metric feature {name}: {effect:+.3f} score sd per sd of {name}")
     typer.echo(f"wrote {output}")

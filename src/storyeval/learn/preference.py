@@ -75,8 +75,10 @@ class PreferenceConfig:
         scores.
     hidden : int
         0 for a linear head; else the width of one tanh hidden layer.
-    l2 : float
-        Weight decay of the head.
+    l2 : float or "auto"
+        Weight decay of the head; ``"auto"`` chooses it from :data:`L2_GRID` by
+        prompt-disjoint cross-validation within the training stories (nested inside the
+        reported cross-validation, so its numbers stay held out).
     steps, learning_rate : int, float
         Full-batch Adam steps over the training stories.
     dev_fraction : float
@@ -118,7 +120,7 @@ class PreferenceConfig:
     tie_margin: float = 0.0
     length_covariate: bool = True
     hidden: int = 0
-    l2: float = 1e-2
+    l2: float | Literal["auto"] = 1e-2
     steps: int = 300
     learning_rate: float = 0.02
     dev_fraction: float = 0.2
@@ -152,8 +154,10 @@ class PreferenceConfig:
             raise ValueError("train on ratings (pointwise), pairs (pairwise), or both")
         if self.margin < 0 or not 0 <= self.tie_margin <= self.margin:
             raise ValueError("need 0 <= tie_margin <= margin")
-        if self.steps < 1 or self.learning_rate <= 0 or self.l2 < 0 or self.hidden < 0:
-            raise ValueError("steps >= 1, learning_rate > 0, l2 >= 0 and hidden >= 0")
+        if self.l2 != "auto" and not (isinstance(self.l2, int | float) and self.l2 >= 0):
+            raise ValueError(f"l2 must be a number >= 0 or 'auto'; got {self.l2!r}")
+        if self.steps < 1 or self.learning_rate <= 0 or self.hidden < 0:
+            raise ValueError("steps >= 1, learning_rate > 0 and hidden >= 0")
         if not 0 < self.dev_fraction < 1:
             raise ValueError(f"dev_fraction must be in (0, 1); got {self.dev_fraction}")
         if self.rating_loss not in ("mse", "ordinal"):
@@ -637,6 +641,9 @@ def fit_head(
 
     from storyeval.learn.ordinal import initial_thresholds
 
+    if config.l2 == "auto":
+        raise ValueError("l2='auto' is chosen per training set: fit through train_preference")
+    l2 = float(config.l2)
     real = np.ones(len(features), dtype=bool)
     real[[copy for _, copy in negatives]] = False
     mean, sd = _column_moments(features[real])
@@ -656,7 +663,7 @@ def fit_head(
         score = plain + (params["length"] * z if config.length_covariate else 0.0)
         loss = objectives(params, score, plain)
         penalty = _penalty(params, len(config.metric_features))
-        (loss + config.l2 * penalty).backward()
+        (loss + l2 * penalty).backward()
         optimizer.step()
     weights = {k: v.detach().numpy().copy() for k, v in params.items()}
     return PreferenceHead(mean, sd, weights, length_mean, length_sd)
@@ -861,18 +868,24 @@ def cross_validate(
     return CrossValidation(predictions, table, folds)
 
 
-def _story_folds(data: PreferenceData, folds: int, seed: int) -> list[np.ndarray]:
-    """The folds of the judged stories (:func:`group_folds`), each perturbed copy in its
-    original's: the copies change neither the folds nor, when not learned from, the numbers."""
+def _story_folds(
+    data: PreferenceData, folds: int, seed: int, members: np.ndarray | None = None
+) -> list[np.ndarray]:
+    """The folds of the judged stories (:func:`group_folds`; of those among ``members``),
+    each perturbed copy in its original's: the copies change neither the folds nor, when not
+    learned from, the numbers."""
     real = np.flatnonzero(~data.synthetic)
+    if members is not None:
+        real = np.intersect1d(real, members)
     dealt = group_folds([data.groups[i] for i in real], folds, seed)
     fold_of = {int(real[k]): number for number, fold in enumerate(dealt) for k in fold}
     for original, copy, _ in data.negatives:
-        fold_of[copy] = fold_of[original]
-    members: list[list[int]] = [[] for _ in dealt]
+        if original in fold_of:
+            fold_of[copy] = fold_of[original]
+    stories: list[list[int]] = [[] for _ in dealt]
     for story, number in sorted(fold_of.items()):
-        members[number].append(story)
-    return [np.array(fold, dtype=np.int64) for fold in members]
+        stories[number].append(story)
+    return [np.array(fold, dtype=np.int64) for fold in stories]
 
 
 def _held_out(head: PreferenceHead, features: np.ndarray, data: PreferenceData) -> np.ndarray:
@@ -907,7 +920,10 @@ def _fit_subset(
     config: PreferenceConfig,
     members: np.ndarray,
 ) -> PreferenceHead:
-    """A head fitted on the stories ``members`` (their targets and the pairs within them)."""
+    """A head fitted on the stories ``members`` (their targets and the pairs within them);
+    with ``l2="auto"``, the weight decay is first chosen by cross-validation within them."""
+    if config.l2 == "auto":
+        config = replace(config, l2=chosen_l2(data, features, lengths, config, members))
     pairs = pairs_within(data.pairs, members)
     position = {int(i): k for k, i in enumerate(members)}
     ratings = [(position[i], level) for i, level in data.ratings if i in position]
@@ -921,6 +937,49 @@ def _fit_subset(
         len(data.levels),
         negatives_within(data.negatives, members),
     )
+
+
+#: The weight decays ``l2="auto"`` chooses from.
+L2_GRID = (0.01, 0.1, 1.0, 10.0)
+#: The folds of that choice.
+L2_FOLDS = 3
+
+
+def chosen_l2(
+    data: PreferenceData,
+    features: np.ndarray,
+    lengths: np.ndarray,
+    config: PreferenceConfig,
+    members: np.ndarray,
+) -> float:
+    """The weight decay of :data:`L2_GRID` whose heads, trained on all but one of
+    :data:`L2_FOLDS` prompt-disjoint folds of ``members``, agree best with people on the
+    held-out fold (Kendall tau-b with the mean ratings, pooled over folds; the pairwise
+    accuracy without ratings); the larger on a tie. The smallest when ``members`` hold too
+    few prompts to split."""
+    from scipy.stats import kendalltau
+
+    judged = members[~data.synthetic[members]]
+    if len({data.groups[i] for i in judged}) < L2_FOLDS:
+        return L2_GRID[0]
+    folds = _story_folds(data, L2_FOLDS, config.seed, members)
+    rated = judged[np.isfinite(data.targets[judged])]
+    decided = [(i, j) for i, j, o in pairs_within(data.pairs, judged) if o == 1.0]
+    best, best_agreement = L2_GRID[0], -np.inf
+    for l2 in L2_GRID:
+        trial = replace(config, l2=l2)
+        predictions = np.full(len(data.stories), np.nan)
+        for held in folds:
+            head = _fit_subset(data, features, lengths, trial, np.setdiff1d(members, held))
+            predictions[held] = _held_out(head, features[held], data)
+        if len(rated) >= 3:
+            agreement = float(kendalltau(predictions[rated], data.targets[rated]).statistic)
+        else:
+            gaps = [predictions[judged[i]] - predictions[judged[j]] for i, j in decided]
+            agreement = float(np.mean(np.sign(gaps))) if gaps else 0.0
+        if np.nan_to_num(agreement, nan=-1.0) >= best_agreement:
+            best, best_agreement = l2, np.nan_to_num(agreement, nan=-1.0)
+    return best
 
 
 def negatives_within(
@@ -1187,7 +1246,12 @@ def train_preference(
         summary["residual_sd"] = _residual_sd(result.predictions, data)
     if tuning is not None:
         features, identity = tuning.final()
-    head = _final_head(data, features, lengths, config)
+    final = config
+    if config.l2 == "auto":  # chosen once on every story, and reported
+        everything = np.arange(len(data.stories))
+        final = replace(config, l2=chosen_l2(data, features, lengths, config, everything))
+        summary["l2_chosen"] = final.l2
+    head = _final_head(data, features, lengths, final)
     if tuning is not None and folds > 1:  # the final encoder saw every story: use held-out
         head.temperature = fit_temperature(head, result.predictions, data.pairs)
     summary["length_effect"] = head.length_effect
@@ -1320,11 +1384,15 @@ class _FoldTuning:
     def _tune(self, members: np.ndarray) -> Any:
         from storyeval.learn.preference_tune import fine_tune_encoder
 
+        copies = self.data.synthetic[members]
+        if not self.config.negative_weight:  # measured only: tuned as without them
+            members, copies = members[~copies], copies[~copies]
         pairs = pairs_within(self.data.pairs, members)
         texts = _feature_texts([self.data.stories[i] for i in members], self.config)
         epochs = self.config.fine_tune_epochs
+        extra = f" and {int(copies.sum())} perturbed copies" if copies.any() else ""
         self._say(
-            f"fine-tuning {self.runs}: the encoder on {len(members)} stories "
+            f"fine-tuning {self.runs}: the encoder on {int((~copies).sum())} stories{extra} "
             f"({epochs} epoch{'' if epochs == 1 else 's'})"
         )
         return fine_tune_encoder(
@@ -1342,8 +1410,13 @@ class _FoldTuning:
         from storyeval.learn.preference_tune import tuned_features
 
         texts = _feature_texts(self.data.stories, self.config)
-        features: np.ndarray = tuned_features(
-            encoder, texts, device=self.device, precision=self.precision
+        judged = len(texts) - len(self.data.negatives)  # apart, as _stored_features does
+        parts = [texts[:judged], texts[judged:]] if self.data.negatives else [texts]
+        features: np.ndarray = np.vstack(
+            [
+                tuned_features(encoder, part, device=self.device, precision=self.precision)
+                for part in parts
+            ]
         )
         return features
 
