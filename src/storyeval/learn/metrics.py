@@ -548,7 +548,10 @@ def nsp_prev(
             "preferences), with a Bradley-Terry loss and Davidson's ties. Length can be a "
             "covariate whose effect is learned and left out of the score, and metrics of the "
             "story alone (repeated n-grams, distinct n-grams, perplexity: what a mean-pooled "
-            "embedding hardly sees) can join the features (`--metric-features`)."
+            "embedding hardly sees) can join the features (`--metric-features`). Perturbed "
+            "copies of the judged stories (a repeated sentence, shuffled sentences) can be "
+            "negatives that must score lower (`--negatives`), teaching the model an error "
+            "the people's stories seldom show, as far as its features can see it."
         ),
         read=(
             "With one rated criterion, the predicted mean rating on its scale; otherwise a "
@@ -570,7 +573,8 @@ def nsp_prev(
             "(`--fine-tune-epochs` tunes the encoder too, at minutes rather than seconds on a "
             "CPU), and a mean-pooled embedding barely changes when a sentence is repeated "
             "or the sentences are shuffled: without metric features the model misses those "
-            "errors (audit it with `storyeval judge-audit --backend reward-model`). With few "
+            "errors (audit it with `storyeval judge-audit --backend reward-model`); nothing "
+            "offline but a trained UNION sees the order of sentences. With few "
             "judgments the held-out intervals are wide: read them before trusting the scores."
         ),
         refs="Fein et al. (2025), LitBench; Bradley and Terry (1952); Davidson (1970).",
