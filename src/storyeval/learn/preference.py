@@ -940,7 +940,7 @@ def _fit_subset(
 
 
 #: The weight decays ``l2="auto"`` chooses from.
-L2_GRID = (0.01, 0.1, 1.0, 10.0)
+L2_GRID = (0.01, 0.1, 1.0, 10.0, 100.0)
 #: The folds of that choice.
 L2_FOLDS = 3
 
