@@ -201,3 +201,30 @@ def test_the_weight_decay_chosen_within_each_training_fold_agrees_better_with_pe
         fit_head(features, lengths, data.targets, data.pairs, auto)
     with pytest.raises(ValueError, match="l2 must be a number >= 0 or 'auto'"):
         PreferenceConfig(l2=-1.0)
+
+
+def test_an_audit_of_a_model_trained_on_copies_says_whose_copies_they_are(
+    tmp_path: Path,
+) -> None:
+    from storyeval.judge.audit_run import collect_audit_inputs
+    from storyeval.judge.rubric import load_rubric
+    from storyeval.learn.preference_judge import RewardModelJudge
+
+    stories = read_stories(EXAMPLES / "stories.jsonl")[:12]
+    ids = {s.id for s in stories}
+    ratings = [j for j in read_judgments(EXAMPLES / "judgments.jsonl") if j.item_id in ids]
+    config = PreferenceConfig(criterion="coherence", negatives=("repetition",), seed=3)
+    data = preference_data(stories, ratings, config=config)
+    train_preference(data, tmp_path / "m", config=config, folds=0)
+    judge = RewardModelJudge(str(tmp_path / "m"))
+    rubric, audited = load_rubric("hanna"), stories[:3]
+    for seed, says in ((3, "the ones it learned from"), (4, "of stories it saw")):
+        notes = collect_audit_inputs(
+            audited, rubric, judge, pairwise=False, techniques=("repetition", "typos"), seed=seed
+        ).notes
+        trained = [n for n in notes if "trained to score repetition copies lower" in n]
+        assert len(trained) == 1 and says in trained[0] and "typos" not in trained[0]
+    notes = collect_audit_inputs(
+        audited, rubric, judge, pairwise=False, techniques=("typos",), seed=3
+    ).notes
+    assert not any("trained to score" in n for n in notes)

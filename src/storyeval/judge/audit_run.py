@@ -158,7 +158,27 @@ def _perturbed(
             "the story)"
         )
     inputs.perturbed = [parse_story(record) for record in made.records()]
+    _trained_on_copies(inputs, judge, techniques, seed)
     if inputs.perturbed:
         once = replace(settings, repeats=1)
         run = judge_stories(inputs.perturbed, rubric, [judge], settings=once, cache=cache)
         inputs.perturbed_judgments = run.judgments
+
+
+def _trained_on_copies(
+    inputs: AuditInputs, judge: JudgeBackend, techniques: Sequence[str], seed: int
+) -> None:
+    """A note when the judge (a reward model trained with negatives) learned to score copies
+    made by these techniques lower: on its training stories, with its seed, the audit's
+    copies are the very ones it was trained on."""
+    trained, trained_seed = getattr(judge, "trained_perturbations", ((), None))
+    shared = [name for name in techniques if name in trained]
+    if not shared:
+        return
+    same = "the same seed: these copies of its training stories are the ones it learned from; "
+    same += "give --seed N for others"
+    other = "another seed, but on its training stories the copies are of stories it saw"
+    inputs.notes.append(
+        f"perturbations: the judge was trained to score {', '.join(shared)} copies lower "
+        f"(negatives, seed {trained_seed}); {same if seed == trained_seed else other}"
+    )

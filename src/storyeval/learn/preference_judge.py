@@ -43,6 +43,9 @@ class RewardModelJudge:
         self.name = self.model.directory.name
         self.identity = self.model.identity
         self.calls = 0
+        #: The perturbation techniques and seed of the negatives it was trained on (an audit
+        #: of those techniques says so: such copies of its training stories are not new to it).
+        self.trained_perturbations = (self.model.config.negatives, self.model.config.seed)
 
     def answer(
         self, requests: Sequence[JudgeRequest], decoding: Decoding, *, sample: int = 0
