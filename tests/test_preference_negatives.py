@@ -159,16 +159,23 @@ def test_negatives_are_checked() -> None:
 
 def test_negatives_from_the_command_line(tmp_path: Path) -> None:
     from storyeval.cli import app
+    from storyeval.corpus import write_judgments, write_stories
 
-    command = ["train", "preference", "--stories", str(EXAMPLES / "stories.jsonl")]
-    command += ["--judgments", str(EXAMPLES / "judgments.jsonl"), "--criterion", "coherence"]
+    stories = [s for s in read_stories(EXAMPLES / "stories.jsonl") if s.id < "s013"]
+    ids = {s.id for s in stories}
+    write_stories(tmp_path / "stories.jsonl", stories)
+    ratings = [j for j in read_judgments(EXAMPLES / "judgments.jsonl") if j.item_id in ids]
+    write_judgments(tmp_path / "judgments.jsonl", ratings)
+    command = ["train", "preference", "--stories", str(tmp_path / "stories.jsonl")]
+    command += ["--judgments", str(tmp_path / "judgments.jsonl"), "--criterion", "coherence"]
     command += ["--folds", "2", "--bootstrap", "20"]
     result = CliRunner().invoke(
         app, [*command, "--negatives", "repetition", "--l2", "auto", "-o", str(tmp_path / "m")]
     )
     assert result.exit_code == 0, result.output
-    assert "180 stories, 180 with a mean rating" in result.output
-    assert "note: perturbed copies that must score below their originals: 180 repetition" in (
+    n = len(stories)
+    assert f"{n} stories, {n} with a mean rating" in result.output
+    assert f"note: perturbed copies that must score below their originals: {n} repetition" in (
         result.output
     )
     assert "repetition_scored_lower" in result.output
