@@ -30,13 +30,15 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 
 from storyeval.corpus import Judgment, Story
 from storyeval.errors import StoryevalError
 from storyeval.signature import Signature
+
+_T = TypeVar("_T")
 
 #: The model directory's files.
 MODEL_FILE = "preference.json"
@@ -902,9 +904,10 @@ def _held_out(head: PreferenceHead, features: np.ndarray, data: PreferenceData) 
 
 
 def pairs_within(
-    pairs: Sequence[tuple[int, int, float]], members: np.ndarray
-) -> list[tuple[int, int, float]]:
-    """The pairs whose two stories are both among ``members``, indexed by position there.
+    pairs: Sequence[tuple[int, int, _T]], members: np.ndarray
+) -> list[tuple[int, int, _T]]:
+    """The pairs (or negatives) whose two stories are both among ``members``, indexed by
+    position there.
 
     >>> pairs_within([(0, 2, 1.0), (1, 2, 0.5)], np.array([0, 2]))
     [(0, 1, 1.0)]
@@ -990,27 +993,18 @@ def negatives_within(
     >>> negatives_within([(0, 3, "repetition"), (1, 4, "repetition")], np.array([0, 1, 3]))
     [(0, 2)]
     """
-    position = {int(i): k for k, i in enumerate(members)}
-    return [(position[i], position[j]) for i, j, _ in negatives if i in position and j in position]
+    return [(i, j) for i, j, _ in pairs_within(negatives, members)]
 
 
 def _summary_rows(
     name: str, scores: np.ndarray, data: PreferenceData, n_boot: int, seed: int
 ) -> list[dict[str, Any]]:
     """Held-out pairwise accuracy and story-level Kendall tau of ``scores``, with intervals."""
-    from storyeval.stats import percentile_interval
-
     rng = np.random.default_rng(seed)
     decided = [(i, j) for i, j, o in data.pairs if o == 1.0 and np.isfinite(scores[[i, j]]).all()]
     rows = []
     if decided:
-        wins = np.array([scores[i] > scores[j] for i, j in decided], dtype=float)
-        wins[[scores[i] == scores[j] for i, j in decided]] = 0.5
-        boots = [wins[rng.integers(0, len(wins), len(wins))].mean() for _ in range(n_boot)]
-        low, high = (
-            percentile_interval(np.array(boots), confidence=0.95) if n_boot else (np.nan, np.nan)
-        )
-        rows.append(_row(name, "pairwise_accuracy", float(wins.mean()), low, high, len(wins)))
+        rows.append(_won_row(name, "pairwise_accuracy", scores, decided, n_boot, rng))
     rated = np.isfinite(data.targets) & np.isfinite(scores)
     if rated.sum() >= 3:
         rows.append(_kendall_row(name, scores[rated], data.targets[rated], n_boot, rng))
@@ -1022,22 +1016,31 @@ def _negative_rows(
 ) -> list[dict[str, Any]]:
     """Per technique, the share of held-out perturbed copies scored below their original
     (a tie counts one half), with a bootstrap interval over the copies."""
-    from storyeval.stats import percentile_interval
-
     rng = np.random.default_rng(seed)
     techniques = list(dict.fromkeys(technique for _, _, technique in data.negatives))
     rows = []
     for technique in techniques:
         chosen = [(i, j) for i, j, t in data.negatives if t == technique]
-        gaps = np.array([scores[i] - scores[j] for i, j in chosen])
-        lower = np.where(gaps > 0, 1.0, np.where(gaps == 0, 0.5, 0.0))
-        boots = [lower[rng.integers(0, len(lower), len(lower))].mean() for _ in range(n_boot)]
-        low, high = (
-            percentile_interval(np.array(boots), confidence=0.95) if n_boot else (np.nan, np.nan)
-        )
         statistic = f"{technique}_scored_lower"
-        rows.append(_row(name, statistic, float(lower.mean()), low, high, len(lower)))
+        rows.append(_won_row(name, statistic, scores, chosen, n_boot, rng))
     return rows
+
+
+def _won_row(
+    name: str,
+    statistic: str,
+    scores: np.ndarray,
+    ordered: Sequence[tuple[int, int]],
+    n_boot: int,
+    rng: np.random.Generator,
+) -> dict[str, Any]:
+    """The share of the pairs ``(i, j)`` whose ``i`` scores above ``j`` (a tie one half),
+    with a percentile-bootstrap interval over the pairs."""
+    wins = np.array([scores[i] > scores[j] for i, j in ordered], dtype=float)
+    wins[[scores[i] == scores[j] for i, j in ordered]] = 0.5
+    boots = [wins[rng.integers(0, len(wins), len(wins))].mean() for _ in range(n_boot)]
+    low, high = _interval(boots, n_boot)
+    return _row(name, statistic, float(wins.mean()), low, high, len(wins))
 
 
 def _kendall_row(
@@ -1045,18 +1048,24 @@ def _kendall_row(
 ) -> dict[str, Any]:
     from scipy.stats import kendalltau
 
-    from storyeval.stats import percentile_interval
-
     tau = float(kendalltau(scores, targets).statistic)
     boots = []
     for _ in range(n_boot):
         pick = rng.integers(0, len(scores), len(scores))
         value = kendalltau(scores[pick], targets[pick]).statistic
         boots.append(value if value == value else np.nan)
-    low, high = (
-        percentile_interval(np.array(boots), confidence=0.95) if n_boot else (np.nan, np.nan)
-    )
+    low, high = _interval(boots, n_boot)
     return _row(name, "kendall_tau_b", tau, low, high, len(scores))
+
+
+def _interval(boots: Sequence[float], n_boot: int) -> tuple[float, float]:
+    """The 95% percentile interval of bootstrap replicates (NaN without any)."""
+    from storyeval.stats import percentile_interval
+
+    if not n_boot:
+        return np.nan, np.nan
+    low, high = percentile_interval(np.array(boots), confidence=0.95)
+    return float(low), float(high)
 
 
 def _row(
@@ -1409,16 +1418,22 @@ class _FoldTuning:
     def _features(self, encoder: Any) -> np.ndarray:
         from storyeval.learn.preference_tune import tuned_features
 
-        texts = _feature_texts(self.data.stories, self.config)
-        judged = len(texts) - len(self.data.negatives)  # apart, as _stored_features does
-        parts = [texts[:judged], texts[judged:]] if self.data.negatives else [texts]
         features: np.ndarray = np.vstack(
             [
                 tuned_features(encoder, part, device=self.device, precision=self.precision)
-                for part in parts
+                for part in _encoded_apart(self.data, self.config)
             ]
         )
         return features
+
+
+def _encoded_apart(data: PreferenceData, config: PreferenceConfig) -> list[list[str]]:
+    """The feature texts of the judged stories, then those of their perturbed copies (which
+    come last) as a second part: encoded apart, the judged stories' features are exactly
+    those of a training without copies (a batch's padding does not change with them)."""
+    texts = _feature_texts(data.stories, config)
+    judged = len(texts) - len(data.negatives)
+    return [texts[:judged], texts[judged:]] if data.negatives else [texts]
 
 
 def _stored_features(
@@ -1435,12 +1450,9 @@ def _stored_features(
     from storyeval.learn.feature_store import FeatureStore
 
     store = FeatureStore.for_model(directory / FEATURES_DIR, identity, precision)
-    texts = _feature_texts(data.stories, config)
-    judged = len(texts) - len(data.negatives)  # the copies come last: encoded apart, the
-    features, encoded = store.features(texts[:judged], encode)  # judged are as without them
-    if data.negatives:
-        copies, more = store.features(texts[judged:], encode)
-        features, encoded = np.vstack([features, copies]), encoded + more
+    parts = [store.features(part, encode) for part in _encoded_apart(data, config)]
+    features = np.vstack([part for part, _ in parts])
+    encoded = sum(count for _, count in parts)
     if progress is not None and encoded < len(data.stories):
         progress(
             f"features: {len(data.stories) - encoded} of {len(data.stories)} stories from "
