@@ -11,7 +11,7 @@ import pytest
 from scipy import stats
 
 from metahelpers import JUDGMENTS, example_scores
-from storyeval.corpus import read_judgments
+from storyeval.corpus import Judgment, Score, read_judgments
 from storyeval.meta import (
     DegenerateInputWarning,
     adjust_pvalues,
@@ -85,6 +85,59 @@ def test_compare_metrics_uses_the_shared_items():
     assert out["signature"].iloc[0].startswith("williams|method:spearman|level:pooled")
     with pytest.raises(ValueError, match="story level"):
         compare_metrics(table, level="story")
+
+
+def test_compare_metrics_orients_lower_is_better_metrics():
+    """A metric where lower is better (perplexity) is negated before the test, as Graham and
+    Baldwin (2014) compare TER with BLEU: a metric whose values fall as ratings rise agrees
+    with people and must not lose to every metric for its sign."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        table = build_meta_table(list(example_scores()), read_judgments(JUDGMENTS))
+        plain = compare_metrics(table, criterion="coherence", metrics=["distinct2", "length"])
+        # "length" is unknown to the registry: taken as it is unless named
+        flipped = compare_metrics(
+            table,
+            criterion="coherence",
+            metrics=["distinct2", "length"],
+            lower_is_better=["length"],
+        )
+    key = lambda out: out[(out.metric_a == "distinct2") & (out.metric_b == "length")].iloc[0]  # noqa: E731
+    before, after = key(plain), key(flipped)
+    assert (before["direction_a"], before["direction_b"]) == ("higher", "undeclared")
+    assert after["direction_b"] == "lower"
+    assert after["r_b"] == pytest.approx(-before["r_b"])
+    assert after["r_ab"] == pytest.approx(-before["r_ab"])
+    assert after["r_a"] == pytest.approx(before["r_a"])
+    expected = williams_test(after["r_a"], -before["r_b"], -before["r_ab"], int(after["n"]))
+    assert after["statistic"] == pytest.approx(expected["statistic"])
+    assert "oriented:yes" in after["signature"]
+
+
+def test_registered_directions_orient_the_comparison():
+    """Registered declarations decide without being named: perplexity is lower-is-better, and
+    a metric built to fall with quality compares by how well it falls."""
+    from storyeval.meta.significance import metric_directions
+
+    directions = metric_directions(["perplexity", "bleu", "sentence_length", "mine"])
+    assert directions == {
+        "perplexity": "lower",
+        "bleu": "higher",
+        "sentence_length": "undeclared",
+        "mine": "undeclared",
+    }
+    rng = np.random.default_rng(0)
+    human = rng.normal(size=200)
+    scores = []
+    for i, rating in enumerate(human):  # perplexity falls with the rating, bleu barely rises
+        scores.append(Score(f"i{i}", "perplexity", float(-rating + 0.3 * rng.normal())))
+        scores.append(Score(f"i{i}", "bleu", float(0.2 * rating + rng.normal())))
+    judgments = [Judgment(f"i{i}", "r1", "quality", float(v)) for i, v in enumerate(human)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        out = compare_metrics(build_meta_table(scores, judgments), method="pearson")
+    row = out[(out.metric_a == "perplexity") & (out.metric_b == "bleu")].iloc[0]
+    assert row["r_a"] > 0.9 and row["p_value"] < 1e-6
 
 
 def test_benjamini_hochberg_and_bonferroni_hand_worked():

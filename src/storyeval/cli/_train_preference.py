@@ -95,6 +95,15 @@ PREFERENCE_NEGATIVE_WEIGHT = typer.Option(
     min=0,
     help="Weight of the copies' ranking loss beside people's judgments (0: only measure them).",
 )
+PREFERENCE_SYSTEMS = typer.Option(
+    None, "--systems", help="Only these systems' stories (repeat), with their judgments."
+)
+PREFERENCE_EXCLUDE = typer.Option(
+    None,
+    "--exclude-systems",
+    help="Leave these systems' stories and their judgments out (repeat), e.g. human: beside "
+    "human stories a model learns mostly to tell them from generated ones.",
+)
 PREFERENCE_FOLDS = typer.Option(
     5, "--folds", min=0, help="Prompt-disjoint cross-validation folds (0: none)."
 )
@@ -124,6 +133,8 @@ def preference(
     fine_tune_max_length: int = PREFERENCE_TUNE_LENGTH,
     negatives: str = PREFERENCE_NEGATIVES,
     negative_weight: float = PREFERENCE_NEGATIVE_WEIGHT,
+    systems: list[str] = PREFERENCE_SYSTEMS,
+    exclude_systems: list[str] = PREFERENCE_EXCLUDE,
     folds: int = PREFERENCE_FOLDS,
     bootstrap: int = typer.Option(1000, "--bootstrap", min=0, help="Resamples of the CIs."),
     seed: int = typer.Option(0, "--seed", help="Seed of the folds, the head and the CIs."),
@@ -139,12 +150,9 @@ def preference(
     `storyeval judge S --backend reward-model --model DIR`."""
     from storyeval.errors import StoryevalError
     from storyeval.learn.metric_features import parse_metric_options
-    from storyeval.learn.preference import PreferenceConfig, preference_data, train_preference
+    from storyeval.learn.preference import PreferenceConfig, train_preference
 
-    if objective not in ("ratings", "pairs", "both"):
-        raise exit_with("error: --objective must be ratings, pairs or both")
-    if not judgments and not pairs:
-        raise exit_with("error: give --judgments (ratings), --pairs (preferences), or both")
+    _check_inputs(objective, judgments, pairs)
     device, precision = compute_settings(device, precision, threads)
     try:
         config = PreferenceConfig(
@@ -170,7 +178,7 @@ def preference(
             negatives=_names(negatives),
             negative_weight=negative_weight,
         )
-        data = preference_data(*_read(stories, judgments, pairs), config=config)
+        data = _training_data(stories, judgments, pairs, config, systems, exclude_systems)
         trained = train_preference(
             data,
             output,
@@ -185,6 +193,33 @@ def preference(
     except (StoryevalError, OSError, ValueError) as exc:
         raise user_error(exc) from None
     _report(trained, data, output)
+
+
+def _check_inputs(objective: str, judgments: list[Path] | None, pairs: list[Path] | None) -> None:
+    """Refuse an unknown objective, or no judgments of either kind."""
+    if objective not in ("ratings", "pairs", "both"):
+        raise exit_with("error: --objective must be ratings, pairs or both")
+    if not judgments and not pairs:
+        raise exit_with("error: give --judgments (ratings), --pairs (preferences), or both")
+
+
+def _training_data(
+    stories: Path,
+    judgments: list[Path] | None,
+    pairs: list[Path] | None,
+    config: Any,
+    systems: list[str] | None,
+    exclude_systems: list[str] | None,
+) -> Any:
+    """The files' training data, of the systems kept."""
+    from storyeval.learn.preference import preference_data
+
+    return preference_data(
+        *_read(stories, judgments, pairs),
+        config=config,
+        systems=systems or None,
+        exclude_systems=exclude_systems or (),
+    )
 
 
 def _weight_decay(text: str) -> float | Literal["auto"]:
@@ -241,5 +276,13 @@ def _report(trained: Any, data: Any, output: Path) -> None:
         typer.echo(f"weight decay chosen by cross-validation: {trained.summary['l2_chosen']:g}")
     for name, effect in trained.summary.get("metric_effects", {}).items():
         typer.echo(f"metric feature {name}: {effect:+.3f} score sd per sd of {name}")
+    from storyeval.learn.preference import HELDOUT_FILE
+
+    heldout = output / HELDOUT_FILE
+    if heldout.is_file():
+        typer.echo(
+            f"held-out scores: {heldout} (beside metrics: storyeval correlate --scores "
+            f"SCORES --scores {heldout} --judgments JUDGMENTS --stories STORIES)"
+        )
     typer.echo(f"wrote {output}")
     typer.echo(f"signature: {trained.signature.render()}")

@@ -166,8 +166,16 @@ def compare_command(
         "bh", "--adjust", help="Correction per criterion: none, bh, bonferroni, holm."
     ),
     aggregate: str = aggregate_option(),
+    lower_is_better: list[str] = typer.Option(
+        None,
+        "--lower-is-better",
+        help="A metric where lower is better, negated before the test (repeat; registered "
+        "metrics declare theirs).",
+    ),
 ) -> None:
-    """Williams tests: does metric A correlate with people more strongly than metric B?"""
+    """Williams tests: does metric A correlate with people more strongly than metric B? Each
+    metric is oriented so that higher is better (perplexity and other lower-is-better metrics
+    negated)."""
     from storyeval.meta import METHODS, compare_metrics
     from storyeval.meta.significance import ALTERNATIVES, CORRECTIONS
 
@@ -185,6 +193,7 @@ def compare_command(
             level=level,
             alternative=alternative,
             correction=None if adjust == "none" else adjust,
+            lower_is_better=lower_is_better or (),
         )
     write_table(result, output)
     columns = ["criterion", "metric_a", "metric_b", "r_a", "r_b", "statistic", "p", "n"]

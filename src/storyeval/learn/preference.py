@@ -27,14 +27,14 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import numpy as np
 
-from storyeval.corpus import Judgment, Story
+from storyeval.corpus import Judgment, Score, Story
 from storyeval.errors import StoryevalError
 from storyeval.signature import Signature
 
@@ -44,6 +44,10 @@ _T = TypeVar("_T")
 MODEL_FILE = "preference.json"
 #: The model directory's store of story features (resume, retraining without encoding).
 FEATURES_DIR = "features"
+#: The model directory's score file of the cross-validation's held-out predictions.
+HELDOUT_FILE = "heldout_scores.jsonl"
+#: The metric name of those predictions in it.
+HELDOUT_METRIC = "preference_heldout"
 FEATURES = ("encoder", "causal-lm")
 
 
@@ -278,19 +282,29 @@ def preference_data(
     comparisons: Sequence[Mapping[str, Any]] = (),
     *,
     config: PreferenceConfig | None = None,
+    systems: Collection[str] | None = None,
+    exclude_systems: Collection[str] = (),
 ) -> PreferenceData:
     """The training data of a preference model: mean ratings, pairs from ratings within a
     prompt, and pairs from comparisons (``system_a``/``system_b``/``winner``, each a story id
     or, with ``prompt_id``, the system whose story for that prompt was compared).
 
+    ``systems`` keeps only those systems' stories, ``exclude_systems`` leaves some out (e.g.
+    ``human``: a model trained beside human stories learns mostly to tell them from generated
+    ones); the judgments and comparisons of the stories left out are dropped with them.
+
     Raises
     ------
     PreferenceDataError
-        When nothing can be learned, or a judgment or comparison names an unknown story.
+        When nothing can be learned, a judgment or comparison names an unknown story, or a
+        system to keep has no story.
     """
     from storyeval.meta.data import story_prompt_id
 
     config = config or PreferenceConfig()
+    stories, judgments, comparisons, left_out = _systems_only(
+        stories, judgments, comparisons, systems, exclude_systems
+    )
     stories = [s for s in stories if s.story.strip()]
     index = {s.id: i for i, s in enumerate(stories)}
     prompts = [str(story_prompt_id(s)) for s in stories]
@@ -308,12 +322,48 @@ def preference_data(
     one_each = len(set(prompts)) == len(prompts)
     groups = [s.id for s in stories] if one_each else prompts
     notes = ["every prompt has one story: splits are by story"] if one_each else []
+    notes += left_out
     data = PreferenceData(stories, targets, pairs, groups, scale, mean, sd, notes)
     if config.rating_loss == "ordinal":
         data.ratings, data.levels = _single_ratings(judgments, index, str(config.criterion))
     if config.negatives:
         add_negatives(data, config.negatives, seed=config.seed)
     return data
+
+
+def _systems_only(
+    stories: Sequence[Story],
+    judgments: Sequence[Judgment],
+    comparisons: Sequence[Mapping[str, Any]],
+    systems: Collection[str] | None,
+    exclude_systems: Collection[str],
+) -> tuple[list[Story], list[Judgment], list[Mapping[str, Any]], list[str]]:
+    """The stories of the systems kept, with their judgments and comparisons, and a note of
+    what was left out (none when every system is kept)."""
+    if systems is None and not exclude_systems:
+        return list(stories), list(judgments), list(comparisons), []
+    present = {s.system for s in stories}
+    missing = sorted(set(systems or ()) - present)
+    if missing:
+        raise PreferenceDataError(
+            f"no story of system(s) {', '.join(missing)}; the stories' systems: "
+            f"{', '.join(sorted(str(name) for name in present))}"
+        )
+    kept = [s for s in stories if (systems is None or s.system in systems)]
+    kept = [s for s in kept if s.system not in set(exclude_systems)]
+    dropped = {s.id for s in stories} - {s.id for s in kept}
+    dropped_systems = {s.system for s in stories} - {s.system for s in kept}
+    sides = dropped | {str(name) for name in dropped_systems}
+    ratings = [j for j in judgments if j.item_id not in dropped]
+    compared = [
+        c for c in comparisons if not {str(c.get("system_a")), str(c.get("system_b"))} & sides
+    ]
+    note = (
+        f"{len(dropped)} stories left out by system ({', '.join(sorted(map(str, dropped_systems)))}"
+        f"), with {len(judgments) - len(ratings)} judgments and "
+        f"{len(comparisons) - len(compared)} comparisons"
+    )
+    return kept, ratings, compared, [note]
 
 
 def add_negatives(
@@ -827,11 +877,13 @@ def group_folds(groups: Sequence[str], folds: int, seed: int) -> list[np.ndarray
 
 @dataclass
 class CrossValidation:
-    """Held-out predictions of every story and the summary table."""
+    """Held-out predictions of every story, the fold that held each out (-1: none) and the
+    summary table."""
 
     predictions: np.ndarray
     table: Any
     folds: int
+    fold_of: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
 
 def cross_validate(
@@ -851,7 +903,9 @@ def cross_validate(
     ``features``, which may then be None) gives every story's features from a model trained
     on the fold's training stories only (a fine-tuned encoder)."""
     predictions = np.full(len(data.stories), np.nan)
-    for held in _story_folds(data, folds, config.seed):
+    fold_of = np.full(len(data.stories), -1, dtype=np.int64)
+    for number, held in enumerate(_story_folds(data, folds, config.seed)):
+        fold_of[held] = number
         train = np.setdiff1d(np.arange(len(data.stories)), held)
         fold_features = tuned(train) if tuned is not None else features
         if fold_features is None:
@@ -867,7 +921,25 @@ def cross_validate(
     import pandas as pd
 
     table = pd.DataFrame([row for pair in rows for row in pair])
-    return CrossValidation(predictions, table, folds)
+    return CrossValidation(predictions, table, folds, fold_of)
+
+
+def heldout_scores(
+    data: PreferenceData, result: CrossValidation, signature: Signature
+) -> list[Score]:
+    """The judged stories' held-out predictions as scores (metric ``preference_heldout``,
+    in standard deviations of the mean rating, each with its fold), to compare the model with
+    any metric on the same stories (``storyeval correlate``, ``storyeval report``): every
+    story was scored by a head that never saw its prompt. Copies are left out."""
+    heldout = Signature(HELDOUT_METRIC, {**signature.fields, "folds": result.folds})
+    rendered = heldout.render()
+    return [
+        Score(story.id, HELDOUT_METRIC, float(prediction), rendered, {"fold": int(fold)})
+        for story, prediction, fold, synthetic in zip(
+            data.stories, result.predictions, result.fold_of, data.synthetic, strict=True
+        )
+        if not synthetic and fold >= 0
+    ]
 
 
 def _story_folds(
@@ -1278,8 +1350,22 @@ def train_preference(
         summary,
         levels=data.levels,
     )
+    _write_heldout(directory, heldout_scores(data, result, signature) if folds > 1 else [])
     _save(model)
     return load_preference(directory)
+
+
+def _write_heldout(directory: Path, scores: Sequence[Score]) -> None:
+    """The held-out scores file (before the model file, the run's commit point); a stale one
+    of an earlier run is removed when there are none."""
+    from storyeval.corpus import write_scores
+
+    path = directory / HELDOUT_FILE
+    directory.mkdir(parents=True, exist_ok=True)
+    if scores:
+        write_scores(path, scores)
+    else:
+        path.unlink(missing_ok=True)
 
 
 #: The settings a fine-tuning depends on (the head's do not: a new head reuses the tuning).

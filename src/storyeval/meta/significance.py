@@ -19,7 +19,7 @@ Benjamini, Y. & Hochberg, Y. (1995). Controlling the false discovery rate. *JRSS
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -227,6 +227,7 @@ def compare_metrics(
     kendall_variant: str = "b",
     alternative: str = "greater",
     correction: str | None = "bh",
+    lower_is_better: Iterable[str] = (),
 ) -> pd.DataFrame:
     """Williams tests for every ordered pair of metrics against each human criterion.
 
@@ -236,18 +237,27 @@ def compare_metrics(
     and n is the number of systems. The story level averages per-prompt correlations, which
     the Williams test does not cover, so it is refused.
 
+    Each metric is first **oriented** so that higher is better, as Graham and Baldwin (2014)
+    compare metrics: one where lower is better (``lower_is_better``, else the metric
+    registry's declaration: perplexity, repetition rates...) is negated, so a metric that
+    falls as people's ratings rise correlates positively and is not judged worse for its sign.
+    A metric that declares no direction (``sentence_length``) is compared as it is.
+
     Returns
     -------
     DataFrame
         One row per criterion x ordered pair: ``criterion, metric_a, metric_b, level,
-        method, r_a, r_b, r_ab, estimate`` (r_a - r_b), ``statistic``, ``df``, ``p_value``,
-        ``n``, ``alternative``, ``signature``, plus ``p_adjusted``, ``reject`` and
-        ``correction`` (per criterion) unless ``correction`` is None.
+        method, r_a, r_b, r_ab`` (of the oriented metrics), ``estimate`` (r_a - r_b),
+        ``statistic``, ``df``, ``p_value``, ``n``, ``alternative``, ``direction_a``,
+        ``direction_b`` (``higher``, ``lower``: negated, or ``undeclared``), ``signature``,
+        plus ``p_adjusted``, ``reject`` and ``correction`` (per criterion) unless
+        ``correction`` is None.
     """
     check_method(method)
     check_variant(kendall_variant)
     check_level(level)
     names, criteria = _comparison_inputs(table, criterion, metrics, level)
+    directions = metric_directions(names, lower_is_better)
     signature = Signature(
         "williams",
         {
@@ -256,6 +266,7 @@ def compare_metrics(
             "level": level,
             "alternative": alternative,
             "raters": table.aggregation,
+            "oriented": "yes",
         },
     ).render()
     rows: list[dict[str, Any]] = []
@@ -267,6 +278,8 @@ def compare_metrics(
                     continue
                 label = f"{a} vs {b} ~ {crit}, {level}"
                 h, va, vb = _paired_values(table, human, a, b, level)
+                va = -va if directions[a] == "lower" else va
+                vb = -vb if directions[b] == "lower" else vb
                 kw: dict[str, Any] = {
                     "method": method,
                     "kendall_variant": kendall_variant,
@@ -292,6 +305,8 @@ def compare_metrics(
                         "p_value": test["p_value"],
                         "n": n,
                         "alternative": alternative,
+                        "direction_a": directions[a],
+                        "direction_b": directions[b],
                         "signature": signature,
                     }
                 )
@@ -299,3 +314,21 @@ def compare_metrics(
     if correction is not None and not out.empty:
         out = adjust_pvalues(out, method=correction, by=["criterion"])
     return out
+
+
+def metric_directions(names: Sequence[str], lower_is_better: Iterable[str] = ()) -> dict[str, str]:
+    """Each metric's direction for comparisons: ``lower`` when named in ``lower_is_better``
+    or declared so in the metric registry, ``higher`` when declared so, else ``undeclared``
+    (a metric of no direction, or unknown to the registry: taken as it is).
+
+    >>> metric_directions(["perplexity", "bleu", "sentence_length", "mine"])
+    {'perplexity': 'lower', 'bleu': 'higher', 'sentence_length': 'undeclared', 'mine': 'undeclared'}
+    """
+    from storyeval.meta.discrimination import registered_direction
+
+    lower = set(lower_is_better)
+    directions = {}
+    for name in names:
+        declared = False if name in lower else registered_direction(name)
+        directions[name] = {True: "higher", False: "lower", None: "undeclared"}[declared]
+    return directions

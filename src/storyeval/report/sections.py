@@ -280,6 +280,14 @@ def scatter_section(data: ReportData, out: ReportFiles, per_figure: int) -> Sect
 WILLIAMS_COLUMNS = ("criterion", "metric_a", "metric_b", "r_a", "r_b", "r_ab", "statistic")
 
 
+def _lower_names(williams: Any) -> str:
+    """The negated metrics of a Williams table, for the report's text."""
+    if "direction_a" not in williams.columns:
+        return "none"
+    lower = williams.loc[williams["direction_a"] == "lower", "metric_a"]
+    return ", ".join(sorted(set(lower))) or "none"
+
+
 def williams_section(data: ReportData, out: ReportFiles) -> Section:
     """Williams tests between metrics, per criterion."""
     section = Section("Comparing metrics (Williams test)")
@@ -292,7 +300,10 @@ def williams_section(data: ReportData, out: ReportFiles) -> Section:
     section.paragraphs.append(
         f"For each criterion and ordered pair of metrics, a one-sided Williams test that the "
         f"first correlates more strongly ({data.williams_method}, pooled) than the second, with "
-        "Benjamini-Hochberg adjustment per criterion. All pairs are in williams.csv; "
+        "Benjamini-Hochberg adjustment per criterion. Each metric is oriented so that higher "
+        "is better: those declared lower-is-better are negated before the correlations "
+        f"({_lower_names(williams)}), so a metric is not judged worse for the sign of its "
+        "correlation. All pairs are in williams.csv; "
         f"{len(significant)} of {len(williams)} are significant at .05."
     )
     if not significant.empty:

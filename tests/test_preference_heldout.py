@@ -1,0 +1,165 @@
+"""A reward model beside the metrics: the cross-validation's held-out predictions as a score
+file (``DIR/heldout_scores.jsonl``) that ``storyeval correlate``, ``compare`` and ``report``
+read like any metric's, and training on some systems' stories only (``--exclude-systems``)."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy.stats import kendalltau
+from typer.testing import CliRunner
+
+from storyeval.corpus import Judgment, Story, read_judgments, read_scores, read_stories
+from storyeval.learn.preference import (
+    HELDOUT_FILE,
+    HELDOUT_METRIC,
+    CrossValidation,
+    PreferenceConfig,
+    PreferenceDataError,
+    heldout_scores,
+    preference_data,
+    train_preference,
+)
+from storyeval.meta import build_meta_table, correlate
+from storyeval.signature import Signature
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+CONFIG = PreferenceConfig(criterion="coherence")
+
+
+@pytest.fixture(scope="module")
+def examples() -> tuple[list[Story], list[Judgment]]:
+    return read_stories(EXAMPLES / "stories.jsonl"), read_judgments(EXAMPLES / "judgments.jsonl")
+
+
+def test_the_heldout_scores_are_the_cross_validations_predictions(
+    examples: tuple[list[Story], list[Judgment]], tmp_path: Path
+) -> None:
+    """Every judged story once, scored by the fold that held its prompt out; people's Kendall
+    with the file is the table's, and ``correlate`` reads it beside any metric."""
+    stories, judgments = examples
+    data = preference_data(stories, judgments, config=CONFIG)
+    model = train_preference(data, tmp_path / "m", config=CONFIG, folds=3, n_boot=20)
+    scores = read_scores(tmp_path / "m" / HELDOUT_FILE)
+    assert len(scores) == 180 and {s.metric for s in scores} == {HELDOUT_METRIC}
+    assert (
+        scores[0].signature.startswith("preference_heldout|") and "|folds:3|" in scores[0].signature
+    )
+    fold_of = {s.item_id: s.extra["fold"] for s in scores}
+    assert set(fold_of.values()) == {0, 1, 2}
+    prompt_folds: dict[str, set[int]] = {}
+    for story in stories:
+        prompt_folds.setdefault(str(story.prompt), set()).add(fold_of[story.id])
+    assert all(len(folds) == 1 for folds in prompt_folds.values())  # prompt-disjoint
+    values = {s.item_id: s.value for s in scores}
+    ordered = np.array([values[s.id] for s in data.stories])
+    table = {(r["predictor"], r["statistic"]): r for r in model.summary["cross_validation"]}
+    expected = table[("model", "kendall_tau_b")]["estimate"]
+    assert kendalltau(ordered, data.targets).statistic == pytest.approx(expected)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        meta = build_meta_table(scores, judgments, stories=stories)
+        found = correlate(meta, levels=["pooled"], methods=["kendall"], n_boot=0)
+    row = found[(found.metric == HELDOUT_METRIC) & (found.criterion == "coherence")]
+    assert float(row["estimate"].iloc[0]) == pytest.approx(expected)
+    # without cross-validation there are no held-out scores, and an old file goes
+    train_preference(data, tmp_path / "m", config=CONFIG, folds=0, n_boot=0, overwrite=True)
+    assert (tmp_path / "m" / "preference.json").is_file()
+    train_preference(
+        data,
+        tmp_path / "m",
+        config=PreferenceConfig(criterion="coherence", l2=0.1),
+        folds=0,
+        n_boot=0,
+        overwrite=True,
+    )
+    assert not (tmp_path / "m" / HELDOUT_FILE).exists()
+
+
+def test_perturbed_copies_are_left_out_of_the_heldout_scores() -> None:
+    stories = [Story(f"s{k}", f"p{k % 3}", f"Story number {k}. It ends.") for k in range(6)]
+    judgments = [Judgment(s.id, "r1", "coherence", float(k % 5 + 1)) for k, s in enumerate(stories)]
+    data = preference_data(stories, judgments, config=CONFIG)
+    copy = Story("s0~repetition", "p0", "Story number 0. Story number 0. It ends.")
+    data.stories = [*data.stories, copy]
+    data.targets = np.append(data.targets, np.nan)
+    data.groups = [*data.groups, data.groups[0]]
+    data.negatives = [(0, 6, "repetition")]
+    result = CrossValidation(np.arange(7.0), None, 2, np.array([0, 1, 0, 1, 0, 1, 0]))
+    scores = heldout_scores(data, result, Signature("preference", {"seed": 0}))
+    assert [s.item_id for s in scores] == [f"s{k}" for k in range(6)]
+    assert [s.extra["fold"] for s in scores] == [0, 1, 0, 1, 0, 1]
+    assert scores[1].value == 1.0 and scores[0].signature.startswith(
+        "preference_heldout|seed:0|folds:2"
+    )
+
+
+def test_some_systems_only(examples: tuple[list[Story], list[Judgment]]) -> None:
+    """Leaving the human stories out drops their judgments and the comparisons that show them;
+    a system to keep that has no story is refused."""
+    stories, judgments = examples
+    comparisons = [
+        {"prompt_id": "s001", "system_a": "human", "system_b": "smollm2-p0.9", "winner": "human"},
+        {
+            "prompt_id": "s001",
+            "system_a": "smollm2-k40-t0.7",
+            "system_b": "smollm2-p0.9",
+            "winner": "smollm2-p0.9",
+        },
+    ]
+    config = PreferenceConfig(criterion="coherence", pairwise=True)
+    data = preference_data(
+        stories, judgments, comparisons, config=config, exclude_systems=["human"]
+    )
+    assert len(data.stories) == 120 and {s.system for s in data.stories} == {
+        "smollm2-p0.9",
+        "smollm2-k40-t0.7",
+    }
+    assert any(
+        "60 stories left out by system (human), with 720 judgments and 1 comparisons" in n
+        for n in data.notes
+    )
+    kept = preference_data(stories, judgments, config=CONFIG, systems=["smollm2-p0.9"])
+    assert len(kept.stories) == 60 and np.isfinite(kept.targets).all()
+    assert kept.data_hash() != data.data_hash()
+    with pytest.raises(PreferenceDataError, match="no story of system"):
+        preference_data(stories, judgments, config=CONFIG, systems=["gpt-9"])
+    everything = preference_data(stories, judgments, config=CONFIG)
+    assert len(everything.stories) == 180 and not any("left out" in n for n in everything.notes)
+
+
+def test_the_command_trains_on_generated_stories_and_writes_heldout_scores(tmp_path: Path) -> None:
+    from storyeval.cli import app
+
+    out = tmp_path / "generated-only"
+    result = CliRunner().invoke(
+        app,
+        [
+            "train",
+            "preference",
+            "--stories",
+            str(EXAMPLES / "stories.jsonl"),
+            "--judgments",
+            str(EXAMPLES / "judgments.jsonl"),
+            "--criterion",
+            "coherence",
+            "--exclude-systems",
+            "human",
+            "--folds",
+            "2",
+            "--bootstrap",
+            "20",
+            "-o",
+            str(out),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert "note: 60 stories left out by system (human)" in result.output
+    assert "120 stories, 120 with a mean rating" in result.output
+    assert f"held-out scores: {out / HELDOUT_FILE}" in result.output
+    records = [json.loads(line) for line in (out / HELDOUT_FILE).read_text().splitlines()]
+    assert len(records) == 120 and not any(r["item_id"] == "s001" for r in records)
