@@ -163,3 +163,34 @@ def test_the_command_trains_on_generated_stories_and_writes_heldout_scores(tmp_p
     assert f"held-out scores: {out / HELDOUT_FILE}" in result.output
     records = [json.loads(line) for line in (out / HELDOUT_FILE).read_text().splitlines()]
     assert len(records) == 120 and not any(r["item_id"] == "s001" for r in records)
+
+
+def test_a_judge_says_which_stories_it_was_trained_on(
+    examples: tuple[list[Story], list[Judgment]], tmp_path: Path
+) -> None:
+    """Judging its own training stories, a reward model's agreement with people is in-sample:
+    the run says so (by text, so the same story under another id counts); on new stories,
+    or for a model that does not list its training texts, it says nothing."""
+    from storyeval.judge import load_rubric
+    from storyeval.judge.core import JudgeSettings, judge_stories
+    from storyeval.learn.preference import TRAINING_TEXTS_FILE
+    from storyeval.learn.preference_judge import RewardModelJudge
+
+    stories, judgments = examples
+    generated = [s for s in stories if s.system != "human"]
+    data = preference_data(stories, judgments, config=CONFIG, exclude_systems=["human"])
+    train_preference(data, tmp_path / "m", config=CONFIG, folds=0, n_boot=0)
+    judge = RewardModelJudge(str(tmp_path / "m"))
+    humans = read_stories(EXAMPLES / "human.jsonl")  # the human stories, not trained on
+    renamed = [Story(f"x{k}", s.prompt, s.story, s.system) for k, s in enumerate(generated[:5])]
+    assert judge.training_overlap(generated) == 120
+    assert judge.training_overlap(humans) == 0 and judge.training_overlap(renamed) == 5
+    rubric = load_rubric("karpinska")
+    run = judge_stories([*generated[:10], *humans[:10]], rubric, [judge], settings=JudgeSettings())
+    notes = [n for n in run.notes if "was trained on" in n]
+    assert len(notes) == 1 and "trained on 10 of these 20 stories" in notes[0]
+    assert str(tmp_path / "m" / HELDOUT_FILE) in notes[0]
+    fresh = judge_stories(humans[:10], rubric, [judge], settings=JudgeSettings())
+    assert not any("was trained on" in n for n in fresh.notes)
+    (tmp_path / "m" / TRAINING_TEXTS_FILE).unlink()
+    assert RewardModelJudge(str(tmp_path / "m")).training_overlap(generated) is None

@@ -280,6 +280,23 @@ def _family_note(stories: Sequence[Story], backend: JudgeBackend) -> str | None:
     )
 
 
+def training_note(stories: Sequence[Story], backend: JudgeBackend) -> str | None:
+    """A note when the judge is a reward model trained on some of ``stories``: its agreement
+    with people on them is in-sample (read by duck typing: the backend's
+    ``training_overlap``)."""
+    overlap = getattr(backend, "training_overlap", None)
+    count = overlap(stories) if overlap is not None else None
+    if not count:
+        return None
+    where = getattr(backend, "heldout_scores", "its model directory")
+    return (
+        f"judge {backend.name} was trained on {count} of these {len(stories)} stories: its "
+        "agreement with people on them is in-sample and overstates how it judges new "
+        "stories; compare it with people on other stories, or use its cross-validated "
+        f"predictions ({where})"
+    )
+
+
 # --------------------------------------------------------------------------- answering
 
 
@@ -546,9 +563,9 @@ def judge_stories(
         scoring = "generated" if rubric.analyse_first else "first-token"
         signature = settings.signature(backend, rubric, scoring)
         run.signatures[backend.name] = signature
-        note = _family_note(texts, backend)
-        if note:
-            run.notes.append(note)
+        for note in (_family_note(texts, backend), training_note(stories, backend)):
+            if note:
+                run.notes.append(note)
         if progress is not None:
             progress(f"judging with {backend.name} ({settings.mode}, rubric {rubric.name})")
         ask = _Asker(backend, settings, cache, run)

@@ -48,6 +48,16 @@ FEATURES_DIR = "features"
 HELDOUT_FILE = "heldout_scores.jsonl"
 #: The metric name of those predictions in it.
 HELDOUT_METRIC = "preference_heldout"
+#: The model directory's list of its judged stories' text keys (:func:`text_key`), one a line.
+TRAINING_TEXTS_FILE = "training_texts.txt"
+
+
+def text_key(text: str) -> str:
+    """A story text's key among a model's training texts (a hash of the stripped text: the
+    same story under another id is the same story)."""
+    return hashlib.sha256(text.strip().encode()).hexdigest()[:16]
+
+
 FEATURES = ("encoder", "causal-lm")
 
 
@@ -1205,6 +1215,15 @@ class PreferenceModel:
         )
         return self.to_scale(self.head.scores(features))
 
+    def trained_on(self, stories: Sequence[Story]) -> int | None:
+        """How many of ``stories`` (by text) the model was trained on; None for a model
+        whose directory does not list its training texts (trained before storyeval 0.8)."""
+        path = self.directory / TRAINING_TEXTS_FILE
+        if not path.is_file():
+            return None
+        keys = set(path.read_text(encoding="utf-8").split())
+        return sum(text_key(story.story) in keys for story in stories)
+
     def to_scale(self, standard: np.ndarray) -> np.ndarray:
         """Standardised scores on the rating scale (unchanged without one criterion)."""
         if self.scale is None:
@@ -1350,18 +1369,24 @@ def train_preference(
         summary,
         levels=data.levels,
     )
-    _write_heldout(directory, heldout_scores(data, result, signature) if folds > 1 else [])
+    _write_beside(directory, data, heldout_scores(data, result, signature) if folds > 1 else [])
     _save(model)
     return load_preference(directory)
 
 
-def _write_heldout(directory: Path, scores: Sequence[Score]) -> None:
-    """The held-out scores file (before the model file, the run's commit point); a stale one
-    of an earlier run is removed when there are none."""
+def _write_beside(directory: Path, data: PreferenceData, scores: Sequence[Score]) -> None:
+    """The files beside the model, before the model file (the run's commit point): the keys
+    of the judged stories' texts (a judge notes stories it was trained on), and the held-out
+    scores (a stale file of an earlier run is removed when there are none)."""
     from storyeval.corpus import write_scores
+    from storyeval.io import write_text_atomic
 
-    path = directory / HELDOUT_FILE
     directory.mkdir(parents=True, exist_ok=True)
+    judged = {
+        text_key(s.story) for s, copy in zip(data.stories, data.synthetic, strict=True) if not copy
+    }
+    write_text_atomic(directory / TRAINING_TEXTS_FILE, "".join(f"{k}\n" for k in sorted(judged)))
+    path = directory / HELDOUT_FILE
     if scores:
         write_scores(path, scores)
     else:

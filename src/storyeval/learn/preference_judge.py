@@ -47,6 +47,18 @@ class RewardModelJudge:
         #: of those techniques says so: such copies of its training stories are not new to it).
         self.trained_perturbations = (self.model.config.negatives, self.model.config.seed)
 
+    def training_overlap(self, stories: Sequence[Any]) -> int | None:
+        """How many of ``stories`` the model was trained on (None: not recorded), so that a
+        run on them can say its agreement with people there is in-sample."""
+        return self.model.trained_on(stories)
+
+    @property
+    def heldout_scores(self) -> str:
+        """Where the model's cross-validated predictions are (the clean comparison)."""
+        from storyeval.learn.preference import HELDOUT_FILE
+
+        return str(self.model.directory / HELDOUT_FILE)
+
     def answer(
         self, requests: Sequence[JudgeRequest], decoding: Decoding, *, sample: int = 0
     ) -> list[JudgeAnswer]:
