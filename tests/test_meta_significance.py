@@ -83,7 +83,7 @@ def test_compare_metrics_uses_the_shared_items():
     assert set(out.loc[(out.metric_a == "bleu") | (out.metric_b == "bleu"), "n"]) == {120}
     assert {"p_adjusted", "reject", "correction"} <= set(out.columns)
     assert out["signature"].iloc[0].startswith("williams|method:spearman|level:pooled")
-    with pytest.raises(ValueError, match="story level"):
+    with pytest.raises(ValueError, match="story and within-system levels"):
         compare_metrics(table, level="story")
 
 

@@ -45,7 +45,7 @@ def test_the_heldout_scores_are_the_cross_validations_predictions(
     data = preference_data(stories, judgments, config=CONFIG)
     model = train_preference(data, tmp_path / "m", config=CONFIG, folds=3, n_boot=20)
     scores = read_scores(tmp_path / "m" / HELDOUT_FILE)
-    assert len(scores) == 180 and {s.metric for s in scores} == {HELDOUT_METRIC}
+    assert len(scores) == 180 and {s.metric for s in scores} == {f"{HELDOUT_METRIC}:m"}
     assert (
         scores[0].signature.startswith("preference_heldout|") and "|folds:3|" in scores[0].signature
     )
@@ -64,7 +64,7 @@ def test_the_heldout_scores_are_the_cross_validations_predictions(
         warnings.simplefilter("ignore")
         meta = build_meta_table(scores, judgments, stories=stories)
         found = correlate(meta, levels=["pooled"], methods=["kendall"], n_boot=0)
-    row = found[(found.metric == HELDOUT_METRIC) & (found.criterion == "coherence")]
+    row = found[(found.metric == f"{HELDOUT_METRIC}:m") & (found.criterion == "coherence")]
     assert float(row["estimate"].iloc[0]) == pytest.approx(expected)
     # without cross-validation there are no held-out scores, and an old file goes
     train_preference(data, tmp_path / "m", config=CONFIG, folds=0, n_boot=0, overwrite=True)
@@ -163,6 +163,7 @@ def test_the_command_trains_on_generated_stories_and_writes_heldout_scores(tmp_p
     assert f"held-out scores: {out / HELDOUT_FILE}" in result.output
     records = [json.loads(line) for line in (out / HELDOUT_FILE).read_text().splitlines()]
     assert len(records) == 120 and not any(r["item_id"] == "s001" for r in records)
+    assert {r["metric"] for r in records} == {"preference_heldout:generated-only"}
 
 
 def test_a_judge_says_which_stories_it_was_trained_on(

@@ -84,7 +84,10 @@ def correlate_command(
     output: Path = output_option(),
     stories: Path = stories_option(),
     level: list[str] = typer.Option(
-        None, "--level", "-l", help="pooled, story or system (repeat; default: all three)."
+        None,
+        "--level",
+        "-l",
+        help="pooled, story, system or within_system (repeat; default: the first three).",
     ),
     method: list[str] = typer.Option(
         None, "--method", "-m", help="pearson, spearman or kendall (repeat; default: all three)."
@@ -111,15 +114,18 @@ def correlate_command(
     """Correlate every metric with every human criterion at the pooled, story and system levels.
 
     Story level: within each prompt across its systems, averaged over prompts (the bootstrap
-    resamples prompts). System level: over per-system means. Writes one row per
-    metric x criterion x level x method with estimate, p_value, ci_low, ci_high, n.
+    resamples prompts). System level: over per-system means. Within-system level (asked for
+    with --level within_system): within each system across its stories, averaged over
+    systems. Writes one row per metric x criterion x level x method with estimate, p_value,
+    ci_low, ci_high, n.
     """
     from storyeval.meta import LEVELS, METHODS, adjust_pvalues, correlate
+    from storyeval.meta.correlation import ALL_LEVELS
     from storyeval.meta.levels import available_levels
     from storyeval.meta.significance import CORRECTIONS
 
     check_table_path(output)
-    levels = check_choices(level or list(LEVELS), LEVELS, "--level")
+    levels = check_choices(level or list(LEVELS), ALL_LEVELS, "--level")
     methods = check_choices(method or list(METHODS), METHODS, "--method")
     check_choice(kendall_variant, ("b", "c"), "--kendall-variant")
     check_choice(adjust, ("none", *CORRECTIONS), "--adjust")

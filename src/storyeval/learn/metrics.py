@@ -559,12 +559,13 @@ def nsp_prev(
             "under one model (one signature). The training report gives the held-out "
             "pairwise accuracy and story-level Kendall tau (prompt-disjoint folds), and the "
             "length effect it removed; the held-out predictions (`DIR/heldout_scores.jsonl`, "
-            "metric `preference_heldout`) compare with any metric on the same stories in "
+            "metric `preference_heldout:DIR`) compare with any metric on the same stories in "
             "`storyeval compare` and `storyeval report`. Do that within the stories you will "
             "rank: trained beside human stories, a model may mostly tell them from generated "
             "ones (on the example ratings, held-out Kendall 0.42 over all stories but 0.12 "
-            "over the generated ones, below `bertscore_prompt`); `--exclude-systems human` "
-            "trains on the generated ones."
+            "over the generated ones, below `bertscore_prompt`, and 0.10 within systems: "
+            "`correlate --level within_system`); `--exclude-systems human` trains on the "
+            "generated ones."
         ),
         papers=(
             "Fein et al. (2025, LitBench) report Bradley-Terry reward models trained on human "

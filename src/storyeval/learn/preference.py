@@ -46,7 +46,7 @@ MODEL_FILE = "preference.json"
 FEATURES_DIR = "features"
 #: The model directory's score file of the cross-validation's held-out predictions.
 HELDOUT_FILE = "heldout_scores.jsonl"
-#: The metric name of those predictions in it.
+#: The metric name of those predictions in it (``preference_heldout:`` and the directory's name).
 HELDOUT_METRIC = "preference_heldout"
 #: The model directory's list of its judged stories' text keys (:func:`text_key`), one a line.
 TRAINING_TEXTS_FILE = "training_texts.txt"
@@ -935,16 +935,19 @@ def cross_validate(
 
 
 def heldout_scores(
-    data: PreferenceData, result: CrossValidation, signature: Signature
+    data: PreferenceData, result: CrossValidation, signature: Signature, *, name: str = ""
 ) -> list[Score]:
-    """The judged stories' held-out predictions as scores (metric ``preference_heldout``,
-    in standard deviations of the mean rating, each with its fold), to compare the model with
-    any metric on the same stories (``storyeval correlate``, ``storyeval report``): every
-    story was scored by a head that never saw its prompt. Copies are left out."""
+    """The judged stories' held-out predictions as scores (metric
+    ``preference_heldout:NAME``, NAME the model directory's name so that several models'
+    files can be read together; in standard deviations of the mean rating, each with its
+    fold), to compare the model with any metric on the same stories (``storyeval
+    correlate``, ``compare``, ``report``): every story was scored by a head that never saw
+    its prompt. Copies are left out."""
     heldout = Signature(HELDOUT_METRIC, {**signature.fields, "folds": result.folds})
     rendered = heldout.render()
+    metric = f"{HELDOUT_METRIC}:{name}" if name else HELDOUT_METRIC
     return [
-        Score(story.id, HELDOUT_METRIC, float(prediction), rendered, {"fold": int(fold)})
+        Score(story.id, metric, float(prediction), rendered, {"fold": int(fold)})
         for story, prediction, fold, synthetic in zip(
             data.stories, result.predictions, result.fold_of, data.synthetic, strict=True
         )
@@ -1369,7 +1372,8 @@ def train_preference(
         summary,
         levels=data.levels,
     )
-    _write_beside(directory, data, heldout_scores(data, result, signature) if folds > 1 else [])
+    heldout = heldout_scores(data, result, signature, name=directory.name) if folds > 1 else []
+    _write_beside(directory, data, heldout)
     _save(model)
     return load_preference(directory)
 

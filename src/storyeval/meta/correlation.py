@@ -15,6 +15,15 @@ Levels
     The correlation between per-system means. The p-value is scipy's with n = the number of
     systems. The bootstrap resamples prompts (all the stories of a drawn prompt come along)
     and recomputes the system means; without prompt ids it resamples items.
+``within_system`` (asked for by name; not among the default levels)
+    Within each system, the correlation across its stories, then the mean over systems
+    (Deutsch et al. 2023's "group-by-system"): does the metric rank the stories of one
+    system as people do, with the differences between systems taken out? A metric or judge
+    that mostly tells human stories from generated ones is high at the pooled level and low
+    here. Systems with fewer than 2 stories, or where the metric or the rating does not vary,
+    are skipped and counted. The bootstrap resamples stories within each system; the p-value
+    is a two-sided permutation test that shuffles people's values within each system
+    (1,999 seeded shuffles).
 
 Every row carries a signature with the method, level, aggregation, bootstrap count,
 confidence, what was resampled and the seed; with the same seed, a row's interval does not
@@ -53,6 +62,10 @@ from storyeval.stats import (
 )
 
 LEVELS: tuple[str, ...] = ("pooled", "story", "system")
+#: Every level :func:`level_correlation` computes: the default ones and those asked for by name.
+ALL_LEVELS: tuple[str, ...] = (*LEVELS, "within_system")
+#: Shuffles of the within-system permutation test.
+WITHIN_SYSTEM_SHUFFLES = 1999
 
 CORRELATION_COLUMNS: tuple[str, ...] = (
     "metric",
@@ -78,9 +91,9 @@ LABEL_SEED = 1_000_003
 
 
 def check_level(level: str) -> str:
-    """``level`` if it is one of :data:`LEVELS`, else ``ValueError``."""
-    if level not in LEVELS:
-        raise ValueError(f"level must be one of {', '.join(LEVELS)}; got {level!r}")
+    """``level`` if it is one of :data:`ALL_LEVELS`, else ``ValueError``."""
+    if level not in ALL_LEVELS:
+        raise ValueError(f"level must be one of {', '.join(ALL_LEVELS)}; got {level!r}")
     return level
 
 
@@ -132,7 +145,7 @@ def level_correlation(
     ----------
     x, y : array-like of shape (n,)
         Item values (nan = missing; such items are dropped).
-    level : {"pooled", "story", "system"}
+    level : {"pooled", "story", "system", "within_system"}
         See the module docstring.
     prompts : array-like of shape (n,), optional
         Prompt id of each item; required for ``story``; used for resampling at ``system``.
@@ -206,7 +219,9 @@ def level_correlation(
             raise MetaInputError("the story level needs the prompt id of every item")
         return _story(xa, ya, p_arr, **common)
     if s_arr is None:
-        raise MetaInputError("the system level needs the system of every item")
+        raise MetaInputError(f"the {level.replace('_', '-')} level needs the system of every item")
+    if level == "within_system":
+        return _within_system(xa, ya, s_arr, **common)
     return _system(xa, ya, s_arr, p_arr, **common)
 
 
@@ -494,6 +509,91 @@ def _system(
     return result
 
 
+def _within_system(
+    x: FloatArray,
+    y: FloatArray,
+    systems: np.ndarray,
+    *,
+    method: str,
+    kendall_variant: str,
+    n_boot: int,
+    confidence: float,
+    seed: int,
+    label: str,
+    draws: FloatArray | None = None,
+) -> dict[str, Any]:
+    where = f" ({label})" if label else ""
+    known = np.array([s is not None for s in systems.tolist()], dtype=bool)
+    if not known.all():
+        warn(
+            DegenerateInputWarning,
+            f"{int((~known).sum())} item(s) without a system are left out of the "
+            f"within-system level{where}",
+        )
+    x, y, systems = x[known], y[known], systems[known]
+    draws = None if draws is None else draws[:, known]
+    keys, values, sizes, _ = _group_correlations(
+        x, y, systems, method=method, kendall_variant=kendall_variant
+    )
+    used = np.isfinite(values)
+    n_groups, n_items = int(used.sum()), int(sizes[used].sum())
+    result = _nan_result(
+        n=n_items,
+        n_items=n_items,
+        n_groups=n_groups,
+        skipped=len(keys) - n_groups,
+        resample="stories within systems",
+    )
+    if n_groups == 0 or n_items < 3:
+        warn(
+            DegenerateInputWarning,
+            f"within-system {method} correlation is undefined{where}: no system has 2 or "
+            "more stories with varying metric and human values",
+        )
+        return result
+    codes = np.array([keys.index(s) for s in systems.tolist()])
+    members = [np.flatnonzero(codes == g) for g in np.flatnonzero(used)]
+    rank = {"method": method, "kendall_variant": kendall_variant}
+    result["estimate"] = float(values[used].mean())
+    result["p_value"] = _within_system_p(x, y, members, result["estimate"], seed, **rank)
+    if n_boot:
+        replicates = np.zeros(n_boot)
+        for number, rows in enumerate(members):
+            idx = rows[bootstrap_indices(rows.size, n_boot, seed + number)]
+            drawn = y[idx] if draws is None else draws[np.arange(n_boot)[:, None], idx]
+            replicates += rows_correlation(x[idx], drawn, **rank)
+        result["ci_low"], result["ci_high"] = percentile_interval(
+            replicates / len(members), confidence=confidence, label=label
+        )
+    return result
+
+
+def _within_system_p(
+    x: FloatArray,
+    y: FloatArray,
+    members: Sequence[np.ndarray],
+    observed: float,
+    seed: int,
+    *,
+    method: str,
+    kendall_variant: str,
+) -> float:
+    """Two-sided permutation p-value of a mean within-system correlation: people's values
+    shuffled within each system, ``(1 + hits) / (1 + shuffles)``."""
+    rng = np.random.default_rng(seed)
+    null = np.zeros(WITHIN_SYSTEM_SHUFFLES)
+    for rows in members:
+        shuffled = rng.permuted(np.tile(y[rows], (WITHIN_SYSTEM_SHUFFLES, 1)), axis=1)
+        same = np.tile(x[rows], (WITHIN_SYSTEM_SHUFFLES, 1))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            null += rows_correlation(same, shuffled, method=method, kendall_variant=kendall_variant)
+    null /= len(members)
+    tolerance = 1e-12 * max(1.0, abs(observed))
+    hits = int(np.sum(np.abs(null) >= abs(observed) - tolerance))
+    return (1 + hits) / (1 + WITHIN_SYSTEM_SHUFFLES)
+
+
 def correlation_signature(
     *,
     method: str,
@@ -687,7 +787,8 @@ def correlate(
     ----------
     table : MetaTable
         From :func:`~storyeval.meta.data.build_meta_table` or ``load_meta_table``.
-    levels : sequence of {"pooled", "story", "system"}
+    levels : sequence of {"pooled", "story", "system", "within_system"}
+        Default: the first three (the module docstring says what each is).
     methods : sequence of {"pearson", "spearman", "kendall"}
     kendall_variant : {"b", "c"}
         Kendall's tau-b (default) or tau-c.
@@ -741,9 +842,9 @@ def correlate(
             "the story level needs prompt ids: score records with 'prompt_id', or a story file "
             "(--stories) whose records have 'prompt_id' or a prompt"
         )
-    if "system" in chosen.levels and not table.has_systems:
+    if {"system", "within_system"} & set(chosen.levels) and not table.has_systems:
         raise MetaInputError(
-            "the system level needs systems: score records with 'system', or a story file "
+            "the system and within-system levels need systems: score records with 'system', or a story file "
             "(--stories) whose records have 'system'"
         )
     metric_names = list(metrics) if metrics is not None else table.metric_names

@@ -1,5 +1,5 @@
-"""Which correlation levels (pooled, story, system) a meta-evaluation table supports, and a
-note for each it does not."""
+"""Which correlation levels (pooled, story, system; within_system when asked for) a
+meta-evaluation table supports, and a note for each it does not."""
 
 from __future__ import annotations
 
@@ -24,13 +24,13 @@ def available_levels(
                 else "no item has a prompt id (pass --stories)"
             )
             notes.append(f"The story level is left out: {where}.")
-        elif level == "system" and not table.has_systems:
+        elif level in ("system", "within_system") and not table.has_systems:
             where = (
                 "the story file's records have no system field"
                 if stories_given
                 else "no item has a system (pass --stories)"
             )
-            notes.append(f"The system level is left out: {where}.")
+            notes.append(f"The {level.replace('_', '-')} level is left out: {where}.")
         else:
             keep.append(level)
             if level == "system":

@@ -178,10 +178,11 @@ def _comparison_inputs(
     table: MetaTable, criterion: str | None, metrics: Sequence[str] | None, level: str
 ) -> tuple[list[str], list[str]]:
     """The metrics and criteria to compare, checked against the table and the level."""
-    if level == "story":
+    if level in ("story", "within_system"):
         raise ValueError(
             "the Williams test compares two correlations over the same units; the story "
-            "level averages per-prompt correlations; use level 'pooled' or 'system'"
+            "and within-system levels average per-group correlations; use level 'pooled' or "
+            "'system'"
         )
     names = list(metrics) if metrics is not None else table.metric_names
     if len(names) < 2:

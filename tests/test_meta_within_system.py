@@ -1,0 +1,120 @@
+"""The within-system level (Deutsch et al. 2023's group-by-system correlation): within each
+system across its stories, averaged over systems; asked for by name."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+from typer.testing import CliRunner
+
+from metahelpers import JUDGMENTS, STORIES, write_example_scores
+from storyeval.cli import app
+from storyeval.corpus import read_judgments
+from storyeval.meta import build_meta_table, compare_metrics, correlate, level_correlation
+from storyeval.meta.data import MetaInputError
+
+
+def _systems_apart(rng: np.random.Generator, within: float) -> tuple[np.ndarray, ...]:
+    """Three systems of 40 stories whose means differ a lot (in the metric and for people)
+    and whose stories agree with people by ``within`` inside each system."""
+    systems = np.repeat(["a", "b", "c"], 40)
+    offset = np.repeat([0.0, 3.0, 6.0], 40)
+    human = rng.normal(size=120)
+    metric = within * human + np.sqrt(1 - within**2) * rng.normal(size=120)
+    return metric + offset, human + offset, systems
+
+
+def test_it_is_the_mean_of_the_systems_correlations() -> None:
+    rng = np.random.default_rng(0)
+    metric, human, systems = _systems_apart(rng, within=0.6)
+    out = level_correlation(
+        metric, human, level="within_system", systems=systems, method="kendall", n_boot=300
+    )
+    per_system = [
+        stats.kendalltau(metric[systems == s], human[systems == s]).statistic for s in "abc"
+    ]
+    assert out["estimate"] == pytest.approx(np.mean(per_system))
+    assert (out["n"], out["n_groups"], out["skipped"]) == (120, 3, 0)
+    assert out["resample"] == "stories within systems"
+    assert out["ci_low"] < out["estimate"] < out["ci_high"]
+    assert out["p_value"] < 0.001
+
+
+def test_telling_systems_apart_is_not_agreement_within_them() -> None:
+    """A metric that only separates the systems is high pooled and near zero within them,
+    with a permutation p-value that does not reject."""
+    rng = np.random.default_rng(1)
+    metric, human, systems = _systems_apart(rng, within=0.0)
+    pooled = level_correlation(metric, human, level="pooled", method="spearman", n_boot=0)
+    within = level_correlation(
+        metric, human, level="within_system", systems=systems, method="spearman", n_boot=200
+    )
+    assert pooled["estimate"] > 0.6
+    assert abs(within["estimate"]) < 0.15 and within["p_value"] > 0.05
+    assert within["ci_low"] < 0 < within["ci_high"]
+
+
+def test_systems_that_cannot_be_correlated_are_skipped() -> None:
+    metric = [1.0, 2.0, 3.0, 4.0, 5.0, 9.0]
+    human = [1.0, 2.0, 3.0, 5.0, 4.0, 1.0]
+    systems = ["a", "a", "a", "b", "b", "c"]  # c has one story
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        out = level_correlation(
+            metric, human, level="within_system", systems=systems, method="pearson", n_boot=0
+        )
+    assert (out["n_groups"], out["skipped"], out["n"]) == (2, 1, 5)
+    assert out["estimate"] == pytest.approx((1.0 + -1.0) / 2)
+    with pytest.raises(MetaInputError, match="within-system level needs the system"):
+        level_correlation(metric, human, level="within_system")
+    with pytest.raises(ValueError, match="within_system"):
+        level_correlation(metric, human, level="within")
+
+
+def test_correlate_computes_it_when_asked_and_williams_refuses_it(tmp_path: Path) -> None:
+    scores = write_example_scores(tmp_path / "scores.jsonl")
+    from storyeval.corpus import read_scores, read_stories
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        table = build_meta_table(
+            read_scores(scores), read_judgments(JUDGMENTS), stories=read_stories(STORIES)
+        )
+        default = correlate(table, methods=["kendall"], n_boot=0)
+        asked = correlate(table, levels=["within_system"], methods=["kendall"], n_boot=50)
+    assert "within_system" not in set(default["level"])
+    assert set(asked["level"]) == {"within_system"}
+    groups = asked.groupby("metric")["n_groups"].max().to_dict()
+    assert groups == {"distinct2": 3, "length": 3, "bleu": 2}  # BLEU: no human story
+    assert asked["signature"].str.contains("level:within_system").all()
+    with pytest.raises(ValueError, match="within-system levels average"):
+        compare_metrics(table, level="within_system")
+    out = tmp_path / "corr.csv"
+    result = CliRunner().invoke(
+        app,
+        [
+            "correlate",
+            "--scores",
+            str(scores),
+            "--judgments",
+            str(JUDGMENTS),
+            "--stories",
+            str(STORIES),
+            "--level",
+            "within_system",
+            "--method",
+            "spearman",
+            "--n-boot",
+            "50",
+            "-o",
+            str(out),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    written = pd.read_csv(out)
+    assert set(written["level"]) == {"within_system"} and len(written) == len(asked)
