@@ -20,6 +20,7 @@ from storyeval.learn.preference import (
     CrossValidation,
     PreferenceConfig,
     PreferenceDataError,
+    cross_validate,
     heldout_scores,
     preference_data,
     train_preference,
@@ -63,9 +64,15 @@ def test_the_heldout_scores_are_the_cross_validations_predictions(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         meta = build_meta_table(scores, judgments, stories=stories)
-        found = correlate(meta, levels=["pooled"], methods=["kendall"], n_boot=0)
+        found = correlate(meta, levels=["pooled", "within_system"], methods=["kendall"], n_boot=0)
     row = found[(found.metric == f"{HELDOUT_METRIC}:m") & (found.criterion == "coherence")]
-    assert float(row["estimate"].iloc[0]) == pytest.approx(expected)
+    by_level = dict(zip(row["level"], row["estimate"], strict=True))
+    assert by_level["pooled"] == pytest.approx(expected)
+    # the table's within-system row: the mean of the three systems' Kendall taus
+    within = table[("model", "kendall_tau_b_within_system")]
+    assert within["estimate"] == pytest.approx(by_level["within_system"])
+    assert within["estimate"] < expected - 0.15  # it mostly tells human from generated
+    assert ("length (log words)", "kendall_tau_b_within_system") in table
     # without cross-validation there are no held-out scores, and an old file goes
     train_preference(data, tmp_path / "m", config=CONFIG, folds=0, n_boot=0, overwrite=True)
     assert (tmp_path / "m" / "preference.json").is_file()
@@ -161,6 +168,7 @@ def test_the_command_trains_on_generated_stories_and_writes_heldout_scores(tmp_p
     assert "note: 60 stories left out by system (human)" in result.output
     assert "120 stories, 120 with a mean rating" in result.output
     assert f"held-out scores: {out / HELDOUT_FILE}" in result.output
+    assert "kendall_tau_b_within_system" in result.output  # two systems left
     records = [json.loads(line) for line in (out / HELDOUT_FILE).read_text().splitlines()]
     assert len(records) == 120 and not any(r["item_id"] == "s001" for r in records)
     assert {r["metric"] for r in records} == {"preference_heldout:generated-only"}
@@ -195,3 +203,17 @@ def test_a_judge_says_which_stories_it_was_trained_on(
     assert not any("was trained on" in n for n in fresh.notes)
     (tmp_path / "m" / TRAINING_TEXTS_FILE).unlink()
     assert RewardModelJudge(str(tmp_path / "m")).training_overlap(generated) is None
+
+
+def test_one_system_has_no_within_system_row(
+    examples: tuple[list[Story], list[Judgment]],
+) -> None:
+    stories, judgments = examples
+    rng = np.random.default_rng(0)
+    for systems, expected in ((["smollm2-p0.9"], False), (["smollm2-p0.9", "human"], True)):
+        data = preference_data(stories, judgments, config=CONFIG, systems=systems)
+        features = rng.normal(size=(len(data.stories), 8))
+        lengths = np.zeros(len(data.stories))
+        result = cross_validate(data, features, lengths, CONFIG, folds=3, n_boot=0)
+        present = "kendall_tau_b_within_system" in set(result.table["statistic"])
+        assert present is expected

@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import warnings
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -1093,7 +1094,39 @@ def _summary_rows(
     rated = np.isfinite(data.targets) & np.isfinite(scores)
     if rated.sum() >= 3:
         rows.append(_kendall_row(name, scores[rated], data.targets[rated], n_boot, rng))
+        within = _within_system_row(name, scores, data, n_boot, seed)
+        rows += [within] if within else []
     return rows
+
+
+def _within_system_row(
+    name: str, scores: np.ndarray, data: PreferenceData, n_boot: int, seed: int
+) -> dict[str, Any] | None:
+    """Kendall tau-b within each system across its stories, averaged over systems (the
+    ``within_system`` level of :func:`storyeval.meta.level_correlation`): the agreement that
+    telling the systems apart (human from generated) cannot give. None with fewer than two
+    systems."""
+    from storyeval.meta.correlation import level_correlation
+
+    rated = np.isfinite(data.targets) & np.isfinite(scores)
+    systems = np.array([story.system for story in data.stories], dtype=object)[rated]
+    if len({system for system in systems if system is not None}) < 2:
+        return None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a system without variance is skipped, not an error
+        found = level_correlation(
+            scores[rated],
+            data.targets[rated],
+            level="within_system",
+            systems=systems,
+            method="kendall",
+            n_boot=n_boot,
+            seed=seed,
+        )
+    if not np.isfinite(found["estimate"]):
+        return None
+    statistic = "kendall_tau_b_within_system"
+    return _row(name, statistic, found["estimate"], found["ci_low"], found["ci_high"], found["n"])
 
 
 def _negative_rows(
