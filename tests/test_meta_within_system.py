@@ -118,3 +118,28 @@ def test_correlate_computes_it_when_asked_and_williams_refuses_it(tmp_path: Path
     assert result.exit_code == 0, result.output
     written = pd.read_csv(out)
     assert set(written["level"]) == {"within_system"} and len(written) == len(asked)
+
+
+def test_judge_eval_shows_a_judge_that_only_tells_systems_apart() -> None:
+    """judge-eval adds the within-system level when the stories come from two or more
+    systems: a judge that knows each system's quality but nothing of its stories is high
+    pooled and near zero within systems, below the people's own within-system ceiling."""
+    from storyeval.corpus import Judgment, Story
+    from storyeval.judge.evaluate import evaluate_judge
+
+    rng = np.random.default_rng(3)
+    stories, people, judge = [], [], []
+    for p in range(30):
+        for s, offset in (("a", 1.0), ("b", 3.0), ("c", 5.0)):
+            item = f"p{p}-{s}"
+            stories.append(Story(item, f"prompt {p}", f"A story {p} of {s}.", system=s))
+            quality = offset + rng.normal()
+            for rater in ("r1", "r2", "r3"):
+                value = float(np.clip(round(quality + 0.3 * rng.normal()), 1, 5))
+                people.append(Judgment(item, rater, "coherence", value))
+            judge.append(Judgment(item, "judge", "coherence", float(offset + rng.normal())))
+    result = evaluate_judge(judge, people, stories=stories, n_boot=50)
+    table = result.headline().set_index("level")
+    assert table.loc["pooled", "spearman"] > 0.6
+    assert abs(table.loc["within_system", "spearman"]) < 0.25
+    assert table.loc["within_system", "human_ceiling"] > 0.5

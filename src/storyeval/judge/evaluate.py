@@ -199,6 +199,8 @@ def _correlations(
     table = build_meta_table(scores, chosen, stories=stories, aggregation=aggregate)
     levels, level_notes = available_levels(table, None, stories_given=stories is not None)
     notes.extend(level_notes)
+    if table.has_systems and table.items["system"].nunique() >= 2:
+        levels.append("within_system")  # a judge may only tell the systems apart
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", StoryevalWarning)
         result = correlate(table, levels=levels, n_boot=n_boot, seed=seed)
