@@ -191,7 +191,9 @@ def test_a_judge_says_which_stories_it_was_trained_on(
     train_preference(data, tmp_path / "m", config=CONFIG, folds=0, n_boot=0)
     judge = RewardModelJudge(str(tmp_path / "m"))
     humans = read_stories(EXAMPLES / "human.jsonl")  # the human stories, not trained on
-    renamed = [Story(f"x{k}", s.prompt, s.story, system=s.system) for k, s in enumerate(generated[:5])]
+    renamed = [
+        Story(f"x{k}", s.prompt, s.story, system=s.system) for k, s in enumerate(generated[:5])
+    ]
     assert judge.training_overlap(generated) == 120
     assert judge.training_overlap(humans) == 0 and judge.training_overlap(renamed) == 5
     rubric = load_rubric("karpinska")
