@@ -445,6 +445,19 @@ def _system_replicates(
     return replicates
 
 
+def _with_system(systems: np.ndarray, level: str, label: str) -> np.ndarray:
+    """The items that have a system (a warning counts the others, left out of ``level``)."""
+    known = np.array([s is not None for s in systems.tolist()], dtype=bool)
+    if not known.all():
+        where = f" ({label})" if label else ""
+        warn(
+            DegenerateInputWarning,
+            f"{int((~known).sum())} item(s) without a system are left out of the {level} "
+            f"level{where}",
+        )
+    return known
+
+
 def _system(
     x: FloatArray,
     y: FloatArray,
@@ -459,14 +472,7 @@ def _system(
     label: str,
     draws: FloatArray | None = None,
 ) -> dict[str, Any]:
-    where = f" ({label})" if label else ""
-    known = np.array([s is not None for s in systems.tolist()], dtype=bool)
-    if not known.all():
-        warn(
-            DegenerateInputWarning,
-            f"{int((~known).sum())} item(s) without a system are left out of the system "
-            f"level{where}",
-        )
+    known = _with_system(systems, "system", label)
     x, y, systems = x[known], y[known], systems[known]
     prompts = None if prompts is None else prompts[known]
     draws = None if draws is None else draws[:, known]
@@ -523,13 +529,7 @@ def _within_system(
     draws: FloatArray | None = None,
 ) -> dict[str, Any]:
     where = f" ({label})" if label else ""
-    known = np.array([s is not None for s in systems.tolist()], dtype=bool)
-    if not known.all():
-        warn(
-            DegenerateInputWarning,
-            f"{int((~known).sum())} item(s) without a system are left out of the "
-            f"within-system level{where}",
-        )
+    known = _with_system(systems, "within-system", label)
     x, y, systems = x[known], y[known], systems[known]
     draws = None if draws is None else draws[:, known]
     keys, values, sizes, _ = _group_correlations(
