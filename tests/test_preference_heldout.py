@@ -219,3 +219,20 @@ def test_one_system_has_no_within_system_row(
         result = cross_validate(data, features, lengths, CONFIG, folds=3, n_boot=0)
         present = "kendall_tau_b_within_system" in set(result.table["statistic"])
         assert present is expected
+
+
+def test_the_command_hints_when_the_model_mostly_tells_systems_apart() -> None:
+    from storyeval.cli._train_preference import _systems_apart_hint
+
+    def rows(pooled: float, within: float) -> list[dict[str, object]]:
+        return [
+            {"predictor": "model", "statistic": "kendall_tau_b", "estimate": pooled},
+            {"predictor": "model", "statistic": "kendall_tau_b_within_system", "estimate": within},
+            {"predictor": "length (log words)", "statistic": "kendall_tau_b", "estimate": 0.9},
+        ]
+
+    hint = _systems_apart_hint(rows(0.418, 0.103))
+    assert hint is not None and "0.42 over all stories but 0.10 within systems" in hint
+    assert "--exclude-systems" in hint
+    assert _systems_apart_hint(rows(0.434, 0.406)) is None  # the generated-only model
+    assert _systems_apart_hint(rows(0.4, 0.1)[:1]) is None  # one system: no within row

@@ -222,6 +222,21 @@ def _training_data(
     )
 
 
+def _systems_apart_hint(table: list[dict[str, Any]]) -> str | None:
+    """A hint when the model agrees with people far more across systems than within them: it
+    then mostly tells the systems apart (human from generated)."""
+    found = {row["statistic"]: row["estimate"] for row in table if row["predictor"] == "model"}
+    pooled, within = found.get("kendall_tau_b"), found.get("kendall_tau_b_within_system")
+    if pooled is None or within is None or pooled - within < 0.15:
+        return None
+    return (
+        f"held-out Kendall {pooled:.2f} over all stories but {within:.2f} within systems: the "
+        "model mostly tells the systems apart; to rank stories of the same systems, train on "
+        "them (--systems, --exclude-systems) and compare within systems (storyeval correlate "
+        "--level within_system)"
+    )
+
+
 def _weight_decay(text: str) -> float | Literal["auto"]:
     """``--l2``: a number, or auto."""
     if text.strip().lower() == "auto":
@@ -267,6 +282,9 @@ def _report(trained: Any, data: Any, output: Path) -> None:
         typer.echo(f"held out ({trained.summary['folds']} prompt-disjoint folds, 95% CIs):")
         shown = pd.DataFrame(table)
         typer.echo(shown.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    hint = _systems_apart_hint(table or [])
+    if hint:
+        typer.echo(f"note: {hint}")
     if trained.config.length_covariate:
         typer.echo(
             f"length effect left out: {trained.summary['length_effect']:+.3f} score sd per sd of "
