@@ -150,7 +150,7 @@ def test_train_nubia_and_score_end_to_end(examples_dir, tmp_path, run_cli):
         "--calibration", "clip",
     )  # fmt: skip
     assert code == 0, stderr
-    assert "held-out (5-fold, 10 stories, coherence): Pearson" in stdout
+    assert "held-out (5-fold by story, 10 stories, coherence): Pearson" in stdout  # 10 prompts
     assert "signature: nubia|encoder:all-MiniLM-L6-v2@" in stdout and "|nli:lm-zero-shot:" in stdout
     table = pd.read_csv(features)
     assert len(table) == 10 and list(table.columns[:6]) == feature_names("6dim")
@@ -216,3 +216,20 @@ def test_the_papers_feature_sets_and_an_sts_cross_encoder(extractor, tmp_path):
     similarity = with_sts.extract([candidate], [reference]).iloc[0]["similarity"]
     assert similarity == pytest.approx(float(sts.scores([reference], [candidate])[0]), rel=1e-5)
     assert with_sts.identity()["similarity"].startswith("sts:sts@")
+
+
+def test_held_out_folds_keep_a_prompts_stories_together() -> None:
+    """Stories of one prompt share its reference: NUBIA's cross-validation holds them out
+    together (prompt-disjoint folds), and shuffles stories into folds only when every prompt
+    has one story."""
+    from storyeval.corpus import Story
+    from storyeval.learn.nubia import _nubia_folds
+
+    shared = [Story(f"s{k}", f"prompt {k % 4}", f"Story {k}.", reference="R.") for k in range(12)]
+    folds = _nubia_folds(shared, 5, seed=0)
+    assert len(folds) == 4 and sorted(np.concatenate(folds).tolist()) == list(range(12))
+    for fold in folds:
+        assert len({shared[i].prompt for i in fold}) == 1
+    alone = [Story(f"s{k}", f"prompt {k}", f"Story {k}.", reference="R.") for k in range(12)]
+    folds = _nubia_folds(alone, 5, seed=0)
+    assert len(folds) == 5 and sorted(np.concatenate(folds).tolist()) == list(range(12))

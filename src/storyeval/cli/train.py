@@ -510,7 +510,8 @@ def nubia(
         raise user_error(exc) from None
     report = model.report
     typer.echo(
-        f"held-out ({report['folds']}-fold, {report['n']} stories, {report['criterion']}): "
+        f"held-out ({report['folds']}-fold {report.get('split', 'by story')}, {report['n']} "
+        f"stories, {report['criterion']}): "
         f"Pearson {report['heldout_pearson']:.3f}, Spearman {report['heldout_spearman']:.3f}, "
         f"Kendall {report['heldout_kendall']:.3f}"
     )

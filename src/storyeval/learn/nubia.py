@@ -594,6 +594,31 @@ def _targets(
     return usable, np.asarray([np.mean(ratings[s.id]) for s in usable]), criterion
 
 
+def _shared_prompts(stories: Sequence[Story]) -> bool:
+    """Whether some prompt (source) has several stories (translations)."""
+    from storyeval.meta.data import story_prompt_id
+
+    prompts = [story_prompt_id(s) for s in stories]
+    return len(set(prompts)) < len(prompts)
+
+
+def _nubia_folds(stories: Sequence[Story], folds: int, seed: int) -> list[np.ndarray]:
+    """The held-out stories of each fold: prompt-disjoint when prompts have several stories
+    (the stories of one prompt share its reference, so a fold must not learn from its
+    neighbours), else stories shuffled into folds as before (scikit-learn's KFold)."""
+    from storyeval.meta.data import story_prompt_id
+
+    if _shared_prompts(stories):
+        from storyeval.learn.preference import group_folds
+
+        prompts = [str(story_prompt_id(s)) for s in stories]
+        return group_folds(prompts, min(folds, len(set(prompts))), seed)
+    from sklearn.model_selection import KFold
+
+    splits = KFold(min(folds, len(stories)), shuffle=True, random_state=seed).split(stories)
+    return [test for _, test in splits]
+
+
 def train_nubia(
     stories: Sequence[Story],
     judgments: Sequence[Judgment],
@@ -622,7 +647,6 @@ def train_nubia(
     ``report`` holds the held-out Pearson, Spearman and Kendall correlations.
     """
     from scipy.stats import kendalltau, pearsonr, spearmanr
-    from sklearn.model_selection import KFold
 
     if calibration not in ("self", "clip"):
         raise ValueError(f"calibration must be self or clip; got {calibration!r}")
@@ -648,15 +672,16 @@ def train_nubia(
     names = feature_names(extractor.feature_set)
     x = table[names].to_numpy()
     heldout = np.zeros(len(target))
-    for train_index, test_index in KFold(
-        min(folds, len(target)), shuffle=True, random_state=seed
-    ).split(x):
+    splits = _nubia_folds(usable, folds, seed)
+    for test_index in splits:
+        train_index = np.setdiff1d(np.arange(len(target)), test_index)
         fitted = fit_aggregator(x[train_index], target[train_index], kind=aggregator, seed=seed)
         heldout[test_index] = fitted.predict(x[test_index])
     report = {
         "criterion": criterion,
         "n": len(target),
-        "folds": folds,
+        "folds": len(splits),
+        "split": "by prompt" if _shared_prompts(usable) else "by story",
         "heldout_pearson": float(pearsonr(heldout, target)[0]),
         "heldout_spearman": float(spearmanr(heldout, target)[0]),
         "heldout_kendall": float(kendalltau(heldout, target)[0]),
