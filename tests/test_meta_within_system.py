@@ -143,3 +143,25 @@ def test_judge_eval_shows_a_judge_that_only_tells_systems_apart() -> None:
     assert table.loc["pooled", "spearman"] > 0.6
     assert abs(table.loc["within_system", "spearman"]) < 0.25
     assert table.loc["within_system", "human_ceiling"] > 0.5
+
+
+def test_drawn_labels_that_do_not_vary_in_a_system_leave_it_out_of_that_replicate() -> None:
+    """With people's labels drawn from a competence model, a system whose drawn labels are
+    all equal (every human story rated 5) sits out that replicate instead of voiding it."""
+    rng = np.random.default_rng(4)
+    metric, human, systems = _systems_apart(rng, within=0.6)
+    draws = np.tile(np.round(human), (100, 1)) + rng.normal(scale=0.3, size=(100, 120))
+    draws[:, systems == "c"] = 5.0  # no variance in any draw
+    out = level_correlation(
+        metric, human, level="within_system", systems=systems, method="spearman",
+        n_boot=100, y_draws=draws,
+    )  # fmt: skip
+    assert out["n_groups"] == 3 and np.isfinite([out["ci_low"], out["ci_high"]]).all()
+    assert out["ci_low"] > 0.1
+    from storyeval.meta.correlation import correlation_signature
+
+    rendered = correlation_signature(
+        method="spearman", level="within_system", kendall_variant="b", n_boot=100,
+        confidence=0.95, seed=0, resample="stories within systems",
+    )  # fmt: skip
+    assert "|p:permutation:1999|" in rendered

@@ -556,14 +556,19 @@ def _within_system(
     rank = {"method": method, "kendall_variant": kendall_variant}
     result["estimate"] = float(values[used].mean())
     result["p_value"] = _within_system_p(x, y, members, result["estimate"], seed, **rank)
-    if n_boot:
-        replicates = np.zeros(n_boot)
+    if n_boot:  # a system whose resample (or drawn labels) does not vary sits that one out
+        per_system = np.full((len(members), n_boot), np.nan)
         for number, rows in enumerate(members):
             idx = rows[bootstrap_indices(rows.size, n_boot, seed + number)]
             drawn = y[idx] if draws is None else draws[np.arange(n_boot)[:, None], idx]
-            replicates += rows_correlation(x[idx], drawn, **rank)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                per_system[number] = rows_correlation(x[idx], drawn, **rank)
+        defined = np.isfinite(per_system).any(axis=0)
+        replicates = np.full(n_boot, np.nan)
+        replicates[defined] = np.nanmean(per_system[:, defined], axis=0)
         result["ci_low"], result["ci_high"] = percentile_interval(
-            replicates / len(members), confidence=confidence, label=label
+            replicates, confidence=confidence, label=label
         )
     return result
 
@@ -614,7 +619,8 @@ def correlation_signature(
     fields["level"] = level
     if aggregation is not None:
         fields["raters"] = aggregation
-    fields["p"] = "signflip" if level == "story" else "scipy;exact<=8"
+    p_values = {"story": "signflip", "within_system": f"permutation:{WITHIN_SYSTEM_SHUFFLES}"}
+    fields["p"] = p_values.get(level, "scipy;exact<=8")
     fields["ci"] = "percentile"
     fields["confidence"] = confidence
     fields["bootstrap"] = n_boot
@@ -634,7 +640,7 @@ class CorrelationSettings:
 
     Parameters
     ----------
-    levels : sequence of {"pooled", "story", "system"}
+    levels : sequence of {"pooled", "story", "system", "within_system"}
     methods : sequence of {"pearson", "spearman", "kendall"}
     kendall_variant : {"b", "c"}
     n_boot : int
