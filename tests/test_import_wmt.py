@@ -121,6 +121,6 @@ def test_nubia_trains_on_imported_wmt_da(tmp_path: Path, run_cli: Any) -> None:
         "-o", str(tmp_path / "nubia"), "--folds", "5",
     )  # fmt: skip
     assert code == 0, stdout + err
-    assert "held-out (5-fold, 10 stories, da)" in stdout
+    assert "held-out (5-fold by story, 10 stories, da)" in stdout  # one translation a source
     saved = json.loads((tmp_path / "nubia" / "nubia.json").read_text())
     assert saved["target_range"] == [-1.1, 0.81]
