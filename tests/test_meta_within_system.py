@@ -165,3 +165,24 @@ def test_drawn_labels_that_do_not_vary_in_a_system_leave_it_out_of_that_replicat
         confidence=0.95, seed=0, resample="stories within systems",
     )  # fmt: skip
     assert "|p:permutation:1999|" in rendered
+
+
+def test_the_report_shows_the_within_system_level_when_asked(tmp_path: Path) -> None:
+    scores = write_example_scores(tmp_path / "scores.jsonl")
+    out = tmp_path / "report"
+    result = CliRunner().invoke(
+        app,
+        [
+            "report", "--scores", str(scores), "--judgments", str(JUDGMENTS),
+            "--stories", str(STORIES), "--level", "pooled", "--level", "within_system",
+            "--method", "spearman", "--n-boot", "50", "-o", str(out),
+        ],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    text = (out / "report.md").read_text()
+    assert "Within system: within each system across its stories" in text
+    assert "*spearman, within_system level" in text
+    table = pd.read_csv(out / "correlations.csv")
+    assert set(table["level"]) == {"pooled", "within_system"}
+    ceiling = pd.read_csv(out / "ceiling.csv")
+    assert "within_system" in set(ceiling["level"])

@@ -23,7 +23,10 @@ REPORT_COMMAND_METHOD = typer.Option(
     None, "--method", "-m", help="pearson, spearman, kendall (repeat; default: all three)."
 )
 REPORT_COMMAND_LEVEL = typer.Option(
-    None, "--level", "-l", help="pooled, story, system (repeat; default: all the data allow)."
+    None,
+    "--level",
+    "-l",
+    help="pooled, story, system, within_system (repeat; default: the first three the data allow).",
 )
 REPORT_COMMAND_MATRIX_METHOD = typer.Option(
     "pearson", "--matrix-method", help="Method of the criteria x metrics matrix."
@@ -75,12 +78,13 @@ def report_command(
     import warnings
 
     from storyeval.corpus import read_stories
-    from storyeval.meta import LEVELS, METHODS, build_meta_table
+    from storyeval.meta import METHODS, build_meta_table
+    from storyeval.meta.correlation import ALL_LEVELS
     from storyeval.meta.data import AGGREGATIONS, read_judgment_files, read_score_files
     from storyeval.report import build_report
 
     methods = check_choices(method or METHODS, METHODS, "--method")
-    levels = check_choices(level, LEVELS, "--level") if level else None
+    levels = check_choices(level, ALL_LEVELS, "--level") if level else None
     check_choice(matrix_method, METHODS, "--matrix-method")
     check_choice(aggregate, AGGREGATIONS, "--aggregate")
     if output.exists() and not output.is_dir():

@@ -177,6 +177,11 @@ CORRELATION_TEXT = (
     "these intervals and p-values are wide by necessity. The last heatmap row is the human "
     "ceiling."
 )
+WITHIN_SYSTEM_TEXT = (
+    " Within system: within each system across its stories, averaged over systems (a metric "
+    "that only tells the systems apart is near zero here), stories resampled within systems, "
+    "permutation p-value."
+)
 
 
 def _sizes(sub: pd.DataFrame, level: str) -> str:
@@ -211,7 +216,8 @@ def _correlation_tables(data: ReportData) -> list[Table]:
 def correlation_section(data: ReportData, out: ReportFiles) -> Section:
     """Heatmaps and tables of the metric-human correlations at each level."""
     section = Section("Correlation of metrics with human judgments")
-    section.paragraphs.append(CORRELATION_TEXT)
+    within = "within_system" in data.settings.levels
+    section.paragraphs.append(CORRELATION_TEXT + (WITHIN_SYSTEM_TEXT if within else ""))
     out.csv("correlations.csv", data.correlations)
     for method in data.settings.methods:
         image = _plots().correlation_heatmaps(
