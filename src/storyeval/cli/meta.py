@@ -119,8 +119,7 @@ def correlate_command(
     systems. Writes one row per metric x criterion x level x method with estimate, p_value,
     ci_low, ci_high, n.
     """
-    from storyeval.meta import LEVELS, METHODS, adjust_pvalues, correlate
-    from storyeval.meta.correlation import ALL_LEVELS
+    from storyeval.meta import ALL_LEVELS, LEVELS, METHODS, adjust_pvalues, correlate
     from storyeval.meta.levels import available_levels
     from storyeval.meta.significance import CORRECTIONS
 

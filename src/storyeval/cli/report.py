@@ -78,8 +78,7 @@ def report_command(
     import warnings
 
     from storyeval.corpus import read_stories
-    from storyeval.meta import METHODS, build_meta_table
-    from storyeval.meta.correlation import ALL_LEVELS
+    from storyeval.meta import ALL_LEVELS, METHODS, build_meta_table
     from storyeval.meta.data import AGGREGATIONS, read_judgment_files, read_score_files
     from storyeval.report import build_report
 

@@ -24,6 +24,7 @@ from storyeval.errors import (
 )
 from storyeval.meta.agreement import agreement, describe_ratings, human_ceiling
 from storyeval.meta.correlation import (
+    ALL_LEVELS,
     LEVELS,
     CorrelationSettings,
     correlate,
@@ -55,6 +56,7 @@ from storyeval.meta.significance import adjust_pvalues, compare_metrics, william
 from storyeval.stats import METHODS, correlation
 
 __all__ = [
+    "ALL_LEVELS",
     "LEVELS",
     "METHODS",
     "BootstrapWarning",
