@@ -159,3 +159,22 @@ def test_corrections_within_groups():
     assert out["correction"].iloc[0] == "bonferroni|family:level|alpha:0.05"
     with pytest.raises(ValueError, match="must be one of bh, bonferroni, holm"):
         adjust_pvalues(table, method="fdr")
+
+
+def test_compare_command_leaves_systems_out(tmp_path):
+    """`compare --exclude-systems human` tests the metrics on the generated stories only."""
+    from typer.testing import CliRunner
+
+    from metahelpers import STORIES, write_example_scores
+    from storyeval.cli import app
+
+    scores = write_example_scores(tmp_path / "scores.jsonl")
+    out = tmp_path / "compare.csv"
+    args = ["compare", "-s", str(scores), "-j", str(JUDGMENTS), "--stories", str(STORIES)]
+    args += ["--criterion", "coherence", "--exclude-systems", "human", "-o", str(out)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    table = pd.read_csv(out)
+    assert len(table) == 6 and set(table["n"]) == {120}
+    refused = CliRunner().invoke(app, [*args[:-2], "--systems", "gpt-9", "-o", str(out)])
+    assert refused.exit_code != 0 and "no item of system 'gpt-9'" in refused.output

@@ -171,6 +171,12 @@ def compare_command(
         "bh", "--adjust", help="Correction per criterion: none, bh, bonferroni, holm."
     ),
     aggregate: str = aggregate_option(),
+    systems: list[str] = typer.Option(
+        None, "--systems", help="Only these systems (repeat); e.g. leave the human stories out."
+    ),
+    exclude_systems: list[str] = typer.Option(
+        None, "--exclude-systems", help="Leave these systems out (repeat), e.g. human."
+    ),
     lower_is_better: list[str] = typer.Option(
         None,
         "--lower-is-better",
@@ -191,6 +197,7 @@ def compare_command(
     check_choice(adjust, ("none", *CORRECTIONS), "--adjust")
     with user_errors(), reported_warnings():
         table = _load(scores, judgments, stories, aggregate, None, criterion, None, None)
+        table = _systems_only(table, systems, exclude_systems)
         result = compare_metrics(
             table,
             metrics=metric or None,
