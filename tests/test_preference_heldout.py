@@ -203,6 +203,13 @@ def test_a_judge_says_which_stories_it_was_trained_on(
     assert str(tmp_path / "m" / HELDOUT_FILE) in notes[0]
     fresh = judge_stories(humans[:10], rubric, [judge], settings=JudgeSettings())
     assert not any("was trained on" in n for n in fresh.notes)
+    # judged in blocks (as the command does), one note counts every block's stories
+    from storyeval.judge.core import judge_blocks
+
+    mixed = [*generated[:10], *humans[:10]]
+    blocks = judge_blocks(mixed, rubric, [judge], settings=JudgeSettings(), block_size=6)
+    notes = [n for n in blocks.notes if "was trained on" in n]
+    assert len(notes) == 1 and "trained on 10 of these 20 stories" in notes[0]
     (tmp_path / "m" / TRAINING_TEXTS_FILE).unlink()
     assert RewardModelJudge(str(tmp_path / "m")).training_overlap(generated) is None
 

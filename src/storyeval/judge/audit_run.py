@@ -22,7 +22,7 @@ from storyeval.corpus import Judgment, Story, parse_story, write_judgments, writ
 from storyeval.errors import StoryevalError
 from storyeval.judge.backends import JudgeBackend
 from storyeval.judge.cache import JudgeCache
-from storyeval.judge.core import JudgeSettings, family_systems, judge_stories, training_note
+from storyeval.judge.core import JudgeSettings, family_systems, judge_stories, training_notes
 from storyeval.judge.rubric import Rubric
 
 #: Techniques perturbed by default: two that destroy a story (the judge must score the copy
@@ -105,9 +105,8 @@ def collect_audit_inputs(
     )
     inputs = AuditInputs(runs=[absolute.judgments])
     inputs.own_systems = family_systems(stories, judge.name)
-    trained = training_note(stories, judge)
-    if trained:  # people-based checks (length bias with quality held) are then in-sample
-        inputs.notes.append(trained)
+    # people-based checks (length bias with quality held) are in-sample on training stories
+    inputs.notes += training_notes(absolute)
     if base.repeats == 1 and (not rubric.analyse_first or base.decoding.temperature == 0):
         inputs.notes.append(
             "stability: this judge's answers are deterministic (read from probabilities or "

@@ -58,9 +58,14 @@ class JudgeRun:
     signatures : dict of str to Signature
         Per judge.
     notes : list of str
-        Long texts, judges of the generators' family, low probability mass on the answers.
+        Long texts, judges of the generators' family, low probability mass on the answers,
+        judges trained on some of the stories.
     calls, cached : int
         Model calls made, answers taken from the cache.
+    in_training : dict of str to (int, int, str)
+        Per judge that knows its training stories (a reward model): how many of the judged
+        stories it was trained on, of how many, and where its held-out predictions are;
+        summed over blocks, and turned into a note when the run is finished.
     """
 
     judgments: list[Judgment] = field(default_factory=list)
@@ -70,6 +75,7 @@ class JudgeRun:
     notes: list[str] = field(default_factory=list)
     calls: int = 0
     cached: int = 0
+    in_training: dict[str, tuple[int, int, str]] = field(default_factory=dict)
 
     def failed(
         self, judge: str, item_id: str, criterion: str, sample: int, status: str, raw: str | None
@@ -280,21 +286,29 @@ def _family_note(stories: Sequence[Story], backend: JudgeBackend) -> str | None:
     )
 
 
-def training_note(stories: Sequence[Story], backend: JudgeBackend) -> str | None:
-    """A note when the judge is a reward model trained on some of ``stories``: its agreement
-    with people on them is in-sample (read by duck typing: the backend's
-    ``training_overlap``)."""
+def _training_overlap(
+    stories: Sequence[Story], backend: JudgeBackend
+) -> tuple[int, int, str] | None:
+    """How many of ``stories`` the judge was trained on, of how many, and where its held-out
+    predictions are; None for a judge that does not know (read by duck typing: the backend's
+    ``training_overlap``, a reward model's)."""
     overlap = getattr(backend, "training_overlap", None)
     count = overlap(stories) if overlap is not None else None
-    if not count:
+    if count is None:
         return None
-    where = getattr(backend, "heldout_scores", "its model directory")
-    return (
-        f"judge {backend.name} was trained on {count} of these {len(stories)} stories: its "
-        "agreement with people on them is in-sample and overstates how it judges new "
-        "stories; compare it with people on other stories, or use its cross-validated "
-        f"predictions ({where})"
-    )
+    return count, len(stories), getattr(backend, "heldout_file", "its model directory")
+
+
+def training_notes(run: JudgeRun) -> list[str]:
+    """A note per judge trained on some of the run's stories: its agreement with people on
+    them is in-sample."""
+    return [
+        f"judge {name} was trained on {count} of these {total} stories: its agreement with "
+        "people on them is in-sample and overstates how it judges new stories; compare it "
+        f"with people on other stories, or use its cross-validated predictions ({where})"
+        for name, (count, total, where) in run.in_training.items()
+        if count
+    ]
 
 
 # --------------------------------------------------------------------------- answering
@@ -563,9 +577,12 @@ def judge_stories(
         scoring = "generated" if rubric.analyse_first else "first-token"
         signature = settings.signature(backend, rubric, scoring)
         run.signatures[backend.name] = signature
-        for note in (_family_note(texts, backend), training_note(stories, backend)):
-            if note:
-                run.notes.append(note)
+        note = _family_note(texts, backend)
+        if note:
+            run.notes.append(note)
+        overlap = _training_overlap(stories, backend)
+        if overlap is not None:
+            run.in_training[backend.name] = overlap
         if progress is not None:
             progress(f"judging with {backend.name} ({settings.mode}, rubric {rubric.name})")
         ask = _Asker(backend, settings, cache, run)
@@ -574,6 +591,7 @@ def judge_stories(
             judge = _spans
         judge(texts, rubric, ask, signature.render(), backend.name, run)
     if finish:
+        run.notes += training_notes(run)
         _mass_note(run)
     return run
 
@@ -664,7 +682,7 @@ def judge_blocks_plan(stories: Sequence[Story], mode: str, block_size: int) -> l
 
 def merge_judge_runs(runs: Sequence[JudgeRun]) -> JudgeRun:
     """The runs of consecutive blocks as one run (records in block order, notes once, the
-    probability-mass note over all answers)."""
+    probability-mass and training notes over all answers)."""
     merged = JudgeRun()
     for part in runs:
         merged.judgments += part.judgments
@@ -674,6 +692,10 @@ def merge_judge_runs(runs: Sequence[JudgeRun]) -> JudgeRun:
         merged.notes += [note for note in part.notes if note not in merged.notes]
         merged.calls += part.calls
         merged.cached += part.cached
+        for name, (count, total, where) in part.in_training.items():
+            before, seen, _ = merged.in_training.get(name, (0, 0, where))
+            merged.in_training[name] = (before + count, seen + total, where)
+    merged.notes += training_notes(merged)
     _mass_note(merged)
     return merged
 

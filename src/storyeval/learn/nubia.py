@@ -594,29 +594,22 @@ def _targets(
     return usable, np.asarray([np.mean(ratings[s.id]) for s in usable]), criterion
 
 
-def _shared_prompts(stories: Sequence[Story]) -> bool:
-    """Whether some prompt (source) has several stories (translations)."""
+def _nubia_folds(stories: Sequence[Story], folds: int, seed: int) -> tuple[list[np.ndarray], str]:
+    """The held-out stories of each fold, and how they were split: ``by prompt`` when prompts
+    have several stories (the stories of one prompt share its reference, so a fold must not
+    learn from its neighbours), else ``by story``, shuffled into folds as before
+    (scikit-learn's KFold)."""
     from storyeval.meta.data import story_prompt_id
 
-    prompts = [story_prompt_id(s) for s in stories]
-    return len(set(prompts)) < len(prompts)
-
-
-def _nubia_folds(stories: Sequence[Story], folds: int, seed: int) -> list[np.ndarray]:
-    """The held-out stories of each fold: prompt-disjoint when prompts have several stories
-    (the stories of one prompt share its reference, so a fold must not learn from its
-    neighbours), else stories shuffled into folds as before (scikit-learn's KFold)."""
-    from storyeval.meta.data import story_prompt_id
-
-    if _shared_prompts(stories):
+    prompts = [str(story_prompt_id(s)) for s in stories]
+    if len(set(prompts)) < len(prompts):
         from storyeval.learn.preference import group_folds
 
-        prompts = [str(story_prompt_id(s)) for s in stories]
-        return group_folds(prompts, min(folds, len(set(prompts))), seed)
+        return group_folds(prompts, min(folds, len(set(prompts))), seed), "by prompt"
     from sklearn.model_selection import KFold
 
     splits = KFold(min(folds, len(stories)), shuffle=True, random_state=seed).split(stories)
-    return [test for _, test in splits]
+    return [test for _, test in splits], "by story"
 
 
 def train_nubia(
@@ -672,7 +665,7 @@ def train_nubia(
     names = feature_names(extractor.feature_set)
     x = table[names].to_numpy()
     heldout = np.zeros(len(target))
-    splits = _nubia_folds(usable, folds, seed)
+    splits, split = _nubia_folds(usable, folds, seed)
     for test_index in splits:
         train_index = np.setdiff1d(np.arange(len(target)), test_index)
         fitted = fit_aggregator(x[train_index], target[train_index], kind=aggregator, seed=seed)
@@ -681,7 +674,7 @@ def train_nubia(
         "criterion": criterion,
         "n": len(target),
         "folds": len(splits),
-        "split": "by prompt" if _shared_prompts(usable) else "by story",
+        "split": split,
         "heldout_pearson": float(pearsonr(heldout, target)[0]),
         "heldout_spearman": float(spearmanr(heldout, target)[0]),
         "heldout_kendall": float(kendalltau(heldout, target)[0]),

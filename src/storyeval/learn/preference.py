@@ -360,10 +360,11 @@ def _systems_only(
             f"no story of system(s) {', '.join(missing)}; the stories' systems: "
             f"{', '.join(sorted(str(name) for name in present))}"
         )
+    excluded = set(exclude_systems)
     kept = [s for s in stories if (systems is None or s.system in systems)]
-    kept = [s for s in kept if s.system not in set(exclude_systems)]
+    kept = [s for s in kept if s.system not in excluded]
     dropped = {s.id for s in stories} - {s.id for s in kept}
-    dropped_systems = {s.system for s in stories} - {s.system for s in kept}
+    dropped_systems = present - {s.system for s in kept}
     sides = dropped | {str(name) for name in dropped_systems}
     ratings = [j for j in judgments if j.item_id not in dropped]
     compared = [
@@ -1094,21 +1095,25 @@ def _summary_rows(
     rated = np.isfinite(data.targets) & np.isfinite(scores)
     if rated.sum() >= 3:
         rows.append(_kendall_row(name, scores[rated], data.targets[rated], n_boot, rng))
-        within = _within_system_row(name, scores, data, n_boot, seed)
+        within = _within_system_row(name, scores, data, rated, n_boot, seed)
         rows += [within] if within else []
     return rows
 
 
 def _within_system_row(
-    name: str, scores: np.ndarray, data: PreferenceData, n_boot: int, seed: int
+    name: str,
+    scores: np.ndarray,
+    data: PreferenceData,
+    rated: np.ndarray,
+    n_boot: int,
+    seed: int,
 ) -> dict[str, Any] | None:
-    """Kendall tau-b within each system across its stories, averaged over systems (the
-    ``within_system`` level of :func:`storyeval.meta.level_correlation`): the agreement that
-    telling the systems apart (human from generated) cannot give. None with fewer than two
-    systems."""
+    """Kendall tau-b within each system across its ``rated`` stories, averaged over systems
+    (the ``within_system`` level of :func:`storyeval.meta.level_correlation`): the agreement
+    that telling the systems apart (human from generated) cannot give. None with fewer than
+    two systems."""
     from storyeval.meta.correlation import level_correlation
 
-    rated = np.isfinite(data.targets) & np.isfinite(scores)
     systems = np.array([story.system for story in data.stories], dtype=object)[rated]
     if len({system for system in systems if system is not None}) < 2:
         return None

@@ -53,7 +53,7 @@ class RewardModelJudge:
         return self.model.trained_on(stories)
 
     @property
-    def heldout_scores(self) -> str:
+    def heldout_file(self) -> str:
         """Where the model's cross-validated predictions are (the clean comparison)."""
         from storyeval.learn.preference import HELDOUT_FILE
 
