@@ -218,6 +218,119 @@ def test_batched_judging_equals_each_prompt_read_alone(causal_lm: Any) -> None:
     assert judge.calls <= 1 + 2 * 2  # the preamble, then two batches of two passes
 
 
+def _judge_logits_alone(judge: Any, requests: Sequence[JudgeRequest]) -> list[Any]:
+    """Each request's label distribution from its whole prompt read alone, no cache."""
+    import torch
+
+    from storyeval.judge.backends import chat_text
+
+    tokenizer, model = judge.lm.tokenizer, judge.lm.model
+    found = []
+    for request in requests:
+        ids = tokenizer(chat_text(tokenizer, request.messages), add_special_tokens=False)
+        with torch.no_grad():
+            logits = model(input_ids=torch.tensor([ids["input_ids"]])).logits[0, -1]
+        labels = [
+            tokenizer(label, add_special_tokens=False)["input_ids"][0] for label in request.labels
+        ]
+        found.append(torch.softmax(logits.float(), dim=-1)[labels].numpy())
+    return found
+
+
+def test_questions_one_slot_at_a_time_when_the_repeated_caches_do_not_fit(
+    causal_lm: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A token budget that holds three stories' caches but not their four questions' copies
+    (a 7B judge on a card, scaled down): the questions go one criterion per pass after the
+    stories' one cache, and every answer still equals its prompt read alone."""
+    from storyeval.judge import batching
+    from storyeval.judge.backends import TransformersJudge
+    from storyeval.judge.prompts import absolute_request
+
+    rubric = load_rubric("karpinska")
+    stories = _stories()[:3]
+    requests = [absolute_request(s, rubric, c) for c in rubric.criteria for s in stories]
+    judge = TransformersJudge(batch_size=3)
+    longest = max(len(judge._encode(r.messages[-1]["content"])) for r in requests)
+    budget = 3 * (longest + 400)  # three stories and the preamble, not twelve rows of them
+    monkeypatch.setattr(batching, "token_budget", lambda model, device, precision: budget)
+    passes: list[int] = []
+    by_slot = batching.Batcher._questions_by_slot
+    monkeypatch.setattr(
+        batching.Batcher,
+        "_questions_by_slot",
+        lambda self, *args: passes.append(1) or by_slot(self, *args),
+    )
+    answers = judge.answer(requests, Decoding())
+    assert passes, "the budget should have sent the questions one slot at a time"
+    assert judge.calls == 1 + 1 + len(rubric.criteria)  # preamble, stories, one pass a question
+    for answer, alone in zip(answers, _judge_logits_alone(judge, requests), strict=True):
+        np.testing.assert_allclose(answer.probabilities, alone, atol=2e-5)
+
+
+def test_a_batch_that_runs_out_of_gpu_memory_is_split_and_retried(
+    causal_lm: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model that runs out of memory on more than one story a pass: the batch is halved
+    until it fits, the answers are the same, and one story that cannot fit is a clear error."""
+    import torch
+
+    from storyeval.errors import StoryevalError
+    from storyeval.judge.backends import TransformersJudge
+    from storyeval.judge.prompts import absolute_request
+
+    rubric = load_rubric("karpinska")
+    stories = _stories()[:3]
+    requests = [absolute_request(s, rubric, c) for c in rubric.criteria for s in stories]
+    judge = TransformersJudge(batch_size=3)
+    real = judge.lm.model.forward
+    limit = {"rows": 4}  # the preamble (1 row) and one story's questions (4 rows) fit
+
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        if kwargs["input_ids"].shape[0] > limit["rows"]:
+            raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(judge.lm.model, "forward", forward)
+    answers = judge.answer(requests, Decoding())
+    for answer, alone in zip(answers, _judge_logits_alone(judge, requests), strict=True):
+        np.testing.assert_allclose(answer.probabilities, alone, atol=2e-5)
+    limit["rows"] = 1  # not even one story's four questions
+    with pytest.raises(StoryevalError, match="do not fit in cpu's memory"):
+        judge.answer(requests[:4], Decoding())
+
+
+def test_a_batchs_tokens_follow_the_models_size_and_the_free_gpu_memory(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A 7B Llama in bfloat16: 512 KiB of keys and values a token (32 layers, 32 heads of
+    128) and one layer's activations; half of 110 GiB free then holds about 78k tokens, a
+    1.7B-shaped model about twice as many; off a GPU the fixed CPU budget."""
+    from types import SimpleNamespace
+
+    from transformers import LlamaConfig
+
+    from storyeval.judge import batching
+    from storyeval.models import devices
+
+    big = LlamaConfig(hidden_size=4096, num_attention_heads=32, num_hidden_layers=32,
+                      num_key_value_heads=32, intermediate_size=11008)  # fmt: skip
+    small = LlamaConfig(hidden_size=2048, num_attention_heads=32, num_hidden_layers=24,
+                        num_key_value_heads=32, intermediate_size=5440)  # fmt: skip
+    cache = 2 * 32 * 32 * 128 * 2
+    assert batching.token_bytes(big, "bfloat16") == cache + (3 * 11008 + 4 * 4096 + 32 * 2048) * 2
+    assert batching.token_bytes(big, "float32") == 2 * batching.token_bytes(big, "bfloat16")
+    monkeypatch.setattr(
+        devices, "free_gpu_bytes", lambda d: 110 * 2**30 if d.startswith("cuda") else None
+    )
+    budget = batching.token_budget(SimpleNamespace(config=big), "cuda", "bfloat16")
+    assert budget == int(0.5 * 110 * 2**30 / batching.token_bytes(big, "bfloat16"))
+    assert 75_000 < budget < 80_000
+    bigger = batching.token_budget(SimpleNamespace(config=small), "cuda:0", "bfloat16")
+    assert 1.9 * budget < bigger < 2.1 * budget  # attention scores weigh more in a small model
+    assert batching.token_budget(SimpleNamespace(config=big), "cpu", "float32") == 16384
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -219,6 +219,9 @@ def fake_cuda(monkeypatch: Any) -> Iterator[FakeCuda]:
     monkeypatch.setattr(torch, "Generator", _HostGenerator)
     monkeypatch.setattr(devices, "resolve_device", _resolve)
     monkeypatch.setattr(devices, "batch_scale", lambda device: 1.0)
+    monkeypatch.setattr(  # a small card
+        devices, "free_gpu_bytes", lambda device: 4 * 2**30 if device.startswith("cuda") else None
+    )
     monkeypatch.setattr(devices, "on_device", on_device)
     monkeypatch.setattr(devices, "check_precision", _check_precision)
     del real_cuda, real_cpu

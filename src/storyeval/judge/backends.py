@@ -140,11 +140,9 @@ class TransformersJudge:
     # ------------------------------------------------------------------ forward passes
 
     def _autocast(self) -> Any:
-        import torch
+        from storyeval.models.devices import autocast
 
-        enabled = self.precision == "bfloat16"
-        device_type = "cuda" if self.device.startswith("cuda") else "cpu"
-        return torch.autocast(device_type=device_type, dtype=torch.bfloat16, enabled=enabled)
+        return autocast(self.device, self.precision)
 
     def _rubric_state(self, tokens: tuple[int, ...]) -> Any:
         """The key-value cache after a rubric's preamble, computed once (the last 8 kept)."""
@@ -165,7 +163,7 @@ class TransformersJudge:
             return self._prefixes[tokens]
 
     def _batcher(self) -> Any:
-        from storyeval.judge.batching import Batcher
+        from storyeval.judge.batching import Batcher, token_budget
         from storyeval.models.devices import batch_scale
 
         tokenizer = self.lm.tokenizer
@@ -180,7 +178,7 @@ class TransformersJudge:
             self._rubric_state,
             self._autocast,
             batch_size=max(1, int(self.batch_size * scale)),
-            batch_tokens=int(16384 * scale),
+            batch_tokens=token_budget(self.lm.model, self.device, self.precision),
         )
 
     def _logits(self, requests: Sequence[JudgeRequest], texts: Sequence[str]) -> list[Any]:

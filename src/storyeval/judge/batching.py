@@ -9,7 +9,14 @@ question. :func:`last_logits` computes
    batch (right-padded, sorted by length so that a batch holds stories of similar lengths);
 3. every question about those stories in one more pass after the stories' caches, each
    story's cache repeated for its questions (left-padded, so the last position of every row
-   is its prompt's last token and only that position goes through the output layer).
+   is its prompt's last token and only that position goes through the output layer). Where
+   the repeated caches would not fit the batch's token budget (a large model, many
+   criteria), one pass per question instead: the first question of every story, then the
+   second, each after the same stories' cache, which is cut back after each pass.
+
+A batch's tokens follow the device's free memory and what one token costs the model
+(:func:`token_budget`); a batch that still runs out of GPU memory is split in two and
+retried.
 
 Padding sits between parts of a row; the attention mask hides it and explicit position ids
 number each row's real tokens consecutively, so a prompt's logits equal its unbatched
@@ -22,6 +29,12 @@ import copy
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from storyeval.errors import StoryevalError
+
+CPU_BATCH_TOKENS = 16384
+GPU_MEMORY_SHARE = 0.5  # of the free memory once the model is loaded; the rest is headroom
+ATTENTION_KEYS = 2048  # the keys a layer's attention scores are sized for, per query token
 
 
 @dataclass(frozen=True)
@@ -93,8 +106,26 @@ class Batcher:
         """The logits after each prompt (float32, on the CPU), by prompt index."""
         result: dict[int, Any] = {}
         for batch in self._batches(prompts):
-            result.update(self._run_batch(batch))
+            result.update(self._run_fitting(batch))
         return result
+
+    def _run_fitting(self, groups: list[list[Prompt]]) -> dict[int, Any]:
+        """:meth:`_run_batch`, split in halves for as long as the GPU runs out of memory."""
+        import torch
+
+        try:
+            return self._run_batch(groups)
+        except torch.OutOfMemoryError as exc:
+            if len(groups) == 1:
+                raise StoryevalError(
+                    f"one story's judge prompts do not fit in {self.device}'s memory ({exc}); "
+                    "use a smaller model or --precision bfloat16, or cut long stories "
+                    "(--max-words N --truncate)"
+                ) from None
+        # out of the except block: the failed pass's tensors are freed before the retry
+        torch.cuda.empty_cache()
+        half = len(groups) // 2
+        return {**self._run_fitting(groups[:half]), **self._run_fitting(groups[half:])}
 
     def _batches(self, prompts: Sequence[Prompt]) -> list[list[list[Prompt]]]:
         """Groups of prompts sharing rubric and subject, batched by rubric, sorted by subject
@@ -133,14 +164,41 @@ class Batcher:
         mask = torch.ones((len(groups), len(rubric)), dtype=torch.long, device=self.device)
         if max(len(s) for s in subjects) > 0:
             mask = self._forward_subjects(subjects, len(rubric), cache, mask)
+        starts = [len(rubric) + len(subject) for subject in subjects]
+        rows = sum(len(group) for group in groups)
+        if rows == len(groups) or rows * mask.shape[1] <= self.batch_tokens:
+            return self._questions_together(groups, starts, cache, mask)
+        return self._questions_by_slot(groups, starts, cache, mask)
+
+    def _questions_together(
+        self, groups: list[list[Prompt]], starts: list[int], cache: Any, mask: Any
+    ) -> dict[int, Any]:
+        """Every question in one pass, each story's cache repeated for its questions."""
+        import torch
+
         rows = [(b, prompt) for b, group in enumerate(groups) for prompt in group]
         select = torch.tensor([b for b, _ in rows], dtype=torch.long, device=self.device)
         cache.batch_select_indices(select)
-        starts = [len(rubric) + len(subjects[b]) for b, _ in rows]
         logits = self._forward_questions(
-            [list(p.question) for _, p in rows], starts, cache, mask[select]
+            [list(p.question) for _, p in rows], [starts[b] for b, _ in rows], cache, mask[select]
         )
         return {prompt.index: logits[r] for r, (_, prompt) in enumerate(rows)}
+
+    def _questions_by_slot(
+        self, groups: list[list[Prompt]], starts: list[int], cache: Any, mask: Any
+    ) -> dict[int, Any]:
+        """The k-th question of every story in the k-th pass, after the stories' one cache (cut
+        back to the stories after each pass); a story with fewer questions reads a padding
+        token whose logits are dropped."""
+        length = int(mask.shape[1])
+        found: dict[int, Any] = {}
+        for slot in range(max(len(group) for group in groups)):
+            present = [group[slot] if slot < len(group) else None for group in groups]
+            questions = [list(p.question) if p else [self.pad_id] for p in present]
+            logits = self._forward_questions(questions, starts, cache, mask)
+            cache.crop(-(cache.get_seq_length() - length))  # negative: tokens to remove
+            found.update({p.index: logits[b] for b, p in enumerate(present) if p is not None})
+        return found
 
     def _forward_subjects(
         self, subjects: list[list[int]], offset: int, cache: Any, mask: Any
@@ -195,3 +253,30 @@ class Batcher:
             )
         self.calls += 1
         return out.logits[:, -1].float().cpu()
+
+
+def token_bytes(config: Any, precision: str) -> int:
+    """What one token of a batch costs a causal LM in bytes: its keys and values in every
+    layer, and one layer's activations (the MLP's inner width three times, the hidden width
+    four times, attention scores against :data:`ATTENTION_KEYS` keys)."""
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    hidden, heads = int(text.hidden_size), int(text.num_attention_heads)
+    kv_heads = int(getattr(text, "num_key_value_heads", None) or heads)
+    head_dim = int(getattr(text, "head_dim", None) or hidden // heads)
+    inner = int(getattr(text, "intermediate_size", None) or 4 * hidden)
+    element = 4 if precision == "float32" else 2
+    cache = 2 * int(text.num_hidden_layers) * kv_heads * head_dim * element
+    activations = (3 * inner + 4 * hidden + heads * ATTENTION_KEYS) * element
+    return cache + activations
+
+
+def token_budget(model: Any, device: str, precision: str) -> int:
+    """The tokens a batch may hold (the repeated preamble and the stories; or the stories'
+    caches repeated for their questions): :data:`CPU_BATCH_TOKENS` off a GPU, else
+    :data:`GPU_MEMORY_SHARE` of the GPU's free memory over :func:`token_bytes`."""
+    from storyeval.models.devices import free_gpu_bytes
+
+    free = free_gpu_bytes(str(device))
+    if free is None:
+        return CPU_BATCH_TOKENS
+    return max(1024, int(GPU_MEMORY_SHARE * free / token_bytes(model.config, precision)))

@@ -224,14 +224,22 @@ def configure_threads(threads: int | None = None) -> int:
     return chosen
 
 
-def batch_scale(device: str) -> float:
-    """How much larger a batch may be on ``device`` than on a CPU: the free GPU memory in
-    units of 4 GiB (at least 1, at most 16); 1 on a CPU or Apple GPU."""
+def free_gpu_bytes(device: str) -> int | None:
+    """The free memory of the CUDA device ``device`` in bytes; ``None`` on any other device."""
     if not device.startswith("cuda"):
-        return 1.0
+        return None
     import torch
 
     free, _ = torch.cuda.mem_get_info(torch.device(device))
+    return int(free)
+
+
+def batch_scale(device: str) -> float:
+    """How much larger a batch may be on ``device`` than on a CPU: the free GPU memory in
+    units of 4 GiB (at least 1, at most 16); 1 on a CPU or Apple GPU."""
+    free = free_gpu_bytes(device)
+    if free is None:
+        return 1.0
     return float(min(16.0, max(1.0, free / 4 / 2**30)))
 
 
