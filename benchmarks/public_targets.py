@@ -1,0 +1,294 @@
+"""The measured targets of the reward-model and UNION work, on the public releases, in one run.
+
+storyeval cannot ship or download the public rated story sets, so its targets for them are
+measured where the files are. This script runs, with the CLI commands the learned-metrics
+guide gives, every measurement those targets name, and writes one JSON with each value,
+its target and whether it was met (``OUT/targets.json``; every command's output beside it):
+
+* ``--union-release DIR`` (UNION's ``Data/ROCStories``: ``ant_data/ant_data.txt``,
+  ``reference_ipt.txt``, ``reference_opt.txt``): a reward model (``train preference``, five
+  folds, by story since each prompt has one story) against people's "reasonable" labels of
+  the 400 generated stories: its held-out Kendall tau (target >= 0.34, UNION's 0.339 after
+  88k stories), the minutes per fold (<= 30 on 2 cores), and whether it is above every metric
+  storyeval scores offline on the same stories (Kendall, and BH-adjusted Williams tests);
+* ``--deltascore FILE`` (repeatable; DeltaScore's JSONL): the same per aspect, above every
+  metric;
+* ``--human-train FILE --human-heldout FILE`` (human ROCStories stories, any story file):
+  UNION's CPU recipe (perturbed negatives, ``train union`` with ``--heldout``): each
+  technique told from its original on held-out stories (target >= 0.75), the minutes of
+  training (<= 30), and with ``--union-release`` the Kendall of the trained UNION against
+  people on the 400 rated stories (target >= 0.25).
+
+``--quick`` shrinks every step (2 folds, a few metrics, one DeltaScore aspect, a few
+training steps) to check the pipeline on small files; its numbers mean nothing.
+
+    python benchmarks/public_targets.py --union-release Data/ROCStories \\
+        [--deltascore deltascore.jsonl] [--human-train roc-train.jsonl --human-heldout
+        roc-heldout.jsonl] -o public-targets [--threads 2] [--quick] [--in-process]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REWARD_FEATURES = "repeated_ngram_rate,repeated_sentence_rate,distinct2,perplexity"
+QUICK_METRICS = "distinct2,repeated_ngram_rate,sentence_length"
+MIX_WEIGHTS = "repetition=0.4,substitution=0.3,reordering=0.2,negation=0.1"
+MODEL_PREFIX = "preference_heldout:"
+
+
+class Runner:
+    """Runs ``storyeval`` commands, each logged under ``OUT/logs`` with its time: each in its
+    own process, or (``in_process``) all in this one, where models load once."""
+
+    def __init__(self, out: Path, threads: int, *, in_process: bool = False) -> None:
+        self.out, self.threads, self.in_process = out, threads, in_process
+        self.commands: list[dict[str, Any]] = []
+        (out / "logs").mkdir(parents=True, exist_ok=True)
+
+    def __call__(self, name: str, *args: str) -> float:
+        """Run ``storyeval ARGS``; the seconds it took (a failure stops the script)."""
+        started = time.perf_counter()
+        log_path = self.out / "logs" / f"{name}.log"
+        with open(log_path, "w", encoding="utf-8") as log:
+            code = self._here(args, log) if self.in_process else self._apart(args, log)
+        seconds = time.perf_counter() - started
+        self.commands.append({"name": name, "command": " ".join(args), "seconds": seconds})
+        if code != 0:
+            raise SystemExit(f"`storyeval {' '.join(args)}` failed: see {log_path}")
+        return seconds
+
+    @staticmethod
+    def _apart(args: tuple[str, ...], log: Any) -> int:
+        command = [sys.executable, "-m", "storyeval", *args]
+        return subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, check=False).returncode
+
+    @staticmethod
+    def _here(args: tuple[str, ...], log: Any) -> int:
+        import contextlib
+        import traceback
+
+        from storyeval.cli import app
+
+        with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+            try:
+                code = app(list(args), standalone_mode=False)  # typer.Exit's code, if any
+            except SystemExit as exc:
+                return int(exc.code or 0)
+            except Exception:  # the command's error, in its log
+                traceback.print_exc()
+                return 1
+        return code if isinstance(code, int) else 0
+
+
+def target(value: float | None, goal: float, *, at_most: bool = False) -> dict[str, Any]:
+    """One target: the value, the goal and whether it was met."""
+    met = value is not None and (value <= goal if at_most else value >= goal)
+    return {"value": value, "target": f"{'<=' if at_most else '>='} {goal}", "met": met}
+
+
+def kendall_table(path: Path, criterion: str) -> dict[str, float]:
+    """Story-level (pooled) Kendall tau of every metric with people for ``criterion``."""
+    found: dict[str, float] = {}
+    with open(path, encoding="utf-8") as handle:
+        for row in csv.DictReader(handle):
+            if row["criterion"] == criterion and row["estimate"] not in ("", "nan"):
+                found[row["metric"]] = float(row["estimate"])
+    return found
+
+
+def williams_wins(path: Path, model: str) -> dict[str, int]:
+    """How many metrics the reward model beats in the BH-adjusted one-sided Williams tests
+    (``storyeval compare``'s rows "model vs metric"), and of how many."""
+    wins = total = 0
+    with open(path, encoding="utf-8") as handle:
+        for row in csv.DictReader(handle):
+            if row["metric_a"] == model:
+                total += 1
+                wins += int(float(row["p_adjusted"] or "nan") < 0.05)
+    return {"significantly_above": wins, "compared": total}
+
+
+def reward_model_on(
+    run: Runner, name: str, stories: Path, judgments: Path, criterion: str, quick: bool
+) -> dict[str, Any]:
+    """Train a reward model for ``criterion`` (held-out predictions from its folds), score
+    the stories with storyeval's metrics, and set the model beside them."""
+    out = run.out / name
+    folds = "2" if quick else "5"
+    features = "distinct2" if quick else REWARD_FEATURES
+    l2 = ["--l2", "0.1"] if quick else ["--l2", "auto"]
+    seconds = run(
+        f"{name}-train", "train", "preference", "--stories", str(stories), "--judgments",
+        str(judgments), "--criterion", criterion, "--with-prompt", "--metric-features", features,
+        *l2, "--folds", folds, "--threads", str(run.threads), "-o", str(out / "reward"),
+    )  # fmt: skip
+    metrics = ["--metrics", QUICK_METRICS] if quick else []
+    run(
+        f"{name}-score", "score", str(stories), *metrics, "--skip-missing", "--threads",
+        str(run.threads), "-o", str(out / "scores.jsonl"),
+    )  # fmt: skip
+    sources = ["-s", str(out / "scores.jsonl"), "-s", str(out / "reward/heldout_scores.jsonl")]
+    common = [*sources, "-j", str(judgments), "--stories", str(stories), "-m", "kendall"]
+    common += ["--criterion", criterion]
+    run(
+        f"{name}-correlate",
+        "correlate",
+        *common,
+        "--level",
+        "pooled",
+        "-o",
+        str(out / "kendall.csv"),
+    )
+    run(f"{name}-compare", "compare", *common, "-o", str(out / "williams.csv"))
+    table = kendall_table(out / "kendall.csv", criterion)
+    model = next(m for m in table if m.startswith(MODEL_PREFIX))
+    others = {m: v for m, v in table.items() if m != model}
+    best = max(others, key=lambda m: abs(others[m])) if others else None
+    return {
+        "kendall": table[model],
+        "minutes_per_fold": seconds / 60 / (int(folds) + 1),  # the folds and the final fit
+        "best_metric": best,
+        "best_metric_kendall": others.get(best) if best else None,
+        "above_every_metric": all(table[model] > abs(v) for v in others.values()),
+        "williams": williams_wins(out / "williams.csv", model),
+    }
+
+
+def union_release_files(release: Path) -> tuple[Path, Path, Path]:
+    """The annotated stories, contexts and endings of UNION's ``Data/ROCStories``."""
+    annotations = release / "ant_data" / "ant_data.txt"
+    if not annotations.is_file():
+        annotations = release / "ant_data.txt"
+    return annotations, release / "reference_ipt.txt", release / "reference_opt.txt"
+
+
+def union_rated(run: Runner, release: Path, quick: bool) -> tuple[dict[str, Any], Path]:
+    """The reward model on UNION's 400 rated stories; the stories' import folder."""
+    annotations, contexts, endings = union_release_files(release)
+    rated = run.out / "union-rated"
+    run(
+        "union-import", "import", "union", str(annotations), "--prompts", str(contexts),
+        "--references", str(endings), "--out-dir", str(rated),
+    )  # fmt: skip
+    found = reward_model_on(
+        run, "union", rated / "stories.jsonl", rated / "judgments.jsonl", "reasonable", quick
+    )
+    targets = {
+        "kendall": target(found["kendall"], 0.34),
+        "minutes_per_fold": target(found["minutes_per_fold"], 30, at_most=True),
+        "above_every_metric": {"value": found["above_every_metric"], "met": found["above_every_metric"]},
+    }  # fmt: skip
+    return {"found": found, "targets": targets}, rated
+
+
+def deltascore_sets(run: Runner, files: list[Path], quick: bool) -> dict[str, Any]:
+    """The reward model per aspect of each DeltaScore file, beside every metric."""
+    results: dict[str, Any] = {}
+    for number, path in enumerate(files):
+        folder = run.out / f"deltascore-{number}"
+        run(
+            f"deltascore-{number}-import",
+            "import",
+            "deltascore",
+            str(path),
+            "--out-dir",
+            str(folder),
+        )
+        lines = (folder / "judgments.jsonl").read_text(encoding="utf-8").splitlines()
+        aspects = sorted({json.loads(line)["criterion"] for line in lines if line.strip()})
+        for aspect in aspects[:1] if quick else aspects:
+            found = reward_model_on(
+                run, f"deltascore-{number}-{aspect}", folder / "stories.jsonl",
+                folder / "judgments.jsonl", aspect, quick,
+            )  # fmt: skip
+            results[f"{path.name}:{aspect}"] = {
+                "found": found,
+                "above_every_metric": {"value": found["above_every_metric"], "met": found["above_every_metric"]},
+            }  # fmt: skip
+    return results
+
+
+def union_recipe(
+    run: Runner, train: Path, heldout: Path, rated: Path | None, quick: bool
+) -> dict[str, Any]:
+    """UNION's CPU recipe (the learned-metrics guide): every technique on held-out stories,
+    the training time and, with the rated stories, the Kendall with people."""
+    out = run.out / "union-recipe"
+    run(
+        "recipe-perturb", "perturb", str(train), "--mix", "--seed", "1", "--mix-weights",
+        MIX_WEIGHTS, "-o", str(out / "negatives.jsonl"),
+    )  # fmt: skip
+    steps = ["--max-steps", "4", "--eval-every", "2"] if quick else ["--eval-every", "200"]
+    seconds = run(
+        "recipe-train", "train", "union", "--stories", str(train), "-o", str(out / "model"),
+        "--negatives-file", str(out / "negatives.jsonl"), "--rank-weight", "1", "--max-length",
+        "96", "--epochs", "2", "--lr", "5e-5", "--head-lr", "1e-3", "--batch-size", "10",
+        *steps, "--patience", "3", "--threads", str(run.threads), "-q", "--heldout", str(heldout),
+    )  # fmt: skip
+    techniques = {}
+    with open(out / "model" / "heldout_techniques.csv", encoding="utf-8") as handle:
+        for row in csv.DictReader(handle):
+            techniques[row["technique"]] = target(float(row["estimate"]), 0.75)
+    result: dict[str, Any] = {
+        "techniques": techniques,
+        "training_minutes": target(seconds / 60, 30, at_most=True),
+    }
+    if rated is not None:
+        scores = out / "rated-union.jsonl"
+        run(
+            "recipe-score", "score", str(rated / "stories.jsonl"), "--metrics", "union",
+            "--option", f"union.model={out / 'model'}", "-o", str(scores),
+        )  # fmt: skip
+        run(
+            "recipe-correlate", "correlate", "-s", str(scores), "-j", str(rated / "judgments.jsonl"),
+            "--stories", str(rated / "stories.jsonl"), "-m", "kendall", "--level", "pooled",
+            "-o", str(out / "kendall.csv"),
+        )  # fmt: skip
+        kendall = kendall_table(out / "kendall.csv", "reasonable").get("union")
+        result["kendall_with_people"] = target(kendall, 0.25)
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--union-release", type=Path)
+    parser.add_argument("--deltascore", type=Path, action="append", default=[])
+    parser.add_argument("--human-train", type=Path)
+    parser.add_argument("--human-heldout", type=Path)
+    parser.add_argument("-o", "--out", type=Path, required=True)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument(
+        "--in-process", action="store_true", help="every command in this process (models load once)"
+    )
+    args = parser.parse_args()
+    if (args.human_train is None) != (args.human_heldout is None):
+        parser.error("--human-train and --human-heldout go together")
+    run = Runner(args.out, args.threads, in_process=args.in_process)
+    report: dict[str, Any] = {"quick": args.quick}
+    rated = None
+    if args.union_release is not None:
+        report["union_rated"], rated = union_rated(run, args.union_release, args.quick)
+    if args.deltascore:
+        report["deltascore"] = deltascore_sets(run, args.deltascore, args.quick)
+    if args.human_train is not None:
+        report["union_recipe"] = union_recipe(
+            run, args.human_train, args.human_heldout, rated, args.quick
+        )
+    report["commands"] = run.commands
+    (args.out / "targets.json").write_text(json.dumps(report, indent=1) + "\n")
+    print(json.dumps({k: v for k, v in report.items() if k != "commands"}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
