@@ -183,6 +183,39 @@ def test_judge_probabilities_and_written_answers(
     )
 
 
+@pytest.mark.parametrize("precision", ["bfloat16", "float16"])
+def test_the_judge_in_half_precision_on_the_gpu(
+    gpu: str,
+    precision: str,
+    stories: list[Any],
+    tiny_models: dict[str, Path],
+    run_cli: Any,
+    tmp_path: Path,
+) -> None:
+    """The local judge's answers in half precision on the GPU: close to float32 on the CPU
+    (the guide's tolerances) and signed with the precision they were made in."""
+    from storyeval.corpus import write_stories
+
+    source = tmp_path / "stories.jsonl"
+    write_stories(source, stories[:4])
+    records = {}
+    for device, chosen in (("cuda", precision), ("cpu", "float32")):
+        out = tmp_path / f"{device}.jsonl"
+        code, _, err = run_cli(
+            "judge", str(source), "-o", str(out), "--model", str(tiny_models["lm"]),
+            "--device", device, "--precision", chosen, "--no-cache",
+        )  # fmt: skip
+        assert code == 0, err
+        records[device] = [json.loads(line) for line in out.read_text().splitlines()]
+    assert all(f"precision:{precision}" in r["rater_id"] for r in records["cuda"])  # its signature
+    if gpu == "cuda":
+        np.testing.assert_allclose(
+            [r["value"] for r in records["cuda"]],
+            [r["value"] for r in records["cpu"]],
+            rtol=HALF_TOLERANCE[precision],
+        )
+
+
 def test_generation_on_the_gpu(
     gpu: str, offline_lm: Any, run_cli: Any, tmp_path: Path, examples_dir: Path
 ) -> None:
