@@ -253,7 +253,8 @@ def test_questions_one_slot_at_a_time_when_the_repeated_caches_do_not_fit(
     judge = TransformersJudge(batch_size=3)
     longest = max(len(judge._encode(r.messages[-1]["content"])) for r in requests)
     budget = 3 * (longest + 400)  # three stories and the preamble, not twelve rows of them
-    monkeypatch.setattr(batching, "token_budget", lambda model, device, precision: budget)
+    for name in ("token_budget", "cache_budget"):
+        monkeypatch.setattr(batching, name, lambda model, device, precision: budget)
     passes: list[int] = []
     by_slot = batching.Batcher._questions_by_slot
     monkeypatch.setattr(
@@ -305,7 +306,8 @@ def test_a_batchs_tokens_follow_the_models_size_and_the_free_gpu_memory(
 ) -> None:
     """A 7B Llama in bfloat16: 512 KiB of keys and values a token (32 layers, 32 heads of
     128) and one layer's activations; half of 110 GiB free then holds about 78k tokens, a
-    1.7B-shaped model about twice as many; off a GPU the fixed CPU budget."""
+    1.7B-shaped model about twice as many; off a GPU the fixed CPU budget. The repeated
+    caches of the questions' pass cost their keys and values alone."""
     from types import SimpleNamespace
 
     from transformers import LlamaConfig
@@ -329,6 +331,13 @@ def test_a_batchs_tokens_follow_the_models_size_and_the_free_gpu_memory(
     bigger = batching.token_budget(SimpleNamespace(config=small), "cuda:0", "bfloat16")
     assert 1.9 * budget < bigger < 2.1 * budget  # attention scores weigh more in a small model
     assert batching.token_budget(SimpleNamespace(config=big), "cpu", "float32") == 16384
+    # the questions' pass: its cost is the repeated caches. 60 stories of 700 tokens asked 6
+    # questions (252k cached tokens) take one pass on the 1.7B model, one a question on the 7B
+    assert batching.kv_bytes(big, "bfloat16") == cache
+    copies = batching.cache_budget(SimpleNamespace(config=big), "cuda", "bfloat16")
+    assert copies == int(0.45 * 110 * 2**30 / cache) and copies < 60 * 6 * 700
+    assert batching.cache_budget(SimpleNamespace(config=small), "cuda", "bfloat16") > 60 * 6 * 700
+    assert batching.cache_budget(SimpleNamespace(config=big), "cpu", "float32") == 16384
 
 
 def _free_port() -> int:

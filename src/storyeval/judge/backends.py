@@ -163,7 +163,7 @@ class TransformersJudge:
             return self._prefixes[tokens]
 
     def _batcher(self) -> Any:
-        from storyeval.judge.batching import Batcher, token_budget
+        from storyeval.judge.batching import Batcher, cache_budget, token_budget
         from storyeval.models.devices import batch_scale
 
         tokenizer = self.lm.tokenizer
@@ -179,6 +179,7 @@ class TransformersJudge:
             self._autocast,
             batch_size=max(1, int(self.batch_size * scale)),
             batch_tokens=token_budget(self.lm.model, self.device, self.precision),
+            cache_tokens=cache_budget(self.lm.model, self.device, self.precision),
         )
 
     def _logits(self, requests: Sequence[JudgeRequest], texts: Sequence[str]) -> list[Any]:

@@ -10,9 +10,9 @@ question. :func:`last_logits` computes
 3. every question about those stories in one more pass after the stories' caches, each
    story's cache repeated for its questions (left-padded, so the last position of every row
    is its prompt's last token and only that position goes through the output layer). Where
-   the repeated caches would not fit the batch's token budget (a large model, many
-   criteria), one pass per question instead: the first question of every story, then the
-   second, each after the same stories' cache, which is cut back after each pass.
+   the repeated caches would not fit (:func:`cache_budget`: a large model, many criteria),
+   one pass per question instead: the first question of every story, then the second, each
+   after the same stories' cache, which is cut back after each pass.
 
 A batch's tokens follow the device's free memory and what one token costs the model
 (:func:`token_budget`); a batch that still runs out of GPU memory is split in two and
@@ -34,6 +34,9 @@ from storyeval.errors import StoryevalError
 
 CPU_BATCH_TOKENS = 16384
 GPU_MEMORY_SHARE = 0.5  # of the free memory once the model is loaded; the rest is headroom
+# of the free memory for the stories' caches repeated for their questions (a pass that reads
+# few new tokens), beside the stories' own cache: together within the card
+GPU_CACHE_SHARE = 0.45
 ATTENTION_KEYS = 2048  # the keys a layer's attention scores are sized for, per query token
 
 
@@ -100,6 +103,7 @@ class Batcher:
     autocast: Callable[[], Any]
     batch_size: int = 8
     batch_tokens: int = 16384
+    cache_tokens: int = 16384
     calls: int = 0
 
     def last_logits(self, prompts: Sequence[Prompt]) -> dict[int, Any]:
@@ -166,7 +170,7 @@ class Batcher:
             mask = self._forward_subjects(subjects, len(rubric), cache, mask)
         starts = [len(rubric) + len(subject) for subject in subjects]
         rows = sum(len(group) for group in groups)
-        if rows == len(groups) or rows * mask.shape[1] <= self.batch_tokens:
+        if rows == len(groups) or rows * mask.shape[1] <= self.cache_tokens:
             return self._questions_together(groups, starts, cache, mask)
         return self._questions_by_slot(groups, starts, cache, mask)
 
@@ -255,19 +259,32 @@ class Batcher:
         return out.logits[:, -1].float().cpu()
 
 
-def token_bytes(config: Any, precision: str) -> int:
-    """What one token of a batch costs a causal LM in bytes: its keys and values in every
-    layer, and one layer's activations (the MLP's inner width three times, the hidden width
-    four times, attention scores against :data:`ATTENTION_KEYS` keys)."""
-    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+def _text_config(config: Any) -> Any:
+    return config.get_text_config() if hasattr(config, "get_text_config") else config
+
+
+def _element_bytes(precision: str) -> int:
+    return 4 if precision == "float32" else 2
+
+
+def kv_bytes(config: Any, precision: str) -> int:
+    """The bytes of one token's keys and values in every layer of a causal LM."""
+    text = _text_config(config)
     hidden, heads = int(text.hidden_size), int(text.num_attention_heads)
     kv_heads = int(getattr(text, "num_key_value_heads", None) or heads)
     head_dim = int(getattr(text, "head_dim", None) or hidden // heads)
+    return 2 * int(text.num_hidden_layers) * kv_heads * head_dim * _element_bytes(precision)
+
+
+def token_bytes(config: Any, precision: str) -> int:
+    """What one token of a batch costs a causal LM in bytes: its keys and values in every
+    layer (:func:`kv_bytes`), and one layer's activations (the MLP's inner width three times,
+    the hidden width four times, attention scores against :data:`ATTENTION_KEYS` keys)."""
+    text = _text_config(config)
+    hidden, heads = int(text.hidden_size), int(text.num_attention_heads)
     inner = int(getattr(text, "intermediate_size", None) or 4 * hidden)
-    element = 4 if precision == "float32" else 2
-    cache = 2 * int(text.num_hidden_layers) * kv_heads * head_dim * element
-    activations = (3 * inner + 4 * hidden + heads * ATTENTION_KEYS) * element
-    return cache + activations
+    activations = (3 * inner + 4 * hidden + heads * ATTENTION_KEYS) * _element_bytes(precision)
+    return kv_bytes(config, precision) + activations
 
 
 def token_budget(model: Any, device: str, precision: str) -> int:
@@ -280,3 +297,16 @@ def token_budget(model: Any, device: str, precision: str) -> int:
     if free is None:
         return CPU_BATCH_TOKENS
     return max(1024, int(GPU_MEMORY_SHARE * free / token_bytes(model.config, precision)))
+
+
+def cache_budget(model: Any, device: str, precision: str) -> int:
+    """The cached tokens the stories' caches may take when repeated for their questions (one
+    pass for all questions; more, and the questions go one criterion per pass):
+    :data:`CPU_BATCH_TOKENS` off a GPU, else :data:`GPU_CACHE_SHARE` of the GPU's free
+    memory over :func:`kv_bytes` (the pass reads few new tokens: its cost is the copies)."""
+    from storyeval.models.devices import free_gpu_bytes
+
+    free = free_gpu_bytes(str(device))
+    if free is None:
+        return CPU_BATCH_TOKENS
+    return max(1024, int(GPU_CACHE_SHARE * free / kv_bytes(model.config, precision)))
