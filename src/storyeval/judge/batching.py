@@ -102,8 +102,8 @@ class Batcher:
     rubric_state: Callable[[tuple[int, ...]], Any]
     autocast: Callable[[], Any]
     batch_size: int = 8
-    batch_tokens: int = 16384
-    cache_tokens: int = 16384
+    batch_tokens: int = CPU_BATCH_TOKENS
+    cache_tokens: int = CPU_BATCH_TOKENS
     calls: int = 0
 
     def last_logits(self, prompts: Sequence[Prompt]) -> dict[int, Any]:
@@ -288,15 +288,10 @@ def token_bytes(config: Any, precision: str) -> int:
 
 
 def token_budget(model: Any, device: str, precision: str) -> int:
-    """The tokens a batch may hold (the repeated preamble and the stories; or the stories'
-    caches repeated for their questions): :data:`CPU_BATCH_TOKENS` off a GPU, else
-    :data:`GPU_MEMORY_SHARE` of the GPU's free memory over :func:`token_bytes`."""
-    from storyeval.models.devices import free_gpu_bytes
-
-    free = free_gpu_bytes(str(device))
-    if free is None:
-        return CPU_BATCH_TOKENS
-    return max(1024, int(GPU_MEMORY_SHARE * free / token_bytes(model.config, precision)))
+    """The tokens a batch may hold (the preamble repeated for its stories, and the stories):
+    :data:`CPU_BATCH_TOKENS` off a GPU, else :data:`GPU_MEMORY_SHARE` of the GPU's free
+    memory over :func:`token_bytes`."""
+    return _tokens_fitting(device, GPU_MEMORY_SHARE, token_bytes(model.config, precision))
 
 
 def cache_budget(model: Any, device: str, precision: str) -> int:
@@ -304,9 +299,15 @@ def cache_budget(model: Any, device: str, precision: str) -> int:
     pass for all questions; more, and the questions go one criterion per pass):
     :data:`CPU_BATCH_TOKENS` off a GPU, else :data:`GPU_CACHE_SHARE` of the GPU's free
     memory over :func:`kv_bytes` (the pass reads few new tokens: its cost is the copies)."""
+    return _tokens_fitting(device, GPU_CACHE_SHARE, kv_bytes(model.config, precision))
+
+
+def _tokens_fitting(device: str, share: float, per_token: int) -> int:
+    """``share`` of the GPU's free memory in tokens of ``per_token`` bytes (at least 1,024);
+    :data:`CPU_BATCH_TOKENS` off a GPU."""
     from storyeval.models.devices import free_gpu_bytes
 
     free = free_gpu_bytes(str(device))
     if free is None:
         return CPU_BATCH_TOKENS
-    return max(1024, int(GPU_CACHE_SHARE * free / kv_bytes(model.config, precision)))
+    return max(1024, int(share * free / per_token))
