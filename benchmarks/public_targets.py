@@ -5,14 +5,16 @@ measured where the files are. This script runs, with the CLI commands the learne
 guide gives, every measurement those targets name, and writes one JSON with each value,
 its target and whether it was met (``OUT/targets.json``; every command's output beside it):
 
-* ``--union-release DIR`` (UNION's ``Data/ROCStories``: ``ant_data/ant_data.txt``,
-  ``reference_ipt.txt``, ``reference_opt.txt``): a reward model (``train preference``, five
+* ``--union-release DIR`` (UNION's release: its root, ``Data/ROCStories`` or its
+  ``ant_data`` folder, which holds ``ant_data.txt``, ``reference_ipt.txt`` and
+  ``reference_opt.txt``): a reward model (``train preference``, five
   folds, by story since each prompt has one story) against people's "reasonable" labels of
   the 400 generated stories: its held-out Kendall tau (target >= 0.34, UNION's 0.339 after
   88k stories), the minutes per fold (<= 30 on 2 cores), and whether it is above every metric
   storyeval scores offline on the same stories (Kendall, and BH-adjusted Williams tests);
-* ``--deltascore FILE`` (repeatable; DeltaScore's JSONL): the same per aspect, above every
-  metric;
+* ``--deltascore [LABEL=]FILE`` (repeatable; DeltaScore's JSONL, e.g. ``inhouse/roc.jsonl``
+  and ``crowdsource/roc.jsonl``, keyed by label or by the path's distinct ending): the same
+  per aspect, above every metric;
 * ``--human-train FILE --human-heldout FILE`` (human ROCStories stories, any story file):
   UNION's CPU recipe (perturbed negatives, ``train union`` with ``--heldout``): each
   technique told from its original on held-out stories (target >= 0.75), the minutes of
@@ -167,22 +169,12 @@ def reward_model_on(
     }
 
 
-def union_release_files(release: Path) -> tuple[Path, Path, Path]:
-    """The annotated stories, contexts and endings of UNION's ``Data/ROCStories``."""
-    annotations = release / "ant_data" / "ant_data.txt"
-    if not annotations.is_file():
-        annotations = release / "ant_data.txt"
-    return annotations, release / "reference_ipt.txt", release / "reference_opt.txt"
-
-
 def union_rated(run: Runner, release: Path, quick: bool) -> tuple[dict[str, Any], Path]:
-    """The reward model on UNION's 400 rated stories; the stories' import folder."""
-    annotations, contexts, endings = union_release_files(release)
+    """The reward model on UNION's 400 rated stories; the stories' import folder. ``release``
+    is any folder ``storyeval import union`` accepts (the release's root, ``Data/ROCStories``
+    or its ``ant_data``): the importer finds ``ant_data.txt`` and its side files."""
     rated = run.out / "union-rated"
-    run(
-        "union-import", "import", "union", str(annotations), "--prompts", str(contexts),
-        "--references", str(endings), "--out-dir", str(rated),
-    )  # fmt: skip
+    run("union-import", "import", "union", str(release), "--out-dir", str(rated))
     found = reward_model_on(
         run, "union", rated / "stories.jsonl", rated / "judgments.jsonl", "reasonable", quick
     )
@@ -194,10 +186,33 @@ def union_rated(run: Runner, release: Path, quick: bool) -> tuple[dict[str, Any]
     return {"found": found, "targets": targets}, rated
 
 
-def deltascore_sets(run: Runner, files: list[Path], quick: bool) -> dict[str, Any]:
-    """The reward model per aspect of each DeltaScore file, beside every metric."""
+def labelled(files: list[str]) -> list[tuple[str, Path]]:
+    """``(label, path)`` of each ``--deltascore`` value: ``LABEL=PATH``, or the path's shortest
+    ending that no other file shares (``inhouse/roc.jsonl`` beside ``crowdsource/roc.jsonl``).
+
+    >>> labelled(["a/inhouse/roc.jsonl", "a/crowdsource/roc.jsonl", "mine=x/wp.jsonl"])
+    [('inhouse/roc.jsonl', PosixPath('a/inhouse/roc.jsonl')), ('crowdsource/roc.jsonl', PosixPath('a/crowdsource/roc.jsonl')), ('mine', PosixPath('x/wp.jsonl'))]
+    """
+    given = [value.partition("=") if "=" in value else ("", "", value) for value in files]
+    paths = [Path(path) for _, _, path in given]
+    labels = []
+    for (label, _, _), path in zip(given, paths, strict=True):
+        if not label:
+            for depth in range(1, len(path.parts) + 1):
+                label = "/".join(path.parts[-depth:])
+                if sum("/".join(p.parts[-depth:]) == label for p in paths) == 1:
+                    break
+        labels.append(label)
+    if len(set(labels)) != len(labels):
+        raise SystemExit(f"--deltascore: two files have the same label ({', '.join(labels)})")
+    return list(zip(labels, paths, strict=True))
+
+
+def deltascore_sets(run: Runner, files: list[str], quick: bool) -> dict[str, Any]:
+    """The reward model per aspect of each DeltaScore file, beside every metric; results are
+    keyed ``LABEL:ASPECT`` (see :func:`labelled`)."""
     results: dict[str, Any] = {}
-    for number, path in enumerate(files):
+    for number, (label, path) in enumerate(labelled(files)):
         folder = run.out / f"deltascore-{number}"
         run(
             f"deltascore-{number}-import",
@@ -214,7 +229,7 @@ def deltascore_sets(run: Runner, files: list[Path], quick: bool) -> dict[str, An
                 run, f"deltascore-{number}-{aspect}", folder / "stories.jsonl",
                 folder / "judgments.jsonl", aspect, quick,
             )  # fmt: skip
-            results[f"{path.name}:{aspect}"] = {
+            results[f"{label}:{aspect}"] = {
                 "found": found,
                 "above_every_metric": flag(found["above_every_metric"]),
             }
@@ -267,7 +282,13 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--union-release", type=Path)
-    parser.add_argument("--deltascore", type=Path, action="append", default=[])
+    parser.add_argument(
+        "--deltascore",
+        action="append",
+        default=[],
+        help="a DeltaScore JSONL file, or LABEL=FILE (repeat; results keyed by label, else by "
+        "the shortest distinct ending of the path)",
+    )
     parser.add_argument("--human-train", type=Path)
     parser.add_argument("--human-heldout", type=Path)
     parser.add_argument("-o", "--out", type=Path, required=True)

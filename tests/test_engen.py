@@ -156,12 +156,63 @@ def test_entity_tasks_and_generation_from_the_command_line(
     assert code == 2 and "at least 4 texts" in err
 
 
-def test_texts_longer_than_max_tokens_are_cut_with_a_warning(texts: list[AnnotatedText]) -> None:
-    config = EngenConfig(epochs=1, hidden=8, embedding=8, max_tokens=20, seed=0)
-    with pytest.warns(UserWarning, match=r"of \d+ texts are longer than max_tokens \(20"):
-        model = train_engen(texts[:6], config=config, max_steps=1)
-    assert model.signature.fields["max_tokens"] == 20
-    text = AnnotatedText("t", " ".join(["word"] * 50), ())
-    assert len(encode(text, build_vocabulary([text], config), config).ids) == 20
-    with pytest.raises(ValueError, match="max_tokens must be at least 1"):
-        EngenConfig(max_tokens=0)
+def test_every_token_of_a_long_text_is_read_and_scored(trained: EngenModel) -> None:
+    """Before 0.9.0 ENGEN kept a text's first 398 tokens: a continuation after them scored 0
+    (an empty sum), so every sentence-selection decision past them tied. Now a 900-word
+    context is read whole: the encoding holds every token, and two continuations after it get
+    different, real log-probabilities."""
+    sentence = "Emily walked to the market and bought bread for her brother ."
+    context = " ".join([sentence] * 75)  # 900 words
+    config = trained.config
+    encoded = encode(AnnotatedText("t", context, ()), trained.vocab, config)
+    assert len(encoded.ids) == len(tokenize(context)) + 2 > 900
+    scorer = EngenScorer(trained)
+    good, odd = scorer.score([(context, "She smiled ."), (context, "The the of market .")])
+    assert good < 0 and odd < 0 and good != odd
+
+
+def test_attention_by_blocks_equals_attention_at_once(
+    trained: EngenModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The previous-sentence attention and the softmax run by blocks of positions (memory
+    linear in the text's length); the block size moves no number."""
+    import torch
+
+    from storyeval.learn import engen
+
+    words = "Seth ran home . He was late again . Emily laughed at him . They ate ."
+    texts = [AnnotatedText(str(n), " ".join([words] * (n + 1)), ()) for n in range(3)]
+    encoded = [encode(t, trained.vocab, trained.config) for t in texts]
+    with torch.no_grad():
+        whole = engen._forward(trained.module, encoded)
+        again = engen._batch_terms(trained.module, encoded, *whole, trained.config)
+        monkeypatch.setattr(engen, "BLOCK", 5)
+        blocks = engen._forward(trained.module, encoded)
+        terms = engen._batch_terms(trained.module, encoded, *blocks, trained.config)
+    assert torch.allclose(whole[1], blocks[1], atol=1e-6)
+    for (a, b), (c, d) in zip(terms, again, strict=True):
+        assert torch.allclose(a, c, atol=1e-5) and torch.allclose(b, d, atol=1e-5)
+
+
+def test_generation_passes_the_entities_distances_to_eq_3_3(
+    trained: EngenModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Eq. 3.3 scores an entity by its vector and the words since its last mention, in
+    training and so in generation (before 0.9.0 generation passed 0 for every entity)."""
+    import torch
+
+    from storyeval.generate import DecodingConfig
+    from storyeval.learn.engen import EngenLM
+
+    lm = EngenLM(trained)
+    seen: list[Any] = []
+    scores = trained.module.entity_scores_batch
+
+    def spy(h: Any, table: Any, valid: Any, distance: Any) -> Any:
+        seen.append(distance.masked_fill(~valid, 0))
+        return scores(h, table, valid, distance)
+
+    monkeypatch.setattr(trained.module, "entity_scores_batch", spy)
+    decoding = DecodingConfig(do_sample=True, max_new_tokens=30, top_p=1.0)
+    lm.generate_texts([TEXT + " Emily"], decoding, generator=torch.Generator().manual_seed(0))
+    assert seen and max(float(d.max()) for d in seen) > 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import warnings
 from pathlib import Path
 
@@ -393,3 +394,45 @@ def test_union_side_files_that_fit_neither_layout_say_both(tmp_path):
     ids.write_text("3 ||| five . six . ||| 1 0\n8 ||| one . two . ||| 0 1\n")
     with pytest.raises(DataFileError, match=r"every story id must be the index of its line"):
         import_union(ids, prompts=contexts)
+
+
+def _release_layout(root: Path) -> Path:
+    """UNION's repository layout: Data/ROCStories/ant_data/ (the annotated stories and side
+    files) beside ini_data/, metric_output/ and train_data/; Data/WritingPrompts alike."""
+    ant = root / "Data" / "ROCStories" / "ant_data"
+    ant.mkdir(parents=True)
+    for name in ("ant_data.txt", "reference_ipt.txt", "reference_opt.txt"):
+        shutil.copy(RELEASE_IDS / name, ant / name)
+    (ant / "reference.txt").write_text("whole stories\n")
+    for other in ("ini_data", "metric_output", "train_data"):
+        (ant.parent / other).mkdir()
+    (root / "Data" / "WritingPrompts" / "ant_data").mkdir(parents=True)
+    return ant
+
+
+def test_union_release_folders_are_found_from_the_root_the_set_or_ant_data(tmp_path):
+    """Before 0.9.0 the benchmark looked for reference_ipt.txt beside ant_data/, where the
+    release does not keep it; now the release's root, Data/<set> and ant_data/ all work."""
+    from storyeval.importers.union import union_release_files
+
+    ant = _release_layout(tmp_path / "UNION")
+    expected = import_union(
+        ant / "ant_data.txt",
+        prompts=ant / "reference_ipt.txt",
+        references=ant / "reference_opt.txt",
+    )
+    for folder in (tmp_path / "UNION", ant.parent, ant):
+        found = union_release_files(folder)
+        assert found.annotations == ant / "ant_data.txt"
+        assert found.contexts == ant / "reference_ipt.txt"
+        assert found.metric_outputs == ant.parent / "metric_output"
+        result = import_union(folder)
+        assert [(s.id, s.prompt, s.story, s.reference) for s in result.stories] == [
+            (s.id, s.prompt, s.story, s.reference) for s in expected.stories
+        ]
+    with pytest.raises(FileNotFoundError, match=r"not UNION's release layout.*ant_data.txt"):
+        union_release_files(tmp_path / "UNION" / "Data" / "WritingPrompts")
+    out = tmp_path / "imported"
+    result = runner.invoke(app, ["import", "union", str(tmp_path / "UNION"), "--out-dir", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "wrote 4 stories" in result.output and "counted from 0" in result.output

@@ -22,9 +22,16 @@ def _one_line(text: str) -> str:
 
 
 def _union_release(folder: Path, stories: list[Any]) -> None:
-    """Contexts and endings of 40 test stories; 24 of them annotated by seven people (ids
-    point into the side files, as in the release), the human ones mostly judged reasonable."""
-    (folder / "ant_data").mkdir(parents=True)
+    """UNION's release layout (``Data/ROCStories/ant_data/`` with ``ant_data.txt``,
+    ``ant_data_all.txt``, ``reference.txt``, ``reference_ipt.txt``, ``reference_opt.txt``,
+    beside ``ini_data/``, ``metric_output/`` and ``train_data/``): contexts and endings of 40
+    test stories; 24 of them annotated by seven people (ids point into the side files, as in
+    the release), the human ones mostly judged reasonable."""
+    ant = folder / "ant_data"
+    ant.mkdir(parents=True)
+    for other in ("ini_data", "metric_output", "train_data"):
+        (folder / other).mkdir()
+    (folder / "ini_data" / "train.txt").write_text("a story of the training set .\n")
     contexts = [f"context of unannotated story {n} ." for n in range(40)]
     endings = [f"ending of unannotated story {n} ." for n in range(40)]
     lines = []
@@ -36,9 +43,16 @@ def _union_release(folder: Path, stories: list[Any]) -> None:
         labels = [int(good) if k < 5 else int(not good) for k in range(7)]
         labels[number % 7] = 1 - labels[number % 7]  # some disagreement
         lines.append(f"{story_id} ||| {_one_line(story.story)} ||| {' '.join(map(str, labels))}")
-    (folder / "reference_ipt.txt").write_text("\n".join(contexts) + "\n")
-    (folder / "reference_opt.txt").write_text("\n".join(endings) + "\n")
-    (folder / "ant_data" / "ant_data.txt").write_text("\n".join(lines) + "\n")
+    (ant / "reference_ipt.txt").write_text("\n".join(contexts) + "\n")
+    (ant / "reference_opt.txt").write_text("\n".join(endings) + "\n")
+    whole = [f"{c} {e}" for c, e in zip(contexts, endings, strict=True)]
+    (ant / "reference.txt").write_text("\n".join(whole) + "\n")
+    (ant / "ant_data.txt").write_text("\n".join(lines) + "\n")
+    typed = [
+        f"{line} ||| {' '.join('0' if x == '1' else '2' for x in line.split()[-7:])}"
+        for line in lines
+    ]
+    (ant / "ant_data_all.txt").write_text("\n".join(typed) + "\n")
 
 
 def _deltascore(path: Path, stories: list[Any]) -> None:
@@ -64,16 +78,21 @@ def test_every_public_target_is_measured_and_reported(tmp_path: Path, examples_d
     every = read_stories(examples_dir / "stories.jsonl")
     chosen = [s for s in every if s.system == "human"][:12]
     chosen += [s for s in every if s.system != "human"][:12]
-    _union_release(tmp_path / "ROCStories", chosen)
-    _deltascore(tmp_path / "deltascore.jsonl", chosen[:6] + chosen[12:18])
+    release = tmp_path / "UNION"  # the repository's root: Data/ROCStories, Data/WritingPrompts
+    _union_release(release / "Data" / "ROCStories", chosen)
+    (release / "Data" / "WritingPrompts" / "ant_data").mkdir(parents=True)
+    for part in ("inhouse", "crowdsource"):  # DeltaScore's four files: two named roc.jsonl
+        (tmp_path / part).mkdir()
+        _deltascore(tmp_path / part / "roc.jsonl", chosen[:6] + chosen[12:18])
     human = read_stories(examples_dir / "human.jsonl")
     write_stories(tmp_path / "train.jsonl", human[:40])
     write_stories(tmp_path / "heldout.jsonl", human[40:52])
     out = tmp_path / "out"
     done = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "public_targets.py"),
-         "--union-release", str(tmp_path / "ROCStories"),
-         "--deltascore", str(tmp_path / "deltascore.jsonl"),
+         "--union-release", str(release / "Data" / "ROCStories"),
+         "--deltascore", str(tmp_path / "inhouse" / "roc.jsonl"),
+         "--deltascore", str(tmp_path / "crowdsource" / "roc.jsonl"),
          "--human-train", str(tmp_path / "train.jsonl"),
          "--human-heldout", str(tmp_path / "heldout.jsonl"),
          "-o", str(out), "--quick", "--in-process"],
@@ -89,7 +108,10 @@ def test_every_public_target_is_measured_and_reported(tmp_path: Path, examples_d
     assert above == (kendall["value"] > abs(union["found"]["best_metric_kendall"]))
     assert union["found"]["williams"]["compared"] == 3  # the model against each metric
     assert 0 < union["targets"]["minutes_per_fold"]["value"] < 30
-    assert set(report["deltascore"]) == {"deltascore.jsonl:coherence"}  # --quick: one aspect
+    assert set(report["deltascore"]) == {  # --quick: one aspect; each file keyed apart
+        "inhouse/roc.jsonl:coherence",
+        "crowdsource/roc.jsonl:coherence",
+    }
     recipe = report["union_recipe"]
     assert set(recipe["techniques"]) == {"repetition", "substitution", "reordering", "negation"}
     for found in recipe["techniques"].values():

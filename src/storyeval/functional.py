@@ -23,7 +23,6 @@ True
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from typing import Any, Literal
 
 from storyeval.learn.metrics import LearnedScores, nsp_prev, nsp_prompt, nubia, preference, union
@@ -51,7 +50,7 @@ from storyeval.metrics.edits import jaccard_similarity as jaccard
 from storyeval.metrics.edits import levenshtein_distance as levenshtein
 from storyeval.metrics.edits import user_scores as user
 from storyeval.metrics.embedding import BertScores, bertscore_f, bertscore_p, bertscore_r
-from storyeval.metrics.function import Scores, call_metric
+from storyeval.metrics.function import Scores, call_metric, metric_function
 from storyeval.metrics.lm import PerplexityScores, perplexity
 from storyeval.metrics.mover import MoverScores, moverscore, sms, swms, wms
 from storyeval.metrics.novelty import creativity_index, ngram_novelty
@@ -77,6 +76,7 @@ from storyeval.metrics.prose import (
     sentence_length_cv,
     slop_index,
 )
+from storyeval.metrics.registry import available_metrics
 from storyeval.metrics.set_diversity import (
     SetDiversityScores,
     compression_ratio,
@@ -98,59 +98,12 @@ Perplexity = PerplexityScores
 mauve_star = mauve
 """MAUVE* comes with MAUVE: :func:`mauve`'s result carries both (``.mauve_star``)."""
 
-#: Every registered metric's function, by registered name (``mauve``/``mauve_star``: the
-#: per-text features they compare; :func:`mauve` compares two sets of texts).
+#: Every registered metric's function, by registered name, derived from the metric registry
+#: (the built-in metrics, the learned ones and those of installed plug-ins): ``mauve`` and
+#: ``mauve_star`` give the per-text features their per-system statistics compare;
+#: :func:`mauve` compares two sets of texts.
 METRICS: dict[str, Callable[..., Any]] = {
-    "bertscore_f": bertscore_f,
-    "bertscore_p": bertscore_p,
-    "bertscore_r": bertscore_r,
-    "bertscore_prev": bertscore_prev,
-    "bertscore_prompt": bertscore_prompt,
-    "bleu": bleu,
-    "bleu1": bleu1,
-    "compression_ratio": compression_ratio,
-    "concreteness_noun": concreteness_noun,
-    "creativity_index": creativity_index,
-    "concreteness_verb": concreteness_verb,
-    "cross_story_repetition": cross_story_repetition,
-    "distinct1": distinct1,
-    "distinct2": distinct2,
-    "distinct3": distinct3,
-    "embedding_coherence": embedding_coherence,
-    "functional_diversity": functional_diversity,
-    "homogenization": homogenization,
-    "jaccard": jaccard,
-    "levenshtein": levenshtein,
-    "mauve": mauve_features,
-    "mauve_star": mauve_features,
-    "moverscore": moverscore,
-    "ngram_novelty": ngram_novelty,
-    "not_but_rate": not_but_rate,
-    "nsp_prev": nsp_prev,
-    "nsp_prompt": nsp_prompt,
-    "nubia": nubia,
-    "overused_phrase_rate": overused_phrase_rate,
-    "paragraph_length_cv": paragraph_length_cv,
-    "perplexity": perplexity,
-    "plot_reuse": plot_reuse,
-    "preference": preference,
-    "repeated_ngram_rate": repeated_ngram_rate,
-    "repeated_sentence_rate": repeated_sentence_rate,
-    "rouge1": rouge1,
-    "rouge2": rouge2,
-    "rougeL": rougeL,
-    "self_bleu": self_bleu,
-    "sentence_length": sentence_length,
-    "sentence_length_cv": sentence_length_cv,
-    "slop_index": slop_index,
-    "sms": sms,
-    "swms": swms,
-    "text_precision": text_precision_features,
-    "text_recall": text_precision_features,
-    "union": union,
-    "user": user,
-    "vendi_score": vendi_score,
-    "wms": wms,
+    name: metric_function(name) for name in available_metrics()
 }
 
 
@@ -162,6 +115,7 @@ def metric(
     prompts: Sequence[str] | None = None,
     groups: Sequence[str] | None = None,
     originals: Sequence[str] | None = None,
+    ids: Sequence[str] | None = None,
     **options: Any,
 ) -> Scores:
     """Any registered metric by name, with its options as keywords (as ``--option
@@ -180,6 +134,7 @@ def metric(
         prompts=prompts,
         groups=groups,
         originals=originals,
+        ids=ids,
         **options,
     )
 
@@ -204,9 +159,11 @@ def bertscore(
     --------
     >>> result = bertscore(["The cat sat on the mat."], ["A cat was sitting on the mat."])
     >>> 0.5 < float(result.f1[0]) <= 1.0, result.signature.name, result.signature.fields["layer"]
-    (True, 'bertscore', 4)
+    (True, 'bertscore_f', 4)
+
+    The signature names ``bertscore_f``, the metric a score file holds the same numbers under.
     """
-    result = bertscore_f(
+    return bertscore_f(
         candidates,
         references,
         model=model,
@@ -218,8 +175,6 @@ def bertscore(
         precision=precision,
         scoring=scoring,
     )
-    signature = replace(result.signature, name="bertscore")
-    return replace(result, signature=signature)
 
 
 def rouge(

@@ -105,6 +105,11 @@ class Signature:
         merged.update(updates)
         return Signature(self.name, merged, self.version)
 
+    def without(self, *keys: str) -> Signature:
+        """A copy without the fields ``keys`` (absent ones are ignored)."""
+        kept = {key: value for key, value in self.fields.items() if key not in keys}
+        return Signature(self.name, kept, self.version)
+
     def to_dict(self) -> dict[str, Any]:
         """The signature as a JSON-ready mapping."""
         return {"name": self.name, "fields": dict(self.fields), "version": self.version}

@@ -13,8 +13,8 @@ from typing import Any, Literal
 
 from storyeval.errors import StoryevalWarning
 
-SplitMethod = Literal["pysbd", "spacy"]
-SPLIT_METHODS: tuple[str, ...] = ("pysbd", "spacy")
+SplitMethod = Literal["pysbd", "spacy", "tokens"]
+SPLIT_METHODS: tuple[str, ...] = ("pysbd", "spacy", "tokens")
 
 _WORD_RE = re.compile(r"[A-Za-z0-9]+(?:['’][A-Za-z]+)*|[^\sA-Za-z0-9]", re.UNICODE)
 _ALNUM_RE = re.compile(r"\w", re.UNICODE)
@@ -68,6 +68,58 @@ def _split_tokenized(text: str) -> list[str]:
     return pieces
 
 
+#: Placeholders of delexicalized corpora ("[MALE]"), left out when deciding whether a text
+#: is lowercased
+_PLACEHOLDER = re.compile(r"\[[A-Z_]+\]")
+#: A sentence-final token of tokenized text: ".", "!", "?" or a run of them ("?!"), not "..."
+_END_TOKEN = re.compile(r"[.!?]*[!?][.!?]*|\.")
+_QUOTE_TOKENS = frozenset({'"', "''", "'", "”", "’", "``", "`"})
+_CLOSING_QUOTES = frozenset({"''", "”", "’"})
+
+
+def looks_lowercased_tokenized(text: str) -> bool:
+    """Whether ``text`` is tokenized and lowercased, as UNION's release and other
+    ROCStories-derived corpora are ("he had fun ! then he went home ."): a sentence then
+    starts in lowercase, so only its end token marks it.
+
+    >>> looks_lowercased_tokenized("he had fun ! then he left ."), looks_lowercased_tokenized("He had fun!")
+    (True, False)
+    >>> looks_lowercased_tokenized("[MALE] had fun ! then [FEMALE] left .")
+    True
+    """
+    bare = _PLACEHOLDER.sub("", text)
+    return looks_tokenized(text) and not any(ch.isupper() for ch in bare)
+
+
+def _split_at_end_tokens(text: str) -> list[str]:
+    """Sentences of tokenized text, cut after every ``.``/``!``/``?`` token (with the closing
+    quotes that follow it), the original text kept as it is."""
+    pieces: list[str] = []
+    start = 0
+    open_quotes = 0
+    tokens = list(re.finditer(r"\S+", text))
+    index = 0
+    while index < len(tokens):
+        token = tokens[index].group()
+        if token in _QUOTE_TOKENS:
+            open_quotes += 1
+        if _END_TOKEN.fullmatch(token):
+            end = tokens[index].end()
+            while index + 1 < len(tokens) and tokens[index + 1].group() in _QUOTE_TOKENS:
+                quote = tokens[index + 1].group()
+                if quote not in _CLOSING_QUOTES and open_quotes % 2 == 0:
+                    break  # an opening quote: it starts the next sentence
+                open_quotes += 1
+                index += 1
+                end = tokens[index].end()
+            pieces.append(text[start:end])
+            start, open_quotes = end, 0
+        index += 1
+    if text[start:].strip():
+        pieces.append(text[start:])
+    return pieces
+
+
 def split_sentences(
     text: str, *, method: SplitMethod = "pysbd", spacy_model: str | None = None
 ) -> list[str]:
@@ -77,9 +129,11 @@ def split_sentences(
     ----------
     text : str
         The text to split.
-    method : {"pysbd", "spacy"}
+    method : {"pysbd", "spacy", "tokens"}
         ``pysbd`` is rule-based and fast; ``spacy`` uses the parser of a spaCy pipeline
-        (``spacy_model``, or the offline default from :func:`storyeval.models.load_spacy`).
+        (``spacy_model``, or the offline default from :func:`storyeval.models.load_spacy`);
+        ``tokens`` cuts after every whitespace-separated ``.``, ``!`` or ``?`` (tokenized
+        text).
 
     Examples
     --------
@@ -91,7 +145,13 @@ def split_sentences(
     ["Kim went to her friends ' house .", "She did n't stay ."]
 
     Tokenized text (spaces before clitics and punctuation) is split on a detokenized copy and
-    the sentences are cut from the original, which is kept as it is.
+    the sentences are cut from the original, which is kept as it is. Tokenized *lowercased*
+    text (:func:`looks_lowercased_tokenized`) has no capital to mark a sentence start, so it is
+    cut after every ``.``, ``!`` or ``?`` token instead (``method="tokens"`` asks for that on
+    any text):
+
+    >>> split_sentences("he had fun ! then he went home . it was late .")
+    ['he had fun !', 'then he went home .', 'it was late .']
     """
     if not isinstance(text, str):
         raise TypeError(f"text must be a str; got {type(text).__name__}")
@@ -104,6 +164,8 @@ def split_sentences(
 
         doc = load_spacy(spacy_model)(text)
         pieces = [sent.text for sent in doc.sents]
+    elif method == "tokens" or looks_lowercased_tokenized(text):
+        pieces = _split_at_end_tokens(text)
     elif looks_tokenized(text):
         pieces = _split_tokenized(text)
     else:

@@ -131,4 +131,4 @@ def test_edit_metrics_read_the_original_field():
     )
     assert values[("a", "user")] == pytest.approx(user(stories[0].story, "The dog ran away.").f1)
     assert values[("b", "jaccard")] == 0.0
-    assert "original:suggestion" in run.scores[0].signature
+    assert "original:" not in run.scores[0].signature  # which field: an input, like the file

@@ -5,15 +5,23 @@ counted when asked), and the score records carry system and prompt_id."""
 
 from __future__ import annotations
 
+import ast
+import inspect
 import math
+import textwrap
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
+from storyeval import functional as F
 from storyeval.corpus import Story
 from storyeval.errors import MissingInputError, StoryevalError
-from storyeval.metrics import all_metrics, score_stories
+from storyeval.metrics import all_metrics, available_metrics, get_metric, score_stories
 from storyeval.metrics.context import ScoringContext, UndefinedScoreWarning
+from storyeval.metrics.function import FUNCTIONS, INPUTS, RESOURCES, metric_function
+from storyeval.metrics.registry import OptionError
 
 EDIT_FIELD = "suggestion"
 
@@ -182,3 +190,149 @@ def test_bootstrap_is_seeded_and_intervals_bracket_the_mean(example_stories):
     for row in a.systems.itertuples():
         assert row.ci_low <= row.estimate <= row.ci_high
         assert "seed:3" in row.signature and "bootstrap:200" in row.signature
+
+
+# --------------------------------------------------------------------------- one number three ways
+# Every registered metric gives one number three ways: its typed function, ``storyeval score``
+# (the pipeline) and ``F.metric(name)``: equal values and equal signatures, and every option a
+# function declares changes what it computes or is refused. Before 0.9.0 they drifted apart:
+# ``F.METRICS["mauve_star"]`` signed its result ``mauve``, ``F.METRICS["text_recall"]`` signed
+# ``text_precision``, ``F.bertscore`` signed ``bertscore`` where the score file says
+# ``bertscore_f``, and twelve functions declared options their body never read (MAUVE's feature
+# function 9 of 19, ``batch_tokens`` in seven, ``original`` in the three edit metrics): a user
+# who set one got neither an effect nor an error.
+
+
+def test_one_list_of_metrics() -> None:
+    """``F.METRICS``, the typed functions and the registry list the same metrics, each
+    function registered under its own name (so it signs its own name)."""
+    names = available_metrics()
+    assert sorted(F.METRICS) == sorted(FUNCTIONS) == sorted(names)
+    for name in names:
+        assert F.METRICS[name] is metric_function(name)
+        assert metric_function(name).__metric__.name == name  # type: ignore[attr-defined]
+
+
+def _body_reads(function: Any) -> set[str]:
+    source = textwrap.dedent(inspect.getsource(inspect.unwrap(function)))
+    tree = ast.parse(source).body[0]
+    assert isinstance(tree, ast.FunctionDef)
+    return {node.id for stmt in tree.body for node in ast.walk(stmt) if isinstance(node, ast.Name)}
+
+
+@pytest.mark.parametrize("name", available_metrics())
+def test_every_declared_option_is_read_by_the_function(name: str) -> None:
+    """An option in the signature that the body never reads would be set without effect; the
+    registry's options that the per-text function has no use for (the per-system statistics'
+    and the field naming the originals) are refused by it with a clear error."""
+    function = metric_function(name)
+    parameters = inspect.signature(function).parameters
+    options = [p for p in parameters if p not in INPUTS and p not in RESOURCES]
+    unread = [p for p in options if p not in _body_reads(function)]
+    assert not unread, f"{name} declares options it never reads: {unread}"
+    for option in get_metric(name).options:
+        if option.name not in parameters:
+            with pytest.raises(OptionError, match=f"option '{option.name}' is not an option"):
+                function(["a text."], **{option.name: option.default})
+    with pytest.raises(OptionError, match="unknown option 'no_such_option'"):
+        function(["a text."], no_such_option=1)
+
+
+def _inputs(name: str, stories: list[Any]) -> tuple[list[Any], dict[str, Any]]:
+    """The function's positional inputs read from the stories as the pipeline reads them,
+    and the same as ``F.metric`` keywords."""
+    described = metric_function(name).__metric__  # type: ignore[attr-defined]
+    from storyeval.metrics.function import story_inputs
+
+    options = {"original": "suggestion"}
+    positional = [story_inputs(stories, key, options) for key in described.inputs]
+    keywords = {key: value for key, value in zip(described.inputs[1:], positional[1:], strict=True)}
+    return positional, keywords
+
+
+def _function_options(name: str, checkpoints: dict[str, str]) -> dict[str, Any]:
+    """The options the properties run scored with, as keywords of the typed function."""
+    spec = get_metric(name)
+    parameters = inspect.signature(metric_function(name)).parameters
+    chosen = {}
+    for key, value in _options(checkpoints).items():
+        prefix, field = key.split(".", 1)
+        if prefix != name and prefix not in spec.families:
+            continue
+        if field in parameters and field in spec.option_map:
+            chosen[field] = spec.option_map[field].parse(value)
+    return chosen
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", available_metrics())
+def test_function_score_and_f_metric_agree(
+    name: str, forward_and_reversed: Any, checkpoints: dict[str, str]
+) -> None:
+    stories, run, _ = forward_and_reversed
+    spec = get_metric(name)
+    if spec.needs_reference:
+        stories = [s for s in stories if s.references]
+    positional, keywords = _inputs(name, stories)
+    options = _function_options(name, checkpoints)
+    direct = metric_function(name)(*positional, **options)
+    by_name = F.metric(name, positional[0], keywords.pop("references", None), **keywords, **options)
+    signature = run.metrics[name].signature
+    parameters = inspect.signature(metric_function(name)).parameters
+    # the per-system statistics' options (k, seeds, ...) are the run's, not the function's
+    statistic = [o.name for o in spec.options if o.name not in parameters]
+    expected = signature.without(*statistic).render()
+    assert direct.signature.without(*statistic).render() == expected
+    assert by_name.signature.without(*statistic).render() == expected
+    for path in checkpoints.values():  # models are signed by their content, never their path
+        assert str(Path(path).parent) not in expected
+    if spec.level == "corpus":  # no value per story: the per-system table has them
+        assert np.isnan(direct.values).all()
+        return
+    values = {s.item_id: s.value for s in run.scores if s.metric == name}
+    wanted = np.array([values.get(s.id, math.nan) for s in stories])
+    np.testing.assert_allclose(direct.values, wanted, rtol=1e-5, atol=1e-9, equal_nan=True)
+    np.testing.assert_allclose(by_name.values, wanted, rtol=1e-5, atol=1e-9, equal_nan=True)
+
+
+@pytest.mark.slow
+def test_corpus_level_functions_give_the_per_system_values(forward_and_reversed: Any) -> None:
+    """``F.mauve`` and ``F.precision_recall`` on one system's stories and people's give the
+    values and settings the per-system table holds for ``mauve``, ``mauve_star``,
+    ``text_precision`` and ``text_recall``."""
+    stories, run, _ = forward_and_reversed
+    people = [s.story for s in stories if s.system == "human"]
+    system = sorted({s.system for s in stories} - {"human"})[0]
+    mine = [s.story for s in stories if s.system == system]
+    table = run.systems.set_index(["metric", "system"])
+    result = F.mauve(mine, people, kmeans="sklearn")
+    assert result.signature.name == "mauve"
+    assert result.mauve == pytest.approx(table.loc[("mauve", system), "estimate"], abs=1e-9)
+    assert result.mauve_star == pytest.approx(
+        table.loc[("mauve_star", system), "estimate"], abs=1e-9
+    )
+    pr = F.precision_recall(mine, people, k=1)
+    assert pr.estimate("precision") == pytest.approx(
+        table.loc[("text_precision", system), "estimate"], abs=1e-9
+    )
+    assert pr.estimate("recall") == pytest.approx(
+        table.loc[("text_recall", system), "estimate"], abs=1e-9
+    )
+    with pytest.raises(OptionError, match="'seeds' is not an option of this function"):
+        F.METRICS["mauve"](mine, seeds=2)
+    assert F.mauve(mine, people, seeds=2, kmeans="sklearn").signature.fields["seeds"] == 2
+
+
+def test_batch_tokens_sizes_the_encoder_batches(short_stories: list[Any]) -> None:
+    """``batch_tokens`` was declared and ignored by seven encoder metrics; now it sets the
+    encoder cache's batch (and moves no number: it is not in the signature)."""
+    from storyeval.metrics.context import ScoringContext
+
+    texts = [s.story for s in short_stories]
+    small, large = ScoringContext(), ScoringContext()
+    a = F.embedding_coherence(texts, batch_tokens=64, scoring=small)
+    b = F.embedding_coherence(texts, batch_tokens=8192, scoring=large)
+    assert small.cache(None).batch_tokens == int(64 * small.batch_scale)
+    assert large.cache(None).batch_tokens == int(8192 * large.batch_scale)
+    np.testing.assert_allclose(a.values, b.values, rtol=1e-5, equal_nan=True)
+    assert a.signature.render() == b.signature.render()

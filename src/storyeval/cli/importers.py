@@ -9,6 +9,17 @@ import typer
 
 from storyeval.cli._common import check_choice, user_error
 
+#: The command's options each format reads (the importer's keyword arguments)
+FORMAT_OPTIONS: dict[str, tuple[str, ...]] = {
+    "union": (
+        "context_sentences", "criterion", "system", "prompts", "references", "metric_outputs",
+        "error_min_votes",
+    ),
+    "wmt-rr": ("system_outputs", "prompts", "references"),
+    "deltascore": ("aspects",),
+    "ttcw": ("linked_texts",),
+}  # fmt: skip
+
 
 def import_command(
     fmt: str = typer.Argument(
@@ -17,9 +28,15 @@ def import_command(
         help="union, hanna (per-system summary), hanna-raw (per-annotator file), hanna-llm "
         "(LLM stories or LLM ratings), deltascore, "
         "openmeva (MAGS JSON), pairwise (LitBench-style preferences), wmt-da (WMT DAseg: the "
-        "human file), wmt-rr (WMT RR/DArr seglevel CSV) or judgments.",
+        "human file), wmt-rr (WMT RR/DArr seglevel CSV), ttcw (TTCW's release folder, "
+        "Chakrabarty et al. 2024), wq (WQ's style_mimic.json, Chakrabarty et al. 2025) or "
+        "judgments.",
     ),
-    file: Path = typer.Argument(..., help="The file to import."),
+    file: Path = typer.Argument(
+        ...,
+        help="The file to import (union: also a folder of the release: its root, Data/<set> "
+        "or ant_data, whose side files are then found).",
+    ),
     out_dir: Path = typer.Option(
         ..., "--out-dir", help="Directory for stories/judgments/scores.jsonl."
     ),
@@ -57,33 +74,32 @@ def import_command(
     aspect: list[str] = typer.Option(
         None, "--aspect", help="deltascore: rating fields (repeat; default: every numeric field)."
     ),
+    linked_texts: Path = typer.Option(
+        None,
+        "--linked-texts",
+        help="ttcw: a folder of STORY_ID.txt files with the texts the release gives as links "
+        "(the New Yorker's).",
+    ),
 ) -> None:
     """Convert a public benchmark file (UNION, HANNA, DeltaScore, OpenMEVA, pairwise
     preferences) or long-format judgments to canonical files.
 
     Writes DIR/stories.jsonl, DIR/judgments.jsonl and, when the file carries them,
-    DIR/scores.jsonl (metric values) and DIR/comparisons.jsonl (pairwise preferences, the
-    input of `storyeval rank`). Bad input exits 2 with FILE:LINE: reason lines.
+    DIR/scores.jsonl (metric values), DIR/comparisons.jsonl (pairwise preferences, the
+    input of `storyeval rank`) and DIR/judge_judgments.jsonl (LLM judges' verdicts, for
+    `storyeval judge-eval --judge`). Bad input exits 2 with FILE:LINE: reason lines.
     """
     from storyeval.errors import DataFileError
     from storyeval.importers import IMPORTERS, import_file, write_import
 
     check_choice(fmt, tuple(IMPORTERS), "FORMAT")
-    options: dict[str, object] = {}
-    if fmt == "union":
-        options = {
-            "context_sentences": context_sentences,
-            "criterion": criterion,
-            "system": system,
-            "prompts": prompts,
-            "references": references,
-            "metric_outputs": metric_outputs,
-            "error_min_votes": error_min_votes,
-        }
-    elif fmt == "wmt-rr":
-        options = {"system_outputs": system_outputs, "prompts": prompts, "references": references}
-    elif fmt == "deltascore" and aspect:
-        options = {"aspects": aspect}
+    given: dict[str, object] = {
+        "context_sentences": context_sentences, "criterion": criterion, "system": system,
+        "prompts": prompts, "references": references, "metric_outputs": metric_outputs,
+        "error_min_votes": error_min_votes, "system_outputs": system_outputs,
+        "aspects": aspect or None, "linked_texts": linked_texts,
+    }  # fmt: skip
+    options = {key: given[key] for key in FORMAT_OPTIONS.get(fmt, ()) if given[key] is not None}
     try:
         result = import_file(fmt, file, **options)
         written = write_import(result, out_dir)
@@ -103,6 +119,7 @@ def _report(result: Any, written: dict[str, Path]) -> None:
         "judgments": len(result.judgments),
         "scores": len(result.scores),
         "comparisons": len(result.comparisons),
+        "judge_judgments": len(result.judge_judgments),
     }
     for kind, path in written.items():
         typer.echo(f"wrote {counts[kind]} {kind} to {path}")

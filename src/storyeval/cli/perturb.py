@@ -128,9 +128,17 @@ def perturb(
     progress = not quiet and sys.stderr.isatty()
     run = _run(stories, settings, client, block_size, progress)
     write_records(output, run.records())
-    typer.echo(f"wrote {len(run.stories)} perturbed stories to {output}")
+    typer.echo(f"wrote {len(run.stories)} perturbed stories to {output} ({run.summary()})")
+    redrawn = [story for story in run.stories if story.redraws]
+    for story in redrawn[:10]:
+        shown = "; ".join(
+            f"{r.technique} -> {r.replacement or 'none'} ({r.reason})" for r in story.redraws
+        )
+        typer.echo(f"  redrawn {story.id}: {shown}", err=True)
+    if len(redrawn) > 10:
+        typer.echo(f"  ... and {len(redrawn) - 10} more (each record's 'redrawn' field)", err=True)
     if run.skipped:
-        typer.echo(f"skipped {len(run.skipped)} (a technique could not change them):", err=True)
+        typer.echo(f"left out {len(run.skipped)} (no technique could change them):", err=True)
         for story_id, reason in list(run.skipped.items())[:10]:
             typer.echo(f"  {story_id}: {reason}", err=True)
     typer.echo(f"signature: {run.signature.render()}")

@@ -563,13 +563,6 @@ _ENGEN_SEGMENT = typer.Option(
 _ENGEN_OPTIMIZER = typer.Option(
     "sgd", "--optimizer", help="sgd (the thesis, with --lr 0.1) or adam (try --lr 3e-3)."
 )
-_ENGEN_MAX_TOKENS = typer.Option(
-    400,
-    "--max-tokens",
-    min=3,
-    help="Longest text (segment) trained on, in tokens (longer ones are cut, counted in a "
-    "warning; in the signature).",
-)
 
 
 @train_app.command("engen")
@@ -593,7 +586,6 @@ def engen(
     lowercase: bool = _ENGEN_CASE,
     numbers: bool = _ENGEN_NUMBERS,
     segment_sentences: int = _ENGEN_SEGMENT,
-    max_tokens: int = _ENGEN_MAX_TOKENS,
     batch_size: int = typer.Option(8, "--batch-size", min=1, help="Texts per step."),
     optimizer: str = _ENGEN_OPTIMIZER,
     learning_rate: float = typer.Option(0.1, "--lr", help="Learning rate."),
@@ -632,7 +624,6 @@ def engen(
             lowercase=lowercase,
             numbers=numbers,
             segment_sentences=segment_sentences,
-            max_tokens=max_tokens,
             batch_size=batch_size,
             optimizer=optimizer,
             learning_rate=learning_rate,

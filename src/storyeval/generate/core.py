@@ -352,10 +352,11 @@ class GeneratorKind:
     load: Callable[[str], Any]
 
 
-#: The kinds of generator plug-ins add (ENGEN: the entry point ``engen`` of the group
-#: ``storyeval.generators``, in :mod:`storyeval.learn.engen`); anything else is a causal LM.
+#: The kinds of generator beside causal LMs: ENGEN (:mod:`storyeval.learn.engen`, imported by
+#: name, so this layer needs nothing of the training code), then the entry points of the group
+#: ``storyeval.generators``; anything else is a causal LM.
 GENERATORS: Registry[GeneratorKind] = Registry(
-    "generator", entry_point_group="storyeval.generators"
+    "generator", builtins=("storyeval.learn.engen",), entry_point_group="storyeval.generators"
 )
 
 

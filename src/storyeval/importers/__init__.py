@@ -44,6 +44,10 @@ Formats
 ``wmt-da``, ``wmt-rr``
     WMT metrics-task segment-level direct assessment and relative rankings (for NUBIA): see
     :mod:`storyeval.importers.wmt`.
+``ttcw``, ``wq``
+    Salesforce's expert-judged creative writing: TTCW's release folder (Chakrabarty et al.
+    2024: stories, 14 tests, 3 experts' verdicts, 7 LLM judges' answers) and WQ's style-mimic
+    pairs (Chakrabarty et al. 2025): see :mod:`storyeval.importers.creativity`.
 """
 
 from __future__ import annotations
@@ -55,6 +59,7 @@ from typing import Any
 
 from storyeval.corpus import read_judgments, write_judgments, write_scores, write_stories
 from storyeval.importers.base import ImportResult, require_file
+from storyeval.importers.creativity import import_ttcw, import_wq
 from storyeval.importers.deltascore import import_deltascore
 from storyeval.importers.hanna import import_hanna, import_hanna_llm, import_hanna_raw
 from storyeval.importers.openmeva import import_openmeva
@@ -87,6 +92,8 @@ IMPORTERS.register("deltascore", import_deltascore)
 IMPORTERS.register("judgments", import_judgments)
 IMPORTERS.register("wmt-da", import_wmt_da)
 IMPORTERS.register("wmt-rr", import_wmt_rr)
+IMPORTERS.register("ttcw", import_ttcw)
+IMPORTERS.register("wq", import_wq)
 
 
 def _into_result(name: str, read: Callable[[Path, Any], Any]) -> Callable[..., ImportResult]:
@@ -116,7 +123,9 @@ def write_import(result: ImportResult, out_dir: str | Path) -> dict[str, Path]:
     """Write the records to ``out_dir`` (created if needed); returns the paths written.
 
     Every file is written atomically. ``stories.jsonl`` is written when there are stories,
-    ``judgments.jsonl`` when there are judgments and ``scores.jsonl`` when there are scores.
+    ``judgments.jsonl`` when there are judgments, ``judge_judgments.jsonl`` when there are
+    LLM judges' judgments, ``scores.jsonl`` when there are scores and ``comparisons.jsonl``
+    when there are pairwise preferences.
     """
     directory = Path(out_dir)
     if directory.exists() and not directory.is_dir():
@@ -129,6 +138,9 @@ def write_import(result: ImportResult, out_dir: str | Path) -> dict[str, Path]:
     if result.judgments:
         written["judgments"] = directory / "judgments.jsonl"
         write_judgments(written["judgments"], result.judgments)
+    if result.judge_judgments:
+        written["judge_judgments"] = directory / "judge_judgments.jsonl"
+        write_judgments(written["judge_judgments"], result.judge_judgments)
     if result.scores:
         written["scores"] = directory / "scores.jsonl"
         write_scores(written["scores"], result.scores)
@@ -151,8 +163,10 @@ __all__ = [
     "import_judgments",
     "import_openmeva",
     "import_pairwise",
+    "import_ttcw",
     "import_union",
     "import_wmt_da",
     "import_wmt_rr",
+    "import_wq",
     "write_import",
 ]

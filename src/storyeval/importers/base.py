@@ -27,6 +27,9 @@ class ImportResult:
     scores: list[Score] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     comparisons: list[dict[str, Any]] = field(default_factory=list)
+    #: judgments by LLM judges that the release holds beside people's (written apart, so
+    #: that people's file holds people only)
+    judge_judgments: list[Judgment] = field(default_factory=list)
 
 
 def file_digest(path: Path) -> str:

@@ -344,6 +344,82 @@ def _strip_prompt(text: str, prompt: str) -> str | None:
     return " ".join(words[len(prompt_words) :])
 
 
+@dataclass(frozen=True)
+class UnionRelease:
+    """The files of UNION's public release that the importer reads, found from a folder.
+
+    Attributes
+    ----------
+    annotations : Path
+        ``ant_data/ant_data.txt`` (or ``ant_data_all.txt``, with the error types).
+    contexts, references : Path or None
+        ``ant_data/reference_ipt.txt`` and ``reference_opt.txt`` when present.
+    metric_outputs : Path or None
+        The set's ``metric_output`` folder when present (read only when asked for: its files'
+        layout is the user's to confirm).
+    """
+
+    annotations: Path
+    contexts: Path | None
+    references: Path | None
+    metric_outputs: Path | None
+
+
+def union_release_files(
+    path: str | Path, *, dataset: str = "ROCStories", error_types: bool = False
+) -> UnionRelease:
+    """Find the annotated stories and their side files in UNION's release (Guan and Huang
+    2020, github.com/thu-coai/UNION), laid out as ``Data/<set>/ant_data/`` (``ant_data.txt``,
+    ``ant_data_all.txt``, ``reference.txt``, ``reference_ipt.txt``, ``reference_opt.txt``)
+    beside ``ini_data/``, ``metric_output/`` and ``train_data/``.
+
+    Parameters
+    ----------
+    path : str or Path
+        The release's root (holding ``Data/``), ``Data/``, ``Data/<set>``, the ``ant_data``
+        folder, or the annotation file itself.
+    dataset : str
+        The set under ``Data/`` when ``path`` is above it (``ROCStories`` or
+        ``WritingPrompts``).
+    error_types : bool
+        Read ``ant_data_all.txt`` (with the annotators' error types) instead of
+        ``ant_data.txt``.
+
+    Raises
+    ------
+    FileNotFoundError
+        When none of those places holds the annotation file (the message lists where it
+        looked).
+    """
+    name = "ant_data_all.txt" if error_types else "ant_data.txt"
+    given = Path(path)
+    if given.is_file():
+        folder, annotations = given.parent, given
+    else:
+        places = [given, given / "ant_data", given / dataset / "ant_data"]
+        places.append(given / "Data" / dataset / "ant_data")
+        found = next((place for place in places if (place / name).is_file()), None)
+        if found is None:
+            looked = ", ".join(str(place / name) for place in places)
+            raise FileNotFoundError(
+                f"{given}: not UNION's release layout (looked for {looked}); give the release's "
+                "root, Data/<set>, its ant_data folder or the annotation file"
+            )
+        folder, annotations = found, found / name
+
+    def side(file_name: str) -> Path | None:
+        for place in (folder, folder.parent):
+            if (place / file_name).is_file():
+                return place / file_name
+        return None
+
+    outputs = next(
+        (p / "metric_output" for p in (folder, folder.parent) if (p / "metric_output").is_dir()),
+        None,
+    )
+    return UnionRelease(annotations, side("reference_ipt.txt"), side("reference_opt.txt"), outputs)
+
+
 def import_union(
     path: str | Path,
     *,
@@ -361,8 +437,11 @@ def import_union(
     ----------
     path : str or Path
         ``ant_data.txt``, or ``ant_data_all.txt`` whose 4th field holds the annotators' error
-        types (see :func:`error_votes`); each story then gets an ``error_type``
-        field (the types at least ``error_min_votes`` annotators marked, else ``reasonable`` or
+        types; or a folder of the release (its root, ``Data/<set>`` or ``ant_data``: see
+        :func:`union_release_files`), whose ``ant_data.txt`` is read with its
+        ``reference_ipt.txt`` and ``reference_opt.txt`` as ``prompts`` and ``references``
+        unless those are given. With error types (see :func:`error_votes`), each story gets an
+        ``error_type`` field (the types at least ``error_min_votes`` annotators marked, else ``reasonable`` or
         ``unagreed``), for ``storyeval drift subsets --by error_type`` (Table 7).
     context_sentences : int
         Leading sentences that form the prompt (UNION's ROC stories start with one). 0 keeps
@@ -393,6 +472,11 @@ def import_union(
         label other than 0 or 1, an unknown error type, a duplicate id, or a side file whose
         line count differs from the number of stories.
     """
+    if Path(path).is_dir():
+        release = union_release_files(path)
+        path = release.annotations
+        prompts = prompts if prompts is not None else release.contexts
+        references = references if references is not None else release.references
     file_path = require_file(path)
     if context_sentences < 0:
         raise ValueError(f"context_sentences must be >= 0; got {context_sentences}")

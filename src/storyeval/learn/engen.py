@@ -48,7 +48,7 @@ import re
 import time
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +81,9 @@ CLASSES_FILE = "classes.json"
 WEIGHTS_FILE = "engen.pt"
 VOCAB_FILE = "vocab.json"
 UNK, BOS, EOS = "<unk>", "<s>", "</s>"
+#: Positions computed at once by the previous-sentence attention and the softmax: long texts
+#: are read whole, their memory bounded (the numbers do not depend on it)
+BLOCK = 512
 _TOKEN = re.compile(r"\w+(?:'\w+)?|[^\w\s]")
 _SENTENCE_END = {".", "!", "?"}
 
@@ -116,7 +119,8 @@ class EngenConfig:
     seen fewer than 10 times as ``<unk>``, 50-sentence segments, a new entity drawn from
     N(r, 0.01^2 I) and scored like the known ones (Eq. 3.3), 512 dimensions. The thesis names
     no dropout, batch size, epoch count or entity limit: no dropout, 8 texts a batch, 3 epochs
-    and 24 entities per text here."""
+    and 24 entities per text here. Every token of every text (segment) is read, trained on
+    and scored: nothing is cut (before 0.9.0 a ``max_tokens`` of 400 cut longer texts)."""
 
     variant: str = "engen"
     combine: str = "max"
@@ -139,7 +143,6 @@ class EngenConfig:
     learning_rate: float = 0.1
     dropout: float = 0.0
     seed: int = 0
-    max_tokens: int = 400
 
     def __post_init__(self) -> None:
         for name, allowed in (
@@ -160,7 +163,6 @@ class EngenConfig:
             "classes",
             "max_entities",
             "max_mention",
-            "max_tokens",
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1; got {getattr(self, name)}")
@@ -195,26 +197,13 @@ class EncodedText:
     sentence: list[int] = field(default_factory=list)
 
 
-def _warn_cut(texts: Sequence[AnnotatedText], config: EngenConfig) -> None:
-    """Say how many texts are longer than ``max_tokens`` (their ends are not trained on)."""
-    import warnings
-
-    longer = sum(1 for t in texts if len(tokenize(t.text)) > config.max_tokens - 2)
-    if longer:
-        warnings.warn(
-            f"{longer} of {len(texts)} texts are longer than max_tokens ({config.max_tokens} "
-            "tokens with the boundaries): their ends are not trained on (--max-tokens)",
-            UserWarning,
-            stacklevel=3,
-        )
-
-
 def encode(
     text: AnnotatedText, vocab: dict[str, int], config: EngenConfig, *, end_of_text: bool = True
 ) -> EncodedText:
-    """Word ids (BOS first) and the mention structure, clusters numbered by first mention.
-    Mentions are cut to ``max_mention`` words; clusters beyond ``max_entities`` are left out."""
-    tokens = tokenize(text.text)[: config.max_tokens - 2]
+    """Word ids (BOS first) of every token and the mention structure, clusters numbered by
+    first mention. Mentions are cut to ``max_mention`` words; clusters beyond ``max_entities``
+    are left out (the model keeps that many entities)."""
+    tokens = tokenize(text.text)
     ids = [vocab[BOS]] + [vocab.get(_word(word, config), vocab[UNK]) for word, _, _ in tokens]
     inside = [-1] * len(ids)
     starts: dict[int, tuple[int, int]] = {}
@@ -363,15 +352,24 @@ def _module(config: EngenConfig, vocab_size: int, word_class: Sequence[int] | No
 
         # ----------------------------------------------------------- pieces
 
-        def previous_context(self, states: Any, sentence: Any) -> Any:
-            """Attention of every position over the previous sentence's states (B, T, H)."""
+        def previous_context(self, states: Any, sentence: Any, lows: Sequence[int]) -> Any:
+            """Attention of every position over the previous sentence's states (B, T, H),
+            computed for :data:`BLOCK` positions at a time over the keys they can reach
+            (``lows[k]``: the first position block ``k``'s previous sentences start at), so
+            memory grows with the text's length, not its square."""
             if not config.previous_sentence:
                 return torch.zeros_like(states)
-            scores = torch.einsum("bth,bsh->bts", self.attend(states), states)
-            mask = sentence.unsqueeze(2) - 1 == sentence.unsqueeze(1)  # s in t's previous one
-            scores = scores.masked_fill(~mask, float("-inf"))
-            weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)  # first sentence: none
-            return torch.einsum("bts,bsh->bth", weights, states)
+            queries = self.attend(states)
+            parts = []
+            for number, start in enumerate(range(0, states.shape[1], BLOCK)):
+                stop, low = min(start + BLOCK, states.shape[1]), lows[number]
+                keys, kept = states[:, low:stop], sentence[:, low:stop]
+                scores = torch.einsum("bth,bsh->bts", queries[:, start:stop], keys)
+                mask = sentence[:, start:stop].unsqueeze(2) - 1 == kept.unsqueeze(1)
+                scores = scores.masked_fill(~mask, float("-inf"))
+                weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)  # first sentence: none
+                parts.append(torch.einsum("bts,bsh->bth", weights, keys))
+            return torch.cat(parts, dim=1)
 
         def word_log_probs(self, c: Any) -> Any:
             """log P(word | c_t) for every word (rows of ``c``): a full softmax, or the
@@ -555,12 +553,35 @@ def _batch_terms(
         decisions = decisions + terms
     combined = model.combine(h_all, p_all, contexts)
     results = []
-    for row, text in enumerate(batch):  # the vocabulary-wide softmax a text at a time (memory)
+    for row, text in enumerate(batch):  # the vocabulary-wide softmax by blocks (memory)
         n = len(text.ids) - 1
-        log_probs = model.word_log_probs(model.drop(combined[row, :n]))
         targets = torch.tensor(text.ids[1:], device=device).unsqueeze(1)
-        results.append((log_probs.gather(1, targets).squeeze(1), decisions[row, :n]))
+        words = [
+            model.word_log_probs(model.drop(combined[row, start : min(start + BLOCK, n)]))
+            .gather(1, targets[start : min(start + BLOCK, n)])
+            .squeeze(1)
+            for start in range(0, n, BLOCK)
+        ]
+        results.append((torch.cat(words), decisions[row, :n]))
     return results
+
+
+def _block_lows(batch: Sequence[EncodedText], width: int) -> list[int]:
+    """For each block of :data:`BLOCK` positions, the first position any of its positions'
+    previous sentence starts at (in any text of the batch): the keys the block attends to."""
+    lows = []
+    for start in range(0, width, BLOCK):
+        low = start
+        for text in batch:
+            if start >= len(text.sentence):
+                continue
+            wanted = text.sentence[start] - 1
+            first = start
+            while first > 0 and text.sentence[first - 1] >= wanted:
+                first -= 1
+            low = min(low, first)
+        lows.append(low)
+    return lows
 
 
 def _forward(model: Any, batch: Sequence[EncodedText]) -> tuple[Any, Any]:
@@ -576,7 +597,7 @@ def _forward(model: Any, batch: Sequence[EncodedText]) -> tuple[Any, Any]:
     device = model.embed.weight.device
     ids, sentence = ids.to(device), sentence.to(device)
     states, _ = model.lstm(model.drop(model.embed(ids)))
-    return states, model.previous_context(states, sentence)
+    return states, model.previous_context(states, sentence, _block_lows(batch, width))
 
 
 # --------------------------------------------------------------------------- training
@@ -654,7 +675,10 @@ class EngenModel:
         meta = read_metadata(directory)
         if meta["kind"] != "engen":
             raise ModelLoadError(f"{directory}: a {meta['kind']} model, not an ENGEN model")
-        config = EngenConfig(**{**LEGACY_CONFIG, **meta["config"]})
+        known = {f.name for f in fields(EngenConfig)}  # max_tokens: a cut before 0.9.0
+        config = EngenConfig(
+            **{k: v for k, v in {**LEGACY_CONFIG, **meta["config"]}.items() if k in known}
+        )
         words = json.loads((Path(directory) / VOCAB_FILE).read_text(encoding="utf-8"))
         vocab = {w: i for i, w in enumerate(words)}
         classes_file = Path(directory) / CLASSES_FILE
@@ -763,7 +787,6 @@ def _prepared(
     dev = [s for t in order[:n_dev] for s in segments(t, config.segment_sentences)]
     train = [s for t in order[n_dev:] for s in segments(t, config.segment_sentences)]
     vocab = build_vocabulary(train, config)
-    _warn_cut([*train, *dev], config)
     encoded = [encode(t, vocab, config) for t in train]
     dev_encoded = [encode(t, vocab, config) for t in dev]
     word_class = None
@@ -952,9 +975,10 @@ def _filtered(logits: Any, decoding: Any) -> Any:
 @dataclass
 class _Rows:
     """The state of a batch of continuations: the LSTM state, each row's entities (a table of
-    ``max_entities`` slots, how many are known, the salient one), the mention in progress
-    (entity, words left, its vector), the current and previous sentences' states (buffers
-    with masks), the words so far and which rows have ended."""
+    ``max_entities`` slots, how many are known, the salient one, the position of each one's
+    last mention), the mention in progress (entity, words left, its vector), the current and
+    previous sentences' states (buffers with masks), the words so far, which rows have ended
+    and the position of each row's last word read."""
 
     h: Any
     hidden: Any
@@ -970,6 +994,8 @@ class _Rows:
     previous_mask: Any
     words: list[list[str]]
     done: Any
+    last: Any = None
+    position: Any = None
     column: int = 0
 
 
@@ -1037,6 +1063,7 @@ class EngenLM:
         rows.h = torch.stack([out[0, -1] for out, _ in read])
         rows.column = width  # the step's column in the sentence buffers
         for row, e in enumerate(encoded):
+            rows.position[row] = len(e.ids) - 1
             self._prompt_entities(rows, row, e, states[row])
             last = e.sentence[-1]
             for column, position in enumerate(
@@ -1070,7 +1097,8 @@ class EngenLM:
             vector=zeros(count, dim), current=zeros(count, width, dim),
             current_mask=zeros(count, width, kind=torch.bool), previous=zeros(count, width, dim),
             previous_mask=zeros(count, width, kind=torch.bool), words=[[] for _ in range(count)],
-            done=zeros(count, kind=torch.bool),
+            done=zeros(count, kind=torch.bool), last=zeros(count, size, kind=torch.long),
+            position=zeros(count, kind=torch.long),
         )  # fmt: skip
 
     def _prompt_entities(self, rows: _Rows, row: int, encoded: EncodedText, states: Any) -> None:
@@ -1084,6 +1112,7 @@ class EngenLM:
             rows.table[row, entity] = self.model.update(base, states[position])
             rows.known[row] = max(known, entity + 1)
             rows.salient[row] = entity
+            rows.last[row, entity] = position
 
     def _step(self, rows: _Rows, decoding: Any, generator: Any, step: int) -> None:
         """One word for every row that has not ended."""
@@ -1133,6 +1162,9 @@ class EngenLM:
             rows.table = torch.where(hit.unsqueeze(2), updated.unsqueeze(1), rows.table)
             rows.known = torch.where(finishing, torch.maximum(rows.known, entity + 1), rows.known)
             rows.salient = torch.where(finishing, entity, rows.salient)
+            ended = hit & ~rows.done.unsqueeze(1)
+            rows.last = torch.where(ended, (rows.position + 1).unsqueeze(1), rows.last)
+        rows.position = rows.position + 1
         rows.left = torch.where(rows.mention >= 0, rows.left - 1, rows.left)
         rows.mention = torch.where(finishing, -1, rows.mention)
         ends = [bool(w) and w[-1] in _SENTENCE_END for w in rows.words]
@@ -1158,7 +1190,8 @@ class EngenLM:
             return
         slots = torch.arange(size, device=rows.h.device)
         valid = slots.unsqueeze(0) < rows.known.unsqueeze(1)
-        distance = torch.zeros(valid.shape, dtype=rows.h.dtype, device=rows.h.device)
+        # Eq. 3.3's distance feature: words read since each entity's last mention, as in training
+        distance = (rows.position.unsqueeze(1) - rows.last).clamp(min=0).to(rows.h.dtype)
         logp = model.entity_scores_batch(rows.h, rows.table, valid, distance)
         full = rows.known >= size
         logp[:, size] = torch.where(full, float("-inf"), logp[:, size])

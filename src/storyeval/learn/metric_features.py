@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -143,13 +144,29 @@ def _settings(
 
 
 def describe_metric_features(names: Sequence[str], options: Mapping[str, str]) -> str:
-    """The features as the signature writes them: ``name`` or ``name(key=value,...)``.
+    """The features as the signature writes them: ``name`` or ``name(key=value,...)``, a model
+    given as a local file or directory written by its content (``DIR@HASH``, as encoders are
+    signed), never by its path, so that two machines holding the same model sign alike.
 
     >>> describe_metric_features(["distinct2", "perplexity"], {"perplexity.model": "lm"})
     'distinct2,perplexity(model=lm)'
     """
+    from storyeval.metrics.function import metric_function
+
     shown = []
     for name in names:
-        mine = [f"{k.split('.', 1)[1]}={v}" for k, v in options.items() if k.startswith(name + ".")]
+        models = metric_function(name).__metric__.model_options  # type: ignore[attr-defined]
+        mine = []
+        for key, value in options.items():
+            if key.startswith(name + "."):
+                field = key.split(".", 1)[1]
+                mine.append(f"{field}={_model_value(value) if field in models else value}")
         shown.append(f"{name}({','.join(mine)})" if mine else name)
     return ",".join(shown)
+
+
+def _model_value(value: str) -> str:
+    """A model option's value as signed: a local path by its content, a hub name as it is."""
+    from storyeval.models.loading import content_identity
+
+    return content_identity(value) if Path(value).exists() else value

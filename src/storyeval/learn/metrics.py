@@ -2,9 +2,10 @@
 al. 2020) and BERT-NSP-1/2 (Callan and Foster 2023: the probability, under a BERT model with a
 trained next-sentence-prediction head, that each sentence follows the prompt / the previous
 sentence, averaged; the offline encoder has no trained head, so these metrics refuse with an
-error naming a hub model that has one and the storyeval command that trains one), registered in the metric registry as a plug-in of this package (the entry
-point ``learned`` of the group ``storyeval.metrics``), so the metrics layer needs nothing of
-the training code.
+error naming a hub model that has one and the storyeval command that trains one). The metric
+registry imports this module by name with its built-in metrics
+(:data:`storyeval.metrics.registry.OTHER_BUILTIN_MODULES`), so the metrics layer needs
+nothing of the training code.
 
 ``union`` scores each story with a UNION model trained on human-written stories
 (``storyeval train union --stories HUMAN.jsonl -o DIR``): the probability, in [0, 1], that the

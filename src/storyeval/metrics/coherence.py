@@ -34,6 +34,7 @@ from storyeval.metrics.embedding import (
     Precision,
     Rescale,
     default_layer,
+    encoder_cache,
     idf_weights,
     rescaler,
 )
@@ -107,7 +108,7 @@ def _bertscore_coherence(
     options: Mapping[str, Any],
     scoring: ScoringContext,
 ) -> CoherenceScores:
-    cache = scoring.cache(options["model"])
+    cache = encoder_cache(scoring, options["model"], options["batch_tokens"])
     layer = default_layer(cache.encoder, options["layer"])
     stories = text_pairs(scoring, texts, prompts, options["split"], mode)
     cache.request([text for pairs in stories for pair in pairs for text in pair], [layer])
@@ -184,7 +185,7 @@ def bertscore_prompt(
     against its prompt (sentences encoded alone, as in the paper)."""
     assert scoring is not None
     options = dict(model=model, layer=layer, idf=idf, rescale=rescale, baseline=baseline)
-    options.update(split=split, component=component)
+    options.update(split=split, component=component, batch_tokens=batch_tokens)
     return _bertscore_coherence("prompt", texts, prompts, options, scoring)
 
 
@@ -227,7 +228,7 @@ def bertscore_prev(
     against the previous one (the first against the prompt)."""
     assert scoring is not None
     options = dict(model=model, layer=layer, idf=idf, rescale=rescale, baseline=baseline)
-    options.update(split=split, component=component)
+    options.update(split=split, component=component, batch_tokens=batch_tokens)
     return _bertscore_coherence("prev", texts, prompts, options, scoring)
 
 
@@ -280,7 +281,7 @@ def embedding_coherence(
     """The mean cosine of consecutive sentence embeddings of each text (undefined below two
     sentences)."""
     assert scoring is not None
-    cache = scoring.cache(model)
+    cache = encoder_cache(scoring, model, batch_tokens)
     index = resolve_layer(cache.encoder.model, layer)
     sentences_of = [scoring.sentences(text, split) for text in texts]
     cache.request([s for sentences in sentences_of for s in sentences], [index])

@@ -28,7 +28,13 @@ import numpy as np
 from storyeval.metrics.cards import MetricCard
 from storyeval.metrics.context import ScoringContext, resolve_layer
 from storyeval.metrics.function import Opt, Scores, Texts, metric
-from storyeval.metrics.registry import MetricBatch, SystemStatistic, SystemValue, get_metric
+from storyeval.metrics.registry import (
+    MetricBatch,
+    MetricOption,
+    SystemStatistic,
+    SystemValue,
+    get_metric,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from storyeval.metrics.divergence import MauveResult
@@ -171,9 +177,6 @@ def _feature_scores(
 def _mauve_text_features(
     texts: Texts,
     *,
-    reference_system: Annotated[
-        str, Opt("the system whose stories are the reference (people)")
-    ] = "human",
     features: Annotated[
         Literal["encoder", "causal-lm"], Opt("what gives each story's features")
     ] = "encoder",
@@ -185,18 +188,6 @@ def _mauve_text_features(
     max_tokens: Annotated[
         int, Opt("causal-lm features: tokens kept per story (the reference's 1024)", minimum=2)
     ] = 1024,
-    seeds: Annotated[int, Opt("k-means seeds (mean and t interval across them)", minimum=1)] = 5,
-    seed: Annotated[int, Opt("the first k-means seed (25: the reference's)")] = 25,
-    num_buckets: Annotated[
-        int | None, Opt("k-means clusters (auto: a tenth of the smaller side)", minimum=2)
-    ] = None,
-    explained_variance: Annotated[
-        float, Opt("variance kept by the PCA", minimum=0.01, maximum=0.99)
-    ] = 0.9,
-    kmeans_redo: Annotated[int, Opt("k-means restarts", minimum=1)] = 5,
-    kmeans_iter: Annotated[int, Opt("k-means iterations", minimum=1)] = 500,
-    scaling: Annotated[float, Opt("the divergence curve's constant c", minimum=0.001)] = 5.0,
-    points: Annotated[int, Opt("mixture weights on the divergence curve", minimum=2)] = 25,
     kmeans: Annotated[
         Literal["auto", "faiss", "sklearn"],
         Opt("k-means implementation (auto: faiss when installed)"),
@@ -208,12 +199,35 @@ def _mauve_text_features(
     progress: bool = False,
 ) -> MauveFeatures:
     """The features MAUVE compares, per text (the registered metrics ``mauve`` and
-    ``mauve_star`` are computed per system from them; :func:`mauve` compares two sets)."""
+    ``mauve_star`` are computed per system from them, with the options of
+    :data:`MAUVE_OPTIONS`; :func:`mauve` compares two sets)."""
     assert scoring is not None
     options = dict(features=features, model=model, layer=layer, max_tokens=max_tokens)
     options.update(kmeans=kmeans, batch_tokens=batch_tokens)
     return _feature_scores(list(texts), options, scoring)
 
+
+#: Whose stories the corpus-level metrics compare each system with
+REFERENCE_SYSTEM = MetricOption(
+    "reference_system", str, "human", "the system whose stories are the reference (people)"
+)
+#: The options of MAUVE's per-system statistic (the registry's; the per-text feature function
+#: takes none of them, so setting one there is refused rather than ignored)
+MAUVE_OPTIONS = (
+    REFERENCE_SYSTEM,
+    MetricOption("seeds", int, 5, "k-means seeds (mean and t interval across them)", minimum=1),
+    MetricOption("seed", int, 25, "the first k-means seed (25: the reference's)"),
+    MetricOption(
+        "num_buckets", int, None, "k-means clusters (auto: a tenth of the smaller side)", minimum=2
+    ),
+    MetricOption(
+        "explained_variance", float, 0.9, "variance kept by the PCA", minimum=0.01, maximum=0.99
+    ),
+    MetricOption("kmeans_redo", int, 5, "k-means restarts", minimum=1),
+    MetricOption("kmeans_iter", int, 500, "k-means iterations", minimum=1),
+    MetricOption("scaling", float, 5.0, "the divergence curve's constant c", minimum=0.001),
+    MetricOption("points", int, 25, "mixture weights on the divergence curve", minimum=2),
+)
 
 _MEMO: dict[str, Any] = {}
 
@@ -348,6 +362,7 @@ def _mauve_metric(star: bool) -> dict[str, Any]:
         "plan": _plan,
         "backends": ("transformers", "torch", "scikit-learn", "faiss-cpu"),
         "card": _MAUVE_STAR_CARD if star else _MAUVE_CARD,
+        "extra_options": MAUVE_OPTIONS,
     }
 
 
@@ -406,25 +421,25 @@ def mauve(
     system, people = list(texts), list(reference_texts)
     if not system or not people:
         raise ValueError("mauve: both texts and reference_texts must be non-empty")
-    settings: dict[str, Any] = {
-        "features": features,
-        "seeds": seeds,
-        "seed": seed,
-        "num_buckets": num_buckets,
-    }
-    settings.update(options)
+    statistic = {option.name for option in MAUVE_OPTIONS}
+    settings: dict[str, Any] = {"seeds": seeds, "seed": seed, "num_buckets": num_buckets}
+    settings.update({k: v for k, v in options.items() if k in statistic})
     both = mauve_features(
         [*system, *people],
+        features=features,
         model=model,
         device=device,
         precision=precision,
         scoring=scoring,
-        **settings,
+        **{k: v for k, v in options.items() if k not in statistic},
     )
-    resolved = {**get_metric("mauve").defaults(), **settings}
+    spec = get_metric("mauve")
+    parsed = {o.name: o.parse(settings[o.name]) for o in spec.options if o.name in settings}
+    resolved = {**spec.defaults(), **dict(both.fields), **parsed, "features": features}
     stats = both.features
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         result = _mauve(stats[: len(system)], stats[len(system) :], resolved)
-    signature = both.signature.with_fields(n_p=len(system), n_q=len(people))
+    shown = {k: (v if v is not None else "auto") for k, v in parsed.items() if k in statistic}
+    signature = both.signature.with_fields(**shown, n_p=len(system), n_q=len(people))
     return with_field(result, signature=signature)  # type: ignore[no-any-return]

@@ -23,6 +23,7 @@ import numpy as np
 
 from storyeval.metrics.cards import CLARK, EDIT_LIMITS, MetricCard
 from storyeval.metrics.function import Opt, Scores, Texts, metric
+from storyeval.metrics.registry import MetricOption
 from storyeval.text import tokenize_words
 
 
@@ -149,7 +150,15 @@ class EditScores(Scores):
     """A value of each (edited, original) pair of texts."""
 
 
-Original = Annotated[str, Opt("the record field holding the original (unedited) text")]
+#: The record field the pipeline reads the originals from: an input's source, like the story
+#: file, so it is no option of the functions (which take the originals) nor in the signature
+ORIGINAL = MetricOption(
+    "original",
+    str,
+    "original",
+    "the record field holding the original (unedited) text",
+    in_signature=False,
+)
 
 
 @metric(
@@ -158,6 +167,7 @@ Original = Annotated[str, Opt("the record field holding the original (unedited) 
     families=("edits",),
     higher_is_better=False,
     value_range=(0.0, None),
+    extra_options=(ORIGINAL,),
     card=MetricCard(
         measures="Levenshtein edit distance (character insertions, deletions, "
         "substitutions) from the original text (field named by `original`) to the story, "
@@ -175,7 +185,6 @@ def levenshtein_distance(
     texts: Texts,
     originals: Texts,
     *,
-    original: Original = "original",
     normalize: Annotated[bool, Opt("divide by the longer text's length (0..1)")] = False,
 ) -> EditScores:
     """The character edit distance from each original to its edited text (the story).
@@ -198,6 +207,7 @@ def levenshtein_distance(
     description="Jaccard similarity of the word sets of the story and the original text",
     families=("edits",),
     value_range=(0.0, 1.0),
+    extra_options=(ORIGINAL,),
     card=MetricCard(
         measures="Jaccard similarity of the sets of lower-cased word tokens of the story "
         "and the original text.",
@@ -209,9 +219,7 @@ def levenshtein_distance(
         refs="Jaccard (1912).",
     ),
 )
-def jaccard_similarity(
-    texts: Texts, originals: Texts, *, original: Original = "original"
-) -> EditScores:
+def jaccard_similarity(texts: Texts, originals: Texts) -> EditScores:
     """The Jaccard similarity of the word sets of each edited text and its original.
 
     >>> jaccard_similarity(["the cat sat"], ["the cat ran"]).values.tolist()
@@ -227,6 +235,7 @@ def jaccard_similarity(
     "story (edited) and the original text",
     families=("edits",),
     value_range=(0.0, 1.0),
+    extra_options=(ORIGINAL,),
     card=MetricCard(
         measures="User Story Edit Ratings (Akoury et al. 2020): the longest common "
         "substring of the original and edited token sequences, then recursively the longest "
@@ -244,7 +253,6 @@ def user_scores(
     texts: Texts,
     originals: Texts,
     *,
-    original: Original = "original",
     unit: Annotated[Literal["word", "char"], Opt("match words or characters")] = "word",
     component: Annotated[Literal["f", "p", "r"], Opt("F1, precision or recall")] = "f",
 ) -> EditScores:

@@ -400,9 +400,17 @@ def _unused(options: Mapping[str, Any]) -> tuple[str, ...]:
     return () if options.get("rescale") else ("baseline",)
 
 
+def encoder_cache(scoring: ScoringContext, model: Any, batch_tokens: int | None) -> EncoderCache:
+    """The run's cache of ``model``, encoding ``batch_tokens`` tokens a batch (scaled to the
+    device; None keeps the cache's)."""
+    cache = scoring.cache(model)
+    if batch_tokens is not None:
+        cache.batch_tokens = int(batch_tokens * scoring.batch_scale)
+    return cache
+
+
 def _setup(scoring: ScoringContext, options: Mapping[str, Any]) -> tuple[EncoderCache, int]:
-    cache = scoring.cache(options["model"])
-    cache.batch_tokens = int(options.get("batch_tokens", cache.batch_tokens) * scoring.batch_scale)
+    cache = encoder_cache(scoring, options["model"], options.get("batch_tokens"))
     return cache, default_layer(cache.encoder, options["layer"])
 
 

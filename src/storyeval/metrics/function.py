@@ -241,7 +241,7 @@ def metric(
     """
 
     def decorate(function: F) -> F:
-        described = describe_function(function, name or function.__name__)
+        described = describe_function(function, name or function.__name__, extra_options)
         registered = register_metric(
             described.name,
             description=description,
@@ -276,8 +276,11 @@ def metric(
     return decorate
 
 
-def describe_function(function: Callable[..., Any], name: str) -> MetricFunction:
-    """Read a metric function's inputs and options from its signature."""
+def describe_function(
+    function: Callable[..., Any], name: str, extra_options: Sequence[MetricOption] = ()
+) -> MetricFunction:
+    """Read a metric function's inputs and options from its signature (``extra_options``: the
+    registered metric's options that are no parameter of the function)."""
     namespace = {"ScoringContext": ScoringContext}
     hints = typing.get_type_hints(function, localns=namespace, include_extras=True)
     signature = inspect.signature(function)
@@ -310,7 +313,7 @@ def describe_function(function: Callable[..., Any], name: str) -> MetricFunction
     if not (isinstance(result, type) and issubclass(result, Scores)):
         raise TypeError(f"metric {name}: the return annotation must be a Scores subclass")
     field_option = "original" if "originals" in inputs else None
-    if field_option and field_option not in [o.name for o in options]:
+    if field_option and field_option not in [o.name for o in [*options, *extra_options]]:
         raise TypeError(f"metric {name}: reading originals needs an option 'original'")
     return MetricFunction(
         name,
@@ -380,6 +383,7 @@ def _public(function: Callable[..., Any], described: MetricFunction) -> Callable
 
     @functools.wraps(function)
     def call(*args: Any, **kwargs: Any) -> Any:
+        _refuse_unknown(described.name, kwargs, signature, schema)
         bound = signature.bind(*args, **kwargs)
         bound.apply_defaults()
         values = dict(bound.arguments)
@@ -404,6 +408,29 @@ def _public(function: Callable[..., Any], described: MetricFunction) -> Callable
         return sign(described.name, result, values, scoring)
 
     return call
+
+
+def _refuse_unknown(
+    name: str,
+    kwargs: Mapping[str, Any],
+    signature: inspect.Signature,
+    schema: Mapping[str, MetricOption],
+) -> None:
+    """An option the function does not take is an error naming what it is, never ignored."""
+    for key in kwargs:
+        if key in signature.parameters:
+            continue
+        if key in schema:  # a registered option the per-text function has no use for
+            raise OptionError(
+                f"{name}: option {key!r} is not an option of this function: it applies where "
+                f"`storyeval score` reads story records or compares systems (--option "
+                f"{name}.{key}=...); the function's options are "
+                + ", ".join(p for p in signature.parameters if p not in INPUTS)
+            )
+        raise OptionError(
+            f"{name}: unknown option {key!r}; the options are "
+            + ", ".join(p for p in signature.parameters if p not in INPUTS)
+        )
 
 
 def _check_inputs(described: MetricFunction, values: dict[str, Any]) -> int:
@@ -493,6 +520,7 @@ def call_metric(
     prompts: Sequence[str] | None = None,
     groups: Sequence[str] | None = None,
     originals: Sequence[str] | None = None,
+    ids: Sequence[str] | None = None,
     **options: Any,
 ) -> Scores:
     """The registered metric ``name`` on ``texts``, with its options as keywords; the inputs it
@@ -504,7 +532,7 @@ def call_metric(
     function = metric_function(name)
     described: MetricFunction = function.__metric__  # type: ignore[attr-defined]
     given = {"references": references, "prompts": prompts, "groups": groups}
-    given["originals"] = originals
+    given.update(originals=originals, ids=ids)
     arguments: list[Any] = [texts]
     for key in described.inputs[1:]:
         if given.get(key) is None and key not in described.optional_inputs:

@@ -27,9 +27,14 @@ import numpy as np
 
 from storyeval.metrics.cards import MetricCard
 from storyeval.metrics.context import ScoringContext
-from storyeval.metrics.distributional import MauveFeatures, _feature_scores, _plan
+from storyeval.metrics.distributional import (
+    REFERENCE_SYSTEM,
+    MauveFeatures,
+    _feature_scores,
+    _plan,
+)
 from storyeval.metrics.function import Opt, Texts, metric
-from storyeval.metrics.registry import SystemStatistic, SystemValue
+from storyeval.metrics.registry import MetricOption, SystemStatistic, SystemValue
 from storyeval.signature import Signature
 
 STATISTICS = ("precision", "recall", "density", "coverage")
@@ -204,9 +209,6 @@ def _statistic(name: str) -> SystemStatistic:
 def _features(
     texts: Texts,
     *,
-    reference_system: Annotated[
-        str, Opt("the system whose stories are the reference (people)")
-    ] = "human",
     features: Annotated[
         Literal["encoder", "causal-lm"], Opt("what gives each story's features")
     ] = "encoder",
@@ -216,13 +218,6 @@ def _features(
     ] = None,
     layer: Annotated[int, Opt("encoder layer to mean-pool (negative counts from the top)")] = -1,
     max_tokens: Annotated[int, Opt("causal-lm features: tokens kept per story", minimum=2)] = 1024,
-    k: Annotated[int, Opt("nearest neighbours of the support estimate", minimum=1)] = 5,
-    sample: Annotated[
-        int | None,
-        Opt("stories a side per subsample (default: the smaller side, at most 5,000)", minimum=2),
-    ] = None,
-    seeds: Annotated[int, Opt("subsamples (mean and t interval across them)", minimum=1)] = 5,
-    seed: Annotated[int, Opt("the first subsample's seed")] = 0,
     batch_tokens: Annotated[int, Opt("tokens per batch", minimum=64, in_signature=False)] = 8192,
     scoring: ScoringContext | None = None,
     device: str | None = None,
@@ -276,6 +271,22 @@ def _card(name: str) -> MetricCard:
     )
 
 
+#: The options of the per-system statistic (the per-text feature function takes none)
+PR_OPTIONS = (
+    REFERENCE_SYSTEM,
+    MetricOption("k", int, 5, "nearest neighbours of the support estimate", minimum=1),
+    MetricOption(
+        "sample",
+        int,
+        None,
+        "stories a side per subsample (default: the smaller side, at most 5,000)",
+        minimum=2,
+    ),
+    MetricOption("seeds", int, 5, "subsamples (mean and t interval across them)", minimum=1),
+    MetricOption("seed", int, 0, "the first subsample's seed"),
+)
+
+
 def _pr_metric(name: str) -> dict[str, Any]:
     return {
         "description": f"k-NN {name} of each system's stories against the reference "
@@ -291,6 +302,7 @@ def _pr_metric(name: str) -> dict[str, Any]:
         "plan": _plan,
         "backends": ("transformers", "torch"),
         "card": _card(name),
+        "extra_options": PR_OPTIONS,
     }
 
 

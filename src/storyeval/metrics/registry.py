@@ -435,13 +435,23 @@ _NOT_METRIC_MODULES = {
 ENTRY_POINT_GROUP = "storyeval.metrics"
 
 
+#: Built-in metrics registered outside this package: the trained models' metrics (UNION,
+#: NUBIA, NSP, the preference model), imported by name so that this layer needs nothing of the
+#: training code, and so that they exist in a source tree that was never installed (an entry
+#: point exists only once the package is installed)
+OTHER_BUILTIN_MODULES = ("storyeval.learn.metrics",)
+
+
 def _import_builtin_metrics() -> None:
-    """Import every module of ``storyeval.metrics`` (each registers its metrics)."""
+    """Import every module of ``storyeval.metrics`` and :data:`OTHER_BUILTIN_MODULES` (each
+    registers its metrics)."""
     import storyeval.metrics as package
 
     for module in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
         if not module.name.startswith("_") and module.name not in _NOT_METRIC_MODULES:
             importlib.import_module(f"{package.__name__}.{module.name}")
+    for name in OTHER_BUILTIN_MODULES:
+        importlib.import_module(name)
 
 
 #: Every registered metric: the built-in modules, then the ``storyeval.metrics`` entry points.

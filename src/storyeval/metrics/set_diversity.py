@@ -19,7 +19,7 @@ import numpy as np
 
 from storyeval.metrics.cards import MetricCard
 from storyeval.metrics.context import ScoringContext
-from storyeval.metrics.embedding import BatchTokens, Device, EncoderName, Precision
+from storyeval.metrics.embedding import BatchTokens, Device, EncoderName, Precision, encoder_cache
 from storyeval.metrics.function import (
     Groups,
     Opt,
@@ -262,7 +262,7 @@ def vendi_score(
     models: dict[str, str] = {}
     if kernel == "embedding":
         assert scoring is not None
-        cache = scoring.cache(model)
+        cache = encoder_cache(scoring, model, batch_tokens)
         vectors = cache.text_embeddings(list(texts))
         models = {"model": cache.identity}
         for indices in _by_group(texts, groups).values():
@@ -324,7 +324,7 @@ def homogenization(
     (``among="samples"``: to the other texts of its own group with the same prompt; NaN
     without one)."""
     assert scoring is not None
-    cache = scoring.cache(model)
+    cache = encoder_cache(scoring, model, batch_tokens)
     vectors = cache.text_embeddings(list(texts))
     vectors = _unit_rows(vectors)
     labels = [str(g) for g in groups] if groups is not None else [str(i) for i in range(len(texts))]
@@ -449,7 +449,7 @@ def functional_diversity(
         return _judged_diversity(texts, prompts, sets, judge, device, precision)
     models: dict[str, str] = {}
     if kernel == "embedding":
-        cache = scoring.cache(model)
+        cache = encoder_cache(scoring, model, batch_tokens)
         wanted = sorted({i for indices in sets for i in indices})
         vectors = np.zeros((len(texts), 1))
         if wanted:
@@ -603,7 +603,7 @@ def plot_reuse(
 ) -> SetDiversityScores:
     """Each text's share of sentences found again in its group's other texts for its prompt."""
     assert scoring is not None
-    cache = scoring.cache(model)
+    cache = encoder_cache(scoring, model, batch_tokens)
     sentences = [scoring.sentences(t) for t in texts]
     flat = [s for group in sentences for s in group]
     vectors = cache.text_embeddings(flat) if flat else np.zeros((0, 1))

@@ -84,6 +84,28 @@ def _hash_files(files: list[Path]) -> str:
     return digest.hexdigest()[:12]
 
 
+def content_identity(path: str) -> str:
+    """``NAME@HASH`` of a local model file or directory: its weight files' hash
+    (:func:`file_identity`), or, for a directory without such files (a model storyeval
+    trained, saved as JSON), the hash of every file in it; the path above it is left out.
+
+    >>> import tempfile, pathlib
+    >>> folder = pathlib.Path(tempfile.mkdtemp()) / "mine"; folder.mkdir()
+    >>> _ = (folder / "model.json").write_text("{}")
+    >>> content_identity(str(folder))
+    'mine@e201d76c2785'
+    """
+    target = Path(path)
+    try:
+        digest = file_identity(str(target))
+    except ModelLoadError:
+        files = sorted(f for f in target.rglob("*") if f.is_file())
+        if not files:
+            raise
+        digest = _hash_files(files)
+    return f"{target.name}@{digest}"
+
+
 @functools.lru_cache(maxsize=64)
 def file_identity(path: str) -> str:
     """A short content hash of a model file, or of a directory's weight and config files.

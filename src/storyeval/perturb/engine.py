@@ -54,6 +54,9 @@ class PerturbedStory:
         Where and how each technique changed the story.
     original : str
         The source text (after delexicalization, when asked for).
+    redraws : list of Redraw
+        Mode ``mix``: the drawn techniques that could not change the story and what was
+        drawn in their place.
     """
 
     id: str
@@ -63,6 +66,7 @@ class PerturbedStory:
     techniques: list[str]
     edits: list[Edit] = field(default_factory=list)
     original: str = ""
+    redraws: list[Redraw] = field(default_factory=list)
 
     def to_record(self, signature: Signature | None = None) -> dict[str, Any]:
         """The output record: ``id``, ``source_id``, ``prompt``, ``story``, ``techniques``,
@@ -76,6 +80,8 @@ class PerturbedStory:
             "edits": [edit.to_dict() for edit in self.edits],
             "system": "perturbed",
         }
+        if self.redraws:
+            record["redrawn"] = [redraw.to_dict() for redraw in self.redraws]
         if signature is not None:
             record["signature"] = signature.render()
         return record
@@ -109,6 +115,78 @@ def sample_mixture(
     return [name for name in TECHNIQUES if name in chosen]
 
 
+@dataclass(frozen=True)
+class Redraw:
+    """A technique a UNION mixture drew that could not change the story as it stood, and what
+    was drawn in its place.
+
+    Attributes
+    ----------
+    technique : str
+        The technique that could not be applied.
+    reason : str
+        Why (naming the earlier techniques of the mixture when they caused it).
+    replacement : str or None
+        The technique drawn in its place from those not drawn yet (weighted as the mixture
+        draws); None when none was left, so the mixture has one technique fewer.
+    """
+
+    technique: str
+    reason: str
+    replacement: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """For the output record."""
+        return {"technique": self.technique, "reason": self.reason, "replacement": self.replacement}
+
+
+def _apply_one(
+    name: str,
+    sentences: list[str],
+    rng: random.Random,
+    corpus: PerturbationCorpus,
+    *,
+    story_id: str,
+    options: PerturbOptions,
+    after: Sequence[str],
+) -> tuple[list[str], list[Edit]]:
+    """Technique ``name`` on the story's current ``sentences``; a
+    :class:`NotApplicableError` names the story and, when earlier techniques (``after``)
+    changed it, says so: the cause may be their edit, not the story."""
+    technique = get_technique(name)
+    since = f" (after {', '.join(after)} changed the story)" if after else ""
+    if len(sentences) < technique.min_sentences:
+        raise NotApplicableError(
+            name,
+            f"the story has {len(sentences)} sentence(s) and {name} needs at least "
+            f"{technique.min_sentences}{since}",
+            story_id,
+        )
+    try:
+        return technique.apply(sentences, rng, corpus, story_id=story_id, options=options)
+    except NotApplicableError as exc:
+        raise NotApplicableError(name, exc.reason + since, story_id) from None
+
+
+def _story_sentences(text: str, corpus: PerturbationCorpus, story_id: str) -> tuple[Any, list[str]]:
+    split = corpus.split(story_id, text)
+    if not split.sentences:
+        raise NotApplicableError("perturbation", "the story is empty", story_id)
+    return split, list(split.sentences)
+
+
+def _changed(
+    split: Any, sentences: list[str], text: str, applied: Sequence[str], story_id: str
+) -> str:
+    """The joined text; an error when the techniques gave back the original."""
+    result: str = split.join(sentences)
+    if result == text.strip() or result == split.join(split.sentences):
+        raise NotApplicableError(
+            "+".join(applied), "the techniques gave back the original text", story_id
+        )
+    return result
+
+
 def apply_techniques(
     text: str,
     techniques: Sequence[str],
@@ -118,41 +196,24 @@ def apply_techniques(
     story_id: str,
     options: PerturbOptions | None = None,
 ) -> tuple[str, list[str], list[Edit]]:
-    """Apply every technique in ``techniques`` (in registry order) to ``text``.
+    """Apply every technique in ``techniques`` (in registry order) to ``text``, each to the
+    story as the ones before it left it.
 
     Returns the new text, the techniques applied and the edits. Raises
-    :class:`NotApplicableError` (naming the story) when one cannot be applied.
+    :class:`NotApplicableError` (naming the story, and the earlier techniques when the story
+    they left is why) when one cannot be applied.
     """
     options = options or PerturbOptions()
-    split = corpus.split(story_id, text)
-    sentences = list(split.sentences)
-    if not sentences:
-        raise NotApplicableError("perturbation", "the story is empty", story_id)
+    split, sentences = _story_sentences(text, corpus, story_id)
     applied: list[str] = []
     edits: list[Edit] = []
     for name in parse_techniques(list(techniques)):
-        technique = get_technique(name)
-        if len(sentences) < technique.min_sentences:
-            raise NotApplicableError(
-                name,
-                f"the story has {len(sentences)} sentence(s) and {name} needs at least "
-                f"{technique.min_sentences}",
-                story_id,
-            )
-        try:
-            sentences, new_edits = technique.apply(
-                sentences, rng, corpus, story_id=story_id, options=options
-            )
-        except NotApplicableError as exc:
-            raise exc.for_story(story_id) from None
+        sentences, new_edits = _apply_one(
+            name, sentences, rng, corpus, story_id=story_id, options=options, after=applied
+        )
         applied.append(name)
         edits += new_edits
-    result = split.join(sentences)
-    if result == text.strip() or result == split.join(split.sentences):
-        raise NotApplicableError(
-            "+".join(applied), "the techniques gave back the original text", story_id
-        )
-    return result, applied, edits
+    return _changed(split, sentences, text, applied, story_id), applied, edits
 
 
 def apply_mixture(
@@ -163,46 +224,57 @@ def apply_mixture(
     *,
     story_id: str,
     options: PerturbOptions | None = None,
-) -> tuple[str, list[str], list[Edit]]:
+) -> tuple[str, list[str], list[Edit], list[Redraw]]:
     """Apply a UNION mixture (:func:`sample_mixture`) drawn from ``techniques``.
 
-    A drawn technique that cannot change this story (reordering a one-sentence story,
-    negating a story without verbs) is dropped; when none of the drawn ones applies, the
-    remaining techniques are tried in weighted random order until one does. Raises
-    :class:`NotApplicableError` when no technique applies at all.
+    The drawn techniques run in registry order, each on the story as the earlier ones left
+    it. One that cannot change the story then (reordering a one-sentence story, or two
+    sentences that an earlier repetition made identical; negating a story without verbs) is
+    replaced by a technique not drawn yet, drawn with the mixture's weights, as a fresh draw
+    of UNION's sampling would be; when none is left, the mixture has one technique fewer.
+    Every such case is returned as a :class:`Redraw`. Raises :class:`NotApplicableError`
+    only when no technique can change the story.
     """
     options = options or PerturbOptions()
-    drawn = sample_mixture(rng, techniques, options)
-    # try each alone on a copy of the random state, to keep draws reproducible
-    usable = [n for n in drawn if _applies(text, n, rng, corpus, story_id, options)]
-    if not usable:
-        remaining = [name for name in parse_techniques(list(techniques)) if name not in drawn]
-        while remaining and not usable:
-            weights = [options.mix_weight(n) for n in remaining]
-            pick = rng.choices(remaining, weights=weights, k=1)[0]
-            remaining.remove(pick)
-            if _applies(text, pick, rng, corpus, story_id, options):
-                usable.append(pick)
-    if not usable:
-        raise NotApplicableError("every technique", "none of them can change this story", story_id)
-    return apply_techniques(text, usable, rng, corpus, story_id=story_id, options=options)
+    names = parse_techniques(list(techniques))
+    drawn = sample_mixture(rng, names, options)
+    undrawn = [name for name in names if name not in drawn]
+    split, sentences = _story_sentences(text, corpus, story_id)
+    applied: list[str] = []
+    edits: list[Edit] = []
+    redraws: list[Redraw] = []
+    for name in drawn:
+        current: str | None = name
+        while current is not None:
+            try:
+                sentences, new_edits = _apply_one(
+                    current, sentences, rng, corpus, story_id=story_id, options=options,
+                    after=applied,
+                )  # fmt: skip
+            except NotApplicableError as exc:
+                replacement = _redraw(rng, undrawn, options)
+                redraws.append(Redraw(current, exc.reason, replacement))
+                current = replacement
+                continue
+            applied.append(current)
+            edits += new_edits
+            break
+    if not applied:
+        reasons = "; ".join(f"{r.technique}: {r.reason}" for r in redraws)
+        raise NotApplicableError(
+            "every technique", f"none can change this story ({reasons})", story_id
+        )
+    return _changed(split, sentences, text, applied, story_id), applied, edits, redraws
 
 
-def _applies(
-    text: str,
-    name: str,
-    rng: random.Random,
-    corpus: PerturbationCorpus,
-    story_id: str,
-    options: PerturbOptions,
-) -> bool:
-    """Whether technique ``name`` can change ``text`` (tried on a copy of the random state)."""
-    trial = random.Random(rng.random())
-    try:
-        apply_techniques(text, [name], trial, corpus, story_id=story_id, options=options)
-    except NotApplicableError:
-        return False
-    return True
+def _redraw(rng: random.Random, undrawn: list[str], options: PerturbOptions) -> str | None:
+    """A technique drawn (and removed) from ``undrawn`` with the mixture's weights; None
+    when it is empty."""
+    if not undrawn:
+        return None
+    pick = rng.choices(undrawn, weights=[options.mix_weight(n) for n in undrawn], k=1)[0]
+    undrawn.remove(pick)
+    return pick
 
 
 def _check_run(mode: str, samples: int, seed: int) -> None:
@@ -240,8 +312,12 @@ def _jobs(
 
 @dataclass
 class PerturbationRun:
-    """The result of :func:`perturb_stories`: the perturbed stories, the stories skipped
-    (id -> reason) and the run's signature."""
+    """The result of :func:`perturb_stories`: the perturbed stories, the outputs left out
+    (id -> reason) and the run's signature.
+
+    In mode ``mix`` the signature also counts the outputs with a redrawn technique
+    (``redrawn``) and those left out (``left_out``), so two runs that differ there say so.
+    """
 
     stories: list[PerturbedStory]
     skipped: dict[str, str]
@@ -250,6 +326,26 @@ class PerturbationRun:
     def records(self) -> list[dict[str, Any]]:
         """The perturbed stories as story records (with their techniques and edits)."""
         return [story.to_record(self.signature) for story in self.stories]
+
+    @property
+    def redrawn(self) -> int:
+        """How many outputs had a drawn technique replaced (mode ``mix``)."""
+        return sum(bool(story.redraws) for story in self.stories)
+
+    def summary(self) -> str:
+        """One line: outputs written, redrawn and left out."""
+        line = f"{len(self.stories)} perturbed"
+        if self.signature.fields.get("mode") == "mix":
+            line += f"; {self.redrawn} with a technique redrawn"
+        return line + f"; {len(self.skipped)} left out"
+
+
+def _counted(signature: Signature, stories: Sequence[PerturbedStory], skipped: int) -> Signature:
+    """A mixture run's signature with its redrawn and left-out counts."""
+    if signature.fields.get("mode") != "mix":
+        return signature
+    redrawn = sum(bool(story.redraws) for story in stories)
+    return signature.with_fields(redrawn=redrawn, left_out=skipped)
 
 
 def perturbation_signature(
@@ -316,7 +412,9 @@ def perturb_stories(
         Replace character names by ``[MALE]``/``[FEMALE]``/``[NEUTRAL]`` first.
     skip_inapplicable : bool
         Leave out (and report in ``skipped``, with a :class:`SkippedStoriesWarning`) stories
-        a technique cannot change; by default they raise :class:`NotApplicableError`.
+        a technique cannot change; by default they raise :class:`NotApplicableError`. In mode
+        ``mix`` a story is always left out rather than stopping the run (and only when no
+        technique can change it: see :func:`apply_mixture`).
     nlp : spaCy Language, optional
         The pipeline for POS tags, parses and names (default
         :func:`storyeval.models.load_spacy`).
@@ -373,30 +471,37 @@ def perturb_stories(
         iterator = tqdm(jobs, desc="perturbing", unit="story", leave=False)
     results: list[PerturbedStory] = []
     skipped: dict[str, str] = {}
-    apply = apply_mixture if mode == "mix" else apply_techniques
     for story, new_id, chosen, sample in iterator:
         rng = story_rng(seed, story.id, mode, ",".join(chosen), sample)
+        redraws: list[Redraw] = []
         try:
-            text, applied, edits = apply(
-                story.story, chosen, rng, corpus, story_id=story.id, options=options
-            )
+            if mode == "mix":
+                text, applied, edits, redraws = apply_mixture(
+                    story.story, chosen, rng, corpus, story_id=story.id, options=options
+                )
+            else:
+                text, applied, edits = apply_techniques(
+                    story.story, chosen, rng, corpus, story_id=story.id, options=options
+                )
         except NotApplicableError as exc:
-            if not skip_inapplicable:
+            if not (skip_inapplicable or mode == "mix"):  # a mixture never stops the corpus
                 raise
             skipped[new_id] = str(exc)
             continue
         results.append(
-            PerturbedStory(new_id, story.id, story.prompt, text, applied, edits, story.story)
+            PerturbedStory(
+                new_id, story.id, story.prompt, text, applied, edits, story.story, redraws
+            )
         )
     if skipped:
         shown = ", ".join(list(skipped)[:5]) + (" ..." if len(skipped) > 5 else "")
         warnings.warn(
-            f"{len(skipped)} output(s) skipped because a technique could not change the story: "
+            f"{len(skipped)} output(s) left out because no technique could change the story: "
             f"{shown}",
             SkippedStoriesWarning,
             stacklevel=2,
         )
-    return PerturbationRun(results, skipped, signature)
+    return PerturbationRun(results, skipped, _counted(signature, results, len(skipped)))
 
 
 def perturb_on(
@@ -445,7 +550,8 @@ def perturb_on(
             ids.add(story.id)
         stories += run.stories
         skipped.update(run.skipped)
-    return PerturbationRun(stories, skipped, runs[0].signature)
+    base = runs[0].signature.without("redrawn", "left_out")
+    return PerturbationRun(stories, skipped, _counted(base, stories, len(skipped)))
 
 
 def count_part(stories: Sequence[Story], offset: int, delexicalize: bool, nlp: Any) -> Any:

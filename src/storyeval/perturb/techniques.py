@@ -265,7 +265,8 @@ def reordering(
     """A uniformly random order of the sentences other than the original one."""
     if len(set(sentences)) < 2:
         raise NotApplicableError(
-            "reordering", "every order of the sentences gives the same text (they are identical)"
+            "reordering",
+            f"its {len(sentences)} sentences are all the same text, so every order gives it back",
         )
     order = list(range(len(sentences)))
     while True:
