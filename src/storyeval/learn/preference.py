@@ -1601,9 +1601,17 @@ def _stored_features(
     """The stories' features through the model directory's store (``features/``), so an
     interrupted training resumes and a retraining encodes only what it has not seen."""
     from storyeval.learn.feature_store import FeatureStore
+    from storyeval.metrics.context import windowed_texts
 
     store = FeatureStore.for_model(directory / FEATURES_DIR, identity, precision)
-    parts = [store.features(part, encode) for part in _encoded_apart(data, config)]
+    with windowed_texts() as windowed:
+        parts = [store.features(part, encode) for part in _encoded_apart(data, config)]
+    note = (
+        f"{len(windowed)} stories longer than the encoder's input were read in overlapping "
+        "windows (never truncated)"
+    )
+    if windowed and note not in data.notes:
+        data.notes.append(note)
     features = np.vstack([part for part, _ in parts])
     encoded = sum(count for _, count in parts)
     if progress is not None and encoded < len(data.stories):

@@ -8,9 +8,10 @@ contextual variants of WMS/SMS and embedding coherence all read from it.
 
 from __future__ import annotations
 
+import contextlib
 import time
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -25,6 +26,24 @@ class UndefinedScoreWarning(StoryevalWarning):
 
 class LongTextWarning(StoryevalWarning):
     """A text was longer than the model's input and was encoded in overlapping windows."""
+
+
+@contextlib.contextmanager
+def windowed_texts() -> Iterator[list[str]]:
+    """Collect the encoder's long-text warnings (each a text read in windows) into the list
+    it yields, so that the run's notes count them instead of a warning per text; every
+    other warning goes on as it came."""
+    found: list[str] = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", LongTextWarning)
+        yield found
+    for warning in caught:
+        if issubclass(warning.category, LongTextWarning):
+            found.append(str(warning.message))
+        else:
+            warnings.warn_explicit(
+                warning.message, warning.category, warning.filename, warning.lineno
+            )
 
 
 def _layer_modules(model: Any) -> tuple[Any, str] | None:

@@ -29,7 +29,7 @@ import numpy as np
 from storyeval.blocks import Executor, LocalExecutor, block_plan
 from storyeval.corpus import Score, Story
 from storyeval.errors import MissingInputError
-from storyeval.metrics.context import ScoringContext
+from storyeval.metrics.context import ScoringContext, windowed_texts
 from storyeval.metrics.registry import (
     MetricBatch,
     MetricOutput,
@@ -668,12 +668,20 @@ def run_block(
     for name in names:
         mine = [i - offset for i in eligible[name] if offset <= i < offset + len(stories)]
         batches[name] = MetricBatch([stories[i] for i in mine], context, list(stories))
-    timings = {"encoder": _encode_once(specs, batches, resolved, context)}
+    with windowed_texts() as encoded:
+        timings = {"encoder": _encode_once(specs, batches, resolved, context)}
     outputs = {}
     for name, spec in specs.items():
         started = time.perf_counter()
-        outputs[name] = _compute(spec, batches[name], resolved[name])
+        with windowed_texts() as windowed:
+            outputs[name] = _compute(spec, batches[name], resolved[name])
         timings[name] = time.perf_counter() - started
+        count = len(windowed) + (len(encoded) if spec.plan is not None else 0)
+        if count:
+            outputs[name].notes.append(
+                f"{count} text(s) longer than the model's input were read in overlapping "
+                "windows (never truncated)"
+            )
     return outputs, timings
 
 
