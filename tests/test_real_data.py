@@ -124,7 +124,7 @@ def test_score_every_metric_on_long_stories(real: dict[str, Path], run_cli: Any)
         "-O", "precision_recall.reference_system=GPT4", "-O", "precision_recall.k=1",
         "-O", "prose.min_stories=2", "-O", "overused_phrase_rate.reference_system=GPT4",
     ]  # fmt: skip
-    code, stdout, stderr = run_cli(
+    code, _, stderr = run_cli(
         "score", str(real["long"]), "--metrics", _every_metric(), *options,
         "-o", str(out / "scores.jsonl"), "--per-system", str(out / "systems.csv"),
         "--no-progress", "--threads", "2",
@@ -141,7 +141,7 @@ def test_score_every_metric_on_long_stories(real: dict[str, Path], run_cli: Any)
     assert "read in overlapping windows (never truncated)" in stderr  # counted, per metric
     longest = max(_records(real["long"]), key=lambda s: len(s["story"]))
     one = _write(real["out"] / "longest.jsonl", [longest])
-    code, stdout, stderr = run_cli(
+    code, _stdout, stderr = run_cli(
         "score", str(one), "--metrics", "perplexity", "-O", "perplexity.window=1024",
         "-O", "perplexity.stride=512", "-o", str(out / "ppl.jsonl"), "--no-progress",
     )  # fmt: skip
@@ -186,7 +186,7 @@ def test_short_trainings_on_real_text_and_their_metrics(
         "-o", str(out / "preference"),
     )  # fmt: skip
     assert code == 0, stderr
-    code, stdout, stderr = run_cli(
+    code, _stdout, stderr = run_cli(
         "score", str(real["long"]), "--metrics", "union,nsp_prompt,nsp_prev,preference",
         "-O", f"union.model={out / 'union'}", "-O", f"nsp.model={out / 'nsp'}",
         "-O", f"preference.model={out / 'preference'}", "-o", str(out / "scores.jsonl"),
@@ -227,13 +227,13 @@ def test_engen_trains_on_whole_segments_and_scores_long_texts(
 
 def test_judge_curves_index_and_view_on_real_text(real: dict[str, Path], run_cli: Any) -> None:
     out = real["out"] / "more"
-    code, stdout, stderr = run_cli(
+    code, _, stderr = run_cli(
         "judge", str(real["shortest"]), "--rubric", "karpinska", "-o", str(out / "judged.jsonl"),
         "--no-cache",
     )  # fmt: skip
     assert code == 0, stderr
     assert _records(out / "judged.jsonl")
-    code, stdout, stderr = run_cli(
+    code, _stdout, stderr = run_cli(
         "curves", str(real["shortest"]), "--tension", "likelihood", "-m", "distinct2",
         "-o", str(out / "curves"), "--no-progress",
     )  # fmt: skip

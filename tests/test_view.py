@@ -10,6 +10,8 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -109,10 +111,10 @@ def client(
 ) -> TestClient:
     """The app over the files read into memory, and over their SQLite index: the same pages."""
     if request.param == "memory":
-        return TestClient(create_view_app(load_view_data([corpus])))
+        return TestClient(create_view_app(load_view_data([corpus])), base_url=LOOPBACK)
     data, built = open_view_data([corpus], index_dir=tmp_path_factory.mktemp("index"))
     assert built and isinstance(data.stories, IndexedStories)
-    return TestClient(create_view_app(data))
+    return TestClient(create_view_app(data), base_url=LOOPBACK)
 
 
 def test_an_index_is_reused_until_an_input_changes(corpus: Path, tmp_path: Path) -> None:
@@ -233,6 +235,9 @@ def test_the_command_refuses_other_addresses(run_cli: Any, corpus: Path) -> None
     assert code == 2 and "no such file" in err
 
 
+LOOPBACK = "http://127.0.0.1"
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -270,6 +275,17 @@ def test_a_real_server_in_chromium(corpus: Path) -> None:
             page.goto(f"http://127.0.0.1:{port}/?system=human&sort=words&desc=true")
             assert page.locator("#stories tbody tr").count() == 50
             browser.close()
+        # DNS rebinding: a page at evil.example whose name now points at 127.0.0.1 asks with
+        # its own Host header; before 0.9.0 it got the stories table
+        for host, status in (("evil.example", 400), (f"localhost:{port}", 200)):
+            request = urllib.request.Request(f"http://127.0.0.1:{port}/", headers={"Host": host})
+            try:
+                with urllib.request.urlopen(request, timeout=10) as response:
+                    got, body = response.status, response.read().decode()
+            except urllib.error.HTTPError as error:
+                got, body = error.code, error.read().decode()
+            assert got == status, (host, got)
+            assert ("x1" in body) == (status == 200)
     finally:
         server.terminate()
         server.wait(timeout=20)
@@ -369,7 +385,7 @@ def test_writing_sessions_replay_turn_by_turn(tmp_path: Path, examples_dir: Path
     (tmp_path / "cyoa.jsonl").write_text((examples_dir / "cyoa" / "sessions.jsonl").read_text())
     (tmp_path / "slogans.jsonl").write_text(json.dumps(_slogan_session()) + "\n")
     data = load_view_data([tmp_path])  # sessions alone: no story file needed
-    client = TestClient(create_view_app(data))
+    client = TestClient(create_view_app(data), base_url=LOOPBACK)
     listing = client.get("/sessions").text
     assert "cyoa-example/p00001" in listing and "slogans/p7" in listing
     first = json.loads((examples_dir / "cyoa" / "sessions.jsonl").read_text().splitlines()[0])
@@ -390,7 +406,7 @@ def test_writing_sessions_replay_turn_by_turn(tmp_path: Path, examples_dir: Path
     bad.write_text(json.dumps({"format": "storyeval-writing-session", "turns": "x"}) + "\n")
     from storyeval.errors import DataFileError
 
-    with pytest.raises(DataFileError, match=r"s\.jsonl:1: not a writing session"):
+    with pytest.raises(DataFileError, match=r"s\.jsonl:1: a writing session needs its .kind."):
         load_view_data([bad])
     from storyeval.view.export import export_site
 
@@ -427,8 +443,30 @@ def test_references_are_marked_and_stored_rankings_shown(tmp_path: Path) -> None
     (tmp_path / "ranking.csv").write_text(
         "system,method,estimate,ci_low,ci_high,comparisons\nx,bradley-terry,0.5,0.1,0.9,40\n"
     )
-    client = TestClient(create_view_app(load_view_data([tmp_path])))
+    client = TestClient(create_view_app(load_view_data([tmp_path])), base_url=LOOPBACK)
     page = client.get("/prompt/a").text
     assert "<ins>red </ins>" in page and "Words not in the reference are marked" in page
     pairs = client.get("/pairs").text
     assert "Stored rankings" in pairs and "0.100 – 0.900" in pairs
+
+
+def test_the_export_never_replaces_what_it_did_not_write(
+    corpus: Path, tmp_path: Path, run_cli: Any
+) -> None:
+    """The third attack: `view stories.jsonl --export mydocs` deleted mydocs/thesis.tex, and
+    `view in/ --export in/` deleted the inputs. Now a non-empty directory that is not an
+    earlier export is refused and left as it was, an input's folder is refused, and an earlier
+    export is replaced."""
+    mine = tmp_path / "mydocs"
+    mine.mkdir()
+    (mine / "thesis.tex").write_text("x")
+    code, _, err = run_cli("view", str(corpus), "--export", str(mine))
+    assert code == 2 and "not an output of storyeval's view export" in err
+    assert [p.name for p in mine.iterdir()] == ["thesis.tex"]
+    code, _, err = run_cli("view", str(corpus), "--export", str(corpus))
+    assert code == 2 and "is or holds the input" in err
+    assert (corpus / "stories.jsonl").is_file()
+    site = tmp_path / "site"
+    assert run_cli("view", str(corpus), "--export", str(site))[0] == 0
+    assert run_cli("view", str(corpus), "--export", str(site))[0] == 0  # an export: replaced
+    assert (site / "index.html").is_file() and (site / ".storyeval-output").is_file()

@@ -307,6 +307,10 @@ def _jsonl_records(path: Path, raw: bytes) -> Iterator[tuple[int, dict[str, Any]
         except _RecordError as exc:
             yield number, DataProblem(str(path), number, str(exc))
             continue
+        except RecursionError:
+            reason = "malformed JSON: nested too deeply (no record nests lists or objects so)"
+            yield number, DataProblem(str(path), number, reason)
+            continue
         if not isinstance(record, dict):
             yield (
                 number,

@@ -89,3 +89,8 @@ class ModelLoadError(StoryevalError, OSError):
 
 class MissingInputError(StoryevalError, ValueError):
     """A record lacks a field that an operation needs (e.g. a reference for BLEU)."""
+
+
+class OutputDirectoryError(StoryevalError, ValueError):
+    """An output directory that holds something a command must not overwrite: files of
+    anything but a previous output of the same command, or one of its inputs."""

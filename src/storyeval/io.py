@@ -66,18 +66,108 @@ def write_bytes_atomic(path: str | Path, data: bytes) -> None:
         fh.write(data)
 
 
+#: The file each command that writes a directory leaves in it, naming the kind of output:
+#: the command may later replace that directory, and nothing else
+OUTPUT_MARKER = ".storyeval-output"
+
+
+def check_output_directory(
+    path: str | Path, kind: str, *, inputs: Iterable[str | Path] = ()
+) -> Path:
+    """Check that ``path`` may receive an output of ``kind``: it is absent, empty, or a
+    previous output of the same kind (its :data:`OUTPUT_MARKER` says so), and it is none of
+    ``inputs`` and holds none of them.
+
+    Raises
+    ------
+    OutputDirectoryError
+        Naming the directory and what it holds; nothing is written or removed.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (folder / "thesis.tex").write_text("x")
+    >>> check_output_directory(folder, "report")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    storyeval.errors.OutputDirectoryError: ... holds files that are not an output of storyeval's report ...
+    """
+    from storyeval.errors import OutputDirectoryError
+
+    target = Path(path)
+    if target.exists() and not target.is_dir():
+        raise OutputDirectoryError(f"{target}: exists and is not a directory")
+    resolved = target.resolve()
+    for item in inputs:
+        source = Path(item).resolve()
+        if source == resolved or resolved in source.parents:
+            raise OutputDirectoryError(
+                f"{target}: is or holds the input {item}; write the output to another directory"
+            )
+    if not target.is_dir() or not any(target.iterdir()):
+        return target
+    owner = _owner(target)
+    if owner != kind:
+        what = f"storyeval's {owner}" if owner else "a storyeval output (no marker file)"
+        raise OutputDirectoryError(
+            f"{target}: holds files that are not an output of storyeval's {kind} (it is "
+            f"{what}); nothing was changed: choose a new or empty directory"
+        )
+    return target
+
+
+def _owner(target: Path) -> str | None:
+    """The kind of output a directory is: its marker's, or for a model storyeval saved before
+    the markers, ``KIND model`` from its ``storyeval.json``."""
+    import json
+
+    marker = target / OUTPUT_MARKER
+    if marker.is_file():
+        return marker.read_text(encoding="utf-8").strip()
+    meta = target / "storyeval.json"
+    try:
+        kind = json.loads(meta.read_text(encoding="utf-8")).get("kind") if meta.is_file() else None
+    except (OSError, ValueError, AttributeError):
+        return None
+    return f"{kind} model" if isinstance(kind, str) else None
+
+
+def claim_output_directory(
+    path: str | Path, kind: str, *, inputs: Iterable[str | Path] = ()
+) -> Path:
+    """Create ``path`` (or accept it: :func:`check_output_directory`) as an output of
+    ``kind`` and mark it so; returns the directory."""
+    target = check_output_directory(path, kind, inputs=inputs)
+    target.mkdir(parents=True, exist_ok=True)
+    marker = target / OUTPUT_MARKER
+    if not marker.is_file():
+        write_text_atomic(marker, kind + "\n")
+    return target
+
+
 @contextlib.contextmanager
-def atomic_directory(path: str | Path) -> Iterator[Path]:
+def atomic_directory(
+    path: str | Path, kind: str, *, inputs: Iterable[str | Path] = (), owned: bool = False
+) -> Iterator[Path]:
     """Build a directory under a temporary name and move it to ``path`` when the body succeeds.
 
     An existing directory at ``path`` is replaced only after the new one is complete, so a
-    failure leaves the old directory (or nothing) in place, never a partial one.
+    failure leaves the old directory (or nothing) in place, never a partial one; and only when
+    it is empty or a previous output of ``kind`` (see :func:`check_output_directory`): a
+    directory of anything else, or one holding an input, is refused before anything is built.
+    ``owned``: the caller owns the place (a folder inside its own output, a cache), which is
+    then replaced unchecked.
     """
-    target = Path(path)
+    inputs = list(inputs)
+    target = Path(path) if owned else check_output_directory(path, kind, inputs=inputs)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
     try:
         yield tmp
+        (tmp / OUTPUT_MARKER).write_text(kind + "\n", encoding="utf-8")
+        if not owned:
+            check_output_directory(target, kind, inputs=inputs)  # not changed meanwhile
         if target.exists():
             old = Path(
                 tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".old", dir=target.parent)

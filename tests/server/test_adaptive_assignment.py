@@ -196,3 +196,91 @@ def test_the_design_statement_describes_adaptive_assignment(study_dir, tmp_path)
     write_statement(study, tmp_path / "statement.md")
     text = (tmp_path / "statement.md").read_text()
     assert "Raters per item: adaptive, 2 to 6" in text and "narrower than 3" in text
+
+
+COLLUDED = """
+  adaptive:
+    min_raters: 2
+    target_width: 1.0
+"""
+CHECK = """
+attention_checks:
+  - id: check
+    position: 1
+    text:
+      story: To show that you are reading, please select 1 for both questions.
+    expect: {coherence: [1], relevance: [1]}
+"""
+
+
+def _answer_everything(db: Database, study, answers_for, step: int) -> str:  # type: ignore[no-untyped-def]
+    """One more participant answers every page they get (``answers_for(slot)``: the answers);
+    returns their start status."""
+    now = 10.0 * step
+    (person,) = db.run(lambda c: create_participants(c, "study", study.name, 1, now=now))
+    started = db.run(lambda c: store.start(c, study, participant_by_token(c, person.token), now))
+    if started.status != "started":
+        return str(started.status)
+    with db.read() as conn:
+        mine = list(store.participant_slots(conn, person.id))
+    for slot in mine:
+        given = answers_for(slot)
+        db.run(
+            lambda c, s=slot, a=given: store.submit_page(
+                c, study, participant_by_token(c, person.token), s.id, a, now + 1
+            )
+        )
+    return str(started.status)
+
+
+def test_colluding_straight_liners_cannot_end_an_adaptive_study(db_url, study_dir):
+    """The third attack's case: 12 items, 6 raters each, adaptive with target width 1.0. Eight
+    raters answering 3 on everything settled all 12 items at 2 judgments each, so the ninth
+    was told the study was full (the pooled variance of unanimous cells was 0, not the
+    prior). Now straight-lined answers settle nothing: every item stays open and the ninth
+    participant gets items; raters whose answers vary still settle items."""
+    text = LIKERT.format(name="collusion", per_system=6, per_participant=6, raters=6) + COLLUDED
+    study = write_study(study_dir, text, "collusion.yaml")
+    assert len(study.items) == 12
+    db = Database(db_url, pool_size=4)
+    db.create_all()
+    store.register_study(db, study, now=0.0)
+    three = {c.name: 3 for c in study.criteria}
+    statuses = [_answer_everything(db, study, lambda s: three, step) for step in range(8)]
+    assert statuses == ["started"] * 8
+    with db.read() as conn:
+        progress = store.progress(conn, study)
+    assert progress["slots_settled"] == 0
+    assert _answer_everything(db, study, lambda s: three, 8) == "started"  # the ninth
+    db.dispose()
+
+
+def test_varied_answers_settle_and_a_pending_check_holds_them_back(db_url, study_dir):
+    """Raters who vary their answers and pass their attention check settle clear items;
+    the same raters before they answer their check settle nothing."""
+    adaptive = "\n  adaptive:\n    min_raters: 2\n    target_width: 3.5\n"
+    text = LIKERT.format(name="varied", per_system=2, per_participant=4, raters=10) + adaptive
+    study = write_study(study_dir, text + CHECK, "varied.yaml")
+    db = Database(db_url, pool_size=4)
+    db.create_all()
+    store.register_study(db, study, now=0.0)
+    keys = [item.key for item in study.items]
+
+    def honest(slot):  # type: ignore[no-untyped-def]
+        if slot.kind == "check":
+            return {c.name: 1 for c in study.criteria}
+        value = 2 + keys.index(slot.item_key) % 3  # items differ, raters agree
+        return {c.name: value for c in study.criteria}
+
+    def skipping_the_check(slot):  # type: ignore[no-untyped-def]
+        return {c.name: 2 for c in study.criteria} if slot.kind == "check" else honest(slot)
+
+    for step in range(4):
+        _answer_everything(db, study, skipping_the_check, step)  # every check failed
+    with db.read() as conn:
+        assert store.progress(conn, study)["slots_settled"] == 0
+    for step in range(4, 8):
+        _answer_everything(db, study, honest, step)
+    with db.read() as conn:
+        assert store.progress(conn, study)["slots_settled"] > 0
+    db.dispose()

@@ -6,6 +6,7 @@ chosen requests."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from typing import Any
@@ -213,3 +214,38 @@ def test_a_writer_whose_suggestion_timed_out_can_ask_again(tmp_path):
     errors = [s.get("error") for t in session.turns for s in t.get("suggestions", [])]
     assert page.url.path.endswith("/choose"), errors
     assert plugin.worker is not None and plugin.worker.timed_out == 2
+
+
+def test_with_one_worker_a_slow_writers_next_call_waits_for_the_others_turn():
+    """The third attack: with ``generation.workers: 1`` a slow writer's two calls (each cut
+    off by the timeout) ran back to back while another writer, who asked during the first,
+    waited for both (21 s: two timeouts). Now the writers take turns: the other writer is
+    served as soon as the first slow call ends, before the slow writer's second call."""
+    order: list[str] = []
+    release = threading.Event()
+
+    def engine(request: SuggestionRequest) -> SuggestionResult:
+        order.append(request.request_id)
+        if request.request_id.startswith("slow"):
+            release.wait(10)  # hangs: cut off by the timeout
+        now = time.time()
+        return SuggestionResult("A suggestion.", "", request.seed, now, now)
+
+    delivered: dict[str, float] = {}
+    worker = GenerationWorker(
+        engine, lambda key, r, result: delivered.setdefault(r.request_id, time.monotonic()),
+        workers=1, timeout_s=0.6, check_every_s=0.05,
+    )  # fmt: skip
+    template = _requests("A slow writer's long context.")[0]
+    started = time.monotonic()
+    for name in ("slow-1", "slow-2"):
+        worker.submit("slow", dataclasses.replace(template, request_id=name))
+    time.sleep(0.1)  # the first slow call runs
+    worker.submit("quick", dataclasses.replace(template, request_id="quick-1"))
+    deadline = time.monotonic() + 10
+    while "quick-1" not in delivered and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert order[:3] == ["slow-1", "quick-1", "slow-2"], order
+    assert delivered["quick-1"] - started < 1.2  # one timeout, not two
+    release.set()
+    worker.close(wait=False)

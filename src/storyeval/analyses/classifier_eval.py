@@ -723,12 +723,9 @@ def evaluate_transfers(
 def write_classify_eval(result: ClassifyEvalResult, directory: str | Path) -> dict[str, Path]:
     """Write ``items.csv``, ``compliancy.csv``, ``summary.csv``, ``classifiers.csv`` and
     ``classify-eval.md`` into ``directory`` (each atomically)."""
-    from storyeval.io import write_table, write_text_atomic
+    from storyeval.io import claim_output_directory, write_table, write_text_atomic
 
-    folder = Path(directory)
-    if folder.exists() and not folder.is_dir():
-        raise NotADirectoryError(f"{folder}: exists and is not a directory")
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = claim_output_directory(directory, "classifier evaluation")
     written = {
         name: write_table(folder / f"{name}.csv", getattr(result, name))
         for name in ("items", "compliancy", "summary", "classifiers")

@@ -231,13 +231,15 @@ def write_curves(table: Any, signatures: dict[str, str], directory: str | Path) 
     """Write ``curves.csv``, ``curves.png``, ``curves.md`` and ``curves.json`` (signatures)."""
     import json
 
-    from storyeval.io import write_bytes_atomic, write_table, write_text_atomic
+    from storyeval.io import (
+        claim_output_directory,
+        write_bytes_atomic,
+        write_table,
+        write_text_atomic,
+    )
     from storyeval.markdown import Document
 
-    folder = Path(directory)
-    if folder.exists() and not folder.is_dir():
-        raise NotADirectoryError(f"{folder}: exists and is not a directory")
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = claim_output_directory(directory, "curves")
     written = {
         "table": write_table(folder / "curves.csv", table),
         "figure": folder / "curves.png",

@@ -177,12 +177,14 @@ def write_mauve(table: MauveTable, directory: str | Path) -> dict[str, Path]:
     ``mauve.json`` (signatures, reference, notes) into ``directory``, each atomically."""
     import json
 
-    from storyeval.io import write_bytes_atomic, write_table, write_text_atomic
+    from storyeval.io import (
+        claim_output_directory,
+        write_bytes_atomic,
+        write_table,
+        write_text_atomic,
+    )
 
-    folder = Path(directory)
-    if folder.exists() and not folder.is_dir():
-        raise NotADirectoryError(f"{folder}: exists and is not a directory")
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = claim_output_directory(directory, "mauve report")
     written = {
         "table": write_table(folder / "mauve.csv", table.frame),
         "curves": write_table(folder / "curves.csv", table.curves),

@@ -386,12 +386,14 @@ def write_robustness(result: RobustnessResult, directory: str | Path) -> dict[st
     ``directory`` (each atomically)."""
     import json
 
-    from storyeval.io import write_bytes_atomic, write_table, write_text_atomic
+    from storyeval.io import (
+        claim_output_directory,
+        write_bytes_atomic,
+        write_table,
+        write_text_atomic,
+    )
 
-    folder = Path(directory)
-    if folder.exists() and not folder.is_dir():
-        raise NotADirectoryError(f"{folder}: exists and is not a directory")
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = claim_output_directory(directory, "robustness report")
     written = {
         "invariance": write_table(folder / "invariance.csv", result.invariance),
         "discrimination": write_table(folder / "discrimination.csv", result.discrimination),

@@ -46,9 +46,15 @@ def diagnose_command(
     from storyeval.analyses.diagnostics import diagnose, diagnostics_markdown
     from storyeval.corpus import read_stories
     from storyeval.errors import StoryevalError
-    from storyeval.io import write_table, write_text_atomic
+    from storyeval.io import (
+        check_output_directory,
+        claim_output_directory,
+        write_table,
+        write_text_atomic,
+    )
 
     try:
+        check_output_directory(output, "diagnosis", inputs=[stories])
         result = diagnose(
             read_stories(stories),
             reference_system=reference_system,
@@ -60,9 +66,7 @@ def diagnose_command(
             bootstrap=bootstrap,
             seed=seed,
         )
-        if output.exists() and not output.is_dir():
-            raise NotADirectoryError(f"{output}: exists and is not a directory")
-        output.mkdir(parents=True, exist_ok=True)
+        claim_output_directory(output, "diagnosis", inputs=[stories])
         write_table(output / "diagnostics.csv", result["systems"])
         write_table(output / "overused_phrases.csv", result["overused"])
         write_table(output / "repeated_phrases.csv", result["repeated"])

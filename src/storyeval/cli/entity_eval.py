@@ -62,9 +62,9 @@ def _scorers(models: list[str] | None, texts: Any = ()) -> list[Any]:
 
 
 def _write(result: object, output: Path, items_name: str, summary_name: str) -> None:
-    from storyeval.io import write_table
+    from storyeval.io import claim_output_directory, write_table
 
-    output.mkdir(parents=True, exist_ok=True)
+    claim_output_directory(output, "entity evaluation")
     write_table(output / items_name, result.items)  # type: ignore[attr-defined]
     write_table(output / summary_name, result.summary)  # type: ignore[attr-defined]
 

@@ -280,12 +280,13 @@ def judge_eval(
     check_choice(aggregate, AGGREGATIONS, "--aggregate")
     if human_pairs is not None:
         from storyeval.cli._tables import write_table
+        from storyeval.io import claim_output_directory
         from storyeval.meta.comparisons import read_comparisons
 
         with user_errors():
             people = read_comparisons(human_pairs).to_dict("records")
             table = preference_agreement(_read_jsonl(judge_file), people)
-            output.mkdir(parents=True, exist_ok=True)
+            claim_output_directory(output, "judge evaluation", inputs=[judge_file, human_pairs])
             write_table(table, output / "preferences.csv")
         typer.echo(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
         return

@@ -77,12 +77,12 @@ def _conformance_tables(
     from storyeval.cli._tables import print_table
     from storyeval.corpus import read_stories
     from storyeval.errors import StoryevalError
-    from storyeval.io import write_table
+    from storyeval.io import claim_output_directory, write_table
 
     try:
         stories = read_stories(outputs)
         tables = compute([(s.id, s.system or "(none)", s.story) for s in stories])
-        output.mkdir(parents=True, exist_ok=True)
+        claim_output_directory(output, "conformance tables", inputs=[outputs])
         for name, frame in tables.items():
             write_table(output / f"{name}.csv", frame)
     except (StoryevalError, OSError, ValueError) as exc:
@@ -127,7 +127,7 @@ def data(
 
     from storyeval.corpus import write_records
     from storyeval.errors import StoryevalError
-    from storyeval.io import write_table, write_text_atomic
+    from storyeval.io import claim_output_directory, write_table, write_text_atomic
     from storyeval.rules.data2text import load_data_grammar, make_splits, template_ratios
 
     try:
@@ -138,7 +138,7 @@ def data(
             entity_overlap=entity_overlap, holdout=holdout, noise=noise,
             distribution=distribution, seed=seed,
         )  # fmt: skip
-        output.mkdir(parents=True, exist_ok=True)
+        claim_output_directory(output, "data-to-text splits", inputs=[grammar])
         for split, records in splits.items():
             write_records(output / f"{split}.jsonl", records)
         write_text_atomic(output / "splits.json", json.dumps(statement, indent=2) + "\n")

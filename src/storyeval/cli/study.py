@@ -211,15 +211,19 @@ def analyse(
             exclude = study.config.quality.exclude_failed_checks
     if (beta is None) != (pd is None):
         raise exit_with("error: the triangle test of similarity needs both --beta and --pd")
-    conditions = None
+    conditions = texts = None
     if stories is not None:
         from storyeval.corpus import read_stories
 
-        conditions = {s.id: s.system for s in read_stories(stories) if s.system}
+        with user_errors():
+            read = read_stories(stories)
+        conditions = {s.id: s.system for s in read if s.system}
+        texts = {s.id: s.story for s in read}
     with user_errors():
         result = analyse_judgments(
             judgments,
             conditions=conditions,
+            texts=texts,
             min_median_time_s=threshold,
             exclude_failed_checks=exclude,
             triangle_alpha=alpha,

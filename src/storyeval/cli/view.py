@@ -59,6 +59,12 @@ def view(
     ),
     index: str = VIEW_INDEX,
     index_dir: Path | None = VIEW_INDEX_DIR,
+    allow_host: list[str] = typer.Option(
+        None,
+        "--allow-host",
+        help="A Host header name to answer besides the loopback names (repeat), e.g. the name "
+        "of an SSH tunnel's end; others get 400 (against DNS rebinding).",
+    ),
 ) -> None:
     """Serve a local read-only web app over storyeval's files, joined by story id and prompt:
     a sortable, filterable table of every story with its scores and ratings; every system's
@@ -77,7 +83,8 @@ def view(
     if export is not None:
         from storyeval.view.export import export_site
 
-        result = export_site(data, export, max_pages=max_pages)
+        with user_errors():
+            result = export_site(data, export, max_pages=max_pages)
         left = f"; {result.skipped} linked pages left out (--max-pages)" if result.skipped else ""
         typer.echo(
             f"{len(data.stories)} stories from {len(data.files)} file(s): {result.pages} pages "
@@ -89,7 +96,11 @@ def view(
     typer.echo(
         f"{len(data.stories)} stories from {len(data.files)} file(s); open http://{host}:{port}/"
     )
-    uvicorn.run(create_view_app(data), host=host, port=port, log_level="warning")  # type: ignore[arg-type]
+    from storyeval.view.app import LOOPBACK_HOSTS
+
+    hosts = [*LOOPBACK_HOSTS, *(allow_host or [])]
+    app = create_view_app(data, allowed_hosts=hosts)
+    uvicorn.run(app, host=host, port=port, log_level="warning")  # type: ignore[arg-type]
 
 
 def register(app: typer.Typer) -> None:

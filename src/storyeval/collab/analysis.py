@@ -683,7 +683,7 @@ def write_analysis(analysis: WritingAnalysis, directory: str | Path) -> list[Pat
 
     target = Path(directory)
     written = []
-    with atomic_directory(target) as tmp:
+    with atomic_directory(target, "writing-session analysis") as tmp:
         for attribute, filename in OUTPUT_FILES.items():
             getattr(analysis, attribute).to_csv(tmp / filename, index=False)
             written.append(target / filename)

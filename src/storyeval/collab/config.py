@@ -262,6 +262,13 @@ class GenerationSettings(_Strict):
         return max(1, self.workers // 2)
 
 
+def _versioned(data: dict[str, Any]) -> dict[str, Any]:
+    """A configuration's dump without the later options still at their default."""
+    if data.get("record_typing") is True:
+        data.pop("record_typing")
+    return data
+
+
 class _Common(_Strict):
     name: str
     title: str = Field(min_length=1)
@@ -271,6 +278,9 @@ class _Common(_Strict):
     completion: Completion = Field(default_factory=Completion)
     enrollment: Enrollment = Field(default_factory=Enrollment)
     generation: GenerationSettings = Field(default_factory=GenerationSettings)
+    #: the pages record how the writer's free text was produced (counts of keys, pastes and
+    #: focus losses and the composition time, never their content: storyeval.server.integrity)
+    record_typing: bool = True
 
     @field_validator("name")
     @classmethod
@@ -285,8 +295,10 @@ class _Common(_Strict):
         return self
 
     def version(self) -> str:
-        """A short hash of the whole configuration: a changed file is a new version."""
-        text = json.dumps(stable_dump(self), sort_keys=True)
+        """A short hash of the whole configuration: a changed file is a new version (options
+        added later count only when set otherwise than their default, so older files keep
+        their version)."""
+        text = json.dumps(_versioned(stable_dump(self)), sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
@@ -486,7 +498,7 @@ class SloganConfig(_Common):
     def version(self) -> str:
         """As :meth:`_Common.version`; ``ask_experience`` counts only when switched off, so
         files written before the question keep their version."""
-        data = stable_dump(self)
+        data = _versioned(stable_dump(self))
         if data.get("ask_experience") is True:
             data.pop("ask_experience")
         text = json.dumps(data, sort_keys=True)

@@ -361,9 +361,13 @@ class WritingSession(SessionState):
             )
         return cleaned
 
-    def submit_text(self, text: str, *, now: float) -> list[SuggestionRequest]:
+    def submit_text(
+        self, text: str, *, now: float, integrity: Mapping[str, Any] | None = None
+    ) -> list[SuggestionRequest]:
         """Submit the writer's own turn (phase ``write``) or the edited suggestion (phase
-        ``edit``). Returns the suggestion requests to generate next (empty when none).
+        ``edit``), with how the text was produced when the page measured it (kept as the
+        turn's ``integrity``). Returns the suggestion requests to generate next (empty when
+        none).
 
         Raises
         ------
@@ -381,6 +385,7 @@ class WritingSession(SessionState):
                     "text": cleaned,
                     "shown_at": self.data.get("served_at") or self.data["phase_since"],
                     "submitted_at": now,
+                    **({"integrity": dict(integrity)} if integrity else {}),
                 }
             )
             if self._story_complete():
@@ -391,6 +396,8 @@ class WritingSession(SessionState):
         assert turn is not None
         turn["text"] = cleaned
         turn["submitted_at"] = now
+        if integrity:
+            turn["integrity"] = dict(integrity)
         turn["events"].append({"t": now, "action": "submit", "generator": turn["chosen"]})
         if self._story_complete():
             self._set_phase("survey", now)
@@ -532,9 +539,15 @@ class WritingSession(SessionState):
         return str(chosen["text"] or "")
 
     def submit_survey(
-        self, likert: Mapping[str, int], answers: Mapping[str, str], *, now: float
+        self,
+        likert: Mapping[str, int],
+        answers: Mapping[str, str],
+        *,
+        now: float,
+        integrity: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> None:
-        """Record the Likert answers (every statement, 1..scale) and the open answers.
+        """Record the Likert answers (every statement, 1..scale) and the open answers (with
+        how each was written, when the page measured it).
 
         Raises
         ------
@@ -545,6 +558,8 @@ class WritingSession(SessionState):
         values = likert_answers(self.config.likert, likert)
         questions = open_answers(self.config.questions, answers)
         self.data["survey"] = {"likert": values, "questions": questions, "submitted_at": now}
+        if integrity:
+            self.data["survey"]["integrity"] = {k: dict(v) for k, v in integrity.items()}
         self.data["finished_at"] = now
         self._set_phase("done", now)
 
@@ -583,10 +598,12 @@ _WRITER_FIELDS = ("index", "round", "author", "text", "shown_at", "submitted_at"
 
 
 def _writer_turn(turn: dict[str, Any]) -> dict[str, Any]:
-    """A writer's turn as exported: what they wrote and how long it took."""
+    """A writer's turn as exported: what they wrote, how long it took and (when measured)
+    how it was produced."""
     return {
         **{key: turn[key] for key in _WRITER_FIELDS},
         "time_s": duration(turn["shown_at"], turn["submitted_at"]),
+        **({"integrity": turn["integrity"]} if turn.get("integrity") else {}),
     }
 
 
@@ -626,6 +643,7 @@ def _suggestion_turn(turn: dict[str, Any]) -> dict[str, Any]:
         "shown_at": turn.get("shown_at"),
         "choice_s": duration(turn.get("shown_at") or turn.get("ready_at"), first_choice),
         "edit_s": duration(first_choice, turn["submitted_at"]),
+        **({"integrity": turn["integrity"]} if turn.get("integrity") else {}),
     }
 
 

@@ -264,8 +264,16 @@ class SloganSession(SessionState):
         self._set_phase("write", now)
         return True
 
-    def submit_slogan(self, text: str, *, now: float, keywords: str | Sequence[str] = "") -> None:
-        """Submit the final slogan of the current prompt.
+    def submit_slogan(
+        self,
+        text: str,
+        *,
+        now: float,
+        keywords: str | Sequence[str] = "",
+        integrity: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Submit the final slogan of the current prompt (with how its last draft was written,
+        when the page measured it).
 
         Raises
         ------
@@ -282,6 +290,8 @@ class SloganSession(SessionState):
         task["final"] = cleaned
         task["final_keywords"] = _keywords(keywords)
         task["submitted_at"] = now
+        if integrity:
+            task["integrity"] = dict(integrity)
         self._set_phase("survey", now)
 
     def submit_survey(self, likert: Mapping[str, int], *, now: float) -> None:
@@ -319,8 +329,10 @@ class SloganSession(SessionState):
         use_again: str | None,
         now: float,
         experience: str | None = None,
+        integrity: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> None:
-        """The final survey; the session is then done.
+        """The final survey (with how each open answer was written, when measured); the
+        session is then done.
 
         Raises
         ------
@@ -343,6 +355,8 @@ class SloganSession(SessionState):
             "questions": open_answers(self.final_questions(), answers),
             "submitted_at": now,
         }
+        if integrity:
+            self.data["final_survey"]["integrity"] = {k: dict(v) for k, v in integrity.items()}
         self.data["finished_at"] = now
         self._set_phase("done", now)
 
@@ -374,6 +388,7 @@ class SloganSession(SessionState):
                     "survival": suggestion_survival(task["final"], pulls)
                     if task["final"]
                     else None,
+                    **({"integrity": task["integrity"]} if task.get("integrity") else {}),
                 }
             )
         return {

@@ -341,10 +341,9 @@ def slogan_report(result: SloganAnalysis) -> str:
 def write_slogan_analysis(result: SloganAnalysis, output: str | Path) -> list[Path]:
     """Write survey.csv, pulls.csv, ratings.csv, writers.csv, self_vs_others.csv and
     report.md into ``output``."""
-    from storyeval.io import write_table, write_text_atomic
+    from storyeval.io import claim_output_directory, write_table, write_text_atomic
 
-    folder = Path(output)
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = claim_output_directory(output, "slogan-study analysis")
     written = [
         write_table(folder / "survey.csv", result.survey),
         write_table(folder / "pulls.csv", result.pulls),

@@ -12,9 +12,12 @@ with the cause in the log. Calls run in parallel (each samples from its own seed
 generator, see :func:`storyeval.generate.continue_text`).
 
 Fairness: each writer (the ``key`` of :meth:`GenerationWorker.submit`) has a queue of their
-own; a free thread serves the writers in turn (round robin), and one writer's calls run on at
-most ``per_key`` threads at once, so a writer whose calls are slow (a long context, a slow
-generator) holds at most that share of the pool while other writers' suggestions go on.
+own; a free thread serves the waiting writer served longest ago (writers take turns: one who
+was just served waits behind every writer waiting, even one who arrived while their call
+ran), and one writer's calls run on at most ``per_key`` threads at once, so a writer whose
+calls are slow (a long context, a slow generator) holds at most that share of the pool while
+other writers' suggestions go on; with one thread, a slow writer's next call waits for the
+others' turns.
 """
 
 from __future__ import annotations
@@ -185,7 +188,9 @@ class GenerationWorker:
         self._idle = threading.Condition(self._lock)
         self._ready = threading.Condition(self._lock)
         self._waiting: dict[str, deque[SuggestionRequest]] = {}
-        self._turns: deque[str] = deque()  # keys with waiting calls, in serving order
+        self._turns: deque[str] = deque()  # keys with waiting calls, in arrival order
+        self._served: dict[str, int] = {}  # when each key was last served (a take counter)
+        self._takes = 0
         self._running_per_key: Counter[str] = Counter()
         self._in_flight: set[tuple[str, str]] = set()
         self._running: dict[threading.Thread, _Call | None] = {}
@@ -284,20 +289,24 @@ class GenerationWorker:
         thread.start()
 
     def _next_call(self) -> tuple[str, SuggestionRequest] | None:
-        """The next call to run, taken in turn from the first writer below their share (the
-        lock is held; waits while there is none); ``None`` once the worker stops."""
+        """The next call to run: of the writers below their share, the one served longest ago
+        (never served first, then in arrival order); the lock is held; waits while there is
+        none; ``None`` once the worker stops."""
         while not self._stopping:
-            for key in self._turns:
-                if self._running_per_key[key] < self.per_key:
-                    self._turns.remove(key)
-                    calls = self._waiting[key]
-                    request = calls.popleft()
-                    if calls:
-                        self._turns.append(key)  # the writer's next call waits for its turn
-                    else:
-                        del self._waiting[key]
-                    self._running_per_key[key] += 1
-                    return key, request
+            eligible = [k for k in self._turns if self._running_per_key[k] < self.per_key]
+            if eligible:
+                key = min(eligible, key=lambda k: self._served.get(k, -1))
+                self._turns.remove(key)
+                calls = self._waiting[key]
+                request = calls.popleft()
+                if calls:
+                    self._turns.append(key)  # the writer's next call waits for its turn
+                else:
+                    del self._waiting[key]
+                self._running_per_key[key] += 1
+                self._takes += 1
+                self._served[key] = self._takes
+                return key, request
             self._ready.wait()
         return None
 

@@ -52,12 +52,20 @@ def moments_of(values: Iterable[float]) -> Moments:
     return Moments(int(array.size), float(array.sum()), float((array * array).sum()))
 
 
-def pooled_variance(cells: Iterable[Moments], *, fallback: float = 1.0) -> float:
-    """The within-cell variance pooled over cells with two or more judgments (``fallback``
-    when there are none, or when every such cell is unanimous and nothing else is known).
+def pooled_variance(
+    cells: Iterable[Moments], *, fallback: float = 1.0, floor: float = 0.0
+) -> float:
+    """The within-cell variance pooled over cells with two or more judgments: ``fallback``
+    when there are none or when every such cell is unanimous (nothing is known of the spread
+    then), and never below ``floor`` (so raters who agree on everything cannot make every
+    interval narrow).
 
     >>> pooled_variance([Moments(2, 3.0, 5.0), Moments(3, 9.0, 27.0)])  # (0.5 * 1 + 0 * 2) / 3
     0.16666666666666666
+    >>> pooled_variance([Moments(2, 6.0, 18.0), Moments(3, 9.0, 27.0)], fallback=2.0)  # unanimous
+    2.0
+    >>> pooled_variance([Moments(2, 3.0, 5.0)], floor=0.8)
+    0.8
     """
     numerator = 0.0
     dof = 0
@@ -65,7 +73,8 @@ def pooled_variance(cells: Iterable[Moments], *, fallback: float = 1.0) -> float
         if cell.n >= 2:
             numerator += cell.variance * (cell.n - 1)
             dof += cell.n - 1
-    return numerator / dof if dof else fallback
+    pooled = numerator / dof if dof and numerator > 0 else fallback
+    return max(pooled, floor)
 
 
 def interval_width(
@@ -113,10 +122,15 @@ def item_states(
     *,
     fallback_variance: float = 1.0,
 ) -> dict[str, ItemState]:
-    """Every item's :class:`ItemState` from its cells' moments and its done and planned
-    counts (items are the keys of ``planned`` and ``done``)."""
+    """Every item's :class:`ItemState` from its cells' moments (of the judgments that may
+    settle it) and its done and planned counts (items are the keys of ``planned`` and
+    ``done``). The pooled variance is at least ``settings.variance_floor`` times
+    ``fallback_variance`` (the prior spread); an item's width from done judgments counts the
+    judgments its moments hold, so judgments left out of them settle nothing."""
     pooled = pooled_variance(
-        (c for group in cells.values() for c in group), fallback=fallback_variance
+        (c for group in cells.values() for c in group),
+        fallback=fallback_variance,
+        floor=settings.variance_floor * fallback_variance,
     )
     options = {
         "pooled": pooled,
@@ -127,9 +141,11 @@ def item_states(
     for key in sorted(set(planned) | set(done)):
         groups = cells.get(key) or [Moments(0, 0.0, 0.0)]
         n_done, n_planned = done.get(key, 0), max(planned.get(key, 0), done.get(key, 0))
-        width = max(interval_width(c, n_done, **options) for c in groups)
-        anticipated = max(interval_width(c, n_planned, **options) for c in groups)
-        settled = n_done >= settings.min_raters and width <= settings.target_width
+        counted = min(min(c.n for c in groups), n_done)
+        width = max(interval_width(c, counted, **options) for c in groups)
+        pending = counted + n_planned - n_done  # the reserved judgments may count once in
+        anticipated = max(interval_width(c, pending, **options) for c in groups)
+        settled = counted >= settings.min_raters and width <= settings.target_width
         states[key] = ItemState(key, n_done, n_planned, width, anticipated, settled)
     return states
 

@@ -151,10 +151,22 @@ class StudyAnalysis:
 
     def write(self, directory: str | Path) -> list[Path]:
         """Write every table as ``DIR/<name>.csv`` (each file atomically); return the paths."""
-        from storyeval.io import write_table
+        from storyeval.io import claim_output_directory, write_table
 
-        target = Path(directory)
+        target = claim_output_directory(directory, "study analysis")
         return [write_table(target / f"{name}.csv", table) for name, table in self.tables().items()]
+
+
+def _read_checked(
+    judgments: Sequence[Judgment] | str | Path, texts: Mapping[str, str] | None
+) -> Sequence[Judgment]:
+    """The judgments, read from a file after its span annotations are checked."""
+    if not isinstance(judgments, str | Path):
+        return judgments
+    from storyeval.meta.spans import check_span_records
+
+    check_span_records(judgments, texts)
+    return read_judgments(judgments)
 
 
 def analyse_judgments(
@@ -169,8 +181,12 @@ def analyse_judgments(
     seed: int = 0,
     conditions: Mapping[str, str] | None = None,
     competence: str | None = None,
+    texts: Mapping[str, str] | None = None,
 ) -> StudyAnalysis:
     """Run the whole analysis (module docstring) on long-format judgments or a file of them.
+
+    A file's span annotations are checked first (:func:`storyeval.meta.spans.check_span_records`;
+    ``texts``, the stories' texts by id, checks them against their stories too).
 
     ``competence`` (``mace`` or ``dawid-skene``) adds a rater competence model of the rated
     criteria: ``competence`` (each rater's competence, spammers and constant raters flagged)
@@ -199,9 +215,7 @@ def analyse_judgments(
     """
     import pandas as pd
 
-    if isinstance(judgments, str | Path):
-        judgments = read_judgments(judgments)
-    frame = judgments_table(judgments, conditions=conditions)
+    frame = judgments_table(_read_checked(judgments, texts), conditions=conditions)
     unknown = sorted(set(frame["protocol"]) - set(PROTOCOLS.names()))
     if unknown:
         raise AnalysisError(

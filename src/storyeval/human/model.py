@@ -99,8 +99,12 @@ class AdaptiveAssignment(StrictModel):
     normal interval of the mean) gets no more raters: its remaining slots are *settled*.
     ``raters_per_item`` stays the most any item gets. The within-item variance is shrunk
     toward the study's pooled variance with the weight of ``prior_weight`` judgments, so two
-    raters who happen to agree do not settle an item alone. ``criteria`` limits the criteria
-    whose intervals count (default: all; an item's width is its widest criterion's).
+    raters who happen to agree do not settle an item alone; the pooled variance is never below
+    ``variance_floor`` times the variance of a uniform answer on the scale, so raters who agree
+    on everything cannot narrow every interval. Only trusted raters' judgments settle items:
+    those who have answered their attention checks and failed none, and whose answers vary
+    (straight-lining settles nothing). ``criteria`` limits the criteria whose intervals count
+    (default: all; an item's width is its widest criterion's).
     """
 
     min_raters: int = Field(default=2, ge=1)
@@ -108,6 +112,7 @@ class AdaptiveAssignment(StrictModel):
     criteria: list[str] | None = None
     confidence: float = Field(default=0.95, gt=0, lt=1)
     prior_weight: float = Field(default=2.0, ge=0)
+    variance_floor: float = Field(default=0.25, ge=0, le=1)
 
 
 class Assignment(StrictModel):
@@ -236,10 +241,14 @@ class Platform(StrictModel):
 
 
 class Quality(StrictModel):
-    """Quality-control settings: minimum time per item and the attention-check policy."""
+    """Quality-control settings: minimum time per item, the attention-check policy, and
+    whether the pages record how free-text answers were produced (``record_typing``: counts
+    of keys, pastes and focus losses and the composition time, never their content; see
+    :mod:`storyeval.server.integrity`)."""
 
     min_median_time_s: float = Field(default=40.0, ge=0)
     exclude_failed_checks: bool = True
+    record_typing: bool = True
 
 
 class Completion(StrictModel):

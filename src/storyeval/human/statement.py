@@ -377,12 +377,31 @@ def _quality(
         else "no time-based exclusion."
     )
     items.append(f"Exclusion rules: {failed_rule}{time_rule}")
+    items.append(_typing_line(study))
     if report.qualifications:
         items.append(f"Qualifications required: {report.qualifications}")
     doc.bullets(items)
     answered["quality"] = bool(study.checks) or bool(threshold) or bool(report.qualifications)
     if judgments:
         _exclusions(doc, study, judgments, participants, threshold, drop_failed)
+
+
+def _typing_line(study: Study) -> str:
+    """What the study recorded of how its free-text answers were produced."""
+    from storyeval.human.protocols import get_protocol
+
+    free_text = bool(study.config.questions) or get_protocol(study.protocol).asks_follow_up
+    if not free_text:
+        return "Free-text answers: none asked."
+    if not study.config.quality.record_typing:
+        return "How free-text answers were produced: not recorded."
+    return (
+        "How free-text answers were produced: for each answer the page recorded the number of "
+        "keys typed and deleted, of pastes and drops and the characters they brought, of times "
+        "the page lost focus during writing, and the composition time (never a keystroke's or "
+        "a paste's content); answers at least half pasted, or that arrived without typing or "
+        "faster than a person types, were flagged for reading, not excluded."
+    )
 
 
 def _exclusions(

@@ -203,6 +203,11 @@ def _canonical_config(config: StudyConfig) -> dict[str, Any]:
     for key in ("reservation_minutes", "adaptive"):  # later options, absent while unset
         if data.get("assignment", {}).get(key) is None:
             data.get("assignment", {}).pop(key, None)
+    if data.get("quality", {}).get("record_typing") is True:
+        data["quality"].pop("record_typing")  # a later option: its default keeps the version
+    adaptive = data.get("assignment", {}).get("adaptive")
+    if isinstance(adaptive, dict) and adaptive.get("variance_floor") == 0.25:
+        adaptive.pop("variance_floor")  # a later option: its default keeps a file's version
     pairwise = data.get("pairwise")
     if isinstance(pairwise, dict) and pairwise.get("pairs") is None:
         pairwise.pop("pairs", None)  # a later option: files with systems keep their version

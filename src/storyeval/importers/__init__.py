@@ -127,10 +127,9 @@ def write_import(result: ImportResult, out_dir: str | Path) -> dict[str, Path]:
     LLM judges' judgments, ``scores.jsonl`` when there are scores and ``comparisons.jsonl``
     when there are pairwise preferences.
     """
-    directory = Path(out_dir)
-    if directory.exists() and not directory.is_dir():
-        raise NotADirectoryError(f"{directory}: exists and is not a directory")
-    directory.mkdir(parents=True, exist_ok=True)
+    from storyeval.io import claim_output_directory
+
+    directory = claim_output_directory(out_dir, "import", inputs=[result.source])
     written: dict[str, Path] = {}
     if result.stories:
         written["stories"] = directory / "stories.jsonl"

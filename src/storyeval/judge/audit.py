@@ -529,11 +529,10 @@ def read_audit(directory: str | Path) -> JudgeAudit:
 def write_audit(audit: JudgeAudit, directory: str | Path) -> list[Path]:
     """``audit.csv`` (the checks) and ``audit.md`` (the verdicts, the table and what was not
     checked), written atomically."""
-    from storyeval.io import write_table, write_text_atomic
+    from storyeval.io import claim_output_directory, write_table, write_text_atomic
     from storyeval.markdown import Document
 
-    folder = Path(directory)
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = claim_output_directory(directory, "judge audit")
     write_table(folder / "audit.csv", audit.checks)
     doc = Document()
     doc.heading(1, "Judge audit")

@@ -46,10 +46,9 @@ class AuditInputs:
     def write(self, directory: str | Path) -> list[Path]:
         """``judge.jsonl``, ``pairwise.jsonl``, ``perturbed.jsonl``, ``perturbed-judge.jsonl``
         (those that have content) in ``directory``; returns the paths written."""
-        from storyeval.io import write_text_atomic
+        from storyeval.io import claim_output_directory, write_text_atomic
 
-        out = Path(directory)
-        out.mkdir(parents=True, exist_ok=True)
+        out = claim_output_directory(directory, "judge audit")
         written = [out / "judge.jsonl"]
         write_judgments(written[0], [j for run in self.runs for j in run])
         if self.comparisons:

@@ -403,10 +403,9 @@ def preference_agreement(
 
 def write_evaluation(result: JudgeEvaluation, directory: str | Path) -> list[Path]:
     """Write every non-empty table as CSV into ``directory`` (atomically); returns the paths."""
-    from storyeval.io import write_table
+    from storyeval.io import claim_output_directory, write_table
 
-    target = Path(directory)
-    target.mkdir(parents=True, exist_ok=True)
+    target = claim_output_directory(directory, "judge evaluation")
     written = []
     for name, table in result.tables().items():
         if not table.empty:

@@ -644,7 +644,7 @@ class EngenModel:
         from storyeval.io import atomic_directory
         from storyeval.learn.trainer import METADATA_FILE
 
-        with atomic_directory(directory) as tmp:
+        with atomic_directory(directory, "engen model") as tmp:
             torch.save(self.module.state_dict(), tmp / WEIGHTS_FILE)
             (tmp / VOCAB_FILE).write_text(json.dumps(self.words), encoding="utf-8")
             if self.config.softmax == "class":

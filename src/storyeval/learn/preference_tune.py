@@ -155,7 +155,7 @@ def save_encoder(encoder: Any, directory: Any) -> None:
     from storyeval.models.loading import forget_model
 
     target = Path(directory) / ENCODER_DIR
-    with atomic_directory(target) as staging:
+    with atomic_directory(target, "fine-tuned encoder", owned=True) as staging:
         encoder.model.save_pretrained(staging)
         encoder.tokenizer.save_pretrained(staging)
     forget_model(str(target))

@@ -427,7 +427,7 @@ def _save(lm: Any, output: Path, metadata: dict[str, Any]) -> None:
     from storyeval.io import atomic_directory
     from storyeval.learn.trainer import METADATA_FILE
 
-    with atomic_directory(output) as tmp:
+    with atomic_directory(output, f"{metadata['kind']} model") as tmp:
         lm.model.save_pretrained(tmp)
         lm.tokenizer.save_pretrained(tmp)
         (tmp / METADATA_FILE).write_text(json.dumps(metadata, indent=2) + "\n", encoding="utf-8")

@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from storyeval.errors import StoryevalError
+from storyeval.errors import OutputDirectoryError, StoryevalError
 from storyeval.io import write_text_atomic
 from storyeval.signature import Signature
 
@@ -35,10 +35,6 @@ FORMAT_VERSION = 1
 
 class TrainingInterrupted(StoryevalError):
     """Training stopped before the end; the checkpoint lets the same command resume."""
-
-
-class OutputDirectoryError(StoryevalError, ValueError):
-    """The output directory holds something training must not overwrite."""
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import combinations
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -140,24 +141,45 @@ def spans_frame(judgments: pd.DataFrame | Sequence[Judgment]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=SPAN_COLUMNS)
 
 
-def _chars(rows: pd.DataFrame, label: str) -> set[int]:
-    """The character offsets the rows' spans of ``label`` (any label for ``any``) cover."""
+def _intervals(rows: pd.DataFrame, label: str) -> list[tuple[int, int]]:
+    """The character spans of ``label`` (any label for ``any``) the rows cover, merged into
+    disjoint ``[start, end)`` intervals (lengths, never sets of offsets: no span size costs
+    memory)."""
     chosen = rows[_flagged(rows["label"], label)]
-    return {
-        c
-        for s, e in zip(chosen["start"], chosen["end"], strict=True)
-        for c in range(int(s), int(e))
-    }
+    spans = sorted((int(s), int(e)) for s, e in zip(chosen["start"], chosen["end"], strict=True))
+    merged: list[tuple[int, int]] = []
+    for start, end in spans:
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def _covered(intervals: Sequence[tuple[int, int]]) -> int:
+    return sum(end - start for start, end in intervals)
+
+
+def _shared(a: Sequence[tuple[int, int]], b: Sequence[tuple[int, int]]) -> int:
+    """Characters two sets of disjoint sorted intervals share."""
+    shared = i = j = 0
+    while i < len(a) and j < len(b):
+        shared += max(0, min(a[i][1], b[j][1]) - max(a[i][0], b[j][0]))
+        if a[i][1] <= b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return shared
 
 
 def _overlap(frame: pd.DataFrame, label: str) -> tuple[float, int]:
     """Micro overlap F1 of every pair of annotators of each story, and the number of pairs."""
     inter = total = pairs = 0
     for _, story in frame.groupby("item_id", sort=False):
-        marks = {r: _chars(rows, label) for r, rows in story.groupby("rater_id", sort=True)}
+        marks = {r: _intervals(rows, label) for r, rows in story.groupby("rater_id", sort=True)}
         for a, b in combinations(sorted(marks), 2):
-            inter += len(marks[a] & marks[b])
-            total += len(marks[a]) + len(marks[b])
+            inter += _shared(marks[a], marks[b])
+            total += _covered(marks[a]) + _covered(marks[b])
             pairs += 1
     return (2 * inter / total if total else math.nan), pairs
 
@@ -260,8 +282,9 @@ def compare_spans(
     for label in [*labels, "any"]:
         inter = n_ref = n_cand = 0
         for ref_rows, cand_rows in by_item.values():
-            ref, cand = _chars(ref_rows, label), _chars(cand_rows, label)
-            inter, n_ref, n_cand = inter + len(ref & cand), n_ref + len(ref), n_cand + len(cand)
+            ref, cand = _intervals(ref_rows, label), _intervals(cand_rows, label)
+            inter += _shared(ref, cand)
+            n_ref, n_cand = n_ref + _covered(ref), n_cand + _covered(cand)
         ref_flags = _flagged(joined["label_ref"], label)
         cand_flags = _flagged(joined["label_cand"], label)
         kappa = (
@@ -283,3 +306,87 @@ def compare_spans(
             }
         )
     return pd.DataFrame(rows)
+
+
+#: The most units a story may have (a sentence each): far above any story, far below what
+#: would exhaust memory
+MAX_UNITS = 100_000
+
+
+def check_span_records(path: str | Path, texts: Mapping[str, str] | None = None) -> None:
+    """Check every ``flagged_share`` record of a judgments file before its spans are read:
+    ``units`` a whole number in 1..:data:`MAX_UNITS`, each span a unit in 1..``units`` given
+    once, with ``0 <= start < end`` character offsets and a label the file counts as a
+    criterion; with the stories' ``texts``, the story's own sentence count and each span
+    within its unit's offsets (so nothing lies past the story's end).
+
+    Raises
+    ------
+    DataFileError
+        ``FILE:LINE: reason`` for every bad record.
+    """
+    from storyeval.corpus import iter_raw_records
+    from storyeval.errors import DataFileError, DataProblem
+
+    records = [(n, r) for n, r in iter_raw_records(path) if isinstance(r, dict)]
+    labels = {str(r.get("criterion")) for _, r in records} - {SHARE}
+    problems: list[DataProblem] = []
+    for number, record in records:
+        if record.get("criterion") != SHARE:
+            continue
+        text = (texts or {}).get(str(record.get("item_id")))
+        for reason in _span_problems(record, labels, None if text is None else story_units(text)):
+            problems.append(DataProblem(str(path), number, reason))
+    if problems:
+        raise DataFileError(problems)
+
+
+def _span_problems(
+    record: Mapping[str, Any], labels: set[str], units: Sequence[Unit] | None
+) -> list[str]:
+    """What is wrong with one ``flagged_share`` record (empty when nothing)."""
+    count = record.get("units")
+    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_UNITS:
+        return [f"units must be a whole number in 1..{MAX_UNITS}; got {count!r}"]
+    if units is not None and count != len(units):
+        return [f"units is {count} but the story has {len(units)} sentences"]
+    spans = record.get("spans") or []
+    if not isinstance(spans, list):
+        return [f"spans must be a list; got {type(spans).__name__}"]
+    problems: list[str] = []
+    seen: set[int] = set()
+    for span in spans:
+        reason = _span_problem(span, count, labels, seen, units)
+        if reason:
+            problems.append(reason)
+    return problems
+
+
+def _span_problem(
+    span: Any, count: int, labels: set[str], seen: set[int], units: Sequence[Unit] | None
+) -> str:
+    if not isinstance(span, Mapping):
+        return f"a span must be an object; got {span!r}"[:200]
+    unit, start, end, label = (span.get(k) for k in ("unit", "start", "end", "label"))
+    numbers = (unit, start, end)
+    if any(isinstance(v, bool) or not isinstance(v, int) for v in numbers):
+        return (
+            f"a span's unit, start and end must be whole numbers; got {unit!r}, {start!r}, {end!r}"
+        )
+    assert isinstance(unit, int) and isinstance(start, int) and isinstance(end, int)
+    if not 1 <= unit <= count:
+        return f"span unit {unit} is outside the story's {count} units"
+    if unit in seen:
+        return f"unit {unit} is marked twice"
+    seen.add(unit)
+    if not 0 <= start < end:
+        return f"span of unit {unit}: start {start} and end {end} must satisfy 0 <= start < end"
+    if str(label) not in labels:
+        return f"span of unit {unit}: label {label!r} is not one of the file's criteria ({', '.join(sorted(labels))})"
+    if units is not None and not units[unit - 1].start <= start < end <= units[unit - 1].end:
+        found = units[unit - 1]
+        return (
+            f"span of unit {unit} is at {start}-{end} but the story's unit {unit} is at "
+            f"{found.start}-{found.end}"
+        )
+    return ""

@@ -174,7 +174,7 @@ def build_index(
         "vocabulary": len(tokens.vocabulary),
         "content": tokens.digest.hexdigest()[:16],
     }
-    with atomic_directory(output) as tmp:
+    with atomic_directory(output, "corpus index") as tmp:
         np.save(tmp / "tokens.npy", padded)
         np.save(tmp / "suffixes.npy", suffixes.astype(dtype))
         words_by_id = sorted(tokens.vocabulary, key=tokens.vocabulary.__getitem__)

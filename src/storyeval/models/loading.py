@@ -195,7 +195,7 @@ def _dequantized_smollm_dir() -> Path:
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     model.load_state_dict(quantized.state_dict())
     try:
-        with atomic_directory(target) as tmp:
+        with atomic_directory(target, "converted model", owned=True) as tmp:
             model.save_pretrained(tmp)
             tokenizer.save_pretrained(tmp)
             (tmp / "storyeval-source.json").write_text(

@@ -172,9 +172,10 @@ def build_report(
     ValueError
         If no correlation level can be computed from the data.
     """
-    directory = Path(out_dir)
-    if directory.exists() and not directory.is_dir():
-        raise NotADirectoryError(f"{directory}: exists and is not a directory")
+    from storyeval.io import check_output_directory, claim_output_directory
+
+    read = [path for paths in (inputs or {}).values() for path in paths]
+    directory = check_output_directory(out_dir, "report", inputs=read)
     say = progress or (lambda _: None)
     say(f"correlations, agreement, ceilings and Williams tests ({n_boot} bootstrap resamples)")
     data = compute_report(
@@ -188,6 +189,7 @@ def build_report(
         confidence=confidence,
         seed=seed,
     )
+    claim_output_directory(directory, "report", inputs=read)
     (directory / "figures").mkdir(parents=True, exist_ok=True)
     out = ReportFiles(directory)
     say("figures and tables")

@@ -134,7 +134,7 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.storyeval = state
-    app.add_middleware(SecurityHeaders)
+    app.add_middleware(SecurityHeaders, scripts=True)
     app.mount("/static", StaticFiles(packages=[("storyeval.server", "static")]), name="static")
     mounted: set[int] = set()
     kinds = [SESSION_KINDS.get(kind) for kind in dict.fromkeys(s.kind for s in sessions)]

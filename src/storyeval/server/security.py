@@ -9,6 +9,11 @@ CONTENT_SECURITY_POLICY = (
     "default-src 'none'; style-src 'self'; img-src 'self' data:; form-action 'self'; "
     "frame-ancestors 'none'; base-uri 'none'"
 )
+#: The study server's policy: as above, and the scripts of its own /static folder (the typing
+#: record of free-text answers); never an inline script or one from elsewhere
+CONTENT_SECURITY_POLICY_WITH_SCRIPTS = CONTENT_SECURITY_POLICY.replace(
+    "style-src 'self'", "script-src 'self'; style-src 'self'"
+)
 
 
 def tokens_match(given: str | None, expected: str) -> bool:
@@ -23,11 +28,13 @@ def tokens_match(given: str | None, expected: str) -> bool:
 
 
 class SecurityHeaders:
-    """ASGI middleware: no inline scripts, no framing, no referrer (links carry secret tokens),
-    no caching of pages."""
+    """ASGI middleware: no inline scripts (``scripts``: the app's own static ones only), no
+    framing, no referrer (links carry secret tokens), no caching of pages."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: Any, *, scripts: bool = False) -> None:
         self.app = app
+        policy = CONTENT_SECURITY_POLICY_WITH_SCRIPTS if scripts else CONTENT_SECURITY_POLICY
+        self.headers = [(b"content-security-policy", policy.encode()), *_HEADERS]
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -39,7 +46,8 @@ class SecurityHeaders:
             if message["type"] == "http.response.start":
                 headers = list(message.get("headers", []))
                 present = {name.lower() for name, _ in headers}
-                for name, value in _HEADERS + ([] if static else [(b"cache-control", b"no-store")]):
+                extra = [] if static else [(b"cache-control", b"no-store")]
+                for name, value in self.headers + extra:
                     if name not in present:
                         headers.append((name, value))
                 message["headers"] = headers
@@ -49,7 +57,6 @@ class SecurityHeaders:
 
 
 _HEADERS: list[tuple[bytes, bytes]] = [
-    (b"content-security-policy", CONTENT_SECURITY_POLICY.encode()),
     (b"x-content-type-options", b"nosniff"),
     (b"referrer-policy", b"no-referrer"),
     (b"x-frame-options", b"DENY"),

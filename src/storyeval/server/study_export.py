@@ -18,6 +18,7 @@ from storyeval.corpus import Judgment
 from storyeval.errors import StoryevalError
 from storyeval.human.model import Study
 from storyeval.server.db import Database
+from storyeval.server.integrity import summarise
 from storyeval.server.participants import participants, rater_id
 from storyeval.server.study_routing import export_routing
 from storyeval.server.study_tables import (
@@ -92,6 +93,7 @@ def export_responses(conn: Connection, study_name: str) -> list[dict[str, Any]]:
             "text": r.text,
             "time_s": None if r.time_s is None else round(float(r.time_s), 3),
             "submitted_at": iso(r.submitted_at),
+            "integrity": json.loads(r.integrity) if r.integrity else None,
         }
         for r in rows
     ]
@@ -247,6 +249,7 @@ def participant_summaries(conn: Connection, study: Study) -> list[dict[str, Any]
     pages = _page_times(conn, study)
     orders, reserved = _slot_orders(conn, study)
     training, comprehension = _training_outcomes(conn, study)
+    typing = _typing_by_participant(conn, study)
     summaries = []
     for p in people:
         mine = pages.get(int(p.id), {})
@@ -279,9 +282,24 @@ def participant_summaries(conn: Connection, study: Study) -> list[dict[str, Any]
                 "training_correct": tr_right,
                 "order": orders.get(int(p.id), []),
                 "completion_code": p.completion_code,
+                **typing.get(int(p.id), summarise([])),
             }
         )
     return summaries
+
+
+def _typing_by_participant(conn: Connection, study: Study) -> dict[int, dict[str, Any]]:
+    """Each participant's free-text answers at a glance (see
+    :func:`storyeval.server.integrity.summarise`)."""
+    answers: dict[int, list[Any]] = {}
+    rows = conn.execute(
+        select(responses.c.participant_id, responses.c.integrity).where(
+            responses.c.study == study.name
+        )
+    ).all()
+    for pid, integrity in rows:
+        answers.setdefault(int(pid), []).append(json.loads(integrity) if integrity else None)
+    return {pid: summarise(found) for pid, found in answers.items()}
 
 
 def progress(conn: Connection, study: Study) -> dict[str, Any]:
@@ -312,7 +330,15 @@ def progress(conn: Connection, study: Study) -> dict[str, Any]:
     coverage: dict[str, dict[str, Any]] = {}
     for key, condition, status, count in coverage_rows:
         entry = coverage.setdefault(
-            key, {"item": key, "condition": condition, "done": 0, "reserved": 0, "open": 0}
+            key,
+            {
+                "item": key,
+                "condition": condition,
+                "done": 0,
+                "reserved": 0,
+                "open": 0,
+                "settled": 0,
+            },
         )
         entry[str(status)] = int(count)
     return {
@@ -391,7 +417,7 @@ def export_to_directory(
         if study.config.assignment.adaptive is not None:
             tables["routing.jsonl"] = export_routing(conn, study.name)
     counts = {}
-    with atomic_directory(Path(out_dir)) as tmp:
+    with atomic_directory(Path(out_dir), "study export") as tmp:
         counts[f"judgments.{fmt}"] = (
             write_judgments(tmp / f"judgments.{fmt}", records) if records else 0
         )

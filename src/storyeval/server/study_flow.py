@@ -896,8 +896,10 @@ def submit_response(
     item_id: str | None,
     served_at: float | None,
     now: float,
+    integrity: Mapping[str, Any] | None = None,
 ) -> bool:
-    """Store one free-text answer once; returns False if it was already stored."""
+    """Store one free-text answer once (with how it was produced, when measured); returns
+    False if it was already stored."""
     present = conn.execute(
         select(responses.c.id).where(
             responses.c.participant_id == participant.id,
@@ -918,13 +920,20 @@ def submit_response(
             served_at=served_at,
             submitted_at=now,
             time_s=None if served_at is None else max(0.0, now - served_at),
+            integrity=json.dumps(dict(integrity)) if integrity else None,
         )
     )
     return True
 
 
 def submit_follow_up(
-    conn: Connection, study: Study, participant: Participant, slot_id: int, text: str, now: float
+    conn: Connection,
+    study: Study,
+    participant: Participant,
+    slot_id: int,
+    text: str,
+    now: float,
+    integrity: Mapping[str, Any] | None = None,
 ) -> str:
     """Store the free-text answer that follows an item: ``"saved"``, ``"replay"`` or
     ``"missing"`` (not this participant's page)."""
@@ -955,6 +964,7 @@ def submit_follow_up(
         item_id=page.texts[0].id if page.kind == "item" else page.item_key,
         served_at=first_view(conn, current.id, f"explain:{slot_id}"),
         now=now,
+        integrity=integrity,
     )
     note_submission(conn, current, now)
     _view_next(conn, study, current, now)
@@ -1009,9 +1019,15 @@ def close_items(conn: Connection, participant: Participant) -> None:
 
 
 def submit_questions(
-    conn: Connection, study: Study, participant: Participant, answers: Mapping[str, str], now: float
+    conn: Connection,
+    study: Study,
+    participant: Participant,
+    answers: Mapping[str, str],
+    now: float,
+    integrity: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> str:
-    """Store the final free-text answers once: ``"saved"`` or ``"replay"``."""
+    """Store the final free-text answers once (with how each was produced, when measured):
+    ``"saved"`` or ``"replay"``."""
     current, snap, step = _checked(conn, study, participant, now)
     if step.kind != "questions":
         if snap.member is not None and snap.member.questions_done:
@@ -1030,6 +1046,7 @@ def submit_questions(
                 item_id=None,
                 served_at=served,
                 now=now,
+                integrity=(integrity or {}).get(question.name),
             )
     conn.execute(
         update(members).where(members.c.participant_id == current.id).values(questions_done=1)

@@ -1,8 +1,11 @@
 """Adaptive assignment in the server (``assignment.adaptive`` in a study file).
 
 Before each claim the study's judgments so far are summarised per item, text and criterion
-(count, sum, sum of squares, in one grouped query), the items whose interval is within the
-target are *settled* (their open slots get status ``settled`` and are never handed out), and
+(count, sum, sum of squares, in one grouped query) over the *trusted* raters: those who have
+answered every attention check they were given and failed none, and whose answers vary on
+some criterion (a rater who gives every item the same answers is straight-lining, and
+agreement among straight-liners must not settle anything). The items whose interval is within
+the target are *settled* (their open slots get status ``settled`` and are never handed out), and
 the open slots are put in routing order (:func:`storyeval.human.adaptive.route`). The claim
 then takes them in that order within the usual constraints (condition balance, one item per
 prompt per participant, each slot claimed once), so quotas hold exactly as without routing.
@@ -27,8 +30,20 @@ from storyeval.server.study_tables import iso, routing
 _CELL_MOMENTS = HotQuery(
     "SELECT s.item_key, j.item_id, j.criterion, count(*), sum(j.value), sum(j.value * j.value) "
     "FROM study_judgments j JOIN study_slots s ON s.id = j.slot_id "
-    "WHERE j.study = :study AND s.kind = 'item' GROUP BY s.item_key, j.item_id, j.criterion"
+    "WHERE j.study = :study AND s.kind = 'item' "
+    # raters whose answers vary on some criterion (a straight-liner's settle nothing) ...
+    "AND j.participant_id IN (SELECT v.participant_id FROM study_judgments v "
+    "JOIN study_slots vs ON vs.id = v.slot_id WHERE v.study = :study AND vs.kind = 'item' "
+    "GROUP BY v.participant_id, v.criterion HAVING max(v.value) > min(v.value)) "
+    # ... who have answered every attention check they were given, and failed none
+    "AND j.participant_id NOT IN (SELECT c.participant_id FROM study_slots c "
+    "WHERE c.study = :study AND c.kind = 'check' AND c.participant_id IS NOT NULL "
+    "AND (c.status <> 'done' OR EXISTS (SELECT 1 FROM study_judgments cj "
+    "WHERE cj.slot_id = c.id AND cj.extra LIKE :failed))) "
+    "GROUP BY s.item_key, j.item_id, j.criterion"
 )
+#: how a failed attention check's judgment reads in ``study_judgments.extra`` (JSON)
+_FAILED_CHECK = '%"check_passed": false%'
 _ITEM_COUNTS = HotQuery(
     "SELECT item_key, status, count(*) FROM study_slots WHERE study = :study AND kind = 'item' "
     "GROUP BY item_key, status"
@@ -46,7 +61,8 @@ def routing_states(conn: Connection, study: Study) -> dict[str, ItemState]:
         return {}
     wanted = set(settings.criteria or [])
     cells: dict[str, list[Moments]] = {}
-    for key, _item, criterion, n, total, squares in _CELL_MOMENTS.rows(conn, {"study": study.name}):
+    params = {"study": study.name, "failed": _FAILED_CHECK}
+    for key, _item, criterion, n, total, squares in _CELL_MOMENTS.rows(conn, params):
         if not wanted or criterion in wanted:
             cells.setdefault(str(key), []).append(Moments(int(n), float(total), float(squares)))
     done: dict[str, int] = {}

@@ -131,6 +131,8 @@ responses = Table(
     Column("served_at", Float, nullable=True),
     Column("submitted_at", Float, nullable=False),
     Column("time_s", Float, nullable=True),
+    # how the answer was produced (storyeval.server.integrity: counts and times, no content)
+    Column("integrity", Text, nullable=True),
     UniqueConstraint("participant_id", "scope", "question", name="uq_response_once"),
 )
 

@@ -18,12 +18,17 @@ Every view's state is in its URL, so a link shows what its author saw:
   and one replayed turn by turn: each suggestion offered with its generator, the one chosen,
   the writer's actions and the text kept, then the survey answers;
 - ``/files``: what was read and what could not be joined.
+
+Only requests naming a loopback host are answered (``allowed_hosts``; ``storyeval view
+--allow-host NAME`` adds one), so a page elsewhere that rebinds its name to 127.0.0.1 reads
+nothing.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Sequence
 from typing import Any
 from urllib.parse import urlencode
 
@@ -38,10 +43,17 @@ PAGE_SIZE = 50
 FIXED = ("item_id", "system", "prompt_id", "words")
 
 
-def create_view_app(data: ViewData) -> FastAPI:
-    """The app over ``data`` (see the module docstring)."""
+#: The Host header values the viewer answers by default: its loopback names, so that a web
+#: page that rebinds its own DNS name to 127.0.0.1 cannot read the stories (DNS rebinding)
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
+
+
+def create_view_app(data: ViewData, *, allowed_hosts: Sequence[str] = LOOPBACK_HOSTS) -> FastAPI:
+    """The app over ``data`` (see the module docstring), answering requests whose Host header
+    names one of ``allowed_hosts`` (any port) and refusing the others with 400."""
     import jinja2
     from fastapi.staticfiles import StaticFiles
+    from starlette.middleware.trustedhost import TrustedHostMiddleware
 
     from storyeval import __version__
     from storyeval.server.security import SecurityHeaders
@@ -121,6 +133,7 @@ def create_view_app(data: ViewData) -> FastAPI:
     static = str(__import__("pathlib").Path(server_file).parent / "static")
     app.mount("/static", StaticFiles(directory=static), name="static")
     app.add_middleware(SecurityHeaders)
+    app.add_middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts))
     return app
 
 
@@ -344,12 +357,50 @@ def _perturbation_pairs(data: ViewData, technique: str) -> tuple[list[dict[str, 
     return pairs, sorted(techniques)
 
 
+#: The largest word-by-word comparison a diff makes at once (words of one side times words of
+#: the other): two 2,000-word texts; longer texts are compared sentence by sentence first
+WORD_DIFF_BUDGET = 4_000_000
+_SENTENCE_END = re.compile(r"(?<=[.!?\"”])\s+")
+
+
 def _diff(before: str, after: str) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
     """Word-level segments of two texts: ``(kind, text)`` with kind ``same`` or ``changed``
-    (escaped by the template like any text)."""
+    (escaped by the template like any text). A word diff costs the product of the two texts'
+    lengths (52 s for two 50,000-word texts), so texts above :data:`WORD_DIFF_BUDGET` are
+    first matched sentence by sentence and words are compared inside changed blocks only while
+    the comparisons made stay within twice the budget (beyond, a changed block is marked
+    whole): under a second whatever the length."""
+    a, b = before.split(" "), after.split(" ")
+    if len(a) * len(b) <= WORD_DIFF_BUDGET:
+        return _word_diff(a, b)
     import difflib
 
-    a, b = before.split(" "), after.split(" ")
+    sa, sb = _SENTENCE_END.split(before), _SENTENCE_END.split(after)
+    old: list[tuple[str, str]] = []
+    new: list[tuple[str, str]] = []
+    spent = 0
+    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(a=sa, b=sb, autojunk=False).get_opcodes():
+        left, right = " ".join(sa[i1:i2]), " ".join(sb[j1:j2])
+        if op == "equal":
+            old.append(("same", left + " "))
+            new.append(("same", right + " "))
+            continue
+        words_a, words_b = left.split(" ") if left else [], right.split(" ") if right else []
+        cost = len(words_a) * len(words_b)
+        if words_a and words_b and spent + cost <= 2 * WORD_DIFF_BUDGET:
+            spent += cost
+            part_old, part_new = _word_diff(words_a, words_b)
+            old += part_old
+            new += part_new
+            continue
+        old += [("changed", left + " ")] if left else []
+        new += [("changed", right + " ")] if right else []
+    return old, new
+
+
+def _word_diff(a: list[str], b: list[str]) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    import difflib
+
     old: list[tuple[str, str]] = []
     new: list[tuple[str, str]] = []
     for op, i1, i2, j1, j2 in difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes():

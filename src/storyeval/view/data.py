@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -169,7 +169,7 @@ def load_view_data(inputs: Sequence[str | Path]) -> ViewData:
     StoryevalError
         A path that does not exist, a file of no known kind (with its line), or no story.
     """
-    from storyeval.corpus import read_judgments, read_scores, read_stories
+    from storyeval.corpus import read_judgments, read_stories
 
     stories = MemoryStories()
     scores: list[tuple[str, Score]] = []
@@ -191,7 +191,7 @@ def load_view_data(inputs: Sequence[str | Path]) -> ViewData:
             records = read_stories(path)
             stories.update((s.id, s) for s in records)
         elif kind == "scores":
-            records = read_scores(path)
+            records = _scores(path)
             scores += [(str(path), s) for s in records]
         elif kind == "judgments":
             records = read_judgments(path)
@@ -212,6 +212,35 @@ def load_view_data(inputs: Sequence[str | Path]) -> ViewData:
         if column in data.rankings:
             data.rankings[column] = pd.to_numeric(data.rankings[column], errors="coerce")
     return data
+
+
+#: The table's own columns and column prefixes, which no metric may be named as
+RESERVED_COLUMNS = ("item_id", "system", "prompt_id", "words")
+RESERVED_PREFIXES = ("people:", "judge:")
+
+
+def _scores(path: Path) -> list[Score]:
+    """A score file's records, none of whose metrics is named as one of the table's own
+    columns (``words``, ``item_id``, ... would overlap them)."""
+    from storyeval.corpus import iter_raw_records, read_scores
+    from storyeval.errors import DataFileError, DataProblem
+
+    records = read_scores(path)
+    if not any(_reserved(s.metric) for s in records):
+        return records
+    problems = [
+        DataProblem(
+            str(path), number, f"metric {record['metric']!r} is named as a column of the view's "
+            f"table ({', '.join(RESERVED_COLUMNS)}, or people:/judge:...): rename it",
+        )
+        for number, record in iter_raw_records(path)
+        if isinstance(record, dict) and _reserved(str(record.get("metric", "")))
+    ]  # fmt: skip
+    raise DataFileError(problems)
+
+
+def _reserved(metric: str) -> bool:
+    return metric in RESERVED_COLUMNS or metric.startswith(RESERVED_PREFIXES)
 
 
 def _rankings(path: Path) -> list[dict[str, Any]]:
@@ -241,19 +270,66 @@ def _sessions(path: Path) -> list[dict[str, Any]]:
     from storyeval.errors import DataFileError, DataProblem
 
     records = []
+    problems: list[DataProblem] = []
     for number, record in iter_raw_records(path):
         if isinstance(record, DataProblem):
-            raise DataFileError([record])
-        if record.get("format") not in SESSION_FORMATS or not isinstance(
-            record.get("turns" if record.get("format") == SESSION_FORMATS[0] else "tasks"), list
-        ):
-            raise DataFileError.single(
-                path,
-                number,
-                "not a writing session (a 'format' of a session export and its turns or tasks)",
-            )
+            problems.append(record)
+            continue
+        reason = session_problem(record)
+        if reason:
+            problems.append(DataProblem(str(path), number, reason))
+            continue
         records.append(dict(record))
+    if problems:
+        raise DataFileError(problems)
     return records
+
+
+def _objects(value: Any, what: str) -> str:
+    """Why ``value`` is not a list of objects (empty when it is)."""
+    if not isinstance(value, list):
+        return f"{what} must be a list; got {type(value).__name__}"
+    bad = next((type(v).__name__ for v in value if not isinstance(v, dict)), None)
+    return f"each of {what} must be an object; got a {bad}" if bad else ""
+
+
+def _nested(steps: list[dict[str, Any]], parts: Sequence[str], what: str) -> str:
+    """Why a part of some step (a turn's suggestions, a task's pulls) is not a list of
+    objects (empty when none is wrong)."""
+    for step in steps:
+        for part in parts:
+            if step.get(part) is not None:
+                reason = _objects(step[part], f"a {what}'s {part}")
+                if reason:
+                    return reason
+        if step.get("survey") is not None and not isinstance(step["survey"], dict):
+            return f"a {what}'s survey must be an object"
+    return ""
+
+
+def session_problem(record: Mapping[str, Any]) -> str:
+    """Why a record is not a writing session the replay can show (empty when it is): the
+    export's ``format``, a ``kind``, its turns (writing) or tasks (slogans) as lists of
+    objects, each suggestion, event and pull an object (a pull's suggestions a list), each
+    survey an object."""
+    if record.get("format") not in SESSION_FORMATS:
+        return "not a writing session: 'format' must be " + " or ".join(SESSION_FORMATS)
+    if not isinstance(record.get("kind"), str) or not record["kind"]:
+        return "a writing session needs its 'kind' (cyoa, mil or slogan)"
+    for key in ("survey", "final_survey"):
+        if record.get(key) is not None and not isinstance(record[key], dict):
+            return f"{key} must be an object; got {type(record[key]).__name__}"
+    if record["format"] == SESSION_FORMATS[0]:
+        return _objects(record.get("turns"), "turns") or _nested(
+            record["turns"], ("suggestions", "events"), "turn"
+        )
+    reason = _objects(record.get("tasks"), "tasks") or _nested(record["tasks"], ("pulls",), "task")
+    for task in record["tasks"] if not reason else []:
+        for pull in task.get("pulls") or []:
+            for key in ("suggestions", "keywords"):
+                if not isinstance(pull.get(key, []), list):
+                    return f"a pull's {key} must be a list"
+    return reason
 
 
 def _comparisons(path: Path) -> list[dict[str, Any]]:

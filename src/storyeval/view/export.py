@@ -126,7 +126,7 @@ def export_site(data: ViewData, directory: str | Path, *, max_pages: int = 5000)
 
     if max_pages < 1:
         raise ValueError(f"max_pages must be >= 1; got {max_pages}")
-    client = TestClient(create_view_app(data))
+    client = TestClient(create_view_app(data, allowed_hosts=["testserver"]))
     seeds = _seeds(data)
     known: dict[str, str] = {}
     queue: deque[str] = deque()
@@ -135,7 +135,8 @@ def export_site(data: ViewData, directory: str | Path, *, max_pages: int = 5000)
             known[url] = page_file(url)
             queue.append(url)
     skipped: set[str] = set()
-    with atomic_directory(directory) as tmp:
+    inputs = [file for file, _, _ in data.files]
+    with atomic_directory(directory, "view export", inputs=inputs) as tmp:
         while queue:
             url = queue.popleft()
             body = _rewrite(client.get(url).text, queue, known, max_pages, skipped)

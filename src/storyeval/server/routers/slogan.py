@@ -77,6 +77,29 @@ def _page_of(session: SloganSession | None) -> str:
     return PAGES[session.phase if session is not None else None]
 
 
+def _typing(plugin: SloganSessionPlugin, form: Any, draft: str) -> dict[str, Any] | None:
+    """How the final draft was written (on its last page), when the session records it."""
+    if not plugin.config.record_typing:
+        return None
+    from storyeval.server.integrity import measure_typing
+
+    return measure_typing(form.get("integrity:draft"), draft)
+
+
+def _answers_typing(
+    plugin: SloganSessionPlugin, form: Any, answers: dict[str, str]
+) -> dict[str, Any]:
+    """How each open answer of the final survey was written, when recorded."""
+    if not plugin.config.record_typing:
+        return {}
+    from storyeval.server.integrity import form_signals
+
+    typed = form_signals(
+        form, [f"q-{n}" for n in answers], {f"q-{n}": t for n, t in answers.items()}
+    )
+    return {name: typed[f"q-{name}"] for name in answers if f"q-{name}" in typed}
+
+
 def _context(participant: Participant, plugin: SloganSessionPlugin, session: Any) -> dict[str, Any]:
     task = session.current_task() if session is not None else {}
     keywords, draft = session.draft() if session is not None else ("", "")
@@ -98,6 +121,7 @@ def _context(participant: Participant, plugin: SloganSessionPlugin, session: Any
         "errors": [],
         "use_again_choices": USE_AGAIN_CHOICES,
         "experience_choices": EXPERIENCE_CHOICES,
+        "record_typing": plugin.config.record_typing,
     }
 
 
@@ -229,7 +253,9 @@ def write_submit(request: Request, who: Writer, form: Form) -> Response:
                 plugin,
                 participant,
                 form,
-                lambda s, now: s.submit_slogan(draft, keywords=keywords, now=now),
+                lambda s, now: s.submit_slogan(
+                    draft, keywords=keywords, now=now, integrity=_typing(plugin, form, draft)
+                ),
             )
         else:
             raise HTTPException(status_code=422, detail="Unknown action.")
@@ -344,7 +370,12 @@ def final_submit(request: Request, who: Writer, form: Form) -> Response:
             participant,
             form,
             lambda s, now: s.submit_final(
-                likert, answers, use_again=use_again, experience=experience, now=now
+                likert,
+                answers,
+                use_again=use_again,
+                experience=experience,
+                now=now,
+                integrity=_answers_typing(plugin, form, answers),
             ),
         )
     except TurnError as exc:

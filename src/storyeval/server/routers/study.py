@@ -115,6 +115,7 @@ def _context(study: Study, participant: Participant) -> dict[str, Any]:
         "config": study.config,
         "token": participant.token,
         "protocol": protocol.name,
+        "record_typing": study.config.quality.record_typing,
         **protocol.template_context(study),
     }
 
@@ -298,8 +299,11 @@ def explain_submit(
         context = _explain_context(state, study, participant, slot_id, error, text[: MAX_TEXT * 2])
         return state.page("study/explain.html", context, status_code=422)
     now = state.clock()
+    signals = _typing(study, form, {"explanation": text}).get("explanation")
     outcome = _change(
-        state, token, lambda c: flow.submit_follow_up(c, study, participant, slot_id, text, now)
+        state,
+        token,
+        lambda c: flow.submit_follow_up(c, study, participant, slot_id, text, now, signals),
     )
     if outcome == "missing":
         raise HTTPException(status_code=404, detail="This item is not assigned to you.")
@@ -590,6 +594,15 @@ def more_submit(request: Request, token: str, who: Participation, form: Form) ->
     return outcome if isinstance(outcome, Response) else _redirect(f"/study/{token}/")
 
 
+def _typing(study: Study, form: Any, texts: dict[str, str]) -> dict[str, Any]:
+    """How each free-text answer was produced, when the study records it."""
+    if not study.config.quality.record_typing:
+        return {}
+    from storyeval.server.integrity import form_signals
+
+    return form_signals(form, texts, texts)
+
+
 @router.get("/questions")
 @database_bound
 def questions(request: Request, token: str, who: Participation) -> Response:
@@ -629,8 +642,9 @@ def questions_submit(request: Request, token: str, who: Participation, form: For
             status_code=422,
         )
     now = state.clock()
+    signals = _typing(study, form, values)
     outcome = _change(
-        state, token, lambda c: flow.submit_questions(c, study, participant, values, now)
+        state, token, lambda c: flow.submit_questions(c, study, participant, values, now, signals)
     )
     return outcome if isinstance(outcome, Response) else _redirect(f"/study/{token}/")
 

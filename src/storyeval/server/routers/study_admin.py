@@ -31,6 +31,7 @@ class ItemProgress(BaseModel):
     done: int
     reserved: int
     open: int
+    settled: int = 0
 
 
 class Progress(BaseModel):
@@ -47,6 +48,7 @@ class Progress(BaseModel):
     slots_open: int
     slots_reserved: int
     slots_done: int
+    slots_settled: int
     judgments: int
     raters_per_item: int
     items: list[ItemProgress]
@@ -200,9 +202,10 @@ def export_definition(state: Admin, name: str) -> Response:
     )
 
 
-def _judge_records(state: ServerState, study: Study) -> list[Any]:
-    """The judgments of the served judge files about this study's texts (read again when a
-    file changes)."""
+def _judge_records(state: ServerState, study: Study) -> tuple[list[Any], str]:
+    """The judgments of the served judge files about this study's texts, read again when a
+    file changes, and why the latest reading failed (empty when it did not): a file edited to
+    a bad line keeps the last good judgments in use, and the page says what is wrong."""
     from pathlib import Path
 
     from storyeval.corpus import read_judgments
@@ -210,11 +213,17 @@ def _judge_records(state: ServerState, study: Study) -> list[Any]:
     paths = [Path(p) for p in state.settings.judge_files]
     stamp = tuple((str(p), p.stat().st_mtime_ns if p.exists() else 0) for p in paths)
     key = ("judges", study.name, stamp)
+    good = ("judges-last-good", study.name)
     if key not in state.computed:
         texts = {text.id for item in study.items for text in item.texts}
-        records = [j for p in paths if p.exists() for j in read_judgments(p)]
-        state.computed[key] = [j for j in records if j.item_id in texts]
-    result: list[Any] = state.computed[key]
+        try:
+            records = [j for p in paths if p.exists() for j in read_judgments(p)]
+        except (ValueError, OSError) as exc:  # a file mid-edit or broken: keep what worked
+            state.computed[key] = (state.computed.get(good, []), str(exc))
+        else:
+            state.computed[good] = [j for j in records if j.item_id in texts]
+            state.computed[key] = (state.computed[good], "")
+    result: tuple[list[Any], str] = state.computed[key]
     return result
 
 
@@ -223,12 +232,13 @@ def _calibration(state: ServerState, study: Study, top: int) -> dict[str, Any]:
     the people's mean so far, and the items where they disagree most."""
     from storyeval.meta.review import calibration_queue
 
-    judges = _judge_records(state, study)
+    judges, error = _judge_records(state, study)
     with state.db.read() as conn:
         records = study_export.export_judgments(conn, study.name, version=study.version)
     people = [j for j in records if not j.extra.get("check")]
+    files = list(state.settings.judge_files)
     if not judges or not people:
-        return {"files": list(state.settings.judge_files), "summary": [], "queue": []}
+        return {"files": files, "summary": [], "queue": [], "error": error}
     summary, queue = calibration_queue(people, judges, top=top)
     texts = {text.id: text for item in study.items for text in item.texts}
     rows = _plain(queue)
@@ -236,7 +246,7 @@ def _calibration(state: ServerState, study: Study, top: int) -> dict[str, Any]:
         text = texts.get(row["item_id"])
         row["system"] = text.system if text else None
         row["excerpt"] = (text.story[:240] + ("…" if len(text.story) > 240 else "")) if text else ""
-    return {"files": list(state.settings.judge_files), "summary": _plain(summary), "queue": rows}
+    return {"files": files, "summary": _plain(summary), "queue": rows, "error": error}
 
 
 @router.get("/calibration")

@@ -126,7 +126,17 @@ def _context(
         "step": session.step_token() if session is not None else "",
         "error": None,
         "text": "",
+        "record_typing": config.record_typing,
     }
+
+
+def _typing(plugin: WritingSessionPlugin, form: FormData, texts: dict[str, str]) -> dict[str, Any]:
+    """How each free-text field was written, when the session records it."""
+    if not plugin.config.record_typing:
+        return {}
+    from storyeval.server.integrity import form_signals
+
+    return form_signals(form, texts, texts)
 
 
 Fill = Callable[[ServerState, Participant, WritingSession | None], dict[str, Any]]
@@ -291,9 +301,14 @@ def write_submit(request: Request, who: Writer, form: Form) -> Response:
     """Store the writer's text and ask the generators for suggestions."""
     state, participant, plugin = _parts(request, who)
     text = form.get("text")
+    signals = _typing(plugin, form, {"text": text}).get("text")
     try:
         status, _ = _act(
-            state, plugin, participant, form, lambda s, now: s.submit_text(text, now=now)
+            state,
+            plugin,
+            participant,
+            form,
+            lambda s, now: s.submit_text(text, now=now, integrity=signals),
         )
     except TurnError as exc:
         page = _context(plugin, participant, _load(state, plugin, participant))
@@ -388,7 +403,14 @@ def edit_submit(request: Request, who: Writer, form: Form) -> Response:
                 lambda s, now: s.choose(_generator_at(s, position), now=now, draft=text),
             )
         else:
-            _act(state, plugin, participant, form, lambda s, now: s.submit_text(text, now=now))
+            signals = _typing(plugin, form, {"text": text}).get("text")
+            _act(
+                state,
+                plugin,
+                participant,
+                form,
+                lambda s, now: s.submit_text(text, now=now, integrity=signals),
+            )
     except TurnError as exc:
         session = _load(state, plugin, participant)
         if session is None or session.phase != "edit":
@@ -449,8 +471,11 @@ def survey_submit(request: Request, who: Writer, form: Form) -> Response:
         )
         return state.page("writing/survey.html", page, status_code=422)
 
+    typed = _typing(plugin, form, {f"q-{name}": text for name, text in answers.items()})
+    signals = {name: typed[f"q-{name}"] for name in answers if f"q-{name}" in typed}
+
     def finish(session: WritingSession, now: float) -> None:
-        session.submit_survey(likert, answers, now=now)
+        session.submit_survey(likert, answers, now=now, integrity=signals)
 
     try:
         status, _ = _act(state, plugin, participant, form, finish)

@@ -28,19 +28,28 @@ def _plugin(state: ServerState, kind: str, name: str) -> WritingSessionPlugin:
 
 
 def _person(session: writing_store.AnySession) -> dict[str, Any]:
-    """A writer's row on the dashboard: phase, turns (slogans: pulls) and choices."""
+    """A writer's row on the dashboard: phase, turns (slogans: pulls), choices and how their
+    free text was produced (see :func:`storyeval.server.integrity.summarise`)."""
+    from storyeval.server.integrity import summarise
+
     if isinstance(session, SloganSession):
+        final = session.data.get("final_survey") or {}
+        texts = [t.get("integrity") for t in session.tasks if t.get("final")]
         return {
             "participant": session.participant,
             "phase": session.phase,
             "turns": sum(len(task["pulls"]) for task in session.tasks),
             "choices": [session.condition],
+            **summarise([*texts, *(final.get("integrity") or {}).values()]),
         }
+    survey = session.data.get("survey") or {}
+    written = [t.get("integrity") for t in session.submitted_turns() if t.get("text")]
     return {
         "participant": session.participant,
         "phase": session.phase,
         "turns": len(session.submitted_turns()),
         "choices": [t["chosen"] for t in session.submitted_turns() if t["author"] == "suggestion"],
+        **summarise([*written, *(survey.get("integrity") or {}).values()]),
     }
 
 
