@@ -28,14 +28,14 @@ def test_write_bytes_atomic_creates_parents(tmp_path):
 
 def test_atomic_directory(tmp_path):
     target = tmp_path / "ckpt"
-    with atomic_directory(target) as tmp:
+    with atomic_directory(target, "test output") as tmp:
         (tmp / "w.txt").write_text("1")
     assert (target / "w.txt").read_text() == "1"
-    with pytest.raises(RuntimeError), atomic_directory(target) as tmp:
+    with pytest.raises(RuntimeError), atomic_directory(target, "test output") as tmp:
         (tmp / "w.txt").write_text("2")
         raise RuntimeError
     assert (target / "w.txt").read_text() == "1"
-    with atomic_directory(target) as tmp:
+    with atomic_directory(target, "test output") as tmp:
         (tmp / "v.txt").write_text("3")
-    assert sorted(p.name for p in target.iterdir()) == ["v.txt"]
+    assert sorted(p.name for p in target.iterdir()) == [".storyeval-output", "v.txt"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]

@@ -177,3 +177,4 @@ def test_writing_sessions_record_how_each_turn_was_written(tmp_path):
     assert first["integrity"]["flags"] == ["pasted"] and first["integrity"]["chars"] == len(text)
     dashboard = client.get(f"/admin/{ADMIN}/cyoa/{plugin.config.name}/").text
     assert "pasted 1 of 1" in dashboard
+    assert plugin.worker is not None and plugin.worker.wait_idle(timeout=120)  # its suggestions

@@ -160,7 +160,7 @@ def _ttcw_experts(
         result.judgments.append(
             Judgment(
                 story_id, f"expert{row['expert_idx']}", tests[int(row["ttcw_idx"])], verdict,
-                extra=extra,
+                condition=systems[story_id], extra=extra,
             )
         )  # fmt: skip
     if problems:
@@ -221,8 +221,9 @@ def import_ttcw(path: str | Path, *, linked_texts: str | Path | None = None) -> 
     ``plotN`` shared by the four stories of a plot, ``system`` one of
     :data:`TTCW_SYSTEMS`, the title and link in ``extra``), the experts' verdicts as
     judgments (``rater_id`` ``expertK``, one criterion per test named after its category,
-    value 1 for Yes and 0 for No, the explanation as ``rationale``, the story's ``system``) for
-    all 48 stories, and the LLM judges' answers as ``judge_judgments`` (``rater_id`` the
+    value 1 for Yes and 0 for No, the explanation as ``rationale``, the story's system as
+    ``condition`` and ``system``, so ``study analyse`` compares the sources) for all 48
+    stories, and the LLM judges' answers as ``judge_judgments`` (``rater_id`` the
     judge's file name, the verdict parsed from the answer's first word; answers that begin
     with neither are left out and counted in the notes).
 
