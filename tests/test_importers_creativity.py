@@ -133,10 +133,10 @@ def test_wq_pairs_mark_the_authors_paragraph(tmp_path: Path) -> None:
     result = import_file("wq", path)
     assert len(result.stories) == 6 and len(result.comparisons) == 3
     by_id = {s.id: s for s in result.stories}
-    assert (
-        by_id["test-pairwise-1-2"].system == "human" and by_id["test-pairwise-1-1"].system == "llm"
-    )
+    assert by_id["test-pairwise-1-2"].extra["source"] == "human"
+    assert by_id["test-pairwise-1-1"].extra["source"] == "llm"
     assert by_id["test-pairwise-1-1"].extra["ai_written"] is True
+    assert by_id["test-pairwise-1-1"].system == "test-pairwise-1-1"  # a pairwise judge's sides
     assert by_id["test-pairwise-1-2"].extra["author"] == "Joan Didion"
     first = result.comparisons[0]
     assert first["winner"] == "test-pairwise-1-2" and first["group"] == "Joan Didion"

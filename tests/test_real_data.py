@@ -61,7 +61,7 @@ def real(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     pairs = _records(out / "wq" / "comparisons.jsonl")[:40]
     paired = {c[side] for c in pairs for side in ("system_a", "system_b")}
     wq = [s for s in _records(out / "wq" / "stories.jsonl") if s["id"] in paired]
-    human = [s for s in _records(out / "wq" / "stories.jsonl") if s["system"] == "human"]
+    human = [s for s in _records(out / "wq" / "stories.jsonl") if s["source"] == "human"]
     return {
         "out": out,
         "ttcw": out / "ttcw",
@@ -102,7 +102,7 @@ def test_importers_reproduce_the_releases_counts_and_pass_rates(real: dict[str, 
     assert len(wq.comparisons) == 300 and len(wq.stories) == 600
     assert len({c["group"] for c in wq.comparisons}) == 50
     by_id = {s.id: s for s in wq.stories}
-    assert all(by_id[c["winner"]].system == "human" for c in wq.comparisons)
+    assert all(by_id[c["winner"]].extra["source"] == "human" for c in wq.comparisons)
 
 
 def _every_metric() -> str:

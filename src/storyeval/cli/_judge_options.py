@@ -62,7 +62,8 @@ JUDGE_RUBRIC = typer.Option(
     "karpinska",
     "--rubric",
     help="A built-in rubric (hanna, karpinska, callan_foster, checklist, negative: flaws "
-    "after EQ-Bench, ttcw: the 14 Torrance tests) or a rubric file.",
+    "after EQ-Bench, ttcw: the 14 Torrance tests, writing_quality: WQ's one question) or a "
+    "rubric file.",
 )
 JUDGE_MODE = typer.Option(
     "absolute",

@@ -25,7 +25,10 @@ PREFERENCE_CRITERION = typer.Option(
     None, "--criterion", help="The rated criterion to learn (default: every one, z-scored)."
 )
 PREFERENCE_FEATURES = typer.Option(
-    "encoder", "--features", help="encoder (mean-pooled last layer) or causal-lm (last state)."
+    "encoder",
+    "--features",
+    help="encoder (mean-pooled last layer), causal-lm (last state) or none (the "
+    "--metric-features alone: a calibrated combination of their scores).",
 )
 PREFERENCE_MODEL = typer.Option(
     None, "--model", help="The encoder or causal LM: hub name or directory (default: offline)."
@@ -107,6 +110,12 @@ PREFERENCE_EXCLUDE = typer.Option(
 PREFERENCE_FOLDS = typer.Option(
     5, "--folds", min=0, help="Prompt-disjoint cross-validation folds (0: none)."
 )
+PREFERENCE_GROUP_BY = typer.Option(
+    None,
+    "--group-by",
+    help="A story field whose values the folds keep apart (e.g. author: no author in a "
+    "training and a held-out fold); default the prompt.",
+)
 
 
 def preference(
@@ -136,6 +145,7 @@ def preference(
     systems: list[str] = PREFERENCE_SYSTEMS,
     exclude_systems: list[str] = PREFERENCE_EXCLUDE,
     folds: int = PREFERENCE_FOLDS,
+    group_by: str = PREFERENCE_GROUP_BY,
     bootstrap: int = typer.Option(1000, "--bootstrap", min=0, help="Resamples of the CIs."),
     seed: int = typer.Option(0, "--seed", help="Seed of the folds, the head and the CIs."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace another model there."),
@@ -177,6 +187,7 @@ def preference(
             fine_tune_max_length=fine_tune_max_length,
             negatives=_names(negatives),
             negative_weight=negative_weight,
+            group_by=group_by,
         )
         data = _training_data(stories, judgments, pairs, config, systems, exclude_systems)
         trained = train_preference(

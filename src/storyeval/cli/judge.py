@@ -281,14 +281,19 @@ def judge_eval(
     if human_pairs is not None:
         from storyeval.cli._tables import write_table
         from storyeval.io import claim_output_directory
+        from storyeval.judge.evaluate import position_bias
         from storyeval.meta.comparisons import read_comparisons
 
         with user_errors():
             people = read_comparisons(human_pairs).to_dict("records")
-            table = preference_agreement(_read_jsonl(judge_file), people)
+            run = _read_jsonl(judge_file)
+            table = preference_agreement(run, people)
+            position = position_bias(run)
             claim_output_directory(output, "judge evaluation", inputs=[judge_file, human_pairs])
             write_table(table, output / "preferences.csv")
+            write_table(position, output / "position.csv")
         typer.echo(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+        typer.echo(position.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
         return
     with user_errors():
         result = evaluate_judge(

@@ -262,15 +262,16 @@ def import_ttcw(path: str | Path, *, linked_texts: str | Path | None = None) -> 
 
 def import_wq(path: str | Path) -> ImportResult:
     """Import WQ's style-mimic pairs (``style_mimic.json``): each paragraph a story (id
-    ``PAIR-1``/``PAIR-2``, ``system`` ``human`` for the author's and ``llm`` for the
-    imitation, the author as ``group`` and ``author``, ``ai_written`` marked), and one
-    comparison per pair with the preferred paragraph as the winner (``rater_id``
-    ``experts``, criterion ``quality``, the author as the comparison's ``group``: pairs of one
-    author are not independent, so resample authors, not pairs).
+    ``PAIR-1``/``PAIR-2``; as for other pairwise data its ``system`` is its own id, so a
+    pairwise judge compares exactly the two; ``prompt_id`` the pair; ``source`` ``human`` for
+    the author's paragraph and ``llm`` for the imitation, with ``ai_written``; the author as
+    ``group`` and ``author``), and one comparison per pair with the preferred paragraph as the
+    winner (``rater_id`` ``experts``, criterion ``quality``, the author as the comparison's
+    ``group``: pairs of one author are not independent, so resample authors, not pairs).
 
     The benchmark prefers the author's paragraph by design, so the preferred side is marked
-    human; a pair whose ``sample_type`` is not ``style-mimic`` keeps no such mark (its
-    ``system`` is the side's position) and is counted in the notes.
+    human; a pair whose ``sample_type`` is not ``style-mimic`` keeps no such mark and is
+    counted in the notes.
 
     Raises
     ------
@@ -301,13 +302,12 @@ def import_wq(path: str | Path) -> ImportResult:
         ids = (f"{pair_id}-1", f"{pair_id}-2")
         for side, story_id in zip(("1", "2"), ids, strict=True):
             human = side == preferred
-            system = ("human" if human else "llm") if mimic else f"paragraph{side}"
             extra: dict[str, Any] = {"prompt_id": pair_id, "author": author, "pair": pair_id}
             extra.update(group=author, original_id=row.get("original_id", ""), position=int(side))
             if mimic:
-                extra["ai_written"] = not human
+                extra.update(source="human" if human else "llm", ai_written=not human)
             text = str(row[f"paragraph{side}"])
-            result.stories.append(Story(story_id, "", text, system=system, extra=extra))
+            result.stories.append(Story(story_id, "", text, system=story_id, extra=extra))
         result.comparisons.append(
             {
                 "item_id": pair_id, "prompt_id": pair_id, "system_a": ids[0], "system_b": ids[1],

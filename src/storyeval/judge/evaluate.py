@@ -139,7 +139,7 @@ def evaluate_judge(
         confusion=_confusion(per_item, people, shared),
         calibration=_calibration(per_item, people, shared),
         consistency=_consistency(judged, shared, n_boot, seed),
-        position=_position(comparisons or []),
+        position=position_bias(comparisons or []),
         notes=notes,
         spans=_spans(judge, humans),
     )
@@ -321,7 +321,7 @@ def _consistency(judged: pd.DataFrame, criteria: list[str], n_boot: int, seed: i
     ].reset_index(drop=True)
 
 
-def _position(comparisons: Sequence[dict[str, Any]]) -> pd.DataFrame:
+def position_bias(comparisons: Sequence[dict[str, Any]]) -> pd.DataFrame:
     """Per criterion: the share of decided comparisons won by the story shown first, ties,
     and the share of pairs judged alike in both orders."""
     if not comparisons:

@@ -146,7 +146,7 @@ def _builtin_rubrics() -> None:
 
 
 #: Built-in rubrics by name (path of their file): hanna, karpinska, callan_foster, checklist,
-#: negative, spans, ttcw.
+#: negative, spans, ttcw, writing_quality.
 RUBRICS: Registry[str] = Registry(
     "rubric",
     builtins=_builtin_rubrics,

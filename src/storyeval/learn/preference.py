@@ -59,7 +59,7 @@ def text_key(text: str) -> str:
     return hashlib.sha256(text.strip().encode()).hexdigest()[:16]
 
 
-FEATURES = ("encoder", "causal-lm")
+FEATURES = ("encoder", "causal-lm", "none")
 
 
 class PreferenceDataError(StoryevalError, ValueError):
@@ -72,9 +72,10 @@ class PreferenceConfig:
 
     Attributes
     ----------
-    features : {"encoder", "causal-lm"}
-        A story's features: the encoder's mean-pooled last layer, or the causal LM's final
-        hidden state at the last token.
+    features : {"encoder", "causal-lm", "none"}
+        A story's features: the encoder's mean-pooled last layer, the causal LM's final
+        hidden state at the last token, or none (the metric features alone: a calibrated
+        combination of a few scores).
     model : str, optional
         The encoder or causal LM (hub name or directory; None: the offline one).
     with_prompt : bool
@@ -125,9 +126,12 @@ class PreferenceConfig:
     negative_weight : float
         The weight of that ranking loss beside the people's objectives (0: the copies are
         only measured, not learned from).
+    group_by : str, optional
+        A story field (e.g. ``author``) whose values form the cross-validation's groups, so
+        no value is in a training and a held-out fold; by default the prompt.
     """
 
-    features: Literal["encoder", "causal-lm"] = "encoder"
+    features: Literal["encoder", "causal-lm", "none"] = "encoder"
     model: str | None = None
     with_prompt: bool = False
     criterion: str | None = None
@@ -151,6 +155,7 @@ class PreferenceConfig:
     fine_tune_max_length: int = 256
     negatives: tuple[str, ...] = ()
     negative_weight: float = 1.0
+    group_by: str | None = None
 
     def __post_init__(self) -> None:
         # a model file's JSON gives lists: keep the config hashable and comparable
@@ -185,6 +190,8 @@ class PreferenceConfig:
             raise ValueError("fine_tune_epochs >= 0 and fine_tune_lr > 0")
         if self.fine_tune_batch_size < 2 or self.fine_tune_max_length < 8:
             raise ValueError("fine_tune_batch_size >= 2 and fine_tune_max_length >= 8")
+        if self.features == "none" and not self.metric_features:
+            raise ValueError("features none learns from metric features: give some")
         if self.fine_tune_epochs and self.features != "encoder":
             raise ValueError("fine-tuning is for encoder features (--features encoder)")
 
@@ -210,6 +217,8 @@ class PreferenceConfig:
             fields["metric_features"] = describe_metric_features(self.metric_features, options)
         else:
             fields.pop("metric_features")
+        if self.group_by is None:  # the signatures of models trained before it stay as they were
+            fields.pop("group_by")
         return fields
 
 
@@ -330,9 +339,12 @@ def preference_data(
         raise PreferenceDataError(
             "nothing to learn: no story has a rating of the criterion and no pair was found"
         )
-    one_each = len(set(prompts)) == len(prompts)
+    one_each = len(set(prompts)) == len(prompts) and config.group_by is None
     groups = [s.id for s in stories] if one_each else prompts
     notes = ["every prompt has one story: splits are by story"] if one_each else []
+    if config.group_by is not None:
+        groups = _field_groups(stories, config.group_by)
+        notes.append(f"folds by {config.group_by} ({len(set(groups))} groups)")
     notes += left_out
     data = PreferenceData(stories, targets, pairs, groups, scale, mean, sd, notes)
     if config.rating_loss == "ordinal":
@@ -500,6 +512,20 @@ def _rating_pairs(
     return pairs
 
 
+def _field_groups(stories: Sequence[Story], field_name: str) -> list[str]:
+    """Each story's value of the field the cross-validation groups by (e.g. the author, so that
+    no author is in a training and a held-out fold); a story without it is an error."""
+    groups = []
+    for story in stories:
+        value = story.to_dict().get(field_name)
+        if value in (None, ""):
+            raise PreferenceDataError(
+                f"story {story.id!r} has no {field_name!r} to group the folds by (--group-by)"
+            )
+        groups.append(str(value))
+    return groups
+
+
 def _comparison_pairs(
     comparisons: Sequence[Mapping[str, Any]],
     stories: Sequence[Story],
@@ -602,6 +628,12 @@ def feature_encoder(
 ) -> tuple[Callable[[list[str]], np.ndarray], str]:
     """The function that gives texts their features (float64 rows), and the feature model's
     identity; the model is loaded, nothing is encoded yet."""
+    if config.features == "none":
+
+        def nothing(texts: list[str]) -> np.ndarray:
+            return np.zeros((len(texts), 0))
+
+        return nothing, "none"
     if config.features == "causal-lm":
         from storyeval.metrics.distributional import causal_lm_features
         from storyeval.models import load_causal_lm

@@ -43,6 +43,11 @@ RANK_COLUMNS = (
 PairedMethod = Literal["bootstrap", "permutation", "sign"]
 
 
+#: Optional fields of a comparison kept as read: what a pair shares with others (an author's
+#: paragraphs, a source document), resampled together by pairwise accuracy's bootstrap
+CLUSTER_FIELDS = ("group",)
+
+
 def read_comparisons(path: str | Path) -> pd.DataFrame:
     """Read comparisons (JSONL or CSV); every bad line is ``FILE:LINE: reason``.
 
@@ -85,6 +90,9 @@ def read_comparisons(path: str | Path) -> pd.DataFrame:
         row = {key: str(record[key]) for key in COMPARISON_FIELDS}
         row["rater_id"] = str(record.get("rater_id") or "")
         row["criterion"] = str(record.get("criterion") or "")
+        for key in CLUSTER_FIELDS:  # what pairs share, for clustered resampling
+            if record.get(key) not in (None, ""):
+                row[key] = str(record[key])
         rows.append(row)
     if problems:
         raise DataFileError(problems)

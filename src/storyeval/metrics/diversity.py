@@ -259,6 +259,36 @@ def sentence_length(
     return TextScores(np.asarray(values, dtype=np.float64))
 
 
+@metric(
+    "word_count",
+    description="Number of words of the story: the length baseline every quality judgment is "
+    "checked against",
+    families=("form",),
+    higher_is_better=None,
+    value_range=(0.0, None),
+    default=False,
+    card=MetricCard(
+        measures="The number of words of the story (word tokens without punctuation).",
+        read="A baseline, not a quality measure: people and LLM judges prefer longer texts "
+        "(Dubois et al. 2024), so a metric or judge that does no better than length against "
+        "people has learned little else. Its direction is undeclared: compare it both ways "
+        "only on data that did not choose the way.",
+        papers="Not a metric of the source documents; the length confound of judges and "
+        "reward models is documented by Dubois et al. (2024) and Singhal et al. (2023).",
+        limits="Says nothing of the text beyond its length.",
+        refs="Dubois et al. (2024), Length-controlled AlpacaEval; Singhal et al. (2023), A "
+        "long way to go.",
+    ),
+)
+def word_count(texts: Texts) -> TextScores:
+    """The number of words of each text.
+
+    >>> word_count(["One two three. Four.", ""]).values.tolist()
+    [4.0, 0.0]
+    """
+    return TextScores(np.asarray([float(len(words(t))) for t in texts], dtype=np.float64))
+
+
 # --------------------------------------------------------------------------- concreteness
 
 
