@@ -177,7 +177,12 @@ def markdown(report: dict[str, Any]) -> str:
     lines = ["# TTCW and WQ reproduced with storyeval", ""]
     ttcw = report.get("ttcw")
     if ttcw:
-        lines += ["## TTCW: experts' pass rate per source", "", "| source | pass rate |", "|---|---|"]
+        lines += [
+            "## TTCW: experts' pass rate per source",
+            "",
+            "| source | pass rate |",
+            "|---|---|",
+        ]
         lines += [f"| {s} | {100 * r:.1f}% |" for s, r in ttcw["pass_rates"].items()]
         lines += ["", "## TTCW: agreement per test", "", "| test | experts' Fleiss' kappa |"]
         lines += ["|---|---|"] + [f"| {t} | {k:.3f} |" for t, k in ttcw["fleiss_kappa"].items()]
