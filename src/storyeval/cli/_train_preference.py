@@ -110,6 +110,13 @@ PREFERENCE_EXCLUDE = typer.Option(
 PREFERENCE_FOLDS = typer.Option(
     5, "--folds", min=0, help="Prompt-disjoint cross-validation folds (0: none)."
 )
+PREFERENCE_SELECT = typer.Option(
+    False,
+    "--select-features",
+    help="Choose the features inside every training set (nested): the 1, 2, 3 or 5 strongest "
+    "--metric-features, all of them, or the encoder's features with them, by a "
+    "cross-validation within the training set.",
+)
 PREFERENCE_GROUP_BY = typer.Option(
     None,
     "--group-by",
@@ -146,6 +153,7 @@ def preference(
     exclude_systems: list[str] = PREFERENCE_EXCLUDE,
     folds: int = PREFERENCE_FOLDS,
     group_by: str = PREFERENCE_GROUP_BY,
+    select_features: bool = PREFERENCE_SELECT,
     bootstrap: int = typer.Option(1000, "--bootstrap", min=0, help="Resamples of the CIs."),
     seed: int = typer.Option(0, "--seed", help="Seed of the folds, the head and the CIs."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace another model there."),
@@ -181,14 +189,13 @@ def preference(
             rating_loss=rating_loss,  # type: ignore[arg-type]
             metric_features=_names(metric_features),
             metric_options=parse_metric_options(metric_option or []),
-            fine_tune_epochs=fine_tune_epochs,
-            fine_tune_lr=fine_tune_lr,
-            fine_tune_batch_size=fine_tune_batch_size,
-            fine_tune_max_length=fine_tune_max_length,
+            fine_tune_epochs=fine_tune_epochs, fine_tune_lr=fine_tune_lr,
+            fine_tune_batch_size=fine_tune_batch_size, fine_tune_max_length=fine_tune_max_length,
             negatives=_names(negatives),
             negative_weight=negative_weight,
             group_by=group_by,
-        )
+            select_features=select_features,
+        )  # fmt: skip
         data = _training_data(stories, judgments, pairs, config, systems, exclude_systems)
         trained = train_preference(
             data,
@@ -303,6 +310,9 @@ def _report(trained: Any, data: Any, output: Path) -> None:
         )
     if "l2_chosen" in trained.summary:
         typer.echo(f"weight decay chosen by cross-validation: {trained.summary['l2_chosen']:g}")
+    if "selected_features" in trained.summary:
+        chosen = ", ".join(trained.summary["selected_features"])
+        typer.echo(f"features chosen on every story (each fold chose its own): {chosen}")
     for name, effect in trained.summary.get("metric_effects", {}).items():
         typer.echo(f"metric feature {name}: {effect:+.3f} score sd per sd of {name}")
     from storyeval.learn.preference import HELDOUT_FILE

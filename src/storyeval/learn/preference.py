@@ -129,6 +129,11 @@ class PreferenceConfig:
     group_by : str, optional
         A story field (e.g. ``author``) whose values form the cross-validation's groups, so
         no value is in a training and a held-out fold; by default the prompt.
+    select_features : bool
+        Choose the features inside every training set (nested): the 1, 2, 3 or 5 metric
+        features that agree best with people there, all of them, or the encoder's features
+        with them, whichever agrees best with people in a cross-validation within the
+        training set (a few strong scores first: the simplest wins a tie).
     """
 
     features: Literal["encoder", "causal-lm", "none"] = "encoder"
@@ -156,6 +161,7 @@ class PreferenceConfig:
     negatives: tuple[str, ...] = ()
     negative_weight: float = 1.0
     group_by: str | None = None
+    select_features: bool = False
 
     def __post_init__(self) -> None:
         # a model file's JSON gives lists: keep the config hashable and comparable
@@ -190,10 +196,16 @@ class PreferenceConfig:
             raise ValueError("fine_tune_epochs >= 0 and fine_tune_lr > 0")
         if self.fine_tune_batch_size < 2 or self.fine_tune_max_length < 8:
             raise ValueError("fine_tune_batch_size >= 2 and fine_tune_max_length >= 8")
-        if self.features == "none" and not self.metric_features:
-            raise ValueError("features none learns from metric features: give some")
+        self._check_metric_use()
         if self.fine_tune_epochs and self.features != "encoder":
             raise ValueError("fine-tuning is for encoder features (--features encoder)")
+
+    def _check_metric_use(self) -> None:
+        """Settings that need metric features have some."""
+        if self.features == "none" and not self.metric_features:
+            raise ValueError("features none learns from metric features: give some")
+        if self.select_features and not self.metric_features:
+            raise ValueError("select_features chooses among metric features: give some")
 
     def signature_fields(self) -> dict[str, Any]:
         """The settings that change the model (the signature's fields)."""
@@ -217,8 +229,9 @@ class PreferenceConfig:
             fields["metric_features"] = describe_metric_features(self.metric_features, options)
         else:
             fields.pop("metric_features")
-        if self.group_by is None:  # the signatures of models trained before it stay as they were
-            fields.pop("group_by")
+        for name in ("group_by", "select_features"):  # unset: signatures as before them
+            if not fields[name]:
+                fields.pop(name)
         return fields
 
 
@@ -378,7 +391,13 @@ def _systems_only(
     dropped = {s.id for s in stories} - {s.id for s in kept}
     dropped_systems = present - {s.system for s in kept}
     sides = dropped | {str(name) for name in dropped_systems}
-    ratings = [j for j in judgments if j.item_id not in dropped]
+    ratings = [  # a judgment naming its story's system (of a story without text) goes too
+        j
+        for j in judgments
+        if j.item_id not in dropped
+        and str(j.extra.get("system")) not in excluded
+        and (systems is None or "system" not in j.extra or j.extra["system"] in systems)
+    ]
     compared = [
         c for c in comparisons if not {str(c.get("system_a")), str(c.get("system_b"))} & sides
     ]
@@ -1043,7 +1062,14 @@ def _fit_subset(
     members: np.ndarray,
 ) -> PreferenceHead:
     """A head fitted on the stories ``members`` (their targets and the pairs within them);
-    with ``l2="auto"``, the weight decay is first chosen by cross-validation within them."""
+    with ``select_features``, the features are first chosen within them
+    (:func:`selected_columns`); with ``l2="auto"``, the weight decay is first chosen by
+    cross-validation within them."""
+    if config.select_features:
+        columns = selected_columns(data, features, lengths, config, members)
+        plain = replace(config, select_features=False)
+        head = _fit_subset(data, features[:, columns], lengths, plain, members)
+        return _expanded(head, columns, features.shape[1])
     if config.l2 == "auto":
         config = replace(config, l2=chosen_l2(data, features, lengths, config, members))
     pairs = pairs_within(data.pairs, members)
@@ -1102,6 +1128,87 @@ def chosen_l2(
         if np.nan_to_num(agreement, nan=-1.0) >= best_agreement:
             best, best_agreement = l2, np.nan_to_num(agreement, nan=-1.0)
     return best
+
+
+#: How many of the strongest metric features :func:`selected_columns` tries alone
+SELECT_TOP = (1, 2, 3, 5)
+
+
+def selected_columns(
+    data: PreferenceData,
+    features: np.ndarray,
+    lengths: np.ndarray,
+    config: PreferenceConfig,
+    members: np.ndarray,
+) -> np.ndarray:
+    """The feature columns a head fitted on ``members`` uses: among the strongest 1, 2, 3 or 5
+    metric features (the last columns; ranked by how well each alone orders ``members``'
+    pairs and ratings), every metric feature, and every feature (the encoder's with them),
+    the candidate whose heads, trained on all but one of :data:`L2_FOLDS` folds of
+    ``members``, agree best with people on the held-out fold; the fewest columns on a tie."""
+    width, count = features.shape[1], len(config.metric_features)
+    metric = np.arange(width - count, width)
+    strength = [abs(_column_agreement(data, features[:, c], members)) for c in metric]
+    order = metric[np.argsort(strength, kind="stable")[::-1]]
+    candidates = [order[:k] for k in SELECT_TOP if k < count] + [metric]
+    if width > count:
+        candidates.append(np.arange(width))
+    judged = members[~data.synthetic[members]]
+    if len({data.groups[i] for i in judged}) < L2_FOLDS:
+        return np.sort(candidates[-1])
+    plain = replace(config, select_features=False, l2=1.0 if config.l2 == "auto" else config.l2)
+    folds = _story_folds(data, L2_FOLDS, config.seed, members)
+    best, best_agreement = candidates[0], -np.inf
+    for columns in candidates:
+        predictions = np.full(len(data.stories), np.nan)
+        for held in folds:
+            head = _fit_subset(
+                data, features[:, columns], lengths, plain, np.setdiff1d(members, held)
+            )
+            predictions[held] = _held_out(head, features[held][:, columns], data)
+        agreement = np.nan_to_num(_column_agreement(data, predictions, judged), nan=-1.0)
+        if agreement > best_agreement + 1e-12:
+            best, best_agreement = columns, agreement
+    return np.sort(best)
+
+
+def selected_names(head: PreferenceHead, config: PreferenceConfig, width: int) -> list[str]:
+    """The features a selecting head kept: its metric features by name, ``encoder`` for the
+    encoder's."""
+    kept = [int(c) for c in head.weights.get("selected", np.arange(width))]
+    offset = width - len(config.metric_features)
+    names = [config.metric_features[c - offset] for c in kept if c >= offset]
+    return (["encoder"] if any(c < offset for c in kept) else []) + names
+
+
+def _column_agreement(data: PreferenceData, values: np.ndarray, members: np.ndarray) -> float:
+    """How well ``values`` order the people's judgments of ``members``: Kendall's tau-b with
+    the mean ratings where there are three or more, else the mean sign of the decided pairs'
+    gaps (2 x pairwise accuracy - 1)."""
+    from scipy.stats import kendalltau
+
+    judged = members[~data.synthetic[members]]
+    rated = judged[np.isfinite(data.targets[judged]) & np.isfinite(values[judged])]
+    if len(rated) >= 3:
+        return float(kendalltau(values[rated], data.targets[rated]).statistic)
+    decided = [(i, j) for i, j, o in pairs_within(data.pairs, judged) if o == 1.0]
+    gaps = [values[judged[i]] - values[judged[j]] for i, j in decided]
+    gaps = [g for g in gaps if np.isfinite(g)]
+    return float(np.mean(np.sign(gaps))) if gaps else 0.0
+
+
+def _expanded(head: PreferenceHead, columns: np.ndarray, width: int) -> PreferenceHead:
+    """A head fitted on some feature columns, as a head over all ``width`` columns (the others
+    weighted 0); ``weights["selected"]`` records the columns."""
+    mean, sd = np.zeros(width), np.ones(width)
+    mean[columns], sd[columns] = head.mean, head.sd
+    weights = dict(head.weights)
+    first = "w1" if "w1" in weights else "w"
+    full = np.zeros((width, *weights[first].shape[1:]))
+    full[columns] = weights[first]
+    weights[first] = full
+    weights["selected"] = np.asarray(columns, dtype=np.float64)
+    return replace(head, mean=mean, sd=sd, weights=weights)
 
 
 def negatives_within(
@@ -1428,6 +1535,8 @@ def train_preference(
     if tuning is not None and folds > 1:  # the final encoder saw every story: use held-out
         head.temperature = fit_temperature(head, result.predictions, data.pairs)
     summary["length_effect"] = head.length_effect
+    if config.select_features:
+        summary["selected_features"] = selected_names(head, config, features.shape[1])
     if config.metric_features:
         summary["metric_effects"] = metric_feature_effects(head, config.metric_features)
     model = PreferenceModel(
