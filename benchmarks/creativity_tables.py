@@ -14,7 +14,7 @@ Every step is a ``storyeval`` command (its output and log under ``OUT``); the nu
 collected in ``OUT/tables.json`` and ``OUT/tables.md``, beside the paper's where it gives one.
 
     python benchmarks/creativity_tables.py --data ../shared/data -o out/creativity \\
-        [--judge] [--quick] [--in-process]
+        [--judge N] [--quick] [--in-process]
 
 ``--quick`` (a few metrics, 60 WQ pairs, 2 judges, small bootstraps) checks the pipeline.
 """
@@ -114,7 +114,7 @@ def _judges(run: Runner, out: Path, boot: str, quick: bool) -> dict[str, Any]:
     return found
 
 
-def wq_tables(run: Runner, data: Path, quick: bool, judge: bool) -> dict[str, Any]:
+def wq_tables(run: Runner, data: Path, quick: bool, judge: int) -> dict[str, Any]:
     """Every offline metric's pairwise accuracy against the experts (intervals by author),
     and with ``judge`` the offline judge's, with its position bias."""
     out = run.out / "wq"
@@ -142,7 +142,12 @@ def wq_tables(run: Runner, data: Path, quick: bool, judge: bool) -> dict[str, An
     }
     result: dict[str, Any] = {"pairwise_accuracy": table}
     if judge:
-        result["judge"] = _wq_judge(run, stories, pairs)
+        kept = records(pairs)[:judge]
+        sides = {c[k] for c in kept for k in ("system_a", "system_b")}
+        judged = _write(
+            run.out / "wq-judged.jsonl", [s for s in records(stories) if s["id"] in sides]
+        )
+        result["judge"] = _wq_judge(run, judged, _write(run.out / "wq-judged-pairs.jsonl", kept))
     return result
 
 
@@ -218,7 +223,13 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=Path("../shared/data"))
     parser.add_argument("-o", "--out", type=Path, required=True)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--judge", action="store_true", help="also the offline judge on WQ")
+    parser.add_argument(
+        "--judge",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also the offline judge on WQ's first N pairs (both orders; 0: none)",
+    )
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--in-process", action="store_true")
     args = parser.parse_args()

@@ -21,6 +21,16 @@ its target and whether it was met (``OUT/targets.json``; every command's output 
   training (<= 30), and with ``--union-release`` the Kendall of the trained UNION against
   people on the 400 rated stories (target >= 0.25).
 
+* ``--wq FILE`` (WQ's ``style_mimic.json``, Chakrabarty et al. 2025): storyeval's own verdict,
+  a preference model on every offline metric with the features chosen inside each training
+  set (``--select-features``), cross-validated by author (no author in a training and a
+  held-out fold), its held-out pairwise accuracy against the experts (target >= 0.70), above
+  every single metric, and significantly above at least half of them (paired permutation
+  tests over authors, BH-adjusted);
+* ``--ttcw DIR`` (TTCW's release folder, Chakrabarty et al. 2024): the same by plot against
+  the experts' share of tests passed (Kendall tau; the 36 stories with text), above every
+  metric and significantly above at least half (BH-adjusted Williams tests).
+
 ``--quick`` shrinks every step (2 folds, a few metrics, one DeltaScore aspect, a few
 training steps) to check the pipeline on small files; its numbers mean nothing.
 
@@ -40,6 +50,13 @@ from typing import Any
 from commands import Runner, flag, target
 
 REWARD_FEATURES = "repeated_ngram_rate,repeated_sentence_rate,distinct2,perplexity"
+#: Every offline metric of one text alone (no reference, prompt or trained model)
+VERDICT_FEATURES = (
+    "word_count,distinct1,distinct2,distinct3,repeated_ngram_rate,repeated_sentence_rate,"
+    "sentence_length,sentence_length_cv,slop_index,not_but_rate,concreteness_noun,"
+    "concreteness_verb,embedding_coherence,perplexity"
+)
+QUICK_VERDICT = "word_count,distinct2,sentence_length,sentence_length_cv"
 QUICK_METRICS = "distinct2,repeated_ngram_rate,sentence_length"
 MIX_WEIGHTS = "repetition=0.4,substitution=0.3,reordering=0.2,negation=0.1"
 MODEL_PREFIX = "preference_heldout:"
@@ -221,6 +238,128 @@ def union_recipe(
     return result
 
 
+def wq_verdict(run: Runner, path: Path, quick: bool) -> dict[str, Any]:
+    """storyeval's own verdict on WQ style-mimic, cross-validated by author, beside every
+    single metric on the same pairs."""
+    out = run.out / "wq"
+    run("wq-import", "import", "wq", str(path), "--out-dir", str(out))
+    stories, pairs = out / "stories.jsonl", out / "comparisons.jsonl"
+    features = QUICK_VERDICT if quick else VERDICT_FEATURES
+    seconds = run(
+        "wq-train", "train", "preference", "--stories", str(stories), "--pairs", str(pairs),
+        "--criterion", "quality", "--features", "none", "--metric-features", features,
+        "--no-length-covariate", "--select-features", "--group-by", "group", "--folds",
+        "2" if quick else "5", "--l2", "0.1" if quick else "auto", "-o", str(out / "verdict"),
+    )  # fmt: skip
+    run(
+        "wq-score", "score", str(stories), "--metrics", features, "--no-progress",
+        "--threads", str(run.threads), "-o", str(out / "scores.jsonl"),
+    )  # fmt: skip
+    model = f"{MODEL_PREFIX}verdict"
+    run(
+        "wq-accuracy", "pairwise-accuracy", "-s", str(out / "scores.jsonl"), "-s",
+        str(out / "verdict" / "heldout_scores.jsonl"), "-c", str(pairs), "--cluster", "group",
+        "--n-boot", "200" if quick else "2000", "--versus", model, "--tests",
+        str(out / "tests.csv"), "-o", str(out / "accuracy.csv"),
+    )  # fmt: skip
+    accuracy = {r["metric"]: float(r["estimate"]) for r in _rows(out / "accuracy.csv")}
+    return _verdict(accuracy, model, _rows(out / "tests.csv"), 0.70, seconds)
+
+
+def ttcw_verdict(run: Runner, folder: Path, quick: bool) -> dict[str, Any]:
+    """storyeval's own verdict on TTCW's stories with text, cross-validated by plot, against
+    the experts' share of tests passed, beside every single metric (Williams tests)."""
+    out = run.out / "ttcw"
+    run("ttcw-import", "import", "ttcw", str(folder), "--out-dir", str(out))
+    stories, share = out / "stories.jsonl", out / "passed.jsonl"
+    _passed_share(out / "judgments.jsonl", share)
+    features = QUICK_VERDICT if quick else VERDICT_FEATURES.replace(",perplexity", "")
+    seconds = run(
+        "ttcw-train", "train", "preference", "--stories", str(stories), "--judgments", str(share),
+        "--criterion", "passed", "--exclude-systems", "NewYorker", "--features", "none",
+        "--metric-features", features, "--no-length-covariate", "--select-features",
+        "--folds", "2" if quick else "6", "--l2", "0.1" if quick else "auto",
+        "-o", str(out / "verdict"),
+    )  # fmt: skip
+    run(
+        "ttcw-score", "score", str(stories), "--metrics", features, "--no-progress",
+        "-o", str(out / "scores.jsonl"),
+    )  # fmt: skip
+    sources = ["-s", str(out / "scores.jsonl"), "-s", str(out / "verdict/heldout_scores.jsonl")]
+    common = [*sources, "-j", str(share), "--stories", str(stories), "-m", "kendall"]
+    run("ttcw-correlate", "correlate", *common, "--level", "pooled", "-o", str(out / "kendall.csv"))
+    run("ttcw-compare", "compare", *common, "-o", str(out / "williams.csv"))
+    table = kendall_table(out / "kendall.csv", "passed")
+    model = next(m for m in table if m.startswith(MODEL_PREFIX))
+    tests = [
+        {"metric_b": r["metric_b"], "p_adjusted": r["p_adjusted"]}
+        for r in _rows(out / "williams.csv")
+        if r["metric_a"] == model
+    ]
+    return _verdict(table, model, tests, None, seconds)
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    with open(path, encoding="utf-8") as handle:
+        return list(csv.DictReader(handle))
+
+
+def _passed_share(judgments: Path, target: Path) -> None:
+    """Each expert's share of TTCW's 14 tests a story passed, as one criterion (``passed``):
+    the paper's summary of a story."""
+    shares: dict[tuple[str, str], list[float]] = {}
+    extra: dict[tuple[str, str], dict[str, Any]] = {}
+    for line in judgments.read_text(encoding="utf-8").splitlines():
+        record = json.loads(line)
+        key = (record["item_id"], record["rater_id"])
+        shares.setdefault(key, []).append(float(record["value"]))
+        extra[key] = {"system": record.get("system")}
+    rows = [
+        {
+            "item_id": i,
+            "rater_id": r,
+            "criterion": "passed",
+            "value": sum(v) / len(v),
+            **extra[(i, r)],
+        }
+        for (i, r), v in shares.items()
+    ]
+    target.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+
+
+def _verdict(
+    values: dict[str, float],
+    model: str,
+    tests: list[dict[str, str]],
+    goal: float | None,
+    seconds: float,
+) -> dict[str, Any]:
+    """The model beside every metric: its value, the best metric's, how many it is
+    significantly above (BH-adjusted p < 0.05), and the targets."""
+    others = {m: v for m, v in values.items() if m != model}
+    best = max(others, key=lambda m: abs(others[m] - (0.5 if goal else 0.0)))
+    wins = sum(float(t["p_adjusted"] or "nan") < 0.05 for t in tests)
+    chance = 0.5 if goal else 0.0
+    found: dict[str, Any] = {
+        "value": values[model],
+        "best_metric": best,
+        "best_metric_value": others[best],
+        "metrics": others,
+        "significantly_above": wins,
+        "compared": len(tests),
+        "minutes": seconds / 60,
+    }
+    targets: dict[str, Any] = {
+        "above_every_metric": flag(
+            all(values[model] - chance > abs(v - chance) for v in others.values())
+        ),
+        "significantly_above_half": flag(wins * 2 >= len(tests) > 0),
+    }
+    if goal is not None:
+        targets["pairwise_accuracy"] = target(values[model], goal)
+    return {"found": found, "targets": targets}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -233,6 +372,8 @@ def main() -> None:
         help="a DeltaScore JSONL file, or LABEL=FILE (repeat; results keyed by label, else by "
         "the shortest distinct ending of the path)",
     )
+    parser.add_argument("--wq", type=Path, help="WQ's style_mimic.json")
+    parser.add_argument("--ttcw", type=Path, help="TTCW's release folder")
     parser.add_argument("--human-train", type=Path)
     parser.add_argument("--human-heldout", type=Path)
     parser.add_argument("-o", "--out", type=Path, required=True)
@@ -251,6 +392,10 @@ def main() -> None:
         report["union_rated"], rated = union_rated(run, args.union_release, args.quick)
     if args.deltascore:
         report["deltascore"] = deltascore_sets(run, args.deltascore, args.quick)
+    if args.wq is not None:
+        report["wq_verdict"] = wq_verdict(run, args.wq, args.quick)
+    if args.ttcw is not None:
+        report["ttcw_verdict"] = ttcw_verdict(run, args.ttcw, args.quick)
     if args.human_train is not None:
         report["union_recipe"] = union_recipe(
             run, args.human_train, args.human_heldout, rated, args.quick

@@ -133,3 +133,12 @@ def test_the_parser_catches_what_a_stale_guide_would_show():
         with pytest.raises(Exception, match=r".") as caught:
             _parse(words)
         assert hasattr(caught.value, "format_message"), words
+
+
+def test_the_readme_counts_the_registered_metrics():
+    """The README's count of metrics is the registry's (it said 44 when there were 50)."""
+    from storyeval.metrics import available_metrics
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    [count] = re.findall(r"any of the (\d+) registered metrics", readme)
+    assert int(count) == len(available_metrics())

@@ -243,3 +243,26 @@ def test_the_command_hints_when_the_model_mostly_tells_systems_apart() -> None:
     assert "--exclude-systems" in hint
     assert _systems_apart_hint(rows(0.434, 0.406)) is None  # the generated-only model
     assert _systems_apart_hint(rows(0.4, 0.1)[:1]) is None  # one system: no within row
+
+
+def test_a_held_out_agreement_below_chance_is_a_warning_with_its_likely_cause() -> None:
+    """A model whose held-out Kendall interval lies below 0 says so instead of only printing
+    the score; where length alone agrees with people and the length covariate was left out
+    of the scores, the warning names that (suppression) and the remedy."""
+    from storyeval.learn.preference import PreferenceConfig, wrong_sign_note
+
+    def row(predictor: str, statistic: str, estimate: float, low: float, high: float) -> dict:
+        return {"predictor": predictor, "statistic": statistic, "estimate": estimate,
+                "ci_low": low, "ci_high": high}  # fmt: skip
+
+    table = [
+        row("model", "kendall_tau_b", -0.171, -0.28, -0.05),
+        row("length (log words)", "kendall_tau_b", 0.21, 0.1, 0.3),
+    ]
+    note = wrong_sign_note(table, PreferenceConfig(), 0.8)
+    assert note.startswith("WARNING: the held-out kendall_tau_b is -0.171 [-0.280, -0.050]")
+    assert "--no-length-covariate" in note and "+0.80 sd" in note
+    plain = wrong_sign_note(table, PreferenceConfig(length_covariate=False), 0.8)
+    assert "do not use its scores" in plain and "--no-length-covariate" not in plain
+    fine = [row("model", "kendall_tau_b", -0.05, -0.2, 0.1)]  # the interval holds 0: no warning
+    assert wrong_sign_note(fine, PreferenceConfig(), 0.8) == ""

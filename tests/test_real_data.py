@@ -252,3 +252,57 @@ def test_judge_curves_index_and_view_on_real_text(real: dict[str, Path], run_cli
     )  # fmt: skip
     assert code == 0, stderr
     assert (out / "site" / "index.html").is_file()
+
+
+def _script(name: str, *args: str) -> Any:
+    import subprocess
+    import sys
+
+    return subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / name), *args],
+        capture_output=True, text=True, check=False, timeout=1500, cwd=ROOT / "benchmarks",
+    )  # fmt: skip
+
+
+def test_the_papers_tables_are_reproduced_by_the_script(tmp_path: Path) -> None:
+    """``benchmarks/creativity_tables.py --quick``: TTCW's pass rates per source within 0.005
+    of the paper's, the experts' Fleiss' kappa per test (mean 0.401; the paper: about 0.41),
+    two judges against the experts' majority, and WQ's pairwise accuracies with intervals
+    over authors."""
+    done = _script(
+        "creativity_tables.py", "--data", str(DATA), "-o", str(tmp_path), "--quick", "--in-process"
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    report = json.loads((tmp_path / "tables.json").read_text())
+    ttcw = report["ttcw"]
+    assert all(check["within_0.005"] for check in ttcw["pass_rate_checks"].values())
+    assert round(ttcw["fleiss_kappa_mean"]["value"], 3) == 0.401 and len(ttcw["fleiss_kappa"]) == 14
+    assert len(ttcw["judges"]) == 2 and all(len(j["kappa"]) == 14 for j in ttcw["judges"].values())
+    accuracy = report["wq"]["pairwise_accuracy"]
+    assert set(accuracy) == {"word_count", "distinct2", "sentence_length", "slop_index"}
+    assert all(
+        v["ci_low"] <= v["estimate"] <= v["ci_high"] and v["n"] == 60 for v in accuracy.values()
+    )
+    assert "## WQ style-mimic" in (tmp_path / "tables.md").read_text()
+
+
+def test_storyevals_own_verdict_is_measured_on_both_sets(tmp_path: Path) -> None:
+    """``benchmarks/public_targets.py --wq --ttcw --quick``: the preference model with the
+    features chosen inside each training set, cross-validated by author (WQ) and by plot
+    (TTCW), beside every single metric with the paired tests; every target reported."""
+    done = _script(
+        "public_targets.py", "--wq", str(DATA / "wq" / "style_mimic.json"), "--ttcw",
+        str(DATA / "ttcw"), "-o", str(tmp_path), "--quick", "--in-process",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    report = json.loads((tmp_path / "targets.json").read_text())
+    wq, ttcw = report["wq_verdict"], report["ttcw_verdict"]
+    assert set(wq["targets"]) == {
+        "above_every_metric",
+        "significantly_above_half",
+        "pairwise_accuracy",
+    }
+    assert wq["found"]["compared"] == 4 and 0.5 < wq["found"]["value"] <= 1
+    assert wq["targets"]["pairwise_accuracy"]["met"] == (wq["found"]["value"] >= 0.70)
+    assert set(ttcw["targets"]) == {"above_every_metric", "significantly_above_half"}
+    assert -1 <= ttcw["found"]["value"] <= 1 and ttcw["found"]["compared"] == 4

@@ -1067,8 +1067,10 @@ def _fit_subset(
     cross-validation within them."""
     if config.select_features:
         columns = selected_columns(data, features, lengths, config, members)
-        plain = replace(config, select_features=False)
-        head = _fit_subset(data, features[:, columns], lengths, plain, members)
+        offset = features.shape[1] - len(config.metric_features)
+        kept = tuple(config.metric_features[c - offset] for c in columns if c >= offset)
+        plain = replace(config, select_features=False, metric_features=kept)  # their count:
+        head = _fit_subset(data, features[:, columns], lengths, plain, members)  # left free
         return _expanded(head, columns, features.shape[1])
     if config.l2 == "auto":
         config = replace(config, l2=chosen_l2(data, features, lengths, config, members))
@@ -1130,8 +1132,8 @@ def chosen_l2(
     return best
 
 
-#: How many of the strongest metric features :func:`selected_columns` tries alone
-SELECT_TOP = (1, 2, 3, 5)
+#: The most metric features :func:`selected_columns` adds one by one
+SELECT_MOST = 5
 
 
 def selected_columns(
@@ -1141,35 +1143,82 @@ def selected_columns(
     config: PreferenceConfig,
     members: np.ndarray,
 ) -> np.ndarray:
-    """The feature columns a head fitted on ``members`` uses: among the strongest 1, 2, 3 or 5
-    metric features (the last columns; ranked by how well each alone orders ``members``'
-    pairs and ratings), every metric feature, and every feature (the encoder's with them),
-    the candidate whose heads, trained on all but one of :data:`L2_FOLDS` folds of
-    ``members``, agree best with people on the held-out fold; the fewest columns on a tie."""
+    """The feature columns a head fitted on ``members`` uses, chosen within them: metric
+    features (the last columns) added one at a time, each time the one whose linear models,
+    trained on all but one of :data:`L2_FOLDS` folds of ``members``, agree best with people on
+    the held-out fold, while that agreement grows (at most :data:`SELECT_MOST`: a few strong
+    scores); then every metric feature, and every feature (the encoder's with them), each
+    kept only if it agrees better still. The search fits a ridge regression to the ratings,
+    or a logistic regression to the pairs' feature differences (fast); the head is then
+    fitted on the columns chosen."""
     width, count = features.shape[1], len(config.metric_features)
-    metric = np.arange(width - count, width)
-    strength = [abs(_column_agreement(data, features[:, c], members)) for c in metric]
-    order = metric[np.argsort(strength, kind="stable")[::-1]]
-    candidates = [order[:k] for k in SELECT_TOP if k < count] + [metric]
-    if width > count:
-        candidates.append(np.arange(width))
+    metric = list(range(width - count, width))
     judged = members[~data.synthetic[members]]
     if len({data.groups[i] for i in judged}) < L2_FOLDS:
-        return np.sort(candidates[-1])
-    plain = replace(config, select_features=False, l2=1.0 if config.l2 == "auto" else config.l2)
+        return np.arange(width)
     folds = _story_folds(data, L2_FOLDS, config.seed, members)
-    best, best_agreement = candidates[0], -np.inf
-    for columns in candidates:
+
+    def agreement(columns: list[int]) -> float:
         predictions = np.full(len(data.stories), np.nan)
         for held in folds:
-            head = _fit_subset(
-                data, features[:, columns], lengths, plain, np.setdiff1d(members, held)
+            train = np.setdiff1d(judged, held)
+            predictions[held] = _proxy_predictions(data, features[:, columns], train, held)
+        return float(np.nan_to_num(_column_agreement(data, predictions, judged), nan=-1.0))
+
+    chosen: list[int] = []
+    best = -np.inf
+    while len(chosen) < min(SELECT_MOST, count):
+        found, column = max((agreement([*chosen, c]), c) for c in metric if c not in chosen)
+        if found <= best + 1e-12:
+            break
+        chosen, best = [*chosen, column], found
+    for larger in ([*metric], list(range(width))):
+        if len(larger) > len(chosen) and agreement(larger) > best + 1e-12:
+            chosen, best = larger, agreement(larger)
+    return np.sort(np.asarray(chosen))
+
+
+def _head_notes(
+    summary: dict[str, Any], head: PreferenceHead, config: PreferenceConfig, width: int
+) -> None:
+    """A warning when the held-out agreement is below chance, and the features a selecting
+    head kept."""
+    warning = wrong_sign_note(summary.get("cross_validation", []), config, head.length_effect)
+    if warning:
+        summary["notes"].append(warning)
+        summary["held_out_below_chance"] = True
+    if config.select_features:
+        summary["selected_features"] = selected_names(head, config, width)
+
+
+def wrong_sign_note(
+    table: Sequence[Mapping[str, Any]], config: PreferenceConfig, length_effect: float
+) -> str:
+    """A warning when the held-out agreement is below chance with its whole interval (the
+    model learned a direction its held-out stories contradict), and the likely cause: with
+    the length covariate, a length effect learned beside features that go with length leaves
+    them weighted against it (suppression), so the scores, without length, order stories
+    against people while length alone orders them with people. Empty when there is none."""
+    rows = {(r["predictor"], r["statistic"]): r for r in table}
+    for statistic, chance in (("kendall_tau_b", 0.0), ("pairwise_accuracy", 0.5)):
+        model = rows.get(("model", statistic))
+        if model is None or not model["ci_high"] < chance:
+            continue
+        note = (
+            f"WARNING: the held-out {statistic} is {model['estimate']:.3f} "
+            f"[{model['ci_low']:.3f}, {model['ci_high']:.3f}], below chance ({chance:g}): the "
+            "model learned a direction its held-out stories contradict; do not use its scores"
+        )
+        length = rows.get(("length (log words)", statistic))
+        if config.length_covariate and length is not None and length["estimate"] > chance:
+            note += (
+                f". Length alone agrees with people ({length['estimate']:.3f}) and its effect "
+                f"({length_effect:+.2f} sd) was learned beside the features and left out of "
+                "the scores, which leaves features that go with length weighted against it: "
+                "train with --no-length-covariate"
             )
-            predictions[held] = _held_out(head, features[held][:, columns], data)
-        agreement = np.nan_to_num(_column_agreement(data, predictions, judged), nan=-1.0)
-        if agreement > best_agreement + 1e-12:
-            best, best_agreement = columns, agreement
-    return np.sort(best)
+        return note
+    return ""
 
 
 def selected_names(head: PreferenceHead, config: PreferenceConfig, width: int) -> list[str]:
@@ -1179,6 +1228,28 @@ def selected_names(head: PreferenceHead, config: PreferenceConfig, width: int) -
     offset = width - len(config.metric_features)
     names = [config.metric_features[c - offset] for c in kept if c >= offset]
     return (["encoder"] if any(c < offset for c in kept) else []) + names
+
+
+def _proxy_predictions(
+    data: PreferenceData, features: np.ndarray, train: np.ndarray, held: np.ndarray
+) -> np.ndarray:
+    """The held-out scores of a quick linear model of the training stories: ridge regression
+    on the mean ratings where three or more are rated, else logistic regression on the
+    decided pairs' standardised feature differences (both orders)."""
+    from sklearn.linear_model import LogisticRegression, Ridge
+
+    mean, sd = _column_moments(features[train])
+    x = (np.where(np.isnan(features), mean, features) - mean) / sd
+    rated = train[np.isfinite(data.targets[train])]
+    if len(rated) >= 3:
+        return np.asarray(Ridge(alpha=1.0).fit(x[rated], data.targets[rated]).predict(x[held]))
+    decided = [(train[i], train[j]) for i, j, o in pairs_within(data.pairs, train) if o == 1.0]
+    if not decided:
+        return np.zeros(len(held))
+    gaps = np.array([x[i] - x[j] for i, j in decided])
+    model = LogisticRegression(C=1.0, fit_intercept=False, max_iter=1000)
+    model.fit(np.vstack([gaps, -gaps]), np.r_[np.ones(len(gaps)), np.zeros(len(gaps))])
+    return np.asarray(x[held] @ model.coef_[0])
 
 
 def _column_agreement(data: PreferenceData, values: np.ndarray, members: np.ndarray) -> float:
@@ -1535,8 +1606,7 @@ def train_preference(
     if tuning is not None and folds > 1:  # the final encoder saw every story: use held-out
         head.temperature = fit_temperature(head, result.predictions, data.pairs)
     summary["length_effect"] = head.length_effect
-    if config.select_features:
-        summary["selected_features"] = selected_names(head, config, features.shape[1])
+    _head_notes(summary, head, config, features.shape[1])
     if config.metric_features:
         summary["metric_effects"] = metric_feature_effects(head, config.metric_features)
     model = PreferenceModel(
