@@ -5,7 +5,8 @@ commands from their public files (``../shared/data``: TTCW and WQ, see its READM
   over the 14 tests (the paper: New Yorker stories 84.7% of the verdicts, LLM stories 8.7% to
   30.0%), the experts' agreement per test (Fleiss' kappa; about 0.41 on average), and each of
   the 7 LLM judges against the experts' majority per test (Cohen's kappa; the paper: no LLM
-  judge agrees with the experts beyond chance);
+  judge agrees with the experts beyond chance) and the alternative annotator test's verdict
+  per test (Calderon et al. 2025: may the judge replace one of the experts?);
 * WQ style-mimic (Chakrabarty et al. 2025): the pairwise accuracy of every offline metric, of
   a length baseline (``word_count``) and (``--judge``) of the offline LLM judge against the
   experts' preferences, with intervals that resample authors, and the judge's position bias.
@@ -74,6 +75,7 @@ def ttcw_tables(run: Runner, data: Path, quick: bool) -> dict[str, Any]:
         "--n-boot", boot, "-o", str(run.out / "ttcw-fleiss.csv"),
     )  # fmt: skip
     kappas = {r["criterion"]: float(r["estimate"]) for r in rows(run.out / "ttcw-fleiss.csv")}
+    pooled = _pooled_kappa(run, out, boot)
     judges = _judges(run, out, boot, quick)
     llm = [rate for source, rate in rates.items() if source != "NewYorker"]
     return {
@@ -85,8 +87,24 @@ def ttcw_tables(run: Runner, data: Path, quick: bool) -> dict[str, Any]:
         },
         "fleiss_kappa": kappas,
         "fleiss_kappa_mean": _check(sum(kappas.values()) / len(kappas), PAPER["ttcw_fleiss_mean"]),
+        "fleiss_kappa_pooled": _check(pooled, PAPER["ttcw_fleiss_mean"]),
         "judges": judges,
     }
+
+
+def _pooled_kappa(run: Runner, out: Path, boot: str) -> float:
+    """The experts' Fleiss' kappa over every (story, test) verdict at once: the paper gives
+    one kappa without saying whether it pools the tests or averages them, so both are shown."""
+    pooled = [
+        j | {"item_id": f"{j['item_id']}/{j['criterion']}", "criterion": "all_tests"}
+        for j in records(out / "judgments.jsonl")
+    ]
+    source = _write(run.out / "ttcw-pooled.jsonl", pooled)
+    run(
+        "ttcw-fleiss-pooled", "agreement", "-j", str(source), "--statistic", "fleiss",
+        "--n-boot", boot, "-o", str(run.out / "ttcw-fleiss-pooled.csv"),
+    )  # fmt: skip
+    return float(rows(run.out / "ttcw-fleiss-pooled.csv")[0]["estimate"])
 
 
 def _check(value: float | None, paper: float, tolerance: float = 0.005) -> dict[str, Any]:
@@ -110,7 +128,13 @@ def _judges(run: Runner, out: Path, boot: str, quick: bool) -> dict[str, Any]:
             str(out / "judgments.jsonl"), "--bootstrap", boot, "-o", str(folder),
         )  # fmt: skip
         kappa = {r["criterion"]: float(r["kappa"]) for r in rows(folder / "agreement.csv")}
-        found[name] = {"kappa": kappa, "kappa_mean": sum(kappa.values()) / len(kappa)}
+        alt = {r["criterion"]: r["verdict"] for r in rows(folder / "alt_test.csv")}
+        found[name] = {
+            "kappa": kappa,
+            "kappa_mean": sum(kappa.values()) / len(kappa),
+            "alt_test": alt,
+            "alt_test_passed": sorted(c for c, v in alt.items() if v == "may replace a rater"),
+        }
     return found
 
 
@@ -191,10 +215,18 @@ def markdown(report: dict[str, Any]) -> str:
         lines += [f"| {s} | {100 * r:.1f}% |" for s, r in ttcw["pass_rates"].items()]
         lines += ["", "## TTCW: agreement per test", "", "| test | experts' Fleiss' kappa |"]
         lines += ["|---|---|"] + [f"| {t} | {k:.3f} |" for t, k in ttcw["fleiss_kappa"].items()]
-        lines += ["", f"Mean: {ttcw['fleiss_kappa_mean']['value']:.3f}", ""]
+        lines += [
+            "",
+            f"Mean over the tests: {ttcw['fleiss_kappa_mean']['value']:.3f}; pooled over every "
+            f"verdict: {ttcw['fleiss_kappa_pooled']['value']:.3f} (the paper: about 0.41)",
+            "",
+        ]
         lines += ["## TTCW: LLM judges against the experts' majority (Cohen's kappa)", ""]
-        lines += ["| judge | mean kappa |", "|---|---|"]
-        lines += [f"| {j} | {v['kappa_mean']:+.3f} |" for j, v in ttcw["judges"].items()]
+        lines += ["| judge | mean kappa | may replace an expert (alt-test, epsilon 0.2) |"]
+        lines += ["|---|---|---|"] + [
+            f"| {j} | {v['kappa_mean']:+.3f} | {', '.join(v['alt_test_passed']) or 'on no test'} |"
+            for j, v in ttcw["judges"].items()
+        ]
     wq = report.get("wq")
     if wq:
         lines += ["", "## WQ style-mimic: pairwise accuracy against the experts", ""]

@@ -268,19 +268,15 @@ def wq_verdict(run: Runner, path: Path, quick: bool) -> dict[str, Any]:
 
 def ttcw_verdict(run: Runner, folder: Path, quick: bool) -> dict[str, Any]:
     """storyeval's own verdict on TTCW's stories with text, cross-validated by plot, against
-    the experts' share of tests passed, beside every single metric (Williams tests)."""
+    the experts' share of tests passed, beside every single metric (Williams tests), and its
+    learning curve: the same model's held-out Kendall as the folds, so the training plots,
+    grow."""
     out = run.out / "ttcw"
     run("ttcw-import", "import", "ttcw", str(folder), "--out-dir", str(out))
     stories, share = out / "stories.jsonl", out / "passed.jsonl"
     _passed_share(out / "judgments.jsonl", share)
     features = QUICK_VERDICT if quick else VERDICT_FEATURES.replace(",perplexity", "")
-    seconds = run(
-        "ttcw-train", "train", "preference", "--stories", str(stories), "--judgments", str(share),
-        "--criterion", "passed", "--exclude-systems", "NewYorker", "--features", "none",
-        "--metric-features", features, "--no-length-covariate", "--select-features",
-        "--folds", "2" if quick else "6", "--l2", "0.1" if quick else "auto",
-        "-o", str(out / "verdict"),
-    )  # fmt: skip
+    seconds = _ttcw_train(run, out, features, 2 if quick else 6, "verdict", quick)
     run(
         "ttcw-score", "score", str(stories), "--metrics", features, "--no-progress",
         "-o", str(out / "scores.jsonl"),
@@ -296,7 +292,49 @@ def ttcw_verdict(run: Runner, folder: Path, quick: bool) -> dict[str, Any]:
         for r in _rows(out / "williams.csv")
         if r["metric_a"] == model
     ]
-    return _verdict(table, model, tests, None, seconds)
+    result = _verdict(table, model, tests, None, seconds)
+    result["found"]["learning_curve"] = ttcw_learning_curve(run, out, features, quick)
+    return result
+
+
+#: The folds of TTCW's learning curve: 6, 8, 9, 10 and 11 of its 12 plots to train on
+CURVE_FOLDS = (2, 3, 4, 6, 12)
+
+
+def ttcw_learning_curve(run: Runner, out: Path, features: str, quick: bool) -> list[dict]:
+    """The verdict's held-out Kendall with the experts when trained on more plots: more folds
+    leave more plots to train on (the model sees (k-1)/k of the 12)."""
+    folds = CURVE_FOLDS[:2] if quick else CURVE_FOLDS
+    sources: list[str] = []
+    for k in folds:
+        _ttcw_train(run, out, features, k, f"curve-{k}", quick)
+        sources += ["-s", str(out / f"curve-{k}" / "heldout_scores.jsonl")]
+    run(
+        "ttcw-curve", "correlate", *sources, "-j", str(out / "passed.jsonl"), "--stories",
+        str(out / "stories.jsonl"), "-m", "kendall", "--level", "pooled", "-o",
+        str(out / "curve.csv"),
+    )  # fmt: skip
+    rows = {r["metric"]: r for r in _rows(out / "curve.csv") if r["criterion"] == "passed"}
+    return [
+        {
+            "training_plots": 12 * (k - 1) // k,
+            "kendall": float(rows[f"{MODEL_PREFIX}curve-{k}"]["estimate"]),
+            "ci": [float(rows[f"{MODEL_PREFIX}curve-{k}"][c]) for c in ("ci_low", "ci_high")],
+        }
+        for k in folds
+    ]
+
+
+def _ttcw_train(run: Runner, out: Path, features: str, folds: int, name: str, quick: bool) -> float:
+    """``train preference`` on TTCW's LLM stories (the New Yorker's have no text) against the
+    share of tests passed, with ``folds`` folds by plot; its seconds."""
+    return run(
+        f"ttcw-train-{name}", "train", "preference", "--stories", str(out / "stories.jsonl"),
+        "--judgments", str(out / "passed.jsonl"), "--criterion", "passed", "--exclude-systems",
+        "NewYorker", "--features", "none", "--metric-features", features,
+        "--no-length-covariate", "--select-features", "--folds", str(folds), "--l2",
+        "0.1" if quick else "auto", "-o", str(out / name),
+    )  # fmt: skip
 
 
 def _rows(path: Path) -> list[dict[str, str]]:

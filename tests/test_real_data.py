@@ -306,3 +306,6 @@ def test_storyevals_own_verdict_is_measured_on_both_sets(tmp_path: Path) -> None
     assert wq["targets"]["pairwise_accuracy"]["met"] == (wq["found"]["value"] >= 0.70)
     assert set(ttcw["targets"]) == {"above_every_metric", "significantly_above_half"}
     assert -1 <= ttcw["found"]["value"] <= 1 and ttcw["found"]["compared"] == 4
+    curve = ttcw["found"]["learning_curve"]
+    assert [point["training_plots"] for point in curve] == [6, 8]
+    assert all(p["ci"][0] <= p["kendall"] <= p["ci"][1] for p in curve)

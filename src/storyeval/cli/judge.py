@@ -267,9 +267,17 @@ def judge_eval(
         help="JUDGE=PEOPLE: compare the judge's criterion with the people's of another name, "
         "e.g. coherence=reasonable (repeat).",
     ),
+    alt_epsilon: float = typer.Option(
+        0.2,
+        "--alt-epsilon",
+        help="The alternative annotator test's epsilon: how much lower the judge's winning "
+        "rate may be than a rater's (0.2 against experts, 0.1 against crowd workers).",
+    ),
 ) -> None:
     """A judge against people: correlations at three levels beside the human ceiling, the
-    judge as one more rater (alpha, kappa), confusion matrices, calibration, consistency."""
+    judge as one more rater (alpha, kappa), confusion matrices, calibration, consistency, and
+    the alternative annotator test (Calderon et al. 2025; alt_test.csv): may the judge replace
+    one of the raters?"""
     from storyeval.corpus import read_judgments, read_stories
     from storyeval.judge.evaluate import evaluate_judge, preference_agreement, write_evaluation
 
@@ -305,15 +313,26 @@ def judge_eval(
             aggregate=aggregate,
             n_boot=bootstrap,
             seed=seed,
+            alt_epsilon=alt_epsilon,
         )
         files = write_evaluation(result, output)
+    _print_evaluation(result)
+    typer.echo(f"tables: {', '.join(sorted(p.name for p in files))} in {output}")
+
+
+def _print_evaluation(result: Any) -> None:
+    """The headline, the spans, the alternative annotator test and the notes of a judge
+    evaluation."""
     typer.echo(result.headline().to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     if not result.spans.empty:
         typer.echo("spans, the judge against the people's majority:")
         typer.echo(result.spans.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    if not result.alt_test.empty:
+        typer.echo("alternative annotator test (may the judge replace a rater?):")
+        shown = result.alt_test[["criterion", "winning_rate", "advantage_probability", "verdict"]]
+        typer.echo(shown.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     for note in result.notes:
         typer.echo(f"note: {note}")
-    typer.echo(f"tables: {', '.join(sorted(p.name for p in files))} in {output}")
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:

@@ -90,7 +90,12 @@ def correlate_command(
         help="pooled, story, system or within_system (repeat; default: the first three).",
     ),
     method: list[str] = typer.Option(
-        None, "--method", "-m", help="pearson, spearman or kendall (repeat; default: all three)."
+        None,
+        "--method",
+        "-m",
+        help="pearson, spearman or kendall (repeat; default: all three); acc_eq: pairwise "
+        "accuracy with tie calibration (Deutsch et al. 2023); spa: soft pairwise accuracy "
+        "(Thompson et al. 2024; system level).",
     ),
     kendall_variant: str = typer.Option("b", "--kendall-variant", help="Kendall tau-b or tau-c."),
     aggregate: str = aggregate_option(),
@@ -122,10 +127,15 @@ def correlate_command(
     from storyeval.meta import ALL_LEVELS, LEVELS, METHODS, adjust_pvalues, correlate
     from storyeval.meta.levels import available_levels
     from storyeval.meta.significance import CORRECTIONS
+    from storyeval.meta.tie_accuracy import PAIRWISE_METHODS
 
     check_table_path(output)
     levels = check_choices(level or list(LEVELS), ALL_LEVELS, "--level")
-    methods = check_choices(method or list(METHODS), METHODS, "--method")
+    methods = check_choices(method or list(METHODS), (*METHODS, *PAIRWISE_METHODS), "--method")
+    if "spa" in methods and level and "system" not in levels:
+        raise typer.BadParameter(
+            "spa is a system-level statistic: add --level system", param_hint="--method"
+        )
     check_choice(kendall_variant, ("b", "c"), "--kendall-variant")
     check_choice(adjust, ("none", *CORRECTIONS), "--adjust")
     with user_errors(), reported_warnings():
@@ -162,8 +172,16 @@ def compare_command(
     stories: Path = stories_option(),
     criterion: list[str] = criterion_option(),
     metric: list[str] = typer.Option(None, "--metric", help="Only these metrics (repeat, >= 2)."),
-    method: str = typer.Option("spearman", "--method", "-m", help="pearson, spearman or kendall."),
-    level: str = typer.Option("pooled", "--level", "-l", help="pooled or system."),
+    method: str = typer.Option(
+        "spearman",
+        "--method",
+        "-m",
+        help="pearson, spearman or kendall (Williams tests); acc_eq: tie-calibrated pairwise "
+        "accuracy (paired permutation test, swapping per prompt).",
+    ),
+    level: str = typer.Option(
+        "pooled", "--level", "-l", help="pooled or system (acc_eq: also story, within_system)."
+    ),
     alternative: str = typer.Option(
         "greater", "--alternative", help="greater (A correlates more than B), two-sided, less."
     ),
@@ -191,8 +209,9 @@ def compare_command(
     from storyeval.meta.significance import ALTERNATIVES, CORRECTIONS
 
     check_table_path(output)
-    check_choice(method, METHODS, "--method")
-    check_choice(level, ("pooled", "system"), "--level")
+    check_choice(method, (*METHODS, "acc_eq"), "--method")
+    acc_levels = ("pooled", "story", "system", "within_system")
+    check_choice(level, acc_levels if method == "acc_eq" else ("pooled", "system"), "--level")
     check_choice(alternative, ALTERNATIVES, "--alternative")
     check_choice(adjust, ("none", *CORRECTIONS), "--adjust")
     with user_errors(), reported_warnings():

@@ -39,6 +39,7 @@ class JudgeEvaluation:
     position: pd.DataFrame
     notes: list[str] = field(default_factory=list)
     spans: pd.DataFrame = field(default_factory=pd.DataFrame)
+    alt_test: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     def headline(self) -> pd.DataFrame:
         """Per criterion and level: the judge's Spearman correlation with the human mean
@@ -74,6 +75,7 @@ class JudgeEvaluation:
             "consistency": self.consistency,
             "position": self.position,
             "spans": self.spans,
+            "alt_test": self.alt_test,
         }
 
 
@@ -101,6 +103,7 @@ def evaluate_judge(
     n_boot: int = 1000,
     seed: int = 0,
     aggregate: str = "mean",
+    alt_epsilon: float = 0.2,
 ) -> JudgeEvaluation:
     """Compare one judge's judgments with people's on the criteria both rated.
 
@@ -109,12 +112,15 @@ def evaluate_judge(
     tables then use the people's name. ``aggregate`` is how people's ratings of an item are
     combined for the correlations (``mean``; or a competence model's estimate: ``ordinal``,
     ``mace``, ``dawid-skene``; see :func:`storyeval.meta.data.aggregate_ratings`).
+    ``alt_epsilon`` is the alternative annotator test's epsilon (:mod:`storyeval.meta.alt_test`).
 
     Raises
     ------
     StoryevalError
         No criterion, or no item, in common; a mapped criterion the judge did not rate.
     """
+    from storyeval.meta.alt_test import alt_test_table
+
     judged, people = _frame(judge), _frame(humans)
     judged = _renamed(judged, people, criteria or {})
     shared = [c for c in dict.fromkeys(judged["criterion"]) if c in set(people["criterion"])]
@@ -142,6 +148,9 @@ def evaluate_judge(
         position=position_bias(comparisons or []),
         notes=notes,
         spans=_spans(judge, humans),
+        alt_test=alt_test_table(
+            people[people["criterion"].isin(shared)], per_item, epsilon=alt_epsilon
+        ),
     )
 
 

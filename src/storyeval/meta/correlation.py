@@ -43,6 +43,7 @@ from numpy.typing import ArrayLike
 
 from storyeval.errors import DegenerateInputWarning, warn
 from storyeval.meta.data import MetaInputError, MetaTable
+from storyeval.meta.tie_accuracy import PAIRWISE_METHODS, SPA_PERMUTATIONS, pairwise_meta_row
 from storyeval.signature import Signature
 from storyeval.stats import (
     RANK_METHODS,
@@ -620,7 +621,12 @@ def correlation_signature(
     if aggregation is not None:
         fields["raters"] = aggregation
     p_values = {"story": "signflip", "within_system": f"permutation:{WITHIN_SYSTEM_SHUFFLES}"}
-    fields["p"] = p_values.get(level, "scipy;exact<=8")
+    if method == "acc_eq":
+        fields["ties"] = "calibrated"
+    elif method == "spa":
+        fields["p_systems"] = f"signflip:{SPA_PERMUTATIONS}"
+    else:
+        fields["p"] = p_values.get(level, "scipy;exact<=8")
     fields["ci"] = "percentile"
     fields["confidence"] = confidence
     fields["bootstrap"] = n_boot
@@ -670,7 +676,11 @@ class CorrelationSettings:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "levels", tuple(check_level(lv) for lv in self.levels))
-        object.__setattr__(self, "methods", tuple(check_method(m) for m in self.methods))
+        object.__setattr__(
+            self,
+            "methods",
+            tuple(m if m in PAIRWISE_METHODS else check_method(m) for m in self.methods),
+        )
         if not self.levels or not self.methods:
             raise ValueError("give at least one level and one method")
         if self.kendall_variant not in ("b", "c"):
@@ -696,7 +706,21 @@ class CorrelationSettings:
         label: str,
         y_draws: ArrayLike | None = None,
     ) -> dict[str, Any]:
-        """:func:`level_correlation` with these settings."""
+        """:func:`level_correlation` with these settings (or, for ``acc_eq`` and ``spa``,
+        :func:`~storyeval.meta.tie_accuracy.pairwise_meta_row`)."""
+        if method in PAIRWISE_METHODS:
+            return pairwise_meta_row(
+                np.asarray(x, dtype=float),
+                np.asarray(y, dtype=float),
+                level=level,
+                method=method,
+                prompts=None if prompts is None else np.asarray(prompts, dtype=object),
+                systems=None if systems is None else np.asarray(systems, dtype=object),
+                n_boot=self.n_boot,
+                confidence=self.confidence,
+                seed=self.seed,
+                label=label,
+            )
         return level_correlation(
             x,
             y,
@@ -874,6 +898,8 @@ def correlate(
             y = table.human[criterion].to_numpy(dtype=float)
             for level in chosen.levels:
                 for method in chosen.methods:
+                    if method == "spa" and level != "system":
+                        continue  # soft pairwise accuracy compares systems only
                     row = chosen.row(
                         x,
                         y,

@@ -254,6 +254,10 @@ def compare_metrics(
         plus ``p_adjusted``, ``reject`` and ``correction`` (per criterion) unless
         ``correction`` is None.
     """
+    if method in ("acc_eq", "spa"):
+        return _compare_acc_eq(
+            table, criterion, metrics, method, level, correction, lower_is_better
+        )
     check_method(method)
     check_variant(kendall_variant)
     check_level(level)
@@ -311,6 +315,55 @@ def compare_metrics(
                         "signature": signature,
                     }
                 )
+    out = pd.DataFrame(rows)
+    if correction is not None and not out.empty:
+        out = adjust_pvalues(out, method=correction, by=["criterion"])
+    return out
+
+
+def _compare_acc_eq(
+    table: MetaTable,
+    criterion: str | None,
+    metrics: Sequence[str] | None,
+    method: str,
+    level: str,
+    correction: str | None,
+    lower_is_better: Iterable[str],
+    n_perm: int = 1000,
+) -> pd.DataFrame:
+    """:func:`compare_metrics` for tie-calibrated pairwise accuracy: a paired permutation
+    test per ordered pair of metrics (:func:`~storyeval.meta.tie_accuracy.acc_eq_test`)."""
+    from storyeval.meta.tie_accuracy import acc_eq_test
+
+    if method == "spa":
+        raise ValueError(
+            "compare tests acc_eq (or a correlation); soft pairwise accuracy has no test here"
+        )
+    names, criteria = _comparison_inputs(table, criterion, metrics, "pooled")
+    directions = metric_directions(names, lower_is_better)
+    prompts = table.items["prompt_id"].to_numpy(dtype=object) if table.has_prompts else None
+    systems = table.items["system"].to_numpy(dtype=object) if table.has_systems else None
+    signature = Signature(
+        "acc_eq_permutation",
+        {"level": level, "ties": "calibrated", "standardised": "yes", "permutations": n_perm,
+         "swap": "prompts" if prompts is not None else "items", "alternative": "greater",
+         "raters": table.aggregation, "oriented": "yes"},
+    ).render()  # fmt: skip
+    rows = []
+    for crit in criteria:
+        human = table.human[crit].to_numpy(dtype=float)
+        for a in names:
+            for b in (n for n in names if n != a):
+                va, vb = (
+                    table.metrics[m].to_numpy(dtype=float) * (-1 if directions[m] == "lower" else 1)
+                    for m in (a, b)
+                )
+                test = acc_eq_test(
+                    va, vb, human, level=level, prompts=prompts, systems=systems, n_perm=n_perm
+                )
+                rows.append({"criterion": crit, "metric_a": a, "metric_b": b, "level": level, "method": method,
+                             **test, "statistic": test["estimate"], "alternative": "greater",
+                             "direction_a": directions[a], "direction_b": directions[b], "signature": signature})  # fmt: skip
     out = pd.DataFrame(rows)
     if correction is not None and not out.empty:
         out = adjust_pvalues(out, method=correction, by=["criterion"])
