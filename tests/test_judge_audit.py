@@ -169,8 +169,11 @@ def test_a_fair_judge_passes_and_what_is_missing_is_said(
     assert again.signature is not None and again.signature.name == "judge_audit"
     assert any("position bias" in line for line in again.skipped)
     assert list(again.checks["verdict"]) == [
-        line.split(": ", 1)[1] for line in out.splitlines() if line.startswith(("separab", "len"))
+        line.split(": ", 1)[1]
+        for line in out.splitlines()
+        if line.startswith(("separab", "len", "replaceab"))
     ]
+    assert "replaceability (coherence): may replace a rater" in out  # a fair judge, 3 raters
     scores = write_example_scores(tmp_path / "scores.jsonl")
     code, _, err = run_cli(
         "report", "-s", str(scores), "-j", str(humans_file), "--stories", str(stories_file),

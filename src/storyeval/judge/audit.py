@@ -137,6 +137,7 @@ def audit_judge(
         )
         rows += _perturbations(name, group, perturbed, perturbed_judgments, skipped)
     rows += _position(comparisons, confidence, skipped)
+    rows += _replaceability(per_item, humans, skipped)
     signature = _signature(runs, stories, humans, perturbed, n_boot, confidence, seed)
     checks = pd.DataFrame(rows)
     if not checks.empty:
@@ -174,6 +175,35 @@ def _signature(
             "robust_sd": ROBUST_SD,
         },
     )
+
+
+def _replaceability(
+    per_item: pd.DataFrame, humans: Sequence[Judgment], skipped: list[str]
+) -> list[dict[str, Any]]:
+    """The alternative annotator test (Calderon et al. 2025, epsilon 0.2) per criterion: may
+    the judge replace one of the raters? Needs three or more raters per item."""
+    from storyeval.meta.alt_test import alt_test_table
+
+    if not humans:
+        skipped.append("replaceability: no people's judgments (--humans)")
+        return []
+    people = pd.DataFrame(
+        [{"item_id": j.item_id, "rater_id": j.rater_id, "criterion": j.criterion,
+          "value": float(j.value)} for j in humans]
+    )  # fmt: skip
+    table = alt_test_table(people, per_item, pooled=False)
+    rows = []
+    for row in table.itertuples(index=False):
+        if str(row.verdict).startswith("not testable"):
+            skipped.append(f"replaceability ({row.criterion}): {row.verdict}")
+            continue
+        verdict = (
+            f"{row.verdict} (alternative annotator test: winning rate {row.winning_rate:.2f} "
+            f"of {row.raters_tested} raters, advantage probability {row.advantage_probability:.2f})"
+        )
+        rows.append(_row("replaceability", str(row.criterion), "winning_rate",
+                         float(row.winning_rate), (math.nan, math.nan), int(row.items), verdict))  # fmt: skip
+    return rows
 
 
 def _people(humans: Sequence[Judgment]) -> dict[str, pd.Series]:
