@@ -353,6 +353,13 @@ RANK_ANCHORS = typer.Option(
     help="A stored ranking (an earlier rank output): its systems keep their Bradley-Terry "
     "strengths, new systems join on the same scale.",
 )
+RANK_ANCHOR = typer.Option(
+    None,
+    "--anchor",
+    help="An old judge's judgments (long format): PAIRS is then the new judge's judgments, "
+    "and its board is re-expressed on the old board's scale from the items both scored (a "
+    "monotone map), with the order changes beyond the uncertainty.",
+)
 RANK_AGGREGATE = typer.Option(
     None,
     "--aggregate",
@@ -403,11 +410,16 @@ def rank(
         None, "--baseline", help="With --covariates: the system of the controlled win rates."
     ),
     aggregate: str = RANK_AGGREGATE,
+    anchor: Path = RANK_ANCHOR,
 ) -> None:
     """Rank systems from pairwise comparisons: Bradley-Terry (log-odds, Davidson ties) and
     Elo, with bootstrap intervals over prompts. With --covariates, also the strengths with
     the stories' length (or any metric) held equal, each covariate's effect, and the
-    length-controlled win rate against a baseline (OUT-controlled and OUT-covariates)."""
+    length-controlled win rate against a baseline (OUT-controlled and OUT-covariates). With
+    --anchor OLD, a new judge's board (its judgments in PAIRS) on an old judge's scale."""
+    if anchor is not None:
+        _anchored_board(pairs, anchor, output, stories, criterion, bootstrap, confidence, seed)
+        return
     from storyeval.cli._tables import write_table
     from storyeval.meta.comparisons import (
         next_pairs,
@@ -448,6 +460,49 @@ def rank(
         typer.echo(
             next_pairs(frame, budget=plan).to_string(index=False, float_format=lambda v: f"{v:.3f}")
         )
+
+
+def _anchored_board(
+    new: Path, old: Path, output: Path, stories: Path | None, criterion: str | None,
+    bootstrap: int, confidence: float, seed: int,
+) -> None:  # fmt: skip
+    """``rank --anchor``: the new judge's per-system means on the old judge's scale."""
+    import pandas as pd
+
+    from storyeval.cli._tables import write_table
+    from storyeval.corpus import read_judgments, read_stories
+    from storyeval.meta.anchoring import anchor_board
+
+    with user_errors():
+        systems = {s.id: s.system for s in read_stories(stories)} if stories is not None else {}
+
+        def table(path: Path) -> pd.DataFrame:
+            rows = [
+                {"item_id": j.item_id, "system": j.extra.get("system") or systems.get(j.item_id), "value": j.value}
+                for j in read_judgments(path)
+                if criterion is None or j.criterion == criterion
+            ]  # fmt: skip
+            if not rows:
+                raise ValueError(f"{path}: no judgment{' of ' + criterion if criterion else ''}")
+            return pd.DataFrame(rows)
+
+        found = anchor_board(
+            table(old), table(new), n_boot=bootstrap, confidence=confidence, seed=seed
+        )
+        board = found.board.assign(signature=found.signature.render())
+        write_table(board, output)
+    typer.echo(
+        board.drop(columns=["signature"]).to_string(index=False, float_format=lambda v: f"{v:.3f}")
+    )
+    typer.echo(
+        f"Kendall tau, old board vs anchored: {found.kendall:.3f} ({found.shared_items} shared items)"
+    )
+    if found.changes.empty:
+        typer.echo("no two systems change order")
+    else:
+        typer.echo("order changes (beyond_uncertainty: the anchored interval excludes a tie):")
+        typer.echo(found.changes.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    typer.echo(f"signature: {found.signature.render()}")
 
 
 def _anchor_table(path: Path) -> dict[str, float]:

@@ -164,6 +164,10 @@ def _system_records(frame: object) -> list[dict[str, object]]:
     return records
 
 
+#: Beyond this many systems the per-system table is not printed (it would run for pages)
+MAX_SYSTEMS_SHOWN = 40
+
+
 def _report(run: ScoreRun, stories: Path, output: Path | None, per_system: Path | None) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -181,6 +185,12 @@ def _report(run: ScoreRun, stories: Path, output: Path | None, per_system: Path 
         for note in info.notes:
             typer.echo(f"{name}: {note}", err=True)
     frame = run.systems
+    if frame["system"].nunique() > MAX_SYSTEMS_SHOWN:  # e.g. one system per story (WQ)
+        typer.echo(
+            f"{frame['system'].nunique()} systems: the per-system table is not printed "
+            "(write it with --per-system FILE)"
+        )
+        frame = frame.iloc[0:0]
     table = Table(title=f"{stories}: per-system scores (mean of stories; corpus statistics)")
     for column in ("metric", "statistic", "system", "estimate", "95% CI", "n"):
         table.add_column(
@@ -192,7 +202,8 @@ def _report(run: ScoreRun, stories: Path, output: Path | None, per_system: Path 
         ci = "" if math.isnan(row.ci_low) else f"[{row.ci_low:.4g}, {row.ci_high:.4g}]"
         estimate = "undefined" if math.isnan(row.estimate) else f"{row.estimate:.4g}"
         table.add_row(row.metric, row.statistic, str(row.system), estimate, ci, str(row.n))
-    console.print(table)
+    if len(frame):
+        console.print(table)
     typer.echo("signatures:")
     for info in run.metrics.values():
         typer.echo(f"  {info.signature.render()}")
