@@ -46,6 +46,16 @@ def looks_tokenized(text: str) -> bool:
     return _TOKENIZED.search(text) is not None
 
 
+def detokenized(text: str) -> str:
+    """A tokenized text (``did n't``, ``home .``) without the spaces before clitics and
+    punctuation; other text unchanged.
+
+    >>> detokenized("she did n't go home . then she slept !")
+    "she didn't go home. then she slept!"
+    """
+    return _detokenized(text)[0] if looks_tokenized(text) else text
+
+
 def _detokenized(text: str) -> tuple[str, list[int]]:
     """``text`` without the spaces :data:`_SPACE_BEFORE` matches, and for every character
     left its index in ``text``."""

@@ -1,0 +1,112 @@
+"""Cutting human texts as each paper cut its generated ones, so that length does not decide.
+
+A comparison of human and generated stories is only fair when both are cut alike. The papers
+storyeval follows cut in three ways, each a *policy* here:
+
+* ``at_most`` (Karpinska et al. 2021: "ends with a full sentence and is no longer than 150
+  words"): the longest run of whole leading sentences within the cap;
+* ``nearest`` (Guan and Huang 2020, UNION, WritingPrompts: "about 200 words (with correct
+  sentence boundary) from the start"): the sentence end nearest the cap, before or after
+  (the shorter on a tie);
+* ``at_least`` (Clark 2021, chapter 6: "we only considered texts 100 words or longer, and
+  after reaching 100 words, all texts were truncated at the end of the next sentence"): texts
+  shorter than the cap are left out, the rest cut at the end of the sentence that reaches it.
+
+Words are whitespace-separated words (the unit the papers count), counted on the text as it
+is read; a tokenized text (``did n't``, ``home .``, as WritingPrompts and ROCStories ship) is
+detokenized first with ``detokenize=True`` (Karpinska et al. de-tokenized the human stories
+before cutting). Nothing is cut silently: each outcome is counted (:class:`CutOutcome`) and the
+command writes each text's words before and after.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from storyeval.signature import Signature
+from storyeval.text import SplitMethod, count_words, detokenized, split_sentences
+
+Policy = Literal["at_most", "nearest", "at_least"]
+POLICIES: tuple[str, ...] = ("at_most", "nearest", "at_least")
+#: Each paper's cut: (policy, words, detokenize first)
+PRESETS: dict[str, tuple[Policy, int, bool]] = {
+    "karpinska2021": ("at_most", 150, True),
+    "union-wp": ("nearest", 200, True),
+    "clark2021-detection": ("at_least", 100, False),
+}
+
+
+@dataclass(frozen=True)
+class CutOutcome:
+    """A cut text (``None`` when the policy leaves it out), its words before and after, and
+    what happened: ``kept`` (already within the policy), ``cut``, ``cut_inside`` (no sentence
+    end fits: cut inside the first sentence), ``too_short`` (left out)."""
+
+    text: str | None
+    words_before: int
+    words_after: int
+    status: str
+
+
+def cut_text(
+    text: str,
+    *,
+    words: int,
+    policy: Policy = "at_most",
+    detokenize: bool = False,
+    method: SplitMethod = "pysbd",
+) -> CutOutcome:
+    """Cut ``text`` by ``policy`` at ``words`` words (module docstring).
+
+    >>> cut_text("One two three. Four five six. Seven eight.", words=4, policy="nearest").text
+    'One two three.'
+    >>> cut_text("One two three. Four five six. Seven eight.", words=4, policy="at_least").text
+    'One two three. Four five six.'
+    >>> cut_text("One two.", words=4, policy="at_least").status
+    'too_short'
+    """
+    if policy not in POLICIES:
+        raise ValueError(f"policy must be one of {', '.join(POLICIES)}; got {policy!r}")
+    if not isinstance(words, int) or isinstance(words, bool) or words < 1:
+        raise ValueError(f"words must be a positive integer; got {words!r}")
+    # split the text as it is (tokenized text is split at its end tokens), then join the
+    # tokens of each sentence: the sentence ends stay where the text marks them
+    sentences = split_sentences(text.strip(), method=method)
+    if detokenize:
+        sentences = [detokenized(sentence) for sentence in sentences]
+    source = " ".join(sentences)
+    before = count_words(source)
+    if policy == "at_least" and before < words:
+        return CutOutcome(None, before, 0, "too_short")
+    ends, total = [], 0
+    for sentence in sentences:
+        total += count_words(sentence)
+        ends.append(total)
+    index = _end_index(ends, words, policy)
+    if index is None:  # not even the first sentence fits under the cap
+        kept = " ".join(source.split()[:words])
+        return CutOutcome(kept, before, count_words(kept), "cut_inside")
+    kept = " ".join(sentences[: index + 1])
+    return CutOutcome(kept, before, ends[index], "kept" if index == len(ends) - 1 else "cut")
+
+
+def _end_index(ends: list[int], words: int, policy: Policy) -> int | None:
+    """The index of the last sentence kept, from the running word counts ``ends``."""
+    if not ends:
+        return None
+    within = [i for i, end in enumerate(ends) if end <= words]
+    if policy == "at_most":
+        return within[-1] if within else None
+    reaching = next((i for i, end in enumerate(ends) if end >= words), len(ends) - 1)
+    if policy == "at_least":
+        return reaching
+    candidates = {reaching, *(within[-1:])}
+    return min(candidates, key=lambda i: (abs(ends[i] - words), ends[i]))
+
+
+def truncation_signature(policy: Policy, words: int, detokenize: bool, method: str) -> Signature:
+    """The signature of a cut, recorded with every text it cut."""
+    return Signature(
+        "truncate", {"policy": policy, "words": words, "detokenize": detokenize, "split": method}
+    )
