@@ -192,13 +192,20 @@ def _wq_judge(run: Runner, stories: Path, pairs: Path) -> dict[str, Any]:
     agreement = rows(folder / "preferences.csv")[0]
     position = rows(folder / "position.csv")[0]
     return {
-        "accuracy": float(agreement["accuracy"]),
-        "ci_low": float(agreement["ci_low"]),
-        "ci_high": float(agreement["ci_high"]),
+        "accuracy": _number(agreement["accuracy"]),
+        "ci_low": _number(agreement["ci_low"]),
+        "ci_high": _number(agreement["ci_high"]),
+        "accuracy_ties_half": _number(agreement["accuracy_ties_half"]),
+        "judge_ties": int(agreement["judge_ties"]),
         "pairs": int(agreement["pairs"]),
         "first_position_wins": float(position["first_position_wins"]),
         "position_consistency": float(position["position_consistency"]),
     }
+
+
+def _number(text: str) -> float:
+    """A CSV cell as a float (empty: NaN, e.g. the accuracy of a judge that tied every pair)."""
+    return float(text) if text not in ("", "nan") else float("nan")
 
 
 def markdown(report: dict[str, Any]) -> str:
@@ -240,10 +247,11 @@ def markdown(report: dict[str, Any]) -> str:
             j = wq["judge"]
             lines += [
                 "",
-                f"Offline judge: {j['accuracy']:.3f} [{j['ci_low']:.3f}, {j['ci_high']:.3f}] on "
-                f"{j['pairs']} pairs; the first paragraph won {100 * j['first_position_wins']:.0f}% "
-                f"of its decisions; {100 * j['position_consistency']:.0f}% of pairs judged alike "
-                "in both orders.",
+                f"Offline judge on {j['pairs']} pairs: {j['accuracy_ties_half']:.3f} with its "
+                f"ties counted half ({j['judge_ties']} pairs tied: its two orders disagreed); "
+                f"{j['accuracy']:.3f} on the pairs it decided; the first paragraph won "
+                f"{100 * j['first_position_wins']:.0f}% of its decisions; "
+                f"{100 * j['position_consistency']:.0f}% of pairs judged alike in both orders.",
             ]
     return "\n".join(lines) + "\n"
 

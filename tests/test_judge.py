@@ -596,6 +596,15 @@ def test_a_pairwise_judge_is_checked_against_peoples_preferences(
     people = [json.loads(line) for line in written["comparisons"].read_text().splitlines()]
     table = preference_agreement(run.comparisons, people).iloc[0]
     assert table["pairs"] == 3 and table["agree"] == 2 and table["accuracy"] == pytest.approx(2 / 3)
+    assert table["accuracy_ties_half"] == pytest.approx(2 / 3)  # no tie
+    # a judge whose two orders disagree on every pair ties them all: half credit, not NaN
+    first_always = [dict(c, winner=c["system_a"]) for c in run.comparisons]
+    flipped = [
+        dict(c, system_a=c["system_b"], system_b=c["system_a"], winner=c["system_b"])
+        for c in first_always
+    ]
+    tied = preference_agreement(first_always + flipped, people).iloc[0]
+    assert tied["judge_ties"] == 3 and tied["accuracy_ties_half"] == 0.5
     judged = tmp_path / "judge-pairs.jsonl"
     judged.write_text("".join(json.dumps(c) + "\n" for c in run.comparisons))
     code, stdout, err = run_cli(

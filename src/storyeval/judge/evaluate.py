@@ -363,7 +363,10 @@ def preference_agreement(
     Pairs are matched by their two systems (stories) and prompt; the judge's decision on a
     pair is the majority over its orders and repeats (a split is a tie). Per criterion of the
     judge: ``pairs`` matched, ``agree`` (same winner), ``judge_ties``, ``human_ties``,
-    ``accuracy`` (agree / pairs with two decisions) with a Clopper-Pearson interval.
+    ``accuracy`` (agree / pairs with two decisions) with a Clopper-Pearson interval, and
+    ``accuracy_ties_half`` (the judge's ties counted half, as ``pairwise-accuracy`` counts a
+    metric's: a judge that decides few pairs is not credited with its few right answers
+    alone).
     """
     from storyeval.stats import binomial_test
 
@@ -395,6 +398,7 @@ def preference_agreement(
         low, high = (math.nan, math.nan)
         if decided:
             _, low, high = binomial_test(agree, decided, confidence=confidence)
+        scored = decided + judge_ties  # people decided these; the judge's tie counts half
         rows.append(
             {
                 "criterion": criterion,
@@ -405,6 +409,7 @@ def preference_agreement(
                 "accuracy": agree / decided if decided else math.nan,
                 "ci_low": low,
                 "ci_high": high,
+                "accuracy_ties_half": (agree + judge_ties / 2) / scored if scored else math.nan,
             }
         )
     return pd.DataFrame(rows)
