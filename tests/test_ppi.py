@@ -136,3 +136,84 @@ def test_ppi_command_on_judged_and_unjudged_items(tmp_path: Path, run_cli) -> No
     assert (table["n_labeled"] == 30).all() and (table["n_unlabeled"] == 50).all()
     assert (table["width_ratio"] < 1.0).all()
     assert table["estimate"].iloc[0] > table["estimate"].iloc[1]
+
+
+@pytest.mark.parametrize("lam", [None, 1.0])
+def test_logistic_matches_ppi_python(lam: float | None) -> None:
+    ppi = pytest.importorskip("ppi_py")
+    from storyeval.meta.ppi import ppi_logistic
+
+    rng = np.random.default_rng(11)
+    x = rng.normal(size=(600, 3))
+    truth = rng.random(600) < 1 / (1 + np.exp(-(x @ np.array([1.0, -0.5, 0.2]))))
+    judge = np.where(rng.random(600) < 0.85, truth, ~truth).astype(float)
+    y = truth.astype(float)
+    labeled, rest = slice(0, 120), slice(120, None)
+    theta, low, high, _ = ppi_logistic(
+        x[labeled], y[labeled], judge[labeled], x[rest], judge[rest], confidence=0.9, lam=lam
+    )
+    point = ppi.ppi_logistic_pointestimate(
+        x[labeled], y[labeled], judge[labeled], x[rest], judge[rest], lam=lam
+    )
+    ref_low, ref_high = ppi.ppi_logistic_ci(
+        x[labeled], y[labeled], judge[labeled], x[rest], judge[rest], alpha=0.1, lam=lam
+    )
+    np.testing.assert_allclose(theta, point, atol=1e-6)
+    np.testing.assert_allclose(low, ref_low, atol=1e-6)
+    np.testing.assert_allclose(high, ref_high, atol=1e-6)
+
+
+def _tournament(seed: int, judge_accuracy: float) -> tuple[pd.DataFrame, pd.DataFrame, np.ndarray]:
+    """Five systems of known strength, 400 prompts with every pair compared once by a judge
+    that copies people's outcome with probability ``judge_accuracy``; people on 80 prompts."""
+    rng = np.random.default_rng(seed)
+    strength = np.array([0.0, 0.4, 0.8, 1.2, 1.6])
+    people, judge = [], []
+    for prompt in range(400):
+        for a in range(5):
+            for b in range(a + 1, 5):
+                p_a = 1 / (1 + np.exp(-(strength[a] - strength[b])))
+                truth = f"s{a}" if rng.random() < p_a else f"s{b}"
+                other = f"s{b}" if truth == f"s{a}" else f"s{a}"
+                said = truth if rng.random() < judge_accuracy else other
+                record = {"prompt_id": f"p{prompt}", "item_id": f"p{prompt}", "system_a": f"s{a}",
+                          "system_b": f"s{b}", "criterion": "q"}  # fmt: skip
+                judge.append(record | {"winner": said, "rater_id": "llm"})
+                if prompt < 80:
+                    people.append(record | {"winner": truth, "rater_id": "p"})
+    return pd.DataFrame(people), pd.DataFrame(judge), strength
+
+
+def test_bradley_terry_is_narrower_with_a_good_judge_and_covers_the_truth() -> None:
+    from storyeval.meta.ppi import ppi_bradley_terry
+
+    people, judge, strength = _tournament(12, 0.9)
+    table = ppi_bradley_terry(people, judge).set_index("system")
+    assert table.loc["s0", "estimate"] == 0.0 and table["lam"].iloc[0] > 0.5
+    width = table["ci_high"] - table["ci_low"]
+    classical = table["classical_ci_high"] - table["classical_ci_low"]
+    assert (width.iloc[1:] < 0.8 * classical.iloc[1:]).all()
+    covered = []
+    for seed in range(20):  # the interval covers the true strengths at about its level
+        found = ppi_bradley_terry(*_tournament(100 + seed, 0.9)[:2])
+        covered += list((found["ci_low"] <= strength) & (strength <= found["ci_high"]))[1:]
+    assert np.mean(covered) >= 0.85
+    _, coin, _ = _tournament(12, 0.5)
+    assert ppi_bradley_terry(people, coin)["lam"].iloc[0] < 0.2
+
+
+def test_rank_ppi_judge_writes_the_strengths(tmp_path: Path, run_cli) -> None:  # type: ignore[no-untyped-def]
+    people, judge, _ = _tournament(13, 0.9)
+    people.to_json(tmp_path / "people.jsonl", orient="records", lines=True)
+    judge.to_json(tmp_path / "judge.jsonl", orient="records", lines=True)
+    code, out, err = run_cli(
+        "rank", str(tmp_path / "people.jsonl"), "--ppi-judge", str(tmp_path / "judge.jsonl"),
+        "--bootstrap", "20", "-o", str(tmp_path / "rank.csv"),
+    )  # fmt: skip
+    assert code == 0, err
+    table = pd.read_csv(tmp_path / "rank-ppi.csv")
+    assert list(table["system"]) == ["s0", "s1", "s2", "s3", "s4"]
+    assert table["estimate"].is_monotonic_increasing
+    assert table["signature"].iloc[0].startswith("ppi_bradley_terry|method:ppi++")
+    assert table["n_labeled"].iloc[0] == 800 and table["n_unlabeled"].iloc[0] == 3200
+    assert "prediction-powered Bradley-Terry" in out

@@ -360,6 +360,12 @@ RANK_ANCHOR = typer.Option(
     "and its board is re-expressed on the old board's scale from the items both scored (a "
     "monotone map), with the order changes beyond the uncertainty.",
 )
+RANK_PPI = typer.Option(
+    None,
+    "--ppi-judge",
+    help="A judge's comparisons of every pair (people's in PAIRS being a random subset): also "
+    "prediction-powered Bradley-Terry strengths (PPI++), written to OUT-ppi.",
+)
 RANK_AGGREGATE = typer.Option(
     None,
     "--aggregate",
@@ -411,6 +417,7 @@ def rank(
     ),
     aggregate: str = RANK_AGGREGATE,
     anchor: Path = RANK_ANCHOR,
+    ppi_judge: Path = RANK_PPI,
 ) -> None:
     """Rank systems from pairwise comparisons: Bradley-Terry (log-odds, Davidson ties) and
     Elo, with bootstrap intervals over prompts. With --covariates, also the strengths with
@@ -447,19 +454,44 @@ def rank(
         write_table(table, output)
         if matrix is not None:
             write_table(win_rate_matrix(frame).reset_index(names="system"), matrix)
-    typer.echo(
-        table.drop(columns=["signature"]).to_string(index=False, float_format=lambda v: f"{v:.3f}")
-    )
+    shown = table.drop(columns=["signature"])
+    typer.echo(shown.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
     typer.echo(f"signature: {table['signature'].iloc[0]}")
+    if ppi_judge is not None:
+        _ppi_strengths(pairs, ppi_judge, output, criterion, confidence)
     if covariates:
         _controlled(
             pairs, output, criterion, covariates, stories, scores, baseline, bootstrap, seed
         )
     if plan:
-        typer.echo("compare next:")
-        typer.echo(
-            next_pairs(frame, budget=plan).to_string(index=False, float_format=lambda v: f"{v:.3f}")
-        )
+        shown = next_pairs(frame, budget=plan)
+        typer.echo(f"compare next:\n{shown.to_string(index=False, float_format=_three)}")
+
+
+def _three(value: float) -> str:
+    return f"{value:.3f}"
+
+
+def _ppi_strengths(
+    pairs: Path, judge: Path, output: Path, criterion: str | None, confidence: float
+) -> None:
+    """``rank --ppi-judge``: prediction-powered strengths beside people's alone."""
+    from storyeval.cli._tables import write_table
+    from storyeval.meta.comparisons import read_comparisons
+    from storyeval.meta.ppi import ppi_bradley_terry
+
+    with user_errors():
+        people, said = read_comparisons(pairs), read_comparisons(judge)
+        if criterion is not None:
+            people = people[people["criterion"] == criterion]
+            said = said[said["criterion"] == criterion]
+        table = ppi_bradley_terry(people, said, confidence=confidence)
+        target = output.with_name(f"{output.stem}-ppi{output.suffix}")
+        write_table(table, target)
+    shown = ["system", "estimate", "ci_low", "ci_high", "classical_ci_low", "classical_ci_high"]
+    typer.echo("prediction-powered Bradley-Terry (PPI++; the classical columns: people alone):")
+    typer.echo(table[shown].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    typer.echo(f"lam {table['lam'].iloc[0]:.3f}; wrote {target}")
 
 
 def _anchored_board(

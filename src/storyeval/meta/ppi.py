@@ -247,3 +247,184 @@ def ppi_table(
         )
     dropped = sum(1 for key in people if key not in answers)
     return pd.DataFrame(rows), dropped
+
+
+def _log1pexp(z: np.ndarray) -> np.ndarray:
+    return np.asarray(np.logaddexp(0.0, z), dtype=float)
+
+
+def _expit(z: np.ndarray) -> np.ndarray:
+    from scipy.special import expit
+
+    return np.asarray(expit(z), dtype=float)
+
+
+def _logistic_fit(
+    x: np.ndarray, y: np.ndarray, yhat: np.ndarray, x_rest: np.ndarray, yhat_rest: np.ndarray,
+    lam: float, start: np.ndarray,
+) -> np.ndarray:  # fmt: skip
+    """The rectified logistic loss's minimiser (``ppi-python``'s optimiser and tolerance)."""
+    from scipy.optimize import minimize
+
+    n, total = len(y), len(yhat_rest)
+
+    def loss(theta: np.ndarray) -> float:
+        a, b = x @ theta, x_rest @ theta
+        return float(
+            lam / total * np.sum(-yhat_rest * b + _log1pexp(b))
+            - lam / n * np.sum(-yhat * a + _log1pexp(a))
+            + 1 / n * np.sum(-y * a + _log1pexp(a))
+        )
+
+    def gradient(theta: np.ndarray) -> np.ndarray:
+        a, b = x @ theta, x_rest @ theta
+        return np.asarray(
+            lam / total * x_rest.T @ (_expit(b) - yhat_rest)
+            - lam / n * x.T @ (_expit(a) - yhat)
+            + 1 / n * x.T @ (_expit(a) - y)
+        )
+
+    found = minimize(
+        loss, start, jac=gradient, method="L-BFGS-B", tol=1e-15, options={"ftol": 1e-15}
+    )
+    return np.asarray(found.x, dtype=float)
+
+
+def _logistic_stats(
+    theta: np.ndarray, x: np.ndarray, y: np.ndarray, yhat: np.ndarray, x_rest: np.ndarray,
+    yhat_rest: np.ndarray, use_rest: bool,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+    """Per-item gradients (people, judge on the labelled, judge on the rest) and the inverse
+    Hessian, as ``ppi-python`` computes them."""
+    n, total = len(y), len(yhat_rest)
+    mu, mu_rest = _expit(x @ theta), _expit(x_rest @ theta)
+    if use_rest:
+        hessian = ((mu_rest * (1 - mu_rest))[:, None] * x_rest).T @ x_rest / (total + n)
+        hessian += ((mu * (1 - mu))[:, None] * x).T @ x / (total + n)
+    else:
+        hessian = ((mu * (1 - mu))[:, None] * x).T @ x / n
+    rest = x_rest * (mu_rest - yhat_rest)[:, None] if use_rest else np.zeros_like(x_rest)
+    return x * (mu - y)[:, None], x * (mu - yhat)[:, None], rest, np.linalg.inv(hessian)
+
+
+def ppi_logistic(
+    x: np.ndarray,
+    y: np.ndarray,
+    yhat: np.ndarray,
+    x_rest: np.ndarray,
+    yhat_rest: np.ndarray,
+    *,
+    confidence: float = 0.95,
+    lam: float | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    """PPI++ logistic regression without intercept (Angelopoulos, Duchi and Zrnic 2024): the
+    coefficients, their normal interval's lower and upper bounds, and ``lam``; equal to
+    ``ppi-python``'s ``ppi_logistic_pointestimate`` and ``ppi_logistic_ci`` (whose interval,
+    with ``lam`` fitted, is centred on an estimate refitted with ``lam`` tuned once more: a
+    hair from the point estimate). ``y`` and the
+    judge's ``yhat`` may be fractions (a tie as 0.5, a judge's probability)."""
+    from sklearn.linear_model import LogisticRegression
+
+    labels = (y > 0.5).astype(int) if set(np.unique(y)) - {0.0, 1.0} else y.astype(int)
+    start = LogisticRegression(
+        C=np.inf, solver="lbfgs", max_iter=10000, tol=1e-15, fit_intercept=False
+    ).fit(x, labels).coef_.reshape(-1)  # fmt: skip
+    d, n, total = x.shape[1], len(y), len(yhat_rest)
+    weight = 1.0 if lam is None else float(lam)
+    theta = _logistic_fit(x, y, yhat, x_rest, yhat_rest, weight, start)
+    centre = theta
+    if lam is None:  # PPI++: lam fitted at the PPI estimate, the estimate refitted with it
+        grads, hat, rest, inverse = _logistic_stats(theta, x, y, yhat, x_rest, yhat_rest, True)
+        weight = _glm_power_tuning(grads, hat, rest, inverse)
+        theta = _logistic_fit(x, y, yhat, x_rest, yhat_rest, weight, start)
+        # as ppi-python's interval does: lam fitted once more at that estimate
+        grads, hat, rest, inverse = _logistic_stats(theta, x, y, yhat, x_rest, yhat_rest, True)
+        weight = _glm_power_tuning(grads, hat, rest, inverse)
+        centre = _logistic_fit(x, y, yhat, x_rest, yhat_rest, weight, start)
+    grads, hat, rest, inverse = _logistic_stats(centre, x, y, yhat, x_rest, yhat_rest, weight != 0)
+    var_rest = np.cov((weight * rest).T).reshape(d, d)
+    var = np.cov((grads - weight * hat).T).reshape(d, d)
+    sigma = inverse @ (n / total * var_rest + var) @ inverse
+    z = float(stats.norm.ppf(1 - (1 - confidence) / 2))
+    half = z * np.sqrt(np.diag(sigma) / n)
+    return theta, centre - half, centre + half, weight
+
+
+def _glm_power_tuning(
+    grads: np.ndarray, hat: np.ndarray, rest: np.ndarray, inverse: np.ndarray
+) -> float:
+    """PPI++'s ``lam`` for a GLM (the total variance over the coordinates), clipped to [0, 1]."""
+    n, total = len(grads), len(rest)
+    centred, centred_hat = grads - grads.mean(axis=0), hat - hat.mean(axis=0)
+    covariance = (centred.T @ centred_hat + centred_hat.T @ centred) / n
+    variance = np.cov(np.concatenate([hat, rest]).T).reshape(inverse.shape)
+    found = np.trace(inverse @ covariance @ inverse) / (
+        2 * (1 + n / total) * np.trace(inverse @ variance @ inverse)
+    )
+    return float(np.clip(found, 0.0, 1.0))
+
+
+def _pair_outcomes(comparisons: pd.DataFrame) -> dict[tuple[str, str, str], float]:
+    """Per (prompt, first system, second system) in sorted order: the share of the
+    comparisons the first won (a tie half), over raters, orders and repeats."""
+    found: dict[tuple[str, str, str], list[float]] = {}
+    for row in comparisons.itertuples(index=False):
+        a, b, winner = str(row.system_a), str(row.system_b), str(row.winner)
+        first, second = sorted((a, b))
+        outcome = 0.5 if winner == "tie" else float(winner == first)
+        prompt = str(getattr(row, "prompt_id", "") or getattr(row, "item_id", ""))
+        found.setdefault((prompt, first, second), []).append(outcome)
+    return {key: float(np.mean(values)) for key, values in found.items()}
+
+
+def ppi_bradley_terry(
+    people: pd.DataFrame,
+    judge: pd.DataFrame,
+    *,
+    confidence: float = 0.95,
+    lam: float | None = None,
+) -> pd.DataFrame:
+    """Bradley-Terry strengths (log-odds, relative to the first system in sorted order, whose
+    strength is 0) from a judge's comparisons of every pair and people's of a random subset,
+    by PPI++ logistic regression (:func:`ppi_logistic`), beside people's alone. A pair is a
+    prompt and two systems; its outcome the share the first system won (ties half)."""
+    truth, said = _pair_outcomes(people), _pair_outcomes(judge)
+    labelled = [key for key in said if key in truth]
+    rest = [key for key in said if key not in truth]
+    if len(labelled) < 2 or not rest:
+        raise ValueError(
+            f"{len(labelled)} pairs compared by both people and the judge and {len(rest)} by the "
+            "judge alone: PPI needs two or more of the first and one or more of the second"
+        )
+    systems = sorted({s for key in said for s in key[1:]})
+    index = {name: k - 1 for k, name in enumerate(systems)}  # the first is the reference
+
+    def design(keys: list[tuple[str, str, str]]) -> np.ndarray:
+        x = np.zeros((len(keys), len(systems) - 1))
+        for row, (_, first, second) in enumerate(keys):
+            if index[first] >= 0:
+                x[row, index[first]] = 1.0
+            if index[second] >= 0:
+                x[row, index[second]] = -1.0
+        return x
+
+    x, x_rest = design(labelled), design(rest)
+    y = np.array([truth[k] for k in labelled])
+    yhat, yhat_rest = np.array([said[k] for k in labelled]), np.array([said[k] for k in rest])
+    theta, low, high, weight = ppi_logistic(
+        x, y, yhat, x_rest, yhat_rest, confidence=confidence, lam=lam
+    )
+    plain, plain_low, plain_high, _ = ppi_logistic(
+        x, y, yhat, x_rest, yhat_rest, confidence=confidence, lam=0.0
+    )
+    signature = Signature(
+        "ppi_bradley_terry",
+        {"method": "ppi++" if lam is None else f"ppi:lam={lam}", "interval": "normal",
+         "confidence": confidence, "reference": systems[0], "ties": "half"},
+    ).render()  # fmt: skip
+    return pd.DataFrame({
+        "system": systems, "estimate": np.r_[0.0, theta], "ci_low": np.r_[0.0, low],
+        "ci_high": np.r_[0.0, high], "lam": weight, "classical_estimate": np.r_[0.0, plain],
+        "classical_ci_low": np.r_[0.0, plain_low], "classical_ci_high": np.r_[0.0, plain_high],
+        "n_labeled": len(labelled), "n_unlabeled": len(rest), "signature": signature,
+    })  # fmt: skip
