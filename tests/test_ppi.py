@@ -217,3 +217,90 @@ def test_rank_ppi_judge_writes_the_strengths(tmp_path: Path, run_cli) -> None:  
     assert table["signature"].iloc[0].startswith("ppi_bradley_terry|method:ppi++")
     assert table["n_labeled"].iloc[0] == 800 and table["n_unlabeled"].iloc[0] == 3200
     assert "prediction-powered Bradley-Terry" in out
+
+
+@pytest.mark.parametrize("lam", [None, 1.0])
+def test_correlation_matches_ppboot(lam: float | None) -> None:
+    ppi = pytest.importorskip("ppi_py")
+    from storyeval.meta.ppi import ppi_correlation
+
+    rng = np.random.default_rng(21)
+    x = rng.normal(size=500)
+    y = 0.6 * x + rng.normal(size=500)
+    judge = y + rng.normal(0, 0.5, size=500)
+    labeled, rest = slice(0, 80), slice(80, None)
+
+    def pearson(a: np.ndarray, b: np.ndarray) -> float:
+        return float(np.corrcoef(a, b)[0, 1])
+
+    found = ppi_correlation(x[labeled], y[labeled], judge[labeled], x[rest], judge[rest],
+                            lam=lam, n_boot=200, confidence=0.9, seed=5)  # fmt: skip
+    np.random.seed(5)
+    low, high = ppi.ppboot(pearson, y[labeled], judge[labeled], judge[rest], X=x[labeled],
+                           X_unlabeled=x[rest], lam=lam, n_resamples=200, alpha=0.1)  # fmt: skip
+    assert found["ci_low"] == pytest.approx(float(low), abs=1e-10)
+    assert found["ci_high"] == pytest.approx(float(high), abs=1e-10)
+    assert 0.3 < found["estimate"] < 0.7 and found["ci_low"] < found["estimate"] < found["ci_high"]
+    if lam is None:  # a judge close to people: narrower than people alone
+        assert (
+            found["ci_high"] - found["ci_low"]
+            < found["classical_ci_high"] - found["classical_ci_low"]
+        )
+
+
+def test_correlate_ppi_judge(tmp_path: Path, run_cli) -> None:  # type: ignore[no-untyped-def]
+    rng = np.random.default_rng(31)
+    x = rng.normal(size=300)
+    truth = 0.5 * x + rng.normal(size=300)
+    judge = truth + rng.normal(0, 0.4, size=300)
+    scores = [{"item_id": f"s{i}", "metric": "m", "value": float(v)} for i, v in enumerate(x)]
+    people = [
+        {"item_id": f"s{i}", "rater_id": "p", "criterion": "q", "value": float(truth[i])}
+        for i in range(60)
+    ]
+    said = [
+        {"item_id": f"s{i}", "rater_id": "llm", "criterion": "q", "value": float(v)}
+        for i, v in enumerate(judge)
+    ]
+    for name, rows in (("s", scores), ("p", people), ("j", said)):
+        (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    code, out, err = run_cli(
+        "correlate", "-s", str(tmp_path / "s.jsonl"), "-j", str(tmp_path / "p.jsonl"),
+        "--ppi-judge", str(tmp_path / "j.jsonl"), "-m", "pearson", "--level", "pooled",
+        "--n-boot", "200", "-o", str(tmp_path / "c.csv"),
+    )  # fmt: skip
+    assert code == 0, err
+    table = pd.read_csv(tmp_path / "c-ppi.csv").iloc[0]
+    assert table["n_labeled"] == 60 and table["n_unlabeled"] == 240 and table["method"] == "pearson"
+    assert (
+        table["ci_high"] - table["ci_low"] < table["classical_ci_high"] - table["classical_ci_low"]
+    )
+    assert table["signature"].startswith("ppi_correlation|method:ppboot")
+    assert "prediction-powered correlations" in out
+
+
+def test_paired_ppi_judge(tmp_path: Path, run_cli) -> None:  # type: ignore[no-untyped-def]
+    rng = np.random.default_rng(41)
+    people, said = [], []
+    for prompt in range(200):
+        for system, shift in (("a", 0.3), ("b", 0.0)):
+            truth = shift + rng.normal()
+            record = {
+                "item_id": f"{system}{prompt}",
+                "criterion": "q",
+                "system": system,
+                "prompt_id": f"p{prompt}",
+            }
+            said.append(record | {"rater_id": "llm", "value": truth + rng.normal(0, 0.3)})
+            if prompt < 40:
+                people.append(record | {"rater_id": "p", "value": truth})
+    for name, rows in (("p", people), ("j", said)):
+        (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    code, out, err = run_cli(
+        "paired", str(tmp_path / "p.jsonl"), "--metric", "q", "--system-a", "a", "--system-b", "b",
+        "--ppi-judge", str(tmp_path / "j.jsonl"), "--resamples", "200",
+    )  # fmt: skip
+    assert code == 0, err
+    assert (
+        "prediction-powered a - b" in out and "people on 40 prompts, the judge alone on 160" in out
+    )

@@ -472,6 +472,27 @@ def _three(value: float) -> str:
     return f"{value:.3f}"
 
 
+def _ppi_difference(
+    scores: Path, judge: Path, metric: str, system_a: str, system_b: str, stories: Path | None
+) -> None:
+    """``paired --ppi-judge``: A - B from the judge on every prompt and people on some."""
+    from storyeval.meta.comparisons import paired_differences
+    from storyeval.meta.ppi import ppi_mean
+
+    with user_errors():
+        people = paired_differences(scores, metric, system_a, system_b, stories=stories)
+        said = paired_differences(judge, metric, system_a, system_b, stories=stories)
+        labelled = said.index.intersection(people.index)
+        rest = said.index.difference(people.index)
+        found = ppi_mean(people[labelled], said[labelled], said[rest], interval="t")
+    typer.echo(
+        f"prediction-powered {system_a} - {system_b}: {found.estimate:.4f} "
+        f"[{found.ci_low:.4f}, {found.ci_high:.4f}] (PPI++, lam {found.lam:.2f}; people on "
+        f"{found.n_labeled} prompts, the judge alone on {found.n_unlabeled}); people alone: "
+        f"{found.classical_estimate:.4f} [{found.classical_ci_low:.4f}, {found.classical_ci_high:.4f}]"
+    )
+
+
 def _ppi_strengths(
     pairs: Path, judge: Path, output: Path, criterion: str | None, confidence: float
 ) -> None:
@@ -632,8 +653,16 @@ def paired(
         "--plan-effect",
         help="Also print the prompts needed to detect this mean difference (with the observed SD).",
     ),
+    ppi_judge: Path = typer.Option(
+        None,
+        "--ppi-judge",
+        help="A judge's scores of both systems on every prompt (people's in SCORES on a random "
+        "subset): also the prediction-powered mean difference (PPI++).",
+    ),
 ) -> None:
     """Is system A better than system B on a per-story score? Paired over prompts."""
+    if ppi_judge is not None:
+        _ppi_difference(scores, ppi_judge, metric, system_a, system_b, stories)
     from storyeval.meta.comparisons import paired_test, paired_values, prompts_needed
 
     check_choice(method, ("bootstrap", "permutation", "sign"), "--method")

@@ -78,6 +78,14 @@ def _systems_only(table: Any, keep: list[str] | None, drop: list[str] | None) ->
     return table.subset(mask)
 
 
+PPI_JUDGE = typer.Option(
+    None,
+    "--ppi-judge",
+    help="A judge's judgments of every scored story (people's being a random subset): also "
+    "each correlation by the prediction-powered bootstrap (Zrnic 2024), to OUT-ppi.",
+)
+
+
 def correlate_command(
     scores: list[Path] = scores_option(),
     judgments: list[Path] = judgments_option(),
@@ -115,6 +123,7 @@ def correlate_command(
     exclude_systems: list[str] = typer.Option(
         None, "--exclude-systems", help="Leave these systems out (repeat), e.g. human."
     ),
+    ppi_judge: Path = PPI_JUDGE,
 ) -> None:
     """Correlate every metric with every human criterion at the pooled, story and system levels.
 
@@ -159,10 +168,56 @@ def correlate_command(
     write_table(result, output)
     print_table(result, ["metric", "criterion", "level", "method", "estimate [ci]", "p", "n"])
     typer.echo(f"wrote {len(result)} rows to {output}")
+    if ppi_judge is not None:
+        _ppi_correlations(scores, judgments, ppi_judge, output, methods, n_boot, confidence, seed)
     for sig in dict.fromkeys(result["signature"]):
         typer.echo(f"signature: {sig}")
     for name, sigs in table.metric_signatures.items():
         typer.echo(f"metric {name}: {'; '.join(sigs) or '(no signature)'}")
+
+
+def _ppi_correlations(
+    scores: list[Path], judgments: list[Path], judge: Path, output: Path,
+    methods: list[str], n_boot: int, confidence: float, seed: int,
+) -> None:  # fmt: skip
+    """``correlate --ppi-judge``: every correlation by the prediction-powered bootstrap."""
+    import pandas as pd
+
+    from storyeval.corpus import read_judgments, read_scores
+    from storyeval.meta.ppi import ppi_correlations
+
+    def frame(records: list[Any]) -> pd.DataFrame:
+        return pd.DataFrame(
+            [{"item_id": r.item_id, "criterion": r.criterion, "value": r.value} for r in records]
+        )
+
+    with user_errors():
+        score_rows = [
+            {"item_id": s.item_id, "metric": s.metric, "value": s.value}
+            for path in scores for s in read_scores(path)
+        ]  # fmt: skip
+        people = frame([j for path in judgments for j in read_judgments(path)])
+        plain = [m for m in methods if m in ("pearson", "spearman", "kendall")]
+        table = ppi_correlations(
+            pd.DataFrame(score_rows), people, frame(read_judgments(judge)), methods=plain,
+            n_boot=n_boot, confidence=confidence, seed=seed,
+        )  # fmt: skip
+        target = output.with_name(f"{output.stem}-ppi{output.suffix}")
+        write_table(table, target)
+    shown = [
+        "metric",
+        "criterion",
+        "method",
+        "estimate",
+        "ci_low",
+        "ci_high",
+        "classical_ci_low",
+        "classical_ci_high",
+        "lam",
+    ]
+    typer.echo("prediction-powered correlations (the classical columns: people alone):")
+    typer.echo(table[shown].to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    typer.echo(f"wrote {target}")
 
 
 def compare_command(

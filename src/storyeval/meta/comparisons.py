@@ -622,6 +622,28 @@ def paired_values(
     ValueError
         An unknown metric or system, or fewer than two shared prompts.
     """
+    shared = _prompt_means(path, metric, system_a, system_b, stories)
+    return shared[system_a].tolist(), shared[system_b].tolist()
+
+
+def paired_differences(
+    path: str | Path,
+    metric: str,
+    system_a: str,
+    system_b: str,
+    *,
+    stories: str | Path | None = None,
+) -> pd.Series:
+    """A's value minus B's on each prompt both have, indexed by prompt id (read as
+    :func:`paired_values` reads them)."""
+    shared = _prompt_means(path, metric, system_a, system_b, stories)
+    return (shared[system_a] - shared[system_b]).rename("difference")
+
+
+def _prompt_means(
+    path: str | Path, metric: str, system_a: str, system_b: str, stories: str | Path | None
+) -> pd.DataFrame:
+    """Each system's mean value per prompt, for the prompts both systems have."""
     frame = _long_values(path, metric)
     if stories is not None:
         from storyeval.corpus import read_stories
@@ -641,7 +663,7 @@ def paired_values(
     shared = means[[system_a, system_b]].dropna()
     if len(shared) < 2:
         raise ValueError(f"{system_a} and {system_b} share fewer than two prompts")
-    return shared[system_a].tolist(), shared[system_b].tolist()
+    return shared
 
 
 def _long_values(path: str | Path, name: str) -> pd.DataFrame:

@@ -19,7 +19,7 @@ not the first ones); otherwise the rectifier is biased and so is the estimate.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -428,3 +428,122 @@ def ppi_bradley_terry(
         "classical_ci_low": np.r_[0.0, plain_low], "classical_ci_high": np.r_[0.0, plain_high],
         "n_labeled": len(labelled), "n_unlabeled": len(rest), "signature": signature,
     })  # fmt: skip
+
+
+def _correlation(method: str) -> Callable[[np.ndarray, np.ndarray], float]:
+    def compute(x: np.ndarray, y: np.ndarray) -> float:
+        if method == "pearson":
+            return float(np.corrcoef(x, y)[0, 1])
+        found = stats.spearmanr(x, y) if method == "spearman" else stats.kendalltau(x, y)
+        return float(found.statistic)
+
+    return compute
+
+
+def ppi_correlation(
+    x: np.ndarray,
+    y: np.ndarray,
+    yhat: np.ndarray,
+    x_rest: np.ndarray,
+    yhat_rest: np.ndarray,
+    *,
+    method: str = "pearson",
+    lam: float | None = None,
+    n_boot: int = 1000,
+    n_boot_lam: int = 50,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> dict[str, float]:
+    """The correlation of a metric (``x``) with people (``y``, on the labelled items) by the
+    prediction-powered bootstrap (Zrnic 2024): ``lam * r(x_rest, judge) + r(x, y) - lam *
+    r(x, judge)``, ``lam`` from ``n_boot_lam`` paired bootstrap replicates (not clipped), the
+    interval from ``n_boot`` replicates resampling the labelled items (metric, people and judge
+    together) and the rest apart. With the same seed it equals ``ppi-python``'s ``ppboot``
+    (its global NumPy generator seeded with ``seed``); ``classical_*`` is people's alone."""
+    if method not in ("pearson", "spearman", "kendall"):
+        raise ValueError(f"method must be pearson, spearman or kendall; got {method!r}")
+    estimate = _correlation(method)
+    rng = np.random.RandomState(seed)  # ppboot draws from NumPy's global (legacy) generator
+    n, total = len(y), len(yhat_rest)
+
+    def draws(count: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        return [
+            (rng.choice(n, n, replace=True), rng.choice(total, total, replace=True))
+            for _ in range(count)
+        ]
+
+    if lam is None:
+        samples = np.array([
+            (estimate(x[a], y[a]), estimate(x[a], yhat[a]), estimate(x_rest[b], yhat_rest[b]))
+            for a, b in draws(n_boot_lam)
+        ])  # fmt: skip
+        spread = np.var(samples[:, 1]) + np.var(samples[:, 2])
+        lam = float(np.cov(samples[:, 0], samples[:, 1])[0, 1] / spread) if spread > 0 else 0.0
+
+    def rectified(a: np.ndarray, b: np.ndarray) -> float:
+        return (
+            lam * estimate(x_rest[b], yhat_rest[b])
+            + estimate(x[a], y[a])
+            - lam * estimate(x[a], yhat[a])
+        )
+
+    replicates = np.array([rectified(a, b) for a, b in draws(n_boot)])
+    classical = np.array([estimate(x[a], y[a]) for a, _ in draws(n_boot)])
+    tail = (1 - confidence) / 2
+    return {
+        "estimate": rectified(np.arange(n), np.arange(total)),
+        "ci_low": float(np.quantile(replicates, tail)), "ci_high": float(np.quantile(replicates, 1 - tail)),
+        "lam": float(lam), "classical_estimate": estimate(x, y),
+        "classical_ci_low": float(np.quantile(classical, tail)),
+        "classical_ci_high": float(np.quantile(classical, 1 - tail)),
+        "n_labeled": n, "n_unlabeled": total,
+    }  # fmt: skip
+
+
+def ppi_correlations(
+    scores: pd.DataFrame,
+    people: pd.DataFrame,
+    judge: pd.DataFrame,
+    *,
+    methods: Sequence[str] = ("pearson", "spearman", "kendall"),
+    n_boot: int = 1000,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> pd.DataFrame:
+    """Every metric's correlation with every criterion people and the judge both rated, by
+    :func:`ppi_correlation`: ``scores`` (``item_id``, ``metric``, ``value``) on every item,
+    ``judge`` (``item_id``, ``criterion``, ``value``) on every item, ``people`` on a random
+    subset. A tidy table with one row per metric, criterion and method."""
+    metric_table = scores.pivot_table(index="item_id", columns="metric", values="value")
+    human = people.pivot_table(index="item_id", columns="criterion", values="value")
+    said = judge.pivot_table(index="item_id", columns="criterion", values="value")
+    rows = []
+    for criterion in sorted(set(human.columns) & set(said.columns)):
+        for metric in metric_table.columns:
+            frame = pd.concat(
+                [metric_table[metric].rename("x"), said[criterion].rename("judge"),
+                 human[criterion].rename("human")], axis=1, join="outer",
+            ).dropna(subset=["x", "judge"])  # fmt: skip
+            labelled, rest = frame[frame["human"].notna()], frame[frame["human"].isna()]
+            if len(labelled) < 3 or len(rest) < 3:
+                continue
+            for method in methods:
+                found = ppi_correlation(
+                    labelled["x"].to_numpy(float), labelled["human"].to_numpy(float),
+                    labelled["judge"].to_numpy(float), rest["x"].to_numpy(float),
+                    rest["judge"].to_numpy(float), method=method, n_boot=n_boot,
+                    confidence=confidence, seed=seed,
+                )  # fmt: skip
+                rows.append({"metric": metric, "criterion": criterion, "method": method, **found})
+    if not rows:
+        raise ValueError(
+            "no metric and criterion with 3 or more people-rated and 3 or more judge-only "
+            "items (the judge's criteria must be named as people's)"
+        )
+    table = pd.DataFrame(rows)
+    table["signature"] = Signature(
+        "ppi_correlation",
+        {"method": "ppboot", "lam": "bootstrap:50", "bootstrap": n_boot, "confidence": confidence,
+         "seed": seed},
+    ).render()  # fmt: skip
+    return table
