@@ -253,6 +253,8 @@ def analyse_judgments(
         test_rows += welch_tests(rating_like)
         test_rows += anova_tukey(rating_like)
     extra: dict[str, Any] = {}
+    if not rating_like.empty:
+        extra.update(rating_spread(rating_like))
     if competence and not rating_like.empty:
         fields["competence"] = competence
         extra.update(_competence(rating_like, competence, seed))
@@ -277,6 +279,47 @@ def analyse_judgments(
     for table in extra.values():
         table["signature"] = signature
     return analysis
+
+
+def rating_spread(ratings: Any) -> dict[str, Any]:
+    """Callan and Foster's (2023) Figures 2 and 3 as tables: ``distribution`` (how many times
+    each value was given, per criterion and condition, and its share) and ``item_spread``
+    (each item's mean, standard deviation across its raters and number of raters, per
+    criterion), and the spread of those SDs per criterion in ``spread_summary`` (the paper:
+    0.4 to 2.4, most over 1, with six or more raters a story)."""
+    import pandas as pd
+
+    counts = (
+        ratings.groupby(["criterion", "condition", "value"], dropna=False)
+        .size()
+        .rename("count")
+        .reset_index()
+    )
+    counts["share"] = counts["count"] / counts.groupby(["criterion", "condition"], dropna=False)[
+        "count"
+    ].transform("sum")
+    spread = (
+        ratings.groupby(["criterion", "item_id"], dropna=False)["value"]
+        .agg(
+            n="size", mean="mean", sd=lambda v: float(v.std(ddof=1)) if len(v) > 1 else float("nan")
+        )
+        .reset_index()
+    )
+    rated = spread[spread["n"] > 1]
+    summary = pd.DataFrame(
+        [
+            {
+                "criterion": criterion,
+                "items": len(part),
+                "sd_min": part["sd"].min(),
+                "sd_median": part["sd"].median(),
+                "sd_max": part["sd"].max(),
+                "share_sd_over_1": float((part["sd"] > 1).mean()),
+            }
+            for criterion, part in rated.groupby("criterion")
+        ]
+    )
+    return {"distribution": counts, "item_spread": spread, "spread_summary": summary}
 
 
 def _competence(ratings: Any, model: str, seed: int) -> dict[str, Any]:
