@@ -248,3 +248,23 @@ def test_read_priming_texts(examples_dir):
     assert texts == [f"{s.prompt} {s.story}" for s in human[:3]]
     with pytest.raises(DataFileError, match="holds 60 stories; 61 priming texts"):
         read_priming_texts(examples_dir / "human.jsonl", count=61)
+
+
+def test_beam_search_is_deterministic_and_signed(causal_lm):
+    """Clark (2021, Table 5.4) decoded with 5 beams: ``--beams 5`` runs the model's beam
+    search, implies no sampling, and signs the beams (greedy runs sign as before)."""
+    prompts = [Story("p1", "The old lighthouse keeper heard a knock at midnight.", "x")]
+    beam = DecodingConfig.from_options(beams=3, max_new_tokens=30)
+    assert beam.describe() == "beam3" and beam.generate_kwargs()["num_beams"] == 3
+    with pytest.raises(ValueError, match="take no temperature"):
+        DecodingConfig.from_options(beams=3, top_p=0.9)
+    with pytest.raises(ValueError, match="greedy"):
+        DecodingConfig(num_beams=2)  # sampling is the default
+    first = generate_stories(prompts, decoding=beam, seed=1, progress=False)
+    again = generate_stories(prompts, decoding=beam, seed=2, progress=False)
+    greedy = DecodingConfig.from_options(greedy=True, max_new_tokens=30)
+    plain = generate_stories(prompts, decoding=greedy, seed=1, progress=False)
+    assert first[0].story == again[0].story  # deterministic
+    assert Signature.parse(first[0].extra["signature"]).fields["num_beams"] == "3"
+    assert "num_beams" not in Signature.parse(plain[0].extra["signature"]).fields
+    assert "beam3" in first[0].id

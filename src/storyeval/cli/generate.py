@@ -83,11 +83,17 @@ GENERATE_LIMIT = typer.Option(
 )
 
 
+GENERATE_BEAMS = typer.Option(
+    1, "--beams", min=1, help="Beam search with N beams (deterministic; e.g. 5, Clark 2021)."
+)
+
+
 def generate(
     prompts: Path = GENERATE_PROMPTS,
     output: Path = GENERATE_OUTPUT,
     model: str = GENERATE_MODEL,
     greedy: bool = typer.Option(False, "--greedy", help="Greedy decoding instead of sampling."),
+    beams: int = GENERATE_BEAMS,
     top_k: int = typer.Option(None, "--top-k", min=1, help="Top-k sampling (e.g. 40)."),
     top_p: float = typer.Option(None, "--top-p", help="Nucleus sampling (e.g. 0.9)."),
     temperature: float = typer.Option(None, "--temperature", help="Sampling temperature (1.0)."),
@@ -131,13 +137,9 @@ def generate(
     try:
         detect_format(output)
         decoding = DecodingConfig.from_options(
-            greedy=greedy,
-            temperature=temperature,
-            top_k=top_k,
-            top_p=top_p,
-            repetition_penalty=repetition_penalty,
-            max_new_tokens=max_new_tokens,
-        )
+            greedy=greedy, temperature=temperature, top_k=top_k, top_p=top_p,
+            repetition_penalty=repetition_penalty, max_new_tokens=max_new_tokens, beams=beams,
+        )  # fmt: skip
         records = read_prompts(prompts)[:limit]
         priming_texts = read_priming_texts(priming, count=priming_count) if priming else []
         word_filter = _word_filter(offensive_filter, offensive_words)

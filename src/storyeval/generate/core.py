@@ -64,8 +64,14 @@ class DecodingConfig:
     top_p: float | None = None
     repetition_penalty: float = 1.0
     max_new_tokens: int = 160
+    #: Beam search (deterministic; Clark 2021, Table 5.4, used 5 beams): 1 is greedy
+    num_beams: int = 1
 
     def __post_init__(self) -> None:
+        if self.num_beams < 1:
+            raise ValueError(f"num_beams must be >= 1; got {self.num_beams}")
+        if self.num_beams > 1 and self.do_sample:
+            raise ValueError("beam search does not sample: use it with greedy decoding")
         if self.temperature <= 0:
             raise ValueError(f"temperature must be > 0; got {self.temperature}")
         if self.top_k is not None and self.top_k < 1:
@@ -87,18 +93,22 @@ class DecodingConfig:
         top_p: float | None = None,
         repetition_penalty: float = 1.0,
         max_new_tokens: int = 160,
+        beams: int = 1,
     ) -> DecodingConfig:
         """Build a config from command-line style options, rejecting contradictory ones.
 
-        ``greedy`` cannot be combined with ``temperature``, ``top_k`` or ``top_p``.
+        ``greedy`` (and ``beams`` > 1, which implies it) cannot be combined with
+        ``temperature``, ``top_k`` or ``top_p``.
         """
+        greedy = greedy or beams > 1
         if greedy and (temperature is not None or top_k is not None or top_p is not None):
-            raise ValueError("greedy decoding takes no temperature, top_k or top_p")
+            raise ValueError("greedy decoding and beam search take no temperature, top_k or top_p")
         if greedy:
             return cls(
                 do_sample=False,
                 repetition_penalty=repetition_penalty,
                 max_new_tokens=max_new_tokens,
+                num_beams=beams,
             )
         return cls(
             do_sample=True,
@@ -123,12 +133,14 @@ class DecodingConfig:
             kwargs["top_p"] = self.top_p if self.top_p is not None else 1.0
         else:  # silence the model's own sampling defaults
             kwargs.update(temperature=None, top_k=None, top_p=None)
+        if self.num_beams > 1:
+            kwargs.update(num_beams=self.num_beams, early_stopping=True)
         return kwargs
 
     def describe(self) -> str:
         """A short label such as ``greedy``, ``p0.9`` or ``k40-t0.7``."""
         if not self.do_sample:
-            return "greedy" + (
+            return ("greedy" if self.num_beams == 1 else f"beam{self.num_beams}") + (
                 f"-rp{self.repetition_penalty:g}" if self.repetition_penalty != 1.0 else ""
             )
         parts = []
@@ -143,8 +155,12 @@ class DecodingConfig:
         return "-".join(parts) or "sample"
 
     def signature_fields(self) -> dict[str, Any]:
-        """The settings that change the generated texts, for the signature."""
-        return dict(asdict(self))
+        """The settings that change the generated texts, for the signature (``num_beams``
+        only when beam search is on, so greedy and sampled runs sign as before)."""
+        fields = dict(asdict(self))
+        if self.num_beams == 1:
+            del fields["num_beams"]
+        return fields
 
 
 def clean_continuation(
