@@ -25,7 +25,9 @@ def test_the_papers_example_story_and_the_distribution() -> None:
     assert spread.loc["s1", "sd"] == pytest.approx(statistics.stdev(example))  # 1.95
     assert spread.loc["s1", "n"] == 7 and spread.loc["s1", "mean"] == pytest.approx(27 / 7)
     summary = result.spread_summary.iloc[0]
-    assert summary["share_sd_over_1"] == 0.5 and summary["sd_max"] == pytest.approx(1.9518, abs=1e-4)
+    assert summary["share_sd_over_1"] == 0.5 and summary["sd_max"] == pytest.approx(
+        1.9518, abs=1e-4
+    )
     counts = result.distribution.set_index("value")
     assert counts.loc[4.0, "count"] == 6 and counts["count"].sum() == 14
     assert counts["share"].sum() == pytest.approx(1.0)

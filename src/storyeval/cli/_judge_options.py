@@ -22,6 +22,7 @@ def backend_spec(
     retries: int,
     batch_size: int = 8,
     backend: str = "llm",
+    max_tokens_total: int | None = None,
 ) -> Any:
     """The judges of the run as a :class:`~storyeval.judge.backends.BackendSpec`."""
     from storyeval.judge.backends import BackendSpec
@@ -45,6 +46,7 @@ def backend_spec(
         retries=retries,
         batch_size=batch_size,
         kind=backend,
+        max_tokens_total=max_tokens_total,
     )
 
 
@@ -54,6 +56,20 @@ JUDGE_BACKEND = typer.Option(
     help="llm (a causal LM, local or at --base-url) or reward-model (--model DIR written by "
     "storyeval train preference: ratings and pair probabilities from a model trained on "
     "people's judgments).",
+)
+JUDGE_MAX_TOKENS_TOTAL = typer.Option(
+    None,
+    "--max-tokens-total",
+    min=1,
+    help="Stop asking an endpoint once this many tokens (prompt and completion) were spent: "
+    "the questions left are counted as failed (budget) and a later run with the same cache "
+    "asks only them.",
+)
+JUDGE_PRICE = typer.Option(
+    None,
+    "--price",
+    help="IN,OUT: the endpoint's price per million prompt and completion tokens, for the run "
+    "summary's cost per judge and per 1,000 stories.",
 )
 JUDGE_OUTPUT = typer.Option(
     ..., "-o", "--output", help="Judgments (absolute) or comparisons (pairwise), JSONL."

@@ -35,6 +35,7 @@ from storyeval.cli._judge_options import (
     JUDGE_FIT_WEIGHTS,
     JUDGE_MARGIN,
     JUDGE_MAX_NEW_TOKENS,
+    JUDGE_MAX_TOKENS_TOTAL,
     JUDGE_MAX_WORDS,
     JUDGE_MODE,
     JUDGE_MODEL,
@@ -43,6 +44,7 @@ from storyeval.cli._judge_options import (
     JUDGE_OUTPUT,
     JUDGE_PRECISION,
     JUDGE_PREFIX_CACHE,
+    JUDGE_PRICE,
     JUDGE_REPEATS,
     JUDGE_RUBRIC,
     JUDGE_SCORE,
@@ -88,6 +90,8 @@ def judge(
     block_size: int = block_size_option(),
     fit_weights: Path = JUDGE_FIT_WEIGHTS,
     fit_target: str = JUDGE_FIT_TARGET,
+    max_tokens_total: int = JUDGE_MAX_TOKENS_TOTAL,
+    price: str = JUDGE_PRICE,
 ) -> None:
     """Judge stories with an LLM: a score per rubric criterion, or pairwise preferences in both
     orders. Every parse failure is counted and written beside the output, never imputed.
@@ -124,24 +128,56 @@ def judge(
         settings.check()
         chosen = load_rubric(rubric)
         spec = backend_spec(
-            model or [],
-            base_url,
-            api_key_env,
-            device,
-            precision,
-            prefix_cache,
-            concurrency,
-            timeout,
-            retries,
-            batch_size,
-            backend,
-        )
+            model or [], base_url, api_key_env, device, precision, prefix_cache, concurrency,
+            timeout, retries, batch_size, backend, max_tokens_total,
+        )  # fmt: skip
+        prices = _prices(price)
         cache_path = None if no_cache else (cache or default_cache_path())
         client = dask_client(engine, scheduler, workers)
         run = _run(stories, chosen, spec, settings, cache_path, client, block_size)
     _write(run, output, mode)
+    _tokens(run, prices, stories)
     if fit_weights is not None:
         _fit(run, chosen, fit_weights, fit_target, output)
+
+
+def _prices(price: str | None) -> tuple[float, float] | None:
+    """``--price IN,OUT`` as two numbers (per million tokens)."""
+    if price is None:
+        return None
+    try:
+        given, taken = (float(part) for part in price.split(","))
+    except ValueError:
+        raise exit_with(
+            f"error: --price takes IN,OUT (per million tokens), got {price!r}"
+        ) from None
+    if given < 0 or taken < 0:
+        raise exit_with("error: --price takes prices of zero or more")
+    return given, taken
+
+
+def _tokens(run: Any, prices: tuple[float, float] | None, stories: Path) -> None:
+    """The tokens each judge's fresh answers used, their cost at ``prices``, and the
+    request failures by kind."""
+    from collections import Counter
+
+    from storyeval.corpus import read_stories
+
+    count = max(len(read_stories(stories)), 1)
+    for judge, (given, taken, cached) in run.tokens.items():
+        line = f"tokens ({judge}): {given} prompt ({cached} cached), {taken} completion"
+        if prices is not None:
+            cost = (given * prices[0] + taken * prices[1]) / 1e6
+            line += f"; cost {cost:.4f}, {1000 * cost / count:.4f} per 1,000 stories"
+        typer.echo(line)
+    kinds = Counter(
+        f["status"][len("failed:") :] for f in run.failures if f["status"].startswith("failed:")
+    )
+    if kinds:
+        typer.echo(
+            "requests with no answer after the retries: "
+            + ", ".join(f"{k} {n}" for k, n in sorted(kinds.items()))
+        )
 
 
 def _fit(run: Any, rubric: Any, people: Path, target: str | None, output: Path) -> None:

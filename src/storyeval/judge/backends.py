@@ -15,8 +15,8 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from storyeval.errors import StoryevalError
@@ -44,10 +44,17 @@ class Decoding:
 @dataclass(frozen=True)
 class JudgeAnswer:
     """A backend's answer: the probability of each label (None when not available) and/or
-    the written text."""
+    the written text; for a served model also ``error`` (``KIND: reason`` when no answer came
+    after the retries: never cached, recorded as failed), ``usage`` (prompt, completion and
+    cached prompt tokens) and the model that answered (``served_model``, the response's
+    ``system_fingerprint``)."""
 
     probabilities: tuple[float, ...] | None = None
     text: str | None = None
+    error: str | None = field(default=None, repr=False)
+    usage: tuple[int, int, int] | None = field(default=None, repr=False)
+    served_model: str | None = field(default=None, repr=False)
+    fingerprint: str | None = field(default=None, repr=False)
 
 
 class JudgeBackend(Protocol):
@@ -310,6 +317,8 @@ class OpenAIJudge:
         retries: int = 3,
         timeout: float = 60.0,
         logprobs: bool = True,
+        max_wait: float = 60.0,
+        max_tokens_total: int | None = None,
     ) -> None:
         try:
             import openai
@@ -317,24 +326,43 @@ class OpenAIJudge:
             raise JudgeBackendError(
                 "the OpenAI-compatible backend needs the openai package: pip install 'storyeval[judge]'"
             ) from exc
-        if concurrency < 1 or retries < 0 or timeout <= 0:
-            raise ValueError("concurrency must be >= 1, retries >= 0 and timeout > 0")
+        if concurrency < 1 or retries < 0 or timeout <= 0 or max_wait < 0:
+            raise ValueError("concurrency must be >= 1, retries >= 0, timeout > 0, max_wait >= 0")
         key = os.environ.get(api_key_env) or ("local" if base_url else None)
         if key is None:
             raise JudgeBackendError(f"set {api_key_env} to the API key of the endpoint")
         self.client = openai.OpenAI(base_url=base_url, api_key=key, timeout=timeout, max_retries=0)
-        self._errors = (
-            openai.APIConnectionError,
-            openai.APITimeoutError,
-            openai.RateLimitError,
-            openai.InternalServerError,
-        )
+        self._openai = openai
         self.name = model
         self.identity = f"{model}@{base_url or 'api.openai.com'}"
         self.concurrency, self.retries, self.logprobs = concurrency, retries, logprobs
+        self.max_wait, self.max_tokens_total = max_wait, max_tokens_total
         self.calls = 0
+        self.tokens_spent = 0
+        self.refused: list[str] = []  # settings the endpoint refused, dropped once
+        self._lock = threading.Lock()
 
-    def _one(self, request: JudgeRequest, decoding: Decoding, sample: int) -> JudgeAnswer:
+    #: answers are handed to the caller as they arrive (see :meth:`answer`)
+    streams_answers = True
+
+    def served_identity(self) -> str:
+        """The served model as the endpoint's ``/v1/models`` lists it (its id and owner), or
+        ``unlisted`` when the endpoint does not list it (asked once per run)."""
+        if getattr(self, "_served", None) is None:
+            try:
+                listed = {m.id: m for m in self.client.models.list()}
+                entry = listed.get(self.name) or (
+                    next(iter(listed.values())) if len(listed) == 1 else None
+                )
+                owner = getattr(entry, "owned_by", None) if entry is not None else None
+                self._served = (
+                    f"{entry.id}{'/' + owner if owner else ''}" if entry is not None else "unlisted"
+                )
+            except (self._openai.APIError, ValueError):
+                self._served = "unlisted"
+        return str(self._served)
+
+    def _kwargs(self, request: JudgeRequest, decoding: Decoding, sample: int) -> dict[str, Any]:
         kwargs: dict[str, Any] = {
             "model": self.name,
             "messages": list(request.messages),
@@ -344,28 +372,130 @@ class OpenAIJudge:
         }
         if self.logprobs and not request.generate:
             kwargs.update(logprobs=True, top_logprobs=20)
+        return kwargs
+
+    def _one(self, request: JudgeRequest, decoding: Decoding, sample: int) -> JudgeAnswer:
+        """One question, retried on the failures a retry can cure (rate limits, server errors,
+        timeouts, dropped connections, malformed or empty responses), waiting as the server's
+        Retry-After asks (at most ``max_wait`` seconds); after the last try, an answer with
+        ``error`` set, never an exception, so the other answers of the run are kept."""
+        error = "unknown: no attempt"
         for attempt in range(self.retries + 1):
+            if self.max_tokens_total is not None and self.tokens_spent >= self.max_tokens_total:
+                return JudgeAnswer(
+                    error=f"budget: {self.tokens_spent} tokens spent (--max-tokens-total)"
+                )
             try:
-                response = self.client.chat.completions.create(**kwargs)
-                self.calls += 1
-                break
-            except self._errors as exc:
-                if attempt == self.retries:
-                    raise JudgeBackendError(f"{self.identity}: {exc}") from exc
-                time.sleep(min(30.0, 0.5 * 2**attempt))
-        choice = response.choices[0]
-        text = choice.message.content or ""
+                response = self.client.chat.completions.create(
+                    **self._kwargs(request, decoding, sample)
+                )
+            except (self._openai.APIError, ValueError) as exc:  # classified: retried or reported
+                kind, wait = self._classify(exc, attempt)
+                error = f"{kind}: {str(exc)[:200]}"
+                if kind in ("bad_request", "refused_setting"):
+                    if kind == "refused_setting":
+                        continue  # the setting is dropped now: ask again at once
+                    return JudgeAnswer(error=error)
+                if attempt < self.retries:
+                    time.sleep(wait)
+                continue
+            found = self._read_response(response, request)
+            if found.error is None or attempt == self.retries:
+                return found
+            error = found.error
+            time.sleep(min(self.max_wait, 0.5 * 2**attempt))
+        return JudgeAnswer(error=error)
+
+    def _classify(self, exc: Exception, attempt: int) -> tuple[str, float]:
+        """The kind of a failed request and how long to wait before the next try."""
+        openai = self._openai
+        backoff = min(self.max_wait, 0.5 * 2**attempt)
+        status = getattr(exc, "status_code", None)
+        if isinstance(exc, openai.RateLimitError) or status == 429:
+            return "rate_limited", self._retry_after(exc, backoff)
+        if isinstance(exc, openai.APITimeoutError):
+            return "timeout", backoff
+        if isinstance(exc, openai.APIConnectionError):
+            return "connection", backoff
+        if status is not None and status >= 500:
+            return f"server_{status}", self._retry_after(exc, backoff)
+        if status == 400 and self._drop_refused(str(exc)):
+            return "refused_setting", 0.0
+        if status is not None and 400 <= status < 500:
+            return "bad_request", 0.0
+        return "malformed_response", backoff
+
+    def _retry_after(self, exc: Exception, default: float) -> float:
+        headers = getattr(getattr(exc, "response", None), "headers", None) or {}
+        value = headers.get("retry-after")
+        try:
+            return min(self.max_wait, max(0.0, float(value))) if value is not None else default
+        except ValueError:
+            return default
+
+    def _drop_refused(self, message: str) -> bool:
+        """Whether the refusal names a setting storyeval can do without (log-probabilities),
+        which is then dropped for the rest of the run (once, noted in the signature)."""
+        lowered = message.lower()
+        with self._lock:
+            if self.logprobs and "logprobs" in lowered:
+                self.logprobs = False
+                self.refused.append("logprobs")
+                return True
+        return False
+
+    def _read_response(self, response: Any, request: JudgeRequest) -> JudgeAnswer:
+        """The answer in a response, or an answer with ``error`` (an empty choice list, a
+        refusal, a response that is not a chat completion)."""
+        choices = getattr(response, "choices", None)
+        if not choices:
+            return JudgeAnswer(error="empty_choice: the response has no choice")
+        message = getattr(choices[0], "message", None)
+        refusal = getattr(message, "refusal", None)
+        if refusal:
+            return JudgeAnswer(error=f"refusal: {str(refusal)[:200]}")
+        text = getattr(message, "content", None)
+        if text is None:
+            return JudgeAnswer(error="empty_choice: the answer has no content")
+        usage = getattr(response, "usage", None)
+        counts = None
+        if usage is not None:
+            details = getattr(usage, "prompt_tokens_details", None)
+            cached = int(getattr(details, "cached_tokens", 0) or 0) if details is not None else 0
+            counts = (int(usage.prompt_tokens or 0), int(usage.completion_tokens or 0), cached)
+        with self._lock:
+            self.calls += 1
+            self.tokens_spent += sum(counts[:2]) if counts else 0
         probabilities = (
-            _label_probabilities(choice, request.labels) if not request.generate else None
+            _label_probabilities(choices[0], request.labels) if not request.generate else None
         )
-        return JudgeAnswer(probabilities, text)
+        return JudgeAnswer(
+            probabilities, text, usage=counts, served_model=getattr(response, "model", None),
+            fingerprint=getattr(response, "system_fingerprint", None),
+        )  # fmt: skip
 
     def answer(
-        self, requests: Sequence[JudgeRequest], decoding: Decoding, *, sample: int = 0
+        self,
+        requests: Sequence[JudgeRequest],
+        decoding: Decoding,
+        *,
+        sample: int = 0,
+        on_answer: Callable[[int, JudgeAnswer], None] | None = None,
     ) -> list[JudgeAnswer]:
-        """Answers to ``requests``, ``concurrency`` at a time, in order."""
+        """Answers to ``requests``, ``concurrency`` at a time, in order; ``on_answer(i,
+        answer)`` is called as each arrives (the cache stores it at once, so a run stopped
+        midway asks no finished question again)."""
+        found: list[JudgeAnswer | None] = [None] * len(requests)
         with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
-            return list(pool.map(lambda r: self._one(r, decoding, sample), requests))
+            futures = {
+                pool.submit(self._one, r, decoding, sample): i for i, r in enumerate(requests)
+            }
+            for future in as_completed(futures):
+                index = futures[future]
+                found[index] = future.result()
+                if on_answer is not None:
+                    on_answer(index, found[index])  # type: ignore[arg-type]
+        return [a for a in found if a is not None]
 
 
 def _label_probabilities(choice: Any, labels: Sequence[str]) -> tuple[float, ...] | None:
@@ -420,6 +550,7 @@ class BackendSpec:
     retries: int = 3
     batch_size: int = 8
     kind: str = "llm"
+    max_tokens_total: int | None = None
 
     def build(self) -> list[Any]:
         """The judges (cached per process: a worker builds them once)."""
@@ -444,6 +575,7 @@ class BackendSpec:
                         concurrency=self.concurrency,
                         timeout=self.timeout,
                         retries=self.retries,
+                        max_tokens_total=self.max_tokens_total,
                     )
                     for m in self.models
                 ]

@@ -76,6 +76,26 @@ class JudgeRun:
     calls: int = 0
     cached: int = 0
     in_training: dict[str, tuple[int, int, str]] = field(default_factory=dict)
+    tokens: dict[str, list[int]] = field(default_factory=dict)
+    served: dict[str, list[tuple[int, str]]] = field(default_factory=dict)
+    answered: dict[str, int] = field(default_factory=dict)
+
+    def account(self, judge: str, answer: JudgeAnswer) -> None:
+        """Count a fresh answer and its tokens (prompt, completion, cached prompt) and note
+        which model gave it: ``served[judge]`` lists each identity with the number of the
+        answer it first gave (more than one: the endpoint changed model mid-run)."""
+        number = self.answered[judge] = self.answered.get(judge, 0) + 1
+        if answer.usage is not None:
+            totals = self.tokens.setdefault(judge, [0, 0, 0])
+            for k, count in enumerate(answer.usage):
+                totals[k] += count
+        if answer.served_model is not None:
+            identity = answer.served_model
+            if answer.fingerprint:
+                identity += f" ({answer.fingerprint})"
+            seen = self.served.setdefault(judge, [])
+            if not seen or seen[-1][1] != identity:
+                seen.append((number, identity))
 
     def failed(
         self, judge: str, item_id: str, criterion: str, sample: int, status: str, raw: str | None
@@ -93,19 +113,29 @@ class JudgeRun:
         )
 
     def summary(self) -> Any:
-        """Per judge and criterion: answers, parse failures, the mean score (absolute) or the
-        share of first-position wins and the consistency across orders (pairwise)."""
+        """Per judge and criterion: answers, parse failures, requests that got no answer
+        after the retries, the mean score (absolute) or the share of first-position wins and
+        the consistency across orders (pairwise)."""
         import pandas as pd
 
         rows = []
         for judge, signature in self.signatures.items():
             rater = signature.render()
             failed = [f for f in self.failures if f["judge"] == judge]
-            for criterion in dict.fromkeys(f["criterion"] for f in self._records(rater)):
-                records = [r for r in self._records(rater) if r["criterion"] == criterion]
-                n_failed = sum(1 for f in failed if f["criterion"] == criterion)
-                row = {"judge": judge, "criterion": criterion, "answers": len(records) + n_failed}
-                row["parse_failures"] = n_failed
+            mine = self._records(rater)
+            criteria = dict.fromkeys(
+                [r["criterion"] for r in mine] + [f["criterion"] for f in failed]
+            )
+            for criterion in criteria:
+                records = [r for r in mine if r["criterion"] == criterion]
+                statuses = [f["status"] for f in failed if f["criterion"] == criterion]
+                row = {
+                    "judge": judge,
+                    "criterion": criterion,
+                    "answers": len(records) + len(statuses),
+                }
+                row["parse_failures"] = sum(not s.startswith("failed:") for s in statuses)
+                row["request_failures"] = sum(s.startswith("failed:") for s in statuses)
                 row.update(
                     _absolute_stats(records)
                     if records and "value" in records[0]
@@ -210,6 +240,9 @@ class JudgeSettings:
             "template": TEMPLATE,
             "scoring": scoring,
         }
+        served = getattr(backend, "served_identity", None)
+        if served is not None:  # a served model: what the server says it serves
+            fields["served"] = served()
         device = getattr(backend, "device", None)
         if device is not None:  # a local model: where and how it ran
             from storyeval.models.devices import compute_fields
@@ -340,12 +373,22 @@ class _Asker:
         todo = [i for i, a in enumerate(answers) if a is None]
         if todo:
             before = getattr(self.backend, "calls", 0)
-            fresh = self.backend.answer([requests[i] for i in todo], decoding, sample=sample)
+
+            def keep(position: int, answer: JudgeAnswer) -> None:
+                if self.cache is not None and answer.error is None:
+                    self.cache.put(keys[todo[position]], answer)
+
+            asked = [requests[i] for i in todo]
+            if getattr(self.backend, "streams_answers", False):  # cached as each arrives
+                fresh = self.backend.answer(asked, decoding, sample=sample, on_answer=keep)  # type: ignore[call-arg]
+            else:
+                fresh = self.backend.answer(asked, decoding, sample=sample)
+                for position, answer in enumerate(fresh):
+                    keep(position, answer)
             self.run.calls += getattr(self.backend, "calls", 0) - before
             for i, answer in zip(todo, fresh, strict=True):
                 answers[i] = answer
-                if self.cache is not None:
-                    self.cache.put(keys[i], answer)
+                self.run.account(self.backend.name, answer)
         return [a for a in answers if a is not None]
 
     def _key(self, request: JudgeRequest, decoding: Decoding, sample: int) -> str:
@@ -369,6 +412,8 @@ class _Reading:
 
 
 def _read(answer: JudgeAnswer, request: JudgeRequest) -> _Reading:
+    if answer.error is not None:  # no answer came: "failed:KIND"
+        return _Reading(None, None, None, "failed:" + answer.error.split(":", 1)[0])
     if answer.probabilities is not None and not request.generate:
         total = sum(answer.probabilities)
         if total <= 0:
@@ -399,7 +444,14 @@ def _absolute(
         ):
             reading = _read(answer, request)
             if reading.index is None:
-                run.failed(judge, story.id, criterion.name, sample, reading.status, answer.text)
+                run.failed(
+                    judge,
+                    story.id,
+                    criterion.name,
+                    sample,
+                    reading.status,
+                    answer.error or answer.text,
+                )
                 continue
             value, extra = _absolute_value(
                 criterion, reading.index, reading.probabilities, settings.score
@@ -412,7 +464,22 @@ def _absolute(
                 label_mass=None if reading.mass is None else round(reading.mass, 6),
                 raw=answer.text,
             )
+            extra.update(_served_fields(answer))
             run.judgments.append(Judgment(story.id, rater, criterion.name, value, extra=extra))
+
+
+def _served_fields(answer: JudgeAnswer) -> dict[str, Any]:
+    """What a served model's answer records: the model that answered and its tokens."""
+    found: dict[str, Any] = {}
+    if answer.served_model is not None:
+        found["served_model"] = answer.served_model
+    if answer.fingerprint is not None:
+        found["system_fingerprint"] = answer.fingerprint
+    if answer.usage is not None:
+        found.update(
+            zip(("prompt_tokens", "completion_tokens", "cached_tokens"), answer.usage, strict=True)
+        )
+    return found
 
 
 def _absolute_value(
@@ -481,7 +548,9 @@ def _pairwise(
             item = f"{key}:{x.id}~{y.id}"
             reading = _read(answer, request)
             if reading.index is None:
-                run.failed(judge, item, criterion.name, sample, reading.status, answer.text)
+                run.failed(
+                    judge, item, criterion.name, sample, reading.status, answer.error or answer.text
+                )
                 continue
             probs, status = reading.probabilities, reading.status
             p_first = probs[0] if probs is not None else (1.0 if reading.index == 0 else 0.0)
@@ -502,6 +571,7 @@ def _pairwise(
                     "parse_status": status,
                     "raw": answer.text,
                 }
+                | _served_fields(answer)
             )
 
 
@@ -590,10 +660,29 @@ def judge_stories(
         if rubric.kind == "spans":
             judge = _spans
         judge(texts, rubric, ask, signature.render(), backend.name, run)
+        for setting in getattr(backend, "refused", []):
+            run.notes.append(
+                f"{backend.name}: the endpoint refused {setting}: dropped for the run (answers "
+                "read from the text)"
+            )
     if finish:
         run.notes += training_notes(run)
         _mass_note(run)
+        run.notes += served_notes(run)
     return run
+
+
+def served_notes(run: JudgeRun) -> list[str]:
+    """A warning per judge whose endpoint answered with more than one model during the run,
+    saying from which answer on."""
+    notes = []
+    for judge, seen in run.served.items():
+        for (_, before), (number, after) in itertools.pairwise(seen):
+            notes.append(
+                f"WARNING: {judge}: the endpoint's model changed from answer {number} on: "
+                f"{before} -> {after}; answers before and after are not comparable"
+            )
+    return notes
 
 
 # --------------------------------------------------------------------------- spans
@@ -680,6 +769,22 @@ def judge_blocks_plan(stories: Sequence[Story], mode: str, block_size: int) -> l
     return blocks
 
 
+def _merge_accounts(merged: JudgeRun, part: JudgeRun) -> None:
+    """Add a block's tokens, answers and served models to the merged run's (answer numbers
+    continue from the earlier blocks')."""
+    for name, counts in part.tokens.items():
+        before = merged.tokens.get(name, [0, 0, 0])
+        merged.tokens[name] = [a + b for a, b in zip(before, counts, strict=True)]
+    for name, identities in part.served.items():
+        offset = merged.answered.get(name, 0)
+        known = merged.served.setdefault(name, [])
+        for number, identity in identities:
+            if not known or known[-1][1] != identity:
+                known.append((offset + number, identity))
+    for name, count in part.answered.items():
+        merged.answered[name] = merged.answered.get(name, 0) + count
+
+
 def merge_judge_runs(runs: Sequence[JudgeRun]) -> JudgeRun:
     """The runs of consecutive blocks as one run (records in block order, notes once, the
     probability-mass and training notes over all answers)."""
@@ -692,11 +797,13 @@ def merge_judge_runs(runs: Sequence[JudgeRun]) -> JudgeRun:
         merged.notes += [note for note in part.notes if note not in merged.notes]
         merged.calls += part.calls
         merged.cached += part.cached
+        _merge_accounts(merged, part)
         for name, (count, total, where) in part.in_training.items():
             before, seen, _ = merged.in_training.get(name, (0, 0, where))
             merged.in_training[name] = (before + count, seen + total, where)
     merged.notes += training_notes(merged)
     _mass_note(merged)
+    merged.notes += served_notes(merged)
     return merged
 
 
