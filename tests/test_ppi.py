@@ -158,9 +158,9 @@ def test_logistic_matches_ppi_python(lam: float | None) -> None:
     ref_low, ref_high = ppi.ppi_logistic_ci(
         x[labeled], y[labeled], judge[labeled], x[rest], judge[rest], alpha=0.1, lam=lam
     )
-    np.testing.assert_allclose(theta, point, atol=1e-6)
-    np.testing.assert_allclose(low, ref_low, atol=1e-6)
-    np.testing.assert_allclose(high, ref_high, atol=1e-6)
+    np.testing.assert_allclose(theta, point, atol=1e-8)
+    np.testing.assert_allclose(low, ref_low, atol=1e-8)
+    np.testing.assert_allclose(high, ref_high, atol=1e-8)
 
 
 def _tournament(seed: int, judge_accuracy: float) -> tuple[pd.DataFrame, pd.DataFrame, np.ndarray]:
@@ -304,3 +304,30 @@ def test_paired_ppi_judge(tmp_path: Path, run_cli) -> None:  # type: ignore[no-u
     assert (
         "prediction-powered a - b" in out and "people on 40 prompts, the judge alone on 160" in out
     )
+
+
+def test_study_analyse_ppi_judge(tmp_path: Path, run_cli) -> None:  # type: ignore[no-untyped-def]
+    rng = np.random.default_rng(51)
+    humans, said = [], []
+    for condition, level in (("human", 4.0), ("model", 3.0)):
+        for item in range(60):
+            truth = level + rng.normal(0, 0.5)
+            name = f"{condition}{item}"
+            said.append({"item_id": name, "rater_id": "llm", "criterion": "quality",
+                         "value": round(truth + rng.normal(0, 0.2), 2), "condition": condition})  # fmt: skip
+            if item < 20:
+                for rater in ("a", "b"):
+                    humans.append({"item_id": name, "rater_id": rater, "criterion": "quality",
+                                   "value": float(np.clip(round(truth + rng.normal(0, 0.3)), 1, 5)),
+                                   "condition": condition, "time_s": 60.0})  # fmt: skip
+    for name, rows in (("h", humans), ("j", said)):
+        (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    code, _, err = run_cli(
+        "study", "analyse", "--judgments", str(tmp_path / "h.jsonl"), "--ppi-judge",
+        str(tmp_path / "j.jsonl"), "--bootstrap", "0", "-o", str(tmp_path / "analysis"),
+    )  # fmt: skip
+    assert code == 0, err
+    table = pd.read_csv(tmp_path / "analysis" / "ppi.csv").set_index("group")
+    assert list(table.index) == ["quality / human", "quality / model"]
+    assert (table["n_labeled"] == 20).all() and (table["n_unlabeled"] == 40).all()
+    assert (table["width_ratio"] < 1.0).all()  # a judge that tracks people: narrower

@@ -181,6 +181,29 @@ ANALYSE_BOOTSTRAP = typer.Option(
 )
 
 
+ANALYSE_PPI_JUDGE = typer.Option(
+    None,
+    "--ppi-judge",
+    help="A judge's judgments of every item (people's being a random subset): also each "
+    "condition's mean per criterion by prediction-powered inference (PPI++), in DIR/ppi.csv.",
+)
+
+
+def _ppi_means(
+    judgments: Path, judge: Path, conditions: dict[str, str] | None, output: Path
+) -> Path:
+    """``study analyse --ppi-judge``: per criterion and condition, the PPI++ mean."""
+    from storyeval.corpus import read_judgments
+    from storyeval.io import write_table
+    from storyeval.meta.ppi import ppi_means_by, ppi_table
+
+    frame, _ = ppi_table(
+        read_judgments(judgments), read_judgments(judge), by="condition", groups=conditions
+    )
+    frame["cell"] = frame["criterion"] + " / " + frame["condition"].astype(str)
+    return write_table(output / "ppi.csv", ppi_means_by(frame, group="cell"))
+
+
 @study_app.command("analyse")
 def analyse(
     judgments: Path = ANALYSE_JUDGMENTS,
@@ -195,6 +218,7 @@ def analyse(
     bootstrap: int = ANALYSE_BOOTSTRAP,
     seed: int = typer.Option(0, "--seed", help="Seed of the bootstrap."),
     competence: str = ANALYSE_COMPETENCE,
+    ppi_judge: Path = ANALYSE_PPI_JUDGE,
 ) -> None:
     """Summaries, agreement and tests: writes DIR/summary.csv, agreement.csv, tests.csv,
     filtering.csv, raters.csv (and detection.csv, pairwise.csv, triangle.csv when relevant;
@@ -234,6 +258,8 @@ def analyse(
             competence=competence,
         )
         paths = result.write(output)
+        if ppi_judge is not None:
+            paths.append(_ppi_means(judgments, ppi_judge, conditions, output))
     _print_analysis(result, paths)
     if result.competence is not None:
         _print_competence(result.competence)

@@ -19,7 +19,7 @@ not the first ones); otherwise the rectifier is biased and so is the estimate.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -213,10 +213,12 @@ def ppi_table(
     by: str = "system",
     criteria: Sequence[str] | None = None,
     rater: str | None = None,
+    groups: Mapping[str, str] | None = None,
 ) -> tuple[pd.DataFrame, int]:
-    """One row per (item, criterion) the judge answered: its group (``by``, read from the
-    judge's or people's record), the judge's value and people's mean (NaN where no one
-    judged it); and how many people-judged items the judge did not answer (left out)."""
+    """One row per (item, criterion) the judge answered: its group (from ``groups`` by item
+    id, else ``by`` read from the judge's or people's record), the judge's value and people's
+    mean (NaN where no one judged it); and how many people-judged items the judge did not
+    answer (left out)."""
     raters = {j.rater_id for j in judge}
     if rater is None and len(raters) > 1:
         raise ValueError(
@@ -230,15 +232,17 @@ def ppi_table(
     if not answers:
         raise ValueError("the judge answered none of the items asked for")
     people: dict[tuple[str, str], list[float]] = {}
-    groups: dict[tuple[str, str], object] = {}
+    found: dict[tuple[str, str], object] = {}
     for j in humans:
         if wanted is None or j.criterion in wanted:
             people.setdefault((j.item_id, j.criterion), []).append(j.value)
-            groups.setdefault((j.item_id, j.criterion), _field(j, by))
+            found.setdefault((j.item_id, j.criterion), _field(j, by))
     rows = []
     for (item, criterion), (value, group) in answers.items():
         label = people.get((item, criterion))
-        group = group if group is not None else groups.get((item, criterion))
+        group = (groups or {}).get(
+            item, group if group is not None else found.get((item, criterion))
+        )
         if group is None:
             raise ValueError(f"item {item!r} has no {by!r} in the judge's or people's records")
         mean = float(np.mean(label)) if label else np.nan
