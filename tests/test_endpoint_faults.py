@@ -28,19 +28,9 @@ from storyeval.judge import load_rubric
 from storyeval.judge.backends import OpenAIJudge
 from storyeval.judge.cache import JudgeCache
 from storyeval.judge.core import judge_stories
+from test_judge import ONE_CRITERION
 
-RUBRIC = """\
-name: tiny
-criteria:
-  - name: coherence
-    question: How much sense does the story make?
-    scale:
-      - {value: 1, description: none}
-      - {value: 2, description: little}
-      - {value: 3, description: some}
-      - {value: 4, description: much}
-      - {value: 5, description: complete}
-"""
+RUBRIC = ONE_CRITERION  # one criterion, five labels
 
 
 class FakeServer:
