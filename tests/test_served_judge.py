@@ -109,6 +109,17 @@ def test_served_probabilities_match_the_local_backend(
     assert not served.failures
     assert len(served.judgments) == len(stories) * len(rubric.criteria)
     assert {j.extra["parse_status"] for j in served.judgments} == {"probabilities"}
+    # every answer's tokens and the model that gave it, as the server reports them
+    assert all(
+        j.extra["prompt_tokens"] > 50 and j.extra["completion_tokens"] >= 1
+        for j in served.judgments
+    )
+    assert sum(served.tokens["smollm2"][:1]) == sum(
+        j.extra["prompt_tokens"] for j in served.judgments
+    )
+    assert len({j.extra["served_model"] for j in served.judgments}) == 1
+    assert served.signatures["smollm2"].fields["served"] != "unlisted"
+    assert not any("model changed" in note for note in served.notes)
     key = [(j.item_id, j.criterion) for j in served.judgments]
     assert key == [(j.item_id, j.criterion) for j in local.judgments]
     served_p = np.array([j.extra["probabilities"] for j in served.judgments])
