@@ -44,6 +44,9 @@ class FakeServer:
         self.lock = threading.Lock()
         self.retry_after_waits: list[float] = []
         self.refuse_logprobs = False
+        self.in_flight = 0
+        self.most_in_flight = 0
+        self.delay = 0.0
         self.last_seen: dict[str, float] = {}
 
     def behaviour(self, marker: str) -> tuple[str, int]:
@@ -123,6 +126,12 @@ def _handler(fake: FakeServer) -> type[BaseHTTPRequestHandler]:
                     }
                 }
                 return self._send(400, json.dumps(refusal).encode())
+            with fake.lock:
+                fake.in_flight += 1
+                fake.most_in_flight = max(fake.most_in_flight, fake.in_flight)
+            time.sleep(fake.delay)
+            with fake.lock:
+                fake.in_flight -= 1
             text = json.dumps(payload["messages"])
             marker = re.search(r"MARK(S\d+)", text)
             step, _ = fake.behaviour(marker.group(1) if marker else "?")
@@ -288,3 +297,25 @@ def test_cli_reports_tokens_cost_and_failures_by_kind(
         json.loads(x) for x in (tmp_path / "judged.failures.jsonl").read_text().splitlines()
     ]
     assert failures[0]["status"] == "failed:server_503" and "503" in failures[0]["raw"]
+
+
+def test_a_jury_of_served_judges_asks_at_once(tmp_path: Path, serve: Any) -> None:
+    """Two judges, each one request at a time with its own budget: the server sees both at
+    once (not one judge after the other), and the records come in judge order."""
+    fake = FakeServer({})
+    fake.delay = 0.2
+    url = serve(fake)
+    rubric_file = tmp_path / "tiny.yaml"
+    rubric_file.write_text(RUBRIC)
+    first = _judge(url, concurrency=1)
+    second = OpenAIJudge(
+        "judge-b", base_url=url, concurrency=1, logprobs=False, max_tokens_total=250
+    )
+    run = judge_stories(_stories(4), load_rubric(rubric_file), [first, second])
+    assert fake.most_in_flight == 2
+    raters = [j.rater_id for j in run.judgments]
+    assert raters == sorted(raters, key=raters.index)  # one judge's records, then the other's
+    assert (
+        len([r for r in raters if "judge-b" in r]) == 3
+    )  # its own budget: 3 answers of 101 tokens
+    assert {f["status"] for f in run.failures} == {"failed:budget"}

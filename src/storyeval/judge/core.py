@@ -641,6 +641,8 @@ def judge_stories(
         )
     if rubric.kind == "spans" and settings.mode != "absolute":
         raise ValueError("a spans rubric marks the sentences of each story: use mode absolute")
+    if len(backends) > 1 and all(getattr(b, "streams_answers", False) for b in backends):
+        return _jury_at_once(stories, rubric, backends, settings, cache, progress, finish)
     run = JudgeRun()
     texts = _length_checked(stories, settings, run.notes)
     for backend in backends:
@@ -667,6 +669,47 @@ def judge_stories(
             )
     if finish:
         run.notes += training_notes(run)
+        _mass_note(run)
+        run.notes += served_notes(run)
+    return run
+
+
+def _jury_at_once(
+    stories: Sequence[Story], rubric: Rubric, backends: Sequence[JudgeBackend],
+    settings: JudgeSettings, cache: JudgeCache | None,
+    progress: Callable[[str], None] | None, finish: bool,
+) -> JudgeRun:  # fmt: skip
+    """Several served judges at once, each with its own concurrency and budget (a thread
+    per judge: the time is the slowest judge's, not their sum); the records in judge order,
+    as one after another would give them."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(backend: JudgeBackend) -> JudgeRun:
+        return judge_stories(
+            stories,
+            rubric,
+            [backend],
+            settings=settings,
+            cache=cache,
+            progress=progress,
+            finish=False,
+        )
+
+    with ThreadPoolExecutor(max_workers=len(backends)) as pool:
+        parts = list(pool.map(one, backends))
+    run = JudgeRun()
+    for part in parts:
+        run.judgments += part.judgments
+        run.comparisons += part.comparisons
+        run.failures += part.failures
+        run.signatures.update(part.signatures)
+        run.notes += [note for note in part.notes if note not in run.notes]
+        run.calls += part.calls
+        run.cached += part.cached
+        run.tokens.update(part.tokens)
+        run.served.update(part.served)
+        run.answered.update(part.answered)
+    if finish:
         _mass_note(run)
         run.notes += served_notes(run)
     return run
