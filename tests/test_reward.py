@@ -124,3 +124,20 @@ def test_self_critical_training_keeps_the_best_validation_checkpoint(
     assert "num_generations" not in fields and "validation" in fields
     with pytest.raises(ValueError, match="gamma_start"):
         RewardTraining(algorithm="scst", gamma_start=1.5)
+
+
+def test_the_mle_term_is_the_thesis_sum_by_default(causal_lm: Any) -> None:
+    """Clark (2021, Eqs. 5.6-5.8): both terms are sums over the sequence, so ``sum`` (the
+    default) is the mean's NLL times the reference's tokens."""
+    from storyeval.learn.reward import RewardTraining
+    from storyeval.learn.scst import _mle_loss
+
+    context, reference = ["The ship left the harbour."], ["It sailed north for three days."]
+    tokens = len(causal_lm.tokenizer(" " + reference[0], add_special_tokens=False)["input_ids"])
+    mean = float(_mle_loss(causal_lm, context, reference, "mean"))
+    total = float(_mle_loss(causal_lm, context, reference, "sum"))
+    assert total == pytest.approx(mean * tokens, rel=1e-5) and tokens > 3
+    assert RewardTraining(algorithm="scst").scst().mle_form == "sum"
+    assert RewardTraining(algorithm="scst").signature_fields()["mle_form"] == "sum"
+    with pytest.raises(ValueError, match="mle_form"):
+        RewardTraining(algorithm="scst", mle_form="max")

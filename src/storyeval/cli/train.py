@@ -708,6 +708,12 @@ REWARD_GAMMA_START = typer.Option(
 REWARD_GAMMA_END = typer.Option(
     1.0, "--gamma-end", help="scst: the weight at the last step (1 - weight: MLE)."
 )
+REWARD_MLE_FORM = typer.Option(
+    "sum",
+    "--mle-form",
+    help="scst: the MLE term per reference as the sum of its token NLLs (Clark 2021, Eq. 5.6) "
+    "or their mean.",
+)
 REWARD_EVAL_EVERY = typer.Option(
     5, "--eval-every", min=1, help="scst: steps between validation scorings."
 )
@@ -751,6 +757,7 @@ def reward(
     gamma_start: float = REWARD_GAMMA_START,
     gamma_end: float = REWARD_GAMMA_END,
     eval_every: int = REWARD_EVAL_EVERY,
+    mle_form: str = REWARD_MLE_FORM,
     steps: int = typer.Option(20, "--steps", min=1, help="Policy-gradient steps."),
     batch_size: int = typer.Option(
         4, "--batch-size", min=2, help="Continuations per step (a multiple of --generations)."
@@ -793,6 +800,7 @@ def reward(
             gamma_start=gamma_start,
             gamma_end=gamma_end,
             eval_every=eval_every,
+            mle_form=mle_form,
             seed=seed,
         )
         spec = RewardSpec(metric, _reward_options(metric, option), judge_model)

@@ -36,7 +36,7 @@ from storyeval.signature import Signature
 
 ALGORITHMS = ("grpo", "rloo", "scst")
 #: Settings that only one kind of algorithm reads (left out of the other's signature).
-_SCST_ONLY = ("gamma_start", "gamma_end", "eval_every")
+_SCST_ONLY = ("gamma_start", "gamma_end", "eval_every", "mle_form")
 _GROUP_ONLY = ("num_generations", "beta")
 
 
@@ -171,6 +171,9 @@ class RewardTraining:
     gamma_start: float = 0.97
     gamma_end: float = 1.0
     eval_every: int = 5
+    #: scst's MLE term: ``sum`` of the reference's token NLLs (Clark 2021, Eqs. 5.6-5.8: both
+    #: terms are sums over the sequence) or their ``mean`` (about 1/length of the thesis')
+    mle_form: str = "sum"
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -186,6 +189,8 @@ class RewardTraining:
                 raise ValueError("gamma_start and gamma_end must be in [0, 1]")
             if self.eval_every < 1:
                 raise ValueError("eval_every must be at least 1")
+            if self.mle_form not in ("sum", "mean"):
+                raise ValueError(f"mle_form must be sum or mean, got {self.mle_form!r}")
             return
         if self.num_generations < 2:
             raise ValueError("num_generations must be at least 2 (rewards are compared in a group)")
@@ -215,6 +220,7 @@ class RewardTraining:
             gamma_end=self.gamma_end,
             eval_every=self.eval_every,
             seed=self.seed,
+            mle_form=self.mle_form,
         )
 
 

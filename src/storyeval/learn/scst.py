@@ -36,6 +36,7 @@ class ScstSettings:
     gamma_end: float = 1.0
     eval_every: int = 5
     seed: int = 0
+    mle_form: str = "sum"
 
     def gamma(self, step: int) -> float:
         """The policy-gradient weight at ``step`` (0-based), rising linearly.
@@ -102,8 +103,12 @@ def _sequence_logprob(lm: Any, ids: Any, prompt_mask: Any, width: int) -> Any:
     return (picked * keep).sum(dim=1)
 
 
-def _mle_loss(lm: Any, contexts: Sequence[str], references: Sequence[str | None]) -> Any:
-    """Mean token NLL of the references after their contexts (0 when none has one)."""
+def _mle_loss(
+    lm: Any, contexts: Sequence[str], references: Sequence[str | None], form: str = "sum"
+) -> Any:
+    """The references' NLL after their contexts, averaged over the references (0 when none
+    has one): per reference the sum over its tokens (``sum``, the thesis' Eq. 5.6, on the
+    scale of the RL term's sequence log-probability) or their mean (``mean``)."""
     import torch
 
     from storyeval.models.devices import model_device
@@ -121,7 +126,8 @@ def _mle_loss(lm: Any, contexts: Sequence[str], references: Sequence[str | None]
         ids = torch.cat([prompt, target["input_ids"]], dim=1).to(device)
         labels = ids.clone()
         labels[:, : prompt.shape[1]] = -100
-        losses.append(lm.model(input_ids=ids, labels=labels).loss)
+        mean = lm.model(input_ids=ids, labels=labels).loss
+        losses.append(mean * target["input_ids"].shape[1] if form == "sum" else mean)
     return torch.stack(losses).mean()
 
 
@@ -157,7 +163,11 @@ def _step(
     logprob = _sequence_logprob(lm, ids, prompt_mask, width)
     rl = -(advantage.to(logprob.device) * logprob).mean()
     gamma = settings.gamma(k)
-    mle = _mle_loss(lm, contexts, references) if gamma < 1 else torch.zeros((), device=rl.device)
+    mle = (
+        _mle_loss(lm, contexts, references, settings.mle_form)
+        if gamma < 1
+        else torch.zeros((), device=rl.device)
+    )
     loss = gamma * rl + (1 - gamma) * mle
     optimizer.zero_grad()
     loss.backward()
