@@ -199,3 +199,15 @@ def test_a_repeated_ngram_is_learned_with_the_ranking_loss_and_not_without(
         estimates[weight] = float(table["estimate"].iloc[0])
     assert estimates[1.0] >= 0.85, estimates
     assert estimates[1.0] - estimates[0.0] >= 0.15, estimates
+
+
+def test_recon_sample_option_chooses_the_papers_full_softmax() -> None:
+    """``train union --recon-sample full`` is the paper's reconstruction softmax over the
+    whole vocabulary (Eq. 4); a count samples that many tokens beside the batch's own."""
+    from storyeval.cli.train import _recon_sample
+    from storyeval.learn.union import UnionConfig
+
+    assert _recon_sample("full") is None and _recon_sample("256") == 256
+    assert UnionConfig(recon_sample=_recon_sample("full")).recon_sample is None
+    with pytest.raises(ValueError, match="count or 'full'"):
+        _recon_sample("all")

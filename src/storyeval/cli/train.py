@@ -158,6 +158,26 @@ UNION_HEAD_LR = typer.Option(
 UNION_NO_RECON = typer.Option(
     False, "--no-recon", help="Ablation: train without the reconstruction head."
 )
+UNION_RECON_SAMPLE = typer.Option(
+    "1024",
+    "--recon-sample",
+    help="The reconstruction softmax of a training step: over the batch's tokens plus N "
+    "sampled from the vocabulary (fast), or 'full': the whole vocabulary, as in the paper "
+    "(Eq. 4; what the -Recon ablation is measured against).",
+)
+
+
+def _recon_sample(value: str) -> int | None:
+    """``--recon-sample``: a count, or None for the full softmax."""
+    if value == "full":
+        return None
+    try:
+        count = int(value)
+    except ValueError:
+        raise ValueError(f"--recon-sample takes a count or 'full', got {value!r}") from None
+    return count
+
+
 UNION_TECHNIQUES = typer.Option(
     None,
     "--techniques",
@@ -231,6 +251,7 @@ def union(
     batch_size: int = typer.Option(10, "--batch-size", min=1, help="Examples per step."),
     lam: float = typer.Option(0.1, "--lambda", help="Weight of the reconstruction loss."),
     no_recon: bool = UNION_NO_RECON,
+    recon_sample: str = UNION_RECON_SAMPLE,
     techniques: str = UNION_TECHNIQUES,
     without: str = UNION_WITHOUT,
     max_length: int = typer.Option(256, "--max-length", help="Longest input in tokens."),
@@ -270,6 +291,7 @@ def union(
             encoder=model,
             techniques=_chosen_techniques(techniques, without),
             reconstruction=not no_recon,
+            recon_sample=_recon_sample(recon_sample),
             lam=lam,
             max_length=max_length,
             use_prompt=not no_prompt,
