@@ -44,6 +44,8 @@ def test_accuracy_counts_ties_half_and_leaves_peoples_ties_out() -> None:
     [row] = pairwise_accuracy(scores, pairs, n_boot=0).to_dict("records")
     assert row["estimate"] == 0.625 and row["n"] == 4 and row["metric_ties"] == 1
     assert row["people_ties"] == 1 and row["n_clusters"] == 3
+    # WMT's tau-like: 2 concordant, 1 discordant and the tie discordant: (2 - 2) / 4
+    assert row["kendall_like"] == 0.0
     lower = pairwise_accuracy(scores, pairs, lower_is_better=["m"], n_boot=0)
     assert lower["estimate"].iloc[0] == 0.375 and lower["direction"].iloc[0] == "lower"
 

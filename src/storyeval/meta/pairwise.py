@@ -22,7 +22,7 @@ from storyeval.signature import Signature
 
 PAIRWISE_COLUMNS = [
     "metric", "criterion", "estimate", "ci_low", "ci_high", "n", "n_clusters", "metric_ties",
-    "people_ties", "direction", "method", "signature",
+    "people_ties", "direction", "method", "kendall_like", "signature",
 ]  # fmt: skip
 
 
@@ -96,8 +96,9 @@ def pairwise_accuracy(
     DataFrame
         One row per metric and criterion: ``estimate`` (the share of pairs the metric orders
         as people did), a cluster-bootstrap interval, ``n`` pairs scored, ``n_clusters``,
-        ``metric_ties`` (counted half), ``people_ties`` (left out), ``direction`` and the
-        signature.
+        ``metric_ties`` (counted half), ``people_ties`` (left out), ``direction``,
+        ``kendall_like`` (WMT's Kendall's tau-like on the same pairs: a metric's tie counts
+        discordant, as for WMT18-19's DARR pairs) and the signature.
 
     Examples
     --------
@@ -159,8 +160,19 @@ def _accuracy_row(
         "people_ties": people_ties,
         "direction": "higher" if higher else "lower",
         "method": "pairwise_accuracy",
+        "kendall_like": _kendall_like(outcome),
         "signature": Signature("pairwise_accuracy", fields).render(),
     }
+
+
+def _kendall_like(outcome: np.ndarray) -> float:
+    """WMT's Kendall's tau-like formulation of the same pairs (Ma et al. 2018, 2019; Kane et
+    al. 2020's Tables 3-4): (concordant - discordant) / (concordant + discordant), a metric's
+    tie counted discordant."""
+    if not len(outcome):
+        return float("nan")
+    concordant = float((outcome == 1.0).sum())
+    return (2 * concordant - len(outcome)) / len(outcome)
 
 
 def _higher_is_better(metric: str, lower: Sequence[str]) -> bool:
