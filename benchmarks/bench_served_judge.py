@@ -5,14 +5,15 @@ packaged SmolLM2 GGUF and 16 slots, then asks the same questions (``--stories`` 
 rubric's criteria, first-token probabilities) two ways at concurrency 1, 4 and 16: storyeval's
 judge (``judge_stories`` with the endpoint backend, no cache) and a bare client sending the
 same requests from a thread pool. Each measurement gets a freshly started server, so neither
-side profits from the other's prompt cache. Target: storyeval at >= 0.9x the bare client's
+side profits from the other's prompt cache, in the order bare, storyeval, storyeval, bare
+(the means of each side: drift on the machine cancels out). Target: storyeval at >= 0.9x the bare client's
 answers per second at every concurrency.
 
 It also measures the server's prompt cache: the bare client sends the questions story by story
 (a story's criteria share the prompt up to the question, which llama.cpp's slots reuse) and
 criterion by criterion, at concurrency 1.
 
-    python benchmarks/bench_served_judge.py [--stories 24] [-o out/bench_served_judge.json]
+    python benchmarks/bench_served_judge.py [--stories 12] [--repeats 2] [-o out/bench_served_judge.json]
 """
 
 from __future__ import annotations
@@ -128,16 +129,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--stories", type=int, default=24)
+    parser.add_argument("--stories", type=int, default=12)
+    parser.add_argument("--repeats", type=int, choices=(1, 2), default=2, help="1: AB; 2: ABBA")
     parser.add_argument("-o", "--output", type=Path, default=Path("out/bench_served_judge.json"))
     args = parser.parse_args()
     stories, rubric, requests = _questions(args.stories)
     rows = []
     for concurrency in CONCURRENCY:
-        with Server() as url:
-            bare = _bare(url, requests, concurrency)
-        with Server() as url:
-            ours = _storyeval(url, stories, rubric, concurrency)
+        bares, ours_ = [], []
+        for order in ("ab", "ba")[: args.repeats]:  # ABBA: drift on the machine cancels out
+            for side in order:
+                with Server() as url:
+                    if side == "a":
+                        bares.append(_bare(url, requests, concurrency))
+                    else:
+                        ours_.append(_storyeval(url, stories, rubric, concurrency))
+        bare, ours = sum(bares) / len(bares), sum(ours_) / len(ours_)
         rows.append({"concurrency": concurrency, "bare_answers_per_s": bare,
                      "storyeval_answers_per_s": ours, "ratio": ours / bare, "met": ours / bare >= 0.9})  # fmt: skip
         print(
