@@ -47,6 +47,7 @@ class FakeServer:
         self.in_flight = 0
         self.most_in_flight = 0
         self.delay = 0.0
+        self.arrivals: list[str] = []
         self.last_seen: dict[str, float] = {}
 
     def behaviour(self, marker: str) -> tuple[str, int]:
@@ -134,6 +135,8 @@ def _handler(fake: FakeServer) -> type[BaseHTTPRequestHandler]:
                 fake.in_flight -= 1
             text = json.dumps(payload["messages"])
             marker = re.search(r"MARK(S\d+)", text)
+            with fake.lock:
+                fake.arrivals.append(marker.group(1) if marker else "?")
             step, _ = fake.behaviour(marker.group(1) if marker else "?")
             if self._fault(step):
                 return None
@@ -319,3 +322,24 @@ def test_a_jury_of_served_judges_asks_at_once(tmp_path: Path, serve: Any) -> Non
         len([r for r in raters if "judge-b" in r]) == 3
     )  # its own budget: 3 answers of 101 tokens
     assert {f["status"] for f in run.failures} == {"failed:budget"}
+
+
+def test_a_storys_questions_are_sent_together_for_the_prompt_cache(
+    tmp_path: Path, serve: Any
+) -> None:
+    """Two criteria, three stories, one request at a time: the server sees each story's two
+    questions one after the other (they share the prompt up to the question), and the
+    records keep the order of the questions (criterion by criterion)."""
+    fake = FakeServer({})
+    url = serve(fake)
+    rubric_file = tmp_path / "two.yaml"
+    rubric_file.write_text(
+        RUBRIC + RUBRIC.split("criteria:\n", 1)[1].replace("coherence", "fluency")
+    )
+    run = judge_stories(_stories(3), load_rubric(rubric_file), [_judge(url, concurrency=1)])
+    assert fake.arrivals == ["S0", "S0", "S1", "S1", "S2", "S2"]
+    assert [(j.item_id, j.criterion) for j in run.judgments][:3] == [
+        ("s0", "coherence"),
+        ("s1", "coherence"),
+        ("s2", "coherence"),
+    ]
