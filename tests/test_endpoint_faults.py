@@ -343,3 +343,24 @@ def test_a_storys_questions_are_sent_together_for_the_prompt_cache(
         ("s1", "coherence"),
         ("s2", "coherence"),
     ]
+
+
+def test_a_cost_budget_stops_cleanly(tmp_path: Path, serve: Any, run_cli: Any) -> None:
+    """``--max-cost 0.25`` at 1,000 per million prompt tokens: 0.1 an answer, so three
+    answers, then the questions left are failed as over budget (and asked by the next run)."""
+    fake = FakeServer({})
+    url = serve(fake)
+    (tmp_path / "tiny.yaml").write_text(RUBRIC)
+    stories = tmp_path / "stories.jsonl"
+    stories.write_text("".join(json.dumps(s.to_dict()) + "\n" for s in _stories(6)))
+    command = ["judge", str(stories), "--rubric", str(tmp_path / "tiny.yaml"), "--base-url", url,
+               "--model", "judge-v1", "--concurrency", "1", "--cache", str(tmp_path / "c.sqlite"),
+               "-o", str(tmp_path / "judged.jsonl")]  # fmt: skip
+    code, out, err = run_cli(*command, "--price", "1000,0", "--max-cost", "0.25")
+    assert code == 0, err
+    assert "requests with no answer after the retries: budget 3" in out
+    code, out, err = run_cli(*command)  # no budget: only the three left are asked
+    assert code == 0, err
+    assert sum(fake.requests.values()) == 6 and "3 from the cache" in out
+    code, _, err = run_cli(*command, "--max-cost", "1")
+    assert code == 2 and "--price" in err

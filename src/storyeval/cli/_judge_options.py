@@ -23,6 +23,8 @@ def backend_spec(
     batch_size: int = 8,
     backend: str = "llm",
     max_tokens_total: int | None = None,
+    max_cost: float | None = None,
+    price: tuple[float, float] | None = None,
 ) -> Any:
     """The judges of the run as a :class:`~storyeval.judge.backends.BackendSpec`."""
     from storyeval.judge.backends import BackendSpec
@@ -47,6 +49,8 @@ def backend_spec(
         batch_size=batch_size,
         kind=backend,
         max_tokens_total=max_tokens_total,
+        max_cost=max_cost,
+        price=price,
     )
 
 
@@ -64,6 +68,12 @@ JUDGE_MAX_TOKENS_TOTAL = typer.Option(
     help="Stop asking an endpoint once this many tokens (prompt and completion) were spent: "
     "the questions left are counted as failed (budget) and a later run with the same cache "
     "asks only them.",
+)
+JUDGE_MAX_COST = typer.Option(
+    None,
+    "--max-cost",
+    help="Stop asking an endpoint once the answers cost this much at --price: the questions "
+    "left are counted as failed (budget) and a later run with the same cache asks only them.",
 )
 JUDGE_PRICE = typer.Option(
     None,

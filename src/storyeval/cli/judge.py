@@ -34,6 +34,7 @@ from storyeval.cli._judge_options import (
     JUDGE_FIT_TARGET,
     JUDGE_FIT_WEIGHTS,
     JUDGE_MARGIN,
+    JUDGE_MAX_COST,
     JUDGE_MAX_NEW_TOKENS,
     JUDGE_MAX_TOKENS_TOTAL,
     JUDGE_MAX_WORDS,
@@ -91,6 +92,7 @@ def judge(
     fit_weights: Path = JUDGE_FIT_WEIGHTS,
     fit_target: str = JUDGE_FIT_TARGET,
     max_tokens_total: int = JUDGE_MAX_TOKENS_TOTAL,
+    max_cost: float = JUDGE_MAX_COST,
     price: str = JUDGE_PRICE,
 ) -> None:
     """Judge stories with an LLM: a score per rubric criterion, or pairwise preferences in both
@@ -127,11 +129,11 @@ def judge(
         )
         settings.check()
         chosen = load_rubric(rubric)
+        prices = _prices(price)
         spec = backend_spec(
             model or [], base_url, api_key_env, device, precision, prefix_cache, concurrency,
-            timeout, retries, batch_size, backend, max_tokens_total,
+            timeout, retries, batch_size, backend, max_tokens_total, max_cost, prices,
         )  # fmt: skip
-        prices = _prices(price)
         cache_path = None if no_cache else (cache or default_cache_path())
         client = dask_client(engine, scheduler, workers)
         run = _run(stories, chosen, spec, settings, cache_path, client, block_size)

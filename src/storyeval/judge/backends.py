@@ -319,6 +319,8 @@ class OpenAIJudge:
         logprobs: bool = True,
         max_wait: float = 60.0,
         max_tokens_total: int | None = None,
+        max_cost: float | None = None,
+        price: tuple[float, float] | None = None,
     ) -> None:
         try:
             import openai
@@ -336,7 +338,10 @@ class OpenAIJudge:
         self.name = model
         self.identity = f"{model}@{base_url or 'api.openai.com'}"
         self.concurrency, self.retries, self.logprobs = concurrency, retries, logprobs
+        if max_cost is not None and price is None:
+            raise ValueError("a cost budget needs the price per million tokens (--price IN,OUT)")
         self.max_wait, self.max_tokens_total = max_wait, max_tokens_total
+        self.max_cost, self.price, self.cost_spent = max_cost, price, 0.0
         self.calls = 0
         self.tokens_spent = 0
         self.refused: list[str] = []  # settings the endpoint refused, dropped once
@@ -381,6 +386,8 @@ class OpenAIJudge:
         ``error`` set, never an exception, so the other answers of the run are kept."""
         error = "unknown: no attempt"
         for attempt in range(self.retries + 1):
+            if self.max_cost is not None and self.cost_spent >= self.max_cost:
+                return JudgeAnswer(error=f"budget: {self.cost_spent:.4f} spent (--max-cost)")
             if self.max_tokens_total is not None and self.tokens_spent >= self.max_tokens_total:
                 return JudgeAnswer(
                     error=f"budget: {self.tokens_spent} tokens spent (--max-tokens-total)"
@@ -466,6 +473,8 @@ class OpenAIJudge:
         with self._lock:
             self.calls += 1
             self.tokens_spent += sum(counts[:2]) if counts else 0
+            if counts and self.price is not None:
+                self.cost_spent += (counts[0] * self.price[0] + counts[1] * self.price[1]) / 1e6
         probabilities = (
             _label_probabilities(choices[0], request.labels) if not request.generate else None
         )
@@ -555,6 +564,8 @@ class BackendSpec:
     batch_size: int = 8
     kind: str = "llm"
     max_tokens_total: int | None = None
+    max_cost: float | None = None
+    price: tuple[float, float] | None = None
 
     def build(self) -> list[Any]:
         """The judges (cached per process: a worker builds them once)."""
@@ -580,6 +591,8 @@ class BackendSpec:
                         timeout=self.timeout,
                         retries=self.retries,
                         max_tokens_total=self.max_tokens_total,
+                        max_cost=self.max_cost,
+                        price=self.price,
                     )
                     for m in self.models
                 ]
