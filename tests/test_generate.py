@@ -256,7 +256,7 @@ def test_beam_search_is_deterministic_and_signed(causal_lm):
     prompts = [Story("p1", "The old lighthouse keeper heard a knock at midnight.", "x")]
     beam = DecodingConfig.from_options(beams=3, max_new_tokens=30)
     assert beam.describe() == "beam3" and beam.generate_kwargs()["num_beams"] == 3
-    with pytest.raises(ValueError, match="take no temperature"):
+    with pytest.raises(ValueError, match="beam search takes no temperature"):
         DecodingConfig.from_options(beams=3, top_p=0.9)
     with pytest.raises(ValueError, match="greedy"):
         DecodingConfig(num_beams=2)  # sampling is the default

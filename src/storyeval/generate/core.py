@@ -100,9 +100,12 @@ class DecodingConfig:
         ``greedy`` (and ``beams`` > 1, which implies it) cannot be combined with
         ``temperature``, ``top_k`` or ``top_p``.
         """
+        if (greedy or beams > 1) and (
+            temperature is not None or top_k is not None or top_p is not None
+        ):
+            what = "beam search" if beams > 1 else "greedy decoding"
+            raise ValueError(f"{what} takes no temperature, top_k or top_p")
         greedy = greedy or beams > 1
-        if greedy and (temperature is not None or top_k is not None or top_p is not None):
-            raise ValueError("greedy decoding and beam search take no temperature, top_k or top_p")
         if greedy:
             return cls(
                 do_sample=False,
