@@ -165,7 +165,8 @@ def _tokens(run: Any, prices: tuple[float, float] | None, stories: Path) -> None
 
     from storyeval.corpus import read_stories
 
-    count = max(len(read_stories(stories)), 1)
+    # the story file is read again only when a cost per 1,000 stories is asked for
+    count = max(len(read_stories(stories)), 1) if prices is not None and run.tokens else 1
     for judge, (given, taken, cached) in run.tokens.items():
         line = f"tokens ({judge}): {given} prompt ({cached} cached), {taken} completion"
         if prices is not None:

@@ -697,22 +697,7 @@ def _jury_at_once(
 
     with ThreadPoolExecutor(max_workers=len(backends)) as pool:
         parts = list(pool.map(one, backends))
-    run = JudgeRun()
-    for part in parts:
-        run.judgments += part.judgments
-        run.comparisons += part.comparisons
-        run.failures += part.failures
-        run.signatures.update(part.signatures)
-        run.notes += [note for note in part.notes if note not in run.notes]
-        run.calls += part.calls
-        run.cached += part.cached
-        run.tokens.update(part.tokens)
-        run.served.update(part.served)
-        run.answered.update(part.answered)
-    if finish:
-        _mass_note(run)
-        run.notes += served_notes(run)
-    return run
+    return merge_judge_runs(parts, finish=finish)
 
 
 def served_notes(run: JudgeRun) -> list[str]:
@@ -828,9 +813,10 @@ def _merge_accounts(merged: JudgeRun, part: JudgeRun) -> None:
         merged.answered[name] = merged.answered.get(name, 0) + count
 
 
-def merge_judge_runs(runs: Sequence[JudgeRun]) -> JudgeRun:
-    """The runs of consecutive blocks as one run (records in block order, notes once, the
-    probability-mass and training notes over all answers)."""
+def merge_judge_runs(runs: Sequence[JudgeRun], *, finish: bool = True) -> JudgeRun:
+    """The runs of consecutive blocks (or of the judges of a jury) as one run (records in
+    order, notes once; with ``finish``, the probability-mass, training and served-model notes
+    over all answers)."""
     merged = JudgeRun()
     for part in runs:
         merged.judgments += part.judgments
@@ -844,9 +830,10 @@ def merge_judge_runs(runs: Sequence[JudgeRun]) -> JudgeRun:
         for name, (count, total, where) in part.in_training.items():
             before, seen, _ = merged.in_training.get(name, (0, 0, where))
             merged.in_training[name] = (before + count, seen + total, where)
-    merged.notes += training_notes(merged)
-    _mass_note(merged)
-    merged.notes += served_notes(merged)
+    if finish:
+        merged.notes += training_notes(merged)
+        _mass_note(merged)
+        merged.notes += served_notes(merged)
     return merged
 
 

@@ -172,13 +172,14 @@ def pairwise_meta_row(
     estimate, epsilon, pairs = _estimate(x, y, level, method, prompts, systems, seed)
     clusters = prompts if prompts is not None else np.arange(len(x))
     names = np.unique(clusters)
+    members = [np.flatnonzero(clusters == name) for name in names]  # once, not per replicate
     replicates = []
     rng = np.random.default_rng(seed)
     for _ in range(n_boot if np.isfinite(estimate) else 0):
-        drawn = rng.choice(names, size=len(names), replace=True)
-        rows = np.concatenate([np.flatnonzero(clusters == name) for name in drawn])
+        drawn = rng.choice(len(names), size=len(names), replace=True)
+        rows = np.concatenate([members[k] for k in drawn])
         # a prompt drawn twice becomes two prompts, so pairs within it are not doubled
-        relabel = np.repeat(np.arange(len(drawn)), [int(np.sum(clusters == n)) for n in drawn])
+        relabel = np.repeat(np.arange(len(drawn)), [len(members[k]) for k in drawn])
         found, _, _ = _estimate(
             x[rows],
             y[rows],
