@@ -7,6 +7,7 @@ import json
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,6 +23,7 @@ from storyeval.collab import (
     read_sessions,
     write_sessions,
 )
+from storyeval.collab.config import USE_AGAIN_CHOICES
 from storyeval.errors import DataFileError
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "cyoa"
@@ -275,3 +277,58 @@ def test_worker_generates_off_the_calling_thread_with_the_real_model(causal_lm):
     assert "word_filter:storyeval-default@" in results["top-k"].signature
     again = SuggestionEngine(config)(requests[0])
     assert again.text == results[requests[0].generator].text
+
+
+def _mil_config(**changes: object) -> Any:
+    return parse_writing_config(
+        {"kind": "mil", "name": "m", "title": "M", "sentences": 3, "generator": {"name": "lm"}}
+        | changes
+    )
+
+
+def test_mil_conditions_alternate_and_solo_writers_write_every_sentence():
+    config = _mil_config(conditions=["solo", "mil"], prompts=[{"id": "a", "text": "A."}, {"id": "b", "text": "B."}])
+    writers = [
+        WritingSession.start(config, participant=f"p{i}", now=0.0, prompt_index=i) for i in range(4)
+    ]
+    assert [w.condition for w in writers] == ["solo", "mil", "solo", "mil"]
+    # each condition sees each prompt in turn: prompt and condition are not confounded
+    assert [w.data["prompt"]["id"] for w in writers] == ["a", "a", "b", "b"]
+    solo = writers[0]
+    for second, text in enumerate(["Tom lost his hat.", "He looked.", "It was gone."]):
+        assert solo.submit_text(text, now=float(second)) == []
+    assert solo.phase == "survey" and solo.sentences_written() == 3
+    names = [s.name for s in solo.survey_statements()]
+    assert "story_creative" in names and "enjoyable" in names
+    assert not any("suggestion" in name for name in names)
+    assert [q.name for q in solo.survey_questions()][-1] == "tools"
+    assert not solo.asks_use_again
+    likert = {name: 5 for name in names}
+    answers = {q.name: "fine" for q in solo.survey_questions()}
+    solo.submit_survey(likert, answers, now=9.0)
+    record = solo.export()
+    assert record["condition"] == "solo" and "use_again" not in record["survey"]
+    assert {t["author"] for t in record["turns"]} == {"writer"}
+
+
+def test_mil_writers_answer_the_use_again_question_of_table_2_4():
+    config = _mil_config(sentences=2)
+    session = WritingSession.start(config, participant="p1", now=0.0)
+    assert session.condition == "mil" and session.asks_use_again
+    requests = session.submit_text("Tom lost his hat.", now=1.0)
+    _answer_all(session, requests, now=2.0, texts={"lm": "He looked for it."})
+    session.submit_text("He looked for it.", now=3.0)
+    likert = {s.name: 4 for s in session.survey_statements()}
+    answers = {q.name: "ok" for q in session.survey_questions()}
+    with pytest.raises(TurnError, match="use_again"):
+        session.submit_survey(likert, answers, now=4.0, use_again="Probably yes")
+    assert session.phase == "survey"  # nothing stored
+    session.submit_survey(likert, answers, now=4.0, use_again=USE_AGAIN_CHOICES[3])
+    assert session.export()["survey"]["use_again"] == "I wouldn't use it."
+
+
+def test_mil_default_keeps_the_version_of_files_written_before_conditions():
+    assert _mil_config().version() == _mil_config(conditions=["mil"]).version()
+    assert _mil_config().version() != _mil_config(conditions=["solo", "mil"]).version()
+    with pytest.raises(WritingFileError, match="conditions: give solo, mil or both"):
+        _mil_config(conditions=["alone"])

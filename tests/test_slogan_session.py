@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from storyeval.collab.config import WritingFileError, parse_writing_config
+from storyeval.collab.config import USE_AGAIN_CHOICES, WritingFileError, parse_writing_config
 from storyeval.collab.session import SuggestionResult, TurnError
 from storyeval.collab.slogan import SloganSession, suggestion_survival
 from storyeval.collab.slogan_analysis import (
@@ -57,7 +57,7 @@ def finish(
         session.submit_slogan(slogan, now=50.0)
         session.submit_survey({**survey, "satisfied": satisfied}, now=60.0)
     likert = {s.name: 3 for s in session.final_statements().statements}
-    use_again = "Probably yes" if session.condition == "mil" else None
+    use_again = USE_AGAIN_CHOICES[1] if session.condition == "mil" else None
     with pytest.raises(TurnError, match="writing experience"):
         session.submit_final(likert, {"interface": "fine"}, use_again=use_again, now=70.0)
     session.submit_final(
@@ -101,7 +101,7 @@ def test_pull_twice_history_and_submit() -> None:
     first = record["tasks"][0]
     assert [p["draft"] for p in first["pulls"]] == ["Fresh all day.", "Fresh food, all day."]
     assert first["survival"]["suggestion"] == "Fresh food keeps the day."
-    assert record["final_survey"]["use_again"] == "Probably yes"
+    assert record["final_survey"]["use_again"] == USE_AGAIN_CHOICES[1]
     assert record["final_survey"]["experience"] == "some"
 
 

@@ -432,6 +432,13 @@ def check_n_boot(n_boot: int) -> int:
     return int(n_boot)
 
 
+def check_choice(value: str, choices: Sequence[str], name: str) -> str:
+    """``value`` if it is one of ``choices``, else ``ValueError`` naming ``name`` and them."""
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(choices)}; got {value!r}")
+    return value
+
+
 def sign_flip_test(
     values: ArrayLike, *, n_resamples: int = 9999, seed: int = 0, exact_up_to: int = 14
 ) -> float:

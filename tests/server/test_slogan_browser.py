@@ -14,6 +14,8 @@ import httpx
 import pytest
 import yaml
 
+from storyeval.collab.config import USE_AGAIN_CHOICES
+
 from .conftest import launch_chromium
 
 pytestmark = pytest.mark.slow
@@ -68,7 +70,7 @@ def test_a_writer_pulls_suggestions_twice_and_submits_a_slogan(tmp_path, live_se
                      "suggestions_catchy", "suggestions_relevant", "liked_suggestions",
                      "appreciated_suggestions"):  # fmt: skip
             page.check(f"input[name='likert-{name}'][value='3']")
-        page.check("input[name='use_again'][value='Probably yes']")
+        page.locator("input[name='use_again']").nth(1).check()
         page.check("input[name='experience'][value='a lot']")
         page.fill("#q-interface", "Clear enough.")
         page.click("#submit-final")
@@ -94,7 +96,7 @@ def test_a_writer_pulls_suggestions_twice_and_submits_a_slogan(tmp_path, live_se
         p["signature"].startswith("slogans|skeletons:slogan_lines.txt@") for p in task["pulls"]
     )
     assert task["final"] == "Fresh lunch, every day."
-    assert record["final_survey"]["use_again"] == "Probably yes"
+    assert record["final_survey"]["use_again"] == USE_AGAIN_CHOICES[1]
     assert record["final_survey"]["experience"] == "a lot"
 
     sessions = tmp_path / "sessions.jsonl"

@@ -18,6 +18,7 @@ import yaml
 from fastapi.testclient import TestClient
 
 from storyeval.collab import read_sessions
+from storyeval.collab.config import USE_AGAIN_CHOICES, USE_AGAIN_QUESTION
 from storyeval.collab.session import SuggestionResult
 from storyeval.server.app import create_app
 from storyeval.server.db import Database
@@ -198,10 +199,43 @@ def test_mil_pushes_the_machine_sentence_into_the_edit_box(tmp_path):
     )
     page = client.post(f"{base}/write", data={"step": step(page), "text": "The wind had taken it."})
     assert page.url.path == f"{base}/survey"  # three sentences: the third was the writer's
+    assert USE_AGAIN_QUESTION in page.text and "Were the suggested sentences" in page.text
+    form = {"step": step(page), **_likert_form(page), "q-interface": "fine"}
+    refused = client.post(f"{base}/survey", data=form)  # the use-again answer is required
+    assert refused.status_code == 422 and "Please choose one answer." in refused.text
+    client.post(f"{base}/survey", data={**form, "use_again": USE_AGAIN_CHOICES[1]})
     [record] = export(client, plugin)
     assert [t["author"] for t in record["turns"]] == ["writer", "suggestion", "writer"]
     assert record["turns"][1]["suggestions"][0]["text"] == suggestion
     assert record["turns"][1]["events"][0]["action"] == "push"
+    assert record["condition"] == "mil" and record["status"] == "complete"
+    assert record["survey"]["use_again"] == USE_AGAIN_CHOICES[1]
+
+
+def _likert_form(page) -> dict[str, str]:
+    return {name: "5" for name in sorted(set(re.findall(r'name="(likert-[^"]+)"', page.text)))}
+
+
+def test_mil_solo_writers_write_alone_and_are_not_asked_about_suggestions(tmp_path):
+    config = write_config(tmp_path, "mil", sentences=3, conditions=["solo", "mil"])
+    app, plugin = make_app(tmp_path, config)
+    client = TestClient(app)
+    token = new_writer(app, plugin)  # the first writer is assigned to the solo condition
+    base = f"/mil/{token}"
+    page = client.post(f"{base}/start", data={"consent": "yes"})
+    for text in ["Tom lost his hat on the pier.", "He looked everywhere.", "The wind took it."]:
+        assert page.url.path == f"{base}/write"
+        page = client.post(f"{base}/write", data={"step": step(page), "text": text})
+    assert page.url.path == f"{base}/survey"
+    assert "suggest" not in page.text.lower() and USE_AGAIN_QUESTION not in page.text
+    assert "Describe any tools that could have helped" in page.text
+    form = {"step": step(page), **_likert_form(page), "q-interface": "fine", "q-tools": "none"}
+    assert client.post(f"{base}/survey", data=form).url.path == f"{base}/done"
+    [record] = export(client, plugin)
+    assert record["condition"] == "solo" and record["status"] == "complete"
+    assert [t["author"] for t in record["turns"]] == ["writer"] * 3
+    assert "use_again" not in record["survey"]
+    assert len(record["survey"]["likert"]) == 6  # the story's five and enjoyment
 
 
 def test_links_are_private_and_admin_pages_need_the_token(tmp_path):

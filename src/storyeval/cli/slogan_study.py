@@ -52,6 +52,12 @@ def analyse(
         False, "--include-incomplete", help="Also use the slogans of unfinished sessions."
     ),
     confidence: float = typer.Option(0.95, "--confidence", help="Coverage of the intervals."),
+    agreement_method: str = typer.Option(
+        "pearson",
+        "--agreement-method",
+        help="Correlation of writers' own and third-party ratings: pearson (as Clark 2021) "
+        "or spearman.",
+    ),
 ) -> None:
     """Per condition: survey means with tests, pulls and suggestion survival, third-party
     ratings. Writes survey.csv, pulls.csv, ratings.csv, writers.csv and report.md."""
@@ -67,7 +73,11 @@ def analyse(
         records = read_slogan_sessions(sessions)
         judged = read_judgments(ratings) if ratings is not None else []
         result = analyse_slogan_sessions(
-            records, ratings=judged, include_incomplete=include_incomplete, confidence=confidence
+            records,
+            ratings=judged,
+            include_incomplete=include_incomplete,
+            confidence=confidence,
+            agreement_method=agreement_method,
         )
         write_slogan_analysis(result, output)
     except (StoryevalError, OSError, ValueError) as exc:

@@ -12,7 +12,10 @@ A session file is validated when loaded; every problem is reported as
 ``kind: mil`` (Clark 2021, chapter 2)
     A ten-sentence story: the writer writes the odd sentences, and after each one the
     machine's next sentence is pushed into the writer's edit box, to be edited freely (or
-    replaced) before it is added. Then the 7-point questions of Table 2.2.
+    replaced) before it is added. Then the 7-point questions of Table 2.2 and "Would you use
+    this system again?" with the four answers of Table 2.4. With ``conditions: [solo, mil]``
+    writers are assigned in turn to writing every sentence alone (asked only about their
+    story, and what tools could have helped) or with the machine.
 ``kind: slogan`` (Clark 2021, section 2.5)
     A slogan per prompt: the writer gives keywords and a draft and, in the machine-in-the-loop
     condition, *pulls* up to three suggestions whenever they want (shown beside the draft, with
@@ -266,7 +269,27 @@ def _versioned(data: dict[str, Any]) -> dict[str, Any]:
     """A configuration's dump without the later options still at their default."""
     if data.get("record_typing") is True:
         data.pop("record_typing")
+    if data.get("kind") == "mil":
+        if data.get("conditions") == ["mil"]:
+            data.pop("conditions")
+        if data.get("solo_questions") == _default_solo_questions():
+            data.pop("solo_questions")
     return data
+
+
+def _default_solo_questions() -> list[dict[str, Any]]:
+    return [stable_dump(q) for q in _solo_questions()]
+
+
+def _solo_questions() -> list[OpenQuestion]:
+    return [OpenQuestion(name=n, question=q) for n, q in SOLO_QUESTIONS]
+
+
+def check_conditions(conditions: list[str]) -> None:
+    """Solo, machine-in-the-loop or both, each once (Clark 2021, section 2.6.1)."""
+    unknown = [c for c in conditions if c not in ("solo", "mil")]
+    if unknown or not conditions or len(set(conditions)) != len(conditions):
+        raise ValueError(f"conditions: give solo, mil or both, once each; got {conditions}")
 
 
 class _Common(_Strict):
@@ -358,11 +381,16 @@ class MilConfig(_Common):
     questions: list[OpenQuestion] = Field(
         default_factory=lambda: [OpenQuestion(name=n, question=q) for n, q in MIL_QUESTIONS]
     )
+    #: ``[solo, mil]`` assigns writers to writing alone or with the machine in turn (Clark
+    #: 2021, section 2.6.1); the default is every writer with the machine.
+    conditions: list[str] = Field(default_factory=lambda: ["mil"])
+    solo_questions: list[OpenQuestion] = Field(default_factory=_solo_questions)
 
     @model_validator(mode="after")
     def _bounds(self) -> MilConfig:
         if self.min_chars > self.max_chars:
             raise ValueError(f"min_chars ({self.min_chars}) exceeds max_chars ({self.max_chars})")
+        check_conditions(self.conditions)
         return self
 
     @property
@@ -410,13 +438,28 @@ SLOGAN_SUGGESTION_STATEMENTS: tuple[tuple[str, str], ...] = (
 """The final survey's questions for machine-in-the-loop writers (Table 2.2 "Final Survey",
 slogan column, and liking and appreciating the suggestions, section 2.6.1)."""
 
+USE_AGAIN_QUESTION = "Would you use this system again?"
 USE_AGAIN_CHOICES = (
-    "Definitely not",
-    "Probably not",
-    "Probably yes",
-    "Definitely yes",
+    "I'd use it, exactly as it is now.",
+    "I'd use it, but only if the suggestions were better.",
+    "I'd use it, but only if the writing set-up changed.",
+    "I wouldn't use it.",
 )
-"""The four-choice "would you use the system again?" question (section 2.6.1)."""
+"""The four answers of "Would you use this system again?" as in Clark (2021), Table 2.4; asked
+of machine-in-the-loop writers in the final survey (section 2.6.1)."""
+
+SUGGESTION_QUESTIONS = frozenset(
+    {
+        "suggestions_surprising",
+        "suggestions_creative",
+        "suggestions_grammatical",
+        "suggestions_catchy",
+        "suggestions_relevant",
+        "liked_suggestions",
+        "appreciated_suggestions",
+    }
+)
+"""Questions about the machine's suggestions: not asked of solo writers."""
 
 EXPERIENCE_CHOICES: tuple[tuple[str, str], ...] = (
     ("none", "None: I have not done creative writing since school"),
@@ -490,9 +533,7 @@ class SloganConfig(_Common):
     questions: list[OpenQuestion] = Field(
         default_factory=lambda: [OpenQuestion(name=n, question=q) for n, q in SLOGAN_QUESTIONS]
     )
-    solo_questions: list[OpenQuestion] = Field(
-        default_factory=lambda: [OpenQuestion(name=n, question=q) for n, q in SOLO_QUESTIONS]
-    )
+    solo_questions: list[OpenQuestion] = Field(default_factory=_solo_questions)
     ask_experience: bool = True
 
     def version(self) -> str:
@@ -508,11 +549,7 @@ class SloganConfig(_Common):
     def _slogan(self) -> SloganConfig:
         if not self.prompts:
             raise ValueError("prompts: a slogan session needs at least one prompt")
-        unknown = [c for c in self.conditions if c not in ("solo", "mil")]
-        if unknown or not self.conditions or len(set(self.conditions)) != len(self.conditions):
-            raise ValueError(
-                f"conditions: give solo, mil or both, once each; got {self.conditions}"
-            )
+        check_conditions(self.conditions)
         return self
 
     @property

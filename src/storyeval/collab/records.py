@@ -107,6 +107,10 @@ class SessionRecord:
     likert: tuple[LikertAnswer, ...]
     answers: tuple[OpenAnswer, ...]
     raw: Mapping[str, Any] = field(repr=False, compare=False, default_factory=dict)
+    #: ``solo`` or ``mil`` for a machine-in-the-loop story (Clark 2021, ch. 2); None for CYOA
+    condition: str | None = None
+    #: the answer to "Would you use this system again?" (machine-in-the-loop writers)
+    use_again: str | None = None
 
     @property
     def complete(self) -> bool:
@@ -244,6 +248,10 @@ def parse_session(record: Mapping[str, Any]) -> SessionRecord:
     likert, answers = _survey(survey)
     if status == "complete" and survey is None:
         raise _Bad("survey: a complete session needs its survey answers")
+    condition = _condition(record, kind)
+    use_again = (survey or {}).get("use_again")
+    if use_again is not None and not isinstance(use_again, str):
+        raise _Bad("survey.use_again: must be text")
     return SessionRecord(
         session_id=session_id,
         kind=kind,
@@ -256,7 +264,19 @@ def parse_session(record: Mapping[str, Any]) -> SessionRecord:
         likert=tuple(likert),
         answers=tuple(answers),
         raw=dict(record),
+        condition=condition,
+        use_again=use_again,
     )
+
+
+def _condition(record: Mapping[str, Any], kind: str) -> str | None:
+    """A MIL story's condition (records written before conditions existed are ``mil``)."""
+    if kind != "mil":
+        return None
+    condition = record.get("condition") or "mil"
+    if condition not in ("solo", "mil"):
+        raise _Bad(f"condition: must be solo or mil; got {condition!r}")
+    return str(condition)
 
 
 def read_sessions(path: str | Path) -> list[SessionRecord]:

@@ -55,7 +55,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Self
 
-from storyeval.collab.config import CyoaConfig, MilConfig
+from storyeval.collab.config import (
+    SUGGESTION_QUESTIONS,
+    USE_AGAIN_CHOICES,
+    CyoaConfig,
+    MilConfig,
+)
 from storyeval.errors import StoryevalError
 
 EXPORT_VERSION = 1
@@ -230,13 +235,17 @@ class WritingSession(SessionState):
         by default chosen from the participant id and the configured seed.
         """
         prompt = None
+        index = (
+            prompt_index
+            if prompt_index is not None
+            else derive_seed(config.generation.seed, participant, "prompt")
+        )
+        conditions = list(getattr(config, "conditions", ["mil"]))
         if config.prompts:
-            index = (
-                prompt_index
-                if prompt_index is not None
-                else derive_seed(config.generation.seed, participant, "prompt")
-            )
-            prompt = config.prompts[index % len(config.prompts)].model_dump(mode="json")
+            # with two conditions the arrival number assigns the condition in turn, so the
+            # prompt follows the number of earlier writers *in that condition*
+            prompt_number = index // len(conditions)
+            prompt = config.prompts[prompt_number % len(config.prompts)].model_dump(mode="json")
         data: dict[str, Any] = {
             "participant": participant,
             "kind": config.kind,
@@ -250,6 +259,8 @@ class WritingSession(SessionState):
             "turns": [],
             "survey": None,
         }
+        if isinstance(config, MilConfig):
+            data["condition"] = conditions[index % len(conditions)]
         return cls(config, data)
 
     # ------------------------------------------------------------------ reading
@@ -258,6 +269,34 @@ class WritingSession(SessionState):
     def kind(self) -> str:
         """``cyoa`` or ``mil``."""
         return self.config.kind
+
+    @property
+    def condition(self) -> str | None:
+        """``solo`` or ``mil`` for a machine-in-the-loop story; None for CYOA."""
+        if self.kind != "mil":
+            return None
+        return str(self.data.get("condition") or "mil")
+
+    def survey_statements(self) -> list[Any]:
+        """The Likert statements this writer answers (solo writers are not asked about
+        suggestions)."""
+        statements = list(self.config.likert.statements)
+        if self.condition == "solo":
+            statements = [s for s in statements if s.name not in SUGGESTION_QUESTIONS]
+        return statements
+
+    def survey_questions(self) -> list[Any]:
+        """The open questions this writer answers (solo writers also say what tools could
+        have helped)."""
+        questions = list(self.config.questions)
+        if self.condition == "solo" and isinstance(self.config, MilConfig):
+            questions += list(self.config.solo_questions)
+        return questions
+
+    @property
+    def asks_use_again(self) -> bool:
+        """Whether the survey asks "Would you use this system again?" (MIL writers)."""
+        return self.condition == "mil"
 
     @property
     def turns(self) -> list[dict[str, Any]]:
@@ -390,6 +429,9 @@ class WritingSession(SessionState):
             )
             if self._story_complete():
                 self._set_phase("survey", now)
+                return []
+            if self.condition == "solo":
+                self._set_phase("write", now)
                 return []
             return self._open_suggestion_turn(now)
         turn = self.current_turn()
@@ -545,9 +587,11 @@ class WritingSession(SessionState):
         *,
         now: float,
         integrity: Mapping[str, Mapping[str, Any]] | None = None,
+        use_again: str | None = None,
     ) -> None:
-        """Record the Likert answers (every statement, 1..scale) and the open answers (with
-        how each was written, when the page measured it).
+        """Record the Likert answers (every statement, 1..scale), the open answers (with
+        how each was written, when the page measured it) and, for a machine-in-the-loop
+        writer, whether they would use the system again (one of ``USE_AGAIN_CHOICES``).
 
         Raises
         ------
@@ -555,9 +599,14 @@ class WritingSession(SessionState):
             Naming the first missing or invalid answer.
         """
         self._require("survey")
-        values = likert_answers(self.config.likert, likert)
-        questions = open_answers(self.config.questions, answers)
+        spec = self.config.likert.model_copy(update={"statements": self.survey_statements()})
+        values = likert_answers(spec, likert)
+        questions = open_answers(self.survey_questions(), answers)
+        if self.asks_use_again and use_again not in USE_AGAIN_CHOICES:
+            raise TurnError(f"use_again: choose one of {list(USE_AGAIN_CHOICES)}")
         self.data["survey"] = {"likert": values, "questions": questions, "submitted_at": now}
+        if self.asks_use_again:
+            self.data["survey"]["use_again"] = use_again
         if integrity:
             self.data["survey"]["integrity"] = {k: dict(v) for k, v in integrity.items()}
         self.data["finished_at"] = now
@@ -580,6 +629,7 @@ class WritingSession(SessionState):
             "kind": self.config.kind,
             "session": self.config.name,
             "version": self.data["version"],
+            **({"condition": self.condition} if self.condition is not None else {}),
             "participant": self.participant,
             "status": "complete" if self.phase == "done" else "incomplete",
             "phase": self.phase,

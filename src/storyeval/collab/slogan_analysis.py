@@ -12,8 +12,8 @@ machine in the loop):
 * ``ratings``: third-party ratings of the final slogans (any judgment file whose ``item_id``
   is a slogan id of :func:`slogan_stories`, e.g. from a Likert study over them), per
   condition and criterion, with the same tests;
-* ``self_vs_others``: how well writers judge their own slogans: Spearman's rho between a
-  writer's seven-point answer about a slogan (creative, catchy, ...) and the third-party mean
+* ``self_vs_others``: how well writers judge their own slogans: Pearson's r (as the thesis
+  reports; Spearman's rho on request) between a writer's seven-point answer about a slogan (creative, catchy, ...) and the third-party mean
   rating of the same slogan, per question and criterion, with a bootstrap interval
   (section 2.6.2 compares the two).
 
@@ -103,8 +103,10 @@ def slogan_stories(records: Sequence[Mapping[str, Any]]) -> list[Story]:
     ]
 
 
-def _compare(frame: pd.DataFrame, key: str, confidence: float) -> pd.DataFrame:
-    """Per ``key`` and condition: n, mean, sd, t interval; tests between the conditions."""
+def compare_conditions(frame: pd.DataFrame, key: str, confidence: float) -> pd.DataFrame:
+    """Per ``key`` and condition (``frame`` has ``key``, ``condition`` and ``value``): n, mean,
+    sd and t interval, and tests between the conditions: Mann-Whitney U, Welch's t test and
+    the independent two-sample (Student's) t test that Clark (2021) reports."""
     from scipy.stats import mannwhitneyu, ttest_ind
 
     from storyeval.stats import mean_interval
@@ -114,12 +116,13 @@ def _compare(frame: pd.DataFrame, key: str, confidence: float) -> pd.DataFrame:
         samples = {
             c: group.loc[group["condition"] == c, "value"].to_numpy(float) for c in CONDITIONS
         }
-        p_u = p_t = float("nan")
+        p_u = p_t = p_student = float("nan")
         if all(len(v) >= 2 for v in samples.values()):
             with warnings.catch_warnings():  # constant groups: scipy warns, the p value says it
                 warnings.simplefilter("ignore", RuntimeWarning)
                 p_u = float(mannwhitneyu(samples["solo"], samples["mil"]).pvalue)
                 p_t = float(ttest_ind(samples["solo"], samples["mil"], equal_var=False).pvalue)
+                p_student = float(ttest_ind(samples["solo"], samples["mil"]).pvalue)
         for condition in CONDITIONS:
             values = samples[condition]
             if not len(values):
@@ -136,9 +139,14 @@ def _compare(frame: pd.DataFrame, key: str, confidence: float) -> pd.DataFrame:
                     "ci_high": high,
                     "mannwhitney_p": p_u,
                     "welch_p": p_t,
+                    "student_p": p_student,
                 }
             )
-    columns = [key, "condition", "n", "mean", "sd", "ci_low", "ci_high", "mannwhitney_p", "welch_p"]
+    columns = [
+        key,
+        *("condition", "n", "mean", "sd", "ci_low", "ci_high"),
+        *("mannwhitney_p", "welch_p", "student_p"),
+    ]
     return pd.DataFrame(rows, columns=columns)
 
 
@@ -227,13 +235,14 @@ def analyse_slogan_sessions(
     ratings: Sequence[Judgment] = (),
     include_incomplete: bool = False,
     confidence: float = 0.95,
+    agreement_method: str = "pearson",
 ) -> SloganAnalysis:
     """Survey means per condition, pulls and suggestion survival, and third-party ratings of
     the final slogans (see the module docstring)."""
     used = [r for r in records if include_incomplete or r.get("status") == "complete"]
     writers = _writers(used)
     survey = _survey_rows(used)
-    survey_table = _compare(
+    survey_table = compare_conditions(
         survey.assign(question=survey["survey"] + ":" + survey["question"]), "question", confidence
     )
     condition_of = {slogan_id(r, t): r["condition"] for r, t in _completed_tasks(used)}
@@ -245,8 +254,10 @@ def analyse_slogan_sessions(
         ],
         columns=["criterion", "condition", "value"],
     )
-    ratings_table = _compare(rated, "criterion", confidence)
-    agreement = _self_vs_others(used, ratings, confidence)
+    ratings_table = compare_conditions(rated, "criterion", confidence)
+    agreement = self_vs_others(
+        _own_answers(used), ratings, method=agreement_method, confidence=confidence
+    )
     return SloganAnalysis(survey_table, _pull_rows(used), ratings_table, writers, agreement)
 
 
@@ -267,16 +278,8 @@ def _writers(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _self_vs_others(
-    records: Sequence[Mapping[str, Any]], ratings: Sequence[Judgment], confidence: float
-) -> pd.DataFrame:
-    """Spearman's rho of the writers' own answers with the third-party mean, per question and
-    criterion (slogans with both)."""
-    import warnings
-
-    from storyeval.meta.correlation import level_correlation
-
-    own = pd.DataFrame(
+def _own_answers(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
+    return pd.DataFrame(
         [
             {"item_id": slogan_id(r, t), "question": a["name"], "own": float(a["value"])}
             for r, t in _completed_tasks(records)
@@ -284,11 +287,28 @@ def _self_vs_others(
         ],
         columns=["item_id", "question", "own"],
     )
+
+
+def self_vs_others(
+    own: pd.DataFrame,
+    ratings: Sequence[Judgment],
+    *,
+    method: str = "pearson",
+    confidence: float = 0.95,
+) -> pd.DataFrame:
+    """How well writers judge their own pieces: the correlation (Pearson's r, as Clark 2021
+    reports, or Spearman's rho) between a writer's answer about a piece (``own``: item_id,
+    question, own) and the mean third-party rating of it, per question and criterion, with a
+    bootstrap interval."""
+    from storyeval.meta.correlation import level_correlation
+    from storyeval.stats import check_choice
+
+    check_choice(method, ("pearson", "spearman"), "method")
     others = pd.DataFrame(
         [(j.item_id, j.criterion, float(j.value)) for j in ratings],
         columns=["item_id", "criterion", "value"],
     )
-    columns = ["question", "criterion", "estimate", "ci_low", "ci_high", "p_value", "n"]
+    columns = ["question", "criterion", "method", "estimate", "ci_low", "ci_high", "p_value", "n"]
     if own.empty or others.empty:
         return pd.DataFrame(columns=columns)
     means = others.groupby(["item_id", "criterion"], as_index=False)["value"].mean()
@@ -299,9 +319,9 @@ def _self_vs_others(
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             result = level_correlation(
-                part["own"], part["value"], method="spearman", n_boot=1000, confidence=confidence
+                part["own"], part["value"], method=method, n_boot=1000, confidence=confidence
             )
-        rows.append({"question": question, "criterion": criterion, **result})
+        rows.append({"question": question, "criterion": criterion, "method": method, **result})
     return pd.DataFrame(rows, columns=columns) if rows else pd.DataFrame(columns=columns)
 
 
@@ -331,8 +351,9 @@ def slogan_report(result: SloganAnalysis) -> str:
         doc.frame(result.ratings)
         doc.heading(2, "Writers' own ratings against the third-party ratings")
         doc.paragraph(
-            "Spearman's rho between a writer's answer about their slogan and the mean "
-            "third-party rating of it, with a bootstrap interval."
+            "The correlation (Pearson's r unless the method column says otherwise) between a "
+            "writer's answer about their slogan and the mean third-party rating of it, with a "
+            "bootstrap interval."
         )
         doc.frame(result.self_vs_others, digits=3)
     return doc.render()

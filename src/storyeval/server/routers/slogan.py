@@ -21,6 +21,7 @@ from storyeval.collab.config import (
     EXPERIENCE_CHOICES,
     IMAGE_TYPES,
     USE_AGAIN_CHOICES,
+    USE_AGAIN_QUESTION,
     LikertSpec,
 )
 from storyeval.collab.session import TurnError
@@ -119,6 +120,7 @@ def _context(participant: Participant, plugin: SloganSessionPlugin, session: Any
         "error": None,
         "values": {},
         "errors": [],
+        "use_again_question": USE_AGAIN_QUESTION,
         "use_again_choices": USE_AGAIN_CHOICES,
         "experience_choices": EXPERIENCE_CHOICES,
         "record_typing": plugin.config.record_typing,

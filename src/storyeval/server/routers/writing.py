@@ -22,7 +22,12 @@ from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.responses import FileResponse, RedirectResponse, Response
 from sqlalchemy import Connection
 
-from storyeval.collab.config import IMAGE_TYPES, SloganConfig
+from storyeval.collab.config import (
+    IMAGE_TYPES,
+    USE_AGAIN_CHOICES,
+    USE_AGAIN_QUESTION,
+    SloganConfig,
+)
 from storyeval.collab.session import TurnError, WritingSession
 from storyeval.server import writing_store
 from storyeval.server.participants import Participant, mark_finished, touch
@@ -127,6 +132,8 @@ def _context(
         "error": None,
         "text": "",
         "record_typing": config.record_typing,
+        "use_again_question": USE_AGAIN_QUESTION,
+        "use_again_choices": USE_AGAIN_CHOICES,
     }
 
 
@@ -425,23 +432,26 @@ def edit_submit(request: Request, who: Writer, form: Form) -> Response:
 
 
 def _survey_answers(
-    plugin: WritingSessionPlugin, form: FormData
+    plugin: WritingSessionPlugin, session: WritingSession, form: FormData
 ) -> tuple[dict[str, int], dict[str, str], list[str], str | None]:
     """The Likert answers (ASCII digits within the scale), the open answers, the fields with a
     problem and a message."""
     config = plugin.config
     likert: dict[str, int] = {}
     errors = []
-    for statement in config.likert.statements:
+    if session.asks_use_again and form.get("use_again") not in USE_AGAIN_CHOICES:
+        errors.append("use_again")
+    for statement in session.survey_statements():
         key = f"likert-{statement.name}"
         value = parse_int(form.get(key))
         if value is not None and 1 <= value <= config.likert.scale:
             likert[statement.name] = value
         else:
             errors.append(key)
-    answers = {q.name: form.text(f"q-{q.name}") for q in config.questions}
+    questions = session.survey_questions()
+    answers = {q.name: form.text(f"q-{q.name}") for q in questions}
     message = None
-    for q in config.questions:
+    for q in questions:
         long = too_long(answers[q.name])
         if long is not None:
             errors.append(f"q-{q.name}")
@@ -461,9 +471,13 @@ def survey(request: Request, who: Writer) -> Response:
 def survey_submit(request: Request, who: Writer, form: Form) -> Response:
     """Store the survey answers and finish."""
     state, participant, plugin = _parts(request, who)
-    likert, answers, errors, message = _survey_answers(plugin, form)
+    current = _load(state, plugin, participant)
+    if current is None:
+        return _redirect(f"{_base(plugin, participant)}/")
+    likert, answers, errors, message = _survey_answers(plugin, current, form)
+    use_again = form.get("use_again") or None
     if errors:
-        page = _context(plugin, participant, _load(state, plugin, participant))
+        page = _context(plugin, participant, current)
         page.update(
             values=form.values,
             errors=errors,
@@ -475,7 +489,9 @@ def survey_submit(request: Request, who: Writer, form: Form) -> Response:
     signals = {name: typed[f"q-{name}"] for name in answers if f"q-{name}" in typed}
 
     def finish(session: WritingSession, now: float) -> None:
-        session.submit_survey(likert, answers, now=now, integrity=signals)
+        session.submit_survey(
+            likert, answers, now=now, integrity=signals, use_again=use_again
+        )
 
     try:
         status, _ = _act(state, plugin, participant, form, finish)
