@@ -287,7 +287,9 @@ def _mil_config(**changes: object) -> Any:
 
 
 def test_mil_conditions_alternate_and_solo_writers_write_every_sentence():
-    config = _mil_config(conditions=["solo", "mil"], prompts=[{"id": "a", "text": "A."}, {"id": "b", "text": "B."}])
+    config = _mil_config(
+        conditions=["solo", "mil"], prompts=[{"id": "a", "text": "A."}, {"id": "b", "text": "B."}]
+    )
     writers = [
         WritingSession.start(config, participant=f"p{i}", now=0.0, prompt_index=i) for i in range(4)
     ]

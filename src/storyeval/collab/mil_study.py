@@ -209,8 +209,9 @@ def analyse_mil_study(
     }
     agreement = [
         self_vs_others(
-            own.loc[(own["task"] == task) & (own["item_id"] != ""), ["item_id", "question"]]
-            .assign(own=own["value"]),
+            own.loc[(own["task"] == task) & (own["item_id"] != ""), ["item_id", "question"]].assign(
+                own=own["value"]
+            ),
             [j for j in ratings if condition_of.get(j.item_id, ("",))[0] == task],
             method=agreement_method,
             confidence=confidence,

@@ -489,9 +489,7 @@ def survey_submit(request: Request, who: Writer, form: Form) -> Response:
     signals = {name: typed[f"q-{name}"] for name in answers if f"q-{name}" in typed}
 
     def finish(session: WritingSession, now: float) -> None:
-        session.submit_survey(
-            likert, answers, now=now, integrity=signals, use_again=use_again
-        )
+        session.submit_survey(likert, answers, now=now, integrity=signals, use_again=use_again)
 
     try:
         status, _ = _act(state, plugin, participant, form, finish)
