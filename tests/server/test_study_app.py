@@ -337,6 +337,42 @@ def test_training_shows_the_answer_and_the_explanation(examples_dir, tmp_path):
     assert [json.loads(r)["correct"] for r in rows] == [True, False]
 
 
+def test_comparison_training_pairs_a_human_and_a_machine_text(examples_dir, tmp_path):
+    """Clark (2021), section 6.3: the Comparison training shows a human and a machine text
+    that begin with the same prompt and asks which one a machine wrote."""
+    import yaml
+
+    data = yaml.safe_load((examples_dir / "studies" / "detection.yaml").read_text())
+    data["stories"] = str(examples_dir / "stories.jsonl")
+    data["training"] = [
+        {"stories": ["s058", "s058-smollm2-k40-t0.7"], "answer": 2, "explanation": "Text 2 loops."}
+    ]
+    path = tmp_path / "comparison.yaml"
+    path.write_text(yaml.safe_dump(data))
+    study = load_study(path)
+    client = make_client(study, tmp_path)
+    response = client.get(
+        new_links(client, study, 1)[0].split("testserver")[1], follow_redirects=True
+    )
+    token = str(response.url).split("/")[4]
+    page = client.post(f"/study/{token}/start", data={"consent": "yes"}, follow_redirects=True)
+    assert "Choose the one you think was written by a machine." in page.text
+    assert "Text 1" in page.text and "Text 2" in page.text and 'name="source"' not in page.text
+    refused = client.post(f"/study/{token}/training/0", data={"source": "4"})
+    assert refused.status_code == 422  # the comparison's answer is which text, not a rating
+    feedback = client.post(
+        f"/study/{token}/training/0", data={"machine_text": "2"}, follow_redirects=True
+    )
+    assert "Nice! You chose the correct answer." in feedback.text
+    assert "The machine-generated text: <strong>Text 2</strong>" in feedback.text
+    rows = client.get(f"/admin/{ADMIN}/study/{study.name}/export/training.jsonl").text.splitlines()
+    assert [json.loads(r)["correct"] for r in rows] == [True]
+    data["training"][0]["answer"] = 3
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(ValueError, match="the position of the machine-generated text, 1 or 2"):
+        load_study(path)
+
+
 def test_failed_attention_checks_are_exported_and_excluded(examples_dir, tmp_path):
     study = load_study(examples_dir / "studies" / "likert.yaml")
     client = make_client(study, tmp_path)

@@ -417,10 +417,17 @@ def _texts_from(
 
 
 def _check_page_size(
-    config: StudyConfig, protocol: StudyProtocol, texts: Sequence[Text], loc: Loc, problem: Problem
+    config: StudyConfig,
+    protocol: StudyProtocol,
+    texts: Sequence[Text],
+    loc: Loc,
+    problem: Problem,
+    *,
+    training: bool = False,
 ) -> None:
     expected = protocol.page_size(config)
-    if texts and len(texts) != expected:
+    allowed = protocol.training_page_sizes(config) if training else (expected,)
+    if texts and len(texts) not in allowed:
         problem(
             loc, f"protocol {protocol.name!r} shows {expected} text(s) per page; got {len(texts)}"
         )
@@ -434,7 +441,7 @@ def _resolve_training(
         loc: Loc = ("training", i)
         texts = _texts_from(example, by_id, loc, problem)
         texts = protocol.training_texts(config, texts, by_id, loc, problem)
-        _check_page_size(config, protocol, texts, loc, problem)
+        _check_page_size(config, protocol, texts, loc, problem, training=True)
         protocol.check_training(config, example, loc, problem)
         resolved.append(
             ResolvedTraining(texts, example.answer, example.answers, example.explanation)

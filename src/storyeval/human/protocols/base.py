@@ -201,6 +201,17 @@ class StudyProtocol:
     ) -> None:
         """Check a training example's answer(s)."""
 
+    def training_keys(
+        self, config: StudyConfig, example: ResolvedTraining
+    ) -> dict[str, tuple[int, ...]] | None:
+        """The answers a training page collects when they differ from an item page's (None:
+        the same)."""
+        return None
+
+    def training_page_sizes(self, config: StudyConfig) -> tuple[int, ...]:
+        """The numbers of texts a training example may show (an item page's by default)."""
+        return (self.page_size(config),)
+
     def training_correct(
         self, study: Study, example: ResolvedTraining, answer: Mapping[str, int]
     ) -> bool | None:

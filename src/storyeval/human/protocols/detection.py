@@ -43,6 +43,9 @@ DETECTION_LABELS: tuple[str, str, str, str] = (
 DETECTION_QUESTION = "What do you think the source of this text is?"
 DETECTION_WHY = "Why did you select this rating?"
 DETECTION_CHANGE = "What would you change to make it seem more human-like?"
+COMPARISON_KEY = "machine_text"
+"""The answer of a Comparison training page (Clark 2021, section 6.3): which of two texts,
+1 or 2, was machine-generated."""
 
 
 class DetectionOptions(StrictModel):
@@ -147,6 +150,17 @@ class Detection(StudyProtocol):
         "explains the answer."
     )
     page_template = """\
+{% if mode == "training" and texts | length == 2 %}
+<section class="notes">
+  <p>Please read the two texts below, which begin with the same prompt. Choose the one you think was written by a machine.</p>
+</section>
+{{ m.show_text(texts[0], "Text 1", config.show_prompt, options.prompt_in_bold) }}
+{{ m.show_text(texts[1], "Text 2", config.show_prompt, options.prompt_in_bold) }}
+<form method="post" action="{{ action }}">
+  {{ m.choice("machine_text", "Which text was written by a machine?", [(1, "Text 1"), (2, "Text 2")], values, errors) }}
+  <button type="submit">Submit</button>
+</form>
+{% else %}
 <section class="notes">
   <p>Please read the following text and answer the question below.</p>
   {% if config.show_prompt %}<p>Every text begins with human-authored text, indicated in bold. ONLY evaluate the text that follows the bold text.</p>{% endif %}
@@ -158,11 +172,21 @@ class Detection(StudyProtocol):
   <p class="note">You cannot change your answer once you click submit.</p>
   <button type="submit">Submit</button>
 </form>
+{% endif %}
 """
     feedback_template = """\
+{% if texts | length == 2 %}
+{{ m.show_text(texts[0], "Text 1", config.show_prompt) }}
+{{ m.show_text(texts[1], "Text 2", config.show_prompt) }}
+{% else %}
 {{ m.show_text(texts[0], None, config.show_prompt) }}
+{% endif %}
 {% if correct %}<p class="correct">Nice! You chose the correct answer.</p>{% else %}<p class="incorrect">Not quite.</p>{% endif %}
+{% if texts | length == 2 %}
+<p>The machine-generated text: <strong>Text {{ example.answer }}</strong></p>
+{% else %}
 <p>The correct answer: <strong>{{ options.labels[example.answer - 1] }}</strong></p>
+{% endif %}
 """
 
     def check(self, config: StudyConfig, problem: Problem) -> None:
@@ -194,13 +218,37 @@ class Detection(StudyProtocol):
     def check_training(
         self, config: StudyConfig, example: TrainingExample, loc: Loc, problem: Problem
     ) -> None:
-        check_choice_training(example, (1, 2, 3, 4), "the correct rating, 1-4", loc, problem)
+        count = len(example.stories or example.texts or []) or 1
+        if count == 2:  # the Comparison training: a human and a machine text, same prompt
+            what = "the position of the machine-generated text, 1 or 2"
+            check_choice_training(example, (1, 2), what, loc, problem)
+        elif count == 1:  # the Examples training
+            check_choice_training(example, (1, 2, 3, 4), "the correct rating, 1-4", loc, problem)
+        else:
+            problem(
+                loc,
+                "a detection training example has one text (the Examples training) or two "
+                f"(the Comparison training); got {count}",
+            )
+
+    def training_page_sizes(self, config: StudyConfig) -> tuple[int, ...]:
+        return (1, 2)  # the Examples training shows one text, the Comparison training two
+
+    def training_keys(
+        self, config: StudyConfig, example: ResolvedTraining
+    ) -> dict[str, tuple[int, ...]] | None:
+        return {COMPARISON_KEY: (1, 2)} if len(example.texts) == 2 else None
 
     def training_correct(
         self, study: Study, example: ResolvedTraining, answer: Mapping[str, int]
     ) -> bool | None:
+        if example.answer is None:
+            return None
+        if len(example.texts) == 2:
+            chosen = answer.get(COMPARISON_KEY)
+            return None if chosen is None else int(chosen) == int(example.answer)
         given = answer.get("source")
-        if given is None or example.answer is None:
+        if given is None:
             return None
         return (int(given) >= 3) == (int(example.answer) >= 3)
 

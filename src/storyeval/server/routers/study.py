@@ -521,7 +521,8 @@ def training_submit(
     state, participant, study = _parts(request, who)
     if not 0 <= index < len(study.training):
         raise HTTPException(status_code=404, detail="There is no such training example.")
-    answers, problems = parse_answers(study, form)
+    keys = get_protocol(study.protocol).training_keys(study.config, study.training[index])
+    answers, problems = parse_answers(study, form, keys=keys)
     if problems:
         context = _training_context(study, participant, index)
         context.update({"errors": problems, "values": form.values})
