@@ -189,7 +189,11 @@ def test_explanations_are_sampled_coded_and_tabulated(tmp_path: Path):
         given = [label for labels in part["labels"] for label in labels]
         counted = [g for g in given if g not in ("Null/Vague", "Miscellaneous")]
         form = sum(g in ("Grammar", "Level of detail", "Genre") for g in counted)
-        row = shares.query("study == @study and level == 'category' and name == 'Form'")
+        row = shares[
+            (shares["study"] == study)
+            & (shares["level"] == "category")
+            & (shares["name"] == "Form")
+        ]
         assert row["share"].iloc[0] == pytest.approx(100 * form / len(counted))
     assert (tmp_path / "coding" / "shares.csv").exists()
 
