@@ -94,6 +94,27 @@ def test_cli_reward_mle_and_generation_with_the_trained_model(
     assert code == 2 and "multiple of num_generations" in err
 
 
+def test_mle_keeps_the_checkpoint_of_lowest_validation_cross_entropy(
+    run_cli: Any, examples_dir: Path, tmp_path: Path
+) -> None:
+    """Clark (2021), Appendix B: the MLE model is chosen by validation cross-entropy."""
+    rows = [json.loads(line) for line in (examples_dir / "human.jsonl").open()]
+    train, valid = tmp_path / "train.jsonl", tmp_path / "valid.jsonl"
+    train.write_text("".join(json.dumps(r) + "\n" for r in rows[:4]))
+    valid.write_text("".join(json.dumps(r) + "\n" for r in rows[4:6]))
+    code, out, err = run_cli(
+        "train", "mle", "--prompts", str(train), "-o", str(tmp_path / "mle"), "--steps", "4",
+        "--lr", "5e-3", "--validation", str(valid), "--eval-every", "2",
+    )  # fmt: skip
+    assert code == 0, out + err
+    meta = json.loads((tmp_path / "mle" / "storyeval.json").read_text())["training"]
+    steps = [step for step, _ in meta["validation_loss"]]
+    assert steps == [2, 4]
+    best_step, best_loss = min(meta["validation_loss"], key=lambda sl: sl[1])
+    assert meta["best_step"] == best_step and meta["best_validation_loss"] == best_loss
+    assert f"kept the checkpoint of step {best_step}" in out and "|select:val-ce/2|" in out
+
+
 def test_self_critical_training_keeps_the_best_validation_checkpoint(
     prompts: list[Any], tmp_path: Path
 ) -> None:

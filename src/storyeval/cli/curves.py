@@ -19,11 +19,12 @@ from storyeval.cli._common import (
 
 def curves_command(
     stories: Path = typer.Argument(..., help="Long stories (.jsonl or .csv)."),
-    metrics: str = typer.Option(
-        "perplexity,distinct2,slop_index",
+    metric_names: list[str] = typer.Option(
+        ["perplexity,distinct2,slop_index"],
         "--metrics",
         "-m",
-        help="Per-story metrics, no reference ('none': only --tension).",
+        help="Per-story metrics, no reference, comma-separated or the option repeated ('none': "
+        "only --tension).",
     ),
     output: Path = typer.Option(..., "-o", "--output", help="The directory to write."),
     chapters: str = typer.Option(
@@ -62,6 +63,7 @@ def curves_command(
 
     device, precision = compute_settings(device, precision, threads)
     pattern = CHAPTER_PATTERN if chapters is None else (None if chapters == "none" else chapters)
+    metrics = ",".join(metric_names)
     try:
         read = read_stories(stories)
         if metrics.strip().lower() in ("", "none"):

@@ -18,7 +18,54 @@ FORMAT_OPTIONS: dict[str, tuple[str, ...]] = {
     "wmt-rr": ("system_outputs", "prompts", "references"),
     "deltascore": ("aspects",),
     "ttcw": ("linked_texts",),
+    "asap": ("essay_set", "references", "score", "min_sentences", "max_sentences"),
+    "chaganty": ("references", "min_raters"),
 }  # fmt: skip
+
+
+_ESSAY_SET = typer.Option(3, "--essay-set", help="asap: the essay set (question).")
+_SCORE = typer.Option(
+    "resolved", "--score", help="asap: resolved (domain1_score) or raters (each rater's)."
+)
+_MIN_SENTENCES = typer.Option(None, "--min-sentences", help="asap: shortest essay kept.")
+_MAX_SENTENCES = typer.Option(None, "--max-sentences", help="asap: longest essay kept.")
+_MIN_RATERS = typer.Option(
+    1, "--min-raters", help="chaganty: keep summaries judged by at least this many (thesis: 2)."
+)
+
+
+_PROMPTS = typer.Option(
+    None,
+    "--prompts",
+    help="union: reference_ipt.txt, the whole contexts: line N story N's, or (the release) "
+    "the line whose index is the story's id. wmt-rr: the source file (line N segment N's).",
+)
+
+_REFERENCES = typer.Option(
+    None,
+    "--references",
+    help="union: reference_opt.txt, the human endings, in the layout of --prompts. wmt-rr: "
+    "the reference file. asap: a text file with the reference essay. chaganty: JSONL of "
+    "{id, reference} for records without one.",
+)
+
+_SYSTEM_OUTPUTS = typer.Option(
+    None,
+    "--system-outputs",
+    help="wmt-rr: WMT's system-outputs directory (files newstestYEAR.SYSTEM.LP): the "
+    "compared translations become stories.",
+)
+
+_LINKED_TEXTS = typer.Option(
+    None,
+    "--linked-texts",
+    help="ttcw: a folder of STORY_ID.txt files with the texts the release gives as links "
+    "(the New Yorker's).",
+)
+
+_METRIC_OUTPUTS = typer.Option(
+    None, "--metric-outputs", help="union: the metric_output directory (a file per metric)."
+)
 
 
 def import_command(
@@ -29,8 +76,9 @@ def import_command(
         "(LLM stories or LLM ratings), deltascore, "
         "openmeva (MAGS JSON), pairwise (LitBench-style preferences), wmt-da (WMT DAseg: the "
         "human file), wmt-rr (WMT RR/DArr seglevel CSV), ttcw (TTCW's release folder, "
-        "Chakrabarty et al. 2024), wq (WQ's style_mimic.json, Chakrabarty et al. 2025) or "
-        "judgments.",
+        "Chakrabarty et al. 2024), wq (WQ's style_mimic.json, Chakrabarty et al. 2025), asap "
+        "(ASAP's training_set_rel3.tsv), chaganty (Chaganty et al. 2018's judged CNN/DM "
+        "summaries) or judgments.",
     ),
     file: Path = typer.Argument(
         ...,
@@ -47,39 +95,22 @@ def import_command(
         "reasonable", "--criterion", help="union: the criterion of the 0/1 labels."
     ),
     system: str = typer.Option(None, "--system", help="union: the system that wrote the stories."),
-    prompts: Path = typer.Option(
-        None,
-        "--prompts",
-        help="union: reference_ipt.txt, the whole contexts: line N story N's, or (the release) "
-        "the line whose index is the story's id. wmt-rr: the source file (line N segment N's).",
-    ),
-    references: Path = typer.Option(
-        None,
-        "--references",
-        help="union: reference_opt.txt, the human endings, in the layout of --prompts. wmt-rr: "
-        "the reference file.",
-    ),
-    system_outputs: Path = typer.Option(
-        None,
-        "--system-outputs",
-        help="wmt-rr: WMT's system-outputs directory (files newstestYEAR.SYSTEM.LP): the "
-        "compared translations become stories.",
-    ),
-    metric_outputs: Path = typer.Option(
-        None, "--metric-outputs", help="union: the metric_output directory (a file per metric)."
-    ),
+    prompts: Path = _PROMPTS,
+    references: Path = _REFERENCES,
+    system_outputs: Path = _SYSTEM_OUTPUTS,
+    metric_outputs: Path = _METRIC_OUTPUTS,
     error_min_votes: int = typer.Option(
         3, "--error-min-votes", help="union (ant_data_all.txt): votes an error type needs."
     ),
     aspect: list[str] = typer.Option(
         None, "--aspect", help="deltascore: rating fields (repeat; default: every numeric field)."
     ),
-    linked_texts: Path = typer.Option(
-        None,
-        "--linked-texts",
-        help="ttcw: a folder of STORY_ID.txt files with the texts the release gives as links "
-        "(the New Yorker's).",
-    ),
+    essay_set: int = _ESSAY_SET,
+    score: str = _SCORE,
+    min_sentences: int = _MIN_SENTENCES,
+    max_sentences: int = _MAX_SENTENCES,
+    min_raters: int = _MIN_RATERS,
+    linked_texts: Path = _LINKED_TEXTS,
 ) -> None:
     """Convert a public benchmark file (UNION, HANNA, DeltaScore, OpenMEVA, pairwise
     preferences) or long-format judgments to canonical files.
@@ -97,7 +128,9 @@ def import_command(
         "context_sentences": context_sentences, "criterion": criterion, "system": system,
         "prompts": prompts, "references": references, "metric_outputs": metric_outputs,
         "error_min_votes": error_min_votes, "system_outputs": system_outputs,
-        "aspects": aspect or None, "linked_texts": linked_texts,
+        "aspects": aspect or None, "linked_texts": linked_texts, "essay_set": essay_set,
+        "score": score, "min_sentences": min_sentences, "max_sentences": max_sentences,
+        "min_raters": min_raters,
     }  # fmt: skip
     options = {key: given[key] for key in FORMAT_OPTIONS.get(fmt, ()) if given[key] is not None}
     try:

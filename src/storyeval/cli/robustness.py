@@ -18,7 +18,9 @@ from storyeval.cli._common import (
 
 def robustness_command(
     stories: Path = typer.Argument(..., help="Good stories (.jsonl or .csv), e.g. human ones."),
-    metrics: str = typer.Option(..., "--metrics", "-m", help="Comma-separated metric names."),
+    metric_names: list[str] = typer.Option(
+        ..., "--metrics", "-m", help="Metric names, comma-separated or the option repeated."
+    ),
     output: Path = typer.Option(..., "-o", "--output", help="The directory to write."),
     invariance: str = typer.Option(
         None,
@@ -77,7 +79,7 @@ def robustness_command(
     try:
         result = robustness(
             read_stories(stories),
-            metrics,
+            ",".join(metric_names),
             invariance=tests(invariance),
             discrimination=tests(discrimination),
             seed=seed,

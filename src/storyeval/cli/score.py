@@ -32,8 +32,8 @@ SCORE_METRICS = typer.Option(
     None,
     "--metrics",
     "-m",
-    help="Comma-separated metric names (see `storyeval metrics`). Default: every metric "
-    "that can run with the offline defaults on the fields present.",
+    help="Metric names, comma-separated or the option repeated (see `storyeval metrics`). "
+    "Default: every metric that can run with the offline defaults on the fields present.",
 )
 SCORE_OUTPUT = typer.Option(
     None, "-o", "--output", help="Write one score per story and metric here (.jsonl or .csv)."
@@ -70,7 +70,7 @@ SCORE_NUM_GPUS = typer.Option(
 
 def score(
     stories: Path = typer.Argument(..., help="A story file (.jsonl or .csv)."),
-    metrics: str = SCORE_METRICS,
+    metric_names: list[str] = SCORE_METRICS,
     output: Path = SCORE_OUTPUT,
     per_system: Path = SCORE_PER_SYSTEM,
     option: list[str] = SCORE_OPTION,
@@ -101,6 +101,7 @@ def score(
 
     device, precision = compute_settings(device, precision, threads)
     client = dask_client(engine, scheduler, workers, num_gpus)
+    metrics = ",".join(metric_names) if metric_names else None
     try:
         options = parse_option_assignments(option or [])
         settings = {

@@ -842,6 +842,17 @@ def reward(
     typer.echo(f"signature: {result.signature.render()}")
 
 
+_MLE_VALIDATION = typer.Option(
+    None,
+    "--validation",
+    help="Prompts with references to choose the checkpoint by: the lowest validation "
+    "cross-entropy is kept.",
+)
+_MLE_EVAL_EVERY = typer.Option(
+    None, "--eval-every", min=1, help="Steps between validations (default: a fifth of --steps)."
+)
+
+
 @train_app.command("mle")
 def mle(
     prompts: Path = _PROMPTS,
@@ -854,9 +865,12 @@ def mle(
     seed: int = typer.Option(0, "--seed", help="Seed."),
     device: str = _DEVICE,
     threads: int = _THREADS,
+    validation: Path = _MLE_VALIDATION,
+    eval_every: int = _MLE_EVAL_EVERY,
 ) -> None:
     """The baseline of `train reward`: the same model fine-tuned by maximum likelihood on the
-    prompts' references only (TRL's SFTTrainer), saved the same way."""
+    prompts' references only (TRL's SFTTrainer), saved the same way. With --validation, the
+    checkpoint kept is the one with the lowest validation cross-entropy (Clark 2021)."""
     from storyeval.errors import StoryevalError
     from storyeval.generate import read_prompts
     from storyeval.learn.reward import train_mle
@@ -872,11 +886,26 @@ def mle(
             learning_rate=learning_rate,
             seed=seed,
             device=device,
+            validation=read_prompts(validation) if validation is not None else None,
+            eval_every=eval_every,
         )
     except (StoryevalError, OSError, ValueError) as exc:
         raise user_error(exc) from None
+    if validation is not None:
+        _print_selection(output)
     typer.echo(f"model: {output}")
     typer.echo(f"signature: {signature.render()}")
+
+
+def _print_selection(output: Path) -> None:
+    import json
+
+    from storyeval.learn.trainer import METADATA_FILE
+
+    training = json.loads((output / METADATA_FILE).read_text(encoding="utf-8"))["training"]
+    losses = ", ".join(f"{step}: {loss:.4f}" for step, loss in training["validation_loss"])
+    typer.echo(f"validation cross-entropy by step: {losses}")
+    typer.echo(f"kept the checkpoint of step {training['best_step']}")
 
 
 def register(app: typer.Typer) -> None:

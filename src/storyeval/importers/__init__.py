@@ -44,6 +44,9 @@ Formats
 ``wmt-da``, ``wmt-rr``
     WMT metrics-task segment-level direct assessment and relative rankings (for NUBIA): see
     :mod:`storyeval.importers.wmt`.
+``asap``, ``chaganty``
+    The essays and the judged CNN/Daily Mail summaries of Clark et al. (2019), Table 5.3: see
+    :mod:`storyeval.importers.summaries_essays`.
 ``ttcw``, ``wq``
     Salesforce's expert-judged creative writing: TTCW's release folder (Chakrabarty et al.
     2024: stories, 14 tests, 3 experts' verdicts, 7 LLM judges' answers) and WQ's style-mimic
@@ -64,6 +67,7 @@ from storyeval.importers.deltascore import import_deltascore
 from storyeval.importers.hanna import import_hanna, import_hanna_llm, import_hanna_raw
 from storyeval.importers.openmeva import import_openmeva
 from storyeval.importers.pairwise import import_pairwise
+from storyeval.importers.summaries_essays import import_asap, import_chaganty
 from storyeval.importers.union import import_union
 from storyeval.importers.wmt import import_wmt_da, import_wmt_rr
 from storyeval.io import write_text_atomic
@@ -94,6 +98,8 @@ IMPORTERS.register("wmt-da", import_wmt_da)
 IMPORTERS.register("wmt-rr", import_wmt_rr)
 IMPORTERS.register("ttcw", import_ttcw)
 IMPORTERS.register("wq", import_wq)
+IMPORTERS.register("asap", import_asap)
+IMPORTERS.register("chaganty", import_chaganty)
 
 
 def _into_result(name: str, read: Callable[[Path, Any], Any]) -> Callable[..., ImportResult]:
@@ -154,6 +160,8 @@ __all__ = [
     "IMPORTERS",
     "ImportResult",
     "UnknownFormatError",
+    "import_asap",
+    "import_chaganty",
     "import_deltascore",
     "import_file",
     "import_hanna",

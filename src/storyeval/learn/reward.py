@@ -277,37 +277,92 @@ def _dataset(prompts: Sequence[Story]) -> Any:
     )
 
 
-def _sft(
-    lm: Any, prompts: Sequence[Story], steps: int, learning_rate: float, seed: int, work: Path
-) -> None:
-    """Maximum-likelihood fine-tuning on (prompt, reference) pairs with TRL's SFTTrainer
-    (the loss on the reference only)."""
+def _pairs_dataset(prompts: Sequence[Story], what: str) -> Any:
     from datasets import Dataset
-    from trl import SFTConfig, SFTTrainer
 
     pairs = [p for p in prompts if p.references]
     if not pairs:
-        raise StoryevalError("maximum-likelihood training needs references in the prompts file")
-    data = Dataset.from_list(
+        raise StoryevalError(f"maximum-likelihood training needs references in the {what}")
+    return Dataset.from_list(
         [{"prompt": p.prompt, "completion": " " + (_first_reference(p) or "")} for p in pairs]
     )
+
+
+def _selection_settings(eval_every: int | None) -> dict[str, Any]:
+    """Evaluate and save every ``eval_every`` steps and keep the checkpoint of the lowest
+    validation cross-entropy (Clark 2021, Appendix B: "We select the MLE models with the lowest
+    cross-entropy loss ... on a sample of validation data")."""
+    if eval_every is None:
+        return {"save_strategy": "no"}
+    return {
+        "eval_strategy": "steps",
+        "eval_steps": eval_every,
+        "save_strategy": "steps",
+        "save_steps": eval_every,
+        "save_total_limit": 2,
+        "load_best_model_at_end": True,
+        "metric_for_best_model": "eval_loss",
+        "greater_is_better": False,
+        "per_device_eval_batch_size": 4,
+    }
+
+
+def _sft(
+    lm: Any,
+    prompts: Sequence[Story],
+    steps: int,
+    learning_rate: float,
+    seed: int,
+    work: Path,
+    *,
+    validation: Sequence[Story] | None = None,
+    eval_every: int | None = None,
+) -> dict[str, Any]:
+    """Maximum-likelihood fine-tuning on (prompt, reference) pairs with TRL's SFTTrainer
+    (the loss on the reference only). With ``validation``, the weights kept are those of the
+    evaluation (every ``eval_every`` steps) with the lowest validation cross-entropy; returns
+    the validation losses by step and the step kept."""
+    from trl import SFTConfig, SFTTrainer
+
+    data = _pairs_dataset(prompts, "prompts file")
+    evaluation = _pairs_dataset(validation, "validation file") if validation else None
+    every = (eval_every or max(1, steps // 5)) if evaluation is not None else None
     config = SFTConfig(
         output_dir=str(work / "sft"),
         max_steps=steps,
-        per_device_train_batch_size=min(4, len(pairs)),
+        per_device_train_batch_size=min(4, len(data)),
         learning_rate=learning_rate,
         use_cpu=not _on_gpu(lm),
         bf16=False,  # TRL turns bfloat16 on for GPUs by default: float32, as on the CPU
         fp16=False,
         report_to=[],
-        save_strategy="no",
         logging_steps=1,
         seed=seed,
         disable_tqdm=True,
+        **_selection_settings(every),
     )
-    SFTTrainer(
-        model=lm.model, args=config, train_dataset=data, processing_class=lm.tokenizer
-    ).train()
+    trainer = SFTTrainer(
+        model=lm.model,
+        args=config,
+        train_dataset=data,
+        eval_dataset=evaluation,
+        processing_class=lm.tokenizer,
+    )
+    trainer.train()
+    if evaluation is None:
+        return {}
+    losses = [
+        (int(entry["step"]), float(entry["eval_loss"]))
+        for entry in trainer.state.log_history
+        if "eval_loss" in entry
+    ]
+    best = min(losses, key=lambda sl: sl[1]) if losses else None
+    return {
+        "validation_loss": losses,
+        "best_step": best[0] if best else None,
+        "best_validation_loss": best[1] if best else None,
+        "eval_every": every,
+    }
 
 
 @contextlib.contextmanager
@@ -568,9 +623,15 @@ def train_mle(
     learning_rate: float = 5e-5,
     seed: int = 0,
     device: str = "cpu",
+    validation: Sequence[Story] | None = None,
+    eval_every: int | None = None,
 ) -> Signature:
     """The thesis' baseline: the same model fine-tuned by maximum likelihood on the
-    references only; saved like :func:`train_reward`'s models.
+    references only; saved like :func:`train_reward`'s models. With ``validation`` (prompts
+    with references), the checkpoint kept is the one with the lowest validation
+    cross-entropy, evaluated every ``eval_every`` steps (a fifth of the steps by default), as
+    the thesis chose its MLE models; the losses and the step kept are in the model's
+    ``storyeval.json``.
 
     Raises
     ------
@@ -585,9 +646,22 @@ def train_mle(
         raise StoryevalError(f"training needs at least 2 prompts; got {len(prompts)}")
     torch.manual_seed(seed)
     lm = _private_copy(model, device)
-    settings = {"mle_steps": steps, "mle_learning_rate": learning_rate, "seed": seed}
+    settings: dict[str, Any] = {"mle_steps": steps, "mle_learning_rate": learning_rate}
+    if validation:
+        settings["select"] = f"val-ce/{eval_every or max(1, steps // 5)}"
+    settings["seed"] = seed
     signature = _signature("mle", lm, None, settings, prompts)
     with tempfile.TemporaryDirectory(prefix="storyeval-mle-") as work, _quiet_trl():
-        _sft(lm, prompts, steps, learning_rate, seed, Path(work))
-    _save(lm, Path(output), {"kind": "mle", "signature": signature.to_dict(), "training": {}})
+        training = _sft(
+            lm,
+            prompts,
+            steps,
+            learning_rate,
+            seed,
+            Path(work),
+            validation=validation,
+            eval_every=eval_every,
+        )
+    metadata = {"kind": "mle", "signature": signature.to_dict(), "training": training}
+    _save(lm, Path(output), metadata)
     return signature
