@@ -13,7 +13,7 @@ import warnings
 import pytest
 
 from storyeval.corpus import Story
-from storyeval.errors import ModelLoadError
+from storyeval.errors import ModelLoadError, StoryevalError
 from storyeval.learn import (
     InsufficientDataError,
     OutputDirectoryError,
@@ -723,3 +723,54 @@ def test_batches_pad_to_a_multiple_within_the_limit():
     host = pad_batch_on_host(rows(2, 5), 9, multiple=4)
     assert host["input_ids"].tolist() == [[7, 7, 9, 9, 9, 9, 9, 9], [7] * 5 + [9] * 3]
     assert host["attention_mask"].tolist() == [[1, 1, 0, 0, 0, 0, 0, 0], [1] * 5 + [0] * 3]
+
+
+def test_union_editing_behaviour_of_appendix_d(union_model, human, tmp_path, run_cli):
+    """Guan & Huang (2020), Appendix D: a story is edited when the reconstruction head
+    predicts some token of it otherwise; checked against the head run by hand."""
+    import torch
+
+    from storyeval.corpus import read_scores
+    from storyeval.learn.encoding import pad_batch, pad_id
+    from storyeval.learn.union import UnionScorer, UnionTask
+    from storyeval.learn.union_edits import story_positions, union_edits
+
+    from storyeval.learn.union import sentence_windows
+
+    scorer = UnionScorer(union_model.directory)
+    task = UnionTask(scorer.model, scorer.tokenizer, scorer.config)
+    windows = sentence_windows(human[45:], 2, stride=2)
+    fitting = [w for w in windows if not task._encode(w.prompt, w.story).cut_second]
+    stories = [human[45], *fitting[:4]]  # a long story (read in windows) and four that fit
+    edits = union_edits(scorer, stories, batch_size=3)
+    assert [e.item_id for e in edits] == [s.id for s in stories]
+    assert edits[0].tokens > scorer.config.max_length  # every window of it was read
+    assert sum(e.edited for e in edits) >= 1
+    story = stories[1]
+    encoded = task._encode(story.prompt, story.story)
+    positions = story_positions(encoded.special, bool(scorer.config.use_prompt and story.prompt))
+    tensors = pad_batch([encoded], pad_id(scorer.tokenizer))
+    with torch.no_grad():
+        _, logits = scorer.model(
+            tensors["input_ids"], tensors["attention_mask"], tensors["token_type_ids"],
+            positions=(torch.zeros(len(positions), dtype=torch.long), torch.tensor(positions)),
+        )  # fmt: skip
+    guesses = logits.argmax(-1).tolist()
+    changed = sum(g != encoded.input_ids[p] for g, p in zip(guesses, positions, strict=True))
+    assert edits[1].changed_tokens == changed and edits[1].tokens == len(positions)
+    assert edits[1].edited == (changed > 0)
+    stories_file = tmp_path / "s.jsonl"
+    stories_file.write_text("".join(json.dumps(s.to_dict()) + "\n" for s in stories))
+    code, out, err = run_cli(
+        "union-edits", str(stories_file), "--model", str(union_model.directory),
+        "-o", str(tmp_path / "edits.jsonl"),
+    )  # fmt: skip
+    assert code == 0, out + err
+    scores = read_scores(tmp_path / "edits.jsonl")
+    assert {s.metric for s in scores} == {"union_edited", "union_changed"}
+    assert [s.value for s in scores if s.metric == "union_edited"] == [
+        float(e.edited) for e in edits
+    ]
+    scorer.model.reconstructor = None  # a model trained without it (-Recon)
+    with pytest.raises(StoryevalError, match="-Recon"):
+        union_edits(scorer, stories)

@@ -202,8 +202,15 @@ def test_antonym_file_joins_wordnet_for_substitution(corpus, tmp_path):
         "library|||/r/Antonym|||open_street\n"
         "pamphlet|||/r/Antonym|||book\n"  # read both ways: book -> pamphlet
         "library|||/r/RelatedTo|||book\n"  # another relation: skipped
+        "cat|||/r/NotDesires|||bath\n"  # UNION's negated relations count as antonymy
+        "fish|||/r/NotCapableOf|||walk\n"
+        "ice|||/r/NotHasProperty|||warm\n"
     )
     assert file_antonyms(lexicon, "library") == ("open street",)
+    assert file_antonyms(lexicon, "cat") == ("bath",) and file_antonyms(lexicon, "walk") == (
+        "fish",
+    )
+    assert file_antonyms(lexicon, "ice") == ("warm",)
     assert file_antonyms(lexicon, "book") == ("pamphlet",)
     assert file_antonyms(lexicon, "table") == ()
     story = STORIES[1]
@@ -221,7 +228,7 @@ def test_antonym_file_joins_wordnet_for_substitution(corpus, tmp_path):
     assert str(fields["antonyms"]).startswith("antonyms.txt@")
     bad = tmp_path / "bad.txt"
     bad.write_text("hot|||/r/Antonym|||cold\nwarm /r/Antonym cool\n")
-    with pytest.raises(DataFileError, match=r"bad.txt:2: expected 'word\|\|\|/r/Antonym"):
+    with pytest.raises(DataFileError, match=r"bad.txt:2: expected 'word\|\|\|/r/RELATION"):
         file_antonyms(bad, "hot")
 
 
@@ -612,7 +619,7 @@ def test_perturb_and_train_union_report_a_bad_antonym_file_by_line(tmp_path, exa
     ):
         result = runner.invoke(app, args)
         assert result.exit_code == 2, result.output
-        assert f"{bad}:2: expected 'word|||/r/Antonym|||antonym'" in result.output
+        assert f"{bad}:2: expected 'word|||/r/RELATION|||word'" in result.output
         assert not (tmp_path / "p.jsonl").exists() and not (tmp_path / "m").exists()
     missing = runner.invoke(app, [*args[:-1], str(tmp_path / "none.txt")])
     assert missing.exit_code == 2 and "no such antonym file" in missing.output

@@ -56,8 +56,9 @@ PERTURB_KEYWORD_RATE = typer.Option(
 PERTURB_ANTONYMS = typer.Option(
     None,
     "--antonyms",
-    help="A ConceptNet-style antonym file (word|||/r/Antonym|||antonym lines) whose "
-    "antonyms join WordNet's for substitution.",
+    help="A ConceptNet-style antonym file (word|||/r/Antonym|||antonym lines; also UNION's "
+    "/r/NotDesires, /r/NotCapableOf, /r/NotHasProperty) whose antonyms join WordNet's for "
+    "substitution.",
 )
 PERTURB_PARAPHRASE_MODEL = typer.Option(
     None,

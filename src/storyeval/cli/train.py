@@ -199,7 +199,8 @@ UNION_ANTONYMS = typer.Option(
     None,
     "--antonyms",
     help="A ConceptNet-style antonym file (word|||/r/Antonym|||antonym lines, as in the "
-    "UNION repository) for substitution, beside WordNet's sparse antonyms.",
+    "UNION repository; also /r/NotDesires, /r/NotCapableOf, /r/NotHasProperty) for "
+    "substitution, beside WordNet's sparse antonyms.",
 )
 UNION_SINGLE_SHARE = typer.Option(
     0.0,

@@ -107,8 +107,9 @@ class PerturbOptions:
         Probability of a typo in each word of four or more letters (the ``typos`` invariance
         test; at least one typo per story).
     antonyms_file : str or None
-        A ConceptNet-style antonym file (``word|||/r/Antonym|||antonym`` lines, as in the UNION
-        repository) whose antonyms join WordNet's for substitution; WordNet's are sparse.
+        A ConceptNet-style file (``word|||/r/Antonym|||antonym`` lines, as in the UNION
+        repository; also UNION's negated relations NotDesires, NotCapableOf and
+        NotHasProperty) whose antonyms join WordNet's for substitution; WordNet's are sparse.
     paraphrase_model : str or None
         The instruction-tuned causal LM of the ``paraphrase`` test (a hub name or a local
         directory; None: the offline SmolLM2-135M-Instruct).

@@ -70,6 +70,11 @@ def antonyms(lemma: str, upos: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(word for word in chosen if word.lower() != lemma))
 
 
+NEGATED_RELATIONS = ("/r/antonym", "/r/notdesires", "/r/notcapableof", "/r/nothasproperty")
+"""The ConceptNet relations UNION (Guan & Huang 2020, section 3.2) reads as antonymy: Antonym
+and the negated relations NotDesires, NotCapableOf and NotHasProperty (both directions)."""
+
+
 @functools.lru_cache(maxsize=8)
 def _antonym_file(path: str, mtime_ns: int) -> tuple[dict[str, tuple[str, ...]], str]:
     from storyeval.errors import DataFileError, DataProblem
@@ -83,10 +88,10 @@ def _antonym_file(path: str, mtime_ns: int) -> tuple[dict[str, tuple[str, ...]],
             continue
         parts = [part.strip() for part in line.split("|||")]
         if len(parts) != 3 or not parts[0] or not parts[2]:
-            problems.append(DataProblem(path, number, "expected 'word|||/r/Antonym|||antonym'"))
+            problems.append(DataProblem(path, number, "expected 'word|||/r/RELATION|||word'"))
             continue
         word, relation, other = parts
-        if relation.rstrip("/").lower() != "/r/antonym":
+        if relation.rstrip("/").lower() not in NEGATED_RELATIONS:
             continue  # other ConceptNet relations may share the file
         word, other = (w.replace("_", " ").lower() for w in (word, other))
         if word != other:
@@ -99,8 +104,10 @@ def _antonym_file(path: str, mtime_ns: int) -> tuple[dict[str, tuple[str, ...]],
 
 def file_antonyms(path: str | Path, lemma: str) -> tuple[str, ...]:
     """Antonyms of ``lemma`` in a ConceptNet-style file (the UNION repository's format: one
-    ``word|||/r/Antonym|||antonym`` per line; other relations and ``#`` lines are skipped,
-    ``_`` means a space, both directions count).
+    ``word|||/r/RELATION|||word`` per line): the words it is linked to by ``/r/Antonym`` or a
+    negated relation (``/r/NotDesires``, ``/r/NotCapableOf``, ``/r/NotHasProperty``, as UNION
+    reads them); other relations and ``#`` lines are skipped, ``_`` means a space, both
+    directions count.
 
     Raises
     ------
