@@ -20,6 +20,7 @@ FORMAT_OPTIONS: dict[str, tuple[str, ...]] = {
     "ttcw": ("linked_texts",),
     "asap": ("essay_set", "references", "score", "min_sentences", "max_sentences"),
     "chaganty": ("references", "min_raters"),
+    "flickr8k": ("captions",),
 }  # fmt: skip
 
 
@@ -29,6 +30,9 @@ _SCORE = typer.Option(
 )
 _MIN_SENTENCES = typer.Option(None, "--min-sentences", help="asap: shortest essay kept.")
 _MAX_SENTENCES = typer.Option(None, "--max-sentences", help="asap: longest essay kept.")
+_CAPTIONS = typer.Option(
+    None, "--captions", help="flickr8k: Flickr8k.token.txt (default: next to the file)."
+)
 _MIN_RATERS = typer.Option(
     1, "--min-raters", help="chaganty: keep summaries judged by at least this many (thesis: 2)."
 )
@@ -78,7 +82,7 @@ def import_command(
         "human file), wmt-rr (WMT RR/DArr seglevel CSV), ttcw (TTCW's release folder, "
         "Chakrabarty et al. 2024), wq (WQ's style_mimic.json, Chakrabarty et al. 2025), asap "
         "(ASAP's training_set_rel3.tsv), chaganty (Chaganty et al. 2018's judged CNN/DM "
-        "summaries) or judgments.",
+        "summaries), flickr8k (Flickr 8K's ExpertAnnotations.txt) or judgments.",
     ),
     file: Path = typer.Argument(
         ...,
@@ -110,6 +114,7 @@ def import_command(
     min_sentences: int = _MIN_SENTENCES,
     max_sentences: int = _MAX_SENTENCES,
     min_raters: int = _MIN_RATERS,
+    captions: Path = _CAPTIONS,
     linked_texts: Path = _LINKED_TEXTS,
 ) -> None:
     """Convert a public benchmark file (UNION, HANNA, DeltaScore, OpenMEVA, pairwise
@@ -130,7 +135,7 @@ def import_command(
         "error_min_votes": error_min_votes, "system_outputs": system_outputs,
         "aspects": aspect or None, "linked_texts": linked_texts, "essay_set": essay_set,
         "score": score, "min_sentences": min_sentences, "max_sentences": max_sentences,
-        "min_raters": min_raters,
+        "min_raters": min_raters, "captions": captions,
     }  # fmt: skip
     options = {key: given[key] for key in FORMAT_OPTIONS.get(fmt, ()) if given[key] is not None}
     try:

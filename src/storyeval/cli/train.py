@@ -455,6 +455,57 @@ _NUBIA_AGGREGATOR = typer.Option(
 )
 
 
+_NUBIA_ABLATION = typer.Option(
+    None,
+    "--ablation",
+    help="Write Kane et al.'s (2020) Table 5 here: held-out correlations of the aggregator on "
+    "each subset of the feature groups SS, LI, SI.",
+)
+_NUBIA_ABLATION_BY = typer.Option(
+    None, "--ablation-by", help="A story field to break the ablation down by (language_pair)."
+)
+
+
+def _nubia_ablation(
+    table: Any, stories: Any, output: Path, aggregator: str, folds: int, seed: int, by: str | None
+) -> None:
+    from storyeval.io import write_table
+    from storyeval.learn.nubia import feature_ablation
+
+    found = feature_ablation(table, stories, aggregator=aggregator, folds=folds, seed=seed, by=by)
+    write_table(output, found)
+    overall = found[found["group"] == ("AVG" if by else "all")]
+    for _, row in overall.iterrows():
+        typer.echo(f"ablation {row['subset']}: Pearson {row['pearson']:.3f}")
+
+
+_NUBIA_NLI = typer.Option(
+    None,
+    "--nli",
+    help="An NLI classifier (hub name or directory, e.g. roberta-large-mnli); default: "
+    "zero-shot NLI with the causal LM (weaker; named in the signature).",
+)
+
+_NUBIA_FEATURES = typer.Option(
+    "6dim",
+    "--features",
+    help="6dim (the paper's: STS similarity, NLI one way, two perplexities), 8dim (and "
+    "the lengths), both-ways (NLI both ways) or both-ways+lengths.",
+)
+
+_NUBIA_STS = typer.Option(
+    None,
+    "--sts",
+    help="An STS cross-encoder for the similarity (hub name or directory, e.g. "
+    "cross-encoder/stsb-roberta-large); default: the encoder's cosine (named in the "
+    "signature).",
+)
+
+_NUBIA_GET_FEATURES = typer.Option(
+    None, "--get-features", help="Write every feature per story (and the held-out prediction)."
+)
+
+
 @train_app.command("nubia")
 def nubia(
     stories: Path = _STORIES,
@@ -467,42 +518,27 @@ def nubia(
     calibration: str = typer.Option(
         "self", "--calibration", help="self (divide by the candidate against itself) or clip."
     ),
-    nli: str = typer.Option(
-        None,
-        "--nli",
-        help="An NLI classifier (hub name or directory, e.g. roberta-large-mnli); default: "
-        "zero-shot NLI with the causal LM (weaker; named in the signature).",
-    ),
+    nli: str = _NUBIA_NLI,
     encoder: str = typer.Option(
         None, "--encoder", help="Encoder for similarity (default offline)."
     ),
     lm: str = typer.Option(None, "--lm", help="Causal LM for perplexity (default offline)."),
-    features: str = typer.Option(
-        "6dim",
-        "--features",
-        help="6dim (the paper's: STS similarity, NLI one way, two perplexities), 8dim (and "
-        "the lengths), both-ways (NLI both ways) or both-ways+lengths.",
-    ),
+    features: str = _NUBIA_FEATURES,
     lengths: bool = typer.Option(False, "--lengths", help="Same as --features 8dim."),
-    sts: str = typer.Option(
-        None,
-        "--sts",
-        help="An STS cross-encoder for the similarity (hub name or directory, e.g. "
-        "cross-encoder/stsb-roberta-large); default: the encoder's cosine (named in the "
-        "signature).",
-    ),
+    sts: str = _NUBIA_STS,
     folds: int = typer.Option(5, "--folds", min=2, help="Cross-validation folds."),
     seed: int = typer.Option(0, "--seed", help="Seed of the folds and the MLP."),
-    get_features: Path = typer.Option(
-        None, "--get-features", help="Write every feature per story (and the held-out prediction)."
-    ),
+    get_features: Path = _NUBIA_GET_FEATURES,
     threads: int = _THREADS,
     device: str = _DEVICE,
     precision: str = _PRECISION,
+    ablation: Path = _NUBIA_ABLATION,
+    ablation_by: str = _NUBIA_ABLATION_BY,
 ) -> None:
     """Train NUBIA (Kane et al. 2020): features -> aggregator -> calibrator, on human judgments
     of stories that have references. Prints held-out correlations; score with
-    `storyeval score S --metrics nubia --option nubia.model=DIR`."""
+    `storyeval score S --metrics nubia --option nubia.model=DIR`. --ablation writes the
+    paper's Table 5 (the aggregator on each subset of the feature groups)."""
     from storyeval.corpus import read_judgments, read_stories
     from storyeval.errors import StoryevalError
     from storyeval.io import write_table
@@ -529,6 +565,10 @@ def nubia(
         )
         if get_features is not None:
             write_table(get_features, table)
+        if ablation is not None:
+            _nubia_ablation(
+                table, read_stories(stories), ablation, aggregator, folds, seed, ablation_by
+            )
     except (StoryevalError, OSError, ValueError) as exc:
         raise user_error(exc) from None
     report = model.report

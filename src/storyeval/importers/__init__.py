@@ -44,6 +44,9 @@ Formats
 ``wmt-da``, ``wmt-rr``
     WMT metrics-task segment-level direct assessment and relative rankings (for NUBIA): see
     :mod:`storyeval.importers.wmt`.
+``flickr8k``
+    Flickr 8K's expert judgments of image captions (NUBIA's Table 1): see
+    :mod:`storyeval.importers.captions`.
 ``asap``, ``chaganty``
     The essays and the judged CNN/Daily Mail summaries of Clark et al. (2019), Table 5.3: see
     :mod:`storyeval.importers.summaries_essays`.
@@ -62,6 +65,7 @@ from typing import Any
 
 from storyeval.corpus import read_judgments, write_judgments, write_scores, write_stories
 from storyeval.importers.base import ImportResult, require_file
+from storyeval.importers.captions import import_flickr8k
 from storyeval.importers.creativity import import_ttcw, import_wq
 from storyeval.importers.deltascore import import_deltascore
 from storyeval.importers.hanna import import_hanna, import_hanna_llm, import_hanna_raw
@@ -100,6 +104,7 @@ IMPORTERS.register("ttcw", import_ttcw)
 IMPORTERS.register("wq", import_wq)
 IMPORTERS.register("asap", import_asap)
 IMPORTERS.register("chaganty", import_chaganty)
+IMPORTERS.register("flickr8k", import_flickr8k)
 
 
 def _into_result(name: str, read: Callable[[Path, Any], Any]) -> Callable[..., ImportResult]:
@@ -164,6 +169,7 @@ __all__ = [
     "import_chaganty",
     "import_deltascore",
     "import_file",
+    "import_flickr8k",
     "import_hanna",
     "import_hanna_llm",
     "import_hanna_raw",

@@ -698,3 +698,82 @@ def train_nubia(
     model.save(output)
     table = table.assign(id=[s.id for s in usable], target=target, heldout=heldout)
     return model, table
+
+
+#: Kane et al. (2020), Table 5: the feature groups: semantic similarity (SS), linguistic
+#: inference (LI: the NLI probabilities) and sentence intelligibility (SI: the perplexities).
+FEATURE_GROUPS: dict[str, tuple[str, ...]] = {
+    "SS": ("similarity",),
+    "LI": tuple(f"{k}_{d}" for d in ("fwd", "bwd") for k in NLI_FEATURES),
+    "SI": ("logppl_candidate", "logppl_reference"),
+}
+#: The subsets of Table 5, in its order.
+ABLATION_SUBSETS = ("SI", "LI", "LI+SI", "SS", "SS+LI", "SS+SI", "SS+LI+SI")
+
+
+def feature_ablation(
+    table: pd.DataFrame,
+    stories: Sequence[Story],
+    *,
+    aggregator: str = "linear",
+    folds: int = 5,
+    seed: int = 0,
+    by: str | None = None,
+) -> pd.DataFrame:
+    """Kane et al. (2020), Table 5: the aggregator cross-validated on each subset of the
+    feature groups (:data:`ABLATION_SUBSETS`) of a feature table (``train_nubia``'s: the
+    features, ``id`` and ``target``), with the same folds as the model; held-out Pearson,
+    Spearman and Kendall correlations overall and, with ``by`` (a story field such as
+    ``language_pair``), within each group and their mean (the table's AVG column). Length
+    features, when the set has them, belong to no group and are left out."""
+    from scipy.stats import kendalltau, pearsonr, spearmanr
+
+    by_id = {s.id: s for s in stories}
+    ordered = [by_id[i] for i in table["id"]]
+    target = table["target"].to_numpy(dtype=float)
+    splits, _ = _nubia_folds(ordered, folds, seed)
+    groups = np.asarray([str(s.extra.get(by, "")) for s in ordered]) if by is not None else None
+    rows = []
+    for subset in ABLATION_SUBSETS:
+        names = [n for g in subset.split("+") for n in FEATURE_GROUPS[g] if n in table.columns]
+        if not names:
+            continue
+        x = table[names].to_numpy(dtype=float)
+        heldout = np.zeros(len(target))
+        for test in splits:
+            train = np.setdiff1d(np.arange(len(target)), test)
+            fitted = fit_aggregator(x[train], target[train], kind=aggregator, seed=seed)
+            heldout[test] = fitted.predict(x[test])
+        parts = [("all", np.ones(len(target), dtype=bool))]
+        if groups is not None:
+            parts += [(str(g), groups == g) for g in sorted(set(groups))]
+        found = []
+        for name, mask in parts:
+            if mask.sum() < 3:
+                continue
+            row: dict[str, Any] = {
+                "subset": subset,
+                "group": name,
+                "features": ",".join(names),
+                "n": int(mask.sum()),
+                "pearson": float(pearsonr(heldout[mask], target[mask])[0]),
+                "spearman": float(spearmanr(heldout[mask], target[mask])[0]),
+                "kendall": float(kendalltau(heldout[mask], target[mask])[0]),
+            }
+            found.append(row)
+        within = [r for r in found if r["group"] != "all"]
+        if within:
+            found.append(
+                {
+                    "subset": subset,
+                    "group": "AVG",
+                    "features": ",".join(names),
+                    "n": sum(int(r["n"]) for r in within),
+                    **{
+                        m: float(np.mean([r[m] for r in within]))
+                        for m in ("pearson", "spearman", "kendall")
+                    },
+                }
+            )
+        rows += found
+    return pd.DataFrame(rows)
