@@ -332,3 +332,58 @@ def test_classify_eval_cli(trained, corpus_file, tmp_path, run_cli):
     assert "held-out gold data" in stdout and "Upper bound" in stdout
     assert json.loads((tmp_path / "cls" / "classify-eval.json").read_text())["checks"] == ["hh"]
     assert not (tmp_path / "cls" / "ah").exists()
+
+
+def test_align_then_train_with_the_papers_per_classifier_settings(tmp_path, run_cli, encoder):
+    """De Mattei et al. (2021): tf-idf alignment of the documents into strong pairs (SA, A1-A3)
+    and the rest (R), then each classifier with its own settings and splits."""
+    corpus = [
+        Story(s.id, s.prompt, s.story, system=s.system) for s in two_register_corpus(20)
+    ]  # the pairs are to be found, not given
+    corpus += [
+        Story("fx", "A storm closes the northern mountain pass overnight.", formal("Ivo", "hat", "pass"), system="formal"),
+        Story("cx", "Bakers protest the new flour tax in the capital.", casual("Jana", "cake", "shop"), system="casual"),
+    ]  # fmt: skip
+    source = write_stories(tmp_path / "corpus.jsonl", corpus)
+    code, stdout, stderr = run_cli(
+        "classify-eval", "align", str(source), "-o", str(tmp_path / "aligned.jsonl"),
+        "--held-out", "0.2",
+    )  # fmt: skip
+    assert code == 0, stderr
+    aligned = {s.id: s for s in read_stories(tmp_path / "aligned.jsonl")}
+    splits = [s.extra["split"] for s in aligned.values()]
+    assert splits.count("SA") == 8 and splits.count("R") == 2  # 4 of 20 pairs held out
+    assert splits.count("A1") + splits.count("A2") + splits.count("A3") == 32
+    assert aligned["f3"].extra["pair"] == aligned["c3"].extra["pair"]  # the same document
+    assert aligned["fx"].extra["split"] == "R" and "pair" not in aligned["fx"].extra
+    code, stdout, stderr = run_cli(
+        "classify-eval", "train", str(tmp_path / "aligned.jsonl"), "-o", str(tmp_path / "cls"),
+        "--preset", "demattei2021", "--set", "ah.max_length=64", "--set", "main.batch_size=16",
+        "--max-steps", "2", "--quiet",
+    )  # fmt: skip
+    assert code == 0, stderr
+    summary = json.loads((tmp_path / "cls" / "classify-eval.json").read_text())
+    assert sorted(summary["split"]["test"]) == sorted(
+        i for i, s in aligned.items() if s.extra["split"] == "SA"
+    )
+    assert summary["plan"]["train_on"] == {"hh": ["A1"], "ah": ["R", "A3", "A1"]}
+    assert summary["plan"]["settings"]["main"]["batch_size"] == 16
+    meta = {
+        name: json.loads((tmp_path / "cls" / name / "storyeval.json").read_text())
+        for name in ("main", "hh", "ah")
+    }
+    settings = {
+        n: (m["optimization"]["epochs"], m["optimization"]["batch_size"]) for n, m in meta.items()
+    }
+    assert settings == {"main": (6, 16), "hh": (2, 128), "ah": (6, 8)}
+    assert {m["optimization"]["learning_rate"] for m in meta.values()} == {1e-5}
+    assert "max_length:32" in summary["signatures"]["main"]
+    assert "max_length:64" in summary["signatures"]["hh"]
+    a1_groups = {s.extra["pair"] for s in aligned.values() if s.extra["split"] == "A1"}
+    trained_on = meta["hh"]["training"]["train_examples"]
+    assert trained_on <= 4 * len(a1_groups)  # HH on A1 only: each pair both ways, and negatives
+    code, _, stderr = run_cli(
+        "classify-eval", "train", str(tmp_path / "aligned.jsonl"), "-o", str(tmp_path / "c2"),
+        "--set", "main.depth=3",
+    )  # fmt: skip
+    assert code == 2 and "unknown setting(s) ['depth']" in stderr

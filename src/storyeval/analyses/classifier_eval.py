@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 import math
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -67,6 +67,25 @@ class StyledText:
     style: str
     document: str = ""
     group: str | None = None
+    split: str | None = None  # the data split (SA, A1-A3, R: :mod:`style_alignment`)
+
+
+#: The paper's settings per classifier (De Mattei et al. 2021, section 4): the main classifier
+#: on 32 tokens, batch 256, 6 epochs; HH on 64 tokens, batch 128, 2 epochs, trained on A1; AH
+#: batch 8, 6 epochs, on R+A3+A1 (its article length is not given: 512, BERT's most); all at
+#: learning rate 1e-5; SA is the test set.
+PRESETS: dict[str, dict[str, Any]] = {
+    "demattei2021": {
+        "settings": {
+            "main": {"max_length": 32, "batch_size": 256, "epochs": 6, "learning_rate": 1e-5},
+            "hh": {"max_length": 64, "batch_size": 128, "epochs": 2, "learning_rate": 1e-5},
+            "ah": {"max_length": 512, "batch_size": 8, "epochs": 6, "learning_rate": 1e-5},
+        },
+        "split_field": "split",
+        "train_on": {"hh": ["A1"], "ah": ["R", "A3", "A1"]},
+    }
+}
+SETTING_KEYS = ("max_length", "batch_size", "epochs", "learning_rate")
 
 
 @dataclass(frozen=True)
@@ -92,8 +111,10 @@ def styled_texts(
     style_field: str = "system",
     pair_field: str = "pair",
     styles: Sequence[str] | None = None,
+    split_field: str | None = None,
 ) -> tuple[list[StyledText], tuple[str, str]]:
-    """The corpus texts of two styles, and the two styles (sorted, or as given).
+    """The corpus texts of two styles, and the two styles (sorted, or as given); with
+    ``split_field``, each text's data split.
 
     Raises
     ------
@@ -113,9 +134,15 @@ def styled_texts(
         if style is None:
             raise StoryevalError(f"story {story.id!r} has no style (field {style_field!r})")
         group = story.extra.get(pair_field)
+        split = story.extra.get(split_field) if split_field else None
         texts.append(
             StyledText(
-                story.id, story.story, style, story.prompt, None if group is None else str(group)
+                story.id,
+                story.story,
+                style,
+                story.prompt,
+                None if group is None else str(group),
+                None if split is None else str(split),
             )
         )
     found = sorted({t.style for t in texts})
@@ -335,6 +362,44 @@ def classifier_table(
     return pd.DataFrame(rows)
 
 
+@dataclass(frozen=True)
+class ClassifierPlan:
+    """How each classifier is trained: settings that differ from the common ones (per
+    classifier: ``max_length``, ``batch_size``, ``epochs``, ``learning_rate``) and the data
+    splits it trains on (all when absent)."""
+
+    settings: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    train_on: Mapping[str, Sequence[str]] = field(default_factory=dict)
+
+    @classmethod
+    def preset(cls, name: str) -> ClassifierPlan:
+        """A plan of :data:`PRESETS`."""
+        if name not in PRESETS:
+            raise ValueError(f"unknown preset {name!r}; choose from {', '.join(PRESETS)}")
+        return cls(PRESETS[name]["settings"], PRESETS[name]["train_on"])
+
+    def common(self, name: str, common: Mapping[str, Any]) -> dict[str, Any]:
+        """The keyword arguments of classifier ``name``'s training."""
+        from dataclasses import replace
+
+        mine = dict(self.settings.get(name, {}))
+        unknown = sorted(set(mine) - set(SETTING_KEYS))
+        if unknown:
+            raise ValueError(f"{name}: unknown setting(s) {unknown}; use {', '.join(SETTING_KEYS)}")
+        changes = {k: mine[k] for k in ("batch_size", "epochs", "learning_rate") if k in mine}
+        return {
+            **common,
+            "max_length": int(mine.get("max_length", common["max_length"])),
+            "training": replace(common["training"], **changes),
+        }
+
+    def part(self, name: str, texts: Sequence[StyledText]) -> list[StyledText]:
+        """The texts of the splits classifier ``name`` trains on (its early stopping reads
+        the whole dev part)."""
+        wanted = self.train_on.get(name)
+        return list(texts) if not wanted else [t for t in texts if t.split in set(wanted)]
+
+
 def _train_checks(
     split: Any,
     checks: Sequence[str],
@@ -345,6 +410,7 @@ def _train_checks(
     progress: bool,
     seed: int,
     common: dict[str, Any],
+    plan: ClassifierPlan,
 ) -> dict[str, str]:
     """Train the HH and AH checks asked for into ``results``; the checks without data, and
     why."""
@@ -353,7 +419,7 @@ def _train_checks(
     builders = {"hh": hh_examples, "ah": ah_examples}
     skipped: dict[str, str] = {}
     for check in checks:
-        train = builders[check](split.train, seed=seed)
+        train = builders[check](plan.part(check, split.train), seed=seed)
         dev = builders[check](split.dev, seed=seed + 1)
         if not train or not dev:
             skipped[check] = (
@@ -369,9 +435,44 @@ def _train_checks(
             check=check,
             overwrite=overwrite,
             progress=progress,
-            **common,
+            **plan.common(check, common),
         )
     return skipped
+
+
+def _split(
+    texts: Sequence[StyledText],
+    *,
+    test_split: str | None,
+    test_fraction: float,
+    dev_fraction: float,
+    seed: int,
+) -> CorpusSplit:
+    """Held out by group (:func:`split_corpus`), or, with ``test_split``, the texts of that
+    data split (SA) as the test set and the others split into training and dev."""
+    if test_split is None:
+        return split_corpus(
+            texts, test_fraction=test_fraction, dev_fraction=dev_fraction, seed=seed
+        )
+    test = [t for t in texts if t.split == test_split]
+    if not test:
+        raise InsufficientDataError(f"no text is in the split {test_split!r}")
+    rest = [t for t in texts if t.split != test_split]
+    units = sorted({_unit(t) for t in rest})
+    story_rng(seed, "classify-eval-dev").shuffle(units)
+    dev_units = set(units[: max(1, round(dev_fraction * len(units)))])
+    split = CorpusSplit(
+        train=[t for t in rest if _unit(t) not in dev_units],
+        dev=[t for t in rest if _unit(t) in dev_units],
+        test=test,
+    )
+    for name in ("train", "dev", "test"):
+        if len({t.style for t in getattr(split, name)}) < 2:
+            raise InsufficientDataError(
+                f"the {name} part lacks a style; classifier-based evaluation needs more texts "
+                "of each style"
+            )
+    return split
 
 
 def train_classifiers(
@@ -389,9 +490,17 @@ def train_classifiers(
     dev_fraction: float = 0.1,
     overwrite: bool = False,
     progress: bool = True,
+    plan: ClassifierPlan | None = None,
+    split_field: str | None = None,
+    test_split: str = "SA",
 ) -> dict[str, Any]:
     """Train the main style classifier and the HH and AH checks on a two-style corpus, measure
     them on the held-out groups, and write everything into ``output``.
+
+    ``plan`` gives each classifier its own settings and data splits (``ClassifierPlan.preset
+    ("demattei2021")`` is the paper's); with ``split_field`` (the ``split`` of
+    :func:`storyeval.analyses.style_alignment.align_corpus`) the texts of ``test_split`` are
+    the test set.
 
     ``output`` receives ``main/``, ``hh/`` and ``ah/`` (model directories with their
     signatures) and ``classify-eval.json``: the styles, the split, the classifiers' table on
@@ -412,35 +521,43 @@ def train_classifiers(
     if unknown:
         raise ValueError(f"unknown check {unknown[0]!r}; choose from {', '.join(CHECKS)}")
     training = training or TrainingConfig()
+    plan = plan or ClassifierPlan()
     texts, pair = styled_texts(
-        stories, style_field=style_field, pair_field=pair_field, styles=styles
-    )
-    split = split_corpus(
-        texts, test_fraction=test_fraction, dev_fraction=dev_fraction, seed=training.seed
+        stories, style_field=style_field, pair_field=pair_field, styles=styles,
+        split_field=split_field,
+    )  # fmt: skip
+    split = _split(
+        texts,
+        test_split=test_split if split_field else None,
+        test_fraction=test_fraction,
+        dev_fraction=dev_fraction,
+        seed=training.seed,
     )
     folder = Path(output)
     data = corpus_hash(list(stories))
     common = {"encoder": encoder, "max_length": max_length, "training": training, "data": data}
     results = {
         "main": train_style_classifier(
-            style_examples(split.train, pair),
+            style_examples(plan.part("main", split.train), pair),
             style_examples(split.dev, pair),
             folder / "main",
             labels=pair,
             overwrite=overwrite,
             progress=progress,
-            **common,  # type: ignore[arg-type]
+            **plan.common("main", common),
         )
     }
     skipped = _train_checks(
-        split, checks, pair_field, folder, results, overwrite, progress, training.seed, common
-    )
+        split, checks, pair_field, folder, results, overwrite, progress, training.seed, common,
+        plan,
+    )  # fmt: skip
     summary: dict[str, Any] = {
         "styles": list(pair),
         "style_field": style_field,
         "pair_field": pair_field,
         "checks": [c for c in checks if c in results],
         "skipped": skipped,
+        "plan": {"settings": dict(plan.settings), "train_on": dict(plan.train_on)},
         "seed": training.seed,
         "split": {
             "train": sorted(t.id for t in split.train),

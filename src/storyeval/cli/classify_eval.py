@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -49,6 +50,52 @@ TRAIN_SEED = typer.Option(42, "--seed", help="Seed of the split, the negative pa
 TRAIN_OVERWRITE = typer.Option(False, "--overwrite", help="Replace classifiers trained otherwise.")
 
 
+TRAIN_PRESET = typer.Option(
+    None,
+    "--preset",
+    help="demattei2021: the paper's settings per classifier (main: 32 tokens, batch 256, 6 "
+    "epochs; HH: 64 tokens, batch 128, 2 epochs, on A1; AH: batch 8, 6 epochs, on R+A3+A1; lr "
+    "1e-5) and SA as the test set (the corpus from `classify-eval align`).",
+)
+TRAIN_SET = typer.Option(
+    None,
+    "--set",
+    help="A classifier's own setting, CLASSIFIER.KEY=VALUE (main, hh, ah; max_length, "
+    "batch_size, epochs, learning_rate); repeat.",
+)
+TRAIN_ON = typer.Option(
+    None, "--train-on", help="A classifier's data splits, CLASSIFIER=S1,S2 (e.g. hh=A1); repeat."
+)
+TRAIN_SPLIT_FIELD = typer.Option(
+    None, "--split-field", help="The field holding each text's data split (`align` writes split)."
+)
+TRAIN_TEST_SPLIT = typer.Option("SA", "--test-split", help="The split held out as the test set.")
+
+
+def _plan(preset: str | None, assignments: list[str], train_on: list[str]) -> Any:
+    """The classifier plan of a preset, changed by --set and --train-on."""
+    from storyeval.analyses.classifier_eval import ClassifierPlan
+
+    plan = ClassifierPlan.preset(preset) if preset else ClassifierPlan()
+    settings = {k: dict(v) for k, v in plan.settings.items()}
+    splits = {k: list(v) for k, v in plan.train_on.items()}
+    for item in assignments:
+        key, _, value = item.partition("=")
+        name, _, setting = key.partition(".")
+        if not value or not setting:
+            raise ValueError(f"--set takes CLASSIFIER.KEY=VALUE; got {item!r}")
+        number = float(value)
+        settings.setdefault(name, {})[setting] = (
+            int(number) if number.is_integer() and setting != "learning_rate" else number
+        )
+    for item in train_on:
+        name, _, value = item.partition("=")
+        if not value:
+            raise ValueError(f"--train-on takes CLASSIFIER=S1,S2; got {item!r}")
+        splits[name] = [v.strip() for v in value.split(",") if v.strip()]
+    return ClassifierPlan(settings, splits)
+
+
 @classify_app.command("train")
 def train(
     corpus: Path = typer.Argument(..., help=_CORPUS_HELP),
@@ -69,6 +116,11 @@ def train(
     threads: int = typer.Option(None, "--threads", min=1, help="CPU threads for torch."),
     overwrite: bool = TRAIN_OVERWRITE,
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
+    preset: str = TRAIN_PRESET,
+    assignments: list[str] = TRAIN_SET,
+    train_on: list[str] = TRAIN_ON,
+    split_field: str = TRAIN_SPLIT_FIELD,
+    test_split: str = TRAIN_TEST_SPLIT,
 ) -> None:
     """Train the main style classifier and the content checks on a two-style corpus, and print
     their precision, recall and F1 on held-out gold texts (the paper's Table 1) and the
@@ -112,6 +164,9 @@ def train(
             dev_fraction=dev_fraction,
             overwrite=overwrite,
             progress=not quiet,
+            plan=_plan(preset, assignments or [], train_on or []),
+            split_field=split_field or ("split" if preset else None),
+            test_split=test_split,
         )
     except (StoryevalError, OSError, ValueError) as exc:
         raise user_error(exc) from None
@@ -183,6 +238,42 @@ def evaluate(
     for kind, path in written.items():
         typer.echo(f"wrote {kind}: {path}")
     typer.echo(f"signature: {result.signature.render()}")
+
+
+@classify_app.command("align")
+def align(
+    corpus: Path = typer.Argument(..., help=_CORPUS_HELP),
+    output: Path = typer.Option(..., "-o", "--output", help="The aligned corpus to write."),
+    style_field: str = typer.Option("system", "--style-field", help="The field holding the style."),
+    date_field: str = typer.Option(
+        None, "--date-field", help="Only align texts whose dates (YYYY-MM-DD) are close."
+    ),
+    max_days: int = typer.Option(2, "--max-days", min=0, help="Days apart at most (--date-field)."),
+    strong: float = typer.Option(0.5, "--strong", help="Cosine above which a pair is strong."),
+    weak: float = typer.Option(0.185, "--weak", help="Cosine above which a pair is weak."),
+    held_out: float = typer.Option(
+        0.1, "--held-out", help="Share of strong pairs set aside as SA."
+    ),
+    seed: int = typer.Option(0, "--seed", help="Seed of the SA draw."),
+) -> None:
+    """Align the two styles' texts by the tf-idf cosine of their documents (De Mattei et al.
+    2021: strong pairs above 0.5, weak above 0.185) and assign the data splits SA, A1-A3 and R
+    (fields alignment, similarity, pair, split)."""
+    from storyeval.analyses.style_alignment import align_corpus, alignment_counts
+    from storyeval.corpus import read_stories, write_stories
+    from storyeval.errors import StoryevalError
+
+    try:
+        aligned = align_corpus(
+            read_stories(corpus), style_field=style_field, date_field=date_field,
+            max_days=max_days, strong=strong, weak=weak, held_out=held_out, seed=seed,
+        )  # fmt: skip
+        write_stories(output, aligned)
+    except (StoryevalError, OSError, ValueError) as exc:
+        raise user_error(exc) from None
+    counts = alignment_counts(aligned)
+    typer.echo(", ".join(f"{name}: {n}" for name, n in counts.items()))
+    typer.echo(f"wrote {len(aligned)} texts to {output}")
 
 
 def register(app: typer.Typer) -> None:
