@@ -356,12 +356,13 @@ def test_align_then_train_with_the_papers_per_classifier_settings(tmp_path, run_
     assert splits.count("A1") + splits.count("A2") + splits.count("A3") == 32
     assert aligned["f3"].extra["pair"] == aligned["c3"].extra["pair"]  # the same document
     assert aligned["fx"].extra["split"] == "R" and "pair" not in aligned["fx"].extra
-    code, stdout, stderr = run_cli(
+    code, out, stderr = run_cli(
         "classify-eval", "train", str(tmp_path / "aligned.jsonl"), "-o", str(tmp_path / "cls"),
         "--preset", "demattei2021", "--set", "ah.max_length=64", "--set", "main.batch_size=16",
         "--max-steps", "2", "--quiet",
     )  # fmt: skip
     assert code == 0, stderr
+    assert "The classifiers on held-out gold data:" in out
     summary = json.loads((tmp_path / "cls" / "classify-eval.json").read_text())
     assert sorted(summary["split"]["test"]) == sorted(
         i for i, s in aligned.items() if s.extra["split"] == "SA"

@@ -732,10 +732,8 @@ def test_union_editing_behaviour_of_appendix_d(union_model, human, tmp_path, run
 
     from storyeval.corpus import read_scores
     from storyeval.learn.encoding import pad_batch, pad_id
-    from storyeval.learn.union import UnionScorer, UnionTask
+    from storyeval.learn.union import UnionScorer, UnionTask, sentence_windows
     from storyeval.learn.union_edits import story_positions, union_edits
-
-    from storyeval.learn.union import sentence_windows
 
     scorer = UnionScorer(union_model.directory)
     task = UnionTask(scorer.model, scorer.tokenizer, scorer.config)
