@@ -350,6 +350,7 @@ def test_align_then_train_with_the_papers_per_classifier_settings(tmp_path, run_
         "--held-out", "0.2",
     )  # fmt: skip
     assert code == 0, stderr
+    assert "SA: 8, A1:" in stdout and "R: 2" in stdout
     aligned = {s.id: s for s in read_stories(tmp_path / "aligned.jsonl")}
     splits = [s.extra["split"] for s in aligned.values()]
     assert splits.count("SA") == 8 and splits.count("R") == 2  # 4 of 20 pairs held out
