@@ -115,6 +115,40 @@ def test_neighbours_widen_the_slot_words(bank: SkeletonBank, causal_lm: Any, nlp
     assert signature["neighbours"] == 4 and str(signature["vectors"]).startswith("glove")
 
 
+def test_a_requests_suggestions_do_not_share_corpus_words(
+    bank: SkeletonBank, causal_lm: Any, nlp: Any
+) -> None:
+    """Without it most suggestions of a request began with the corpus' favourite adjective
+    ("Bright ..."); the writer's own targets may still recur."""
+    import dataclasses
+
+    from storyeval.generate.slogans import SloganSettings, first_word_diversity
+
+    plain = SloganSettings()
+    repeat = dataclasses.replace(plain, distinct_fillers=False)
+    found, targets = suggest(["library", "books"], "Read more books at the library.", bank=bank,
+                             lm=causal_lm, nlp=nlp, settings=plain)  # fmt: skip
+    fillers = [set(s.fillers) for s in found]
+    for i, mine in enumerate(fillers):
+        for other in fillers[i + 1 :]:
+            assert not mine & other, (mine, other)
+    assert all(not set(s.fillers) & {t.lower() for t in targets} for s in found)
+    loose, _ = suggest(["library", "books"], "Read more books at the library.", bank=bank,
+                       lm=causal_lm, nlp=nlp, settings=repeat)  # fmt: skip
+    before = first_word_diversity([{"suggestions": [s.text for s in loose]}])
+    after = first_word_diversity([{"suggestions": [s.text for s in found]}])
+    assert after["top_count"] <= before["top_count"]
+    assert (
+        after["top_count"] == 1 or after["distinct_first_words"] >= before["distinct_first_words"]
+    )
+
+
+def test_the_replication_preset_needs_wikiquote_lines(run_cli: Any, write_file: Any) -> None:
+    requests = write_file("r.jsonl", '{"id": "a", "keywords": ["coffee"]}\n')
+    code, out, err = run_cli("slogans", str(requests), "-o", "x.jsonl", "--preset", "clark2021")
+    assert code == 2 and "storyeval slogan-lines" in err
+
+
 def test_shipped_lines_and_user_files(tmp_path: Path) -> None:
     assert len(read_lines()) >= 50
     empty = tmp_path / "empty.txt"
@@ -147,6 +181,7 @@ def test_cli_writes_the_interface_records(run_cli: Any, write_file: Any, tmp_pat
     for used in records[0]["used_targets"]:  # the writer's words, never a lemma of them
         assert set(used) <= set(records[0]["targets"])
     assert records[1]["suggestions"] == [] and "content word" in records[1]["error"]
+    assert re.search(r"first words: \d+ distinct in \d+ suggestions", out)
 
 
 def test_bad_requests_are_reported_by_line(write_file: Any) -> None:

@@ -8,6 +8,34 @@ import typer
 
 from storyeval.cli._common import compute_settings, device_option, threads_option, user_error
 
+_REPEAT_FILLERS = typer.Option(
+    False,
+    "--repeat-fillers",
+    help="Let a request's suggestions reuse each other's corpus words (storyeval before 0.10).",
+)
+_PRESET = typer.Option(
+    None,
+    "--preset",
+    help="clark2021: the thesis' set-up: skeletons from Wikiquote (--skeletons, made by "
+    "`storyeval slogan-lines`) and each target's 5 nearest GloVe neighbours as slot words.",
+)
+REPLICATION_NEIGHBOURS = 5
+
+
+def _replication(preset: str, skeletons: Path | None, neighbours: int) -> int:
+    """The neighbours of the replication preset; it needs a Wikiquote skeleton file."""
+    from storyeval.errors import StoryevalError
+
+    if preset != "clark2021":
+        raise StoryevalError(f"unknown preset {preset!r}; the one preset is clark2021")
+    if skeletons is None:
+        raise StoryevalError(
+            "--preset clark2021 takes its skeletons from Wikiquote, as the thesis did: make "
+            "them with `storyeval slogan-lines enwikiquote-...xml.bz2 -o lines.txt` and pass "
+            "--skeletons lines.txt"
+        )
+    return neighbours or REPLICATION_NEIGHBOURS
+
 
 def slogans_command(
     requests: Path = typer.Argument(
@@ -33,10 +61,13 @@ def slogans_command(
     ),
     device: str = device_option(),
     threads: int = threads_option(),
+    repeat_fillers: bool = _REPEAT_FILLERS,
+    preset: str = _PRESET,
 ) -> None:
     """Slogan suggestions after BRAINSUP (Clark 2021, section 2.5.2): target words sampled from
     the keywords and draft, three skeletons whose part-of-speech slots hold them, slots filled
-    by beam search over target use, LM log-probability and word diversity.
+    by beam search over target use, LM log-probability and word diversity. Prints how many
+    distinct words the suggestions begin with.
 
     Each output line: id, suggestions (at most three), skeletons, targets, used_targets,
     signature.
@@ -48,6 +79,7 @@ def slogans_command(
     from storyeval.generate.slogans import (
         SkeletonBank,
         SloganSettings,
+        first_word_diversity,
         read_requests,
         suggestion_records,
     )
@@ -58,11 +90,15 @@ def slogans_command(
     try:
         if output.suffix.lower() != ".jsonl":
             raise StoryevalError(f"{output}: write the suggestions to a .jsonl file")
+        if preset is not None:
+            neighbours = _replication(preset, skeletons, neighbours)
         parsed = read_requests(requests)
         nlp = load_spacy()
         bank = SkeletonBank.load(skeletons, nlp=nlp)
         lm = place(load_causal_lm(model), device)
-        settings = SloganSettings(suggestions=suggestions, neighbours=neighbours)
+        settings = SloganSettings(
+            suggestions=suggestions, neighbours=neighbours, distinct_fillers=not repeat_fillers
+        )
         if beam is not None:
             settings = dataclasses.replace(settings, beam=beam)
         records = list(
@@ -74,6 +110,11 @@ def slogans_command(
     failed = sum(1 for r in records if r.get("error"))
     for record in records[:3]:
         typer.echo(f"{record['id']}: " + " | ".join(record["suggestions"]))
+    variety = first_word_diversity(records)
+    typer.echo(
+        f"first words: {variety['distinct_first_words']} distinct in {variety['suggestions']} "
+        f"suggestions (most often {variety['top_first_word']!r}, {variety['top_count']}x)"
+    )
     typer.echo(
         f"wrote {len(records)} request(s) to {output}"
         + (f" ({failed} without a content word)" if failed else "")

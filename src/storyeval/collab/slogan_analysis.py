@@ -176,6 +176,8 @@ def _survey_rows(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
 
 
 def _pull_rows(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
+    from storyeval.generate.slogans import first_word_diversity
+
     rows = []
     for condition in CONDITIONS:
         tasks = [t for r, t in _completed_tasks(records) if r["condition"] == condition]
@@ -189,6 +191,7 @@ def _pull_rows(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
             if r["condition"] == condition and r.get("final_survey")
         ]
         counts = {c: again.count(c) for c in sorted({a for a in again if a})}
+        variety = first_word_diversity([p for t in tasks for p in t.get("pulls", [])])
         rows.append(
             {
                 "condition": condition,
@@ -199,6 +202,8 @@ def _pull_rows(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
                 "new_words": _mean([s["new_words"] for s in survived]),
                 "kept": _mean([s["kept"] for s in survived]),
                 "use_again": json.dumps(counts) if counts else "",
+                "suggestions": variety["suggestions"],
+                "distinct_first_words": variety["distinct_first_words"],
             }
         )
     columns = [
@@ -210,6 +215,8 @@ def _pull_rows(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
         "new_words",
         "kept",
         "use_again",
+        "suggestions",
+        "distinct_first_words",
     ]
     return pd.DataFrame(rows, columns=columns)
 

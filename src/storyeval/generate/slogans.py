@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -235,6 +235,8 @@ class Suggestion:
     skeleton: str
     targets: tuple[str, ...]
     score: float
+    #: the slot words that are not the writer's targets (from the corpus or the neighbours)
+    fillers: tuple[str, ...] = ()
 
 
 @dataclass
@@ -243,6 +245,7 @@ class _Beam:
     used: frozenset[str]
     lm: float = 0.0
     score: float = 0.0
+    others: frozenset[str] = frozenset()  # fillers that are not targets
 
 
 def _prefix_scores(lm: Any, texts: Sequence[str]) -> list[float]:
@@ -273,6 +276,10 @@ class SloganSettings:
     targets: int = 3
     suggestions: int = 3
     neighbours: int = 0
+    #: a word the corpus or the neighbours gave one suggestion is not offered to the next of
+    #: the same request (the writer's targets may recur): without it, most suggestions of a
+    #: request began with the corpus' most frequent adjective
+    distinct_fillers: bool = True
 
 
 _NORMALISED: dict[str, Any] = {}
@@ -324,9 +331,11 @@ def fill(
     lm: Any,
     settings: SloganSettings,
     related: Sequence[Target] = (),
+    avoid: frozenset[str] = frozenset(),
 ) -> Suggestion:
     """Fill the slots of one skeleton by beam search (see the module docstring); ``related``
-    words (:func:`related_words`) are candidates beside the corpus' frequent words."""
+    words (:func:`related_words`) are candidates beside the corpus' frequent words, and the
+    words in ``avoid`` (fillers of earlier suggestions) are not offered unless a target."""
     beams = [_Beam({}, frozenset())]
     for slot in skeleton.slots:
         tag = skeleton.tags[slot]
@@ -342,11 +351,13 @@ def fill(
                 if form is not None and target.word not in beam.used:
                     options.append((form, target.word))  # the writer's word, as in targets
             extra = [inflect(r, tag) for r in related]
-            options += [(w, "") for w in extra if w and w not in beam.fillers.values()]
-            options += [(word, "") for word in corpus if word not in beam.fillers.values()]
+            taken = set(beam.fillers.values()) | avoid
+            options += [(w, "") for w in extra if w and w.lower() not in taken]
+            options += [(word, "") for word in corpus if word.lower() not in taken]
             for word, source in options:
                 used = beam.used | {source} if source else beam.used
-                expanded.append(_Beam({**beam.fillers, slot: word}, used))
+                others = beam.others if source else beam.others | {word.lower()}
+                expanded.append(_Beam({**beam.fillers, slot: word}, used, others=others))
         if not expanded:
             continue
         texts = [skeleton.render(b.fillers, upto=slot + 1) for b in expanded]
@@ -361,6 +372,7 @@ def fill(
         skeleton.tagged,
         tuple(sorted(best.used)),
         best.score,
+        tuple(sorted(best.others)),
     )
 
 
@@ -407,8 +419,37 @@ def suggest(
     fits.sort(key=lambda item: (-item[0], item[1]))
     chosen = [skeleton for _, _, skeleton in fits[: settings.suggestions]]
     related = related_words(targets, settings.neighbours) if settings.neighbours else []
-    suggestions = [fill(skeleton, targets, bank, lm, settings, related) for skeleton in chosen]
+    suggestions: list[Suggestion] = []
+    avoid: set[str] = set()
+    for skeleton in chosen:
+        made = fill(skeleton, targets, bank, lm, settings, related, frozenset(avoid))
+        suggestions.append(made)
+        if settings.distinct_fillers:
+            avoid |= set(made.fillers)
     return suggestions, [t.word for t in targets]
+
+
+def first_word_diversity(records: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """How varied the suggestions' openings are: suggestions, distinct first words and the
+    most frequent first word with its count.
+
+    >>> first_word_diversity([{"suggestions": ["Bright days.", "Bright nights.", "Dark."]}])
+    {'suggestions': 3, 'distinct_first_words': 2, 'top_first_word': 'bright', 'top_count': 2}
+    """
+    firsts = [
+        text.split()[0].lower().strip(".,!?;:\"'")
+        for record in records
+        for text in record.get("suggestions") or []
+        if text.split()
+    ]
+    counts = Counter(firsts)
+    top, top_count = counts.most_common(1)[0] if counts else ("", 0)
+    return {
+        "suggestions": len(firsts),
+        "distinct_first_words": len(counts),
+        "top_first_word": top,
+        "top_count": top_count,
+    }
 
 
 def slogan_signature(
