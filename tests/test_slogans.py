@@ -145,7 +145,7 @@ def test_a_requests_suggestions_do_not_share_corpus_words(
 
 def test_the_replication_preset_needs_wikiquote_lines(run_cli: Any, write_file: Any) -> None:
     requests = write_file("r.jsonl", '{"id": "a", "keywords": ["coffee"]}\n')
-    code, out, err = run_cli("slogans", str(requests), "-o", "x.jsonl", "--preset", "clark2021")
+    code, _, err = run_cli("slogans", str(requests), "-o", "x.jsonl", "--preset", "clark2021")
     assert code == 2 and "storyeval slogan-lines" in err
 
 
