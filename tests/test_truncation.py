@@ -84,3 +84,27 @@ def test_truncate_command_counts_and_records(tmp_path: Path, run_cli) -> None:  
     assert code == 0 and [
         json.loads(x)["words_after_cut"] for x in out.read_text().splitlines()
     ] == [49, 4]
+
+
+def test_clark_context_keeps_the_last_60_words_from_a_sentence_start(tmp_path, run_cli):
+    """Clark (2021), section 3.7: "the final 60 words ... We included the whole sentence that
+    contained the 60th word"."""
+    sentences = [" ".join(f"w{i}_{j}" for j in range(12)) + "." for i in range(8)]  # 96 words
+    text = " ".join(sentences)
+    kept = cut_text(text, words=60, policy="last_at_least")
+    assert kept.text == " ".join(sentences[3:])  # 5 sentences = 60 words reach it exactly
+    assert kept.words_after == 60 and kept.status == "cut"
+    longer = cut_text(text, words=61, policy="last_at_least")
+    assert longer.text == " ".join(sentences[2:]) and longer.words_after == 72
+    short = cut_text(" ".join(sentences[:2]), words=60, policy="last_at_least")
+    assert short.status == "kept" and short.words_after == 24
+    path = tmp_path / "c.jsonl"
+    path.write_text(json.dumps({"id": "a", "prompt": text, "story": "Next."}) + "\n")
+    code, out, err = run_cli(
+        "truncate", str(path), "--preset", "clark2021-context", "--field", "prompt",
+        "-o", str(tmp_path / "o.jsonl"),
+    )  # fmt: skip
+    assert code == 0, out + err
+    record = json.loads((tmp_path / "o.jsonl").read_text())
+    assert record["prompt"] == kept.text and record["story"] == "Next."
+    assert "policy:last_at_least" in record["truncation"]

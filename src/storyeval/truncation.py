@@ -11,6 +11,10 @@ storyeval follows cut in three ways, each a *policy* here:
 * ``at_least`` (Clark 2021, chapter 6: "we only considered texts 100 words or longer, and
   after reaching 100 words, all texts were truncated at the end of the next sentence"): texts
   shorter than the cap are left out, the rest cut at the end of the sentence that reaches it.
+* ``last_at_least`` (Clark 2021, section 3.7: "we only used the final 60 words of the story
+  segments ... We included the whole sentence that contained the 60th word"): the *end* of a
+  text, from the start of the sentence that holds its last Nth word; a context for
+  generators and raters to continue, shorter texts kept whole.
 
 Words are whitespace-separated words (the unit the papers count), counted on the text as it
 is read; a tokenized text (``did n't``, ``home .``, as WritingPrompts and ROCStories ship) is
@@ -27,13 +31,14 @@ from typing import Literal
 from storyeval.signature import Signature
 from storyeval.text import SplitMethod, count_words, detokenized, split_sentences
 
-Policy = Literal["at_most", "nearest", "at_least"]
-POLICIES: tuple[str, ...] = ("at_most", "nearest", "at_least")
+Policy = Literal["at_most", "nearest", "at_least", "last_at_least"]
+POLICIES: tuple[str, ...] = ("at_most", "nearest", "at_least", "last_at_least")
 #: Each paper's cut: (policy, words, detokenize first)
 PRESETS: dict[str, tuple[Policy, int, bool]] = {
     "karpinska2021": ("at_most", 150, True),
     "union-wp": ("nearest", 200, True),
     "clark2021-detection": ("at_least", 100, False),
+    "clark2021-context": ("last_at_least", 60, False),
 }
 
 
@@ -65,6 +70,8 @@ def cut_text(
     'One two three. Four five six.'
     >>> cut_text("One two.", words=4, policy="at_least").status
     'too_short'
+    >>> cut_text("One two three. Four five six. Seven eight.", words=4, policy="last_at_least").text
+    'Four five six. Seven eight.'
     """
     if policy not in POLICIES:
         raise ValueError(f"policy must be one of {', '.join(POLICIES)}; got {policy!r}")
@@ -79,6 +86,8 @@ def cut_text(
     before = count_words(source)
     if policy == "at_least" and before < words:
         return CutOutcome(None, before, 0, "too_short")
+    if policy == "last_at_least":
+        return _last_sentences(sentences, words, before)
     ends, total = [], 0
     for sentence in sentences:
         total += count_words(sentence)
@@ -89,6 +98,17 @@ def cut_text(
         return CutOutcome(kept, before, count_words(kept), "cut_inside")
     kept = " ".join(sentences[: index + 1])
     return CutOutcome(kept, before, ends[index], "kept" if index == len(ends) - 1 else "cut")
+
+
+def _last_sentences(sentences: list[str], words: int, before: int) -> CutOutcome:
+    """The trailing sentences from the one holding the last ``words``-th word."""
+    total = 0
+    for start in range(len(sentences) - 1, -1, -1):
+        total += count_words(sentences[start])
+        if total >= words:
+            kept = " ".join(sentences[start:])
+            return CutOutcome(kept, before, total, "cut" if start else "kept")
+    return CutOutcome(" ".join(sentences), before, before, "kept")
 
 
 def _end_index(ends: list[int], words: int, policy: Policy) -> int | None:

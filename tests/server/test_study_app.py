@@ -390,6 +390,54 @@ def test_failed_attention_checks_are_exported_and_excluded(examples_dir, tmp_pat
     assert set(result.raters.loc[result.raters["kept"], "rater_id"]) == {"p00001"}
 
 
+def test_pairwise_choices_can_be_followed_by_why(study_dir, tmp_path):
+    """Clark (2021), section 3.7: raters choose a continuation and briefly explain why."""
+    text = """name: why
+title: Why
+protocol: pairwise
+stories: stories.jsonl
+pairwise:
+  systems: [smollm2-p0.9, smollm2-k40-t0.7]
+  labels: [Sentence 1, Sentence 2]
+  why_question: Briefly explain why you made your choice.
+criteria:
+  - name: continue
+    question: Choose a sentence to continue the story.
+assignment:
+  items_per_participant: 2
+  raters_per_item: 1
+"""
+    (study_dir / "why.yaml").write_text(text, encoding="utf-8")
+    study = load_study(study_dir / "why.yaml")
+    client = make_client(study, tmp_path)
+    link = new_links(client, study, 1)[0].split("testserver")[1]
+    token = str(client.get(link, follow_redirects=True).url).split("/")[4]
+    page = client.post(f"/study/{token}/start", data={"consent": "yes"}, follow_redirects=True)
+    item = str(page.url).split("testserver")[1]
+    step = re.search(r'name="step" value="([^"]*)"', page.text)
+    form = {"continue": "2", **({"step": step.group(1)} if step else {})}
+    explain = client.post(item, data=form, follow_redirects=True)
+    assert str(explain.url).endswith("/explain"), explain.text[:300]
+    assert "Briefly explain why you made your choice." in explain.text
+    assert "Your answer: <strong>Sentence 2</strong>" in explain.text
+    assert "Sentence 1" in explain.text  # both continuations are shown, labelled
+    empty = client.post(str(explain.url).split("testserver")[1], data={"explanation": ""})
+    assert empty.status_code == 422  # required by default
+    done = client.post(
+        str(explain.url).split("testserver")[1],
+        data={"explanation": "It names the right character."},
+        follow_redirects=True,
+    )
+    assert "/item/" in str(done.url)
+    rows = client.get(f"/admin/{ADMIN}/study/why/export/responses.jsonl").text.splitlines()
+    [answer] = [json.loads(r) for r in rows]
+    assert answer["text"] == "It names the right character." and answer["scope"] == "item"
+    from storyeval.human.statement import design_statement
+
+    statement = design_statement(study)
+    assert 'After each choice (free text, required): "Briefly explain why' in statement
+
+
 def test_a_pairwise_study_of_several_pairs_is_served(study_dir, tmp_path):
     text = """name: heads
 title: Heads

@@ -21,11 +21,15 @@ def truncate_command(
         "--preset",
         help="A paper's cut: karpinska2021 (at most 150 words, whole sentences, detokenized), "
         "union-wp (the sentence end nearest 200 words), clark2021-detection (texts of 100 "
-        "words or more, cut at the end of the sentence reaching 100).",
+        "words or more, cut at the end of the sentence reaching 100), clark2021-context (the "
+        "last 60 words, from the start of the sentence holding the 60th; use --field prompt "
+        "for contexts).",
     ),
     words: int = typer.Option(None, "--words", help="The cap in words (without --preset)."),
     policy: str = typer.Option(
-        "at_most", "--policy", help="at_most, nearest or at_least (without --preset)."
+        "at_most",
+        "--policy",
+        help="at_most, nearest, at_least or last_at_least (without --preset).",
     ),
     detokenize: bool = typer.Option(
         False, "--detokenize", help="Join tokenized text (did n't, home .) before counting."
@@ -33,27 +37,32 @@ def truncate_command(
     split: str = typer.Option(
         "pysbd", "--split", help="Sentence splitter: pysbd, spacy or tokens."
     ),
-    field: str = typer.Option("story", "--field", help="The field to cut: story or reference."),
+    field: str = typer.Option(
+        "story", "--field", help="The field to cut: story, reference or prompt."
+    ),
 ) -> None:
     """Cut every story at a sentence end as the paper cut the texts it compares (Karpinska et
     al. 2021; Guan and Huang 2020; Clark 2021, chapter 6), so human and generated texts have
     the same length. Each record keeps its words before and after and the cut's signature;
     texts a policy leaves out (too short) are counted and not written."""
     from collections import Counter
+    from dataclasses import replace
 
     from storyeval.corpus import read_stories, write_stories
     from storyeval.text import SPLIT_METHODS
     from storyeval.truncation import cut_text, truncation_signature
 
     check_choice(split, SPLIT_METHODS, "--split")
-    check_choice(field, ("story", "reference"), "--field")
+    check_choice(field, ("story", "reference", "prompt"), "--field")
     policy, words, detokenize = _settings(preset, words, policy, detokenize)
     signature = truncation_signature(policy, words, detokenize, split).render()
     counts: Counter[str] = Counter()
     kept = []
     with user_errors():
         for story in read_stories(stories):
-            text = story.story if field == "story" else story.reference
+            text = {"story": story.story, "reference": story.reference, "prompt": story.prompt}[
+                field
+            ]
             if not isinstance(text, str):
                 raise ValueError(f"story {story.id!r}: no single {field} text to cut")
             found = cut_text(
@@ -71,18 +80,7 @@ def truncate_command(
                 "words_after_cut": found.words_after,
                 "truncation": signature,
             }
-            if field == "story":
-                kept.append(
-                    type(story)(
-                        story.id, story.prompt, found.text, story.reference, story.system, extra
-                    )
-                )
-            else:
-                kept.append(
-                    type(story)(
-                        story.id, story.prompt, story.story, found.text, story.system, extra
-                    )
-                )
+            kept.append(replace(story, **{field: found.text}, extra=extra))
         write_stories(output, kept)
     summary = ", ".join(
         f"{counts[s]} {s.replace('_', ' ')}"

@@ -390,7 +390,8 @@ def _typing_line(study: Study) -> str:
     """What the study recorded of how its free-text answers were produced."""
     from storyeval.human.protocols import get_protocol
 
-    free_text = bool(study.config.questions) or get_protocol(study.protocol).asks_follow_up
+    protocol = get_protocol(study.protocol)
+    free_text = bool(study.config.questions) or protocol.wants_follow_up(study.config)
     if not free_text:
         return "Free-text answers: none asked."
     if not study.config.quality.record_typing:

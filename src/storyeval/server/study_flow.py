@@ -265,7 +265,7 @@ def items_done(conn: Connection, participant_id: int) -> int:
 def _pending_follow_up(
     conn: Connection, study: Study, participant_id: int, mine: Sequence[SlotRow]
 ) -> int | None:
-    if not get_protocol(study.protocol).asks_follow_up:
+    if not get_protocol(study.protocol).wants_follow_up(study.config):
         return None
     done = [s.id for s in mine if s.status == "done"]
     if not done:
@@ -852,7 +852,7 @@ def submit_page(
     _SLOT_DONE.run(conn, {"sid": slot_id, "now": now})
     after = replace(current, last_submit_at=now, last_seen_at=now)
     answered = replace(slot, status="done", done_at=now)
-    follow = get_protocol(study.protocol).asks_follow_up and page.kind == "item"
+    follow = get_protocol(study.protocol).wants_follow_up(study.config) and page.kind == "item"
     known = replace(
         snap,
         participant=after,

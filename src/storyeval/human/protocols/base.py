@@ -227,10 +227,22 @@ class StudyProtocol:
         """The judgments one answered page produces."""
         raise NotImplementedError
 
+    def wants_follow_up(self, config: StudyConfig) -> bool:
+        """Whether a free-text question follows each item (``asks_follow_up``, or a study
+        option such as pairwise's ``why_question``)."""
+        return self.asks_follow_up
+
     def follow_up(self, study: Study, answers: Mapping[str, float]) -> str | None:
         """A free-text question asked right after an item, given its stored answers by
-        criterion (only for protocols with ``asks_follow_up``)."""
+        criterion (only where :meth:`wants_follow_up`)."""
         return None
+
+    def answer_summary(self, study: Study, page: PageView, answers: Mapping[str, float]) -> str:
+        """The answer given (``answers``: the stored values by criterion), in words, shown
+        above the follow-up question."""
+        labels = getattr(self.options(study.config), "labels", ())
+        rating = int(next(iter(answers.values()), 0))
+        return str(labels[rating - 1]) if 0 < rating <= len(labels) else ""
 
     def follow_up_required(self, study: Study) -> bool:
         """Whether the follow-up question of an answer must be answered."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import pandas as pd
 from pydantic import Field, model_validator
@@ -43,6 +43,10 @@ class PairwiseOptions(StrictModel):
     allow_tie: bool = False
     labels: tuple[str, str] = ("Story A", "Story B")
     tie_label: str = "They are equally good"
+    #: a free-text question after each choice, e.g. "Briefly explain why you made your
+    #: choice." (Clark 2021, section 3.7); none by default
+    why_question: str | None = Field(default=None, min_length=1)
+    why_required: bool = True
 
     @model_validator(mode="after")
     def _one_of(self) -> PairwiseOptions:
@@ -209,6 +213,29 @@ class Pairwise(StudyProtocol):
             rows.append(JudgmentRow(item.key, criterion.name, value, item.condition, extra))
         return rows
 
+    def wants_follow_up(self, config: StudyConfig) -> bool:
+        return self.options(config).why_question is not None
+
+    def follow_up(self, study: Study, answers: Mapping[str, float]) -> str | None:
+        return cast("str | None", self.options(study.config).why_question)
+
+    def follow_up_required(self, study: Study) -> bool:
+        return bool(self.options(study.config).why_required)
+
+    def answer_summary(self, study: Study, page: PageView, answers: Mapping[str, float]) -> str:
+        options = self.options(study.config)
+        said = []
+        for criterion in study.criteria:
+            value = answers.get(criterion.name)
+            if value is None:
+                continue
+            if value == 0.5:
+                label = options.tie_label
+            else:
+                label = options.labels[page.layout.index(0 if value == 1.0 else 1)]
+            said.append(label if len(study.criteria) == 1 else f"{criterion.question}: {label}")
+        return "; ".join(said)
+
     def describe(self, study: Study) -> StatementPart:
         options = self.options(study.config)
         answers = f'"{options.labels[0]}" / "{options.labels[1]}"'
@@ -218,6 +245,9 @@ class Pairwise(StudyProtocol):
         ties = "allowed" if options.allow_tie else "not allowed (forced choice)"
         pairs = "; ".join(f"`{a}` (system A) and `{b}` (system B)" for a, b in options.compared)
         lines.append(f"Systems compared: {pairs}; ties {ties}.")
+        if options.why_question:
+            required = "required" if options.why_required else "optional"
+            lines.append(f'After each choice (free text, {required}): "{options.why_question}"')
         answered = {
             "criteria": True,
             "scale": True,

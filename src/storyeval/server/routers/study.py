@@ -255,14 +255,14 @@ def _explain_context(
     if slot is None:
         raise HTTPException(status_code=404, detail="This item is not assigned to you.")
     page = flow.page_for(study, slot, mine)
-    options = protocol.options(study.config)
     rating = int(next(iter(answers.values()), 0))
-    labels = getattr(options, "labels", ())
+    labels = getattr(protocol.options(study.config), "labels", ())
     return {
         **_context(study, participant),
         "texts": list(page.texts),
+        "text_labels": list(labels) if len(page.texts) == 2 and len(labels) == 2 else [],
         "rating": rating,
-        "rating_label": labels[rating - 1] if 0 < rating <= len(labels) else "",
+        "rating_label": protocol.answer_summary(study, page.view(), answers),
         "question": protocol.follow_up(study, answers) or "",
         "action": f"/study/{participant.token}/item/{slot_id}/explain",
         "error": error,
