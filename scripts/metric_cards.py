@@ -9,6 +9,9 @@ per-system values on the example corpus, read from the demo's per-system table t
 tests/test_demo_outputs.py keeps byte-identical (tests/data/demo_outputs/systems.csv), so no
 number in it is typed by hand.
 
+It also keeps the README's count of registered metrics ("any of the N registered metrics")
+equal to the registry's.
+
 Run: python scripts/metric_cards.py            (write every card and the index)
      python scripts/metric_cards.py --check    (exit 1 if a card or the index is missing or stale)
 """
@@ -71,6 +74,26 @@ def render_index(specs: list) -> str:  # type: ignore[type-arg]
     return "\n".join(lines) + "\n"
 
 
+def _readme_count(count: int, *, check: bool) -> list[str]:
+    """Keep README.md's "any of the N registered metrics" true; the problem when checking."""
+    import re
+
+    readme = ROOT / "README.md"
+    text = readme.read_text(encoding="utf-8")
+    pattern = re.compile(r"any of the (\d+) registered metrics")
+    found = pattern.search(text)
+    if found is None:
+        return [f"{readme}: the sentence 'any of the N registered metrics' is missing"]
+    if int(found.group(1)) == count:
+        return []
+    if check:
+        return [
+            f"{readme} says {found.group(1)} registered metrics; there are {count}: run python scripts/metric_cards.py"
+        ]
+    readme.write_text(pattern.sub(f"any of the {count} registered metrics", text), encoding="utf-8")
+    return []
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--check", action="store_true", help="fail if a card is missing or stale")
@@ -97,6 +120,7 @@ def main() -> None:
             stale.append(f"{index} is missing or stale: run python scripts/metric_cards.py")
     else:
         index.write_text(content, encoding="utf-8")
+    stale += _readme_count(len(specs), check=args.check)
     if stale:
         print("\n".join(stale))
         raise SystemExit(1)

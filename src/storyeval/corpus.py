@@ -29,6 +29,7 @@ from typing import Any, Literal, TypeVar
 
 from storyeval.errors import DataFileError, DataProblem
 from storyeval.io import atomic_write
+from storyeval.validation import check_choice
 
 FileFormat = Literal["jsonl", "csv"]
 RecordKind = Literal["stories", "judgments", "scores"]
@@ -259,8 +260,7 @@ def parse_score(record: Mapping[str, Any]) -> Score:
 def detect_format(path: str | Path, fmt: FileFormat | None = None) -> FileFormat:
     """``jsonl`` or ``csv`` from a file's suffix (``.jsonl``/``.json`` or ``.csv``); anything else raises ``ValueError``."""
     if fmt is not None:
-        if fmt not in ("jsonl", "csv"):
-            raise ValueError(f"fmt must be one of jsonl, csv; got {fmt!r}")
+        check_choice(fmt, ("jsonl", "csv"), "fmt")
         return fmt
     suffix = Path(path).suffix.lower()
     if suffix == ".csv":

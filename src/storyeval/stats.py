@@ -18,6 +18,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from storyeval.errors import BootstrapWarning, DegenerateInputWarning, warn
+from storyeval.validation import check_choice, check_confidence
 
 Method = Literal["pearson", "spearman", "kendall"]
 METHODS: tuple[str, ...] = ("pearson", "spearman", "kendall")
@@ -53,17 +54,13 @@ def tie_safe(values: ArrayLike, significant: int = TIE_DIGITS) -> FloatArray:
 
 def check_method(method: str) -> str:
     """Return ``method`` if it is a known correlation method, else raise ``ValueError``."""
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {', '.join(METHODS)}; got {method!r}")
+    check_choice(method, METHODS, "method")
     return method
 
 
 def check_variant(variant: str) -> str:
     """``variant`` if it is a Kendall variant (``b`` or ``c``), else ``ValueError``."""
-    if variant not in KENDALL_VARIANTS:
-        raise ValueError(
-            f"kendall_variant must be one of {', '.join(KENDALL_VARIANTS)}; got {variant!r}"
-        )
+    check_choice(variant, KENDALL_VARIANTS, "kendall_variant")
     return variant
 
 
@@ -418,20 +415,6 @@ def percentile_interval(
     return float(low), float(high)
 
 
-def check_confidence(confidence: float) -> float:
-    """``confidence`` if it is strictly between 0 and 1, else ``ValueError``."""
-    if not 0.0 < confidence < 1.0:
-        raise ValueError(f"confidence must be between 0 and 1 (exclusive); got {confidence!r}")
-    return confidence
-
-
-def check_n_boot(n_boot: int) -> int:
-    """``n_boot`` if it is a non-negative integer, else ``ValueError``."""
-    if isinstance(n_boot, bool) or not isinstance(n_boot, int | np.integer) or n_boot < 0:
-        raise ValueError(f"n_boot must be a non-negative integer; got {n_boot!r}")
-    return int(n_boot)
-
-
 def bonferroni(p_values: Sequence[float], *, tests: int | None = None) -> list[float]:
     """Bonferroni-corrected p values: each times the number of tests (``tests``, by default
     the finite p values given), at most 1. Clark (2021) divides 0.05 by 15 (p < 0.00333)."""
@@ -440,13 +423,6 @@ def bonferroni(p_values: Sequence[float], *, tests: int | None = None) -> list[f
     if m < 1:
         raise ValueError(f"tests must be at least 1; got {m}")
     return [math.nan if math.isnan(p) else min(1.0, p * m) for p in p_values]
-
-
-def check_choice(value: str, choices: Sequence[str], name: str) -> str:
-    """``value`` if it is one of ``choices``, else ``ValueError`` naming ``name`` and them."""
-    if value not in choices:
-        raise ValueError(f"{name} must be one of {', '.join(choices)}; got {value!r}")
-    return value
 
 
 def sign_flip_test(

@@ -12,6 +12,7 @@ import warnings
 from typing import Any, Literal
 
 from storyeval.errors import StoryevalWarning
+from storyeval.validation import check_choice
 
 SplitMethod = Literal["pysbd", "spacy", "tokens"]
 SPLIT_METHODS: tuple[str, ...] = ("pysbd", "spacy", "tokens")
@@ -165,8 +166,7 @@ def split_sentences(
     """
     if not isinstance(text, str):
         raise TypeError(f"text must be a str; got {type(text).__name__}")
-    if method not in SPLIT_METHODS:
-        raise ValueError(f"method must be one of {', '.join(SPLIT_METHODS)}; got {method!r}")
+    check_choice(method, SPLIT_METHODS, "method")
     if not text.strip():
         return []
     if method == "spacy":

@@ -30,6 +30,7 @@ from typing import Literal
 
 from storyeval.signature import Signature
 from storyeval.text import SplitMethod, count_words, detokenized, split_sentences
+from storyeval.validation import check_choice
 
 Policy = Literal["at_most", "nearest", "at_least", "last_at_least"]
 POLICIES: tuple[str, ...] = ("at_most", "nearest", "at_least", "last_at_least")
@@ -73,8 +74,7 @@ def cut_text(
     >>> cut_text("One two three. Four five six. Seven eight.", words=4, policy="last_at_least").text
     'Four five six. Seven eight.'
     """
-    if policy not in POLICIES:
-        raise ValueError(f"policy must be one of {', '.join(POLICIES)}; got {policy!r}")
+    check_choice(policy, POLICIES, "policy")
     if not isinstance(words, int) or isinstance(words, bool) or words < 1:
         raise ValueError(f"words must be a positive integer; got {words!r}")
     # split the text as it is (tokenized text is split at its end tokens), then join the

@@ -198,7 +198,7 @@ def analyse_mil_study(
 ) -> MilStudy:
     """Table 2.4 and the numbers of sections 2.6.4-2.6.5 (see the module docstring) from the
     story sessions, the slogan sessions and the third-party ratings of both."""
-    from storyeval.stats import check_confidence
+    from storyeval.validation import check_confidence
 
     check_confidence(confidence)
     own = pd.concat([_story_answers(stories), _slogan_answers(slogans)], ignore_index=True)

@@ -308,7 +308,7 @@ def self_vs_others(
     question, own) and the mean third-party rating of it, per question and criterion, with a
     bootstrap interval."""
     from storyeval.meta.correlation import level_correlation
-    from storyeval.stats import check_choice
+    from storyeval.validation import check_choice
 
     check_choice(method, ("pearson", "spearman"), "method")
     others = pd.DataFrame(

@@ -211,6 +211,10 @@ def _canonical_config(config: StudyConfig) -> dict[str, Any]:
     pairwise = data.get("pairwise")
     if isinstance(pairwise, dict) and pairwise.get("pairs") is None:
         pairwise.pop("pairs", None)  # a later option: files with systems keep their version
+    if isinstance(pairwise, dict) and pairwise.get("why_question") is None:
+        pairwise.pop("why_question", None)  # later options, absent while unset
+        if pairwise.get("why_required") is True:
+            pairwise.pop("why_required")
     return data
 
 

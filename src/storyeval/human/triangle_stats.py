@@ -33,6 +33,7 @@ from typing import Any, Literal, cast
 import numpy as np
 
 from storyeval.signature import Signature
+from storyeval.validation import check_choice
 
 TRIANGLE_ORDERS: tuple[str, ...] = ("AAB", "ABA", "BAA", "BBA", "BAB", "ABB")
 """The six triads of texts by subjects A and B (González Corbelle et al. 2020, section 4.1)."""
@@ -280,8 +281,7 @@ def odd_position(order: str) -> int:
     >>> odd_position("AAB"), odd_position("ABA"), odd_position("BAA"), odd_position("ABB")
     (3, 2, 1, 1)
     """
-    if order not in TRIANGLE_ORDERS:
-        raise ValueError(f"order must be one of {', '.join(TRIANGLE_ORDERS)}; got {order!r}")
+    check_choice(order, TRIANGLE_ORDERS, "order")
     counts = Counter(order)
     odd = next(letter for letter, count in counts.items() if count == 1)
     return order.index(odd) + 1
@@ -323,8 +323,7 @@ def plan(
     >>> p.judges, p.min_correct
     (23, 12)
     """
-    if test not in TRIANGLE_TESTS:
-        raise ValueError(f"test must be one of {', '.join(TRIANGLE_TESTS)}; got {test!r}")
+    check_choice(test, TRIANGLE_TESTS, "test")
     n = judges_needed(alpha, beta, pd)
     counts = Counter(balanced_orders(n))
     return TrianglePlan(

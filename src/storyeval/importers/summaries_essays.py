@@ -71,8 +71,8 @@ def import_asap(
     max_sentences: int | None = None,
 ) -> ImportResult:
     """Import one essay set of ASAP's ``training_set_rel3.tsv`` (see the module docstring)."""
-    from storyeval.stats import check_choice
     from storyeval.text import split_sentences
+    from storyeval.validation import check_choice
 
     check_choice(score, ("resolved", "raters"), "score")
     file_path = require_file(path)

@@ -11,6 +11,7 @@ from typing import TypeVar
 from storyeval.corpus import Story
 from storyeval.errors import StoryevalError
 from storyeval.perturb.base import story_rng
+from storyeval.validation import check_fraction
 
 T = TypeVar("T")
 
@@ -59,8 +60,7 @@ def split_dev(
     >>> len(train), len(dev)
     (18, 2)
     """
-    if not 0.0 < dev_fraction < 1.0:
-        raise ValueError(f"dev_fraction must be in (0, 1); got {dev_fraction!r}")
+    check_fraction(dev_fraction, "dev_fraction")
     n = len(stories)
     n_dev = max(MIN_DEV_STORIES, int(dev_fraction * n + 0.5))
     if n - n_dev < MIN_TRAIN_STORIES:

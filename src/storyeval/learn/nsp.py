@@ -37,6 +37,7 @@ from storyeval.learn.encoding import Encoded, encode_pair, pad_batch, pad_id
 from storyeval.learn.trainer import TrainingConfig, TrainingResult, existing_model, fit
 from storyeval.perturb.base import story_rng
 from storyeval.signature import Signature
+from storyeval.validation import check_choice, check_fraction
 
 IS_NEXT = 0
 NOT_NEXT = 1
@@ -77,12 +78,8 @@ class NspConfig:
             raise ValueError(
                 f"max_length must be an integer in [16, 4096]; got {self.max_length!r}"
             )
-        if not 0.0 < self.dev_fraction < 1.0:
-            raise ValueError(f"dev_fraction must be in (0, 1); got {self.dev_fraction!r}")
-        if self.architecture not in ARCHITECTURES:
-            raise ValueError(
-                f"architecture must be one of {', '.join(ARCHITECTURES)}; got {self.architecture!r}"
-            )
+        check_fraction(self.dev_fraction, "dev_fraction")
+        check_choice(self.architecture, ARCHITECTURES, "architecture")
 
 
 @dataclass(frozen=True)

@@ -51,6 +51,7 @@ import pandas as pd
 from storyeval.corpus import Judgment, Story
 from storyeval.errors import StoryevalError
 from storyeval.signature import Signature
+from storyeval.validation import check_choice
 
 NLI_FEATURES = ("entail", "neutral", "contra")
 FORMAT_VERSION = 1
@@ -69,8 +70,7 @@ def feature_names(feature_set: str = "6dim") -> list[str]:
     >>> len(feature_names("8dim")), len(feature_names("both-ways+lengths"))
     (8, 11)
     """
-    if feature_set not in FEATURE_SETS:
-        raise ValueError(f"features must be one of {', '.join(FEATURE_SETS)}; got {feature_set!r}")
+    check_choice(feature_set, FEATURE_SETS, "features")
     names = ["similarity", *(f"{k}_fwd" for k in NLI_FEATURES)]
     if feature_set.startswith("both-ways"):
         names += [f"{k}_bwd" for k in NLI_FEATURES]
@@ -643,8 +643,7 @@ def train_nubia(
 
     if calibration not in ("self", "clip"):
         raise ValueError(f"calibration must be self or clip; got {calibration!r}")
-    if aggregator not in AGGREGATORS:
-        raise ValueError(f"aggregator must be one of {', '.join(AGGREGATORS)}; got {aggregator!r}")
+    check_choice(aggregator, AGGREGATORS, "aggregator")
     if folds < 2:
         raise ValueError(f"folds must be >= 2; got {folds}")
     usable, ratings, criterion = _targets(stories, judgments, criterion)

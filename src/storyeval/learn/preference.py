@@ -38,6 +38,7 @@ import numpy as np
 from storyeval.corpus import Judgment, Score, Story
 from storyeval.errors import StoryevalError
 from storyeval.signature import Signature
+from storyeval.validation import check_choice, check_fraction
 
 _T = TypeVar("_T")
 
@@ -174,10 +175,7 @@ class PreferenceConfig:
             from storyeval.learn.metric_features import check_metric_features
 
             check_metric_features(self.metric_features, self.metric_options)
-        if self.features not in FEATURES:
-            raise ValueError(
-                f"features must be one of {', '.join(FEATURES)}; got {self.features!r}"
-            )
+        check_choice(self.features, FEATURES, "features")
         if not self.pointwise and not self.pairwise:
             raise ValueError("train on ratings (pointwise), pairs (pairwise), or both")
         if self.margin < 0 or not 0 <= self.tie_margin <= self.margin:
@@ -186,8 +184,7 @@ class PreferenceConfig:
             raise ValueError(f"l2 must be a number >= 0 or 'auto'; got {self.l2!r}")
         if self.steps < 1 or self.learning_rate <= 0 or self.hidden < 0:
             raise ValueError("steps >= 1, learning_rate > 0 and hidden >= 0")
-        if not 0 < self.dev_fraction < 1:
-            raise ValueError(f"dev_fraction must be in (0, 1); got {self.dev_fraction}")
+        check_fraction(self.dev_fraction, "dev_fraction")
         if self.rating_loss not in ("mse", "ordinal"):
             raise ValueError(f"rating_loss must be mse or ordinal; got {self.rating_loss!r}")
         if self.rating_loss == "ordinal" and (self.criterion is None or not self.pointwise):

@@ -33,6 +33,7 @@ from typing import Any
 from storyeval.corpus import Story
 from storyeval.errors import StoryevalError
 from storyeval.signature import Signature
+from storyeval.validation import check_choice
 
 ALGORITHMS = ("grpo", "rloo", "scst")
 #: Settings that only one kind of algorithm reads (left out of the other's signature).
@@ -177,10 +178,7 @@ class RewardTraining:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.algorithm not in ALGORITHMS:
-            raise ValueError(
-                f"algorithm must be one of {', '.join(ALGORITHMS)}; got {self.algorithm!r}"
-            )
+        check_choice(self.algorithm, ALGORITHMS, "algorithm")
         for name in ("steps", "max_new_tokens"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1; got {getattr(self, name)}")

@@ -52,6 +52,7 @@ from storyeval.learn.trainer import (
 )
 from storyeval.perturb.base import PerturbOptions, parse_techniques
 from storyeval.signature import Signature
+from storyeval.validation import check_fraction
 
 HEADS_FILE = "union_heads.safetensors"
 
@@ -153,8 +154,7 @@ class UnionConfig:
             )
         if not isinstance(self.negatives, int) or self.negatives < 1:
             raise ValueError(f"negatives must be a positive integer; got {self.negatives!r}")
-        if not 0.0 < self.dev_fraction < 1.0:
-            raise ValueError(f"dev_fraction must be in (0, 1); got {self.dev_fraction!r}")
+        check_fraction(self.dev_fraction, "dev_fraction")
         if self.window is not None and (not isinstance(self.window, int) or self.window < 2):
             raise ValueError(f"window must be an integer >= 2 or None; got {self.window!r}")
         if self.stride is not None and (

@@ -42,13 +42,8 @@ from storyeval.meta.correlation import (
 )
 from storyeval.meta.data import MetaInputError, judgments_frame
 from storyeval.signature import Signature
-from storyeval.stats import (
-    bootstrap_indices,
-    bootstrap_weights,
-    check_confidence,
-    check_n_boot,
-    percentile_interval,
-)
+from storyeval.stats import bootstrap_indices, bootstrap_weights, percentile_interval
+from storyeval.validation import check_choice, check_confidence, check_n_boot
 
 ALPHA_LEVELS: tuple[str, ...] = ("nominal", "ordinal", "interval")
 AGREEMENT_STATISTICS: tuple[str, ...] = ("alpha", "fleiss", "icc", "full_agreement")
@@ -198,8 +193,7 @@ def krippendorff_alpha(
     >>> round(krippendorff_alpha(m, level="nominal")[0], 3)
     0.667
     """
-    if level not in ALPHA_LEVELS:
-        raise ValueError(f"level must be one of {', '.join(ALPHA_LEVELS)}; got {level!r}")
+    check_choice(level, ALPHA_LEVELS, "level")
     n_boot = check_n_boot(n_boot)
     check_confidence(confidence)
     data = np.asarray(matrix, dtype=float)

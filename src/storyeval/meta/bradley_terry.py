@@ -28,6 +28,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from storyeval.errors import DegenerateInputWarning, warn
+from storyeval.validation import check_choice
 
 TieHandling = Literal["davidson", "half", "drop"]
 TIES: tuple[str, ...] = ("davidson", "half", "drop")
@@ -245,8 +246,7 @@ def bradley_terry(
     """
     from scipy.optimize import minimize
 
-    if ties not in TIES:
-        raise ValueError(f"ties must be one of {', '.join(TIES)}; got {ties!r}")
+    check_choice(ties, TIES, "ties")
     if prior < 0:
         raise ValueError(f"prior must be >= 0; got {prior}")
     counts = (
@@ -361,8 +361,7 @@ def anchored_bradley_terry(
     """
     from scipy.optimize import minimize
 
-    if ties not in TIES:
-        raise ValueError(f"ties must be one of {', '.join(TIES)}; got {ties!r}")
+    check_choice(ties, TIES, "ties")
     counts = (
         comparisons
         if isinstance(comparisons, ComparisonCounts)

@@ -26,6 +26,7 @@ from storyeval import __version__
 from storyeval.errors import DataFileError, DataProblem
 from storyeval.meta.bradley_terry import bradley_terry, count_comparisons, elo
 from storyeval.signature import Signature
+from storyeval.validation import check_confidence, check_n_boot
 
 COMPARISON_FIELDS = ("item_id", "prompt_id", "system_a", "system_b", "winner")
 RANK_COLUMNS = (
@@ -362,8 +363,8 @@ def rank_systems(
         raise ValueError(
             f"no comparison{'' if criterion is None else f' of criterion {criterion!r}'}"
         )
-    if n_boot < 0 or not 0 < confidence < 1:
-        raise ValueError("n_boot must be >= 0 and confidence between 0 and 1")
+    check_n_boot(n_boot)
+    check_confidence(confidence)
     if aggregate is not None and weights is not None:
         raise ValueError("weights and aggregate cannot be combined (the posterior weighs)")
     n_compared = len(frame)

@@ -32,6 +32,7 @@ import pandas as pd
 
 from storyeval.errors import StoryevalError
 from storyeval.signature import Signature
+from storyeval.validation import check_choice
 
 EPS = 1e-10  # crowd-kit's floor on probabilities
 CONSTANT_SHARE = 0.95
@@ -304,8 +305,7 @@ def competence_tables(
     ValueError
         For a model other than ``mace`` or ``dawid-skene``.
     """
-    if model not in COMPETENCE_MODELS:
-        raise ValueError(f"model must be one of {', '.join(COMPETENCE_MODELS)}; got {model!r}")
+    check_choice(model, COMPETENCE_MODELS, "model")
     frame = (
         judgments.copy()
         if isinstance(judgments, pd.DataFrame)

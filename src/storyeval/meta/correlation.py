@@ -50,9 +50,7 @@ from storyeval.stats import (
     FloatArray,
     bootstrap_indices,
     bootstrap_weights,
-    check_confidence,
     check_method,
-    check_n_boot,
     check_variant,
     correlation,
     kendall_resampled,
@@ -61,6 +59,7 @@ from storyeval.stats import (
     sign_flip_test,
     tie_safe,
 )
+from storyeval.validation import check_choice, check_confidence, check_n_boot
 
 LEVELS: tuple[str, ...] = ("pooled", "story", "system")
 #: Every level :func:`level_correlation` computes: the default ones and those asked for by name.
@@ -93,8 +92,7 @@ LABEL_SEED = 1_000_003
 
 def check_level(level: str) -> str:
     """``level`` if it is one of :data:`ALL_LEVELS`, else ``ValueError``."""
-    if level not in ALL_LEVELS:
-        raise ValueError(f"level must be one of {', '.join(ALL_LEVELS)}; got {level!r}")
+    check_choice(level, ALL_LEVELS, "level")
     return level
 
 
@@ -685,10 +683,8 @@ class CorrelationSettings:
             raise ValueError("give at least one level and one method")
         if self.kendall_variant not in ("b", "c"):
             raise ValueError(f"kendall_variant must be b or c; got {self.kendall_variant!r}")
-        if self.n_boot < 0:
-            raise ValueError(f"n_boot must be >= 0; got {self.n_boot}")
-        if not 0 < self.confidence < 1:
-            raise ValueError(f"confidence must be between 0 and 1; got {self.confidence}")
+        check_n_boot(self.n_boot)
+        check_confidence(self.confidence)
 
     def with_levels(self, levels: Sequence[str]) -> CorrelationSettings:
         """These settings at other levels."""

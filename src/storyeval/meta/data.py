@@ -26,6 +26,7 @@ import pandas as pd
 
 from storyeval.corpus import Judgment, Score, Story, read_judgments, read_scores, read_stories
 from storyeval.errors import DataCoverageWarning, MixedSignatureWarning, StoryevalError, warn
+from storyeval.validation import check_choice
 
 AGGREGATIONS: tuple[str, ...] = ("mean", "median", "majority", "mace", "dawid-skene", "ordinal")
 
@@ -184,8 +185,7 @@ def aggregate_ratings(
     >>> aggregate_ratings(long)["ok"].round(3).tolist()
     [0.667, 0.333]
     """
-    if method not in AGGREGATIONS:
-        raise ValueError(f"method must be one of {', '.join(AGGREGATIONS)}; got {method!r}")
+    check_choice(method, AGGREGATIONS, "method")
     frame = judgments_frame(judgments)
     if frame.empty:
         return pd.DataFrame(index=pd.Index([], name="item_id"))

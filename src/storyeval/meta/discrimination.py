@@ -36,7 +36,8 @@ from storyeval.errors import (
 )
 from storyeval.meta.data import MetaInputError, _scores_to_frame
 from storyeval.signature import Signature, SignatureValue
-from storyeval.stats import binomial_test, check_confidence
+from storyeval.stats import binomial_test
+from storyeval.validation import check_confidence
 
 PAIR_COLUMNS: tuple[str, ...] = ("original_id", "altered_id")
 

@@ -28,6 +28,7 @@ from scipy import stats
 
 from storyeval.corpus import Judgment
 from storyeval.signature import Signature
+from storyeval.validation import check_confidence
 
 PPI_COLUMNS = [
     "group", "estimate", "ci_low", "ci_high", "lam", "n_labeled", "n_unlabeled",
@@ -120,8 +121,7 @@ def ppi_mean(
         raise ValueError(
             "prediction-powered inference needs >= 2 labelled and >= 1 unlabelled items"
         )
-    if not 0 < confidence < 1:
-        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    check_confidence(confidence)
     weight = power_tuning(y, yhat, rest) if lam is None else float(lam)
     n, total = len(y), len(rest)
     estimate = float(weight * rest.mean() + (y - weight * yhat).mean())

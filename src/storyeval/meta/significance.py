@@ -30,6 +30,7 @@ from storyeval.meta.correlation import check_level
 from storyeval.meta.data import MetaTable
 from storyeval.signature import Signature
 from storyeval.stats import check_method, check_variant, correlation
+from storyeval.validation import check_choice
 
 ALTERNATIVES: tuple[str, ...] = ("greater", "two-sided", "less")
 CORRECTIONS: dict[str, str] = {"bh": "fdr_bh", "bonferroni": "bonferroni", "holm": "holm"}
@@ -78,10 +79,7 @@ def williams_test(
     """
     from scipy import stats
 
-    if alternative not in ALTERNATIVES:
-        raise ValueError(
-            f"alternative must be one of {', '.join(ALTERNATIVES)}; got {alternative!r}"
-        )
+    check_choice(alternative, ALTERNATIVES, "alternative")
     nan = {"statistic": math.nan, "df": math.nan, "p_value": math.nan, "estimate": math.nan}
     values = (r12, r13, r23)
     if not all(isinstance(v, int | float) and math.isfinite(v) for v in values):
@@ -151,8 +149,7 @@ def adjust_pvalues(
     """
     from statsmodels.stats.multitest import multipletests
 
-    if method not in CORRECTIONS:
-        raise ValueError(f"method must be one of {', '.join(CORRECTIONS)}; got {method!r}")
+    check_choice(method, CORRECTIONS, "method")
     if column not in table.columns:
         raise ValueError(f"the table has no column {column!r}")
     out = table.copy()

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from storyeval.stats import FloatArray, percentile_interval
+from storyeval.validation import check_choice
 
 PAIRWISE_METHODS: tuple[str, ...] = ("acc_eq", "spa")
 #: Sign flips of SPA's permutation tests
@@ -161,8 +162,7 @@ def pairwise_meta_row(
     """``acc_eq`` or ``spa`` at one level, with a percentile interval over prompts (items
     where there are no prompts), in :func:`~storyeval.meta.correlation.level_correlation`'s
     result format plus ``epsilon``."""
-    if method not in PAIRWISE_METHODS:
-        raise ValueError(f"method must be one of {', '.join(PAIRWISE_METHODS)}; got {method!r}")
+    check_choice(method, PAIRWISE_METHODS, "method")
     if method == "spa" and level != "system":
         raise ValueError("soft pairwise accuracy is defined at the system level only")
     keep = np.isfinite(x) & np.isfinite(y)

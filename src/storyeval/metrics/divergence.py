@@ -42,6 +42,7 @@ import numpy as np
 
 from storyeval.errors import StoryevalWarning, warn
 from storyeval.signature import Signature
+from storyeval.validation import check_choice
 
 #: Below this many texts on either side, MAUVE's histogram has fewer than 10 clusters and its
 #: value moves a lot with the k-means seed (mauve issues #9 and #18; the paper uses 5,000
@@ -135,8 +136,7 @@ class MauveResult:
 def kmeans_backend(requested: str = "auto") -> KMeansBackend:
     """``faiss`` when faiss-cpu is installed (the reference implementation's quantiser, so
     numbers match it), else ``sklearn``; a requested backend that is missing is an error."""
-    if requested not in ("auto", "faiss", "sklearn"):
-        raise ValueError(f"kmeans must be one of auto, faiss, sklearn; got {requested!r}")
+    check_choice(requested, ("auto", "faiss", "sklearn"), "kmeans")
     if requested == "sklearn":
         return "sklearn"
     try:

@@ -25,6 +25,7 @@ from storyeval.metrics.cards import CLARK, EDIT_LIMITS, MetricCard
 from storyeval.metrics.function import Opt, Scores, Texts, metric
 from storyeval.metrics.registry import MetricOption
 from storyeval.text import tokenize_words
+from storyeval.validation import check_choice
 
 
 def levenshtein(a: Sequence[Any] | str, b: Sequence[Any] | str) -> int:
@@ -129,8 +130,7 @@ def user(edited: str, original: str, *, unit: str = "word") -> UserScore:
     >>> round(score.precision, 3), round(score.recall, 3), round(score.f1, 3)
     (0.8, 0.667, 0.727)
     """
-    if unit not in ("word", "char"):
-        raise ValueError(f"unit must be one of word, char; got {unit!r}")
+    check_choice(unit, ("word", "char"), "unit")
     a = tokenize_words(original) if unit == "word" else list(original)
     b = tokenize_words(edited) if unit == "word" else list(edited)
     matched = matched_tokens(a, b)

@@ -24,6 +24,7 @@ from storyeval.metrics.cards import MetricCard
 from storyeval.metrics.context import ScoringContext
 from storyeval.metrics.function import Opt, Prompts, Scores, Texts, check, metric
 from storyeval.metrics.registry import CorpusStatistic, MetricOption
+from storyeval.validation import check_choice
 
 
 @dataclass
@@ -95,8 +96,7 @@ def token_nll(
 
     from storyeval.models.devices import autocast, check_precision, model_device
 
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}; got {precision!r}")
+    check_choice(precision, PRECISIONS, "precision")
     device = model_device(lm)
     check_precision(precision, str(device))
     limit = int(window or lm.max_length)

@@ -41,6 +41,7 @@ from storyeval.metrics.registry import (
     unused_options,
 )
 from storyeval.signature import Signature
+from storyeval.validation import check_choice, check_confidence
 
 MissingPolicy = Literal["error", "skip"]
 #: Metric model roles that run a neural network (their signatures say where and how).
@@ -449,12 +450,11 @@ def score_on(
 
 
 def _check_run_settings(missing: str | None, bootstrap: int, confidence: float) -> None:
-    if missing is not None and missing not in ("error", "skip"):
-        raise ValueError(f"missing must be one of error, skip; got {missing!r}")
+    if missing is not None:
+        check_choice(missing, ("error", "skip"), "missing")
     if bootstrap < 0:
         raise ValueError(f"bootstrap must be >= 0; got {bootstrap}")
-    if not 0 < confidence < 1:
-        raise ValueError(f"confidence must be between 0 and 1; got {confidence}")
+    check_confidence(confidence)
 
 
 def _choose_metrics(

@@ -17,6 +17,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from storyeval.errors import ModelLoadError
+from storyeval.validation import check_choice
 
 DEFAULT_ENCODER = "all-MiniLM-L6-v2"
 DEFAULT_CAUSAL_LM = "SmolLM2-135M-Instruct-Q4_1"
@@ -245,8 +246,7 @@ def _in_hub_cache(name: str) -> bool:
 
 def resolve_model_path(name: str | None, kind: str) -> tuple[str, str, bool]:
     """Resolve a name to ``(display_name, path_or_hub_name, is_local)`` without loading it."""
-    if kind not in OFFLINE_DEFAULTS:
-        raise ValueError(f"kind must be one of {', '.join(OFFLINE_DEFAULTS)}; got {kind!r}")
+    check_choice(kind, OFFLINE_DEFAULTS, "kind")
     if _kind_is_default(kind, name):
         if kind == "encoder":
             return DEFAULT_ENCODER, str(_packaged_encoder_path()), True
@@ -303,8 +303,7 @@ def wrap_model(
     >>> wrapped.identity.startswith("mine"), wrapped.kind
     (True, 'encoder')
     """
-    if kind not in ("encoder", "causal-lm"):
-        raise ValueError(f"kind must be one of encoder, causal-lm; got {kind!r}")
+    check_choice(kind, ("encoder", "causal-lm"), "kind")
     label = name or str(getattr(model.config, "_name_or_path", "") or type(model).__name__)
     model.eval()
     return LoadedModel(label, hub_identity(model, label), label, tokenizer, model, kind)

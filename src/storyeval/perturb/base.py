@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from storyeval.errors import StoryevalError
 from storyeval.registry import Registry, UnknownNameError
+from storyeval.validation import check_choice
 
 if TYPE_CHECKING:
     from storyeval.perturb.corpus import PerturbationCorpus
@@ -322,8 +323,7 @@ def register_technique(
     suite: str = "union",
 ) -> Callable[[TechniqueFunction], TechniqueFunction]:
     """Register a technique function under ``name`` (a decorator)."""
-    if suite not in SUITES:
-        raise ValueError(f"suite must be one of {', '.join(SUITES)}; got {suite!r}")
+    check_choice(suite, SUITES, "suite")
 
     def decorator(function: TechniqueFunction) -> TechniqueFunction:
         technique = Technique(

@@ -24,6 +24,7 @@ from storyeval.perturb.base import (
 )
 from storyeval.perturb.corpus import PerturbationCorpus
 from storyeval.signature import Signature
+from storyeval.validation import check_choice
 
 Mode = Literal["all", "mix", "each"]
 MODES: tuple[str, ...] = ("all", "mix", "each")
@@ -278,8 +279,7 @@ def _redraw(rng: random.Random, undrawn: list[str], options: PerturbOptions) -> 
 
 
 def _check_run(mode: str, samples: int, seed: int) -> None:
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {', '.join(MODES)}; got {mode!r}")
+    check_choice(mode, MODES, "mode")
     if not isinstance(samples, int) or isinstance(samples, bool) or samples < 1:
         raise ValueError(f"samples must be a positive integer; got {samples!r}")
     if not isinstance(seed, int) or isinstance(seed, bool):

@@ -37,6 +37,7 @@ from sqlalchemy import (
 from sqlalchemy.exc import IntegrityError
 
 from storyeval.server.db import HotQuery, metadata
+from storyeval.validation import check_choice
 
 TOKEN_BYTES = 32
 MAX_EXTERNAL_ID = 256
@@ -250,8 +251,7 @@ def bind_browser(conn: Connection, participant_id: int, secret: str) -> None:
 
 def set_status(conn: Connection, participant_id: int, status: str, now: float, code: str) -> str:
     """End a participation as screened out or returned (once); returns the code shown."""
-    if status not in STATUSES:
-        raise ValueError(f"status must be one of {', '.join(STATUSES)}; got {status!r}")
+    check_choice(status, STATUSES, "status")
     current = lock_participant(conn, participant_id)
     if current.finished_at is not None:
         return current.completion_code or code

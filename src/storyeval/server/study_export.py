@@ -34,6 +34,7 @@ from storyeval.server.study_tables import (
     studies,
     training_answers,
 )
+from storyeval.validation import check_choice
 
 
 def export_judgments(
@@ -393,8 +394,7 @@ def export_to_directory(
     from storyeval.corpus import write_judgments, write_records
     from storyeval.io import atomic_directory
 
-    if fmt not in ("jsonl", "csv"):
-        raise ValueError(f"fmt must be one of jsonl, csv; got {fmt!r}")
+    check_choice(fmt, ("jsonl", "csv"), "fmt")
     with db.read() as conn:
         definition = stored_definition(conn, study.name)
         if definition is None:
