@@ -161,17 +161,21 @@ def _rows(html: str, table: str) -> list[str]:
     return re.findall(r"<tr[ >].*?</tr>", body, flags=re.S)
 
 
+WORDS_CELL = r'<td class="n g-story" title="\d+">(\d+)</td>'
+
+
 def test_the_table_filters_sorts_chooses_columns_and_pages(client: TestClient) -> None:
     everything = client.get("/")
     assert everything.status_code == 200 and "183 stories; page 1 of 4" in everything.text
     human = client.get("/?system=human&sort=words&desc=true&col=words&col=people:coherence")
-    rows = _rows(human.text, "stories")[1:]
+    rows = _rows(human.text, "stories")[2:]  # the group row, then the names
     assert "60 stories" in human.text and len(rows) == 50
-    words = [int(re.findall(r"<td>(\d+)</td>", row)[0]) for row in rows]
+    words = [int(re.findall(WORDS_CELL, row)[0]) for row in rows]
     assert words == sorted(words, reverse=True)
-    assert "<th>people:coherence</th>" in human.text and "<th>words_metric</th>" not in human.text
+    assert 'title="people:coherence">coherence</th>' in human.text
+    assert 'title="words_metric"' not in human.text
     second = client.get("/?system=human&sort=words&desc=true&page=2")
-    assert len(_rows(second.text, "stories")) == 1 + 10
+    assert len(_rows(second.text, "stories")) == 2 + 10
     assert (
         'href="/?system=human&amp;sort=words&amp;desc=true&amp;page=2&amp;page=1"'
         not in second.text
@@ -308,7 +312,7 @@ def test_the_export_is_a_static_site_of_the_same_pages(
     attacker = re.search(r'<a href="([^"]+)">the stories of attacker</a>', views)
     assert attacker is not None
     only = (site / attacker.group(1)).read_text()
-    assert "<p>1 stories; page 1 of 1.</p>" in only and "evil" in only
+    assert ">1 stories; page 1 of 1.</p>" in only and "evil" in only
     table = json.loads((site / "data" / "table.json").read_text())
     assert len(table) == len(read_stories(corpus / "stories.jsonl")) + 2  # and the perturbed
     small = tmp_path / "small"
@@ -417,9 +421,7 @@ def test_writing_sessions_replay_turn_by_turn(tmp_path: Path, examples_dir: Path
 def test_ranges_filter_the_table_and_bad_ones_are_refused(client: TestClient) -> None:
     page = client.get("/?range=words:100:140&sort=words&col=words")
     words = [
-        int(w)
-        for row in _rows(page.text, "stories")[1:]
-        for w in re.findall(r"<td>(\d+)</td>", row)[:1]
+        int(w) for row in _rows(page.text, "stories")[2:] for w in re.findall(WORDS_CELL, row)[:1]
     ]
     assert words and all(100 <= w <= 140 for w in words)
     total = int(re.search(r"(\d+) stories; page", page.text).group(1))  # type: ignore[union-attr]
@@ -470,3 +472,68 @@ def test_the_export_never_replaces_what_it_did_not_write(
     assert run_cli("view", str(corpus), "--export", str(site))[0] == 0
     assert run_cli("view", str(corpus), "--export", str(site))[0] == 0  # an export: replaced
     assert (site / "index.html").is_file() and (site / ".storyeval-output").is_file()
+
+
+@pytest.mark.parametrize("width", [1280, 1920])
+def test_the_table_reads_well_in_chromium(tmp_path: Path, examples_dir: Path, width: int) -> None:
+    """A table of 40+ columns stays inside its frame (the page never scrolls sideways), its
+    header row and first column stay in view, the column groups fold, numbers are compact
+    with the full value on hover, one typeface throughout and no label wraps. Screenshots go
+    to $STORYEVAL_ARTIFACTS (or the test's folder)."""
+    playwright_api = pytest.importorskip("playwright.sync_api")
+    import os
+
+    from storyeval.view.export import export_site
+
+    stories = read_stories(examples_dir / "stories.jsonl")
+    names = [f"metric_with_a_long_name_{k:02d}" for k in range(42)]
+    rows = [
+        {"item_id": s.id, "metric": name, "value": 1 / (k + 3) + len(s.story) / 7}
+        for s in stories
+        for k, name in enumerate(names)
+    ]
+    (tmp_path / "scores.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "stories.jsonl").write_text((examples_dir / "stories.jsonl").read_text())
+    (tmp_path / "judgments.jsonl").write_text((examples_dir / "judgments.jsonl").read_text())
+    site = tmp_path / "site"
+    export_site(load_view_data([tmp_path / "stories.jsonl", tmp_path / "scores.jsonl",
+                                tmp_path / "judgments.jsonl"]), site)  # fmt: skip
+    shots = Path(os.environ.get("STORYEVAL_ARTIFACTS", tmp_path)) / "screenshots"
+    shots.mkdir(parents=True, exist_ok=True)
+    with playwright_api.sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path="/usr/bin/chromium", args=["--headless", "--no-sandbox"]
+        )
+        page = browser.new_page(viewport={"width": width, "height": 900})
+        page.goto((site / "index.html").as_uri())
+        page.screenshot(path=str(shots / f"view-table-{width}.png"))
+        sizes = page.evaluate(
+            "[document.documentElement.scrollWidth, window.innerWidth,"
+            " document.querySelector('.table-wrap').scrollWidth,"
+            " document.querySelector('.table-wrap').clientWidth]"
+        )
+        assert sizes[0] <= sizes[1], sizes  # the page itself never scrolls sideways
+        assert sizes[2] > sizes[3], sizes  # the wide table scrolls inside its frame
+        style = "(s) => getComputedStyle(document.querySelector(s)).position"
+        assert page.evaluate(style, "#stories tr.names th") == "sticky"
+        assert page.evaluate(style, "#stories tbody td:first-child") == "sticky"
+        fonts = page.evaluate(
+            "Array.from(document.querySelectorAll('body, nav a, h1, th, td, label, button, p'))"
+            ".map((e) => getComputedStyle(e).fontFamily)"
+        )
+        assert len(set(fonts)) == 1, set(fonts)
+        wraps = page.evaluate(
+            "Array.from(document.querySelectorAll('form label'))"
+            ".filter((l) => l.getBoundingClientRect().height > 2 * parseFloat("
+            "getComputedStyle(l).lineHeight || 20)).length"
+        )
+        assert wraps == 0
+        cell = page.locator("#stories tbody td.g-metrics").first
+        assert len(cell.inner_text()) <= 8 and len(cell.get_attribute("title") or "") > 8
+        visible = "(s) => Array.from(document.querySelectorAll(s)).filter((e) => e.offsetParent !== null).length"
+        assert page.evaluate(visible, "#stories th.g-metrics") == 43  # the group row and 42
+        page.click("label[for=fold-metrics]")
+        assert page.evaluate(visible, "#stories th.g-metrics") == 0
+        assert page.evaluate(visible, "#stories th.g-people") > 0
+        page.screenshot(path=str(shots / f"view-table-{width}-folded.png"))
+        browser.close()

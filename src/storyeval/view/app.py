@@ -41,6 +41,16 @@ from storyeval.view.data import ViewData
 
 PAGE_SIZE = 50
 FIXED = ("item_id", "system", "prompt_id", "words")
+#: The navigation bar's page of each template (marked as the current page)
+NAV_PAGES = {
+    "table.html": "/",
+    "disagree.html": "/disagree",
+    "pairs.html": "/pairs",
+    "perturbations.html": "/perturbations",
+    "sessions.html": "/sessions",
+    "session.html": "/sessions",
+    "files.html": "/files",
+}
 
 
 #: The Host header values the viewer answers by default: its loopback names, so that a web
@@ -67,9 +77,13 @@ def create_view_app(data: ViewData, *, allowed_hosts: Sequence[str] = LOOPBACK_H
         lstrip_blocks=True,
     )
     env.filters["num"] = _number
+    env.filters["compact"] = compact_number
+    env.filters["full"] = full_number
+    env.filters["short"] = _short_name
     table = data.table()
 
     def page(name: str, **context: Any) -> HTMLResponse:
+        context.setdefault("current", NAV_PAGES.get(name))
         body = env.get_template(name).render(version=__version__, **context)
         return HTMLResponse(body)
 
@@ -100,21 +114,13 @@ def create_view_app(data: ViewData, *, allowed_hosts: Sequence[str] = LOOPBACK_H
         shown, total, columns = _filtered(
             _within(table, limits), data, system, q, sort, desc, col, page_number
         )
-        systems = data.stories.systems()
         return page(
             "table.html",
-            rows=shown.to_dict("records"),
-            columns=columns,
-            total=total,
-            page=page_number,
-            pages=max(1, math.ceil(total / PAGE_SIZE)),
-            systems=systems,
+            **_table_context(table, data, shown, total, columns, page_number),
             chosen=system,
             q=q,
             sort=sort,
             desc=desc,
-            all_columns=list(table.columns),
-            numeric=[c for c in table.columns if c not in ("item_id", "system", "prompt_id")],
             limits=limits,
             query=urlencode([(k, v) for k, v in request.query_params.multi_items() if k != "page"]),
         )
@@ -203,6 +209,82 @@ def _add_reading_routes(
             raise HTTPException(404, f"no session {number} (there are {len(data.sessions)})")
         record = data.sessions[number - 1]
         return page("session.html", number=number, session=_session_row(record), record=record)
+
+
+def _table_context(
+    table: pd.DataFrame,
+    data: ViewData,
+    shown: pd.DataFrame,
+    total: int,
+    columns: list[str],
+    page_number: int,
+) -> dict[str, Any]:
+    """What the stories table shows: the rows, the columns in their groups (foldable: the
+    metrics, people's and judges' columns) and the pages."""
+    group_of = {c: column_group(c) for c in table.columns}
+    return {
+        "rows": shown.to_dict("records"),
+        "columns": columns,
+        "group_of": group_of,
+        "header_groups": _runs([group_of[c] for c in columns]),
+        "foldable": [
+            g for g in ("metrics", "people", "judges") if g in {group_of[c] for c in columns}
+        ],
+        "total": total,
+        "page": page_number,
+        "pages": max(1, math.ceil(total / PAGE_SIZE)),
+        "systems": data.stories.systems(),
+        "all_columns": list(table.columns),
+        "numeric": [c for c in table.columns if c not in FIXED],
+    }
+
+
+def column_group(column: str) -> str:
+    """The group a column of the stories table belongs to: ``story`` (its id, system, prompt,
+    words), ``people``, ``judges`` or ``metrics``."""
+    if column in FIXED:
+        return "story"
+    if column.startswith("people:"):
+        return "people"
+    if column.startswith("judge:"):
+        return "judges"
+    return "metrics"
+
+
+def _runs(groups: list[str]) -> list[tuple[str, int]]:
+    """Consecutive equal groups as (group, count): the spans of the header's first row."""
+    runs: list[tuple[str, int]] = []
+    for group in groups:
+        if runs and runs[-1][0] == group:
+            runs[-1] = (group, runs[-1][1] + 1)
+        else:
+            runs.append((group, 1))
+    return runs
+
+
+def compact_number(value: Any) -> str:
+    """A table cell: three significant digits (the full value is in the cell's title).
+
+    >>> compact_number(0.123456), compact_number(12345.678), compact_number(7), compact_number(None)
+    ('0.123', '1.23e+04', '7', 'n/a')
+    """
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
+    if isinstance(value, float):
+        return f"{value:.3g}"
+    return str(value)
+
+
+def full_number(value: Any) -> str:
+    """The value as stored, for a cell's title."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "no value"
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+def _short_name(column: str) -> str:
+    """A column header without its group prefix (the group row names it)."""
+    return column.split(":", 1)[1] if column.startswith(("people:", "judge:")) else column
 
 
 def _number(value: Any) -> str:

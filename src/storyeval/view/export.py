@@ -160,7 +160,7 @@ def _write_extras(
     head = (
         '<!doctype html><html lang="en"><head><meta charset="utf-8">'
         f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
-        '<link rel="stylesheet" href="static/storyeval.css"><title>{title}</title></head><body>'
+        '<link rel="stylesheet" href="static/view.css"><title>{title}</title></head><body>'
         '<nav><a href="index.html">Stories</a> <a href="views.html">Views</a></nav><main>'
     )
     (tmp / "views.html").write_text(
