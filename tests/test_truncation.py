@@ -108,3 +108,32 @@ def test_clark_context_keeps_the_last_60_words_from_a_sentence_start(tmp_path, r
     record = json.loads((tmp_path / "o.jsonl").read_text())
     assert record["prompt"] == kept.text and record["story"] == "Next."
     assert "policy:last_at_least" in record["truncation"]
+
+
+def test_import_cuts_the_stories_as_the_paper_did(tmp_path, run_cli):
+    """`storyeval import ... --truncate PRESET`: the imported stories are cut like the
+    generated ones; a story too short for the cut is left out with its judgments."""
+    long_story = " ".join(f"Sentence number {i} goes on for a while here." for i in range(30))
+    short_story = "Too short to keep."
+    path = tmp_path / "ds.jsonl"
+    path.write_text(
+        "".join(
+            json.dumps({"title": f"T{i}", "story": text, "model": "human", "coherence": 3}) + "\n"
+            for i, text in enumerate([long_story, short_story])
+        )
+    )
+    code, out, err = run_cli(
+        "import", "deltascore", str(path), "--out-dir", str(tmp_path / "cut"),
+        "--truncate", "clark2021-detection",
+    )  # fmt: skip
+    assert code == 0, out + err
+    stories = [json.loads(line) for line in (tmp_path / "cut" / "stories.jsonl").open()]
+    judgments = [json.loads(line) for line in (tmp_path / "cut" / "judgments.jsonl").open()]
+    assert len(stories) == 1 and stories[0]["words_before_cut"] == 270
+    assert stories[0]["words_after_cut"] == 108  # the sentence that reaches 100 words ends it
+    assert {j["item_id"] for j in judgments} == {stories[0]["id"]}
+    assert "too short for clark2021-detection" in out + err
+    code, out, err = run_cli(
+        "import", "deltascore", str(path), "--out-dir", str(tmp_path / "bad"), "--truncate", "x"
+    )
+    assert code == 2 and "truncate must be one of" in err

@@ -25,9 +25,12 @@ command writes each text's words before and after.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import Literal
 
+from storyeval.corpus import Story
 from storyeval.signature import Signature
 from storyeval.text import SplitMethod, count_words, detokenized, split_sentences
 from storyeval.validation import check_choice
@@ -130,3 +133,53 @@ def truncation_signature(policy: Policy, words: int, detokenize: bool, method: s
     return Signature(
         "truncate", {"policy": policy, "words": words, "detokenize": detokenize, "split": method}
     )
+
+
+def cut_stories(
+    stories: Sequence[Story],
+    *,
+    words: int,
+    policy: Policy = "at_most",
+    detokenize: bool = False,
+    method: SplitMethod = "pysbd",
+    field: str = "story",
+) -> tuple[list[Story], Counter[str]]:
+    """Each story with its ``field`` (story, reference or prompt) cut by :func:`cut_text`, its
+    words before and after and the cut's signature in ``extra``; stories the policy leaves out
+    are dropped. Returns the stories kept and the count of each outcome.
+
+    >>> kept, counts = cut_stories([Story("a", "", "One two. Three four five.")], words=2)
+    >>> kept[0].story, kept[0].extra["words_after_cut"], dict(counts)
+    ('One two.', 2, {'cut': 1})
+    """
+    from storyeval.validation import check_choice
+
+    check_choice(field, ("story", "reference", "prompt"), "field")
+    signature = truncation_signature(policy, words, detokenize, method).render()
+    counts: Counter[str] = Counter()
+    kept = []
+    for story in stories:
+        text = {"story": story.story, "reference": story.reference, "prompt": story.prompt}[field]
+        if not isinstance(text, str):
+            raise ValueError(f"story {story.id!r}: no single {field} text to cut")
+        found = cut_text(text, words=words, policy=policy, detokenize=detokenize, method=method)
+        counts[found.status] += 1
+        if found.text is None:
+            continue
+        extra = story.extra | {
+            "words_before_cut": found.words_before,
+            "words_after_cut": found.words_after,
+            "truncation": signature,
+        }
+        kept.append(replace(story, **{field: found.text}, extra=extra))
+    return kept, counts
+
+
+def outcome_summary(counts: Counter[str]) -> str:
+    """``N stories: K kept, C cut, ...`` for a command's output."""
+    shown = ", ".join(
+        f"{counts[s]} {s.replace('_', ' ')}"
+        for s in ("kept", "cut", "cut_inside", "too_short")
+        if counts[s]
+    )
+    return f"{sum(counts.values())} stories: {shown}"

@@ -30,6 +30,12 @@ _SCORE = typer.Option(
 )
 _MIN_SENTENCES = typer.Option(None, "--min-sentences", help="asap: shortest essay kept.")
 _MAX_SENTENCES = typer.Option(None, "--max-sentences", help="asap: longest essay kept.")
+_TRUNCATE = typer.Option(
+    None,
+    "--truncate",
+    help="Cut the stories as a paper cut its texts (a `storyeval truncate` preset: "
+    "karpinska2021, union-wp, clark2021-detection, clark2021-context).",
+)
 _CAPTIONS = typer.Option(
     None, "--captions", help="flickr8k: Flickr8k.token.txt (default: next to the file)."
 )
@@ -115,6 +121,7 @@ def import_command(
     max_sentences: int = _MAX_SENTENCES,
     min_raters: int = _MIN_RATERS,
     captions: Path = _CAPTIONS,
+    truncate: str = _TRUNCATE,
     linked_texts: Path = _LINKED_TEXTS,
 ) -> None:
     """Convert a public benchmark file (UNION, HANNA, DeltaScore, OpenMEVA, pairwise
@@ -126,7 +133,7 @@ def import_command(
     `storyeval judge-eval --judge`). Bad input exits 2 with FILE:LINE: reason lines.
     """
     from storyeval.errors import DataFileError
-    from storyeval.importers import IMPORTERS, import_file, write_import
+    from storyeval.importers import IMPORTERS, import_file, truncate_import, write_import
 
     check_choice(fmt, tuple(IMPORTERS), "FORMAT")
     given: dict[str, object] = {
@@ -140,6 +147,8 @@ def import_command(
     options = {key: given[key] for key in FORMAT_OPTIONS.get(fmt, ()) if given[key] is not None}
     try:
         result = import_file(fmt, file, **options)
+        if truncate is not None:
+            result = truncate_import(result, truncate)
         written = write_import(result, out_dir)
     except DataFileError as exc:
         for problem in exc.problems:

@@ -45,49 +45,25 @@ def truncate_command(
     al. 2021; Guan and Huang 2020; Clark 2021, chapter 6), so human and generated texts have
     the same length. Each record keeps its words before and after and the cut's signature;
     texts a policy leaves out (too short) are counted and not written."""
-    from collections import Counter
-    from dataclasses import replace
-
     from storyeval.corpus import read_stories, write_stories
     from storyeval.text import SPLIT_METHODS
-    from storyeval.truncation import cut_text, truncation_signature
+    from storyeval.truncation import cut_stories, outcome_summary, truncation_signature
 
     check_choice(split, SPLIT_METHODS, "--split")
     check_choice(field, ("story", "reference", "prompt"), "--field")
     policy, words, detokenize = _settings(preset, words, policy, detokenize)
     signature = truncation_signature(policy, words, detokenize, split).render()
-    counts: Counter[str] = Counter()
-    kept = []
     with user_errors():
-        for story in read_stories(stories):
-            text = {"story": story.story, "reference": story.reference, "prompt": story.prompt}[
-                field
-            ]
-            if not isinstance(text, str):
-                raise ValueError(f"story {story.id!r}: no single {field} text to cut")
-            found = cut_text(
-                text,
-                words=words,
-                policy=policy,
-                detokenize=detokenize,
-                method=split,  # type: ignore[arg-type]
-            )
-            counts[found.status] += 1
-            if found.text is None:
-                continue
-            extra = story.extra | {
-                "words_before_cut": found.words_before,
-                "words_after_cut": found.words_after,
-                "truncation": signature,
-            }
-            kept.append(replace(story, **{field: found.text}, extra=extra))
+        kept, counts = cut_stories(
+            read_stories(stories),
+            words=words,
+            policy=policy,
+            detokenize=detokenize,
+            method=split,  # type: ignore[arg-type]
+            field=field,
+        )
         write_stories(output, kept)
-    summary = ", ".join(
-        f"{counts[s]} {s.replace('_', ' ')}"
-        for s in ("kept", "cut", "cut_inside", "too_short")
-        if counts[s]
-    )
-    typer.echo(f"{sum(counts.values())} stories: {summary}")
+    typer.echo(outcome_summary(counts))
     if counts["cut_inside"]:
         typer.echo(
             f"note: {counts['cut_inside']} had no sentence end within {words} words: cut inside the first sentence",

@@ -130,6 +130,38 @@ def import_file(fmt: str, path: str | Path, **options: Any) -> ImportResult:
     return IMPORTERS.get(fmt)(path, **options)
 
 
+def truncate_import(result: ImportResult, preset: str) -> ImportResult:
+    """The imported stories cut as a paper cut its texts (a :data:`storyeval.truncation.PRESETS`
+    name), so that human and generated texts compare at the same length; the judgments and
+    scores of stories the cut leaves out (too short) are left out with them, and the notes
+    say how many."""
+    from dataclasses import replace
+
+    from storyeval.truncation import PRESETS, cut_stories, outcome_summary
+    from storyeval.validation import check_choice
+
+    check_choice(preset, tuple(PRESETS), "truncate")
+    if not result.stories:
+        raise ValueError(f"{result.source}: nothing to cut: this format gives no story texts")
+    policy, words, detokenize = PRESETS[preset]
+    kept, counts = cut_stories(result.stories, words=words, policy=policy, detokenize=detokenize)
+    ids = {s.id for s in kept}
+    dropped = {s.id for s in result.stories} - ids
+    notes = [*result.notes, f"cut ({preset}): {outcome_summary(counts)}"]
+    if dropped:
+        notes.append(
+            f"{len(dropped)} story(ies) too short for {preset}: left out with their records"
+        )
+    return replace(
+        result,
+        stories=kept,
+        judgments=[j for j in result.judgments if j.item_id not in dropped],
+        judge_judgments=[j for j in result.judge_judgments if j.item_id not in dropped],
+        scores=[x for x in result.scores if x.item_id not in dropped],
+        notes=notes,
+    )
+
+
 def write_import(result: ImportResult, out_dir: str | Path) -> dict[str, Path]:
     """Write the records to ``out_dir`` (created if needed); returns the paths written.
 
@@ -181,5 +213,6 @@ __all__ = [
     "import_wmt_da",
     "import_wmt_rr",
     "import_wq",
+    "truncate_import",
     "write_import",
 ]
