@@ -31,7 +31,6 @@ Examples
 from __future__ import annotations
 
 import csv
-import json
 import random
 import warnings
 from collections.abc import Sequence
@@ -192,20 +191,17 @@ def coding_sheet(
 
 def read_responses(path: str | Path) -> list[dict[str, Any]]:
     """The records of a study's ``responses.jsonl`` (``storyeval study export``)."""
+    from storyeval.corpus import iter_raw_records
+
     problems: list[DataProblem] = []
     records = []
-    for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            problems.append(DataProblem(str(path), number, f"malformed JSON: {exc.msg}"))
-            continue
-        if not isinstance(record, dict) or "text" not in record or "rater_id" not in record:
+    for number, record in iter_raw_records(path, fmt="jsonl"):
+        if isinstance(record, DataProblem):
+            problems.append(record)
+        elif "text" not in record or "rater_id" not in record:
             problems.append(DataProblem(str(path), number, "not a response record"))
-            continue
-        records.append(record)
+        else:
+            records.append(dict(record))
     if problems:
         raise DataFileError(problems)
     return records
