@@ -617,13 +617,6 @@ def write_records(
 # --------------------------------------------------------------------------- data frames
 
 
-def stories_frame(stories: Sequence[Story]) -> Any:
-    """A pandas DataFrame with one row per story (extra fields as columns)."""
-    import pandas as pd
-
-    return pd.DataFrame([s.to_dict() for s in stories])
-
-
 def judgments_frame(judgments: Sequence[Judgment]) -> Any:
     """A tidy pandas DataFrame with one row per judgment; optional columns always present."""
     import pandas as pd
@@ -632,12 +625,4 @@ def judgments_frame(judgments: Sequence[Judgment]) -> Any:
     for column in JUDGMENT_FIELDS:
         if column not in frame.columns:
             frame[column] = None
-    return frame
-
-
-def scores_frame(scores: Sequence[Score]) -> Any:
-    """A tidy pandas DataFrame with one row per item and metric."""
-    import pandas as pd
-
-    frame = pd.DataFrame([{**s.to_dict(), "value": s.value} for s in scores])
     return frame

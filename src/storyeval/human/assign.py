@@ -21,7 +21,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from storyeval.human.model import Item, Study
+from storyeval.human.model import Study
 from storyeval.human.protocols import get_protocol
 
 
@@ -190,8 +190,3 @@ def participants_needed(study: Study) -> int:
     if get_protocol(study.protocol).one_slot_per_item():
         per_person = study.items_per_participant
     return -(-slots // per_person)
-
-
-def items_by_key(study: Study) -> dict[str, Item]:
-    """The study's items by their key."""
-    return {item.key: item for item in study.items}

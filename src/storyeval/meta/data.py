@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -667,8 +667,3 @@ def filter_judgments(
             "are aggregated together (filter with study=/condition= to separate them)",
         )
     return kept
-
-
-def metric_signature_map(table: MetaTable) -> Mapping[str, str]:
-    """Each metric's signature in the scores (several distinct ones joined with ``; ``)."""
-    return {m: table.metric_signature(m) for m in table.metric_names}

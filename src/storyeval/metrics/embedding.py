@@ -28,7 +28,7 @@ from storyeval.errors import StoryevalError
 from storyeval.metrics.cards import BASELINE_NOTE, BERTSCORE_LIMITS, MetricCard
 from storyeval.metrics.context import EncoderCache, ScoringContext, resolve_layer
 from storyeval.metrics.function import Opt, References, Scores, Texts, metric, undefined_note
-from storyeval.metrics.registry import MetricBatch, MetricOption, OptionError
+from storyeval.metrics.registry import MetricBatch, OptionError
 
 #: Recommended layers (bert-score's ``model2layers``, tuned on WMT16 by its authors) for
 #: common hub encoders, and storyeval's choice for the offline default (4 of 6 layers, by
@@ -52,41 +52,6 @@ DEFAULT_LAYERS: dict[str, int] = {
 }
 
 BASELINE_FILES = {"all-MiniLM-L6-v2": "bertscore_baseline_all-MiniLM-L6-v2.csv"}
-
-
-def encoder_options(*, rescale: bool = True) -> list[MetricOption]:
-    """The options every BERTScore-style metric shares (family ``bertscore``)."""
-    options = [
-        MetricOption(
-            "model", str, None, "encoder: hub name or local directory (default: offline MiniLM)"
-        ),
-        MetricOption(
-            "layer",
-            int,
-            None,
-            "hidden layer (0 = embeddings, negative counts from the top; auto: the model's "
-            "recommended layer)",
-        ),
-        MetricOption("idf", bool, False, "weight tokens by idf computed on the references"),
-    ]
-    if rescale:
-        options += [
-            MetricOption("rescale", bool, False, "rescale with a baseline: (x - b) / (1 - b)"),
-            MetricOption(
-                "baseline",
-                str,
-                None,
-                "baseline for rescaling: a bert-score baseline file (LAYER,P,R,F) or three "
-                "numbers P,R,F (default: the shipped one for the offline encoder, or "
-                "bert-score's for its hub models)",
-            ),
-        ]
-    options.append(
-        MetricOption(
-            "batch_tokens", int, 4096, "tokens per encoder batch", minimum=64, in_signature=False
-        )
-    )
-    return options
 
 
 def default_layer(encoder: Any, requested: int | None) -> int:

@@ -160,11 +160,6 @@ class Scores:
 R = TypeVar("R", bound=Scores)
 
 
-def with_values(result: R, values: Any) -> R:
-    """``result`` with other values (e.g. a component of a several-valued kernel)."""
-    return replace(result, values=np.asarray(values, dtype=np.float64))
-
-
 def undefined_note(values: np.ndarray, why: str) -> list[str]:
     """``["N texts ...: undefined"]`` when some values are NaN, else ``[]``."""
     count = int(np.isnan(np.asarray(values, dtype=np.float64)).sum())
@@ -594,11 +589,6 @@ def story_inputs(stories: Sequence[Any], key: str, options: Mapping[str, Any]) -
         name = str(options["original"])
         return [str(s.to_dict().get(name) or "") for s in stories]
     raise KeyError(key)
-
-
-def component_values(triples: np.ndarray, component: str) -> np.ndarray:
-    """Column ``p``, ``r`` or ``f`` of an ``(n, 3)`` array of precision, recall and F1."""
-    return np.asarray(triples, dtype=np.float64).reshape(-1, 3)[:, "prf".index(component)]
 
 
 def check(condition: bool, message: str) -> None:

@@ -1081,8 +1081,3 @@ def shuffled_options(options: Sequence[str], seed: str) -> list[int]:
     order = list(range(1, len(options) + 1))
     random.Random(seed).shuffle(order)
     return order
-
-
-def view_recorded(conn: Connection, participant_id: int, page: str) -> bool:
-    """Whether ``page`` was already served to the participant."""
-    return first_view(conn, participant_id, page) is not None
