@@ -100,7 +100,8 @@ class CorpusSplit:
 # --------------------------------------------------------------------------- the corpus
 
 
-def _style_of(story: Story, style_field: str) -> str | None:
+def style_of(story: Story, style_field: str) -> str | None:
+    """A story's style: its ``system`` or the field ``style_field`` names (None when empty)."""
     value = story.system if style_field == "system" else story.extra.get(style_field)
     return None if value is None or str(value).strip() == "" else str(value)
 
@@ -130,7 +131,7 @@ def styled_texts(
     """
     texts = []
     for story in stories:
-        style = _style_of(story, style_field)
+        style = style_of(story, style_field)
         if style is None:
             raise StoryevalError(f"story {story.id!r} has no style (field {style_field!r})")
         group = story.extra.get(pair_field)

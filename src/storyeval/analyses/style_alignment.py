@@ -45,10 +45,12 @@ SPLITS = ("SA", "A1", "A2", "A3", "R")
 
 
 def _style(story: Story, style_field: str) -> str:
-    value = story.system if style_field == "system" else story.extra.get(style_field)
-    if value is None or str(value).strip() == "":
+    from storyeval.analyses.classifier_eval import style_of
+
+    value = style_of(story, style_field)
+    if value is None:
         raise StoryevalError(f"story {story.id!r} has no style (field {style_field!r})")
-    return str(value)
+    return value
 
 
 def _days(story: Story, date_field: str) -> int:

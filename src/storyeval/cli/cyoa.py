@@ -38,17 +38,10 @@ def analyse(
     Likert answers of CYOA (and MIL) sessions: writes preferences.csv, edits.csv,
     text_stats.csv, likert.csv, open_answers.csv, edit_items.csv and report.md."""
     from storyeval.collab.analysis import analyse_sessions, write_analysis
-    from storyeval.collab.records import read_sessions
-    from storyeval.errors import DataFileError
 
     if not 0 < confidence < 1:
         raise exit_with(f"error: --confidence must be between 0 and 1; got {confidence}")
-    try:
-        records = read_sessions(sessions)
-    except DataFileError as exc:
-        for problem in exc.problems:
-            typer.echo(str(problem), err=True)
-        raise typer.Exit(2) from None
+    records = _read_story_sessions([sessions])
     with user_errors():
         result = analyse_sessions(
             records, include_incomplete=include_incomplete, confidence=confidence

@@ -44,9 +44,10 @@ import pandas as pd
 from storyeval.collab.config import USE_AGAIN_CHOICES
 from storyeval.collab.records import SessionRecord
 from storyeval.collab.slogan_analysis import (
+    answer_rows,
     compare_conditions,
+    own_answers,
     self_vs_others,
-    slogan_id,
 )
 from storyeval.corpus import Judgment, Story
 
@@ -120,32 +121,9 @@ def _story_answers(records: Sequence[SessionRecord]) -> pd.DataFrame:
 
 
 def _slogan_answers(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
-    rows = []
-    for record in records:
-        if record.get("status") != "complete":
-            continue
-        for task in record.get("tasks", []):
-            for answer in (task.get("survey") or {}).get("likert", []) if task.get("final") else []:
-                rows.append(
-                    {
-                        "task": "slogan",
-                        "item_id": slogan_id(record, task),
-                        "question": answer["name"],
-                        "condition": record["condition"],
-                        "value": float(answer["value"]),
-                    }
-                )
-        for answer in (record.get("final_survey") or {}).get("likert", []):
-            rows.append(
-                {
-                    "task": "slogan",
-                    "item_id": "",  # a final-survey answer is about the writing, not a slogan
-                    "question": answer["name"],
-                    "condition": record["condition"],
-                    "value": float(answer["value"]),
-                }
-            )
-    return pd.DataFrame(rows, columns=["task", "item_id", "question", "condition", "value"])
+    complete = [r for r in records if r.get("status") == "complete"]
+    answers = answer_rows(complete).assign(task="slogan")
+    return answers[["task", "item_id", "question", "condition", "value"]]
 
 
 def _per_task(frame: pd.DataFrame, key: str, confidence: float) -> pd.DataFrame:
@@ -209,9 +187,7 @@ def analyse_mil_study(
     }
     agreement = [
         self_vs_others(
-            own.loc[(own["task"] == task) & (own["item_id"] != ""), ["item_id", "question"]].assign(
-                own=own["value"]
-            ),
+            own_answers(own[own["task"] == task]),
             [j for j in ratings if condition_of.get(j.item_id, ("",))[0] == task],
             method=agreement_method,
             confidence=confidence,

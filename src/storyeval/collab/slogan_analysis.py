@@ -150,29 +150,22 @@ def compare_conditions(frame: pd.DataFrame, key: str, confidence: float) -> pd.D
     return pd.DataFrame(rows, columns=columns)
 
 
-def _survey_rows(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
-    rows = []
-    for record, task in _completed_tasks(records):
-        for answer in (task.get("survey") or {}).get("likert", []):
-            rows.append(
-                {
-                    "question": answer["name"],
-                    "survey": "slogan",
-                    "condition": record["condition"],
-                    "value": float(answer["value"]),
-                }
-            )
-    for record in records:
-        for answer in (record.get("final_survey") or {}).get("likert", []):
-            rows.append(
-                {
-                    "question": answer["name"],
-                    "survey": "final",
-                    "condition": record["condition"],
-                    "value": float(answer["value"]),
-                }
-            )
-    return pd.DataFrame(rows, columns=["question", "survey", "condition", "value"])
+def answer_rows(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
+    """Every seven-point answer of the writers: ``item_id`` (the slogan; empty for the final
+    survey, which is about the writing), ``question``, ``survey`` (``slogan`` or ``final``),
+    ``condition`` and ``value``."""
+    rows = [
+        (slogan_id(record, task), answer["name"], "slogan", record["condition"], answer["value"])
+        for record, task in _completed_tasks(records)
+        for answer in (task.get("survey") or {}).get("likert", [])
+    ]
+    rows += [
+        ("", answer["name"], "final", record["condition"], answer["value"])
+        for record in records
+        for answer in (record.get("final_survey") or {}).get("likert", [])
+    ]
+    columns = ["item_id", "question", "survey", "condition", "value"]
+    return pd.DataFrame(rows, columns=columns).astype({"value": float})
 
 
 def _pull_rows(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
@@ -248,7 +241,7 @@ def analyse_slogan_sessions(
     the final slogans (see the module docstring)."""
     used = [r for r in records if include_incomplete or r.get("status") == "complete"]
     writers = _writers(used)
-    survey = _survey_rows(used)
+    survey = answer_rows(used)
     survey_table = compare_conditions(
         survey.assign(question=survey["survey"] + ":" + survey["question"]), "question", confidence
     )
@@ -263,7 +256,7 @@ def analyse_slogan_sessions(
     )
     ratings_table = compare_conditions(rated, "criterion", confidence)
     agreement = self_vs_others(
-        _own_answers(used), ratings, method=agreement_method, confidence=confidence
+        own_answers(answer_rows(used)), ratings, method=agreement_method, confidence=confidence
     )
     return SloganAnalysis(survey_table, _pull_rows(used), ratings_table, writers, agreement)
 
@@ -285,15 +278,10 @@ def _writers(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _own_answers(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
-    return pd.DataFrame(
-        [
-            {"item_id": slogan_id(r, t), "question": a["name"], "own": float(a["value"])}
-            for r, t in _completed_tasks(records)
-            for a in (t.get("survey") or {}).get("likert", [])
-        ],
-        columns=["item_id", "question", "own"],
-    )
+def own_answers(answers: pd.DataFrame) -> pd.DataFrame:
+    """The answers about a piece (item_id, question, own), for :func:`self_vs_others`."""
+    about = answers[answers["item_id"] != ""]
+    return about[["item_id", "question"]].assign(own=about["value"])
 
 
 def self_vs_others(

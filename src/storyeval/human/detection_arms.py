@@ -77,11 +77,12 @@ def compare_training_arms(
     if len(arms) < 2:
         raise ValueError("comparing training arms needs at least two arms")
     arms = [baseline, *[a for a in arms if a != baseline]]
-    samples = {name: per_rater_accuracy(frame[frame[arm].astype(str) == name]) for name in arms}
+    parts = {name: frame[frame[arm].astype(str) == name] for name in arms}
+    samples = {name: per_rater_accuracy(part) for name, part in parts.items()}
     tukey = _tukey_vs_baseline(samples, baseline)
     rows: list[dict[str, Any]] = []
     for name in arms:
-        metrics = detection_metrics(frame[frame[arm].astype(str) == name]).iloc[0]
+        metrics = detection_metrics(parts[name]).iloc[0]
         mine, base = samples[name], samples[baseline]
         statistic = p_value = d = math.nan
         if name != baseline and len(mine) >= 2 and len(base) >= 2:

@@ -81,9 +81,11 @@ def per_rater_accuracy(frame: pd.DataFrame) -> np.ndarray:
     machine), the unit of Clark's (2021) t tests."""
     if frame.empty:
         return np.array([], dtype=float)
-    accuracy: np.ndarray = (
-        _scored(frame).groupby("rater_id")["correct"].mean().to_numpy(dtype=float)
-    )
+    return _rater_accuracy(_scored(frame))
+
+
+def _rater_accuracy(scored: pd.DataFrame) -> np.ndarray:
+    accuracy: np.ndarray = scored.groupby("rater_id")["correct"].mean().to_numpy(dtype=float)
     return accuracy
 
 
@@ -125,7 +127,7 @@ def detection_metrics(frame: pd.DataFrame, *, tests: int | None = None) -> pd.Da
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DegenerateInputWarning)
             alpha, _, _ = krippendorff_alpha(binned, level="nominal")
-        per_rater = part.groupby("rater_id")["correct"].mean().to_numpy(dtype=float)
+        per_rater = _rater_accuracy(part)
         if len(per_rater) >= 2 and np.std(per_rater) > 0:
             t = ttest_1samp(per_rater, 0.5)
             statistic, df, p_value = float(t.statistic), float(len(per_rater) - 1), float(t.pvalue)
