@@ -72,6 +72,7 @@ check: setup-test
 	$(BIN)/python scripts/check_function_length.py
 	$(BIN)/python scripts/docstring_coverage.py
 	$(BIN)/python scripts/metric_cards.py --check
+	$(BIN)/python scripts/check_shape.py
 	$(BIN)/mkdocs build --strict --quiet
 
 ## docs: build the API reference site into site/

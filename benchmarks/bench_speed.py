@@ -198,8 +198,9 @@ def _float64_perplexity(lm: Any, sequence: list[int]) -> float:
 
 def perplexity_part(repeats: int) -> None:
     from storyeval.corpus import read_stories
-    from storyeval.metrics.lm import perplexity_stats, start_token
+    from storyeval.metrics.lm import perplexity_stats
     from storyeval.models import load_causal_lm
+    from storyeval.models.nll import start_token
 
     lm = load_causal_lm()
     stories = read_stories(ROOT / "examples" / "stories.jsonl")

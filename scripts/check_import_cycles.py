@@ -1,5 +1,5 @@
 """Fail when modules of the package import each other in a cycle, or when two top-level parts
-of the package depend on each other.
+of the package depend on each other, directly or around a loop of parts.
 
 Imports inside functions count (a lazy import still ties two modules together), and so do the
 parent packages Python runs first: ``from a.b.c import x`` runs ``a/b/__init__.py`` before
@@ -91,6 +91,29 @@ def mutual_parts(graph: dict[str, set[str]]) -> list[tuple[str, str, str, str]]:
     return found
 
 
+def part_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """Which parts import which, from the module graph (the top package aside)."""
+    parts: dict[str, set[str]] = defaultdict(set)
+    for module, targets in graph.items():
+        for target in targets:
+            a, b = part(module), part(target)
+            if a != b and "storyeval" not in (a, b):
+                parts[a].add(b)
+                parts.setdefault(b, set())
+    return parts
+
+
+def part_path(graph: dict[str, set[str]], start: str, goal: str) -> list[str]:
+    """One chain of module imports from part ``start`` to part ``goal`` (for the report)."""
+    edges = {
+        (part(m), part(t)): f"{m} -> {t}"
+        for m, ts in graph.items()
+        for t in ts
+        if part(m) != part(t)
+    }
+    return [edges[(start, goal)]] if (start, goal) in edges else []
+
+
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     """Strongly connected components with more than one module (Tarjan)."""
     index: dict[str, int] = {}
@@ -137,6 +160,12 @@ def main() -> int:
         print(f"import cycle of {len(component)} modules: {', '.join(component)}")
     if not found:
         print(f"no import cycle among {len(known)} modules")
+    loops = cycles(part_graph(graph))
+    for component in loops:
+        chain = [e for a in component for b in component for e in part_path(graph, a, b)]
+        print(f"parts in a loop: {', '.join(component)} ({'; '.join(chain)})")
+    if not loops:
+        print("no loop among the parts of the package")
     mutual = mutual_parts(graph)
     for a, b, one, other in mutual:
         print(f"mutual dependency {a} <-> {b}: {one}; {other}")
@@ -145,7 +174,7 @@ def main() -> int:
     private = private_imports(known)
     for line in private:
         print(f"private name imported from another part: {line}")
-    return 1 if found or mutual or private else 0
+    return 1 if found or loops or mutual or private else 0
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ import pytest
 
 from storyeval.entities import AnnotatedText, Mention, detect_mentions
 from storyeval.errors import StoryevalError
-from storyeval.learn.engen import (
+from storyeval.tuning.engen import (
     EngenConfig,
     EngenModel,
     EngenScorer,
@@ -178,7 +178,7 @@ def test_attention_by_blocks_equals_attention_at_once(
     linear in the text's length); the block size moves no number."""
     import torch
 
-    from storyeval.learn import engen
+    from storyeval.tuning import engen
 
     words = "Seth ran home . He was late again . Emily laughed at him . They ate ."
     texts = [AnnotatedText(str(n), " ".join([words] * (n + 1)), ()) for n in range(3)]
@@ -202,7 +202,7 @@ def test_generation_passes_the_entities_distances_to_eq_3_3(
     import torch
 
     from storyeval.generate import DecodingConfig
-    from storyeval.learn.engen import EngenLM
+    from storyeval.tuning.engen import EngenLM
 
     lm = EngenLM(trained)
     seen: list[Any] = []

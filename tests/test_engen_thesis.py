@@ -20,7 +20,7 @@ from storyeval.entities import (
     read_entity_texts,
     reduce_long_mentions,
 )
-from storyeval.learn.engen import (
+from storyeval.tuning.engen import (
     EncodedText,
     EngenConfig,
     EngenModel,
@@ -28,7 +28,7 @@ from storyeval.learn.engen import (
     encode,
     train_engen,
 )
-from storyeval.learn.engen_text import NUM, exchange_clusters, segments
+from storyeval.tuning.engen_text import NUM, exchange_clusters, segments
 
 TEXT = "Emily saw Seth. She waved at him. Seth smiled."
 MENTIONS = (Mention(0, 5, "e"), Mention(10, 14, "s"), Mention(16, 19, "e"), Mention(29, 32, "s"))
@@ -190,7 +190,7 @@ def test_old_models_load_with_their_settings(
 ) -> None:
     import torch
 
-    from storyeval.learn.engen import LEGACY_CONFIG
+    from storyeval.tuning.engen import LEGACY_CONFIG
 
     old = EngenConfig(
         **{**LEGACY_CONFIG, "learning_rate": 3e-3},
@@ -322,7 +322,7 @@ def test_the_batched_entity_pass_equals_one_text_at_a_time(
 ) -> None:
     import torch
 
-    from storyeval.learn.engen import _batch_terms, _forward
+    from storyeval.tuning.engen import _batch_terms, _forward
 
     config = EngenConfig(epochs=1, hidden=16, embedding=8, min_count=2, classes=6, **settings)
     model = train_engen(texts, config=config, max_steps=2)
@@ -346,7 +346,7 @@ def test_batched_generation_equals_one_prompt_at_a_time(texts: list[AnnotatedTex
     import torch
 
     from storyeval.generate.core import DecodingConfig
-    from storyeval.learn.engen import EngenLM
+    from storyeval.tuning.engen import EngenLM
 
     prompts = [texts[0].text[:60], texts[1].text[:150], texts[2].text[:20] + "."]
     config = EngenConfig(variant="s2sa", epochs=1, hidden=16, embedding=8, min_count=2, classes=6)

@@ -165,7 +165,7 @@ def test_shared_context_scoring_equals_scoring_each_pair(causal_lm):
     """continuation_nll (one reading of a growing context, candidates packed) gives
     token_nll's numbers: chains of prefixes, a context that breaks the chain, a lone
     context, empty and multi-token continuations, packs split across forward passes."""
-    from storyeval.metrics.lm import continuation_nll, token_nll
+    from storyeval.models.nll import continuation_nll, token_nll
 
     def ids(text: str) -> list[int]:
         return list(causal_lm.tokenizer(text, add_special_tokens=False)["input_ids"])

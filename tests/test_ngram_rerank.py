@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from storyeval.analyses.ngram_lm import KneserNeyLM, ngram_tokens, rerank_continuations
 from storyeval.corpus import Story, read_stories
+from storyeval.generate.ngram_lm import KneserNeyLM, ngram_tokens, rerank_continuations
 
 
 def _sentences(examples_dir: Path) -> list[list[str]]:

@@ -14,7 +14,7 @@ pytest.importorskip("trl")
 
 from storyeval.errors import StoryevalError
 from storyeval.generate import read_prompts
-from storyeval.learn.reward import (
+from storyeval.tuning.reward import (
     RewardSpec,
     RewardTraining,
     reward_function,
@@ -120,8 +120,8 @@ def test_self_critical_training_keeps_the_best_validation_checkpoint(
 ) -> None:
     """scst: the greedy decode is the baseline, a mixed loss, and the kept weights are those
     with the best greedy validation reward (step 0 counts)."""
-    from storyeval.learn.reward import _private_copy
-    from storyeval.learn.scst import ScstSettings, scst, validation_reward
+    from storyeval.tuning.reward import _private_copy
+    from storyeval.tuning.scst import ScstSettings, scst, validation_reward
 
     lm = _private_copy(None, "cpu")
     settings = ScstSettings(steps=2, batch_size=2, max_new_tokens=8, learning_rate=5e-4,
@@ -150,8 +150,8 @@ def test_self_critical_training_keeps_the_best_validation_checkpoint(
 def test_the_mle_term_is_the_thesis_sum_by_default(causal_lm: Any) -> None:
     """Clark (2021, Eqs. 5.6-5.8): both terms are sums over the sequence, so ``sum`` (the
     default) is the mean's NLL times the reference's tokens."""
-    from storyeval.learn.reward import RewardTraining
-    from storyeval.learn.scst import _mle_loss
+    from storyeval.tuning.reward import RewardTraining
+    from storyeval.tuning.scst import _mle_loss
 
     context, reference = ["The ship left the harbour."], ["It sailed north for three days."]
     tokens = len(causal_lm.tokenizer(" " + reference[0], add_special_tokens=False)["input_ids"])

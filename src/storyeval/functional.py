@@ -50,7 +50,7 @@ from storyeval.metrics.edits import jaccard_similarity as jaccard
 from storyeval.metrics.edits import levenshtein_distance as levenshtein
 from storyeval.metrics.edits import user_scores as user
 from storyeval.metrics.embedding import BertScores, bertscore_f, bertscore_p, bertscore_r
-from storyeval.metrics.function import Scores, call_metric, metric_function
+from storyeval.metrics.function import INJECTED, Scores, call_metric, metric_function
 from storyeval.metrics.lm import PerplexityScores, perplexity
 from storyeval.metrics.mover import MoverScores, moverscore, sms, swms, wms
 from storyeval.metrics.novelty import creativity_index, ngram_novelty
@@ -109,7 +109,7 @@ METRICS: dict[str, Callable[..., Any]] = {
 
 def metric(
     name: str,
-    candidates: Sequence[str],
+    texts: Sequence[str],
     references: References | None = None,
     *,
     prompts: Sequence[str] | None = None,
@@ -129,7 +129,7 @@ def metric(
     """
     return call_metric(
         name,
-        candidates,
+        texts,
         references,
         prompts=prompts,
         groups=groups,
@@ -140,7 +140,7 @@ def metric(
 
 
 def bertscore(
-    candidates: Sequence[str],
+    texts: Sequence[str],
     references: References,
     *,
     model: ModelArg = None,
@@ -150,7 +150,7 @@ def bertscore(
     rescale: bool = False,
     device: str | None = None,
     precision: Literal["float32", "bfloat16", "float16"] | None = None,
-    scoring: ScoringContext | None = None,
+    scoring: ScoringContext = INJECTED,
 ) -> BertScores:
     """BERTScore (Zhang et al. 2020) precision, recall and F1 from one encoding of each text
     (``.precision``, ``.recall``, ``.f1``; ``values`` is F1).
@@ -164,7 +164,7 @@ def bertscore(
     The signature names ``bertscore_f``, the metric a score file holds the same numbers under.
     """
     return bertscore_f(
-        candidates,
+        texts,
         references,
         model=model,
         layer=layer,
@@ -178,7 +178,7 @@ def bertscore(
 
 
 def rouge(
-    hypotheses: Sequence[str],
+    texts: Sequence[str],
     references: References,
     *,
     kind: Literal["rouge1", "rouge2", "rougeL"] = "rougeL",
@@ -193,7 +193,7 @@ def rouge(
     functions = {"rouge1": rouge1, "rouge2": rouge2, "rougeL": rougeL}
     if kind not in functions:
         raise ValueError(f"rouge: kind must be one of rouge1, rouge2, rougeL; got {kind!r}")
-    return functions[kind](hypotheses, references, component=component, stemmer=stemmer)
+    return functions[kind](texts, references, component=component, stemmer=stemmer)
 
 
 def distinct(

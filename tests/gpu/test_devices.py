@@ -412,7 +412,7 @@ def test_engen_trains_scores_and_generates_on_the_gpu(
     """ENGEN (the thesis' settings: class-factored softmax, SGD) trains on the GPU as on the
     CPU, its mention scores match, and generation samples there with the seed's stories."""
     from storyeval.entities import detect_mentions
-    from storyeval.learn.engen import EngenConfig, EngenScorer, train_engen
+    from storyeval.tuning.engen import EngenConfig, EngenScorer, train_engen
 
     human = read_human(examples_dir)[:12]
     texts = detect_mentions([(s.id, s.story) for s in human], nlp=nlp)
@@ -493,7 +493,7 @@ def test_reward_and_mle_training_on_the_gpu(
     pytest.importorskip("trl")
     from storyeval import functional as F
     from storyeval.generate import read_prompts
-    from storyeval.learn.reward import RewardSpec, RewardTraining, train_mle, train_reward
+    from storyeval.tuning.reward import RewardSpec, RewardTraining, train_mle, train_reward
 
     prompts = read_prompts(examples_dir / "human.jsonl")[:2]
     lm = str(tiny_models["lm"])

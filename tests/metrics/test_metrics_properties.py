@@ -20,7 +20,14 @@ from storyeval.corpus import Story
 from storyeval.errors import MissingInputError, StoryevalError
 from storyeval.metrics import all_metrics, available_metrics, get_metric, score_stories
 from storyeval.metrics.context import ScoringContext, UndefinedScoreWarning
-from storyeval.metrics.function import FUNCTIONS, INPUTS, RESOURCES, metric_function
+from storyeval.metrics.function import (
+    INJECTED,
+    INPUTS,
+    RESOURCES,
+    Scores,
+    metric,
+    metric_function,
+)
 from storyeval.metrics.registry import OptionError
 
 EDIT_FIELD = "suggestion"
@@ -204,13 +211,79 @@ def test_bootstrap_is_seeded_and_intervals_bracket_the_mean(example_stories):
 
 
 def test_one_list_of_metrics() -> None:
-    """``F.METRICS``, the typed functions and the registry list the same metrics, each
-    function registered under its own name (so it signs its own name)."""
+    """The registry is the one list: ``F.METRICS`` is derived from it, each entry holds its
+    typed function, registered under its own name (so it signs its own name)."""
     names = available_metrics()
-    assert sorted(F.METRICS) == sorted(FUNCTIONS) == sorted(names)
+    assert sorted(F.METRICS) == sorted(names)
     for name in names:
-        assert F.METRICS[name] is metric_function(name)
+        spec = get_metric(name)
+        assert F.METRICS[name] is metric_function(name) is spec.function
         assert metric_function(name).__metric__.name == name  # type: ignore[attr-defined]
+        assert metric_function(name).__name__ in (
+            name,
+            f"{name}_scores",
+            f"{name}_similarity",
+            f"{name}_distance",
+        )
+
+
+FAMILIES = {
+    ("bertscore_p", "bertscore_r", "bertscore_f"): "component",
+    ("wms", "sms", "swms"): "kind",
+    ("rouge1", "rouge2", "rougeL"): "kind",
+    ("distinct1", "distinct2", "distinct3"): "n",
+    ("concreteness_noun", "concreteness_verb"): "pos",
+    ("bertscore_prompt", "bertscore_prev"): "mode",
+    ("nsp_prompt", "nsp_prev"): "mode",
+    ("bleu", "bleu1"): None,
+    ("mauve", "mauve_star"): None,
+}
+
+
+@pytest.mark.parametrize("members", list(FAMILIES), ids=lambda m: "-".join(m))
+def test_a_family_is_one_function_registered_under_several_names(members) -> None:
+    """Each member wraps the same function; what tells them apart is a fixed parameter (no
+    option of theirs) or another default, and each signs its own name."""
+    functions = [metric_function(name) for name in members]
+    assert len({f.__wrapped__ for f in functions}) == 1  # type: ignore[attr-defined]
+    schemas = [[o.name for o in get_metric(name).options] for name in members]
+    assert all(schema == schemas[0] for schema in schemas)
+    fixed = FAMILIES[members]
+    if fixed is not None:
+        assert fixed not in schemas[0]
+        assert [f.__metric__.fixed[fixed] for f in functions]  # type: ignore[attr-defined]
+        assert len({f.__metric__.fixed[fixed] for f in functions}) == len(members)  # type: ignore[attr-defined]
+        with pytest.raises(OptionError, match=f"unknown option '{fixed}'"):
+            functions[0](["a b c"], ["a b c"], **{fixed: "x"})
+
+
+def test_bleu1_is_bleu_with_another_default() -> None:
+    texts, references = ["the cat sat on the mat"], ["the cat sat on a mat"]
+    one = F.bleu1(texts, references)
+    assert one.values.tolist() == F.bleu(texts, references, max_order=1).values.tolist()
+    assert one.signature.name == "bleu1" and one.signature.fields["max_order"] == 1
+    assert get_metric("bleu1").defaults()["max_order"] == 1
+    assert get_metric("bleu").defaults()["max_order"] == 4
+
+
+def test_a_metric_function_is_written_the_one_way() -> None:
+    """The texts scored are ``texts``; the scoring context is injected, never optional."""
+    with pytest.raises(TypeError, match="first parameter must be `texts`"):
+
+        @metric("toy_bad", description="d")
+        def toy_bad(prompts: list[str]) -> Scores:
+            return Scores([0.0] * len(prompts))
+
+    with pytest.raises(TypeError, match="scoring: ScoringContext = INJECTED"):
+
+        @metric("toy_bad", description="d")
+        def toy_bad2(texts: list[str], *, scoring: ScoringContext | None = None) -> Scores:
+            return Scores([0.0] * len(texts))
+
+    assert "toy_bad" not in available_metrics()
+    assert INJECTED is not None
+    with pytest.raises(AttributeError, match="without a context"):
+        INJECTED.sentences("a", "pysbd")
 
 
 def _body_reads(function: Any) -> set[str]:

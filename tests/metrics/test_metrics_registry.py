@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Annotated
 
-import numpy as np
 import pytest
 
 from storyeval.corpus import Story
 from storyeval.metrics import (
     MetricOption,
-    MetricOutput,
     OptionError,
     UnknownMetricError,
     all_metrics,
@@ -22,11 +21,11 @@ from storyeval.metrics import (
     get_metric,
     parse_option_assignments,
     prompt_id,
-    register_metric,
     resolve_options,
     score_stories,
     unregister_metric,
 )
+from storyeval.metrics.function import Opt, Scores, Texts, metric
 from storyeval.signature import Signature
 
 DOCS = Path(__file__).resolve().parent.parent.parent / "docs" / "metrics"
@@ -147,22 +146,22 @@ def test_another_package_can_register_a_metric_with_a_required_checkpoint_option
     without the option, and its option and model identity reach the signature."""
     (tmp_path / "weights.bin").write_bytes(b"\x00" * 16)
 
-    @register_metric(
+    def toy_learned(
+        texts: Texts,
+        *,
+        model: Annotated[str | None, Opt("checkpoint directory", required=True)] = None,
+    ) -> Scores:
+        size = (Path(str(model)) / "weights.bin").stat().st_size
+        return Scores([len(t) / size for t in texts], models={"model": f"toy@{size}"})
+
+    metric(
         "toy_learned",
         description="A toy learned metric: story length over a checkpoint constant.",
         families=("learned",),
         model="checkpoint",
-        higher_is_better=True,
         value_range=(0.0, None),
-        options=[MetricOption("model", str, None, "checkpoint directory", required=True)],
         default=False,
-    )
-    def toy_learned(batch, options):
-        size = (Path(options["model"]) / "weights.bin").stat().st_size
-        return MetricOutput(
-            np.array([len(s.story) / size for s in batch.stories]),
-            models={"model": f"toy@{size}"},
-        )
+    )(toy_learned)
 
     try:
         assert "toy_learned" in available_metrics() and "learned" in families()
@@ -177,7 +176,7 @@ def test_another_package_can_register_a_metric_with_a_required_checkpoint_option
         assert [s.value for s in run.scores] == [0.25, 0.5]
         assert run.scores[0].signature.startswith("toy_learned|model:toy@16")
         with pytest.raises(ValueError, match="already registered"):
-            register_metric("bleu", description="clash")(toy_learned)
+            metric("bleu", description="clash")(toy_learned)
     finally:
         unregister_metric("toy_learned")
     assert "toy_learned" not in available_metrics()

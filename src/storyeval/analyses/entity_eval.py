@@ -91,8 +91,8 @@ class LanguageModelScorer:
         the continuation (as BPE tokenizers attach it to the following word). Requests that
         share a context are scored after one reading of it, and a context that extends the
         one before is read from where that one ended
-        (:func:`storyeval.metrics.lm.continuation_nll`)."""
-        from storyeval.metrics.lm import continuation_nll, start_token
+        (:func:`storyeval.models.nll.continuation_nll`)."""
+        from storyeval.models.nll import continuation_nll, start_token
 
         start = start_token(self.lm)
         prefix = [start] if start is not None else []

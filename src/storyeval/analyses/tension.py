@@ -112,7 +112,7 @@ def _sampled_miss_rates(
 
 def _surprisals(lm: Any, contexts: Sequence[str], ending: str) -> list[float]:
     """Per context: the mean negative log-likelihood (nats per token) of ``ending`` after it."""
-    from storyeval.metrics.lm import continuation_nll, start_token
+    from storyeval.models.nll import continuation_nll, start_token
 
     first = start_token(lm)
     target = lm.tokenizer(" " + ending, add_special_tokens=False)["input_ids"]

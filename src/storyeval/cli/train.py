@@ -669,7 +669,7 @@ def engen(
     quick CPU run). The epoch with the best dev log-likelihood is kept."""
     from storyeval.entities import read_entity_texts
     from storyeval.errors import StoryevalError
-    from storyeval.learn.engen import EngenConfig, train_engen
+    from storyeval.tuning.engen import EngenConfig, train_engen
 
     _set_threads(threads)
     try:
@@ -845,7 +845,7 @@ def reward(
     checkpoint with a signature naming the reward (`storyeval generate --model DIR`)."""
     from storyeval.errors import StoryevalError
     from storyeval.generate import read_prompts
-    from storyeval.learn.reward import RewardSpec, RewardTraining, train_reward
+    from storyeval.tuning.reward import RewardSpec, RewardTraining, train_reward
 
     device = _device(device)
     _set_threads(threads)
@@ -914,7 +914,7 @@ def mle(
     checkpoint kept is the one with the lowest validation cross-entropy (Clark 2021)."""
     from storyeval.errors import StoryevalError
     from storyeval.generate import read_prompts
-    from storyeval.learn.reward import train_mle
+    from storyeval.tuning.reward import train_mle
 
     device = _device(device)
     _set_threads(threads)

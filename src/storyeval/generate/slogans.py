@@ -251,7 +251,7 @@ class _Beam:
 def _prefix_scores(lm: Any, texts: Sequence[str]) -> list[float]:
     """Mean log-probability per token of each text under the LM (the first token scored
     after the start token)."""
-    from storyeval.metrics.lm import start_token, token_nll
+    from storyeval.models.nll import start_token, token_nll
 
     first = start_token(lm)
     items = []

@@ -31,7 +31,16 @@ from storyeval.metrics.cards import CF, MetricCard
 from storyeval.metrics.coherence import CoherenceScores, Split, text_pairs
 from storyeval.metrics.context import ScoringContext
 from storyeval.metrics.embedding import Device, Precision
-from storyeval.metrics.function import Ids, Opt, Prompts, References, Scores, Texts, metric
+from storyeval.metrics.function import (
+    INJECTED,
+    Ids,
+    Opt,
+    Prompts,
+    References,
+    Scores,
+    Texts,
+    metric,
+)
 
 
 @dataclass(frozen=True)
@@ -115,7 +124,7 @@ def union(
         Opt("directory written by `storyeval train union`", model=True, required=True),
     ] = None,
     batch_size: Annotated[int, Opt("stories per forward pass", minimum=1, in_signature=False)] = 32,
-    scoring: ScoringContext | None = None,
+    scoring: ScoringContext = INJECTED,
     device: str | None = None,
     precision: str | None = None,
     progress: bool = False,
@@ -134,7 +143,6 @@ def union(
     from storyeval.models.devices import autocast, on_device, place
     from storyeval.text import TruncationWarning
 
-    assert scoring is not None
     scorer = scoring.given(model) or load_union(str(model))
     place(scorer.model, scoring.device)
     heads = prompts if prompts is not None else [""] * len(texts)
@@ -229,7 +237,7 @@ def union(
     ),
 )
 def nubia(
-    candidates: Texts,
+    texts: Texts,
     references: References,
     ids: Ids | None = None,
     *,
@@ -244,7 +252,7 @@ def nubia(
             in_signature=False,
         ),
     ] = None,
-    scoring: ScoringContext | None = None,
+    scoring: ScoringContext = INJECTED,
     device: str | None = None,
     precision: str | None = None,
     progress: bool = False,
@@ -268,17 +276,16 @@ def nubia(
     from storyeval.io import write_table
     from storyeval.learn.nubia import NubiaModel
 
-    assert scoring is not None
     given = scoring.given(model)
     scorer = given or NubiaModel.load(str(model))
     values, table = scorer.score(
-        list(candidates),
+        list(texts),
         [refs[0] for refs in references],
         device=scoring.device,
         precision=scoring.precision,
     )
     if features:
-        names = list(ids) if ids is not None else [str(i) for i in range(len(candidates))]
+        names = list(ids) if ids is not None else [str(i) for i in range(len(texts))]
         write_table(Path(features), table.assign(item_id=names))
     if given is not None:  # a model object: its numbers are its identity
         identity = scorer.identity
@@ -453,7 +460,28 @@ def _nsp_metric(label: str, what: str) -> dict[str, Any]:
     }
 
 
-@metric(
+def _nsp_family(
+    texts: Texts,
+    prompts: Prompts,
+    *,
+    mode: Literal["prompt", "prev"] = "prompt",
+    model: NspModel = None,
+    split: Split = "pysbd",
+    score: NspScore = "probability",
+    batch_size: NspBatch = 32,
+    scoring: ScoringContext = INJECTED,
+    device: Device = None,
+    precision: Precision = None,
+    progress: bool = False,
+) -> CoherenceScores:
+    """The mean next-sentence probability of each sentence of a text after the prompt
+    (``mode="prompt"``) or after the sentence before it (``"prev"``): the family registered as
+    ``nsp_prompt`` and ``nsp_prev`` (Callan and Foster 2023)."""
+    options = {"model": model, "split": split, "score": score, "batch_size": batch_size}
+    return _nsp(mode, texts, prompts, options, scoring)
+
+
+nsp_prompt = metric(
     "nsp_prompt",
     **_nsp_metric("BERT-NSP-1", "each story sentence follows the prompt"),
     card=MetricCard(
@@ -473,28 +501,13 @@ def _nsp_metric(label: str, what: str) -> dict[str, Any]:
         "higher than unseen ones.",
         refs=f"{CF}; Devlin et al. (2019).",
     ),
-)
-def nsp_prompt(
-    texts: Texts,
-    prompts: Prompts,
-    *,
-    model: NspModel = None,
-    split: Split = "pysbd",
-    score: NspScore = "probability",
-    batch_size: NspBatch = 32,
-    scoring: ScoringContext | None = None,
-    device: Device = None,
-    precision: Precision = None,
-    progress: bool = False,
-) -> CoherenceScores:
-    """BERT-NSP-1 (Callan and Foster 2023): the mean probability, under a trained next-sentence
-    head, that each sentence of a text follows the prompt."""
-    assert scoring is not None
-    options = {"model": model, "split": split, "score": score, "batch_size": batch_size}
-    return _nsp("prompt", texts, prompts, options, scoring)
+    fixed={"mode": "prompt"},
+    doc="""BERT-NSP-1 (Callan and Foster 2023): the mean probability, under a trained next-sentence
+    head, that each sentence of a text follows the prompt.""",
+)(_nsp_family)
 
 
-@metric(
+nsp_prev = metric(
     "nsp_prev",
     **_nsp_metric(
         "BERT-NSP-2", "each story sentence follows the previous one (the first: the prompt)"
@@ -509,25 +522,10 @@ def nsp_prompt(
         "saturates for fluent text.",
         refs=f"{CF}; Devlin et al. (2019).",
     ),
-)
-def nsp_prev(
-    texts: Texts,
-    prompts: Prompts,
-    *,
-    model: NspModel = None,
-    split: Split = "pysbd",
-    score: NspScore = "probability",
-    batch_size: NspBatch = 32,
-    scoring: ScoringContext | None = None,
-    device: Device = None,
-    precision: Precision = None,
-    progress: bool = False,
-) -> CoherenceScores:
-    """BERT-NSP-2 (Callan and Foster 2023): the mean probability that each sentence of a text
-    follows the previous one (the first: the prompt)."""
-    assert scoring is not None
-    options = {"model": model, "split": split, "score": score, "batch_size": batch_size}
-    return _nsp("prev", texts, prompts, options, scoring)
+    fixed={"mode": "prev"},
+    doc="""BERT-NSP-2 (Callan and Foster 2023): the mean probability that each sentence of a text
+    follows the previous one (the first: the prompt).""",
+)(_nsp_family)
 
 
 @metric(
@@ -596,7 +594,7 @@ def preference(
         str | None,
         Opt("directory written by `storyeval train preference`", model=True, required=True),
     ] = None,
-    scoring: ScoringContext | None = None,
+    scoring: ScoringContext = INJECTED,
     device: str | None = None,
     precision: str | None = None,
     progress: bool = False,
@@ -613,7 +611,6 @@ def preference(
     from storyeval.corpus import Story
     from storyeval.learn.preference import load_preference
 
-    assert scoring is not None
     scorer = scoring.given(model) or load_preference(str(model))
     heads = prompts if prompts is not None else [""] * len(texts)
     stories = [Story(str(i), p, t) for i, (p, t) in enumerate(zip(heads, texts, strict=True))]

@@ -31,7 +31,7 @@ from storyeval.metrics.registry import (
     get_metric,
     parse_metric_list,
     parse_option_assignments,
-    register_metric,
+    register_spec,
     resolve_options,
     unregister_metric,
 )
@@ -56,7 +56,7 @@ __all__ = [
     "parse_metric_list",
     "parse_option_assignments",
     "prompt_id",
-    "register_metric",
+    "register_spec",
     "resolve_options",
     "score_stories",
     "story_lines",

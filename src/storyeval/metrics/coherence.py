@@ -38,7 +38,7 @@ from storyeval.metrics.embedding import (
     idf_weights,
     rescaler,
 )
-from storyeval.metrics.function import Opt, Prompts, Scores, Texts, metric, undefined_note
+from storyeval.metrics.function import INJECTED, Opt, Prompts, Scores, Texts, metric, undefined_note
 from storyeval.metrics.registry import MetricBatch
 
 
@@ -146,7 +146,33 @@ def _coherence_metric(mode: str, label: str, what: str) -> dict[str, Any]:
     }
 
 
-@metric(
+def _bertscore_coherence_family(
+    texts: Texts,
+    prompts: Prompts,
+    *,
+    mode: Literal["prompt", "prev"] = "prompt",
+    model: EncoderName = None,
+    layer: Layer = None,
+    idf: Idf = False,
+    rescale: Rescale = False,
+    baseline: Baseline = None,
+    batch_tokens: BatchTokens = 4096,
+    split: Split = "pysbd",
+    component: BertComponent = "f",
+    scoring: ScoringContext = INJECTED,
+    device: Device = None,
+    precision: Precision = None,
+    progress: bool = False,
+) -> CoherenceScores:
+    """The mean BERTScore of each sentence of a text against its prompt (``mode="prompt"``) or
+    the sentence before it (``"prev"``): the family registered as ``bertscore_prompt`` and
+    ``bertscore_prev`` (Callan and Foster 2023)."""
+    options = dict(model=model, layer=layer, idf=idf, rescale=rescale, baseline=baseline)
+    options.update(split=split, component=component, batch_tokens=batch_tokens)
+    return _bertscore_coherence(mode, texts, prompts, options, scoring)
+
+
+bertscore_prompt = metric(
     "bertscore_prompt",
     **_coherence_metric("prompt", "BERTScore-1", "each story sentence against the prompt"),
     card=MetricCard(
@@ -163,33 +189,13 @@ def _coherence_metric(mode: str, label: str, what: str) -> dict[str, Any]:
         refs=f"{CF}; Zhang et al. (2020).",
         notes=BASELINE_NOTE,
     ),
-)
-def bertscore_prompt(
-    texts: Texts,
-    prompts: Prompts,
-    *,
-    model: EncoderName = None,
-    layer: Layer = None,
-    idf: Idf = False,
-    rescale: Rescale = False,
-    baseline: Baseline = None,
-    batch_tokens: BatchTokens = 4096,
-    split: Split = "pysbd",
-    component: BertComponent = "f",
-    scoring: ScoringContext | None = None,
-    device: Device = None,
-    precision: Precision = None,
-    progress: bool = False,
-) -> CoherenceScores:
-    """BERTScore-1 (Callan and Foster 2023): the mean BERTScore of each sentence of a text
-    against its prompt (sentences encoded alone, as in the paper)."""
-    assert scoring is not None
-    options = dict(model=model, layer=layer, idf=idf, rescale=rescale, baseline=baseline)
-    options.update(split=split, component=component, batch_tokens=batch_tokens)
-    return _bertscore_coherence("prompt", texts, prompts, options, scoring)
+    fixed={"mode": "prompt"},
+    doc="""BERTScore-1 (Callan and Foster 2023): the mean BERTScore of each sentence of a text
+    against its prompt (sentences encoded alone, as in the paper).""",
+)(_bertscore_coherence_family)
 
 
-@metric(
+bertscore_prev = metric(
     "bertscore_prev",
     **_coherence_metric(
         "prev",
@@ -206,30 +212,10 @@ def bertscore_prompt(
         refs=f"{CF}; Zhang et al. (2020).",
         notes=BASELINE_NOTE,
     ),
-)
-def bertscore_prev(
-    texts: Texts,
-    prompts: Prompts,
-    *,
-    model: EncoderName = None,
-    layer: Layer = None,
-    idf: Idf = False,
-    rescale: Rescale = False,
-    baseline: Baseline = None,
-    batch_tokens: BatchTokens = 4096,
-    split: Split = "pysbd",
-    component: BertComponent = "f",
-    scoring: ScoringContext | None = None,
-    device: Device = None,
-    precision: Precision = None,
-    progress: bool = False,
-) -> CoherenceScores:
-    """BERTScore-2 (Callan and Foster 2023): the mean BERTScore of each sentence of a text
-    against the previous one (the first against the prompt)."""
-    assert scoring is not None
-    options = dict(model=model, layer=layer, idf=idf, rescale=rescale, baseline=baseline)
-    options.update(split=split, component=component, batch_tokens=batch_tokens)
-    return _bertscore_coherence("prev", texts, prompts, options, scoring)
+    fixed={"mode": "prev"},
+    doc="""BERTScore-2 (Callan and Foster 2023): the mean BERTScore of each sentence of a text
+    against the previous one (the first against the prompt).""",
+)(_bertscore_coherence_family)
 
 
 # --------------------------------------------------------------------------- embedding coherence
@@ -273,14 +259,13 @@ def embedding_coherence(
     layer: Annotated[int, Opt("hidden layer to mean-pool (-1 = last)")] = -1,
     split: Split = "pysbd",
     batch_tokens: BatchTokens = 4096,
-    scoring: ScoringContext | None = None,
+    scoring: ScoringContext = INJECTED,
     device: Device = None,
     precision: Precision = None,
     progress: bool = False,
 ) -> CoherenceScores:
     """The mean cosine of consecutive sentence embeddings of each text (undefined below two
     sentences)."""
-    assert scoring is not None
     cache = encoder_cache(scoring, model, batch_tokens)
     index = resolve_layer(cache.encoder.model, layer)
     sentences_of = [scoring.sentences(text, split) for text in texts]

@@ -18,6 +18,7 @@ from typing import Any, cast
 import numpy as np
 
 from storyeval.errors import ModelLoadError, StoryevalWarning
+from storyeval.models.devices import progress_bar as open_progress_bar
 
 
 class UndefinedScoreWarning(StoryevalWarning):
@@ -324,7 +325,7 @@ class EncoderCache:
         filled: dict[int, dict[int, Any]] = {}
         batches = self._batches(pieces)
         pad_id = self.encoder.tokenizer.pad_token_id or 0
-        bar = _progress(len(batches), "encoding", self.progress)
+        bar = open_progress_bar(len(batches), "encoding", self.progress)
         with (
             torch.inference_mode(),
             _truncated(model, top),
@@ -469,22 +470,6 @@ class _truncated:
             self.saved = None
 
 
-class _NoBar:
-    def update(self, n: int = 1) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-
-def _progress(total: int, description: str, enabled: bool) -> Any:
-    if not enabled or total <= 1:
-        return _NoBar()
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, desc=description, unit="batch", leave=False)
-
-
 class ScoringContext:
     """Models and caches shared by the metrics of one run (each model loaded once).
 
@@ -617,4 +602,4 @@ class ScoringContext:
 
     def progress_bar(self, total: int, description: str) -> Any:
         """A progress bar (a no-op unless the context shows progress)."""
-        return _progress(total, description, self.progress)
+        return open_progress_bar(total, description, self.progress)

@@ -27,7 +27,7 @@ import numpy as np
 
 from storyeval.metrics.cards import MetricCard
 from storyeval.metrics.context import ScoringContext, resolve_layer
-from storyeval.metrics.function import Opt, Scores, Texts, metric
+from storyeval.metrics.function import INJECTED, Opt, Scores, Texts, metric
 from storyeval.metrics.registry import (
     MetricBatch,
     MetricOption,
@@ -193,7 +193,7 @@ def _mauve_text_features(
         Opt("k-means implementation (auto: faiss when installed)"),
     ] = "auto",
     batch_tokens: Annotated[int, Opt("tokens per batch", minimum=64, in_signature=False)] = 8192,
-    scoring: ScoringContext | None = None,
+    scoring: ScoringContext = INJECTED,
     device: str | None = None,
     precision: str | None = None,
     progress: bool = False,
@@ -201,7 +201,6 @@ def _mauve_text_features(
     """The features MAUVE compares, per text (the registered metrics ``mauve`` and
     ``mauve_star`` are computed per system from them, with the options of
     :data:`MAUVE_OPTIONS`; :func:`mauve` compares two sets)."""
-    assert scoring is not None
     options = dict(features=features, model=model, layer=layer, max_tokens=max_tokens)
     options.update(kmeans=kmeans, batch_tokens=batch_tokens)
     return _feature_scores(list(texts), options, scoring)
@@ -381,7 +380,7 @@ def mauve(
     num_buckets: int | None = None,
     device: str | None = None,
     precision: str | None = None,
-    scoring: ScoringContext | None = None,
+    scoring: ScoringContext = INJECTED,
     **options: Any,
 ) -> MauveResult:
     """MAUVE and MAUVE* (Pillutla et al. 2021) of ``texts`` against ``reference_texts``

@@ -19,7 +19,7 @@ import numpy as np
 from storyeval.errors import ModelLoadError
 from storyeval.metrics.cards import CLARK, CONCRETE_LIMITS, DISTINCT_LIMITS, MetricCard
 from storyeval.metrics.context import ScoringContext
-from storyeval.metrics.function import Opt, Scores, Texts, metric
+from storyeval.metrics.function import INJECTED, Opt, Scores, Texts, metric
 from storyeval.text import tokenize_words
 
 
@@ -97,7 +97,15 @@ def _distinct_description(n: int) -> str:
     return f"distinct-{n}: unique {n}-grams over all {n}-grams of the story (lower-cased words)"
 
 
-@metric(
+def _distinct_family(
+    texts: Texts, *, n: Literal[1, 2, 3] = 1, punctuation: Punctuation = False
+) -> TextScores:
+    """distinct-``n`` of each text: the family registered as ``distinct1``, ``distinct2`` and
+    ``distinct3``."""
+    return _distinct(texts, n, punctuation)
+
+
+distinct1 = metric(
     "distinct1",
     description=_distinct_description(1),
     families=("diversity", "distinct"),
@@ -112,17 +120,16 @@ def _distinct_description(n: int) -> str:
         limits=DISTINCT_LIMITS,
         refs="Li et al. (2016); See et al. (2019).",
     ),
-)
-def distinct1(texts: Texts, *, punctuation: Punctuation = False) -> TextScores:
-    """distinct-1 (Li et al. 2016) of each text: unique words over all words.
+    fixed={"n": 1},
+    doc="""distinct-1 (Li et al. 2016) of each text: unique words over all words.
 
     >>> distinct1(["the cat and the dog"]).values.tolist()
     [0.8]
-    """
-    return _distinct(texts, 1, punctuation)
+    """,
+)(_distinct_family)
 
 
-@metric(
+distinct2 = metric(
     "distinct2",
     description=_distinct_description(2),
     families=("diversity", "distinct"),
@@ -135,13 +142,12 @@ def distinct1(texts: Texts, *, punctuation: Punctuation = False) -> TextScores:
         limits=DISTINCT_LIMITS,
         refs="Li et al. (2016); See et al. (2019).",
     ),
-)
-def distinct2(texts: Texts, *, punctuation: Punctuation = False) -> TextScores:
-    """distinct-2 of each text: unique bigrams over all bigrams."""
-    return _distinct(texts, 2, punctuation)
+    fixed={"n": 2},
+    doc="""distinct-2 of each text: unique bigrams over all bigrams.""",
+)(_distinct_family)
 
 
-@metric(
+distinct3 = metric(
     "distinct3",
     description=_distinct_description(3),
     families=("diversity", "distinct"),
@@ -154,10 +160,9 @@ def distinct2(texts: Texts, *, punctuation: Punctuation = False) -> TextScores:
         limits=DISTINCT_LIMITS,
         refs="Li et al. (2016); See et al. (2019).",
     ),
-)
-def distinct3(texts: Texts, *, punctuation: Punctuation = False) -> TextScores:
-    """distinct-3 of each text: unique trigrams over all trigrams."""
-    return _distinct(texts, 3, punctuation)
+    fixed={"n": 3},
+    doc="""distinct-3 of each text: unique trigrams over all trigrams.""",
+)(_distinct_family)
 
 
 @metric(
@@ -213,14 +218,13 @@ def repeated_ngram_rate_scores(
     ),
 )
 def repeated_sentence_rate_scores(
-    texts: Texts, *, split: Split = "pysbd", scoring: ScoringContext | None = None
+    texts: Texts, *, split: Split = "pysbd", scoring: ScoringContext = INJECTED
 ) -> TextScores:
     """The share of each text's sentences that repeat an earlier one.
 
     >>> repeated_sentence_rate_scores(["He ran. She sat. He ran."]).values.round(3).tolist()
     [0.333]
     """
-    assert scoring is not None
     values = [repeated_sentence_rate(scoring.sentences(text, split)) for text in texts]
     return TextScores(np.asarray(values, dtype=np.float64))
 
@@ -243,14 +247,13 @@ def repeated_sentence_rate_scores(
     ),
 )
 def sentence_length(
-    texts: Texts, *, split: Split = "pysbd", scoring: ScoringContext | None = None
+    texts: Texts, *, split: Split = "pysbd", scoring: ScoringContext = INJECTED
 ) -> TextScores:
     """The mean number of words per sentence of each text.
 
     >>> sentence_length(["One two three. Four."]).values.tolist()
     [2.0]
     """
-    assert scoring is not None
     values = []
     for text in texts:
         counts = [len(words(s)) for s in scoring.sentences(text, split)]
@@ -385,18 +388,36 @@ def _concreteness(
     )
 
 
+_CONCRETENESS = {
+    "families": ("form", "concreteness"),
+    "model": "spacy",
+    "backends": ("spacy",),
+    "higher_is_better": None,
+    "value_range": (1.0, 5.0),
+}
+
+
 def _concreteness_description(label: str) -> str:
     return f"Mean Brysbaert concreteness (1-5) of the story's {label}s (spaCy POS tags, lemmas)"
 
 
-@metric(
+def _concreteness_family(
+    texts: Texts,
+    *,
+    pos: Literal["NOUN", "VERB"] = "NOUN",
+    spacy_model: SpacyModel = None,
+    ratings: Ratings = None,
+    scoring: ScoringContext = INJECTED,
+) -> TextScores:
+    """The mean concreteness rating (Brysbaert et al. 2014) of each text's words of part of
+    speech ``pos``: the family registered as ``concreteness_noun`` and ``concreteness_verb``."""
+    return _concreteness(texts, pos, spacy_model, ratings, scoring)
+
+
+concreteness_noun = metric(
     "concreteness_noun",
     description=_concreteness_description("noun"),
-    families=("form", "concreteness"),
-    model="spacy",
-    backends=("spacy",),
-    higher_is_better=None,
-    value_range=(1.0, 5.0),
+    **_CONCRETENESS,  # type: ignore[arg-type]
     card=MetricCard(
         measures="Mean concreteness rating (Brysbaert et al. 2014; 1 = abstract .. 5 = "
         "concrete) of the story's nouns, found with spaCy's POS tags and looked up by lemma.",
@@ -406,27 +427,15 @@ def _concreteness_description(label: str) -> str:
         limits=CONCRETE_LIMITS,
         refs="Brysbaert, Warriner & Kuperman (2014); See et al. (2019).",
     ),
-)
-def concreteness_noun(
-    texts: Texts,
-    *,
-    spacy_model: SpacyModel = None,
-    ratings: Ratings = None,
-    scoring: ScoringContext | None = None,
-) -> TextScores:
-    """The mean concreteness rating (Brysbaert et al. 2014) of each text's nouns."""
-    assert scoring is not None
-    return _concreteness(texts, "NOUN", spacy_model, ratings, scoring)
+    fixed={"pos": "NOUN"},
+    doc="""The mean concreteness rating (Brysbaert et al. 2014) of each text's nouns.""",
+)(_concreteness_family)
 
 
-@metric(
+concreteness_verb = metric(
     "concreteness_verb",
     description=_concreteness_description("verb"),
-    families=("form", "concreteness"),
-    model="spacy",
-    backends=("spacy",),
-    higher_is_better=None,
-    value_range=(1.0, 5.0),
+    **_CONCRETENESS,  # type: ignore[arg-type]
     card=MetricCard(
         measures="Mean concreteness rating (Brysbaert et al. 2014) of the story's verbs "
         "(spaCy POS tags, lemmas).",
@@ -436,14 +445,6 @@ def concreteness_noun(
         limits=CONCRETE_LIMITS,
         refs="Brysbaert, Warriner & Kuperman (2014); See et al. (2019).",
     ),
-)
-def concreteness_verb(
-    texts: Texts,
-    *,
-    spacy_model: SpacyModel = None,
-    ratings: Ratings = None,
-    scoring: ScoringContext | None = None,
-) -> TextScores:
-    """The mean concreteness rating (Brysbaert et al. 2014) of each text's verbs."""
-    assert scoring is not None
-    return _concreteness(texts, "VERB", spacy_model, ratings, scoring)
+    fixed={"pos": "VERB"},
+    doc="""The mean concreteness rating (Brysbaert et al. 2014) of each text's verbs.""",
+)(_concreteness_family)

@@ -27,7 +27,15 @@ import numpy as np
 from storyeval.errors import StoryevalError
 from storyeval.metrics.cards import BASELINE_NOTE, BERTSCORE_LIMITS, MetricCard
 from storyeval.metrics.context import EncoderCache, ScoringContext, resolve_layer
-from storyeval.metrics.function import Opt, References, Scores, Texts, metric, undefined_note
+from storyeval.metrics.function import (
+    INJECTED,
+    Opt,
+    References,
+    Scores,
+    Texts,
+    metric,
+    undefined_note,
+)
 from storyeval.metrics.registry import MetricBatch, OptionError
 
 #: Recommended layers (bert-score's ``model2layers``, tuned on WMT16 by its authors) for
@@ -451,7 +459,30 @@ def _bertscore_description(what: str) -> str:
     )
 
 
-@metric(
+def _bertscore(
+    texts: Texts,
+    references: References,
+    *,
+    component: Literal["p", "r", "f"] = "f",
+    model: EncoderName = None,
+    layer: Layer = None,
+    idf: Idf = False,
+    rescale: Rescale = False,
+    baseline: Baseline = None,
+    batch_tokens: BatchTokens = 4096,
+    scoring: ScoringContext = INJECTED,
+    device: Device = None,
+    precision: Precision = None,
+    progress: bool = False,
+) -> BertScores:
+    """BERTScore's ``component`` (P, R or F1) of each candidate: the family registered as
+    ``bertscore_p``, ``bertscore_r`` and ``bertscore_f``."""
+    options = dict(model=model, layer=layer, idf=idf, rescale=rescale, baseline=baseline)
+    options["batch_tokens"] = batch_tokens
+    return _component(bertscore_triples(texts, references, options, scoring), component)
+
+
+bertscore_f = metric(
     "bertscore_f",
     description=_bertscore_description("F1"),
     **_BERTSCORE,  # type: ignore[arg-type]
@@ -468,29 +499,14 @@ def _bertscore_description(what: str) -> str:
         refs="Zhang et al. (2020); Zhang et al. (2020b), rescaling with baselines.",
         notes=BASELINE_NOTE,
     ),
-)
-def bertscore_f(
-    candidates: Texts,
-    references: References,
-    *,
-    model: EncoderName = None,
-    layer: Layer = None,
-    idf: Idf = False,
-    rescale: Rescale = False,
-    baseline: Baseline = None,
-    batch_tokens: BatchTokens = 4096,
-    scoring: ScoringContext | None = None,
-    device: Device = None,
-    precision: Precision = None,
-    progress: bool = False,
-) -> BertScores:
-    """BERTScore (Zhang et al. 2020) F1 of each candidate; ``.precision`` and ``.recall`` come
+    fixed={"component": "f"},
+    doc="""BERTScore (Zhang et al. 2020) F1 of each candidate; ``.precision`` and ``.recall`` come
     from the same matching. With several references per candidate each of P, R and F is the
     best over them (as the bert-score package).
 
     Parameters
     ----------
-    candidates, references
+    texts, references
         The texts and one reference (or several) each.
     model : str, loaded encoder or None
         A hub name, a local directory, :func:`storyeval.models.load_encoder`'s or
@@ -507,14 +523,11 @@ def bertscore_f(
     >>> result = bertscore_f(["The cat sat on the mat."], ["A cat was sitting on the mat."])
     >>> 0.5 < float(result.values[0]) <= 1.0, result.signature.fields["layer"]
     (True, 4)
-    """
-    assert scoring is not None
-    options = dict(model=model, layer=layer, idf=idf, rescale=rescale, baseline=baseline)
-    options["batch_tokens"] = batch_tokens
-    return _component(bertscore_triples(candidates, references, options, scoring), "f")
+    """,
+)(_bertscore)
 
 
-@metric(
+bertscore_p = metric(
     "bertscore_p",
     description=_bertscore_description("precision"),
     **_BERTSCORE,  # type: ignore[arg-type]
@@ -532,30 +545,12 @@ def bertscore_f(
         refs="Zhang et al. (2020), BERTScore (ICLR).",
         notes=BASELINE_NOTE,
     ),
-)
-def bertscore_p(
-    candidates: Texts,
-    references: References,
-    *,
-    model: EncoderName = None,
-    layer: Layer = None,
-    idf: Idf = False,
-    rescale: Rescale = False,
-    baseline: Baseline = None,
-    batch_tokens: BatchTokens = 4096,
-    scoring: ScoringContext | None = None,
-    device: Device = None,
-    precision: Precision = None,
-    progress: bool = False,
-) -> BertScores:
-    """BERTScore precision of each candidate (see :func:`bertscore_f`)."""
-    assert scoring is not None
-    options = dict(model=model, layer=layer, idf=idf, rescale=rescale, baseline=baseline)
-    options["batch_tokens"] = batch_tokens
-    return _component(bertscore_triples(candidates, references, options, scoring), "p")
+    fixed={"component": "p"},
+    doc="""BERTScore precision of each candidate (see :func:`bertscore_f`).""",
+)(_bertscore)
 
 
-@metric(
+bertscore_r = metric(
     "bertscore_r",
     description=_bertscore_description("recall"),
     **_BERTSCORE,  # type: ignore[arg-type]
@@ -569,24 +564,6 @@ def bertscore_p(
         refs="Zhang et al. (2020).",
         notes=BASELINE_NOTE,
     ),
-)
-def bertscore_r(
-    candidates: Texts,
-    references: References,
-    *,
-    model: EncoderName = None,
-    layer: Layer = None,
-    idf: Idf = False,
-    rescale: Rescale = False,
-    baseline: Baseline = None,
-    batch_tokens: BatchTokens = 4096,
-    scoring: ScoringContext | None = None,
-    device: Device = None,
-    precision: Precision = None,
-    progress: bool = False,
-) -> BertScores:
-    """BERTScore recall of each candidate (see :func:`bertscore_f`)."""
-    assert scoring is not None
-    options = dict(model=model, layer=layer, idf=idf, rescale=rescale, baseline=baseline)
-    options["batch_tokens"] = batch_tokens
-    return _component(bertscore_triples(candidates, references, options, scoring), "r")
+    fixed={"component": "r"},
+    doc="""BERTScore recall of each candidate (see :func:`bertscore_f`).""",
+)(_bertscore)

@@ -29,6 +29,7 @@ storyeval.metrics.registry.OptionError: option scale must be >= 0; got -1.0
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import math
@@ -42,17 +43,13 @@ import numpy as np
 
 from storyeval.metrics.context import ScoringContext
 from storyeval.metrics.registry import (
-    CorpusStatistic,
-    EncoderPlan,
-    Level,
     MetricBatch,
     MetricOption,
     MetricOutput,
-    ModelRole,
+    MetricSpec,
     OptionError,
-    SystemStatistic,
     get_metric,
-    register_metric,
+    register_spec,
 )
 from storyeval.signature import Signature, SignatureValue
 
@@ -72,12 +69,10 @@ Model = Any
 """A model option: a hub name, a local directory, ``None`` (the offline default) or a model
 object already loaded (:func:`storyeval.models.load_encoder`, :func:`~storyeval.models.wrap_model`)."""
 
-#: Positional parameter names and the story field each reads in the pipeline (the first
-#: parameter is the texts scored, whatever its name).
+#: Positional parameter names and the story field each reads in the pipeline: every metric
+#: calls the texts it scores ``texts``.
 INPUTS = {
     "texts": "story",
-    "candidates": "story",
-    "hypotheses": "story",
     "references": "references",
     "prompts": "prompt",
     "groups": "system",
@@ -169,8 +164,22 @@ def undefined_note(values: np.ndarray, why: str) -> list[str]:
 # --------------------------------------------------------------------------- the decorator
 
 F = TypeVar("F", bound=Callable[..., Any])
-#: The public function of every metric registered with :func:`metric`, by registered name.
-FUNCTIONS: dict[str, Callable[..., Any]] = {}
+
+
+class _Injected:
+    """The default of a metric function's ``scoring`` parameter: the wrapper :func:`metric`
+    returns always passes a real :class:`ScoringContext` in its place."""
+
+    def __repr__(self) -> str:
+        return "INJECTED"
+
+    def __getattr__(self, name: str) -> Any:
+        raise AttributeError(f"{name}: the metric function was called unwrapped, without a context")
+
+
+#: Write ``scoring: ScoringContext = INJECTED``: the body receives the caller's context or a
+#: new one on the given device, never nothing.
+INJECTED: ScoringContext = _Injected()  # type: ignore[assignment]
 
 
 def metric_function(name: str) -> Callable[..., Any]:
@@ -179,10 +188,10 @@ def metric_function(name: str) -> Callable[..., Any]:
     >>> metric_function("bleu").__name__
     'bleu'
     """
-    get_metric(name)  # loads the metric modules; unknown names raise with the choices
-    if name not in FUNCTIONS:
+    function = get_metric(name).function  # unknown names raise with the choices
+    if function is None:
         raise KeyError(f"the metric {name} was registered without a typed function")
-    return FUNCTIONS[name]
+    return function
 
 
 @dataclass(frozen=True)
@@ -197,29 +206,19 @@ class MetricFunction:
     resources: tuple[str, ...]
     result: type[Scores]
     field_option: str | None
+    fixed: Mapping[str, Any] = field(default_factory=dict)
+    defaults: Mapping[str, Any] = field(default_factory=dict)
 
 
 def metric(
     name: str | None = None,
     *,
-    description: str,
-    families: Sequence[str] = (),
-    higher_is_better: bool | None = True,
-    value_range: tuple[float | None, float | None] = (None, None),
-    level: Level = "item",
-    model: ModelRole | None = None,
-    corpus: Sequence[CorpusStatistic] = (),
-    system_statistics: Sequence[SystemStatistic] = (),
-    corpus_wide: Callable[[Mapping[str, Any]], bool] | None = None,
-    item_statistic: str = "mean",
-    offline: bool = True,
-    default: bool = True,
-    unavailable_offline: str = "",
-    plan: EncoderPlan | None = None,
-    backends: Sequence[str] | None = None,
+    fixed: Mapping[str, Any] | None = None,
+    defaults: Mapping[str, Any] | None = None,
+    doc: str | None = None,
     extra_options: Sequence[MetricOption] = (),
-    card: Any = None,
     replace: bool = False,
+    **facts: Any,
 ) -> Callable[[F], F]:
     """Register a typed metric function (see the module docstring) and return it, wrapped so
     that a call validates its inputs and options, loads models once, and signs its result.
@@ -227,55 +226,57 @@ def metric(
     The registry entry is generated from the function: the inputs it reads (a ``references``
     parameter means it needs a reference; ``prompts`` a prompt, unless it defaults to None;
     ``originals`` a field named by the metric's option ``original``), its keyword-only options
-    (``Annotated[type, Opt(help, ...)]``; ``Literal`` gives the choices), the result type, and
-    the facts given here (direction, range, level, families; see
-    :func:`storyeval.metrics.registry.register_metric` for each). ``extra_options`` are options
-    of the registered metric with no parameter of their own (rare: a setting the command line
-    needs that the function takes another way). ``card`` is the narrative of the metric's
-    card (a :class:`storyeval.metrics.cards.MetricCard`), kept beside the definition.
+    (``Annotated[type, Opt(help, ...)]``; ``Literal`` gives the choices) and the result type.
+    ``facts`` are the :class:`~storyeval.metrics.registry.MetricFacts` (``description`` is
+    required; direction, range, level, families, card, ...).
+
+    A family is one function registered under several names: ``fixed`` binds keyword
+    parameters that tell the members apart (``{"component": "p"}``), which are then no options
+    of the registered metric; ``defaults`` gives options another default (``bleu1`` is
+    ``bleu`` with ``{"max_order": 1}``); ``doc`` is the member's docstring. ``extra_options`` are
+    options of the registered metric with no parameter of their own (rare: a setting the
+    command line needs that the function takes another way).
     """
 
     def decorate(function: F) -> F:
-        described = describe_function(function, name or function.__name__, extra_options)
-        registered = register_metric(
-            described.name,
-            description=description,
-            families=families,
+        described = describe_function(
+            function, name or function.__name__, extra_options, fixed or {}, defaults or {}
+        )
+        spec = MetricSpec(
+            name=described.name,
+            compute=_batch_adapter(function, described),
             needs_reference="references" in described.inputs,
             needs_prompt="prompts" in described.inputs
             and "prompts" not in described.optional_inputs,
             field_options=(described.field_option,) if described.field_option else (),
-            model=model,
-            higher_is_better=higher_is_better,
-            value_range=value_range,
-            level=level,
-            options=[*described.options, *extra_options],
-            corpus=corpus,
-            system_statistics=system_statistics,
-            corpus_wide=corpus_wide,
-            item_statistic=item_statistic,
-            offline=offline,
-            default=default,
-            unavailable_offline=unavailable_offline,
-            plan=plan,
-            backends=backends,
-            card=card,
-            replace=replace,
+            options=(*described.options, *extra_options),
+            module=getattr(function, "__module__", ""),
+            **facts,
         )
-        registered(_batch_adapter(function, described))
-        wrapper = _public(function, described)
+        wrapper = _public(function, described, spec.option_map)
         wrapper.__metric__ = described  # type: ignore[attr-defined]
-        FUNCTIONS[described.name] = wrapper
+        if function.__name__.startswith("_") or fixed or defaults:  # a family's member
+            wrapper.__name__ = wrapper.__qualname__ = described.name
+        if doc:
+            wrapper.__doc__ = doc
+        register_spec(dataclasses.replace(spec, function=wrapper), replace=replace)
         return wrapper  # type: ignore[return-value]
 
     return decorate
 
 
 def describe_function(
-    function: Callable[..., Any], name: str, extra_options: Sequence[MetricOption] = ()
+    function: Callable[..., Any],
+    name: str,
+    extra_options: Sequence[MetricOption] = (),
+    fixed: Mapping[str, Any] | None = None,
+    defaults: Mapping[str, Any] | None = None,
 ) -> MetricFunction:
     """Read a metric function's inputs and options from its signature (``extra_options``: the
-    registered metric's options that are no parameter of the function)."""
+    registered metric's options that are no parameter of the function; ``fixed``: keyword
+    parameters bound for this registered name, which are no options; ``defaults``: options'
+    defaults for this registered name)."""
+    fixed, defaults = dict(fixed or {}), dict(defaults or {})
     namespace = {"ScoringContext": ScoringContext}
     hints = typing.get_type_hints(function, localns=namespace, include_extras=True)
     signature = inspect.signature(function)
@@ -295,7 +296,10 @@ def describe_function(
             if parameter.default is None:
                 optional.add(parameter.name)
         elif parameter.kind == parameter.KEYWORD_ONLY:
+            if parameter.name in fixed:
+                continue
             if parameter.name in RESOURCES:
+                _check_resource(name, parameter)
                 resources.append(parameter.name)
                 continue
             option, is_model = _option(name, parameter, hints.get(parameter.name))
@@ -307,6 +311,14 @@ def describe_function(
     result = hints.get("return", Scores)
     if not (isinstance(result, type) and issubclass(result, Scores)):
         raise TypeError(f"metric {name}: the return annotation must be a Scores subclass")
+    if not inputs or inputs[0] != "texts":
+        raise TypeError(f"metric {name}: the first parameter must be `texts`, the texts scored")
+    unknown = sorted(set(fixed) - set(signature.parameters))
+    if unknown:
+        raise TypeError(f"metric {name}: fixed parameters {unknown} are not in the signature")
+    if set(defaults) - {o.name for o in options}:
+        raise TypeError(f"metric {name}: defaults {sorted(defaults)} must name its options")
+    options = [replace(o, default=defaults.get(o.name, o.default)) for o in options]
     field_option = "original" if "originals" in inputs else None
     if field_option and field_option not in [o.name for o in [*options, *extra_options]]:
         raise TypeError(f"metric {name}: reading originals needs an option 'original'")
@@ -319,7 +331,15 @@ def describe_function(
         tuple(resources),
         result,
         field_option,
+        fixed,
+        defaults,
     )
+
+
+def _check_resource(name: str, parameter: inspect.Parameter) -> None:
+    """``scoring`` must default to :data:`INJECTED` (the body always gets a context)."""
+    if parameter.name == "scoring" and parameter.default is not INJECTED:
+        raise TypeError(f"metric {name}: write `scoring: ScoringContext = INJECTED`")
 
 
 def _option(metric_name: str, parameter: inspect.Parameter, hint: Any) -> tuple[MetricOption, bool]:
@@ -369,17 +389,24 @@ def _base_type(hint: Any) -> tuple[type, tuple[Any, ...] | None]:
 # --------------------------------------------------------------------------- calling
 
 
-def _public(function: Callable[..., Any], described: MetricFunction) -> Callable[..., Any]:
+def _public(
+    function: Callable[..., Any], described: MetricFunction, schema: Mapping[str, MetricOption]
+) -> Callable[..., Any]:
     """The function users call: inputs checked, options parsed and checked against the
-    schema, models given as objects registered, a context made when none is given, the
-    result signed."""
-    schema = {o.name: o for o in get_metric(described.name).options}
+    schema, models given as objects registered, the scoring context injected (the caller's
+    or a new one), the family's fixed parameters bound, the result signed."""
     signature = inspect.signature(function)
+    public = [
+        p.replace(default=described.defaults[p.name]) if p.name in described.defaults else p
+        for p in signature.parameters.values()
+        if p.name not in described.fixed
+    ]
+    shown = signature.replace(parameters=public)
 
     @functools.wraps(function)
     def call(*args: Any, **kwargs: Any) -> Any:
-        _refuse_unknown(described.name, kwargs, signature, schema)
-        bound = signature.bind(*args, **kwargs)
+        _refuse_unknown(described.name, kwargs, shown, schema)
+        bound = shown.bind(*args, **kwargs)
         bound.apply_defaults()
         values = dict(bound.arguments)
         n = _check_inputs(described, values)
@@ -397,11 +424,12 @@ def _public(function: Callable[..., Any], described: MetricFunction) -> Callable
         for key in RESOURCES:
             if key not in described.resources:
                 values.pop(key, None)
-        result = function(**values)
+        result = function(**values, **described.fixed)
         if len(result.values) != n:
             raise RuntimeError(f"{described.name} returned {len(result.values)} values for {n}")
         return sign(described.name, result, values, scoring)
 
+    call.__signature__ = shown  # type: ignore[attr-defined]
     return call
 
 
@@ -480,7 +508,7 @@ def _context(values: dict[str, Any]) -> ScoringContext:
     """The given context, or a new one on the given device and precision."""
     given = values.get("scoring")
     device, precision = values.get("device"), values.get("precision")
-    if given is not None:
+    if given is not None and given is not INJECTED:
         if device is not None and device != given.device:
             raise ValueError(f"device {device!r} differs from the given context's {given.device!r}")
         return given  # type: ignore[no-any-return]
@@ -557,7 +585,7 @@ def _batch_adapter(
                 arguments[key] = options[key]
         if "scoring" in described.resources:
             arguments["scoring"] = batch.context
-        result: Scores = function(**arguments)
+        result: Scores = function(**arguments, **described.fixed)
         return MetricOutput(
             result.values,
             result.stats,

@@ -40,7 +40,15 @@ import numpy as np
 from storyeval.metrics.cards import CLARK, MOVER_LIMITS, MetricCard
 from storyeval.metrics.context import ScoringContext, UndefinedScoreWarning, resolve_layer
 from storyeval.metrics.embedding import Device, Precision, default_layer, idf_weights
-from storyeval.metrics.function import Opt, References, Scores, Texts, metric, undefined_note
+from storyeval.metrics.function import (
+    INJECTED,
+    Opt,
+    References,
+    Scores,
+    Texts,
+    metric,
+    undefined_note,
+)
 from storyeval.metrics.registry import MetricBatch
 
 # --------------------------------------------------------------------------- text handling
@@ -309,7 +317,28 @@ def _mover_metric(what: str) -> dict[str, Any]:
     }
 
 
-@metric(
+def _mover_similarity(
+    texts: Texts,
+    references: References,
+    *,
+    kind: Literal["wms", "sms", "swms"] = "sms",
+    embeddings: Embeddings = "glove",
+    glove: Glove = None,
+    model: ContextualModel = None,
+    layer: ContextualLayer = None,
+    split: Split = "pysbd",
+    scoring: ScoringContext = INJECTED,
+    device: Device = None,
+    precision: Precision = None,
+    progress: bool = False,
+) -> MoverScores:
+    """The mover's similarity of ``kind`` between each text and its best reference: the family
+    registered as ``wms``, ``sms`` and ``swms``."""
+    options = dict(embeddings=embeddings, glove=glove, model=model, layer=layer, split=split)
+    return _mover(kind, texts, references, options, scoring)
+
+
+wms = metric(
     "wms",
     **_mover_metric("word mover's similarity: exp(-EMD) between the bags of word embeddings"),
     card=MetricCard(
@@ -325,29 +354,13 @@ def _mover_metric(what: str) -> dict[str, Any]:
         limits=MOVER_LIMITS,
         refs="Kusner et al. (2015); Clark, Celikyilmaz & Smith (2019).",
     ),
-)
-def wms(
-    candidates: Texts,
-    references: References,
-    *,
-    embeddings: Embeddings = "glove",
-    glove: Glove = None,
-    model: ContextualModel = None,
-    layer: ContextualLayer = None,
-    split: Split = "pysbd",
-    scoring: ScoringContext | None = None,
-    device: Device = None,
-    precision: Precision = None,
-    progress: bool = False,
-) -> MoverScores:
-    """Word mover's similarity (Kusner et al. 2015; Clark et al. 2019): ``exp(-EMD)`` between
-    the bags of word embeddings of each text and its best reference (see :func:`sms`)."""
-    assert scoring is not None
-    options = dict(embeddings=embeddings, glove=glove, model=model, layer=layer, split=split)
-    return _mover("wms", candidates, references, options, scoring)
+    fixed={"kind": "wms"},
+    doc="""Word mover's similarity (Kusner et al. 2015; Clark et al. 2019): ``exp(-EMD)`` between
+    the bags of word embeddings of each text and its best reference (see :func:`sms`).""",
+)(_mover_similarity)
 
 
-@metric(
+sms = metric(
     "sms",
     **_mover_metric(
         "sentence mover's similarity: exp(-EMD) between the bags of sentence embeddings"
@@ -365,22 +378,8 @@ def wms(
         limits=MOVER_LIMITS,
         refs="Clark, Celikyilmaz & Smith (2019).",
     ),
-)
-def sms(
-    candidates: Texts,
-    references: References,
-    *,
-    embeddings: Embeddings = "glove",
-    glove: Glove = None,
-    model: ContextualModel = None,
-    layer: ContextualLayer = None,
-    split: Split = "pysbd",
-    scoring: ScoringContext | None = None,
-    device: Device = None,
-    precision: Precision = None,
-    progress: bool = False,
-) -> MoverScores:
-    """Sentence mover's similarity (Clark et al. 2019): ``exp(-EMD)`` between the bags of
+    fixed={"kind": "sms"},
+    doc="""Sentence mover's similarity (Clark et al. 2019): ``exp(-EMD)`` between the bags of
     sentence embeddings of each text and its best reference.
 
     Parameters
@@ -399,13 +398,11 @@ def sms(
     >>> value = sms(["The cat sat. It slept."], ["The cat sat. It slept."]).values[0]
     >>> round(float(value), 6)
     1.0
-    """
-    assert scoring is not None
-    options = dict(embeddings=embeddings, glove=glove, model=model, layer=layer, split=split)
-    return _mover("sms", candidates, references, options, scoring)
+    """,
+)(_mover_similarity)
 
 
-@metric(
+swms = metric(
     "swms",
     **_mover_metric("sentence and word mover's similarity: exp(-EMD) between bags of both"),
     card=MetricCard(
@@ -420,25 +417,9 @@ def sms(
         limits=MOVER_LIMITS,
         refs="Clark, Celikyilmaz & Smith (2019).",
     ),
-)
-def swms(
-    candidates: Texts,
-    references: References,
-    *,
-    embeddings: Embeddings = "glove",
-    glove: Glove = None,
-    model: ContextualModel = None,
-    layer: ContextualLayer = None,
-    split: Split = "pysbd",
-    scoring: ScoringContext | None = None,
-    device: Device = None,
-    precision: Precision = None,
-    progress: bool = False,
-) -> MoverScores:
-    """Sentence and word mover's similarity (Clark et al. 2019, S+WMS; see :func:`sms`)."""
-    assert scoring is not None
-    options = dict(embeddings=embeddings, glove=glove, model=model, layer=layer, split=split)
-    return _mover("swms", candidates, references, options, scoring)
+    fixed={"kind": "swms"},
+    doc="""Sentence and word mover's similarity (Clark et al. 2019, S+WMS; see :func:`sms`).""",
+)(_mover_similarity)
 
 
 # --------------------------------------------------------------------------- MoverScore
@@ -504,7 +485,7 @@ def _moverscore_plan(
     ),
 )
 def moverscore(
-    candidates: Texts,
+    texts: Texts,
     references: References,
     *,
     model: Annotated[
@@ -514,28 +495,27 @@ def moverscore(
     layer: Annotated[int, Opt("hidden layer (-1 = last, as moverscore_v2)")] = -1,
     idf: Annotated[bool, Opt("weight tokens by idf (stories and references separately)")] = True,
     subwords: Annotated[bool, Opt("keep word-piece continuations (##...)")] = False,
-    scoring: ScoringContext | None = None,
+    scoring: ScoringContext = INJECTED,
     device: Device = None,
     precision: Precision = None,
     progress: bool = False,
 ) -> MoverScores:
     """MoverScore (Zhao et al. 2019) of each text against its best reference, after the
     authors' maintained implementation (``moverscore_v2``)."""
-    assert scoring is not None
     cache = scoring.cache(model)
     index = resolve_layer(cache.encoder.model, layer)
     refs = [r for rs in references for r in rs]
-    cache.request([*candidates, *refs], [index])
+    cache.request([*texts, *refs], [index])
     cache.run()
     if idf:
-        hyp_idf = idf_weights(cache.token_ids(t) for t in candidates)
+        hyp_idf = idf_weights(cache.token_ids(t) for t in texts)
         ref_idf = idf_weights(cache.token_ids(t) for t in refs)
     else:
         tokenizer = cache.encoder.tokenizer
         special = {tokenizer.cls_token_id, tokenizer.sep_token_id} - {None}
         hyp_idf = ref_idf = ({int(i): 0.0 for i in special}, 1.0)
     values = []
-    for text, rs in zip(candidates, references, strict=True):
+    for text, rs in zip(texts, references, strict=True):
         hyp_states, hyp_weights = _mover_side(cache, index, text, hyp_idf, subwords)
         scores = [
             moverscore_pair(

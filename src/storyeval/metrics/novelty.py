@@ -31,7 +31,7 @@ import numpy as np
 from storyeval.errors import StoryevalError
 from storyeval.metrics.cards import MetricCard
 from storyeval.metrics.context import ScoringContext
-from storyeval.metrics.function import Opt, Scores, Texts, metric
+from storyeval.metrics.function import INJECTED, Opt, Scores, Texts, metric
 
 INDEX_FORMAT = 1
 _BOUNDARY = 0  # between documents; sorts first, never matches a query word
@@ -372,10 +372,9 @@ def ngram_novelty(
     *,
     index: IndexPath = None,
     n: Annotated[int, Opt("n-gram length in words", minimum=1, maximum=64)] = 5,
-    scoring: ScoringContext | None = None,
+    scoring: ScoringContext = INJECTED,
 ) -> Scores:
     """Per text, the share of its word n-grams absent from the indexed corpus."""
-    assert scoring is not None
     corpus = scoring.given(index) or open_index(str(index))
     _check_span(corpus, n, "n")
     values = np.array(
@@ -413,12 +412,11 @@ def creativity_index(
     index: IndexPath = None,
     min_span: Annotated[int, Opt("shortest span L in words", minimum=1, maximum=64)] = 5,
     max_span: Annotated[int, Opt("longest span L in words", minimum=1, maximum=64)] = 12,
-    scoring: ScoringContext | None = None,
+    scoring: ScoringContext = INJECTED,
 ) -> Scores:
     """Per text, the sum of its L-uniqueness over L = min_span..max_span."""
     if min_span > max_span:
         raise CorpusIndexError(f"min_span ({min_span}) must not exceed max_span ({max_span})")
-    assert scoring is not None
     corpus = scoring.given(index) or open_index(str(index))
     _check_span(corpus, max_span, "max_span")
     values = []

@@ -19,6 +19,7 @@ import numpy as np
 from storyeval.metrics.cards import BLEU_LIMITS, CF, CLARK, ROUGE_LIMITS, MetricCard
 from storyeval.metrics.context import ScoringContext
 from storyeval.metrics.function import (
+    INJECTED,
     Groups,
     Opt,
     References,
@@ -170,7 +171,26 @@ def _corpus_bleu(stats: np.ndarray, options: Mapping[str, Any]) -> float:
     return corpus_bleu_from_stats(stats, options)
 
 
-@metric(
+def _sentence_bleu(
+    texts: Texts,
+    references: References,
+    *,
+    tokenize: Tokenize = "13a",
+    lowercase: Lowercase = False,
+    smooth: Smooth = "exp",
+    max_order: MaxOrder = 4,
+) -> BleuScores:
+    """Sentence BLEU per text and corpus BLEU: the family registered as ``bleu`` and ``bleu1``."""
+    options = {
+        "tokenize": tokenize,
+        "lowercase": lowercase,
+        "smooth": smooth,
+        "max_order": max_order,
+    }
+    return _bleu_scores(list(texts), [list(r) for r in references], options)
+
+
+bleu = metric(
     "bleu",
     description="Sentence BLEU of the story against its reference(s) (sacrebleu defaults); corpus "
     "BLEU per system",
@@ -195,34 +215,18 @@ def _corpus_bleu(stats: np.ndarray, options: Mapping[str, Any]) -> float:
         limits=BLEU_LIMITS,
         refs="Papineni et al. (2002); Post (2018), sacrebleu.",
     ),
-)
-def bleu(
-    hypotheses: Texts,
-    references: References,
-    *,
-    tokenize: Tokenize = "13a",
-    lowercase: Lowercase = False,
-    smooth: Smooth = "exp",
-    max_order: MaxOrder = 4,
-) -> BleuScores:
-    """BLEU (Papineni et al. 2002, sacrebleu): sentence BLEU per text and corpus BLEU.
+    doc="""BLEU (Papineni et al. 2002, sacrebleu): sentence BLEU per text and corpus BLEU.
 
     Examples
     --------
     >>> result = bleu(["the cat sat on the mat", "a dog ran"], ["the cat sat on a mat", "a dog ran away"])
     >>> result.scores.round(2).tolist(), round(result.corpus, 2), result.counts[0].tolist()
     ([53.73, 71.65], 53.42, [5.0, 3.0, 2.0, 1.0])
-    """
-    options = {
-        "tokenize": tokenize,
-        "lowercase": lowercase,
-        "smooth": smooth,
-        "max_order": max_order,
-    }
-    return _bleu_scores(list(hypotheses), [list(r) for r in references], options)
+    """,
+)(_sentence_bleu)
 
 
-@metric(
+bleu1 = metric(
     "bleu1",
     description="Unigram BLEU (clipped unigram precision with brevity penalty), as Callan & "
     "Foster (2023) report",
@@ -247,28 +251,13 @@ def bleu(
         limits=BLEU_LIMITS,
         refs=f"{CF}; Papineni et al. (2002).",
     ),
-)
-def bleu1(
-    hypotheses: Texts,
-    references: References,
-    *,
-    tokenize: Tokenize = "13a",
-    lowercase: Lowercase = False,
-    smooth: Smooth = "exp",
-    max_order: MaxOrder = 1,
-) -> BleuScores:
-    """Unigram BLEU: :func:`bleu` with ``max_order=1`` by default.
+    defaults={"max_order": 1},
+    doc="""Unigram BLEU: :func:`bleu` with ``max_order=1`` by default.
 
     >>> round(float(bleu1(["the cat sat"], ["the cat sat down"]).values[0]), 2)
     71.65
-    """
-    options = {
-        "tokenize": tokenize,
-        "lowercase": lowercase,
-        "smooth": smooth,
-        "max_order": max_order,
-    }
-    return _bleu_scores(list(hypotheses), [list(r) for r in references], options)
+    """,
+)(_sentence_bleu)
 
 
 # --------------------------------------------------------------------------- ROUGE
@@ -324,7 +313,21 @@ def _rouge_description(what: str) -> str:
     )
 
 
-@metric(
+def _rouge_family(
+    texts: Texts,
+    references: References,
+    *,
+    kind: Literal["rouge1", "rouge2", "rougeL"] = "rougeL",
+    stemmer: Stemmer = False,
+    component: Component = "f",
+    scoring: ScoringContext = INJECTED,
+) -> RougeScores:
+    """ROUGE of ``kind`` of each text against its best reference: the family registered as
+    ``rouge1``, ``rouge2`` and ``rougeL``."""
+    return _rouge(kind, list(texts), list(references), stemmer, component, scoring)  # type: ignore[arg-type]
+
+
+rouge1 = metric(
     "rouge1",
     description=_rouge_description("unigram overlap"),
     **_ROUGE,  # type: ignore[arg-type]
@@ -337,25 +340,16 @@ def _rouge_description(what: str) -> str:
         limits=ROUGE_LIMITS,
         refs="Lin (2004); Google's rouge-score.",
     ),
-)
-def rouge1(
-    hypotheses: Texts,
-    references: References,
-    *,
-    stemmer: Stemmer = False,
-    component: Component = "f",
-    scoring: ScoringContext | None = None,
-) -> RougeScores:
-    """ROUGE-1 (Lin 2004, the rouge-score package) of each text against its best reference.
+    fixed={"kind": "rouge1"},
+    doc="""ROUGE-1 (Lin 2004, the rouge-score package) of each text against its best reference.
 
     >>> rouge1(["the cat sat"], [["a dog", "the cat sat down"]]).values.round(3).tolist()
     [0.857]
-    """
-    assert scoring is not None
-    return _rouge("rouge1", list(hypotheses), list(references), stemmer, component, scoring)  # type: ignore[arg-type]
+    """,
+)(_rouge_family)
 
 
-@metric(
+rouge2 = metric(
     "rouge2",
     description=_rouge_description("bigram overlap"),
     **_ROUGE,  # type: ignore[arg-type]
@@ -368,21 +362,12 @@ def rouge1(
         limits=ROUGE_LIMITS,
         refs="Lin (2004).",
     ),
-)
-def rouge2(
-    hypotheses: Texts,
-    references: References,
-    *,
-    stemmer: Stemmer = False,
-    component: Component = "f",
-    scoring: ScoringContext | None = None,
-) -> RougeScores:
-    """ROUGE-2 (bigrams) of each text against its best reference."""
-    assert scoring is not None
-    return _rouge("rouge2", list(hypotheses), list(references), stemmer, component, scoring)  # type: ignore[arg-type]
+    fixed={"kind": "rouge2"},
+    doc="""ROUGE-2 (bigrams) of each text against its best reference.""",
+)(_rouge_family)
 
 
-@metric(
+rougeL = metric(
     "rougeL",
     description=_rouge_description("longest common subsequence"),
     **_ROUGE,  # type: ignore[arg-type]
@@ -396,22 +381,13 @@ def rouge2(
         limits=ROUGE_LIMITS,
         refs="Lin (2004); Clark et al. (2019).",
     ),
-)
-def rougeL(
-    hypotheses: Texts,
-    references: References,
-    *,
-    stemmer: Stemmer = False,
-    component: Component = "f",
-    scoring: ScoringContext | None = None,
-) -> RougeScores:
-    """ROUGE-L (longest common subsequence) of each text against its best reference.
+    fixed={"kind": "rougeL"},
+    doc="""ROUGE-L (longest common subsequence) of each text against its best reference.
 
     >>> rougeL(["the cat sat"], ["the cat sat down"]).values.round(3).tolist()
     [0.857]
-    """
-    assert scoring is not None
-    return _rouge("rougeL", list(hypotheses), list(references), stemmer, component, scoring)  # type: ignore[arg-type]
+    """,
+)(_rouge_family)
 
 
 # --------------------------------------------------------------------------- self-BLEU

@@ -33,7 +33,7 @@ from storyeval.metrics.distributional import (
     _feature_scores,
     _plan,
 )
-from storyeval.metrics.function import Opt, Texts, metric
+from storyeval.metrics.function import INJECTED, Opt, Texts, metric
 from storyeval.metrics.registry import MetricOption, SystemStatistic, SystemValue
 from storyeval.signature import Signature
 
@@ -219,7 +219,7 @@ def _features(
     layer: Annotated[int, Opt("encoder layer to mean-pool (negative counts from the top)")] = -1,
     max_tokens: Annotated[int, Opt("causal-lm features: tokens kept per story", minimum=2)] = 1024,
     batch_tokens: Annotated[int, Opt("tokens per batch", minimum=64, in_signature=False)] = 8192,
-    scoring: ScoringContext | None = None,
+    scoring: ScoringContext = INJECTED,
     device: str | None = None,
     precision: str | None = None,
     progress: bool = False,
@@ -227,7 +227,6 @@ def _features(
     """Each story's features (the corpus-level statistics compare a system's with people's)."""
     from dataclasses import replace
 
-    assert scoring is not None
     options = dict(features=features, model=model, layer=layer, max_tokens=max_tokens)
     options.update(kmeans="sklearn", batch_tokens=batch_tokens)
     result = _feature_scores(list(texts), options, scoring)
@@ -322,7 +321,7 @@ def text_precision_recall(
     features: Literal["encoder", "causal-lm"] = "encoder",
     device: str | None = None,
     precision: str | None = None,
-    scoring: ScoringContext | None = None,
+    scoring: ScoringContext = INJECTED,
 ) -> PrecisionRecall:
     """Precision, recall, density and coverage of ``texts`` (a system's) against
     ``reference_texts`` (people's), from the features ``storyeval score --metrics

@@ -13,7 +13,7 @@ import numpy as np
 from storyeval.errors import StoryevalError
 from storyeval.metrics.cards import MetricCard
 from storyeval.metrics.context import ScoringContext
-from storyeval.metrics.function import Groups, Opt, Scores, Texts, metric, undefined_note
+from storyeval.metrics.function import INJECTED, Groups, Opt, Scores, Texts, metric, undefined_note
 
 PhraseLength = Annotated[int, Opt("phrase length in words", minimum=1, maximum=10)]
 MinStories = Annotated[int, Opt("a phrase must occur in at least this many stories", minimum=2)]
@@ -219,10 +219,9 @@ def sentence_length_cv(
     texts: Texts,
     *,
     split: Annotated[Literal["pysbd", "spacy"], Opt("sentence splitter")] = "pysbd",
-    scoring: ScoringContext | None = None,
+    scoring: ScoringContext = INJECTED,
 ) -> ProseScores:
     """The coefficient of variation of each text's sentence lengths (in words)."""
-    assert scoring is not None
     return _length_cv(texts, "sentence", split, scoring)
 
 
@@ -245,9 +244,8 @@ def sentence_length_cv(
         refs="Biber (1988), Variation across speech and writing.",
     ),
 )
-def paragraph_length_cv(texts: Texts, *, scoring: ScoringContext | None = None) -> ProseScores:
+def paragraph_length_cv(texts: Texts, *, scoring: ScoringContext = INJECTED) -> ProseScores:
     """The coefficient of variation of each text's paragraph lengths (in words)."""
-    assert scoring is not None
     return _length_cv(texts, "paragraph", "pysbd", scoring)
 
 

@@ -1,37 +1,37 @@
-"""The metric registry: metadata, option schemas, option parsing and signatures.
+"""The metric registry: every metric's facts, option schema, option parsing and signature.
 
-Every metric is a function registered with :func:`register_metric`, which records what the
-metric needs (a reference, a prompt, a model, story fields named by an option), its direction
-and range, whether it is defined per item or per system, and a typed option schema. The CLI's
-choices, ``storyeval metrics``, the metric cards and the all-metrics tests are generated from
-this registry.
+This is the one list of metrics. A metric is a typed function registered with
+:func:`storyeval.metrics.function.metric`, which reads its inputs and options from the
+function's signature and records them here with the facts the author declares
+(:class:`MetricFacts`: direction, range, level, families, the model it loads, its card).
+Everything else is derived from this registry: :func:`available_metrics`, the typed function
+of each name (:attr:`MetricSpec.function`, :data:`storyeval.functional.METRICS`), the CLI's
+choices, ``storyeval metrics``, the metric cards and the all-metrics tests.
 
 Modules that register metrics are discovered lazily, on the first lookup:
 
 * every public module of the :mod:`storyeval.metrics` package (so another part of storyeval
-  adds a metric by adding a module there, e.g. ``storyeval/metrics/learned.py``; keep its
-  top-level imports light and import torch or your training code inside the metric function);
+  adds a metric by adding a module there; keep its top-level imports light and import torch
+  or your training code inside the metric function);
+* :data:`OTHER_BUILTIN_MODULES` (the trained models' metrics);
 * every module named by an entry point in the group ``storyeval.metrics`` (third-party
   packages).
 
-Registering a metric
---------------------
->>> from storyeval.metrics.registry import MetricOption, MetricOutput, register_metric
->>> @register_metric(
-...     "toy_length", families=("toy",), higher_is_better=True, value_range=(0.0, None),
-...     options=[MetricOption("scale", float, 1.0, "multiply the word count by this")],
-...     description="Words in the story, scaled.", replace=True,
-... )
-... def toy_length(batch, options):
-...     import numpy as np
-...     return MetricOutput(np.array([len(s.story.split()) * options["scale"] for s in batch.stories]))
->>> spec = get_metric("toy_length")
->>> resolved = resolve_options(["toy_length"], {"toy.scale": "2"})
->>> resolved["toy_length"]
+Options given as text (``--option toy_words.scale=2``) are parsed against the schema:
+
+>>> from storyeval.metrics.function import Texts, Scores, metric
+>>> @metric("toy_words", description="Words in the text.", families=("toy",),
+...         value_range=(0.0, None), replace=True)
+... def toy_words(texts: Texts, *, scale: float = 1.0) -> Scores:
+...     return Scores([len(t.split()) * scale for t in texts])
+>>> resolved = resolve_options(["toy_words"], {"toy.scale": "2"})
+>>> resolved["toy_words"]
 {'scale': 2.0}
->>> spec.signature(resolved["toy_length"]).render().rsplit("|", 1)[0]
-'toy_length|scale:2.0'
->>> unregister_metric("toy_length")
+>>> get_metric("toy_words").signature(resolved["toy_words"]).render().rsplit("|", 1)[0]
+'toy_words|scale:2.0'
+>>> get_metric("toy_words").function is toy_words
+True
+>>> unregister_metric("toy_words")
 """
 
 from __future__ import annotations
@@ -295,22 +295,60 @@ EncoderPlan = Callable[
 ]
 
 
-@dataclass(frozen=True)
-class MetricSpec:
-    """A registered metric and its metadata (see :func:`register_metric`)."""
+@dataclass(frozen=True, kw_only=True)
+class MetricFacts:
+    """What a metric's author declares beside the function (the rest is read from it).
 
-    name: str
-    compute: Callable[[MetricBatch, Mapping[str, Any]], MetricOutput]
+    Attributes
+    ----------
+    description : str
+        One line: what the metric measures.
+    families : tuple of str
+        Groups whose options a user can set at once (``--option bertscore.layer=4`` sets
+        ``layer`` for every member of ``bertscore`` that has it).
+    model : {"encoder", "causal-lm", "glove", "spacy", "nsp", "checkpoint"}, optional
+        The kind of model the metric loads.
+    higher_is_better : bool or None
+        Direction; ``None`` for descriptive measures (e.g. sentence length).
+    value_range : (low, high)
+        Bounds (``None`` for unbounded).
+    level : {"item", "system", "corpus"}
+        ``"system"`` for values that only make sense across a system's stories (self-BLEU);
+        ``"corpus"`` for metrics with no value per story, only per system against a reference
+        system (MAUVE): their per-item output is the sufficient statistics, and no per-item
+        score is written.
+    corpus : tuple of CorpusStatistic
+        Corpus-level statistics computed from the per-item sufficient statistics.
+    system_statistics : tuple of SystemStatistic
+        Per-system values against the reference system (the option ``reference_system``),
+        computed from the per-item sufficient statistics (level ``"corpus"``).
+    corpus_wide : callable, optional
+        ``corpus_wide(options)`` is true when a story's value depends on the other stories
+        of the run (e.g. idf weights computed on the corpus): the metric then runs on all
+        stories at once rather than block by block.
+    item_statistic : str
+        The name of the mean of item values in per-system tables (``mean_item_perplexity``).
+    offline, unavailable_offline : bool, str
+        Whether the metric runs with the offline defaults, and if not, why.
+    default : bool
+        Whether the metric belongs to the default suite (when it can run).
+    plan : callable, optional
+        ``plan(batch, options)`` yields ``(encoder_name, texts, layers)`` the metric will read
+        from the encoder cache, so that the run encodes every text once, in one pass.
+    backends : tuple of str, optional
+        Distributions whose version can change the numbers (recorded in the signature);
+        ``None``: ``transformers`` and ``torch`` for metrics that load a neural model.
+    card : MetricCard, optional
+        The narrative of the metric's card (:class:`storyeval.metrics.cards.MetricCard`); the
+        card's facts come from the entry itself.
+    """
+
     description: str
     families: tuple[str, ...] = ()
-    needs_reference: bool = False
-    needs_prompt: bool = False
-    field_options: tuple[str, ...] = ()
     model: ModelRole | None = None
     higher_is_better: bool | None = True
     value_range: tuple[float | None, float | None] = (None, None)
     level: Level = "item"
-    options: tuple[MetricOption, ...] = ()
     corpus: tuple[CorpusStatistic, ...] = ()
     system_statistics: tuple[SystemStatistic, ...] = ()
     corpus_wide: Callable[[Mapping[str, Any]], bool] | None = None
@@ -319,10 +357,54 @@ class MetricSpec:
     default: bool = True
     unavailable_offline: str = ""
     plan: EncoderPlan | None = None
-    module: str = ""
-    backends: tuple[str, ...] = ()
-    #: the narrative of its card (a :class:`storyeval.metrics.cards.MetricCard`), if written
+    backends: tuple[str, ...] | None = None
     card: Any = None
+
+    def __post_init__(self) -> None:
+        for key in ("families", "corpus", "system_statistics"):
+            object.__setattr__(self, key, tuple(getattr(self, key)))
+        if self.backends is not None:
+            object.__setattr__(self, "backends", tuple(self.backends))
+        if self.level not in ("item", "system", "corpus"):
+            raise ValueError(f"level must be item, system or corpus; got {self.level!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class MetricSpec(MetricFacts):
+    """A registered metric: its declared facts and what was read from its function.
+
+    Attributes
+    ----------
+    name : str
+        The registered name (``[A-Za-z0-9_]``).
+    compute : callable
+        ``compute(batch, options)``: the function on a :class:`MetricBatch` of stories (the
+        pipeline's adapter).
+    function : callable, optional
+        The typed function users call (data positional, options keyword-only).
+    needs_reference, needs_prompt : bool
+        Stories without them are an error (or, when asked, skipped and counted).
+    field_options : tuple of str
+        Options whose value is a story field the metric reads.
+    options : tuple of MetricOption
+        The option schema; unknown keys are rejected.
+    module : str
+        Where the metric is written.
+    """
+
+    name: str
+    compute: Callable[[MetricBatch, Mapping[str, Any]], MetricOutput]
+    function: Callable[..., Any] | None = None
+    needs_reference: bool = False
+    needs_prompt: bool = False
+    field_options: tuple[str, ...] = ()
+    options: tuple[MetricOption, ...] = ()
+    module: str = ""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.backends is None:
+            object.__setattr__(self, "backends", _default_backends(self.model))
 
     @property
     def option_map(self) -> dict[str, MetricOption]:
@@ -379,7 +461,8 @@ class MetricSpec:
         """The signature of this metric's values: model identities first, then every option
         that changes the number (in schema order), then run-time settings.
 
-        >>> spec = MetricSpec("m", lambda b, o: None, "d", options=(MetricOption("k", int, 1, "h"),))
+        >>> option = MetricOption("k", int, 1, "h")
+        >>> spec = MetricSpec(name="m", compute=lambda b, o: None, description="d", options=(option,))
         >>> spec.signature({"k": 3}, {"model": "enc@abc"}).render().rsplit("|", 1)[0]
         'm|model:enc@abc|k:3'
         """
@@ -393,7 +476,7 @@ class MetricSpec:
             values[option.name] = value if value is not None else "auto"
         for key, value in (fields or {}).items():
             values[key] = value
-        for distribution in self.backends:
+        for distribution in self.backends or ():
             values.setdefault(distribution, backend_version(distribution))
         return Signature(self.name, values)
 
@@ -463,142 +546,34 @@ METRICS: Registry[MetricSpec] = Registry(
 )
 
 
-def register_metric(
-    name: str,
-    *,
-    description: str,
-    families: Sequence[str] = (),
-    needs_reference: bool = False,
-    needs_prompt: bool = False,
-    field_options: Sequence[str] = (),
-    model: ModelRole | None = None,
-    higher_is_better: bool | None = True,
-    value_range: tuple[float | None, float | None] = (None, None),
-    level: Level = "item",
-    options: Sequence[MetricOption] = (),
-    corpus: Sequence[CorpusStatistic] = (),
-    system_statistics: Sequence[SystemStatistic] = (),
-    corpus_wide: Callable[[Mapping[str, Any]], bool] | None = None,
-    item_statistic: str = "mean",
-    offline: bool = True,
-    default: bool = True,
-    unavailable_offline: str = "",
-    plan: EncoderPlan | None = None,
-    backends: Sequence[str] | None = None,
-    card: Any = None,
-    replace: bool = False,
-) -> Callable[
-    [Callable[[MetricBatch, Mapping[str, Any]], MetricOutput]], Callable[..., MetricOutput]
-]:
-    """Decorator that registers a metric function.
+def register_spec(spec: MetricSpec, *, replace: bool = False) -> MetricSpec:
+    """Check a metric's entry and add it to the registry (what
+    :func:`storyeval.metrics.function.metric` does with what it read of a function).
 
-    Parameters
-    ----------
-    name : str
-        The registered name (``[A-Za-z0-9_]``, lower case except established names such as
-        ``rougeL``).
-    description : str
-        One line: what the metric measures.
-    families : sequence of str
-        Groups whose options a user can set at once (``--option bertscore.layer=4`` sets
-        ``layer`` for every member of ``bertscore`` that has it).
-    needs_reference, needs_prompt : bool
-        Stories without them are an error (or, when asked, skipped and counted).
-    field_options : sequence of str
-        Names of options whose value is a story field the metric reads (e.g. the field
-        holding the original text for edit metrics); stories without it count as missing.
-    model : {"encoder", "causal-lm", "glove", "spacy", "nsp", "checkpoint"}, optional
-        The kind of model the metric loads.
-    higher_is_better : bool or None
-        Direction; ``None`` for descriptive measures (e.g. sentence length).
-    value_range : (low, high)
-        Bounds (``None`` for unbounded).
-    level : {"item", "system", "corpus"}
-        ``"system"`` for values that only make sense across a system's stories (self-BLEU);
-        ``"corpus"`` for metrics with no value per story, only per system against a reference
-        system (MAUVE): their per-item output is the sufficient statistics, and no per-item
-        score is written.
-    options : sequence of MetricOption
-        The option schema; unknown keys are rejected.
-    corpus : sequence of CorpusStatistic
-        Corpus-level statistics computed from the per-item sufficient statistics.
-    system_statistics : sequence of SystemStatistic
-        Per-system values against the reference system (the option ``reference_system``),
-        computed from the per-item sufficient statistics (level ``"corpus"``).
-    corpus_wide : callable, optional
-        ``corpus_wide(options)`` is true when a story's value depends on the other stories
-        of the run (e.g. idf weights computed on the corpus): the metric then runs on all
-        stories at once rather than block by block.
-    item_statistic : str
-        The name of the mean of item values in per-system tables (e.g.
-        ``mean_item_perplexity``).
-    offline, unavailable_offline : bool, str
-        Whether the metric runs with the offline defaults, and if not, why.
-    default : bool
-        Whether the metric belongs to the default suite (when it can run).
-    plan : callable, optional
-        ``plan(batch, options)`` yields ``(encoder_name, texts, layers)`` the metric will read
-        from the encoder cache, so that the run encodes every text once, in one pass.
-    backends : sequence of str, optional
-        Distributions whose version can change the numbers (recorded in the signature);
-        default: ``transformers`` and ``torch`` for metrics that load a neural model.
-    card : MetricCard, optional
-        The narrative of the metric's card (what it measures, how to read it, values from the
-        papers, limitations, references); the card's facts come from the entry itself
-        (:func:`storyeval.metrics.cards.render_card`).
-    replace : bool
-        Allow replacing an already registered metric of the same name.
+    Raises
+    ------
+    ValueError
+        For a malformed name, inconsistent options, or a name another module registered
+        (unless ``replace``).
     """
+    name = spec.name
     if not name or not name.replace("_", "").isalnum() or not name.isascii():
         raise ValueError(f"metric names are made of [A-Za-z0-9_]; got {name!r}")
-    if level not in ("item", "system", "corpus"):
-        raise ValueError(f"level must be item, system or corpus; got {level!r}")
-    if system_statistics and "reference_system" not in [o.name for o in options]:
+    option_names = [o.name for o in spec.options]
+    if spec.system_statistics and "reference_system" not in option_names:
         raise ValueError(f"metric {name}: system statistics need an option reference_system")
-    option_names = [o.name for o in options]
     if len(set(option_names)) != len(option_names):
         raise ValueError(f"metric {name}: duplicate option names in {option_names}")
-    for key in field_options:
+    for key in spec.field_options:
         if key not in option_names:
             raise ValueError(f"metric {name}: field option {key!r} is not in its options")
-
-    def decorator(
-        function: Callable[[MetricBatch, Mapping[str, Any]], MetricOutput],
-    ) -> Callable[..., MetricOutput]:
-        spec = MetricSpec(
-            name=name,
-            compute=function,
-            description=description,
-            families=tuple(families),
-            needs_reference=needs_reference,
-            needs_prompt=needs_prompt,
-            field_options=tuple(field_options),
-            model=model,
-            higher_is_better=higher_is_better,
-            value_range=value_range,
-            level=level,
-            options=tuple(options),
-            corpus=tuple(corpus),
-            system_statistics=tuple(system_statistics),
-            corpus_wide=corpus_wide,
-            item_statistic=item_statistic,
-            offline=offline,
-            default=default,
-            unavailable_offline=unavailable_offline,
-            plan=plan,
-            module=getattr(function, "__module__", ""),
-            backends=tuple(backends if backends is not None else _default_backends(model)),
-            card=card,
+    existing = METRICS.registered(name)
+    if existing is not None and not replace and existing.module != spec.module:
+        raise ValueError(
+            f"metric {name!r} is already registered by {existing.module}; pass replace=True"
         )
-        existing = METRICS.registered(name)
-        if existing is not None and not replace and existing.module != spec.module:
-            raise ValueError(
-                f"metric {name!r} is already registered by {existing.module}; pass replace=True"
-            )
-        METRICS.register(name, spec, replace=True)
-        return function
-
-    return decorator
+    METRICS.register(name, spec, replace=True)
+    return spec
 
 
 def unregister_metric(name: str) -> None:

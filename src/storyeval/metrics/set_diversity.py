@@ -11,7 +11,7 @@ similarity (Friedman and Dieng 2023).
 from __future__ import annotations
 
 import gzip
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
@@ -21,6 +21,7 @@ from storyeval.metrics.cards import MetricCard
 from storyeval.metrics.context import ScoringContext
 from storyeval.metrics.embedding import BatchTokens, Device, EncoderName, Precision, encoder_cache
 from storyeval.metrics.function import (
+    INJECTED,
     Groups,
     Opt,
     Prompts,
@@ -30,6 +31,7 @@ from storyeval.metrics.function import (
     undefined_note,
 )
 from storyeval.metrics.registry import MetricBatch
+from storyeval.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -246,7 +248,7 @@ def vendi_score(
     n: Annotated[int, Opt("n-gram order of the ngram kernel", minimum=1, maximum=6)] = 1,
     model: EncoderName = None,
     batch_tokens: BatchTokens = 4096,
-    scoring: ScoringContext | None = None,
+    scoring: ScoringContext = INJECTED,
     device: Device = None,
     precision: Precision = None,
     progress: bool = False,
@@ -261,7 +263,6 @@ def vendi_score(
     values = np.full(len(texts), np.nan)
     models: dict[str, str] = {}
     if kernel == "embedding":
-        assert scoring is not None
         cache = encoder_cache(scoring, model, batch_tokens)
         vectors = cache.text_embeddings(list(texts))
         models = {"model": cache.identity}
@@ -315,7 +316,7 @@ def homogenization(
     ] = "systems",
     model: EncoderName = None,
     batch_tokens: BatchTokens = 4096,
-    scoring: ScoringContext | None = None,
+    scoring: ScoringContext = INJECTED,
     device: Device = None,
     precision: Precision = None,
     progress: bool = False,
@@ -323,7 +324,6 @@ def homogenization(
     """Each text's mean cosine similarity to the texts of other groups with the same prompt
     (``among="samples"``: to the other texts of its own group with the same prompt; NaN
     without one)."""
-    assert scoring is not None
     cache = encoder_cache(scoring, model, batch_tokens)
     vectors = cache.text_embeddings(list(texts))
     vectors = _unit_rows(vectors)
@@ -436,14 +436,13 @@ def functional_diversity(
     ] = None,
     model: EncoderName = None,
     batch_tokens: BatchTokens = 4096,
-    scoring: ScoringContext | None = None,
+    scoring: ScoringContext = INJECTED,
     device: Device = None,
     precision: Precision = None,
     progress: bool = False,
 ) -> SetDiversityScores:
     """Each text gets the number of equivalence classes among its group's texts for its
     prompt (``within="system"``: among all its group's texts); NaN when it is the only one."""
-    assert scoring is not None
     sets = _by_group_and_prompt(prompts, groups, by_prompt=within == "prompt")
     if kernel == "judge":
         return _judged_diversity(texts, prompts, sets, judge, device, precision)
@@ -489,6 +488,19 @@ def judged_classes(texts: Sequence[str], same: Any) -> list[int]:
     return labels
 
 
+#: Decides whether two texts (samples for one prompt) are essentially the same story:
+#: ``same(first, second, prompt) -> bool``.
+SameStory = Callable[[str, str, str], bool]
+
+#: Equivalence judges for ``functional_diversity(kernel="judge")``: a factory
+#: ``(model, device, precision) -> (same, identity)``. The LLM judge is written with the
+#: judges (:mod:`storyeval.judge.equivalence`) and registered there, so that the metrics
+#: need nothing of the judge code.
+EQUIVALENCE_JUDGES: Registry[Callable[[str | None, str, str], tuple[SameStory, str]]] = Registry(
+    "equivalence judge", builtins=("storyeval.judge.equivalence",)
+)
+
+
 def _judged_diversity(
     texts: Texts,
     prompts: Prompts,
@@ -497,22 +509,9 @@ def _judged_diversity(
     device: Any,
     precision: Any,
 ) -> SetDiversityScores:
-    """functional_diversity with an LLM judge deciding equivalence (probability of *yes*
-    renormalised over yes and no, at least one half)."""
-    from storyeval.judge.backends import BackendSpec, Decoding
-    from storyeval.judge.parse import yes_probability
-    from storyeval.judge.prompts import equivalence_request
-
-    spec = BackendSpec(models=(judge,), device=device or "cpu", precision=precision or "float32")
-    backend = spec.build()[0]
-
-    def same(first: str, second: str, prompt: str = "") -> bool:
-        (answer,) = backend.answer(
-            [equivalence_request(first, second, prompt)], Decoding(max_new_tokens=8)
-        )
-        p_yes = yes_probability(answer)  # an answer that is neither starts a class
-        return p_yes is not None and p_yes >= 0.5
-
+    """functional_diversity with an LLM judge deciding equivalence (NoveltyBench's procedure:
+    each sample against the first of each class so far)."""
+    same, identity = EQUIVALENCE_JUDGES.get("llm")(judge, device or "cpu", precision or "float32")
     values = np.full(len(texts), np.nan)
     for indices in sets:
         prompt = str(prompts[indices[0]])
@@ -520,7 +519,7 @@ def _judged_diversity(
         values[indices] = len(set(labels))
     return SetDiversityScores(
         values,
-        models={"judge": backend.identity},
+        models={"judge": identity},
         fields={"partition": "sequential"},
         notes=_only_sample_note(values),
         omit=("model", "batch_tokens", "n", "threshold"),
@@ -596,13 +595,12 @@ def plot_reuse(
     ] = "prompt",
     model: EncoderName = None,
     batch_tokens: BatchTokens = 4096,
-    scoring: ScoringContext | None = None,
+    scoring: ScoringContext = INJECTED,
     device: Device = None,
     precision: Precision = None,
     progress: bool = False,
 ) -> SetDiversityScores:
     """Each text's share of sentences found again in its group's other texts for its prompt."""
-    assert scoring is not None
     cache = encoder_cache(scoring, model, batch_tokens)
     sentences = [scoring.sentences(t) for t in texts]
     flat = [s for group in sentences for s in group]

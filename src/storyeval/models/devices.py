@@ -160,6 +160,23 @@ def model_device(model: Any) -> Any:
 # --------------------------------------------------------------------------- CPU threads
 
 
+class _NoBar:
+    def update(self, n: int = 1) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def progress_bar(total: int, description: str, enabled: bool) -> Any:
+    """A tqdm bar over ``total`` batches, or one that shows nothing (disabled, or one batch)."""
+    if not enabled or total <= 1:
+        return _NoBar()
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=description, unit="batch", leave=False)
+
+
 def _cpu_times() -> tuple[int, int] | None:
     """(busy, total) jiffies of all CPUs from /proc/stat, or None off Linux."""
     try:

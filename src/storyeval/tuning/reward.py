@@ -7,7 +7,7 @@ one batch through :func:`storyeval.metrics.function.call_metric` (or a judge), a
 towards the continuations scored above their group's mean. ``algorithm="scst"`` is the
 thesis' own: self-critical REINFORCE with the greedy decode's reward as the baseline and a mixed
 loss with maximum likelihood, keeping the weights with the best validation reward
-(:mod:`storyeval.learn.scst`). A metric where lower is better
+(:mod:`storyeval.tuning.scst`). A metric where lower is better
 (perplexity) is negated. ``mle_steps`` first fine-tunes on the references by maximum
 likelihood (TRL's :class:`trl.SFTTrainer`), as the thesis' models were trained with MLE
 before the metric reward; :func:`train_mle` alone is the thesis' baseline.
@@ -205,7 +205,7 @@ class RewardTraining:
 
     def scst(self) -> Any:
         """The self-critical loop's settings."""
-        from storyeval.learn.scst import ScstSettings
+        from storyeval.tuning.scst import ScstSettings
 
         return ScstSettings(
             steps=self.steps,
@@ -591,7 +591,7 @@ def _train(
     """The MLE warm-up, then the policy-gradient loop; the trainer's log and (scst) the kept
     step."""
     if settings.algorithm == "scst":
-        from storyeval.learn.scst import scst
+        from storyeval.tuning.scst import scst
 
         if settings.mle_steps:
             with _quiet_trl():

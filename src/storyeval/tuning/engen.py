@@ -33,7 +33,7 @@ entity predictions: a seq2seq-with-attention language model over sentences) and
 Words are tokens of a simple tokenizer (words and punctuation), downcased, numbers as
 ``NUM``; the vocabulary is the words seen at least ``min_count`` (10) times in training, the
 rest ``<unk>``; texts are trained on in segments of at most 50 sentences
-(:mod:`storyeval.learn.engen_text`; section 3.4). Training is SGD at learning rate 0.1
+(:mod:`storyeval.tuning.engen_text`; section 3.4). Training is SGD at learning rate 0.1
 (section 3.3; ``optimizer="adam"`` as an option), the epoch of the best dev log-likelihood
 kept. Models saved before 0.7.0 load with the settings they were trained with. Texts without annotations
 (a prompt to continue, a raw story) get approximate mentions from
@@ -55,8 +55,8 @@ from typing import Any
 from storyeval.entities import AnnotatedText
 from storyeval.errors import ModelLoadError, StoryevalError
 from storyeval.generate.core import GENERATORS, GeneratorKind
-from storyeval.learn.engen_text import normalise_word
 from storyeval.signature import Signature
+from storyeval.tuning.engen_text import normalise_word
 
 VARIANTS = ("engen", "s2sa", "entitynlm")
 COMBINES = ("max", "tanh")
@@ -779,7 +779,7 @@ def _prepared(
 ) -> tuple[list[EncodedText], list[EncodedText], dict[str, int], list[int] | None]:
     """The texts split into training and dev texts (whole texts, then cut into segments), the
     vocabulary and word classes from the training segments, and both sides encoded."""
-    from storyeval.learn.engen_text import exchange_clusters, segments
+    from storyeval.tuning.engen_text import exchange_clusters, segments
 
     order = list(texts)
     rng.shuffle(order)
