@@ -50,13 +50,8 @@ def main() -> None:
 
     from storyeval.corpus import read_stories
     from storyeval.learn import TrainingConfig
-    from storyeval.learn.union import (
-        UnionConfig,
-        heldout_discrimination,
-        load_union,
-        sentence_windows,
-        train_union,
-    )
+    from storyeval.learn.union import UnionConfig, sentence_windows, train_union
+    from storyeval.learn.union_scoring import heldout_discrimination, load_union
 
     torch.set_num_threads(args.threads)
     human = read_stories(REPO / "examples" / "human.jsonl")

@@ -68,7 +68,8 @@ def main() -> None:
     import torch
 
     from storyeval.learn import TrainingConfig
-    from storyeval.learn.union import UnionConfig, UnionScorer, heldout_discrimination, train_union
+    from storyeval.learn.union import UnionConfig, train_union
+    from storyeval.learn.union_scoring import UnionScorer, heldout_discrimination
     from storyeval.models import load_spacy
     from storyeval.perturb import PerturbOptions, parse_mix_weights
 

@@ -202,7 +202,7 @@ def test_generation_passes_the_entities_distances_to_eq_3_3(
     import torch
 
     from storyeval.generate import DecodingConfig
-    from storyeval.tuning.engen import EngenLM
+    from storyeval.tuning.engen_generate import EngenLM
 
     lm = EngenLM(trained)
     seen: list[Any] = []

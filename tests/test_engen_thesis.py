@@ -346,7 +346,7 @@ def test_batched_generation_equals_one_prompt_at_a_time(texts: list[AnnotatedTex
     import torch
 
     from storyeval.generate.core import DecodingConfig
-    from storyeval.tuning.engen import EngenLM
+    from storyeval.tuning.engen_generate import EngenLM
 
     prompts = [texts[0].text[:60], texts[1].text[:150], texts[2].text[:20] + "."]
     config = EngenConfig(variant="s2sa", epochs=1, hidden=16, embedding=8, min_count=2, classes=6)

@@ -61,7 +61,8 @@ def test_union_separates_unseen_perturbed_stories(union_model, human, nlp):
     With ~100 CPU steps on 45 stories the model has learned mostly the negation cue (the
     paper trained on 88,344 stories); the mixture is still separated far above chance
     (seen here: pairwise 0.73 over 181 pairs, p = 3e-10; negation alone 0.96)."""
-    from storyeval.learn.union import heldout_discrimination, load_union, sentence_windows
+    from storyeval.learn.union import sentence_windows
+    from storyeval.learn.union_scoring import heldout_discrimination, load_union
 
     scorer = load_union(union_model.directory)
     heldout = sentence_windows(human[45:], 2, stride=1)
@@ -79,7 +80,8 @@ def test_union_separates_unseen_perturbed_stories(union_model, human, nlp):
 
 
 def test_union_training_metadata_and_checkpoint_round_trip(union_model, tmp_path, human):
-    from storyeval.learn.union import HEADS_FILE, UnionScorer
+    from storyeval.learn.union import HEADS_FILE
+    from storyeval.learn.union_scoring import UnionScorer
 
     directory = union_model.directory
     meta = read_metadata(directory)
@@ -174,7 +176,7 @@ def test_union_metric_is_registered_with_its_metadata():
 
 def test_loaders_refuse_models_without_the_needed_head(union_model, nsp_model, encoder):
     from storyeval.learn.nsp import NspScorer, has_nsp_head
-    from storyeval.learn.union import UnionScorer
+    from storyeval.learn.union_scoring import UnionScorer
 
     with pytest.raises(ModelLoadError, match="no UNION heads"):
         UnionScorer(nsp_model.directory)
@@ -571,7 +573,8 @@ def test_sampled_reconstruction_softmax_keeps_every_target_and_bounds_the_full_l
 
 
 def test_tied_reconstruction_head_keeps_checkpoints_and_heads_small(human, nlp, tmp_path):
-    from storyeval.learn.union import HEADS_FILE, UnionConfig, load_union, train_union
+    from storyeval.learn.union import HEADS_FILE, UnionConfig, train_union
+    from storyeval.learn.union_scoring import load_union
 
     sizes: dict[int, int] = {}
     state = tmp_path / "u" / "checkpoint" / "state.pt"
@@ -664,7 +667,8 @@ def test_union_scores_a_long_story_in_sentence_windows_never_cut(union_model, hu
     import torch
 
     from storyeval.learn.encoding import pad_batch, pad_id
-    from storyeval.learn.union import UnionTask, load_union
+    from storyeval.learn.union import UnionTask
+    from storyeval.learn.union_scoring import load_union
     from storyeval.text import TruncationWarning
 
     scorer = load_union(union_model.directory)
@@ -732,8 +736,9 @@ def test_union_editing_behaviour_of_appendix_d(union_model, human, tmp_path, run
 
     from storyeval.corpus import read_scores
     from storyeval.learn.encoding import pad_batch, pad_id
-    from storyeval.learn.union import UnionScorer, UnionTask, sentence_windows
+    from storyeval.learn.union import UnionTask, sentence_windows
     from storyeval.learn.union_edits import story_positions, union_edits
+    from storyeval.learn.union_scoring import UnionScorer
 
     scorer = UnionScorer(union_model.directory)
     task = UnionTask(scorer.model, scorer.tokenizer, scorer.config)

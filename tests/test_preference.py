@@ -153,7 +153,7 @@ def test_an_interrupted_training_resumes_from_its_stored_features(  # type: igno
     trained, example_data: PreferenceData, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import storyeval.learn.feature_store as feature_store
-    import storyeval.learn.preference as preference
+    import storyeval.learn.preference.model as preference  # where training reads features
 
     monkeypatch.setattr(feature_store, "FEATURE_CHUNK", 50)
     encoder, encoded, stop_after = preference.feature_encoder, [], [2]
@@ -212,7 +212,7 @@ def test_the_reward_model_judge_answers_with_the_models_numbers(
     from storyeval.judge import load_rubric
     from storyeval.judge.backends import Decoding
     from storyeval.judge.prompts import absolute_request, pairwise_request
-    from storyeval.learn.preference_judge import RewardModelJudge
+    from storyeval.learn.preference.judge import RewardModelJudge
 
     judge = RewardModelJudge(str(trained.directory))
     rubric = load_rubric("karpinska")
@@ -328,7 +328,7 @@ def test_ordinal_models_train_score_and_judge_on_their_scale(
     from storyeval.judge import load_rubric
     from storyeval.judge.backends import Decoding
     from storyeval.judge.prompts import absolute_request
-    from storyeval.learn.preference_judge import RewardModelJudge
+    from storyeval.learn.preference.judge import RewardModelJudge
 
     config = PreferenceConfig(criterion="coherence", rating_loss="ordinal")
     judgments = read_judgments(EXAMPLES / "judgments.jsonl")

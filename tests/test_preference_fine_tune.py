@@ -15,7 +15,6 @@ from typer.testing import CliRunner
 
 from storyeval.corpus import read_judgments, read_stories
 from storyeval.errors import ModelLoadError
-from storyeval.learn import preference_tune
 from storyeval.learn.preference import (
     PreferenceConfig,
     PreferenceData,
@@ -23,6 +22,7 @@ from storyeval.learn.preference import (
     preference_data,
     train_preference,
 )
+from storyeval.learn.preference import tune as preference_tune
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 TUNED = PreferenceConfig(

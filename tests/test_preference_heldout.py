@@ -183,7 +183,7 @@ def test_a_judge_says_which_stories_it_was_trained_on(
     from storyeval.judge import load_rubric
     from storyeval.judge.core import JudgeSettings, judge_stories
     from storyeval.learn.preference import TRAINING_TEXTS_FILE
-    from storyeval.learn.preference_judge import RewardModelJudge
+    from storyeval.learn.preference.judge import RewardModelJudge
 
     stories, judgments = examples
     generated = [s for s in stories if s.system != "human"]

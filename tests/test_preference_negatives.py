@@ -13,7 +13,6 @@ import pytest
 from typer.testing import CliRunner
 
 from storyeval.corpus import read_judgments, read_stories
-from storyeval.learn import preference_tune
 from storyeval.learn.preference import (
     L2_GRID,
     PreferenceConfig,
@@ -25,6 +24,7 @@ from storyeval.learn.preference import (
     story_features,
     train_preference,
 )
+from storyeval.learn.preference import tune as preference_tune
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 REPETITION_METRICS = ("repeated_ngram_rate", "repeated_sentence_rate", "distinct2")
@@ -215,7 +215,7 @@ def test_an_audit_of_a_model_trained_on_copies_says_whose_copies_they_are(
 ) -> None:
     from storyeval.judge.audit_run import collect_audit_inputs
     from storyeval.judge.rubric import load_rubric
-    from storyeval.learn.preference_judge import RewardModelJudge
+    from storyeval.learn.preference.judge import RewardModelJudge
 
     stories = read_stories(EXAMPLES / "stories.jsonl")[:12]
     ids = {s.id for s in stories}

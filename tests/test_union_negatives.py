@@ -74,7 +74,7 @@ def test_train_union_checks_each_technique_on_heldout_stories(
     )  # fmt: skip
     assert code == 0, stderr
     assert "|single_share:0.5|" in stdout and "|mix_weights:repetition=0.25|" in stdout
-    from storyeval.learn.union import load_union
+    from storyeval.learn.union_scoring import load_union
 
     assert load_union(out).config.perturb.mix_weight("repetition") == 0.25
     assert "held-out stories (heldout.jsonl): the original preferred to its negative" in stdout

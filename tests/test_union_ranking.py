@@ -126,7 +126,8 @@ def test_train_union_rank_weight_from_the_command_line(
 
     from storyeval.learn import TrainingConfig
     from storyeval.learn.trainer import read_metadata
-    from storyeval.learn.union import UnionScorer, union_signature
+    from storyeval.learn.union import union_signature
+    from storyeval.learn.union_scoring import UnionScorer
 
     source = tmp_path / "human.jsonl"
     source.write_text("".join(json.dumps(s.to_dict()) + "\n" for s in human[:24]))
@@ -171,7 +172,8 @@ def test_a_repeated_ngram_is_learned_with_the_ranking_loss_and_not_without(
     loss 0.63 (seen here; 0.97 and 0.67 after 60 steps on 300). The paper's loss fails the
     first assertion: this is why repetition was not learned."""
     from storyeval.learn import TrainingConfig
-    from storyeval.learn.union import UnionScorer, heldout_discrimination, train_union
+    from storyeval.learn.union import train_union
+    from storyeval.learn.union_scoring import UnionScorer, heldout_discrimination
     from storyeval.perturb import PerturbOptions
 
     stories = _grammar_stories(300)

@@ -17,7 +17,8 @@ def union_in_memory_scores(result: Any, human: Any) -> list[float]:
     right after training (the saved model must reproduce them)."""
     import torch
 
-    from storyeval.learn.union import UnionExample, UnionScorer, UnionTask
+    from storyeval.learn.union import UnionExample, UnionTask
+    from storyeval.learn.union_scoring import UnionScorer
 
     reloaded = UnionScorer(result.directory)
     task = UnionTask(result.model, reloaded.tokenizer, reloaded.config)

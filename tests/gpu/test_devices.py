@@ -582,7 +582,7 @@ def test_preference_models_train_score_and_judge_on_the_gpu(
     from storyeval.judge.backends import Decoding
     from storyeval.judge.prompts import absolute_request
     from storyeval.learn.preference import PreferenceConfig, preference_data, train_preference
-    from storyeval.learn.preference_judge import RewardModelJudge
+    from storyeval.learn.preference.judge import RewardModelJudge
 
     model = str(tiny_models["encoder" if features == "encoder" else "lm"])
     config = PreferenceConfig(criterion="coherence", features=features, model=model)  # type: ignore[arg-type]

@@ -98,7 +98,7 @@ def test_sms_and_perplexity_equal_the_registry(with_references: list[Any], causa
 def test_union_takes_a_directory_or_a_loaded_model(
     short_stories: list[Any], union_model: Any
 ) -> None:
-    from storyeval.learn.union import load_union
+    from storyeval.learn.union_scoring import load_union
 
     stories = [s.story for s in short_stories]
     prompts = [s.prompt for s in short_stories]

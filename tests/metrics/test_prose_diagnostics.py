@@ -126,7 +126,7 @@ def test_length_variability() -> None:
 def test_the_default_suite_skips_over_used_phrases_without_people(
     example_stories: list[Any],
 ) -> None:
-    from storyeval.metrics.pipeline import default_suite
+    from storyeval.metrics.runs import default_suite
 
     chosen, _ = default_suite(example_stories)
     assert {

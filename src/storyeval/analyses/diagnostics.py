@@ -34,7 +34,7 @@ def diagnose(
     seed: int = 0,
 ) -> dict[str, Any]:
     """Every diagnostic of a corpus: ``{"systems": per-system table of the diagnostic
-    metrics (:data:`storyeval.metrics.pipeline.SYSTEM_COLUMNS`), "overused": over-used phrases
+    metrics (:data:`storyeval.metrics.runs.SYSTEM_COLUMNS`), "overused": over-used phrases
     (:func:`overused_phrases`; empty without reference stories), "repeated": phrases repeated
     across stories (:func:`repeated_phrases`), "signatures": metric -> signature}``."""
     from storyeval.metrics.pipeline import score_stories

@@ -50,7 +50,8 @@ def _scorers(models: list[str] | None, texts: Any = ()) -> list[Any]:
     """A scorer per model: ENGEN directories (``storyeval train engen``) score all three
     mention tasks with the texts' annotations; any other name is a causal LM."""
     from storyeval.analyses.entity_eval import LanguageModelScorer
-    from storyeval.tuning.engen import EngenScorer, is_engen_directory
+    from storyeval.tuning.engen import EngenScorer
+    from storyeval.tuning.engen_generate import is_engen_directory
 
     names: list[str | None] = list(models) if models else [None]
     return [

@@ -25,7 +25,7 @@ from storyeval.cli._common import (
 from storyeval.errors import StoryevalError
 
 if TYPE_CHECKING:
-    from storyeval.metrics.pipeline import ScoreRun
+    from storyeval.metrics.runs import ScoreRun
 
 
 SCORE_METRICS = typer.Option(

@@ -360,7 +360,7 @@ def _technique_check(output: Path, heldout: Path, techniques: Any, seed: int) ->
     from storyeval.corpus import read_stories
     from storyeval.errors import StoryevalError
     from storyeval.io import write_table
-    from storyeval.learn.union import UnionScorer, heldout_discrimination
+    from storyeval.learn.union_scoring import UnionScorer, heldout_discrimination
 
     try:
         stories, scorer = read_stories(heldout), UnionScorer(output)

@@ -21,8 +21,8 @@ def union_edits_command(
     `storyeval drift subsets --by error_type --include-with-each reasonable` (per error type)."""
     from storyeval.corpus import read_stories, write_scores
     from storyeval.errors import StoryevalError
-    from storyeval.learn.union import load_union
     from storyeval.learn.union_edits import edit_scores, union_edits
+    from storyeval.learn.union_scoring import load_union
     from storyeval.signature import Signature
 
     try:

@@ -1,7 +1,7 @@
 """Where the work runs: this process (``local``) or a Dask cluster (``dask``).
 
 The two engines run the same code on the same units of work: stories are scored in blocks of
-``block_size`` consecutive stories (:func:`storyeval.metrics.pipeline.block_tasks`), each
+``block_size`` consecutive stories (:func:`storyeval.metrics.block_work.block_tasks`), each
 block in a fresh scoring context, and the corpus-level statistics are computed once, from the
 per-story values and sufficient statistics gathered after the map. So the Dask engine gives
 the local engine's numbers, bit for bit, whatever the number of workers.

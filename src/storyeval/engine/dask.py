@@ -43,7 +43,8 @@ from storyeval.engine.sources import (
     plan_partitions,
     read_partition,
 )
-from storyeval.metrics.pipeline import MissingPolicy, ScoreRun, ScoringSettings, score_on
+from storyeval.metrics.pipeline import ScoringSettings, score_on
+from storyeval.metrics.runs import MissingPolicy, ScoreRun
 
 #: Seconds to wait for a scheduler before giving up.
 CONNECT_TIMEOUT = 30
@@ -226,7 +227,7 @@ class PartitionSummary:
 
 def summarize(partition: Partition) -> PartitionSummary:
     """A partition's ids, lines, problems, systems and prompt ids."""
-    from storyeval.metrics.pipeline import prompt_id
+    from storyeval.metrics.runs import prompt_id
 
     stories = partition.stories
     return PartitionSummary(

@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from storyeval.corpus import Story
-from storyeval.metrics.pipeline import ScoreRun, score_stories, story_lines
+from storyeval.metrics.pipeline import score_stories
+from storyeval.metrics.runs import ScoreRun, story_lines
 
 
 def score_file(

@@ -371,11 +371,13 @@ class GeneratorKind:
     load: Callable[[str], Any]
 
 
-#: The kinds of generator beside causal LMs: ENGEN (:mod:`storyeval.tuning.engen`, imported by
+#: The kinds of generator beside causal LMs: ENGEN (:mod:`storyeval.tuning.engen_generate`, imported by
 #: name, so this layer needs nothing of the training code), then the entry points of the group
 #: ``storyeval.generators``; anything else is a causal LM.
 GENERATORS: Registry[GeneratorKind] = Registry(
-    "generator", builtins=("storyeval.tuning.engen",), entry_point_group="storyeval.generators"
+    "generator",
+    builtins=("storyeval.tuning.engen_generate",),
+    entry_point_group="storyeval.generators",
 )
 
 

@@ -534,7 +534,7 @@ def _label_probabilities(choice: Any, labels: Sequence[str]) -> tuple[float, ...
 #: the ``storyeval.judge_backends`` entry-point group.
 JUDGE_BACKENDS: Registry[Callable[..., JudgeBackend]] = Registry(
     "judge backend",
-    builtins=("storyeval.learn.preference_judge",),
+    builtins=("storyeval.learn.preference.judge",),
     entry_point_group="storyeval.judge_backends",
 )
 

@@ -65,7 +65,7 @@ def check_metric_features(names: Sequence[str], options: Sequence[tuple[str, str
 def _depends_on_others(name: str, options: Sequence[tuple[str, str]]) -> bool:
     """Whether the metric's value of a story depends on the other stories of the run."""
     from storyeval.metrics import get_metric
-    from storyeval.metrics.pipeline import corpus_wide
+    from storyeval.metrics.block_work import corpus_wide
 
     spec = get_metric(name)
     settings = spec.defaults()

@@ -136,10 +136,10 @@ def union(
     ----------
     model : str or UnionScorer
         A directory written by ``storyeval train union``, or
-        :func:`storyeval.learn.union.load_union`'s result.
+        :func:`storyeval.learn.union_scoring.load_union`'s result.
     """
     from storyeval.corpus import Story
-    from storyeval.learn.union import load_union
+    from storyeval.learn.union_scoring import load_union
     from storyeval.models.devices import autocast, on_device, place
     from storyeval.text import TruncationWarning
 

@@ -65,7 +65,7 @@ def story_positions(special: Sequence[bool], has_prompt: bool) -> list[int]:
 
 
 def union_edits(scorer: Any, stories: Sequence[Story], *, batch_size: int = 16) -> list[UnionEdit]:
-    """Run the reconstruction head of ``scorer`` (a :class:`~storyeval.learn.union.UnionScorer`)
+    """Run the reconstruction head of ``scorer`` (a :class:`~storyeval.learn.union_scoring.UnionScorer`)
     over each story (its model's input, prompt included when the model reads prompts; a story
     longer than the model's input is read in windows of whole sentences, and counts as edited
     when any window is).
@@ -139,7 +139,7 @@ def edit_scores(
     """Score records of the editing behaviour: ``union_edited`` (1 when the model edits the
     story) and ``union_changed`` (the share of its tokens changed), with each story's system
     and prompt id, and the edited text in ``union_edited``'s record."""
-    from storyeval.metrics.pipeline import prompt_id
+    from storyeval.metrics.runs import prompt_id
 
     rows = []
     for edit, story in zip(edits, stories, strict=True):

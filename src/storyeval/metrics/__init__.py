@@ -7,16 +7,8 @@ True
 Importing this package is light: metric modules (and torch) load on first use.
 """
 
-from storyeval.metrics.pipeline import (
-    SYSTEM_COLUMNS,
-    MetricRun,
-    ScoreRun,
-    aggregate,
-    default_suite,
-    prompt_id,
-    score_stories,
-    story_lines,
-)
+from storyeval.metrics.aggregate import aggregate
+from storyeval.metrics.pipeline import score_stories
 from storyeval.metrics.registry import (
     CorpusStatistic,
     MetricBatch,
@@ -34,6 +26,14 @@ from storyeval.metrics.registry import (
     register_spec,
     resolve_options,
     unregister_metric,
+)
+from storyeval.metrics.runs import (
+    SYSTEM_COLUMNS,
+    MetricRun,
+    ScoreRun,
+    default_suite,
+    prompt_id,
+    story_lines,
 )
 
 __all__ = [

@@ -521,7 +521,7 @@ def _context(values: dict[str, Any]) -> ScoringContext:
 
 def sign(name: str, result: R, options: Mapping[str, Any], scoring: ScoringContext) -> R:
     """``result`` with its signature and corpus statistics (as the pipeline computes them)."""
-    from storyeval.metrics.pipeline import NEURAL_ROLES
+    from storyeval.metrics.runs import NEURAL_ROLES
 
     spec = get_metric(name)
     fields = dict(result.fields)

@@ -23,6 +23,7 @@ from sqlalchemy import Connection
 from storyeval.human.model import Study
 from storyeval.human.protocols import get_protocol
 from storyeval.server import study_flow as flow
+from storyeval.server import study_pages as pages
 from storyeval.server.participants import Participant, first_view, record_view
 from storyeval.server.state import (
     BUSY,
@@ -83,10 +84,10 @@ def _look(
         snap = flow.snapshot(conn, study, participant.id)
         step = flow.step_of(conn, study, snap, now)
         seen = page is None or first_view(conn, participant.id, page) is not None
-    if not seen or flow.touch_due(snap.participant, now):
+    if not seen or pages.touch_due(snap.participant, now):
 
         def note(conn: Connection) -> None:
-            flow.record_activity(conn, participant, now)
+            pages.record_activity(conn, participant, now)
             if page is not None:
                 record_view(conn, participant.id, page, now)
 
@@ -152,7 +153,7 @@ def parse_answers(
 # ----------------------------------------------------------------------------- items (first: routes match in order)
 
 
-def _item_context(study: Study, participant: Participant, page: flow.Page) -> dict[str, Any]:
+def _item_context(study: Study, participant: Participant, page: pages.Page) -> dict[str, Any]:
     return {
         **_context(study, participant),
         "texts": list(page.texts),
@@ -167,9 +168,9 @@ def _item_context(study: Study, participant: Participant, page: flow.Page) -> di
     }
 
 
-def _current_page(snap: flow.Snapshot, study: Study, slot_id: int) -> flow.Page | None:
+def _current_page(snap: flow.Snapshot, study: Study, slot_id: int) -> pages.Page | None:
     slot = next((s for s in snap.slots if s.id == slot_id), None)
-    return None if slot is None else flow.page_for(study, slot, snap.slots)
+    return None if slot is None else pages.page_for(study, slot, snap.slots)
 
 
 @router.get("/item/{slot_id}")
@@ -198,7 +199,7 @@ def item_submit(
         return _refuse_item(state, study, participant, slot_id, problems, form)
     now = state.clock()
     outcome = _change(
-        state, token, lambda c: flow.submit_page(c, study, participant, slot_id, answers, now)
+        state, token, lambda c: pages.submit_page(c, study, participant, slot_id, answers, now)
     )
     if isinstance(outcome, Response):
         return outcome
@@ -234,7 +235,7 @@ def _refuse_item(
         raise HTTPException(status_code=404, detail="This item is not assigned to you.")
     if slot.status == "done":
         return _redirect(f"/study/{participant.token}/")
-    context = _item_context(study, participant, flow.page_for(study, slot, mine))
+    context = _item_context(study, participant, pages.page_for(study, slot, mine))
     context.update({"errors": problems, "values": form.values})
     return state.page(f"protocols/{study.protocol}.html", context, status_code=422)
 
@@ -250,11 +251,11 @@ def _explain_context(
     protocol = get_protocol(study.protocol)
     with state.db.read() as conn:
         mine = flow.participant_slots(conn, participant.id)
-        answers = flow.stored_answers(conn, participant.id, slot_id)
+        answers = pages.stored_answers(conn, participant.id, slot_id)
     slot = next((s for s in mine if s.id == slot_id), None)
     if slot is None:
         raise HTTPException(status_code=404, detail="This item is not assigned to you.")
-    page = flow.page_for(study, slot, mine)
+    page = pages.page_for(study, slot, mine)
     rating = int(next(iter(answers.values()), 0))
     labels = getattr(protocol.options(study.config), "labels", ())
     return {
@@ -303,7 +304,7 @@ def explain_submit(
     outcome = _change(
         state,
         token,
-        lambda c: flow.submit_follow_up(c, study, participant, slot_id, text, now, signals),
+        lambda c: pages.submit_follow_up(c, study, participant, slot_id, text, now, signals),
     )
     if outcome == "missing":
         raise HTTPException(status_code=404, detail="This item is not assigned to you.")
@@ -408,7 +409,7 @@ def _comprehension_page(
     check = study.config.comprehension
     assert check is not None  # the step exists only for studies with a check
     orders = {
-        q.name: flow.shuffled_options(q.options, f"{participant.token}:{q.name}")
+        q.name: pages.shuffled_options(q.options, f"{participant.token}:{q.name}")
         for q in check.questions
     }
     return state.page(
@@ -591,7 +592,7 @@ def more_submit(request: Request, token: str, who: Participation, form: Form) ->
     if action not in ("continue", "finish"):
         raise HTTPException(status_code=422, detail="Choose to continue or to finish.")
     now = state.clock()
-    outcome = _change(state, token, lambda c: flow.more(c, study, participant, action, now))
+    outcome = _change(state, token, lambda c: pages.more(c, study, participant, action, now))
     return outcome if isinstance(outcome, Response) else _redirect(f"/study/{token}/")
 
 
@@ -645,7 +646,7 @@ def questions_submit(request: Request, token: str, who: Participation, form: For
     now = state.clock()
     signals = _typing(study, form, values)
     outcome = _change(
-        state, token, lambda c: flow.submit_questions(c, study, participant, values, now, signals)
+        state, token, lambda c: pages.submit_questions(c, study, participant, values, now, signals)
     )
     return outcome if isinstance(outcome, Response) else _redirect(f"/study/{token}/")
 
@@ -659,7 +660,7 @@ def done(request: Request, token: str, who: Participation) -> Response:
     if step.kind != "done":
         return _redirect(_url(token, step))
     now = state.clock()
-    code = state.db.run(lambda conn: flow.finish(conn, study, participant, now))
+    code = state.db.run(lambda conn: pages.finish(conn, study, participant, now))
     redirect = study.config.platform.redirect_url(code)
     response = state.page(
         "study/done.html", {**_context(study, participant), "code": code, "redirect": redirect}

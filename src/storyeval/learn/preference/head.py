@@ -1,0 +1,253 @@
+"""The preference head: a scalar score fitted with pointwise, Bradley-Terry and Davidson objectives."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from storyeval.learn.preference.config import PreferenceConfig
+
+# --------------------------------------------------------------------------- the head
+
+
+@dataclass
+class PreferenceHead:
+    """The fitted head: standardisation, weights, the length coefficient, the pair scale and
+    Davidson's tie parameter, and the pair temperature."""
+
+    mean: np.ndarray
+    sd: np.ndarray
+    weights: dict[str, np.ndarray]
+    length_mean: float = 0.0
+    length_sd: float = 1.0
+    temperature: float = 1.0
+
+    def scores(self, features: np.ndarray) -> np.ndarray:
+        """The standardised score of each story (the length effect left out); a metric
+        feature undefined for a story counts as the training stories' mean."""
+        x = (np.where(np.isnan(features), self.mean, features) - self.mean) / self.sd
+        w = self.weights
+        if "w1" in w:
+            x = np.tanh(x @ w["w1"] + w["b1"])
+        result: np.ndarray = np.asarray(x @ w["w"] + float(w["b"][0]), dtype=np.float64)
+        return result
+
+    @property
+    def length_effect(self) -> float:
+        """The score points of one sd of log length (what was left out of the scores)."""
+        return float(self.weights.get("length", np.zeros(1))[0])
+
+    @property
+    def pair_scale(self) -> float:
+        """The Bradley-Terry logit of one score point."""
+        return float(np.exp(self.weights["log_scale"][0]))
+
+    def pair_probability(self, first: float, second: float) -> float:
+        """P(first preferred) from two scores (calibrated; ties ignored)."""
+        logit = self.pair_scale * (first - second) / self.temperature
+        return float(1.0 / (1.0 + math.exp(-logit)))
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready form."""
+        return {
+            "mean": self.mean.tolist(),
+            "sd": self.sd.tolist(),
+            "weights": {k: v.tolist() for k, v in self.weights.items()},
+            "length_mean": self.length_mean,
+            "length_sd": self.length_sd,
+            "temperature": self.temperature,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> PreferenceHead:
+        """The head :meth:`to_dict` wrote."""
+        return cls(
+            np.asarray(data["mean"], dtype=np.float64),
+            np.asarray(data["sd"], dtype=np.float64),
+            {k: np.asarray(v, dtype=np.float64) for k, v in data["weights"].items()},
+            float(data["length_mean"]),
+            float(data["length_sd"]),
+            float(data["temperature"]),
+        )
+
+
+def fit_head(
+    features: np.ndarray,
+    lengths: np.ndarray,
+    targets: np.ndarray,
+    pairs: Sequence[tuple[int, int, float]],
+    config: PreferenceConfig,
+    ratings: Sequence[tuple[int, int]] = (),
+    levels: int = 0,
+    negatives: Sequence[tuple[int, int]] = (),
+) -> PreferenceHead:
+    """Fit the head on standardised features: mean squared error on the rated stories (or,
+    with the ordinal rating loss, the ordered-logit likelihood of ``ratings``, ``(story,
+    level)`` on a scale of ``levels``), the Davidson-Bradley-Terry likelihood of the pairs,
+    both when both exist (weighted so that each counts as one objective), the ranking loss of
+    the ``negatives`` (``(original, copy)``: the copy must score lower, with weight
+    ``config.negative_weight``), plus weight decay. The copies are left out of the features'
+    standardisation, so a head that learns nothing from them equals one trained without."""
+    import torch
+
+    from storyeval.learn.ordinal import initial_thresholds
+
+    if config.l2 == "auto":
+        raise ValueError("l2='auto' is chosen per training set: fit through train_preference")
+    l2 = float(config.l2)
+    real = np.ones(len(features), dtype=bool)
+    real[[copy for _, copy in negatives]] = False
+    mean, sd = _column_moments(features[real])
+    length_mean, length_sd = float(lengths[real].mean()), float(lengths[real].std() + 1e-6)
+    generator = torch.Generator().manual_seed(config.seed)
+    filled = np.where(np.isnan(features), mean, features)  # undefined: the mean (standard 0)
+    x = torch.tensor((filled - mean) / sd, dtype=torch.float64)
+    z = torch.tensor((lengths - length_mean) / length_sd, dtype=torch.float64)
+    params = _initial_weights(x.shape[1], config, generator)
+    if config.rating_loss == "ordinal" and len(ratings) > 0:
+        params.update(initial_thresholds(levels))
+    objectives = _HeadObjectives(targets, pairs, ratings, negatives, config)
+    optimizer = torch.optim.Adam(list(params.values()), lr=config.learning_rate)
+    for _ in range(config.steps):
+        optimizer.zero_grad()
+        plain = _forward(params, x)  # the score without length: what is reported
+        score = plain + (params["length"] * z if config.length_covariate else 0.0)
+        loss = objectives(params, score, plain)
+        penalty = _penalty(params, len(config.metric_features))
+        (loss + l2 * penalty).backward()
+        optimizer.step()
+    weights = {k: v.detach().numpy().copy() for k, v in params.items()}
+    return PreferenceHead(mean, sd, weights, length_mean, length_sd)
+
+
+class _HeadObjectives:
+    """The head's loss: the ratings' objective, the pairs' and the negatives'."""
+
+    def __init__(
+        self,
+        targets: np.ndarray,
+        pairs: Sequence[tuple[int, int, float]],
+        ratings: Sequence[tuple[int, int]],
+        negatives: Sequence[tuple[int, int]],
+        config: PreferenceConfig,
+    ) -> None:
+        import torch
+
+        self.ordinal = config.rating_loss == "ordinal" and len(ratings) > 0
+        if self.ordinal:
+            self.rated_story, self.rated_level = (
+                torch.tensor(c) for c in zip(*ratings, strict=True)
+            )
+        self.rated = torch.tensor(np.isfinite(targets))
+        self.y = torch.tensor(np.nan_to_num(targets), dtype=torch.float64)
+        self.pairs = [torch.tensor(c) for c in zip(*pairs, strict=True)] if pairs else []
+        self.weight = config.negative_weight
+        self.negatives = (
+            [torch.tensor(c) for c in zip(*negatives, strict=True)]
+            if negatives and self.weight
+            else []
+        )
+
+    def __call__(self, params: Mapping[str, Any], score: Any, plain: Any) -> Any:
+        import torch
+        import torch.nn.functional as F
+
+        from storyeval.learn.ordinal import ordinal_nll
+
+        loss = torch.zeros((), dtype=torch.float64)
+        if self.ordinal:
+            loss = loss + ordinal_nll(params, score[self.rated_story], self.rated_level)
+        elif bool(self.rated.any()):
+            loss = loss + ((score - self.y)[self.rated] ** 2).mean()
+        if self.pairs:
+            first, second, outcome = self.pairs
+            loss = loss + _davidson_nll(params, score[first], score[second], outcome)
+        if self.negatives:  # length is left out: a repeated sentence may not buy length's credit
+            original, copy = self.negatives
+            loss = loss + self.weight * F.softplus(plain[copy] - plain[original]).mean()
+        return loss
+
+
+def _penalty(params: Mapping[str, Any], metric_columns: int) -> Any:
+    """The weight decay: every weight of the embedding; a linear head's metric features
+    (the last columns) are left free, as the length covariate is: a few named features,
+    each worth what the data say, should not be shrunk towards the embedding's hundreds."""
+    if "w1" in params:
+        return (params["w1"] ** 2).sum() + (params["w"] ** 2).sum()
+    weights = params["w"][: params["w"].shape[0] - metric_columns]
+    return (weights**2).sum()
+
+
+def _column_moments(features: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each column's mean and sd over its defined values (NaN: a metric feature undefined for
+    a story); a column with none gets mean 0, and a constant column sd 1e-6 as before."""
+    if not np.isnan(features).any():
+        return features.mean(axis=0), features.std(axis=0) + 1e-6
+    defined = ~np.isnan(features)
+    counts = np.maximum(defined.sum(axis=0), 1)
+    mean = np.where(defined, features, 0.0).sum(axis=0) / counts
+    spread = np.where(defined, (features - mean) ** 2, 0.0).sum(axis=0) / counts
+    return mean, np.sqrt(spread) + 1e-6
+
+
+def _initial_weights(width: int, config: PreferenceConfig, generator: Any) -> dict[str, Any]:
+    import torch
+
+    def parameter(*shape: int, scale: float = 0.0) -> Any:
+        values = torch.randn(*shape, generator=generator, dtype=torch.float64) * scale
+        return values.requires_grad_(True)
+
+    params = {"b": parameter(1), "length": parameter(1), "log_scale": parameter(1)}
+    params["log_tie"] = parameter(1)
+    params["log_tie"].data.fill_(-1.0)
+    if config.hidden:
+        params["w1"] = parameter(width, config.hidden, scale=1 / math.sqrt(width))
+        params["b1"] = parameter(config.hidden)
+        params["w"] = parameter(config.hidden, scale=1 / math.sqrt(config.hidden))
+    else:
+        params["w"] = parameter(width)
+    return params
+
+
+def _forward(params: Mapping[str, Any], x: Any) -> Any:
+    import torch
+
+    if "w1" in params:
+        x = torch.tanh(x @ params["w1"] + params["b1"])
+    return x @ params["w"] + params["b"]
+
+
+def _davidson_nll(params: Mapping[str, Any], first: Any, second: Any, outcome: Any) -> Any:
+    """Davidson's (1970) ties: P(i) ∝ pi_i, P(j) ∝ pi_j, P(tie) ∝ nu sqrt(pi_i pi_j), with
+    log pi = scale * score."""
+    import torch
+
+    k = torch.exp(params["log_scale"])
+    a, b = k * first, k * second
+    tie = params["log_tie"] + (a + b) / 2
+    log_norm = torch.logsumexp(torch.stack([a, b, tie.expand_as(a)]), dim=0)
+    won = outcome == 1.0
+    ll = torch.where(won, a - log_norm, tie - log_norm)
+    return -ll.mean()
+
+
+def fit_temperature(
+    head: PreferenceHead, scores: np.ndarray, pairs: Sequence[tuple[int, int, float]]
+) -> float:
+    """The temperature that makes held-out pair probabilities calibrated (the NLL over the
+    decided pairs, on a grid then refined); 1 without decided pairs."""
+    decided = [(i, j) for i, j, outcome in pairs if outcome == 1.0]
+    if len(decided) < 5:
+        return 1.0
+    gaps = np.array([scores[i] - scores[j] for i, j in decided]) * head.pair_scale
+
+    def nll(temperature: float) -> float:
+        return float(np.mean(np.logaddexp(0.0, -gaps / temperature)))
+
+    grid = np.exp(np.linspace(math.log(0.05), math.log(20.0), 121))
+    best = float(grid[int(np.argmin([nll(t) for t in grid]))])
+    return best
