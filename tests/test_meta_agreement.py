@@ -249,12 +249,11 @@ def test_aggregation_mean_and_majority():
 
 def test_human_ceiling_each_rater_against_the_others():
     judgments = pd.DataFrame([j.to_dict() for j in read_judgments(JUDGMENTS)])
-    from storyeval.corpus import read_stories
-    from storyeval.meta.data import story_prompt_id
+    from storyeval.corpus import prompt_id, read_stories
 
     stories = read_stories(STORIES)
     items = pd.DataFrame(
-        {"system": [s.system for s in stories], "prompt_id": [story_prompt_id(s) for s in stories]},
+        {"system": [s.system for s in stories], "prompt_id": [prompt_id(s) for s in stories]},
         index=pd.Index([s.id for s in stories], name="item_id"),
     )
     out = human_ceiling(

@@ -191,9 +191,9 @@ def test_systems_and_prompts_come_from_the_story_file(tmp_path):
     # A story without a prompt_id field gets an id derived from its prompt text.
     story = read_stories(STORIES)[0]
     story.extra.pop("prompt_id")
-    from storyeval.meta.data import prompt_key, story_prompt_id
+    from storyeval.corpus import prompt_id, prompt_key
 
-    assert story_prompt_id(story) == prompt_key(story.prompt)
+    assert prompt_id(story) == prompt_key(story.prompt)
 
 
 def test_story_level_skips_and_counts_prompts():

@@ -19,6 +19,7 @@ Score records
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 import math
@@ -126,6 +127,43 @@ class Score:
 
 
 # --------------------------------------------------------------------------- field parsing
+
+
+def prompt_key(prompt: str) -> str | None:
+    """The id of a prompt text: ``p`` and 12 hex digits of the SHA-1 of the text with its
+    whitespace collapsed; ``None`` for an empty prompt. Every part of storyeval that needs a
+    prompt id derives it here (score records, judgments, meta-evaluation, importers).
+
+    >>> prompt_key("Once upon  a time") == prompt_key("Once upon a time"), prompt_key("   ")
+    (True, None)
+    >>> prompt_key("Once upon a time")
+    'p678c96338602'
+    """
+    normalized = " ".join(str(prompt).split())
+    if not normalized:
+        return None
+    return "p" + hashlib.sha1(normalized.encode("utf-8")).hexdigest()[:12]
+
+
+def prompt_id(story: Story) -> str | None:
+    """The story's ``prompt_id`` field, else :func:`prompt_key` of its prompt (``None`` for a
+    story with neither), so that stories continuing one prompt share it.
+
+    >>> a, b = Story("a", "Once upon a time.", "x"), Story("b", "Once upon a time.", "y")
+    >>> prompt_id(a) == prompt_id(b), prompt_id(Story("c", "", "z", extra={"prompt_id": "s001"}))
+    (True, 's001')
+    """
+    given = story.extra.get("prompt_id")
+    if given is not None and str(given).strip():
+        return str(given)
+    return prompt_key(story.prompt)
+
+
+def prompt_group(story: Story) -> str:
+    """The key study items are grouped by (stories continuing one prompt never go to one
+    participant): the story's ``prompt_id`` field, else its prompt text. Study files store it,
+    so it stays the text rather than :func:`prompt_id`'s digest."""
+    return str(story.extra.get("prompt_id") or story.prompt)
 
 
 def _text_field(

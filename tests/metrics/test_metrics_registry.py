@@ -9,7 +9,7 @@ from typing import Annotated
 
 import pytest
 
-from storyeval.corpus import Story
+from storyeval.corpus import Story, prompt_id
 from storyeval.metrics import (
     MetricOption,
     OptionError,
@@ -20,7 +20,6 @@ from storyeval.metrics import (
     families,
     get_metric,
     parse_option_assignments,
-    prompt_id,
     resolve_options,
     score_stories,
     unregister_metric,
@@ -136,8 +135,9 @@ def test_prompt_id_is_the_field_or_a_stable_hash_of_the_prompt():
     b = Story("b", "A dark night.", "y")
     c = Story("c", "Another prompt.", "z")
     assert prompt_id(a) == prompt_id(b) != prompt_id(c)
-    assert re.fullmatch(r"p-[0-9a-f]{10}", prompt_id(a))
+    assert re.fullmatch(r"p[0-9a-f]{12}", prompt_id(a))
     assert prompt_id(Story("d", "", "w", extra={"prompt_id": "s007"})) == "s007"
+    assert prompt_id(Story("e", "  ", "w")) is None  # no prompt: no prompt id
 
 
 def test_another_package_can_register_a_metric_with_a_required_checkpoint_option(tmp_path):

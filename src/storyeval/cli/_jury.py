@@ -60,13 +60,13 @@ def jury(
     each judge or item alone against people) and, for a jury, OUTPUT.disagreement.csv."""
     from storyeval.corpus import read_judgments, read_stories
     from storyeval.judge.jury import fit_checklist, fit_jury
-    from storyeval.meta.data import AGGREGATIONS, story_prompt_id
+    from storyeval.meta.data import AGGREGATIONS, prompt_id
 
     check_choice(aggregate, AGGREGATIONS, "--aggregate")
     with user_errors():
         judged = [j for path in judgments for j in read_judgments(path)]
         rated = read_judgments(people)
-        groups = {s.id: str(story_prompt_id(s)) for s in read_stories(stories)} if stories else None
+        groups = {s.id: str(prompt_id(s)) for s in read_stories(stories)} if stories else None
         common: dict[str, Any] = dict(
             aggregate=aggregate, groups=groups, ridge=ridge, n_boot=bootstrap, seed=seed
         )

@@ -222,12 +222,12 @@ class PartitionSummary:
     lines: list[int]
     problems: list[tuple[int, str]]
     systems: list[str | None]
-    prompt_ids: list[str]
+    prompt_ids: list[str | None]
 
 
 def summarize(partition: Partition) -> PartitionSummary:
     """A partition's ids, lines, problems, systems and prompt ids."""
-    from storyeval.metrics.runs import prompt_id
+    from storyeval.corpus import prompt_id
 
     stories = partition.stories
     return PartitionSummary(

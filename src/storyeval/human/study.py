@@ -24,7 +24,7 @@ from typing import Any
 
 from pydantic import ValidationError, create_model, field_validator
 
-from storyeval.corpus import Story, read_stories
+from storyeval.corpus import Story, prompt_group, read_stories
 from storyeval.errors import DataFileError
 from storyeval.human.model import (
     ORDERS,
@@ -42,7 +42,7 @@ from storyeval.human.model import (
     TrainingExample,
 )
 from storyeval.human.protocols import PROTOCOLS, get_protocol
-from storyeval.human.protocols.base import Problem, StudyProtocol, prompt_key, text_of
+from storyeval.human.protocols.base import Problem, StudyProtocol, text_of
 from storyeval.yamlfile import (
     Loc,
     YamlDocument,
@@ -167,8 +167,8 @@ def resolve_study(
     checks = _resolve_checks(config, protocol, by_id, problem)
     # training texts, and every story sharing a prompt with one, never become items
     training_ids = {t.id for example in training for t in example.texts}
-    training_prompts = {prompt_key(by_id[i]) for i in training_ids if i in by_id}
-    excluded = training_ids | {s.id for s in stories if prompt_key(s) in training_prompts}
+    training_prompts = {prompt_group(by_id[i]) for i in training_ids if i in by_id}
+    excluded = training_ids | {s.id for s in stories if prompt_group(s) in training_prompts}
     items = protocol.build_items(config, stories, excluded, problem)
     if not items and not problems and not protocol.one_slot_per_item():
         problem(("select",), "the selection yields no items")

@@ -106,7 +106,7 @@ def import_deltascore(path: str | Path, *, aspects: Sequence[str] | None = None)
         ``FILE:LINE: reason`` for malformed JSON, a missing ``story``, ``title`` or ``model``,
         a non-numeric rating, or a duplicate ``id``.
     """
-    from storyeval.meta.data import prompt_key
+    from storyeval.corpus import prompt_key
 
     file_path = require_file(path)
     result = ImportResult("deltascore", str(file_path))

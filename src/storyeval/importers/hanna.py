@@ -259,7 +259,7 @@ def import_hanna_raw(path: str | Path, result: Records) -> Records:
         ``FILE:LINE: reason`` for a missing column, an empty id or text, a rating that is not
         a number, or a story id whose texts differ between rows.
     """
-    from storyeval.meta.data import prompt_key
+    from storyeval.corpus import prompt_key
 
     file_path = Path(path)
     problems: list[DataProblem] = []
@@ -405,7 +405,7 @@ def import_hanna_llm(path: str | Path, result: Records) -> Records:
         column, an empty story id or rater, a rating that is not a number, or a story whose
         text differs between rows.
     """
-    from storyeval.meta.data import prompt_key
+    from storyeval.corpus import prompt_key
 
     file_path = Path(path)
     records = list(iter_raw_records(file_path, fmt="csv"))

@@ -33,7 +33,7 @@ def import_openmeva(path: str | Path, result: Records) -> Records:
         Malformed JSON (with its line), or an entry without ``prompt``, ``gen``, a text or a
         list of numeric scores (with the entry's line).
     """
-    from storyeval.meta.data import prompt_key
+    from storyeval.corpus import prompt_key
 
     file_path = Path(path)
     text = file_path.read_text(encoding="utf-8")

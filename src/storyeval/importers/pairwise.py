@@ -60,7 +60,7 @@ def import_pairwise(path: str | Path, result: Records) -> Records:
         ``FILE:LINE: reason`` for a record without a prompt, two stories and a preference,
         or a duplicate id.
     """
-    from storyeval.meta.data import prompt_key
+    from storyeval.corpus import prompt_key
 
     file_path = Path(path)
     problems: list[DataProblem] = []

@@ -127,9 +127,9 @@ def _pairwise(
     settings: JudgeSettings,
     cache: JudgeCache | None,
 ) -> None:
-    from storyeval.meta.data import story_prompt_id
+    from storyeval.corpus import prompt_id
 
-    if max(Counter(story_prompt_id(s) for s in stories).values()) < 2:
+    if max(Counter(prompt_id(s) for s in stories).values()) < 2:
         inputs.notes.append("position bias: every prompt has one story, so no pairs to judge")
         return
     paired = replace(settings, mode="pairwise", both_orders=True, repeats=1)

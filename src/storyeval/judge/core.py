@@ -433,7 +433,7 @@ def _read(answer: JudgeAnswer, request: JudgeRequest) -> _Reading:
 def _absolute(
     stories: Sequence[Story], rubric: Rubric, ask: _Asker, rater: str, judge: str, run: JudgeRun
 ) -> None:
-    from storyeval.meta.data import story_prompt_id
+    from storyeval.corpus import prompt_id
 
     settings = ask.settings
     jobs = [(criterion, story) for criterion in rubric.criteria for story in stories]
@@ -458,7 +458,7 @@ def _absolute(
             )
             extra.update(
                 system=story.system,
-                prompt_id=story_prompt_id(story),
+                prompt_id=prompt_id(story),
                 sample=sample,
                 parse_status=reading.status,
                 label_mass=None if reading.mass is None else round(reading.mass, 6),
@@ -503,11 +503,11 @@ def _absolute_value(
 
 def _pairs(stories: Sequence[Story]) -> list[tuple[str, Story, Story]]:
     """Every two stories of different systems for one prompt: ``(prompt id, x, y)``."""
-    from storyeval.meta.data import story_prompt_id
+    from storyeval.corpus import prompt_id
 
     by_prompt: dict[str, list[Story]] = {}
     for story in stories:
-        key = story_prompt_id(story)
+        key = prompt_id(story)
         if key is None or story.system is None:
             raise StoryevalError(
                 f"pairwise judging needs a system and a prompt (or prompt_id) on every story; "
@@ -723,7 +723,7 @@ def _spans(
     per sentence (the taxonomy and the numbered story shared), the records of the ``spans``
     study protocol per story. A story with a sentence whose answer did not parse is left out
     (its failures are counted): an unmarked sentence is never imputed."""
-    from storyeval.meta.data import story_prompt_id
+    from storyeval.corpus import prompt_id
 
     names = [c.name for c in rubric.criteria]
     jobs = []
@@ -759,7 +759,7 @@ def _spans(
             for criterion, value, extra in span_rows(units, marked.get(story.id, {}), names):
                 extra.update(
                     system=story.system,
-                    prompt_id=story_prompt_id(story),
+                    prompt_id=prompt_id(story),
                     sample=sample,
                     label_mass=round(min(masses), 6) if masses else None,
                 )
@@ -776,7 +776,7 @@ def judge_blocks_plan(stories: Sequence[Story], mode: str, block_size: int) -> l
     >>> judge_blocks_plan(s, "absolute", 4), judge_blocks_plan(s, "pairwise", 3)
     ([[0, 1, 2, 3], [4, 5]], [[0, 1], [2, 3], [4, 5]])
     """
-    from storyeval.meta.data import story_prompt_id
+    from storyeval.corpus import prompt_id
 
     if block_size < 1:
         raise ValueError(f"block_size must be >= 1; got {block_size}")
@@ -787,7 +787,7 @@ def judge_blocks_plan(stories: Sequence[Story], mode: str, block_size: int) -> l
         ]
     groups: dict[str, list[int]] = {}
     for index, story in enumerate(stories):
-        groups.setdefault(str(story_prompt_id(story)), []).append(index)
+        groups.setdefault(str(prompt_id(story)), []).append(index)
     blocks: list[list[int]] = []
     for members in groups.values():
         if blocks and len(blocks[-1]) + len(members) <= block_size:

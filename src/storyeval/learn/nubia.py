@@ -599,9 +599,9 @@ def _nubia_folds(stories: Sequence[Story], folds: int, seed: int) -> tuple[list[
     have several stories (the stories of one prompt share its reference, so a fold must not
     learn from its neighbours), else ``by story``, shuffled into folds as before
     (scikit-learn's KFold)."""
-    from storyeval.meta.data import story_prompt_id
+    from storyeval.corpus import prompt_id
 
-    prompts = [str(story_prompt_id(s)) for s in stories]
+    prompts = [str(prompt_id(s)) for s in stories]
     if len(set(prompts)) < len(prompts):
         from storyeval.learn.preference import group_folds
 

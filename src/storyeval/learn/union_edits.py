@@ -139,7 +139,7 @@ def edit_scores(
     """Score records of the editing behaviour: ``union_edited`` (1 when the model edits the
     story) and ``union_changed`` (the share of its tokens changed), with each story's system
     and prompt id, and the edited text in ``union_edited``'s record."""
-    from storyeval.metrics.runs import prompt_id
+    from storyeval.corpus import prompt_id
 
     rows = []
     for edit, story in zip(edits, stories, strict=True):

@@ -37,7 +37,6 @@ from storyeval.meta.data import (
     aggregate_ratings,
     build_meta_table,
     load_meta_table,
-    prompt_key,
 )
 from storyeval.meta.discrimination import (
     discrimination,
@@ -85,7 +84,6 @@ __all__ = [
     "load_meta_table",
     "pairs_from_perturbations",
     "pairs_from_score_files",
-    "prompt_key",
     "quality_drift",
     "read_pairs",
     "subset_correlations",

@@ -647,10 +647,9 @@ def _prompt_means(
     """Each system's mean value per prompt, for the prompts both systems have."""
     frame = _long_values(path, metric)
     if stories is not None:
-        from storyeval.corpus import read_stories
-        from storyeval.meta.data import story_prompt_id
+        from storyeval.corpus import prompt_id, read_stories
 
-        info = {s.id: (s.system, story_prompt_id(s)) for s in read_stories(stories)}
+        info = {s.id: (s.system, prompt_id(s)) for s in read_stories(stories)}
         frame["system"] = frame["item_id"].map(lambda i: info.get(i, (None, None))[0])
         frame["prompt_id"] = frame["item_id"].map(lambda i: info.get(i, (None, None))[1])
     if frame.get("system") is None or frame["system"].isna().all():

@@ -67,10 +67,10 @@ def covariate_differences(
     CovariateError
         A side with no story, or a story without the covariate.
     """
-    from storyeval.meta.data import story_prompt_id
+    from storyeval.corpus import prompt_id
 
     by_id = {s.id: s for s in stories}
-    by_system = {(str(story_prompt_id(s)), s.system): s for s in stories if s.system}
+    by_system = {(str(prompt_id(s)), s.system): s for s in stories if s.system}
     values = _covariate_values(stories, covariates, scores)
     rows = []
     for number, record in enumerate(comparisons.to_dict("records"), start=1):

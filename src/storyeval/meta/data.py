@@ -9,12 +9,11 @@ Where the system and prompt of an item come from, in order:
 1. the ``system`` and ``prompt_id`` fields of the score records (``storyeval score`` writes
    them) or of the judgment records;
 2. a story file: the story's ``system`` and its ``prompt_id`` field, else an id derived from
-   the prompt text (:func:`prompt_key`).
+   the prompt text (:func:`storyeval.corpus.prompt_key`).
 """
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -24,7 +23,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from storyeval.corpus import Judgment, Score, Story, read_judgments, read_scores, read_stories
+from storyeval.corpus import (
+    Judgment,
+    Score,
+    Story,
+    prompt_id,
+    read_judgments,
+    read_scores,
+    read_stories,
+)
 from storyeval.errors import DataCoverageWarning, MixedSignatureWarning, StoryevalError, warn
 from storyeval.validation import check_choice
 
@@ -33,31 +40,6 @@ AGGREGATIONS: tuple[str, ...] = ("mean", "median", "majority", "mace", "dawid-sk
 
 class MetaInputError(StoryevalError, ValueError):
     """Scores, judgments or stories cannot be combined (no common items, conflicting ids...)."""
-
-
-def prompt_key(prompt: str) -> str | None:
-    """A stable id for a prompt text: ``p`` + 12 hex digits of the SHA-1 of the text with
-    whitespace collapsed; ``None`` for an empty prompt.
-
-    Examples
-    --------
-    >>> prompt_key("Once upon  a time") == prompt_key("Once upon a time")
-    True
-    >>> prompt_key("   ") is None
-    True
-    """
-    normalized = " ".join(prompt.split())
-    if not normalized:
-        return None
-    return "p" + hashlib.sha1(normalized.encode("utf-8")).hexdigest()[:12]
-
-
-def story_prompt_id(story: Story) -> str | None:
-    """The story's ``prompt_id`` field, else :func:`prompt_key` of its prompt."""
-    value = story.extra.get("prompt_id")
-    if value is not None and str(value).strip():
-        return str(value)
-    return prompt_key(story.prompt)
 
 
 def _as_text(value: Any) -> str | None:
@@ -544,7 +526,7 @@ def _story_fields(
         if labels.get("system", item) is None:
             labels.record("system", item, story.system, "stories")
         if labels.get("prompt_id", item) is None:
-            labels.record("prompt_id", item, story_prompt_id(story), "stories")
+            labels.record("prompt_id", item, prompt_id(story), "stories")
         record = story.to_dict()
         for name in item_fields:
             if name in record:

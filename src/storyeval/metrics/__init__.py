@@ -32,7 +32,6 @@ from storyeval.metrics.runs import (
     MetricRun,
     ScoreRun,
     default_suite,
-    prompt_id,
     story_lines,
 )
 
@@ -55,7 +54,6 @@ __all__ = [
     "get_metric",
     "parse_metric_list",
     "parse_option_assignments",
-    "prompt_id",
     "register_spec",
     "resolve_options",
     "score_stories",

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from storyeval.blocks import block_plan
-from storyeval.corpus import Score, Story
+from storyeval.corpus import Score, Story, prompt_id
 from storyeval.errors import MissingInputError
 from storyeval.metrics.context import ScoringContext, windowed_texts
 from storyeval.metrics.registry import (
@@ -20,7 +20,7 @@ from storyeval.metrics.registry import (
     MetricSpec,
     get_metric,
 )
-from storyeval.metrics.runs import MissingPolicy, _lacks, prompt_id
+from storyeval.metrics.runs import MissingPolicy, _lacks
 
 # --------------------------------------------------------------------------- blocks
 

@@ -3,7 +3,6 @@ corpus can run, a story's prompt id and the lines of a story file."""
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,24 +37,6 @@ SYSTEM_COLUMNS = (
     "higher_is_better",
     "signature",
 )
-
-
-def prompt_id(story: Story) -> str:
-    """The story's ``prompt_id`` field, or a stable id derived from its prompt text
-    (``p-`` and 10 hex digits of a SHA-1), so stories sharing a prompt share it.
-
-    >>> from storyeval.corpus import Story
-    >>> a, b = Story("a", "Once upon a time.", "x"), Story("b", "Once upon a time.", "y")
-    >>> prompt_id(a) == prompt_id(b), prompt_id(a)[:2]
-    (True, 'p-')
-    >>> prompt_id(Story("c", "Once.", "z", extra={"prompt_id": "s001"}))
-    's001'
-    """
-    given = story.extra.get("prompt_id")
-    if given is not None and str(given).strip():
-        return str(given)
-    digest = hashlib.sha1(" ".join(story.prompt.split()).encode("utf-8")).hexdigest()
-    return f"p-{digest[:10]}"
 
 
 @dataclass

@@ -279,11 +279,6 @@ def text_of(story: Story) -> Text:
     return Text(story.id, story.system, story.prompt, story.story)
 
 
-def prompt_key(story: Story) -> str:
-    """The prompt a story continues: its ``prompt_id``, else the prompt text."""
-    return str(story.extra.get("prompt_id") or story.prompt)
-
-
 def select_stories(
     config: StudyConfig, stories: Sequence[Story], excluded: set[str], problem: Problem
 ) -> list[Story]:

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 from pydantic import Field, model_validator
 
-from storyeval.corpus import Story
+from storyeval.corpus import Story, prompt_group
 from storyeval.human.model import Item, ResolvedTraining, Study, StudyConfig, TrainingExample
 from storyeval.human.protocols.base import (
     AnalysisSettings,
@@ -31,7 +31,6 @@ from storyeval.human.protocols.base import (
     StatementPart,
     StudyProtocol,
     criteria_table,
-    prompt_key,
     select_stories,
     text_of,
 )
@@ -330,7 +329,7 @@ worst: <strong>Story {{ example.answers.get(config.criteria[0].name ~ ":worst", 
             tuple_size=options.tuple_size,
             appearances=options.appearances,
             seed=options.seed,
-            group={s.id: prompt_key(s) for s in selected},
+            group={s.id: prompt_group(s) for s in selected},
         )
         width = max(4, len(str(len(tuples))))
         return [

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 from pydantic import Field
 
-from storyeval.corpus import Story
+from storyeval.corpus import Story, prompt_group
 from storyeval.errors import DegenerateInputWarning
 from storyeval.human.model import Item, ResolvedTraining, Study, StudyConfig, TrainingExample
 from storyeval.human.protocols.base import (
@@ -25,7 +25,6 @@ from storyeval.human.protocols.base import (
     StatementPart,
     StudyProtocol,
     check_choice_training,
-    prompt_key,
     select_stories,
     text_of,
 )
@@ -232,7 +231,7 @@ class Detection(StudyProtocol):
         items = []
         for s in select_stories(config, stories, excluded, problem):
             truth = "human" if s.system in humans else "machine"
-            meta = {"prompt_group": prompt_key(s), "truth": truth}
+            meta = {"prompt_group": prompt_group(s), "truth": truth}
             items.append(Item(s.id, s.system or "(none)", (text_of(s),), meta))
         truths = {i.meta["truth"] for i in items}
         if items and truths != {"human", "machine"}:

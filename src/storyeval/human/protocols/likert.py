@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from storyeval.corpus import Story
+from storyeval.corpus import Story, prompt_group
 from storyeval.human.model import Item, Study, StudyConfig, TrainingExample
 from storyeval.human.protocols.base import (
     JudgmentRow,
@@ -15,7 +15,6 @@ from storyeval.human.protocols.base import (
     Problem,
     StatementPart,
     check_rating_training,
-    prompt_key,
     select_stories,
     text_of,
 )
@@ -50,7 +49,7 @@ class Likert(RatingProtocol):
         self, config: StudyConfig, stories: Sequence[Story], excluded: set[str], problem: Problem
     ) -> list[Item]:
         return [
-            Item(s.id, s.system or "(none)", (text_of(s),), {"prompt_group": prompt_key(s)})
+            Item(s.id, s.system or "(none)", (text_of(s),), {"prompt_group": prompt_group(s)})
             for s in select_stories(config, stories, excluded, problem)
         ]
 

@@ -10,7 +10,7 @@ from typing import Any, cast
 import pandas as pd
 from pydantic import Field, model_validator
 
-from storyeval.corpus import Story
+from storyeval.corpus import Story, prompt_group
 from storyeval.human.model import Item, ResolvedTraining, Study, StudyConfig, TrainingExample
 from storyeval.human.protocols.base import (
     LEFT_RIGHT,
@@ -24,7 +24,6 @@ from storyeval.human.protocols.base import (
     check_choice_training,
     check_system_pair,
     criteria_table,
-    prompt_key,
     select_stories,
     text_of,
 )
@@ -161,7 +160,7 @@ class Pairwise(StudyProtocol):
         groups: dict[str, dict[str, Story]] = {}
         for s in select_stories(config, stories, excluded, problem):
             if s.system in wanted:
-                groups.setdefault(prompt_key(s), {}).setdefault(str(s.system), s)
+                groups.setdefault(prompt_group(s), {}).setdefault(str(s.system), s)
         items = []
         for a, b in compared:  # one pair: the prompt is the key (as before pairs existed)
             for key, stories_of in groups.items():

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from storyeval.corpus import Story
+from storyeval.corpus import Story, prompt_group
 from storyeval.human.model import Item, Study, StudyConfig, Text, TrainingExample
 from storyeval.human.protocols.base import (
     LEFT_RIGHT,
@@ -16,7 +16,6 @@ from storyeval.human.protocols.base import (
     Problem,
     StatementPart,
     check_rating_training,
-    prompt_key,
     select_stories,
     text_of,
 )
@@ -102,7 +101,9 @@ class SideBySide(RatingProtocol):
                 continue
             ref = reference_text(s, by_id, ref_system)
             items.append(
-                Item(s.id, s.system or "(none)", (text_of(s), ref), {"prompt_group": prompt_key(s)})
+                Item(
+                    s.id, s.system or "(none)", (text_of(s), ref), {"prompt_group": prompt_group(s)}
+                )
             )
         return items
 

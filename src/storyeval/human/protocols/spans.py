@@ -20,7 +20,7 @@ from typing import Any
 import pandas as pd
 from pydantic import Field, field_validator
 
-from storyeval.corpus import Story
+from storyeval.corpus import Story, prompt_group
 from storyeval.human.model import Item, ResolvedTraining, Study, StudyConfig, TrainingExample
 from storyeval.human.protocols.base import (
     AnalysisSettings,
@@ -31,7 +31,6 @@ from storyeval.human.protocols.base import (
     StatementPart,
     StudyProtocol,
     cell,
-    prompt_key,
     select_stories,
     text_of,
 )
@@ -154,7 +153,7 @@ class Spans(StudyProtocol):
                     ("spans", "max_units"),
                     f"story {story.id} has {n_units} sentences, more than max_units ({most})",
                 )
-            meta = {"prompt_group": prompt_key(story)}
+            meta = {"prompt_group": prompt_group(story)}
             items.append(Item(story.id, story.system or "(none)", (text_of(story),), meta))
         return items
 

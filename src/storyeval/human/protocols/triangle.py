@@ -12,7 +12,7 @@ from typing import Any, Literal
 import pandas as pd
 from pydantic import Field
 
-from storyeval.corpus import Story
+from storyeval.corpus import Story, prompt_group
 from storyeval.human.model import (
     Item,
     ResolvedTraining,
@@ -30,7 +30,6 @@ from storyeval.human.protocols.base import (
     StatementPart,
     StudyProtocol,
     check_choice_training,
-    prompt_key,
     select_stories,
     text_of,
 )
@@ -213,7 +212,7 @@ class Triangle(StudyProtocol):
                     queues[system] = list(pools[system])
                     rng.shuffle(queues[system])
                 candidate = queues[system].pop()
-                if prompt_key(candidate) not in avoid:
+                if prompt_group(candidate) not in avoid:
                     return candidate
                 queues[system].insert(0, candidate)
             return queues[system].pop()
@@ -226,7 +225,7 @@ class Triangle(StudyProtocol):
             used: set[str] = set()
             for letter in order:
                 story = draw(letters[letter], used)
-                used.add(prompt_key(story))
+                used.add(prompt_group(story))
                 texts.append(text_of(story))
             odd = odd_position(order)
             meta = {

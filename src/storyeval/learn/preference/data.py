@@ -99,7 +99,7 @@ def preference_data(
         When nothing can be learned, a judgment or comparison names an unknown story, or a
         system to keep has no story.
     """
-    from storyeval.meta.data import story_prompt_id
+    from storyeval.corpus import prompt_id
 
     config = config or PreferenceConfig()
     stories, judgments, comparisons, left_out = _systems_only(
@@ -107,7 +107,7 @@ def preference_data(
     )
     stories = [s for s in stories if s.story.strip()]
     index = {s.id: i for i, s in enumerate(stories)}
-    prompts = [str(story_prompt_id(s)) for s in stories]
+    prompts = [str(prompt_id(s)) for s in stories]
     targets, scale, mean, sd = _mean_ratings(stories, index, judgments, config.criterion)
     pairs: list[tuple[int, int, float]] = []
     if config.pairwise:

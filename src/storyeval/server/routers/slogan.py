@@ -9,34 +9,26 @@ the writing survey, and the last one to the final survey.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, HTTPException, Request
-from fastapi.responses import FileResponse, RedirectResponse, Response
-from sqlalchemy import Connection
+from fastapi.responses import Response
 
 from storyeval.collab.config import (
     EXPERIENCE_CHOICES,
-    IMAGE_TYPES,
     USE_AGAIN_CHOICES,
     USE_AGAIN_QUESTION,
     LikertSpec,
 )
 from storyeval.collab.session import TurnError
-from storyeval.collab.slogan import SloganSession
-from storyeval.server import writing_store
-from storyeval.server.participants import Participant, mark_finished, touch
-from storyeval.server.routers.writing import consent_and_start
+from storyeval.server.participants import Participant, mark_finished
+from storyeval.server.routers.session_pages import SessionPages, add_shared_routes, redirect
 from storyeval.server.state import (
     Form,
     FormData,
-    ServerState,
     Who,
     parse_int,
     participant_of,
-    server_state,
     too_long,
 )
 from storyeval.server.writing_session import SloganSessionPlugin
@@ -52,30 +44,6 @@ PAGES = {
     "final": "final",
     "done": "done",
 }
-
-
-def _redirect(url: str) -> RedirectResponse:
-    return RedirectResponse(url, status_code=303)
-
-
-def _parts(request: Request, who: Who) -> tuple[ServerState, Participant, SloganSessionPlugin]:
-    plugin = who.session
-    if not isinstance(plugin, SloganSessionPlugin):
-        raise HTTPException(status_code=404, detail="This session is not being served.")
-    return server_state(request), who.participant, plugin
-
-
-def _base(participant: Participant) -> str:
-    return f"/slogan/{participant.token}"
-
-
-def _load(state: ServerState, plugin: SloganSessionPlugin, participant: Participant) -> Any:
-    with state.db.read() as conn:
-        return writing_store.load(conn, plugin.config, participant.id)
-
-
-def _page_of(session: SloganSession | None) -> str:
-    return PAGES[session.phase if session is not None else None]
 
 
 def _typing(plugin: SloganSessionPlugin, form: Any, draft: str) -> dict[str, Any] | None:
@@ -101,13 +69,13 @@ def _answers_typing(
     return {name: typed[f"q-{name}"] for name in answers if f"q-{name}" in typed}
 
 
-def _context(participant: Participant, plugin: SloganSessionPlugin, session: Any) -> dict[str, Any]:
+def _context(plugin: SloganSessionPlugin, participant: Participant, session: Any) -> dict[str, Any]:
     task = session.current_task() if session is not None else {}
     keywords, draft = session.draft() if session is not None else ("", "")
     return {
         "kind": "slogan",
         "config": plugin.config,
-        "base": _base(participant),
+        "base": pages.base(plugin, participant),
         "session": session,
         "task": task,
         "prompt": task.get("prompt") or {},
@@ -127,106 +95,8 @@ def _context(participant: Participant, plugin: SloganSessionPlugin, session: Any
     }
 
 
-def _show(request: Request, who: Who, page: str) -> Response:
-    """The writer's page ``page``, or a redirect to the page the writer is on; notes when a
-    page is first delivered."""
-    state, participant, plugin = _parts(request, who)
-    session = _load(state, plugin, participant)
-    current = _page_of(session)
-    if current != page:
-        return _redirect(f"{_base(participant)}/{current}")
-    if session is not None and session.needs_serving_note():
-        now = state.clock()
-
-        def work(conn: Connection) -> Any:
-            touch(conn, participant.id, now)
-            return writing_store.step(
-                conn, plugin.config, participant.id, now, lambda s: s.note_served(now)
-            )
-
-        stepped = state.db.run(work)
-        if stepped is not None:
-            session = stepped[0]
-    return state.page(f"slogan/{page}.html", _context(participant, plugin, session))
-
-
-def _act(
-    state: ServerState,
-    plugin: SloganSessionPlugin,
-    participant: Participant,
-    form: FormData,
-    action: Callable[[SloganSession, float], Any],
-) -> str:
-    """Apply ``action`` if the form was rendered for the current step (``ok``, ``stale`` or
-    ``missing``); a TurnError rolls back and propagates; pulls are queued after the commit."""
-    now = state.clock()
-    outcome: dict[str, Any] = {}
-
-    def work(conn: Connection) -> Any:
-        touch(conn, participant.id, now)
-
-        def apply(session: SloganSession) -> Any:
-            if form.get("step") != session.step_token():
-                outcome["stale"] = True
-                return None
-            return action(session, now)
-
-        return writing_store.step(conn, plugin.config, participant.id, now, apply)
-
-    stepped = state.db.run(work)
-    if stepped is None:
-        return "missing"
-    if outcome.get("stale"):
-        return "stale"
-    if stepped[1]:
-        plugin.queue(participant.id, stepped[1])
-    return "ok"
-
-
-def _again(
-    state: ServerState,
-    plugin: SloganSessionPlugin,
-    participant: Participant,
-    page: str,
-    updates: dict[str, Any],
-) -> Response:
-    """The page again with the writer's input and a message (422), or where the writer is."""
-    session = _load(state, plugin, participant)
-    if _page_of(session) != page:
-        return _redirect(f"{_base(participant)}/")
-    values = _context(participant, plugin, session)
-    values.update(updates)
-    return state.page(f"slogan/{page}.html", values, status_code=422)
-
-
-# ----------------------------------------------------------------------------- entry and consent
-
-
-@router.get("/")
-def entry(request: Request, who: Writer) -> Response:
-    """A writer's link: send them to the page of their current step."""
-    state, participant, plugin = _parts(request, who)
-    return _redirect(f"{_base(participant)}/{_page_of(_load(state, plugin, participant))}")
-
-
-@router.get("/welcome")
-def welcome(request: Request, who: Writer) -> Response:
-    """The consent page."""
-    return _show(request, who, "welcome")
-
-
-@router.post("/start")
-def start(request: Request, who: Writer, form: Form) -> Response:
-    """Consent given: start the session (the condition and prompt order are assigned)."""
-    _, participant, plugin = _parts(request, who)
-    return consent_and_start(
-        request,
-        form,
-        plugin,
-        participant,
-        "slogan/welcome.html",
-        lambda: _context(participant, plugin, None),
-    )
+pages = SessionPages("slogan", PAGES, SloganSessionPlugin, _context)
+add_shared_routes(router, pages, Writer)
 
 
 # ----------------------------------------------------------------------------- writing
@@ -235,22 +105,22 @@ def start(request: Request, who: Writer, form: Form) -> Response:
 @router.get("/write")
 def write(request: Request, who: Writer) -> Response:
     """Keywords, draft, pulled suggestions beside it and the history."""
-    return _show(request, who, "write")
+    return pages.show(request, who, "write")
 
 
 @router.post("/write")
 def write_submit(request: Request, who: Writer, form: Form) -> Response:
     """``action=pull`` asks for suggestions; ``action=submit`` submits the final slogan."""
-    state, participant, plugin = _parts(request, who)
+    state, participant, plugin = pages.parts(request, who)
     keywords, draft = form.text("keywords"), form.text("draft")
     action = form.get("action", "submit")
     try:
         if action == "pull":
-            status = _act(
+            status, _ = pages.act(
                 state, plugin, participant, form, lambda s, now: s.pull(keywords, draft, now=now)
             )
         elif action == "submit":
-            status = _act(
+            status, _ = pages.act(
                 state,
                 plugin,
                 participant,
@@ -262,7 +132,7 @@ def write_submit(request: Request, who: Writer, form: Form) -> Response:
         else:
             raise HTTPException(status_code=422, detail="Unknown action.")
     except TurnError as exc:
-        return _again(
+        return pages.again(
             state,
             plugin,
             participant,
@@ -270,17 +140,8 @@ def write_submit(request: Request, who: Writer, form: Form) -> Response:
             {"error": str(exc), "keywords": keywords, "draft": draft},
         )
     if status == "missing":
-        return _redirect(f"{_base(participant)}/welcome")
-    return _redirect(f"{_base(participant)}/")
-
-
-@router.get("/wait")
-def wait(request: Request, who: Writer) -> Response:
-    """Wait while suggestions are made (refreshes itself)."""
-    response = _show(request, who, "wait")
-    if not isinstance(response, RedirectResponse):
-        response.headers["Refresh"] = "1"
-    return response
+        return redirect(f"{pages.base(plugin, participant)}/welcome")
+    return redirect(f"{pages.base(plugin, participant)}/")
 
 
 # ----------------------------------------------------------------------------- surveys
@@ -303,16 +164,16 @@ def _likert(spec: LikertSpec, form: FormData) -> tuple[dict[str, int], list[str]
 @router.get("/survey")
 def survey(request: Request, who: Writer) -> Response:
     """The writing survey of the slogan just submitted."""
-    return _show(request, who, "survey")
+    return pages.show(request, who, "survey")
 
 
 @router.post("/survey")
 def survey_submit(request: Request, who: Writer, form: Form) -> Response:
     """Store the writing survey; then the next prompt or the final survey."""
-    state, participant, plugin = _parts(request, who)
+    state, participant, plugin = pages.parts(request, who)
     likert, errors = _likert(plugin.config.likert, form)
     if errors:
-        return _again(
+        return pages.again(
             state,
             plugin,
             participant,
@@ -320,25 +181,25 @@ def survey_submit(request: Request, who: Writer, form: Form) -> Response:
             {"values": form.values, "errors": errors, "error": "Please answer every question."},
         )
     try:
-        _act(state, plugin, participant, form, lambda s, now: s.submit_survey(likert, now=now))
+        pages.act(state, plugin, participant, form, lambda s, now: s.submit_survey(likert, now=now))
     except TurnError as exc:
         raise HTTPException(status_code=422, detail=str(exc)) from None
-    return _redirect(f"{_base(participant)}/")
+    return redirect(f"{pages.base(plugin, participant)}/")
 
 
 @router.get("/final")
 def final(request: Request, who: Writer) -> Response:
     """The final survey."""
-    return _show(request, who, "final")
+    return pages.show(request, who, "final")
 
 
 @router.post("/final")
 def final_submit(request: Request, who: Writer, form: Form) -> Response:
     """Store the final survey and finish (the completion code is issued)."""
-    state, participant, plugin = _parts(request, who)
-    session = _load(state, plugin, participant)
+    state, participant, plugin = pages.parts(request, who)
+    session = pages.load(state, plugin, participant)
     if session is None or session.phase != "final":
-        return _redirect(f"{_base(participant)}/")
+        return redirect(f"{pages.base(plugin, participant)}/")
     likert, errors = _likert(session.final_statements(), form)
     answers = {q.name: form.text(f"q-{q.name}") for q in session.final_questions()}
     message = None
@@ -354,7 +215,7 @@ def final_submit(request: Request, who: Writer, form: Form) -> Response:
     if session.config.ask_experience and experience not in dict(EXPERIENCE_CHOICES):
         errors.append("experience")
     if errors:
-        return _again(
+        return pages.again(
             state,
             plugin,
             participant,
@@ -366,7 +227,7 @@ def final_submit(request: Request, who: Writer, form: Form) -> Response:
             },
         )
     try:
-        status = _act(
+        status, _ = pages.act(
             state,
             plugin,
             participant,
@@ -386,32 +247,19 @@ def final_submit(request: Request, who: Writer, form: Form) -> Response:
         now = state.clock()
         code = plugin.config.completion.code
         state.db.run(lambda conn: mark_finished(conn, participant.id, now, code=code))
-    return _redirect(f"{_base(participant)}/")
+    return redirect(f"{pages.base(plugin, participant)}/")
 
 
 @router.get("/done")
 def done(request: Request, who: Writer) -> Response:
     """The completion page."""
-    state, participant, plugin = _parts(request, who)
-    session = _load(state, plugin, participant)
-    if _page_of(session) != "done":
-        return _redirect(f"{_base(participant)}/{_page_of(session)}")
+    state, participant, plugin = pages.parts(request, who)
+    session = pages.load(state, plugin, participant)
+    if pages.page_of(session) != "done":
+        return redirect(f"{pages.base(plugin, participant)}/{pages.page_of(session)}")
     now = state.clock()
     configured = plugin.config.completion.code
     code = state.db.run(lambda conn: mark_finished(conn, participant.id, now, code=configured))
-    values = _context(participant, plugin, session)
+    values = _context(plugin, participant, session)
     values.update(code=code, slogans=[t["final"] for t in session.tasks])
     return state.page("slogan/done.html", values)
-
-
-@router.get("/image")
-def image(request: Request, who: Writer) -> Response:
-    """The picture of the current prompt."""
-    state, participant, plugin = _parts(request, who)
-    session = _load(state, plugin, participant)
-    path = None
-    with contextlib.suppress(KeyError, IndexError):
-        path = plugin.image_path(session) if session is not None else None
-    if path is None or not path.is_file():
-        raise HTTPException(status_code=404, detail="There is no picture for this prompt.")
-    return FileResponse(path, media_type=IMAGE_TYPES[path.suffix.lower()])

@@ -15,32 +15,26 @@ five rounds; then the Likert statements and open questions. MIL (chapter 2): wri
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, HTTPException, Request
-from fastapi.responses import FileResponse, RedirectResponse, Response
-from sqlalchemy import Connection
+from fastapi.responses import Response
 
 from storyeval.collab.config import (
-    IMAGE_TYPES,
     USE_AGAIN_CHOICES,
     USE_AGAIN_QUESTION,
     SloganConfig,
 )
 from storyeval.collab.session import TurnError, WritingSession
-from storyeval.server import writing_store
-from storyeval.server.participants import Participant, mark_finished, touch
+from storyeval.server.participants import Participant, mark_finished
+from storyeval.server.routers.session_pages import SessionPages, add_shared_routes, redirect
 from storyeval.server.state import (
-    BUSY,
     Form,
     FormData,
     ServerState,
     Who,
-    admission,
     parse_int,
     participant_of,
-    server_state,
     too_long,
 )
 from storyeval.server.writing_session import WRITING_KINDS, WritingSessionPlugin
@@ -60,54 +54,6 @@ PAGES = {
 }
 
 
-def _redirect(url: str) -> RedirectResponse:
-    return RedirectResponse(url, status_code=303)
-
-
-def _parts(request: Request, who: Who) -> tuple[ServerState, Participant, WritingSessionPlugin]:
-    plugin = who.session
-    if not isinstance(plugin, WritingSessionPlugin):
-        raise HTTPException(status_code=404, detail="This session is not being served.")
-    return server_state(request), who.participant, plugin
-
-
-def _base(plugin: WritingSessionPlugin, participant: Participant) -> str:
-    return f"/{plugin.kind}/{participant.token}"
-
-
-def _load(state: ServerState, plugin: WritingSessionPlugin, participant: Participant) -> Any:
-    with state.db.read() as conn:
-        return writing_store.load(conn, plugin.config, participant.id)
-
-
-def _page_of(session: WritingSession | None) -> str:
-    return PAGES[session.phase if session is not None else None]
-
-
-def _serve(
-    state: ServerState, plugin: WritingSessionPlugin, participant: Participant, page: str
-) -> tuple[WritingSession | None, Response | None]:
-    """Load the session; redirect unless ``page`` is the writer's current page; note when a
-    page is first delivered."""
-    session = _load(state, plugin, participant)
-    current = _page_of(session)
-    if current != page:
-        return session, _redirect(f"{_base(plugin, participant)}/{current}")
-    if session is not None and session.needs_serving_note():
-        now = state.clock()
-
-        def work(conn: Connection) -> Any:
-            touch(conn, participant.id, now)
-            return writing_store.step(
-                conn, plugin.config, participant.id, now, lambda s: s.note_served(now)
-            )
-
-        stepped = state.db.run(work)
-        if stepped is not None:
-            session = stepped[0]
-    return session, None
-
-
 def _context(
     plugin: WritingSessionPlugin, participant: Participant, session: WritingSession | None
 ) -> dict[str, Any]:
@@ -118,7 +64,7 @@ def _context(
         "kind": plugin.kind,
         "config": config,
         "token": participant.token,
-        "base": _base(plugin, participant),
+        "base": pages.base(plugin, participant),
         "session": session,
         "turns": session.submitted_turns() if session is not None else [],
         "prompt": prompt,
@@ -146,55 +92,8 @@ def _typing(plugin: WritingSessionPlugin, form: FormData, texts: dict[str, str])
     return form_signals(form, texts, texts)
 
 
-Fill = Callable[[ServerState, Participant, WritingSession | None], dict[str, Any]]
-
-
-def _show(request: Request, who: Who, page: str, fill: Fill | None = None) -> Response:
-    """The writer's page ``page`` (``templates/writing/<page>.html``) with the common context
-    and what ``fill`` adds, or a redirect to the page the writer is on."""
-    state, participant, plugin = _parts(request, who)
-    session, redirect = _serve(state, plugin, participant, page)
-    if redirect is not None:
-        return redirect
-    values = _context(plugin, participant, session)
-    if fill is not None:
-        values.update(fill(state, participant, session))
-    return state.page(f"writing/{page}.html", values)
-
-
-def _act(
-    state: ServerState,
-    plugin: WritingSessionPlugin,
-    participant: Participant,
-    form: FormData,
-    action: Callable[[WritingSession, float], Any],
-) -> tuple[str, Any]:
-    """Apply ``action`` if the form was rendered for the current step; returns
-    ``("ok" | "stale" | "missing", result)``. TurnError propagates (rolled back). Suggestion
-    requests the action makes are queued after the commit."""
-    now = state.clock()
-    outcome: dict[str, Any] = {}
-
-    def work(conn: Connection) -> Any:
-        touch(conn, participant.id, now)
-
-        def apply(session: WritingSession) -> Any:
-            if form.get("step") != session.step_token():
-                outcome["stale"] = True
-                return None
-            return action(session, now)
-
-        return writing_store.step(conn, plugin.config, participant.id, now, apply)
-
-    stepped = state.db.run(work)
-    if stepped is None:
-        return "missing", None
-    session, result = stepped
-    if outcome.get("stale"):
-        return "stale", None
-    if result:
-        plugin.queue(participant.id, result)
-    return "ok", session
+pages = SessionPages("writing", PAGES, WritingSessionPlugin, _context)
+add_shared_routes(router, pages, Writer)
 
 
 def _options(session: WritingSession) -> list[dict[str, Any]]:
@@ -227,90 +126,23 @@ def _suggestions(_: ServerState, __: Participant, session: WritingSession | None
     return {"options": _options(session), "text": session.edit_text()}
 
 
-# ----------------------------------------------------------------------------- entry and consent
-
-
-def consent_and_start(
-    request: Request,
-    form: FormData,
-    plugin: WritingSessionPlugin,
-    participant: Participant,
-    page: str,
-    context: Callable[[], dict[str, Any]],
-) -> Response:
-    """Start a writer's session once they consent (every writing kind); the consent page
-    again (422) without the box ticked. Open-enrollment starts are rate limited per client."""
-    state = server_state(request)
-    now = state.clock()
-    admit = admission(request, Who(participant, plugin), now)
-    if form.get("consent") != "yes":
-        values = context()
-        values["error"] = "Please confirm that you have read the information above."
-        return state.page(page, values, status_code=422)
-
-    def work(conn: Connection) -> str | None:
-        if admit is not None and writing_store.load(conn, plugin.config, participant.id) is None:
-            verdict = admit(conn, participant)
-            if verdict is not None:
-                return verdict
-        writing_store.start(conn, plugin.config, participant, now)
-        return None
-
-    verdict = state.db.run(work)
-    if verdict == "full":
-        return state.message(
-            "The study is full", "Thank you for your interest: all places are taken."
-        )
-    if verdict == "busy":
-        return state.message("Too many participants from your network", BUSY, status_code=429)
-    return _redirect(f"/{plugin.kind}/{participant.token}/")
-
-
-@router.get("/")
-def entry(request: Request, who: Writer) -> Response:
-    """A writer's link: send them to the page of their current step."""
-    state, participant, plugin = _parts(request, who)
-    session = _load(state, plugin, participant)
-    return _redirect(f"{_base(plugin, participant)}/{_page_of(session)}")
-
-
-@router.get("/welcome")
-def welcome(request: Request, who: Writer) -> Response:
-    """The consent page of a writing session."""
-    return _show(request, who, "welcome")
-
-
-@router.post("/start")
-def start(request: Request, who: Writer, form: Form) -> Response:
-    """Consent given: start the writer's session."""
-    _, participant, plugin = _parts(request, who)
-    return consent_and_start(
-        request,
-        form,
-        plugin,
-        participant,
-        "writing/welcome.html",
-        lambda: _context(plugin, participant, None),
-    )
-
-
 # ----------------------------------------------------------------------------- writing alone
 
 
 @router.get("/write")
 def write(request: Request, who: Writer) -> Response:
     """The page where the writer writes the next part of the story."""
-    return _show(request, who, "write")
+    return pages.show(request, who, "write")
 
 
 @router.post("/write")
 def write_submit(request: Request, who: Writer, form: Form) -> Response:
     """Store the writer's text and ask the generators for suggestions."""
-    state, participant, plugin = _parts(request, who)
+    state, participant, plugin = pages.parts(request, who)
     text = form.get("text")
     signals = _typing(plugin, form, {"text": text}).get("text")
     try:
-        status, _ = _act(
+        status, _ = pages.act(
             state,
             plugin,
             participant,
@@ -318,39 +150,30 @@ def write_submit(request: Request, who: Writer, form: Form) -> Response:
             lambda s, now: s.submit_text(text, now=now, integrity=signals),
         )
     except TurnError as exc:
-        page = _context(plugin, participant, _load(state, plugin, participant))
+        page = _context(plugin, participant, pages.load(state, plugin, participant))
         page.update(error=str(exc), text=text)
         return state.page("writing/write.html", page, status_code=422)
     if status == "missing":
-        return _redirect(f"{_base(plugin, participant)}/welcome")
-    return _redirect(f"{_base(plugin, participant)}/")
+        return redirect(f"{pages.base(plugin, participant)}/welcome")
+    return redirect(f"{pages.base(plugin, participant)}/")
 
 
 # ----------------------------------------------------------------------------- waiting
 
 
-@router.get("/wait")
-def wait(request: Request, who: Writer) -> Response:
-    """Wait while the suggestions are generated (refreshes itself)."""
-    response = _show(request, who, "wait")
-    if not isinstance(response, RedirectResponse):
-        response.headers["Refresh"] = "1"  # as the page's <meta refresh>: no JavaScript
-    return response
-
-
 @router.get("/failed")
 def failed(request: Request, who: Writer) -> Response:
     """The page shown when generating a suggestion failed or timed out."""
-    return _show(request, who, "failed")
+    return pages.show(request, who, "failed")
 
 
 @router.post("/retry")
 def retry(request: Request, who: Writer, form: Form) -> Response:
     """Ask for the failed suggestions again."""
-    state, participant, plugin = _parts(request, who)
+    state, participant, plugin = pages.parts(request, who)
     with contextlib.suppress(TurnError):  # not failed any more: the entry page shows where
-        _act(state, plugin, participant, form, lambda s, now: s.retry(now=now))
-    return _redirect(f"{_base(plugin, participant)}/")
+        pages.act(state, plugin, participant, form, lambda s, now: s.retry(now=now))
+    return redirect(f"{pages.base(plugin, participant)}/")
 
 
 # ----------------------------------------------------------------------------- choosing (CYOA)
@@ -361,18 +184,18 @@ def choose(request: Request, who: Writer) -> Response:
     """The suggestions to choose from."""
     if who.participant.kind != "cyoa":
         raise HTTPException(status_code=404, detail="This session has no choices.")
-    return _show(request, who, "choose", _suggestions)
+    return pages.show(request, who, "choose", _suggestions)
 
 
 @router.post("/choose")
 def choose_submit(request: Request, who: Writer, form: Form) -> Response:
     """Store the chosen suggestion (and the switches between them)."""
-    state, participant, plugin = _parts(request, who)
+    state, participant, plugin = pages.parts(request, who)
     if plugin.kind != "cyoa":
         raise HTTPException(status_code=404, detail="This session has no choices.")
     position = form.get("option")
     try:
-        _act(
+        pages.act(
             state,
             plugin,
             participant,
@@ -381,7 +204,7 @@ def choose_submit(request: Request, who: Writer, form: Form) -> Response:
         )
     except TurnError as exc:
         raise HTTPException(status_code=422, detail=str(exc)) from None
-    return _redirect(f"{_base(plugin, participant)}/")
+    return redirect(f"{pages.base(plugin, participant)}/")
 
 
 # ----------------------------------------------------------------------------- editing
@@ -390,19 +213,19 @@ def choose_submit(request: Request, who: Writer, form: Form) -> Response:
 @router.get("/edit")
 def edit(request: Request, who: Writer) -> Response:
     """The page where the writer edits the chosen suggestion."""
-    return _show(request, who, "edit", _suggestions)
+    return pages.show(request, who, "edit", _suggestions)
 
 
 @router.post("/edit")
 def edit_submit(request: Request, who: Writer, form: Form) -> Response:
     """Store the edited text."""
-    state, participant, plugin = _parts(request, who)
+    state, participant, plugin = pages.parts(request, who)
     text = form.get("text")
     action = form.get("action", "add")
     try:
         if action.startswith("switch-") and plugin.kind == "cyoa":
             position = action.removeprefix("switch-")
-            _act(
+            pages.act(
                 state,
                 plugin,
                 participant,
@@ -411,7 +234,7 @@ def edit_submit(request: Request, who: Writer, form: Form) -> Response:
             )
         else:
             signals = _typing(plugin, form, {"text": text}).get("text")
-            _act(
+            pages.act(
                 state,
                 plugin,
                 participant,
@@ -419,13 +242,13 @@ def edit_submit(request: Request, who: Writer, form: Form) -> Response:
                 lambda s, now: s.submit_text(text, now=now, integrity=signals),
             )
     except TurnError as exc:
-        session = _load(state, plugin, participant)
+        session = pages.load(state, plugin, participant)
         if session is None or session.phase != "edit":
-            return _redirect(f"{_base(plugin, participant)}/")
+            return redirect(f"{pages.base(plugin, participant)}/")
         page = _context(plugin, participant, session)
         page.update(options=_options(session), text=text, error=str(exc))
         return state.page("writing/edit.html", page, status_code=422)
-    return _redirect(f"{_base(plugin, participant)}/")
+    return redirect(f"{pages.base(plugin, participant)}/")
 
 
 # ----------------------------------------------------------------------------- survey and completion
@@ -464,16 +287,16 @@ def _survey_answers(
 @router.get("/survey")
 def survey(request: Request, who: Writer) -> Response:
     """The writing survey at the end."""
-    return _show(request, who, "survey", lambda *_: {"values": {}, "errors": []})
+    return pages.show(request, who, "survey", lambda *_: {"values": {}, "errors": []})
 
 
 @router.post("/survey")
 def survey_submit(request: Request, who: Writer, form: Form) -> Response:
     """Store the survey answers and finish."""
-    state, participant, plugin = _parts(request, who)
-    current = _load(state, plugin, participant)
+    state, participant, plugin = pages.parts(request, who)
+    current = pages.load(state, plugin, participant)
     if current is None:
-        return _redirect(f"{_base(plugin, participant)}/")
+        return redirect(f"{pages.base(plugin, participant)}/")
     likert, answers, errors, message = _survey_answers(plugin, current, form)
     use_again = form.get("use_again") or None
     if errors:
@@ -492,20 +315,20 @@ def survey_submit(request: Request, who: Writer, form: Form) -> Response:
         session.submit_survey(likert, answers, now=now, integrity=signals, use_again=use_again)
 
     try:
-        status, _ = _act(state, plugin, participant, form, finish)
+        status, _ = pages.act(state, plugin, participant, form, finish)
     except TurnError as exc:
         raise HTTPException(status_code=422, detail=str(exc)) from None
     if status == "ok":
         now = state.clock()
         code = plugin.config.completion.code
         state.db.run(lambda conn: mark_finished(conn, participant.id, now, code=code))
-    return _redirect(f"{_base(plugin, participant)}/")
+    return redirect(f"{pages.base(plugin, participant)}/")
 
 
 @router.get("/done")
 def done(request: Request, who: Writer) -> Response:
     """The completion page of a writing session."""
-    configured = _parts(request, who)[2].config.completion.code
+    configured = pages.parts(request, who)[2].config.completion.code
 
     def fill(
         state: ServerState, participant: Participant, session: WritingSession | None
@@ -514,18 +337,4 @@ def done(request: Request, who: Writer) -> Response:
         code = state.db.run(lambda conn: mark_finished(conn, participant.id, now, code=configured))
         return {"code": code, "story": session.story() if session is not None else ""}
 
-    return _show(request, who, "done", fill)
-
-
-# ----------------------------------------------------------------------------- picture prompt
-
-
-@router.get("/image")
-def image(request: Request, who: Writer) -> Response:
-    """An image prompt of the session."""
-    state, participant, plugin = _parts(request, who)
-    session = _load(state, plugin, participant)
-    path = plugin.image_path(session) if session is not None else None
-    if path is None or not path.is_file():
-        raise HTTPException(status_code=404, detail="There is no picture for this story.")
-    return FileResponse(path, media_type=IMAGE_TYPES[path.suffix.lower()])
+    return pages.show(request, who, "done", fill)
