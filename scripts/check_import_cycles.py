@@ -17,6 +17,25 @@ from pathlib import Path
 
 SOURCE = Path(__file__).resolve().parent.parent / "src"
 
+#: The layers of the package, lowest first (docs/architecture.md draws them): a part imports
+#: only from its own layer or those below, so that lower layers can be read, tested and
+#: reused without the upper ones.
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    (
+        "foundations",
+        (
+            "errors", "validation", "signature", "markdown", "plots", "io", "registry",
+            "stats", "yamlfile", "extras",
+        ),
+    ),
+    ("records and models", ("corpus", "models", "blocks", "entities", "text", "describe", "truncation")),
+    ("producing and measuring", ("generate", "perturb", "rules", "metrics", "importers")),
+    ("meta-evaluation", ("meta",)),
+    ("people and judges", ("human", "collab", "judge")),
+    ("trained models and clusters", ("learn", "tuning", "engine")),
+    ("surfaces", ("functional", "server", "view", "analyses", "report", "cli", "__main__")),
+)  # fmt: skip
+
 
 def module_names(root: Path) -> dict[str, Path]:
     files = (root / "storyeval").rglob("*.py")
@@ -114,6 +133,24 @@ def part_path(graph: dict[str, set[str]], start: str, goal: str) -> list[str]:
     return [edges[(start, goal)]] if (start, goal) in edges else []
 
 
+def layer_breaches(parts: dict[str, set[str]]) -> list[str]:
+    """Imports from a higher layer, and parts no layer names."""
+    layer_of = {f"storyeval.{name}": i for i, (_, names) in enumerate(LAYERS) for name in names}
+    found = [
+        f"{p} is in no layer (add it to LAYERS and docs/architecture.md)"
+        for p in sorted(parts)
+        if p not in layer_of
+    ]
+    for source, targets in sorted(parts.items()):
+        for target in sorted(targets):
+            if source in layer_of and target in layer_of and layer_of[target] > layer_of[source]:
+                found.append(
+                    f"{source} ({LAYERS[layer_of[source]][0]}) imports {target} "
+                    f"({LAYERS[layer_of[target]][0]}), a higher layer"
+                )
+    return found
+
+
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     """Strongly connected components with more than one module (Tarjan)."""
     index: dict[str, int] = {}
@@ -166,6 +203,11 @@ def main() -> int:
         print(f"parts in a loop: {', '.join(component)} ({'; '.join(chain)})")
     if not loops:
         print("no loop among the parts of the package")
+    breaches = layer_breaches(part_graph(graph))
+    for line in breaches:
+        print(f"layer breach: {line}")
+    if not breaches:
+        print(f"every part imports only from its layer or below ({len(LAYERS)} layers)")
     mutual = mutual_parts(graph)
     for a, b, one, other in mutual:
         print(f"mutual dependency {a} <-> {b}: {one}; {other}")
@@ -174,7 +216,7 @@ def main() -> int:
     private = private_imports(known)
     for line in private:
         print(f"private name imported from another part: {line}")
-    return 1 if found or loops or mutual or private else 0
+    return 1 if found or loops or breaches or mutual or private else 0
 
 
 if __name__ == "__main__":

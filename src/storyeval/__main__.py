@@ -2,4 +2,5 @@
 
 from storyeval.cli import main
 
-main()
+if __name__ == "__main__":  # importing this module (documentation tools do) runs nothing
+    main()

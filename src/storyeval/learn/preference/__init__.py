@@ -13,7 +13,7 @@ or local encoder) or a causal LM's last hidden state. It learns from
   export), with a Bradley-Terry loss and Davidson's (1970) ties,
 
 both together when both exist. The encoder can first be fine-tuned on the same objective
-(:mod:`storyeval.learn.preference_tune`), and metric scores can join its features
+(:mod:`storyeval.learn.preference.tune`), and metric scores can join its features
 (:mod:`storyeval.learn.metric_features`). Length can be a covariate (``length_covariate``): its
 coefficient is learned and reported, and removed from the scores, so a longer story gets no
 credit for its length alone. Pair probabilities are calibrated by a temperature fitted on a
