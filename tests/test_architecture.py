@@ -46,3 +46,24 @@ def test_the_layering_holds() -> None:
     assert checker.layer_breaches(parts) == []
     assert checker.cycles(parts) == []
     assert checker.layer_breaches({"storyeval.corpus": {"storyeval.meta"}})  # it can fail
+
+
+def test_the_package_face_names_what_users_import_and_stays_light() -> None:
+    """``import storyeval`` loads no model library; each public name resolves to the object its
+    part defines."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, storyeval as se\n"
+        "assert not {'torch', 'transformers', 'spacy'} & set(sys.modules), 'heavy import'\n"
+        "import storyeval.corpus, storyeval.metrics.pipeline\n"
+        "assert se.read_stories is storyeval.corpus.read_stories\n"
+        "assert se.score_stories is storyeval.metrics.pipeline.score_stories\n"
+        "missing = [n for n in se.__all__ if not hasattr(se, n)]\n"
+        "assert not missing, missing\n"
+        "print(len(se.__all__))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout) > 20
