@@ -63,8 +63,8 @@ def main() -> None:
     import warnings
 
     warnings.simplefilter("ignore")
-    from storyeval.engine.dask import close, connect, score_source
-    from storyeval.engine.local import score_file
+    from storyeval.engine.dask import close, connect
+    from storyeval.metrics.files import score_file, score_source
     from storyeval.models.devices import configure_threads
 
     folder = Path(tempfile.mkdtemp())

@@ -28,11 +28,11 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "stats", "yamlfile", "extras",
         ),
     ),
-    ("records and models", ("corpus", "models", "blocks", "entities", "text", "describe", "truncation")),
+    ("records and models", ("corpus", "models", "engine", "entities", "text", "describe", "truncation")),
     ("producing and measuring", ("generate", "perturb", "rules", "metrics", "importers")),
     ("meta-evaluation", ("meta",)),
     ("people and judges", ("human", "collab", "judge")),
-    ("trained models and clusters", ("learn", "tuning", "engine")),
+    ("trained models", ("learn", "tuning")),
     ("surfaces", ("functional", "server", "view", "analyses", "report", "cli", "__main__")),
 )  # fmt: skip
 

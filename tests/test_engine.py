@@ -50,8 +50,7 @@ def test_dask_scores_equal_local_on_the_example_corpus(client, examples_dir, tmp
     """The default suite (perplexity, BERTScore, MoverScore, self-BLEU, ...) on 18 stories in
     blocks of 6: the score records, signatures and per-system tables of the two engines are
     identical, to the last bit."""
-    from storyeval.engine.dask import score_source
-    from storyeval.engine.local import score_file
+    from storyeval.metrics.files import score_file, score_source
 
     path = _demo_subset(examples_dir, tmp_path)
     local = score_file(path, None, bootstrap=200, block_size=6)
@@ -68,8 +67,7 @@ def test_dask_scores_equal_local_on_the_example_corpus(client, examples_dir, tmp
 
 def test_corpus_level_statistics_equal_local(client, examples_dir):
     """Corpus BLEU, self-BLEU and MAUVE from statistics gathered after the map."""
-    from storyeval.engine.dask import score_source
-    from storyeval.engine.local import score_file
+    from storyeval.metrics.files import score_file, score_source
 
     path = examples_dir / "stories.jsonl"
     names = "bleu,self_bleu,mauve,mauve_star,cross_story_repetition"
@@ -87,10 +85,10 @@ def test_corpus_level_statistics_equal_local(client, examples_dir):
 def test_resume_skips_finished_blocks(engine, request, examples_dir, tmp_path):
     """Both executors save finished blocks and a re-run reuses them (one block lost: only
     it is scored again), with the same records."""
-    from storyeval.engine.local import score_file
+    from storyeval.metrics.files import score_file
 
     if engine == "dask":
-        from storyeval.engine.dask import score_source
+        from storyeval.metrics.files import score_source
 
         client = request.getfixturevalue("client")
         run = functools.partial(score_source, client=client)
@@ -113,8 +111,7 @@ def test_a_worker_killed_mid_run_is_replaced_and_nothing_is_lost(client, example
     computed again elsewhere, finished blocks are kept, and the result is unchanged."""
     import signal
 
-    from storyeval.engine.dask import score_source
-    from storyeval.engine.local import score_file
+    from storyeval.metrics.files import score_file, score_source
 
     path = _demo_subset(examples_dir, tmp_path)
     work = tmp_path / "work"
@@ -139,12 +136,13 @@ def test_a_worker_killed_mid_run_is_replaced_and_nothing_is_lost(client, example
 
 
 def test_generate_perturb_and_judge_on_the_cluster_equal_local(client, examples_dir, tmp_path):
-    from storyeval.engine.dask import generate_source, judge_source, perturb_source
     from storyeval.generate import DecodingConfig, generate_stories, read_prompts
+    from storyeval.generate.core import generate_source
     from storyeval.judge import load_rubric
     from storyeval.judge.backends import BackendSpec
-    from storyeval.judge.core import JudgeSettings, judge_blocks
+    from storyeval.judge.core import JudgeSettings, judge_blocks, judge_source
     from storyeval.perturb import perturb_stories
+    from storyeval.perturb.engine import perturb_source
 
     human = examples_dir / "human.jsonl"
     prompts = tmp_path / "prompts.jsonl"
@@ -198,8 +196,7 @@ def test_partitioned_readers_give_the_files_lines(tmp_path, examples_dir):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from storyeval.engine.local import read_partitioned
-    from storyeval.engine.sources import plan_partitions
+    from storyeval.engine.sources import plan_partitions, read_partitioned
     from storyeval.errors import DataFileError
 
     path = examples_dir / "stories.jsonl"

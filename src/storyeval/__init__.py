@@ -38,7 +38,7 @@ _EXPORTS = {
     "Scores": "storyeval.metrics.function",
     "ScoringContext": "storyeval.metrics.context",
     "score_stories": "storyeval.metrics.pipeline",
-    "score_file": "storyeval.engine.local",
+    "score_file": "storyeval.metrics.files",
     "correlate": "storyeval.meta",
     "build_meta_table": "storyeval.meta",
     "judge_stories": "storyeval.judge.core",

@@ -166,6 +166,66 @@ def prompt_group(story: Story) -> str:
     return str(story.extra.get("prompt_id") or story.prompt)
 
 
+#: The fields of a prompt record (prompts files for generation; see :func:`parse_prompt`).
+PROMPT_FIELDS = ("id", "prompt", "story", "reference", "system")
+#: Fields generated stories set themselves; a prompt record's own copies are not carried over.
+RESERVED_FIELDS = frozenset(
+    {
+        "prompt_id",
+        "signature",
+        "attempts",
+        "dropped_empty",
+        "dropped_unfinished",
+        "dropped_long",
+        "dropped_copy",
+        "dropped_offensive",
+        "copy_overlap",
+    }
+)
+
+
+def _prompt_text(record: Mapping[str, Any], key: str, *, required: bool) -> str | None:
+    value = record.get(key)
+    if value is None or (isinstance(value, str) and not value.strip()):
+        if required:
+            state = "missing" if value is None else "empty"
+            raise ValueError(f"required field '{key}' is {state}")
+        return None
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise ValueError(f"field '{key}' must be a string; got {type(value).__name__} {value!r}")
+    return str(value)
+
+
+def _prompt_reference(record: Mapping[str, Any]) -> str | list[str] | None:
+    value = record.get("reference")
+    if isinstance(value, list):
+        if not value:
+            return None
+        if not all(isinstance(item, str) and item.strip() for item in value):
+            raise ValueError("field 'reference' must be a string or a list of non-empty strings")
+        return list(value)
+    text = _prompt_text(record, "reference", required=False)
+    if text is not None:
+        return text
+    return _prompt_text(record, "story", required=False)
+
+
+def parse_prompt(item: Mapping[str, Any]) -> Story:
+    """One prompt record as a :class:`Story` with an empty ``story`` (``ValueError`` on a
+    missing or empty ``id`` or ``prompt``)."""
+    record_id = _prompt_text(item, "id", required=True)
+    prompt = _prompt_text(item, "prompt", required=True)
+    reference = _prompt_reference(item)
+    if record_id is None or prompt is None:
+        raise ValueError("a prompt record needs 'id' and 'prompt'")
+    extra = {
+        key: value
+        for key, value in item.items()
+        if key not in PROMPT_FIELDS and key not in RESERVED_FIELDS
+    }
+    return Story(record_id, prompt, "", reference=reference, extra=extra)
+
+
 def _text_field(
     record: Mapping[str, Any], key: str, *, required: bool, allow_empty: bool = False
 ) -> str | None:

@@ -227,7 +227,8 @@ def _run(
 
     if client is None:
         return generate_stories(records, progress=progress, block_size=block_size, **settings)
-    from storyeval.engine.dask import close, generate_source
+    from storyeval.engine.dask import close
+    from storyeval.generate.core import generate_source
 
     try:
         return generate_source(

@@ -224,7 +224,8 @@ def _run(
             block_size=block_size,
             progress=lambda line: typer.echo(line, err=True),
         )
-    from storyeval.engine.dask import close, judge_source
+    from storyeval.engine.dask import close
+    from storyeval.judge.core import judge_source
 
     try:
         return judge_source(

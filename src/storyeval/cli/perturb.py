@@ -187,13 +187,13 @@ def _run(
         warnings.simplefilter("always")
         try:
             if client is None:
-                from storyeval.blocks import LocalExecutor
                 from storyeval.corpus import read_stories
+                from storyeval.engine.blocks import LocalExecutor
                 from storyeval.perturb.engine import perturb_on
 
                 executor = LocalExecutor(read_stories(stories), where=str(stories))
                 return perturb_on(executor, block_size=block_size, progress=progress, **settings)
-            from storyeval.engine.dask import perturb_source
+            from storyeval.perturb.engine import perturb_source
 
             return perturb_source(
                 stories, client=client, block_size=block_size, progress=progress, **settings

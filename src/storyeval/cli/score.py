@@ -96,7 +96,7 @@ def score(
     --engine dask the file (a local path or any fsspec URL; JSONL, CSV or Parquet) is read
     and scored in blocks on a Dask cluster, with the local engine's numbers.
     """
-    from storyeval.engine.local import score_file
+    from storyeval.metrics.files import score_file
     from storyeval.metrics.registry import parse_option_assignments
 
     device, precision = compute_settings(device, precision, threads)
@@ -118,7 +118,7 @@ def score(
         if client is None:
             run = score_file(stories, metrics, options=options, work_dir=work, **settings)
         else:
-            from storyeval.engine.dask import score_source
+            from storyeval.metrics.files import score_source
 
             run = score_source(
                 stories,

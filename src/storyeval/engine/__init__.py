@@ -1,10 +1,15 @@
-"""Where the work runs: this process (``local``) or a Dask cluster (``dask``).
+"""Where the work runs, in one place: blocks of stories and the executors that run them, in
+this process (``local``, :class:`storyeval.engine.blocks.LocalExecutor`) or on a Dask cluster
+(``dask``, :class:`storyeval.engine.dask.DaskExecutor`), and the partitioned reading of story
+files (:mod:`storyeval.engine.sources`).
 
-The two engines run the same code on the same units of work: stories are scored in blocks of
-``block_size`` consecutive stories (:func:`storyeval.metrics.block_work.block_tasks`), each
-block in a fresh scoring context, and the corpus-level statistics are computed once, from the
-per-story values and sufficient statistics gathered after the map. So the Dask engine gives
-the local engine's numbers, bit for bit, whatever the number of workers.
+The engine knows nothing of what runs: scoring, judging, generating and perturbing are each
+written once over blocks of consecutive stories (``score_on``, ``judge_on``, ``generate_on``,
+``perturb_on``) and take an executor. Stories are scored in blocks of ``block_size``
+consecutive stories (:func:`storyeval.metrics.block_work.block_tasks`), each block in a fresh
+scoring context, and the corpus-level statistics are computed once, from the per-story values
+and sufficient statistics gathered after the map. So the Dask engine gives the local engine's
+numbers, bit for bit, whatever the number of workers.
 
 Dask is an optional extra (``pip install 'storyeval[dask]'``): it is the engine research
 labs already run on SLURM/PBS (dask-jobqueue), Kubernetes (dask-kubernetes) or a plain

@@ -1,6 +1,6 @@
-"""Scoring, generating, perturbing and judging on a Dask cluster.
+"""The Dask executor: scoring, generating, perturbing and judging on a cluster.
 
-:class:`DaskExecutor` is the cluster's :class:`~storyeval.blocks.Executor`: each operation
+:class:`DaskExecutor` is the cluster's :class:`~storyeval.engine.blocks.Executor`: each operation
 (:func:`~storyeval.metrics.pipeline.score_on`, :func:`~storyeval.judge.core.judge_on`,
 :func:`~storyeval.generate.core.generate_on`, :func:`~storyeval.perturb.engine.perturb_on`)
 is written once and runs its blocks on the workers here, in this process on the local
@@ -19,9 +19,14 @@ Examples
 --------
 Start a local cluster on 127.0.0.1 (one single-threaded worker per CPU), or join one::
 
-    from storyeval.engine.dask import connect, score_source
+    from storyeval.engine.dask import connect
+    from storyeval.metrics.files import score_source
     client = connect()                        # or connect("tcp://scheduler:8786")
     run = score_source("stories.jsonl", "bleu,bertscore_f", client=client)
+
+Each operation reads its source with :func:`read_source` (``score_source`` in
+:mod:`storyeval.metrics.files`, ``judge_source``, ``generate_source`` and ``perturb_source``
+beside ``judge_on``, ``generate_on`` and ``perturb_on``).
 """
 
 from __future__ import annotations
@@ -33,9 +38,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from storyeval.blocks import Block
 from storyeval.corpus import Story
 from storyeval.engine import EngineError, EngineWarning, require_dask
+from storyeval.engine.blocks import Block
 from storyeval.engine.sources import (
     Partition,
     PartitionSpec,
@@ -43,8 +48,6 @@ from storyeval.engine.sources import (
     plan_partitions,
     read_partition,
 )
-from storyeval.metrics.pipeline import ScoringSettings, score_on
-from storyeval.metrics.runs import MissingPolicy, ScoreRun
 
 #: Seconds to wait for a scheduler before giving up.
 CONNECT_TIMEOUT = 30
@@ -271,7 +274,7 @@ def configured(threads: int, function: Callable[..., R], *args: Any) -> R:
 
 @dataclass
 class DaskExecutor:
-    """The :class:`~storyeval.blocks.Executor` of a Dask cluster: a story file's partitions
+    """The :class:`~storyeval.engine.blocks.Executor` of a Dask cluster: a story file's partitions
     held by the workers (futures), what the driver knows of them, and the work's resources.
 
     Parameters
@@ -445,140 +448,3 @@ def _progress(futures: list[Any], label: str, enabled: bool) -> None:
     with tqdm(total=len(futures), desc=label, unit="block", file=sys.stderr) as bar:
         for _ in as_completed(futures):
             bar.update(1)
-
-
-# --------------------------------------------------------------------------- the operations
-
-
-def score_source(
-    source: str | Path,
-    metrics: str | Sequence[str] | None = None,
-    *,
-    client: Any,
-    options: Mapping[str, Any] | None = None,
-    missing: MissingPolicy | None = None,
-    bootstrap: int = 1000,
-    confidence: float = 0.95,
-    seed: int = 0,
-    block_size: int = 500,
-    device: str = "cpu",
-    precision: str = "float32",
-    num_cpus: int = 1,
-    num_gpus: float = 0,
-    work_dir: str | Path | None = None,
-    progress: bool = False,
-    read_blocksize: int = 64 * 2**20,
-) -> ScoreRun:
-    """Score a story file on a Dask cluster: :func:`~storyeval.metrics.pipeline.score_on`
-    with this cluster's executor, so the same arguments give the same result as
-    :func:`storyeval.engine.local.score_file`.
-
-    Parameters
-    ----------
-    source : str or Path
-        A JSONL, CSV or Parquet file: a local path or any fsspec URL the workers can read.
-    client : distributed.Client
-        From :func:`connect`.
-    block_size : int
-        Stories per block (the unit of work; the same as the local engine's).
-    num_cpus : int
-        Torch threads per block task.
-    num_gpus : float
-        GPUs per block task (a Dask resource ``GPU``: start GPU workers with
-        ``--resources GPU=1``); use with ``device="cuda"``.
-    work_dir : path, optional
-        Finished blocks are written here; a re-run of the same command skips them.
-    read_blocksize : int
-        Bytes per partition of a JSONL file.
-
-    Raises
-    ------
-    DataFileError, MissingInputError, UnknownMetricError, OptionError, EngineError
-    """
-    from storyeval.models.devices import check_precision
-
-    check_precision(precision, device)
-    executor = read_source(
-        client, source, blocksize=read_blocksize, progress=progress, threads=num_cpus
-    )
-    return score_on(
-        executor,
-        metrics,
-        options=options,
-        missing=missing,
-        bootstrap=bootstrap,
-        confidence=confidence,
-        seed=seed,
-        block_size=block_size,
-        scoring=ScoringSettings(device, precision),
-        work_dir=work_dir,
-        resources={"GPU": num_gpus} if num_gpus else None,
-    )
-
-
-def judge_source(
-    source: str | Path,
-    rubric: Any,
-    spec: Any,
-    *,
-    client: Any,
-    settings: Any = None,
-    cache_path: str | Path | None = None,
-    block_size: int = 500,
-    num_cpus: int = 1,
-    progress: bool = False,
-) -> Any:
-    """Judge a story file on a Dask cluster: :func:`~storyeval.judge.core.judge_on` with this
-    cluster's executor, in the blocks the local engine judges (so the result equals its).
-
-    ``spec`` is a :class:`storyeval.judge.backends.BackendSpec`; ``cache_path`` an answer
-    cache every worker can reach (a shared file system), or None.
-    """
-    from storyeval.judge.core import judge_on
-
-    executor = read_source(client, source, progress=progress, threads=num_cpus)
-    return judge_on(
-        executor,
-        rubric,
-        spec,
-        settings=settings,
-        cache=str(cache_path) if cache_path else None,
-        block_size=block_size,
-    )
-
-
-def generate_source(
-    source: str | Path,
-    *,
-    client: Any,
-    block_size: int = 500,
-    num_cpus: int = 1,
-    progress: bool = False,
-    **settings: Any,
-) -> list[Story]:
-    """Generate from a prompts file on a Dask cluster: :func:`~storyeval.generate.core.generate_on`
-    with this cluster's executor (block ``k`` with the seed of its block, as the local engine
-    does, so both give the same stories). ``settings`` are the keyword arguments of
-    :func:`storyeval.generate.generate_stories` (``model``, ``decoding``, ``seed``, ...)."""
-    from storyeval.generate.core import generate_on
-
-    executor = read_source(client, source, kind="prompts", progress=progress, threads=num_cpus)
-    return generate_on(executor, block_size=block_size, **{**settings, "progress": False})
-
-
-def perturb_source(
-    source: str | Path,
-    *,
-    client: Any,
-    block_size: int = 500,
-    progress: bool = False,
-    **settings: Any,
-) -> Any:
-    """Perturb a story file on a Dask cluster: :func:`~storyeval.perturb.engine.perturb_on`
-    with this cluster's executor (workers parse and count their partitions; the counts make
-    the corpus every technique draws from), so the result equals the local engine's.
-    ``settings`` are those of :func:`storyeval.perturb.perturb_stories`."""
-    from storyeval.perturb.engine import perturb_on
-
-    executor = read_source(client, source, progress=progress)
-    return perturb_on(executor, block_size=block_size, **settings)

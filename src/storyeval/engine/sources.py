@@ -132,8 +132,7 @@ def read_partition(spec: PartitionSpec) -> Partition:
 
 
 def _parse(spec: PartitionSpec, numbered: list[tuple[int, Any]]) -> Partition:
-    from storyeval.corpus import parse_story
-    from storyeval.generate.prompts import parse_prompt
+    from storyeval.corpus import parse_prompt, parse_story
 
     parse = parse_prompt if spec.kind == "prompts" else parse_story
     stories, lines, problems = [], [], []
@@ -246,3 +245,22 @@ def check_partitions(
         raise DataFileError(sorted(problems, key=lambda p: p.line))
     if total == 0:
         raise DataFileError.single(url, 1, f"the file holds no {kind}")
+
+
+def read_partitioned(url: str) -> tuple[list[Story], dict[str, int]]:
+    """Every story of a file read partition by partition in this process, and each id's line
+    (row), checked as :func:`storyeval.corpus.read_stories` checks a file."""
+    parts = [read_partition(spec) for spec in plan_partitions(url)]
+    check_partitions(
+        url, [(p.n_lines, [s.id for s in p.stories], p.lines, p.problems) for p in parts]
+    )
+    stories: list[Story] = []
+    lines: dict[str, int] = {}
+    offset = 0
+    for part in parts:
+        stories += part.stories
+        lines.update(
+            {s.id: offset + line for s, line in zip(part.stories, part.lines, strict=True)}
+        )
+        offset += part.n_lines
+    return stories, lines

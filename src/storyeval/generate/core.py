@@ -17,13 +17,13 @@ import hashlib
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
-from storyeval.blocks import Executor
-from storyeval.corpus import Story
+from storyeval.corpus import RESERVED_FIELDS, Story
+from storyeval.engine.blocks import Executor
 from storyeval.errors import StoryevalError
 from storyeval.generate.filters import COPY_THRESHOLD, WordListFilter, max_copy_overlap
-from storyeval.generate.prompts import RESERVED_FIELDS
 from storyeval.registry import Registry
 from storyeval.signature import Signature
 from storyeval.text import count_words, split_sentences, truncate
@@ -463,7 +463,7 @@ def generate_on(executor: Executor, *, block_size: int, **settings: Any) -> list
     with the random stream of :func:`block_seed` ``(seed, k)``, wherever it runs, so every
     engine gives the same stories. ``settings`` are the keyword arguments of
     :func:`generate_stories`."""
-    from storyeval.blocks import consecutive_blocks
+    from storyeval.engine.blocks import consecutive_blocks
 
     blocks = consecutive_blocks(executor.n_stories, block_size)
     shared = {**settings, "block_size": block_size}
@@ -585,7 +585,7 @@ def generate_stories(
         precision=precision,
     )
     if block_size is not None and len(prompts) > block_size:  # the local engine: block by block
-        from storyeval.blocks import LocalExecutor
+        from storyeval.engine.blocks import LocalExecutor
 
         fields = {f.name: getattr(settings, f.name) for f in dataclasses.fields(settings)}
         return generate_on(LocalExecutor(prompts), block_size=block_size, **fields)
@@ -940,3 +940,22 @@ def continue_text(
         f"no usable continuation after {sum(dropped.values())} attempt(s) "
         f"(dropped: {', '.join(f'{k} {v}' for k, v in dropped.items() if v)})"
     )
+
+
+def generate_source(
+    source: str | Path,
+    *,
+    client: Any,
+    block_size: int = 500,
+    num_cpus: int = 1,
+    progress: bool = False,
+    **settings: Any,
+) -> list[Story]:
+    """Generate from a prompts file on a Dask cluster: :func:`~storyeval.generate.core.generate_on`
+    with this cluster's executor (block ``k`` with the seed of its block, as the local engine
+    does, so both give the same stories). ``settings`` are the keyword arguments of
+    :func:`storyeval.generate.generate_stories` (``model``, ``decoding``, ``seed``, ...)."""
+    from storyeval.engine.dask import read_source
+
+    executor = read_source(client, source, kind="prompts", progress=progress, threads=num_cpus)
+    return generate_on(executor, block_size=block_size, **{**settings, "progress": False})

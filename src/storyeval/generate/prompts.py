@@ -14,70 +14,16 @@ Priming texts (few-shot priming, Clark (2021) §6.2.2)
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
-from storyeval.corpus import FileFormat, Story, iter_raw_records, read_stories
-from storyeval.errors import DataFileError, DataProblem
-
-PROMPT_FIELDS = ("id", "prompt", "story", "reference", "system")
-#: Fields generated stories set themselves; a prompt record's own copies are not carried over.
-RESERVED_FIELDS = frozenset(
-    {
-        "prompt_id",
-        "signature",
-        "attempts",
-        "dropped_empty",
-        "dropped_unfinished",
-        "dropped_long",
-        "dropped_copy",
-        "dropped_offensive",
-        "copy_overlap",
-    }
+from storyeval.corpus import (
+    FileFormat,
+    Story,
+    iter_raw_records,
+    parse_prompt,
+    read_stories,
 )
-
-
-def _text(record: Mapping[str, Any], key: str, *, required: bool) -> str | None:
-    value = record.get(key)
-    if value is None or (isinstance(value, str) and not value.strip()):
-        if required:
-            state = "missing" if value is None else "empty"
-            raise ValueError(f"required field '{key}' is {state}")
-        return None
-    if isinstance(value, bool) or not isinstance(value, str | int):
-        raise ValueError(f"field '{key}' must be a string; got {type(value).__name__} {value!r}")
-    return str(value)
-
-
-def _reference(record: Mapping[str, Any]) -> str | list[str] | None:
-    value = record.get("reference")
-    if isinstance(value, list):
-        if not value:
-            return None
-        if not all(isinstance(item, str) and item.strip() for item in value):
-            raise ValueError("field 'reference' must be a string or a list of non-empty strings")
-        return list(value)
-    text = _text(record, "reference", required=False)
-    if text is not None:
-        return text
-    return _text(record, "story", required=False)
-
-
-def parse_prompt(item: Mapping[str, Any]) -> Story:
-    """One prompt record as a :class:`Story` with an empty ``story`` (``ValueError`` on a
-    missing or empty ``id`` or ``prompt``)."""
-    prompt_id = _text(item, "id", required=True)
-    prompt = _text(item, "prompt", required=True)
-    reference = _reference(item)
-    if prompt_id is None or prompt is None:
-        raise ValueError("a prompt record needs 'id' and 'prompt'")
-    extra = {
-        key: value
-        for key, value in item.items()
-        if key not in PROMPT_FIELDS and key not in RESERVED_FIELDS
-    }
-    return Story(prompt_id, prompt, "", reference=reference, extra=extra)
+from storyeval.errors import DataFileError, DataProblem
 
 
 def read_prompts(path: str | Path, *, fmt: FileFormat | None = None) -> list[Story]:

@@ -14,11 +14,12 @@ import math
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 from storyeval import __version__
-from storyeval.blocks import Executor, LocalExecutor
 from storyeval.corpus import Judgment, Story
+from storyeval.engine.blocks import Executor, LocalExecutor
 from storyeval.errors import StoryevalError
 from storyeval.judge.backends import BackendSpec, Decoding, JudgeAnswer, JudgeBackend
 from storyeval.judge.cache import JudgeCache, cache_key
@@ -925,3 +926,34 @@ def _mass_note(run: JudgeRun) -> None:
             f"{len(low)} of {len(masses)} answers put less than {LOW_MASS} of the probability on "
             "the scale's answers: the judge may not be following the format"
         )
+
+
+def judge_source(
+    source: str | Path,
+    rubric: Any,
+    spec: Any,
+    *,
+    client: Any,
+    settings: Any = None,
+    cache_path: str | Path | None = None,
+    block_size: int = 500,
+    num_cpus: int = 1,
+    progress: bool = False,
+) -> Any:
+    """Judge a story file on a Dask cluster: :func:`~storyeval.judge.core.judge_on` with this
+    cluster's executor, in the blocks the local engine judges (so the result equals its).
+
+    ``spec`` is a :class:`storyeval.judge.backends.BackendSpec`; ``cache_path`` an answer
+    cache every worker can reach (a shared file system), or None.
+    """
+    from storyeval.engine.dask import read_source
+
+    executor = read_source(client, source, progress=progress, threads=num_cpus)
+    return judge_on(
+        executor,
+        rubric,
+        spec,
+        settings=settings,
+        cache=str(cache_path) if cache_path else None,
+        block_size=block_size,
+    )

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from storyeval.blocks import Executor, LocalExecutor
 from storyeval.corpus import Score, Story
+from storyeval.engine.blocks import Executor, LocalExecutor
 from storyeval.metrics.aggregate import aggregate
 from storyeval.metrics.block_work import (
     BlockTask,
@@ -199,7 +199,7 @@ def score_on(
     resources: Mapping[str, float] | None = None,
 ) -> ScoreRun:
     """Score the stories an executor holds (:func:`score_stories` in this process,
-    :func:`storyeval.engine.dask.score_source` on a cluster): choose the metrics, check every
+    :func:`storyeval.metrics.files.score_source` on a cluster): choose the metrics, check every
     story has their inputs, score the blocks of :func:`block_tasks` where the executor runs
     them, then aggregate here. ``scoring``: the live context of an in-process executor, or
     the settings a block elsewhere loads its models with; ``work_dir``: finished blocks are

@@ -514,6 +514,10 @@ _NOT_METRIC_MODULES = {
     "function",
     "phrases",
     "divergence",
+    "runs",
+    "block_work",
+    "aggregate",
+    "files",
 }
 ENTRY_POINT_GROUP = "storyeval.metrics"
 

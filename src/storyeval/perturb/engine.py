@@ -7,10 +7,11 @@ import uuid
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
-from storyeval.blocks import Executor, consecutive_blocks
 from storyeval.corpus import Story
+from storyeval.engine.blocks import Executor, consecutive_blocks
 from storyeval.errors import StoryevalError, StoryevalWarning
 from storyeval.perturb.base import (
     TECHNIQUES,
@@ -587,3 +588,21 @@ def perturb_block(
             _CORPORA[key] = PerturbationCorpus([], counts=source)
         source = _CORPORA[key]
     return perturb_stories(stories, corpus=source, **settings)
+
+
+def perturb_source(
+    source: str | Path,
+    *,
+    client: Any,
+    block_size: int = 500,
+    progress: bool = False,
+    **settings: Any,
+) -> Any:
+    """Perturb a story file on a Dask cluster: :func:`~storyeval.perturb.engine.perturb_on`
+    with this cluster's executor (workers parse and count their partitions; the counts make
+    the corpus every technique draws from), so the result equals the local engine's.
+    ``settings`` are those of :func:`storyeval.perturb.perturb_stories`."""
+    from storyeval.engine.dask import read_source
+
+    executor = read_source(client, source, progress=progress)
+    return perturb_on(executor, block_size=block_size, **settings)
