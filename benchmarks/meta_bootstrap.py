@@ -13,8 +13,8 @@ import krippendorff
 import numpy as np
 from scipy import stats
 
+from storyeval.base.stats import kendall_resampled
 from storyeval.meta.agreement import alpha_resampled
-from storyeval.stats import kendall_resampled
 
 
 def main() -> None:

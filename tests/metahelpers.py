@@ -14,8 +14,8 @@ import itertools
 import math
 from pathlib import Path
 
+from storyeval.base.signature import Signature
 from storyeval.corpus import Score, read_stories, write_scores
-from storyeval.signature import Signature
 from storyeval.text import tokenize_words
 
 REPO = Path(__file__).resolve().parent.parent

@@ -28,8 +28,8 @@ from storyeval.analyses.classifier_eval import (
     styled_texts,
     train_classifiers,
 )
+from storyeval.base.errors import StoryevalError
 from storyeval.corpus import Story, read_stories
-from storyeval.errors import StoryevalError
 from storyeval.learn.trainer import TrainingConfig
 
 CHARACTERS = ["Anna", "Boris", "Clara", "Dmitri", "Elena", "Felix", "Greta", "Hugo"]

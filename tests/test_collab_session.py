@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from storyeval.base.errors import DataFileError
 from storyeval.collab import (
     CYOA_QUESTIONS,
     CYOA_STATEMENTS,
@@ -24,7 +25,6 @@ from storyeval.collab import (
     write_sessions,
 )
 from storyeval.collab.config import USE_AGAIN_CHOICES
-from storyeval.errors import DataFileError
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "cyoa"
 
@@ -77,7 +77,7 @@ def test_config_errors_name_file_line_and_key(tmp_path):
     with pytest.raises(WritingFileError) as info:
         load_writing_config(path)
     problems = info.value.problems
-    # the same wording and key paths as study files (storyeval.yamlfile)
+    # the same wording and key paths as study files (storyeval.base.yamlfile)
     assert f"{path}:4: min_chars: Input should be greater than or equal to 1; got 0" in problems
     assert any(p.startswith(f"{path}:7: generators[0].decoding.top_p:") for p in problems)
     assert (

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from storyeval.base.errors import DataFileError
 from storyeval.corpus import (
     Judgment,
     Score,
@@ -22,7 +23,6 @@ from storyeval.corpus import (
     write_scores,
     write_stories,
 )
-from storyeval.errors import DataFileError
 
 GOOD_STORY = {
     "id": "a",

@@ -64,7 +64,7 @@ def test_each_segment_is_scored_after_the_one_before() -> None:
     assert second == pytest.approx(direct), "segment 2 is read with segment 1 as its prompt"
     assert table.position.between(0, 1).all()
     assert "segments:chapters" in signatures["distinct1"]
-    from storyeval.errors import StoryevalError
+    from storyeval.base.errors import StoryevalError
 
     with pytest.raises(StoryevalError, match="without a reference"):
         story_curves([story], "bleu")

@@ -16,9 +16,9 @@ from scipy.stats import ttest_1samp, ttest_ind, tukey_hsd
 from sklearn.metrics import cohen_kappa_score
 from typer.testing import CliRunner
 
+from storyeval.base.errors import DataFileError
 from storyeval.cli import app
 from storyeval.corpus import Judgment
-from storyeval.errors import DataFileError
 from storyeval.human.coding import coding_agreement, label_shares, read_codings
 from storyeval.human.detection_arms import compare_training_arms
 from storyeval.human.protocols.detection import detection_metrics

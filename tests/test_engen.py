@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
+from storyeval.base.errors import StoryevalError
 from storyeval.entities import AnnotatedText, Mention, detect_mentions
-from storyeval.errors import StoryevalError
 from storyeval.tuning.engen import (
     EngenConfig,
     EngenModel,

@@ -196,8 +196,8 @@ def test_partitioned_readers_give_the_files_lines(tmp_path, examples_dir):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    from storyeval.base.errors import DataFileError
     from storyeval.engine.sources import plan_partitions, read_partitioned
-    from storyeval.errors import DataFileError
 
     path = examples_dir / "stories.jsonl"
     expected = read_stories(path)

@@ -19,6 +19,7 @@ from storyeval.analyses.entity_eval import (
     mention_slots,
     sentence_selection,
 )
+from storyeval.base.errors import DataFileError
 from storyeval.entities import (
     AnnotatedText,
     Mention,
@@ -26,7 +27,6 @@ from storyeval.entities import (
     read_annotated,
     read_conll,
 )
-from storyeval.errors import DataFileError
 
 # Figure 3.1 of the thesis: [Emily]1 ... [the dragon]2. [Seth]3 yelled at [her]1 ... [she]1 ... [him]3.
 EMILY = "All of a sudden, Emily walked towards the dragon. Seth yelled at her to get back but she ignored him."

@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from storyeval.base.errors import DegenerateInputWarning, StoryevalError
 from storyeval.corpus import Judgment, Story
-from storyeval.errors import DegenerateInputWarning, StoryevalError
 
 
 def _union_like(n: int = 12) -> tuple[list[Judgment], list[Judgment], list[Story]]:

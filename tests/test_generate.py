@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from storyeval.base.signature import Signature
 from storyeval.corpus import Story
 from storyeval.generate import DecodingConfig, clean_continuation, generate_stories
-from storyeval.signature import Signature
 
 
 def test_clean_continuation_drops_unfinished_sentence_and_caps_words():
@@ -164,7 +164,7 @@ def test_copy_overlap_crafted_cases():
 
 
 def test_offensive_word_lists(write_file):
-    from storyeval.errors import DataFileError
+    from storyeval.base.errors import DataFileError
     from storyeval.generate import WordListFilter
 
     default = WordListFilter.default()
@@ -211,7 +211,7 @@ def test_word_filter_drops_regenerates_and_counts(causal_lm, write_file):
 
 
 def test_read_prompts_formats_and_errors(write_file):
-    from storyeval.errors import DataFileError
+    from storyeval.base.errors import DataFileError
     from storyeval.generate import read_prompts
 
     csv_path = write_file(
@@ -239,8 +239,8 @@ def test_read_prompts_formats_and_errors(write_file):
 
 
 def test_read_priming_texts(examples_dir):
+    from storyeval.base.errors import DataFileError
     from storyeval.corpus import read_stories
-    from storyeval.errors import DataFileError
     from storyeval.generate import read_priming_texts
 
     human = read_stories(examples_dir / "human.jsonl")

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from storyeval.base.errors import DataFileError
 from storyeval.corpus import read_judgments, read_stories
-from storyeval.errors import DataFileError
 from storyeval.importers import import_asap, import_chaganty
 
 HEADER = [

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from storyeval.errors import DataFileError
+from storyeval.base.errors import DataFileError
 from storyeval.importers import import_file
 
 SOURCES = [

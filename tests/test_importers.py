@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from storyeval.base.errors import DataFileError
 from storyeval.cli import app
 from storyeval.corpus import read_judgments, read_scores, read_stories
-from storyeval.errors import DataFileError
 from storyeval.importers import import_deltascore, import_hanna, import_union, write_import
 from storyeval.meta import agreement, load_meta_table, quality_drift
 

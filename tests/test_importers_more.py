@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
+from storyeval.base.errors import DataFileError
 from storyeval.corpus import read_judgments
-from storyeval.errors import DataFileError
 from storyeval.importers import import_file, write_import
 from storyeval.meta import agreement
 from storyeval.meta.comparisons import rank_systems, read_comparisons

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from storyeval.io import atomic_directory, atomic_write, write_bytes_atomic
+from storyeval.base.io import atomic_directory, atomic_write, write_bytes_atomic
 
 
 def test_atomic_write_replaces_only_on_success(tmp_path):

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from storyeval.base.yamlfile import YamlFileError
 from storyeval.corpus import Story, read_judgments, read_stories
 from storyeval.judge import judge_stories, load_rubric
 from storyeval.judge.backends import Decoding, JudgeAnswer
@@ -22,7 +23,6 @@ from storyeval.judge.cache import JudgeCache
 from storyeval.judge.core import JudgeSettings
 from storyeval.judge.prompts import JudgeRequest
 from storyeval.judge.rubric import RUBRICS
-from storyeval.yamlfile import YamlFileError
 
 ONE_CRITERION = """\
 name: tiny
@@ -276,7 +276,7 @@ def test_a_batch_that_runs_out_of_gpu_memory_is_split_and_retried(
     until it fits, the answers are the same, and one story that cannot fit is a clear error."""
     import torch
 
-    from storyeval.errors import StoryevalError
+    from storyeval.base.errors import StoryevalError
     from storyeval.judge.backends import TransformersJudge
     from storyeval.judge.prompts import absolute_request
 

@@ -12,8 +12,9 @@ import warnings
 
 import pytest
 
+from storyeval.base.errors import ModelLoadError, StoryevalError
+from storyeval.base.signature import Signature
 from storyeval.corpus import Story
-from storyeval.errors import ModelLoadError, StoryevalError
 from storyeval.learn import (
     InsufficientDataError,
     OutputDirectoryError,
@@ -21,7 +22,6 @@ from storyeval.learn import (
     TrainingInterrupted,
     read_metadata,
 )
-from storyeval.signature import Signature
 
 pytestmark = pytest.mark.slow
 

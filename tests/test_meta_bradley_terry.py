@@ -15,7 +15,7 @@ import warnings
 import numpy as np
 import pytest
 
-from storyeval.errors import DegenerateInputWarning
+from storyeval.base.errors import DegenerateInputWarning
 from storyeval.meta.bradley_terry import bradley_terry, count_comparisons, elo, strongly_connected
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from storyeval.errors import DataFileError
+from storyeval.base.errors import DataFileError
 from storyeval.meta.comparisons import (
     minimum_detectable_effect,
     next_pairs,

@@ -12,6 +12,7 @@ import pytest
 from scipy import stats
 
 from metahelpers import JUDGMENTS, STORIES, example_scores, write_example_scores
+from storyeval.base.signature import Signature
 from storyeval.corpus import Score, read_judgments, read_stories
 from storyeval.meta import (
     DegenerateInputWarning,
@@ -23,7 +24,6 @@ from storyeval.meta import (
     load_meta_table,
 )
 from storyeval.meta.correlation import CORRELATION_COLUMNS
-from storyeval.signature import Signature
 
 SCIPY = {"pearson": stats.pearsonr, "spearman": stats.spearmanr, "kendall": stats.kendalltau}
 

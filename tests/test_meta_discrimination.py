@@ -11,8 +11,9 @@ import pytest
 from scipy import stats
 
 from metahelpers import EXAMPLES
+from storyeval.base.errors import DataFileError
+from storyeval.base.signature import Signature
 from storyeval.corpus import Score, read_stories, write_scores
-from storyeval.errors import DataFileError
 from storyeval.meta import (
     discrimination,
     pairs_from_perturbations,
@@ -20,7 +21,6 @@ from storyeval.meta import (
     read_pairs,
 )
 from storyeval.meta.discrimination import metric_direction
-from storyeval.signature import Signature
 from storyeval.text import split_sentences, tokenize_words
 
 

@@ -11,8 +11,8 @@ import pytest
 from scipy import stats
 
 from metahelpers import JUDGMENTS, STORIES, example_scores, write_example_scores
+from storyeval.base.errors import DataFileError
 from storyeval.corpus import read_judgments
-from storyeval.errors import DataFileError
 from storyeval.meta import (
     build_meta_table,
     dataset_drift,
@@ -69,7 +69,7 @@ def test_quality_drift_sets_have_the_specified_composition():
     row = results[results["set"] == 4].iloc[0]
     assert row["repeats"] == 200 and row["undefined"] == 0
     assert row["min"] <= row["estimate"] <= row["max"] and row["sd"] > 0
-    from storyeval.signature import Signature
+    from storyeval.base.signature import Signature
 
     fields = Signature.parse(row["signature"]).fields
     assert fields["p"] == "1/(|I-k|+1)" and fields["levels"] == "7" and fields["repeats"] == "200"

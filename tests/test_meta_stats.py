@@ -12,14 +12,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from storyeval.meta import DegenerateInputWarning, correlation
-from storyeval.stats import (
+from storyeval.base.stats import (
     exact_permutation_p,
     kendall_resampled,
     percentile_interval,
     rows_correlation,
     sign_flip_test,
 )
+from storyeval.meta import DegenerateInputWarning, correlation
 
 SCIPY = {
     "pearson": lambda x, y: stats.pearsonr(x, y),

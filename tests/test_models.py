@@ -8,7 +8,7 @@ import time
 import pytest
 import torch
 
-from storyeval.errors import ModelLoadError
+from storyeval.base.errors import ModelLoadError
 from storyeval.models import load_causal_lm, load_encoder, load_glove, load_spacy, spacy_identity
 
 

@@ -90,8 +90,8 @@ def test_each_candidate_sentence_meets_its_best_matching_reference_sentence(extr
 
 
 def test_self_calibration_gives_a_story_against_itself_one(extractor, tmp_path):
+    from storyeval.base.signature import Signature
     from storyeval.learn.nubia import NubiaModel
-    from storyeval.signature import Signature
 
     stub = NubiaFeatures(extractor.encoder, RecordingNli(), None, "both-ways")
     names = feature_names("both-ways")

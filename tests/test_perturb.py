@@ -193,7 +193,7 @@ def test_keyword_substitution_uses_inflected_wordnet_antonyms(corpus):
 
 
 def test_antonym_file_joins_wordnet_for_substitution(corpus, tmp_path):
-    from storyeval.errors import DataFileError
+    from storyeval.base.errors import DataFileError
     from storyeval.perturb.lexicon import antonym_file_identity, file_antonyms
 
     lexicon = tmp_path / "antonyms.txt"

@@ -381,7 +381,7 @@ def test_the_ordinal_loss_from_the_command_line(tmp_path: Path) -> None:
 def test_the_feature_store_finds_texts_by_content_and_names_a_broken_chunk(
     tmp_path: Path,
 ) -> None:
-    from storyeval.errors import StoryevalError
+    from storyeval.base.errors import StoryevalError
     from storyeval.learn.feature_store import FeatureStore
 
     calls: list[list[str]] = []

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from storyeval.base.errors import ModelLoadError
 from storyeval.corpus import read_judgments, read_stories
-from storyeval.errors import ModelLoadError
 from storyeval.learn.preference import (
     PreferenceConfig,
     PreferenceData,

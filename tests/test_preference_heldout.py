@@ -13,6 +13,7 @@ import pytest
 from scipy.stats import kendalltau
 from typer.testing import CliRunner
 
+from storyeval.base.signature import Signature
 from storyeval.corpus import Judgment, Story, read_judgments, read_scores, read_stories
 from storyeval.learn.preference import (
     HELDOUT_FILE,
@@ -26,7 +27,6 @@ from storyeval.learn.preference import (
     train_preference,
 )
 from storyeval.meta import build_meta_table, correlate
-from storyeval.signature import Signature
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 CONFIG = PreferenceConfig(criterion="coherence")

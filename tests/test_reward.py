@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("trl")
 
-from storyeval.errors import StoryevalError
+from storyeval.base.errors import StoryevalError
 from storyeval.generate import read_prompts
 from storyeval.tuning.reward import (
     RewardSpec,

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from storyeval import __version__
-from storyeval.signature import Signature
+from storyeval.base.signature import Signature
 
 
 def test_render_formats_every_value_type():

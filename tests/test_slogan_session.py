@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from storyeval.base.errors import DataFileError
 from storyeval.collab.config import USE_AGAIN_CHOICES, WritingFileError, parse_writing_config
 from storyeval.collab.session import SuggestionResult, TurnError
 from storyeval.collab.slogan import SloganSession, suggestion_survival
@@ -19,7 +20,6 @@ from storyeval.collab.slogan_analysis import (
     slogan_stories,
 )
 from storyeval.corpus import Judgment
-from storyeval.errors import DataFileError
 
 CONFIG = {
     "kind": "slogan",

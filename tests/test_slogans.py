@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from storyeval.errors import DataFileError, StoryevalError
+from storyeval.base.errors import DataFileError, StoryevalError
 from storyeval.generate.slogans import (
     SkeletonBank,
     SloganSettings,

@@ -408,7 +408,7 @@ def test_writing_sessions_replay_turn_by_turn(tmp_path: Path, examples_dir: Path
     bad = tmp_path / "bad" / "s.jsonl"
     bad.parent.mkdir()
     bad.write_text(json.dumps({"format": "storyeval-writing-session", "turns": "x"}) + "\n")
-    from storyeval.errors import DataFileError
+    from storyeval.base.errors import DataFileError
 
     with pytest.raises(DataFileError, match=r"s\.jsonl:1: a writing session needs its .kind."):
         load_view_data([bad])

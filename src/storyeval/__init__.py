@@ -31,7 +31,7 @@ _EXPORTS = {
     "write_stories": "storyeval.corpus",
     "write_scores": "storyeval.corpus",
     "prompt_id": "storyeval.corpus",
-    "Signature": "storyeval.signature",
+    "Signature": "storyeval.base.signature",
     "available_metrics": "storyeval.metrics.registry",
     "get_metric": "storyeval.metrics.registry",
     "metric": "storyeval.metrics.function",

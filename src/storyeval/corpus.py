@@ -1,7 +1,7 @@
 """Story, judgment and score records: reading, validating and writing JSONL and CSV files.
 
 JSONL is the canonical format (one JSON object per line); CSV is accepted and written too.
-Readers check every record and raise :class:`~storyeval.errors.DataFileError` listing each
+Readers check every record and raise :class:`~storyeval.base.errors.DataFileError` listing each
 problem as ``FILE:LINE: reason``; writers are atomic.
 
 Story records
@@ -28,9 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from storyeval.errors import DataFileError, DataProblem
-from storyeval.io import atomic_write
-from storyeval.validation import check_choice
+from storyeval.base.errors import DataFileError, DataProblem
+from storyeval.base.io import atomic_write
+from storyeval.base.validation import check_choice
 
 FileFormat = Literal["jsonl", "csv"]
 RecordKind = Literal["stories", "judgments", "scores"]
@@ -661,7 +661,7 @@ def records_csv(
     other field in order of appearance; lists and dicts as JSON, missing and non-finite values
     as empty cells. ``escape_formulas`` makes cells a spreadsheet would run inert (for files
     people download and open)."""
-    from storyeval.io import csv_text
+    from storyeval.base.io import csv_text
 
     rows = [dict(record) for record in records]
     columns = [name for name in leading if any(name in row for row in rows)]

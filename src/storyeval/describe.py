@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from storyeval.base.signature import Signature
 from storyeval.corpus import Story
-from storyeval.signature import Signature
 from storyeval.text import SplitMethod, count_words, split_sentences
 
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from storyeval.errors import DataFileError, StoryevalError
+from storyeval.base.errors import DataFileError, StoryevalError
 
 MAX_MENTION_WORDS = 3
 
@@ -83,7 +83,7 @@ def read_annotated(path: str | Path) -> list[AnnotatedText]:
 
     Raises
     ------
-    storyeval.errors.DataFileError
+    storyeval.base.errors.DataFileError
         With the file and line of a malformed record.
     """
     source = Path(path)
@@ -141,7 +141,7 @@ def read_conll(path: str | Path) -> list[AnnotatedText]:
 
     Raises
     ------
-    storyeval.errors.DataFileError
+    storyeval.base.errors.DataFileError
         With the file and line of a malformed row.
     """
     source = Path(path)
@@ -462,7 +462,7 @@ def read_entity_texts(
 
 def write_annotated(path: str | Path, texts: Sequence[AnnotatedText]) -> None:
     """Write annotated texts as JSONL (atomically)."""
-    from storyeval.io import write_text_atomic
+    from storyeval.base.io import write_text_atomic
 
     write_text_atomic(
         path, "".join(json.dumps(t.to_dict(), ensure_ascii=False) + "\n" for t in texts)

@@ -11,8 +11,8 @@ import re
 import warnings
 from typing import Any, Literal
 
-from storyeval.errors import StoryevalWarning
-from storyeval.validation import check_choice
+from storyeval.base.errors import StoryevalWarning
+from storyeval.base.validation import check_choice
 
 SplitMethod = Literal["pysbd", "spacy", "tokens"]
 SPLIT_METHODS: tuple[str, ...] = ("pysbd", "spacy", "tokens")

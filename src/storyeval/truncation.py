@@ -30,10 +30,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from storyeval.base.signature import Signature
+from storyeval.base.validation import check_choice
 from storyeval.corpus import Story
-from storyeval.signature import Signature
 from storyeval.text import SplitMethod, count_words, detokenized, split_sentences
-from storyeval.validation import check_choice
 
 Policy = Literal["at_most", "nearest", "at_least", "last_at_least"]
 POLICIES: tuple[str, ...] = ("at_most", "nearest", "at_least", "last_at_least")
@@ -152,7 +152,7 @@ def cut_stories(
     >>> kept[0].story, kept[0].extra["words_after_cut"], dict(counts)
     ('One two.', 2, {'cut': 1})
     """
-    from storyeval.validation import check_choice
+    from storyeval.base.validation import check_choice
 
     check_choice(field, ("story", "reference", "prompt"), "field")
     signature = truncation_signature(policy, words, detokenize, method).render()

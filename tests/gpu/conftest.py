@@ -111,7 +111,7 @@ def _tokenizers() -> tuple[Any, Any]:
 def offline_lm() -> Any:
     """The offline SmolLM2 (generation needs a model that ends its sentences), or a skip on a
     machine without the offline packages."""
-    from storyeval.errors import ModelLoadError
+    from storyeval.base.errors import ModelLoadError
     from storyeval.models import load_causal_lm
 
     try:
@@ -125,7 +125,7 @@ def nlp() -> Any:
     """The offline spaCy pipeline, or a skip where spaCy or its model is not installed (the
     GPU image has neither, and its 70 MB of wheels do not fit what travels to the card)."""
     pytest.importorskip("spacy", reason="spaCy is not installed here")
-    from storyeval.errors import ModelLoadError
+    from storyeval.base.errors import ModelLoadError
     from storyeval.models import load_spacy
 
     try:

@@ -73,8 +73,8 @@ def nubia_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     extractor's models, so scoring runs the real feature path), saved as `train nubia` does."""
     import numpy as np
 
+    from storyeval.base.signature import Signature
     from storyeval.learn.nubia import NubiaFeatures, NubiaModel, feature_names, fit_aggregator
-    from storyeval.signature import Signature
 
     names = feature_names("6dim")
     rng = np.random.default_rng(0)

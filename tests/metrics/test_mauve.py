@@ -101,7 +101,7 @@ def test_small_samples_and_different_lengths_are_warned_about() -> None:
 def test_the_registered_metric_compares_each_system_with_people(
     example_stories: list[Any],
 ) -> None:
-    from storyeval.errors import StoryevalError
+    from storyeval.base.errors import StoryevalError
     from storyeval.metrics import score_stories
 
     run = score_stories(

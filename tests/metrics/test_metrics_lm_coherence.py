@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 import torch
 
+from storyeval.base.errors import ModelLoadError
 from storyeval.corpus import Story
-from storyeval.errors import ModelLoadError
 from storyeval.metrics import score_stories
 from storyeval.metrics.lm import perplexity_stats
 from storyeval.text import split_sentences

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from storyeval import functional as F
+from storyeval.base.errors import MissingInputError, StoryevalError
 from storyeval.corpus import Story
-from storyeval.errors import MissingInputError, StoryevalError
 from storyeval.metrics import all_metrics, available_metrics, get_metric, score_stories
 from storyeval.metrics.context import ScoringContext, UndefinedScoreWarning
 from storyeval.metrics.function import (

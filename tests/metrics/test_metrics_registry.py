@@ -9,6 +9,7 @@ from typing import Annotated
 
 import pytest
 
+from storyeval.base.signature import Signature
 from storyeval.corpus import Story, prompt_id
 from storyeval.metrics import (
     MetricOption,
@@ -25,7 +26,6 @@ from storyeval.metrics import (
     unregister_metric,
 )
 from storyeval.metrics.function import Opt, Scores, Texts, metric
-from storyeval.signature import Signature
 
 DOCS = Path(__file__).resolve().parent.parent.parent / "docs" / "metrics"
 

@@ -36,11 +36,11 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from storyeval.base.errors import MetaEvaluationWarning, StoryevalError
+from storyeval.base.signature import Signature
 from storyeval.corpus import Story
-from storyeval.errors import MetaEvaluationWarning, StoryevalError
 from storyeval.learn.data import InsufficientDataError, corpus_hash
 from storyeval.perturb.base import story_rng
-from storyeval.signature import Signature
 
 if TYPE_CHECKING:
     from storyeval.learn.style import MatchModel, PairExample, StyleModel, TextExample
@@ -283,10 +283,10 @@ class Classifiers:
 
         Raises
         ------
-        storyeval.errors.ModelLoadError
+        storyeval.base.errors.ModelLoadError
             When the directory was not written by :func:`train_classifiers`.
         """
-        from storyeval.errors import ModelLoadError
+        from storyeval.base.errors import ModelLoadError
         from storyeval.learn.style import MatchModel, StyleModel
 
         path = Path(directory)
@@ -514,7 +514,7 @@ def train_classifiers(
     InsufficientDataError
         When a split lacks a style or a requested check has no data.
     """
-    from storyeval.io import write_text_atomic
+    from storyeval.base.io import write_text_atomic
     from storyeval.learn.style import train_style_classifier
     from storyeval.learn.trainer import TrainingConfig
 
@@ -681,7 +681,7 @@ def check_transfers(
 def _proportion_row(
     system: str, direction: str, measure: str, values: pd.Series, confidence: float
 ) -> dict[str, Any]:
-    from storyeval.stats import binomial_test
+    from storyeval.base.stats import binomial_test
 
     known = values.dropna().astype(bool)
     n, successes = len(known), int(known.sum())
@@ -841,7 +841,7 @@ def evaluate_transfers(
 def write_classify_eval(result: ClassifyEvalResult, directory: str | Path) -> dict[str, Path]:
     """Write ``items.csv``, ``compliancy.csv``, ``summary.csv``, ``classifiers.csv`` and
     ``classify-eval.md`` into ``directory`` (each atomically)."""
-    from storyeval.io import claim_output_directory, write_table, write_text_atomic
+    from storyeval.base.io import claim_output_directory, write_table, write_text_atomic
 
     folder = claim_output_directory(directory, "classifier evaluation")
     written = {
@@ -856,7 +856,7 @@ def write_classify_eval(result: ClassifyEvalResult, directory: str | Path) -> di
 def classify_eval_markdown(result: ClassifyEvalResult) -> str:
     """The report: the summary table (the paper's Table 2), the classifiers on gold data
     (Table 1), the intervals, notes and the signature."""
-    from storyeval.markdown import Document
+    from storyeval.base.markdown import Document
 
     doc = Document()
     doc.heading(1, "Classifier-based evaluation of style transfer")

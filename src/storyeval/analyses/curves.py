@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from storyeval.errors import StoryevalError
+from storyeval.base.errors import StoryevalError
 
 #: Chapter headings: a line that starts with "chapter" or "part" and a number or word.
 CHAPTER_PATTERN = r"^\s*(chapter|part|book)\b[^\n]{0,60}$"
@@ -204,8 +204,8 @@ def curve_plot(table: Any, *, bins: int = 10) -> bytes:
     """PNG: per metric, each system's mean value in each tenth of the stories' length."""
     import numpy as np
 
-    from storyeval.plots import figure as _figure
-    from storyeval.plots import png as _png
+    from storyeval.base.plots import figure as _figure
+    from storyeval.base.plots import png as _png
 
     metrics = sorted(table["metric"].unique())
     fig = _figure(4.2 * min(len(metrics), 3), 3.2 * ((len(metrics) + 2) // 3))
@@ -231,13 +231,13 @@ def write_curves(table: Any, signatures: dict[str, str], directory: str | Path) 
     """Write ``curves.csv``, ``curves.png``, ``curves.md`` and ``curves.json`` (signatures)."""
     import json
 
-    from storyeval.io import (
+    from storyeval.base.io import (
         claim_output_directory,
         write_bytes_atomic,
         write_table,
         write_text_atomic,
     )
-    from storyeval.markdown import Document
+    from storyeval.base.markdown import Document
 
     folder = claim_output_directory(directory, "curves")
     written = {

@@ -79,7 +79,7 @@ def diagnose(
 def diagnostics_markdown(result: dict[str, Any], *, top: int = 15) -> str:
     """The summary page of ``storyeval diagnose``: per-system diagnostics, the most
     over-used and most repeated phrases of each system, signatures."""
-    from storyeval.markdown import Document
+    from storyeval.base.markdown import Document
 
     doc = Document()
     doc.heading(1, "Diagnostics of the prose")

@@ -118,8 +118,8 @@ def mauve_by_system(
 
 def divergence_plot(table: MauveTable) -> bytes:
     """The divergence curves (PNG): one colour per system, one line per k-means seed."""
-    from storyeval.plots import figure as _figure
-    from storyeval.plots import png as _png
+    from storyeval.base.plots import figure as _figure
+    from storyeval.base.plots import png as _png
 
     fig = _figure(5.2, 4.4)
     ax = fig.add_subplot(1, 1, 1)
@@ -151,7 +151,7 @@ def divergence_plot(table: MauveTable) -> bytes:
 
 def mauve_markdown(table: MauveTable) -> str:
     """The summary page of a ``storyeval mauve`` directory."""
-    from storyeval.markdown import Document
+    from storyeval.base.markdown import Document
 
     doc = Document()
     doc.heading(1, "MAUVE")
@@ -177,7 +177,7 @@ def write_mauve(table: MauveTable, directory: str | Path) -> dict[str, Path]:
     ``mauve.json`` (signatures, reference, notes) into ``directory``, each atomically."""
     import json
 
-    from storyeval.io import (
+    from storyeval.base.io import (
         claim_output_directory,
         write_bytes_atomic,
         write_table,
@@ -211,7 +211,7 @@ def read_mauve(directory: str | Path) -> MauveTable:
 
     import pandas as pd
 
-    from storyeval.errors import StoryevalError
+    from storyeval.base.errors import StoryevalError
 
     folder = Path(directory)
     for name in ("mauve.csv", "curves.csv"):

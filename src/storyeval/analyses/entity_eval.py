@@ -29,10 +29,10 @@ from typing import Any, Protocol
 import numpy as np
 import pandas as pd
 
+from storyeval.base.errors import StoryevalError
+from storyeval.base.signature import Signature
 from storyeval.entities import AnnotatedText, Mention
-from storyeval.errors import StoryevalError
 from storyeval.perturb.base import story_rng
-from storyeval.signature import Signature
 
 TASKS = ("cluster_and_mention", "cluster_only", "mention_only")
 RECENCY = "reverse_order"
@@ -190,7 +190,7 @@ class EntityTaskResult:
 
 
 def _summary(items: pd.DataFrame, value: str, by: list[str], confidence: float) -> pd.DataFrame:
-    from storyeval.stats import mean_interval
+    from storyeval.base.stats import mean_interval
 
     rows = []
     for keys, group in items.groupby(by, sort=False):
@@ -369,7 +369,7 @@ def model_comparisons(items: pd.DataFrame, confidence: float = 0.95) -> pd.DataF
     >>> model_comparisons(items)[["model_a", "model_b", "discordant", "a_wins"]].values.tolist()
     [['a', 'b', 2, 2]]
     """
-    from storyeval.stats import binomial_test
+    from storyeval.base.stats import binomial_test
 
     first = items[items["round"] == 1]
     wide = first.pivot_table(
@@ -398,7 +398,7 @@ def model_comparisons(items: pd.DataFrame, confidence: float = 0.95) -> pd.DataF
 
 
 def _selection_summary(items: pd.DataFrame, confidence: float) -> pd.DataFrame:
-    from storyeval.stats import binomial_test
+    from storyeval.base.stats import binomial_test
 
     rows = []
     for model, group in items.groupby("model", sort=False):

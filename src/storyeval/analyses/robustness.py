@@ -28,10 +28,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from storyeval.base.errors import StoryevalError
+from storyeval.base.signature import Signature
+from storyeval.base.stats import binomial_test
 from storyeval.corpus import Story
-from storyeval.errors import StoryevalError
-from storyeval.signature import Signature
-from storyeval.stats import binomial_test
 
 #: Columns of the invariance table.
 INVARIANCE_COLUMNS = (
@@ -331,9 +331,9 @@ def robustness(
 def robustness_heatmap(result: RobustnessResult) -> bytes:
     """Two panels, metrics x tests: the discrimination accuracy (0.5 is chance) and the share
     of stories an invariance test moved beyond the tolerance (0 is robust)."""
-    from storyeval.plots import figure as _figure
-    from storyeval.plots import png as _png
-    from storyeval.plots import short_label as _short
+    from storyeval.base.plots import figure as _figure
+    from storyeval.base.plots import png as _png
+    from storyeval.base.plots import short_label as _short
 
     panels = []
     if len(result.discrimination):
@@ -386,7 +386,7 @@ def write_robustness(result: RobustnessResult, directory: str | Path) -> dict[st
     ``directory`` (each atomically)."""
     import json
 
-    from storyeval.io import (
+    from storyeval.base.io import (
         claim_output_directory,
         write_bytes_atomic,
         write_table,
@@ -447,7 +447,7 @@ def read_robustness(directory: str | Path) -> RobustnessResult:
 
 def robustness_markdown(result: RobustnessResult) -> str:
     """The summary: what was tested, both tables, the heatmap, the signatures."""
-    from storyeval.markdown import Document
+    from storyeval.base.markdown import Document
 
     doc = Document()
     doc.heading(1, "Robustness of metrics")

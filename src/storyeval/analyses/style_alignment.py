@@ -37,8 +37,8 @@ from dataclasses import replace
 from datetime import date
 from typing import Any
 
+from storyeval.base.errors import StoryevalError
 from storyeval.corpus import Story
-from storyeval.errors import StoryevalError
 from storyeval.perturb.base import story_rng
 
 SPLITS = ("SA", "A1", "A2", "A3", "R")

@@ -25,9 +25,9 @@ import numpy as np
 import pandas as pd
 
 from storyeval.analyses.curves import CURVE_COLUMNS
+from storyeval.base.errors import StoryevalError
+from storyeval.base.signature import Signature
 from storyeval.corpus import Story
-from storyeval.errors import StoryevalError
-from storyeval.signature import Signature
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ except ImportError:  # pragma: no cover - depends on the installed typer
     from click.exceptions import ClickException, NoArgsIsHelpError, UsageError  # type: ignore[assignment]
 
 from storyeval import __version__
-from storyeval.errors import StoryevalError
+from storyeval.base.errors import StoryevalError
 
 app = typer.Typer(
     name="storyeval",
@@ -98,7 +98,7 @@ def main() -> None:
         typer.echo(f"error: {exc}", err=True)
         sys.exit(2)
     except ModuleNotFoundError as exc:
-        from storyeval.extras import missing_extra
+        from storyeval.base.extras import missing_extra
 
         extra = missing_extra(exc)
         if extra is None:

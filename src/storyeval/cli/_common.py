@@ -8,7 +8,7 @@ from typing import Any
 
 import typer
 
-from storyeval.errors import DataFileError, StoryevalError
+from storyeval.base.errors import DataFileError, StoryevalError
 
 
 def exit_with(message: str, code: int = 2) -> typer.Exit:

@@ -11,7 +11,7 @@ from typing import Any
 
 import typer
 
-from storyeval.markdown import MISSING
+from storyeval.base.markdown import MISSING
 
 TABLE_SUFFIXES = (".csv", ".jsonl")
 
@@ -26,8 +26,8 @@ def check_table_path(path: Path) -> Path:
 
 
 def write_table(frame: Any, path: Path) -> None:
-    """Write a DataFrame atomically as CSV or JSONL (:func:`storyeval.io.write_table`)."""
-    from storyeval.io import write_table as write
+    """Write a DataFrame atomically as CSV or JSONL (:func:`storyeval.base.io.write_table`)."""
+    from storyeval.base.io import write_table as write
 
     write(path, frame)
 

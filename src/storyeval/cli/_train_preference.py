@@ -166,7 +166,7 @@ def preference(
     with intervals, beside a length-only baseline), then the model on every story. Score with
     `storyeval score S --metrics preference -O preference.model=DIR`, or judge with
     `storyeval judge S --backend reward-model --model DIR`."""
-    from storyeval.errors import StoryevalError
+    from storyeval.base.errors import StoryevalError
     from storyeval.learn.metric_features import parse_metric_options
     from storyeval.learn.preference import PreferenceConfig, train_preference
 

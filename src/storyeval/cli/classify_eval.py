@@ -128,9 +128,9 @@ def train(
     import pandas as pd
 
     from storyeval.analyses.classifier_eval import train_classifiers
+    from storyeval.base.errors import StoryevalError
     from storyeval.cli._tables import print_table
     from storyeval.corpus import read_stories
-    from storyeval.errors import StoryevalError
     from storyeval.learn.trainer import TrainingConfig
 
     if threads is not None:
@@ -215,9 +215,9 @@ def evaluate(
         evaluate_transfers,
         write_classify_eval,
     )
+    from storyeval.base.errors import StoryevalError
     from storyeval.cli._tables import reported_warnings
     from storyeval.corpus import read_stories
-    from storyeval.errors import StoryevalError
 
     try:
         with reported_warnings():
@@ -260,8 +260,8 @@ def align(
     2021: strong pairs above 0.5, weak above 0.185) and assign the data splits SA, A1-A3 and R
     (fields alignment, similarity, pair, split)."""
     from storyeval.analyses.style_alignment import align_corpus, alignment_counts
+    from storyeval.base.errors import StoryevalError
     from storyeval.corpus import read_stories, write_stories
-    from storyeval.errors import StoryevalError
 
     try:
         aligned = align_corpus(

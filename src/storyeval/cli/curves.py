@@ -57,8 +57,8 @@ def curves_command(
     DIR/curves.csv (story, segment, word span, position, metric, value), DIR/curves.png,
     DIR/curves.md, DIR/curves.json (signatures). `storyeval report --curves DIR` adds them."""
     from storyeval.analyses.curves import CHAPTER_PATTERN, story_curves, write_curves
+    from storyeval.base.errors import StoryevalError
     from storyeval.corpus import read_stories
-    from storyeval.errors import StoryevalError
     from storyeval.metrics.registry import parse_option_assignments
 
     device, precision = compute_settings(device, precision, threads)

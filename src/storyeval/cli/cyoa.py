@@ -91,9 +91,9 @@ def export(
 ) -> None:
     """Export the writing sessions of a session file from the server's database (the same
     records as the admin page's sessions.jsonl), without running the server."""
+    from storyeval.base.errors import StoryevalError
     from storyeval.collab.config import load_writing_config
     from storyeval.collab.records import write_sessions
-    from storyeval.errors import StoryevalError
     from storyeval.server import writing_store
     from storyeval.server.db import Database
 
@@ -193,8 +193,8 @@ def mil_study(
 
 
 def _read_story_sessions(paths: list[Path]) -> list[SessionRecord]:
+    from storyeval.base.errors import DataFileError
     from storyeval.collab.records import read_sessions
-    from storyeval.errors import DataFileError
 
     records = []
     for path in paths:

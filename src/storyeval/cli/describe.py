@@ -18,8 +18,8 @@ def describe(
     from rich.console import Console
     from rich.table import Table
 
+    from storyeval.base.io import atomic_write
     from storyeval.corpus import read_stories
-    from storyeval.io import atomic_write
     from storyeval.text import SPLIT_METHODS
 
     check_choice(split, SPLIT_METHODS, "--split")

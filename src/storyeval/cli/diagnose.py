@@ -44,14 +44,14 @@ def diagnose_command(
     DIR/repeated_phrases.csv and DIR/diagnostics.md.
     """
     from storyeval.analyses.diagnostics import diagnose, diagnostics_markdown
-    from storyeval.corpus import read_stories
-    from storyeval.errors import StoryevalError
-    from storyeval.io import (
+    from storyeval.base.errors import StoryevalError
+    from storyeval.base.io import (
         check_output_directory,
         claim_output_directory,
         write_table,
         write_text_atomic,
     )
+    from storyeval.corpus import read_stories
 
     try:
         check_output_directory(output, "diagnosis", inputs=[stories])
@@ -98,8 +98,8 @@ def register(app: typer.Typer) -> None:
 
 def _write_list(stories: Path, reference_system: str, target: Path) -> None:
     """The slop list of the corpus (see --build-list)."""
+    from storyeval.base.io import write_text_atomic
     from storyeval.corpus import read_stories
-    from storyeval.io import write_text_atomic
     from storyeval.metrics.phrases import build_slop_list, slop_list_text
 
     read = read_stories(stories)

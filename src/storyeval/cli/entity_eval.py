@@ -63,7 +63,7 @@ def _scorers(models: list[str] | None, texts: Any = ()) -> list[Any]:
 
 
 def _write(result: object, output: Path, items_name: str, summary_name: str) -> None:
-    from storyeval.io import claim_output_directory, write_table
+    from storyeval.base.io import claim_output_directory, write_table
 
     claim_output_directory(output, "entity evaluation")
     write_table(output / items_name, result.items)  # type: ignore[attr-defined]
@@ -80,9 +80,9 @@ def annotate(
     """Detect mentions and coreference clusters in stories (approximate: spaCy entities, noun
     chunks and pronouns, greedy clustering) and write them as annotated texts to inspect or
     correct."""
+    from storyeval.base.errors import StoryevalError
     from storyeval.corpus import read_stories
     from storyeval.entities import detect_mentions, write_annotated
-    from storyeval.errors import StoryevalError
 
     try:
         texts = detect_mentions((s.id, s.story) for s in read_stories(stories))
@@ -108,8 +108,8 @@ def mentions(
     mention by the model's score (mention only; the reverse-order baseline on all three
     tasks). Writes mention_generation.csv and slots.csv."""
     from storyeval.analyses.entity_eval import mention_generation
+    from storyeval.base.errors import StoryevalError
     from storyeval.entities import read_entity_texts
-    from storyeval.errors import StoryevalError
 
     try:
         annotated, source = read_entity_texts(texts, fmt=fmt, limit=limit)
@@ -154,9 +154,9 @@ def selection(
     one of the same text, per round, mean and sd over rounds, binomial test against chance.
     Writes sentence_selection.csv and decisions.csv."""
     from storyeval.analyses.entity_eval import sentence_selection, sentences_of
+    from storyeval.base.errors import StoryevalError
     from storyeval.corpus import read_stories
     from storyeval.entities import entity_file_format, read_entity_texts
-    from storyeval.errors import StoryevalError
 
     try:
         kind = entity_file_format(texts) if fmt == "auto" else fmt
@@ -177,7 +177,7 @@ def selection(
         )
         _write(result, output, "decisions.csv", "sentence_selection.csv")
         if len(result.comparisons):
-            from storyeval.io import write_table
+            from storyeval.base.io import write_table
 
             write_table(output / "model_comparisons.csv", result.comparisons)
     except (StoryevalError, OSError, ValueError) as exc:

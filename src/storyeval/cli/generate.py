@@ -128,8 +128,8 @@ def generate(
     exactly. Outputs copying a priming text (> 80% overlap) or containing a listed offensive
     word are dropped, generated again and counted.
     """
+    from storyeval.base.errors import StoryevalError
     from storyeval.corpus import detect_format, write_stories
-    from storyeval.errors import StoryevalError
     from storyeval.generate import DecodingConfig, read_priming_texts, read_prompts
 
     device, precision = compute_settings(device, precision, threads)

@@ -132,7 +132,7 @@ def import_command(
     input of `storyeval rank`) and DIR/judge_judgments.jsonl (LLM judges' verdicts, for
     `storyeval judge-eval --judge`). Bad input exits 2 with FILE:LINE: reason lines.
     """
-    from storyeval.errors import DataFileError
+    from storyeval.base.errors import DataFileError
     from storyeval.importers import IMPORTERS, import_file, truncate_import, write_import
 
     check_choice(fmt, tuple(IMPORTERS), "FORMAT")

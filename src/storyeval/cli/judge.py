@@ -243,8 +243,8 @@ def _run(
 
 def _write(run: Any, output: Path, mode: str) -> None:
     """Write the judgments (or comparisons) and the parse failures beside them; report."""
+    from storyeval.base.io import write_text_atomic
     from storyeval.corpus import write_judgments
-    from storyeval.io import write_text_atomic
 
     if mode == "absolute":
         write_judgments(output, run.judgments)
@@ -327,8 +327,8 @@ def judge_eval(
 
     check_choice(aggregate, AGGREGATIONS, "--aggregate")
     if human_pairs is not None:
+        from storyeval.base.io import claim_output_directory
         from storyeval.cli._tables import write_table
-        from storyeval.io import claim_output_directory
         from storyeval.judge.evaluate import position_bias
         from storyeval.meta.comparisons import read_comparisons
 

@@ -46,9 +46,9 @@ def mauve_command(
     DIR/divergence.png (the divergence curves), DIR/mauve.md and DIR/mauve.json (signatures).
     Add it to a meta-evaluation report with `storyeval report --mauve DIR`."""
     from storyeval.analyses.distribution import mauve_by_system, write_mauve
+    from storyeval.base.errors import StoryevalError
     from storyeval.cli._tables import print_table
     from storyeval.corpus import read_stories
-    from storyeval.errors import StoryevalError
     from storyeval.metrics.registry import parse_option_assignments
 
     device, precision = compute_settings(device, precision, threads)

@@ -7,6 +7,7 @@ from typing import Any
 
 import typer
 
+from storyeval.base.errors import StoryevalError
 from storyeval.cli._common import (
     block_size_option,
     dask_client,
@@ -16,7 +17,6 @@ from storyeval.cli._common import (
     user_error,
     workers_option,
 )
-from storyeval.errors import StoryevalError
 
 # The help text lists the registry; it is kept in step with it by a test.
 _TECHNIQUES_HELP = (

@@ -30,8 +30,8 @@ def rerank(
     rerank_candidates and rerank_signature."""
     from dataclasses import replace
 
+    from storyeval.base.errors import StoryevalError
     from storyeval.corpus import read_stories, write_stories
-    from storyeval.errors import StoryevalError
     from storyeval.generate.ngram_lm import KneserNeyLM, ngram_tokens, rerank_continuations
     from storyeval.learn.data import corpus_hash
     from storyeval.text import split_sentences

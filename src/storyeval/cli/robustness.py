@@ -64,9 +64,9 @@ def robustness_command(
     DIR/robustness.md and DIR/perturbed.jsonl.
     """
     from storyeval.analyses.robustness import robustness, write_robustness
+    from storyeval.base.errors import StoryevalError
     from storyeval.cli._tables import print_table
     from storyeval.corpus import read_stories
-    from storyeval.errors import StoryevalError
     from storyeval.metrics.registry import parse_option_assignments
 
     device, precision = compute_settings(device, precision, threads)

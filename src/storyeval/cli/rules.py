@@ -30,8 +30,8 @@ def generate(
 ) -> None:
     """Generate stories from a grammar; each record lists the rule, realisation and slot
     values of every sentence (``rules``)."""
+    from storyeval.base.errors import StoryevalError
     from storyeval.corpus import write_records
-    from storyeval.errors import StoryevalError
     from storyeval.rules import generate_corpus, load_grammar
 
     try:
@@ -74,10 +74,10 @@ def _conformance_tables(
     columns: list[str],
 ) -> None:
     """Read the outputs, compute the tables, write each as CSV, print the systems table."""
+    from storyeval.base.errors import StoryevalError
+    from storyeval.base.io import claim_output_directory, write_table
     from storyeval.cli._tables import print_table
     from storyeval.corpus import read_stories
-    from storyeval.errors import StoryevalError
-    from storyeval.io import claim_output_directory, write_table
 
     try:
         stories = read_stories(outputs)
@@ -125,9 +125,9 @@ def data(
     the overlap measured) and template_ratios.csv (unique-to-total templates per predicate)."""
     import json
 
+    from storyeval.base.errors import StoryevalError
+    from storyeval.base.io import claim_output_directory, write_table, write_text_atomic
     from storyeval.corpus import write_records
-    from storyeval.errors import StoryevalError
-    from storyeval.io import claim_output_directory, write_table, write_text_atomic
     from storyeval.rules.data2text import load_data_grammar, make_splits, template_ratios
 
     try:
@@ -192,8 +192,8 @@ def import_webnlg_command(
     predicate's templates from its one-triple entries, entity realisations from the
     references, a `corpus` distribution weighting templates by frequency; prints the
     unique-to-total template ratio per predicate (van Miltenburg et al. 2020, Table 1)."""
-    from storyeval.errors import StoryevalError
-    from storyeval.io import write_table, write_text_atomic
+    from storyeval.base.errors import StoryevalError
+    from storyeval.base.io import write_table, write_text_atomic
     from storyeval.rules.data2text import grammar_yaml, import_webnlg
 
     try:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from storyeval.base.errors import StoryevalError
 from storyeval.cli._common import (
     block_size_option,
     compute_settings,
@@ -22,7 +23,6 @@ from storyeval.cli._common import (
     user_error,
     workers_option,
 )
-from storyeval.errors import StoryevalError
 
 if TYPE_CHECKING:
     from storyeval.metrics.runs import ScoreRun

@@ -136,7 +136,7 @@ def _check_judge_files(paths: list[Path]) -> None:
 
 def _announce(session: Any, state: Any, root: str, links: int, links_file: Path | None) -> None:
     """Print a session's design and enrollment link; make its participant links."""
-    from storyeval.io import write_text_atomic
+    from storyeval.base.io import write_text_atomic
     from storyeval.server.participants import create_participants
 
     typer.echo(f"{session.kind} {session.name!r}: {session.title}")

@@ -27,9 +27,9 @@ def stories(
 ) -> None:
     """The final slogans as a story file (system = condition, prompt_id = the prompt), the
     input of a Likert study that collects third-party ratings."""
+    from storyeval.base.errors import StoryevalError
     from storyeval.collab.slogan_analysis import read_slogan_sessions, slogan_stories
     from storyeval.corpus import write_stories
-    from storyeval.errors import StoryevalError
 
     try:
         found = slogan_stories(read_slogan_sessions(sessions))
@@ -61,13 +61,13 @@ def analyse(
 ) -> None:
     """Per condition: survey means with tests, pulls and suggestion survival, third-party
     ratings. Writes survey.csv, pulls.csv, ratings.csv, writers.csv and report.md."""
+    from storyeval.base.errors import StoryevalError
     from storyeval.collab.slogan_analysis import (
         analyse_slogan_sessions,
         read_slogan_sessions,
         write_slogan_analysis,
     )
     from storyeval.corpus import read_judgments
-    from storyeval.errors import StoryevalError
 
     try:
         records = read_slogan_sessions(sessions)

@@ -24,7 +24,7 @@ REPLICATION_NEIGHBOURS = 5
 
 def _replication(preset: str, skeletons: Path | None, neighbours: int) -> int:
     """The neighbours of the replication preset; it needs a Wikiquote skeleton file."""
-    from storyeval.errors import StoryevalError
+    from storyeval.base.errors import StoryevalError
 
     if preset != "clark2021":
         raise StoryevalError(f"unknown preset {preset!r}; the one preset is clark2021")
@@ -74,8 +74,8 @@ def slogans_command(
     """
     import dataclasses
 
+    from storyeval.base.errors import StoryevalError
     from storyeval.corpus import write_records
-    from storyeval.errors import StoryevalError
     from storyeval.generate.slogans import (
         SkeletonBank,
         SloganSettings,
@@ -134,8 +134,8 @@ def slogan_lines_command(
     thousands of quotations (Clark (2021), section 2.5.2): top-level quotes of article pages,
     outside Disputed/Misattributed/Quotes about sections, wiki markup stripped, one sentence of
     --min-words to --max-words words, each once."""
+    from storyeval.base.io import write_text_atomic
     from storyeval.generate.quotes import read_wikiquote
-    from storyeval.io import write_text_atomic
 
     try:
         quotes = read_wikiquote(dump, min_words=min_words, max_words=max_words, limit=limit)

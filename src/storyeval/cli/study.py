@@ -96,7 +96,7 @@ def links(
     """Create participant links in the study's database (the server need not be running)."""
     import time
 
-    from storyeval.io import write_text_atomic
+    from storyeval.base.io import write_text_atomic
     from storyeval.server.db import Database
     from storyeval.server.participants import create_participants
     from storyeval.server.study_store import register_study
@@ -193,8 +193,8 @@ def _ppi_means(
     judgments: Path, judge: Path, conditions: dict[str, str] | None, output: Path
 ) -> Path:
     """``study analyse --ppi-judge``: per criterion and condition, the PPI++ mean."""
+    from storyeval.base.io import write_table
     from storyeval.corpus import read_judgments
-    from storyeval.io import write_table
     from storyeval.meta.ppi import ppi_means_by, ppi_table
 
     frame, _ = ppi_table(

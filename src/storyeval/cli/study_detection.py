@@ -33,10 +33,10 @@ def detection_arms(
     """Table 6.2 (Clark 2021): per training arm, the Table 6.1 statistics and per-rater
     accuracy, a two-sided t test against the baseline arm with its Bonferroni correction,
     Cohen's d and Tukey's HSD."""
+    from storyeval.base.io import write_table
     from storyeval.corpus import read_judgments
     from storyeval.human.detection_arms import compare_training_arms
     from storyeval.human.tables import judgments_table
-    from storyeval.io import write_table
 
     with user_errors():
         frame = judgments_table([j for path in judgments for j in read_judgments(path)])
@@ -61,8 +61,8 @@ def code_sheet(
     """A coding sheet of raters' explanations (Clark 2021, Appendix C.3: one explanation from
     each of up to 50 raters per study): each coder fills in ``coder`` and ``labels`` (labels of
     the codebook, separated by ";") in a copy of it."""
+    from storyeval.base.io import write_table
     from storyeval.human.coding import coding_sheet, read_responses
-    from storyeval.io import write_table
 
     with user_errors():
         records = [r for path in responses for r in read_responses(path)]
@@ -84,6 +84,7 @@ def coding(
 ) -> None:
     """The coded explanations: agreement between coders per label (agreement.csv) and the
     share of labels per category and label per study (shares.csv, Table 6.3)."""
+    from storyeval.base.io import claim_output_directory, write_table
     from storyeval.human.coding import (
         CLARK2021_CODEBOOK,
         coding_agreement,
@@ -91,7 +92,6 @@ def coding(
         read_codebook,
         read_codings,
     )
-    from storyeval.io import claim_output_directory, write_table
 
     with user_errors():
         book = read_codebook(codebook) if codebook is not None else CLARK2021_CODEBOOK

@@ -356,10 +356,10 @@ def _technique_check(output: Path, heldout: Path, techniques: Any, seed: int) ->
     DIR/heldout_techniques.csv and DIR/heldout_operations.csv."""
     import pandas as pd
 
+    from storyeval.base.errors import StoryevalError
+    from storyeval.base.io import write_table
     from storyeval.cli._tables import print_table
     from storyeval.corpus import read_stories
-    from storyeval.errors import StoryevalError
-    from storyeval.io import write_table
     from storyeval.learn.union_scoring import UnionScorer, heldout_discrimination
 
     try:
@@ -469,7 +469,7 @@ _NUBIA_ABLATION_BY = typer.Option(
 def _nubia_ablation(
     table: Any, stories: Any, output: Path, aggregator: str, folds: int, seed: int, by: str | None
 ) -> None:
-    from storyeval.io import write_table
+    from storyeval.base.io import write_table
     from storyeval.learn.nubia import feature_ablation
 
     found = feature_ablation(table, stories, aggregator=aggregator, folds=folds, seed=seed, by=by)
@@ -539,9 +539,9 @@ def nubia(
     of stories that have references. Prints held-out correlations; score with
     `storyeval score S --metrics nubia --option nubia.model=DIR`. --ablation writes the
     paper's Table 5 (the aggregator on each subset of the feature groups)."""
+    from storyeval.base.errors import StoryevalError
+    from storyeval.base.io import write_table
     from storyeval.corpus import read_judgments, read_stories
-    from storyeval.errors import StoryevalError
-    from storyeval.io import write_table
     from storyeval.learn.nubia import train_nubia
 
     device, precision = compute_settings(device, precision, threads)
@@ -667,8 +667,8 @@ def engen(
     class-factored softmax over 160 classes, downcased words, NUM, words seen fewer than 10
     times as <unk>, 50-sentence segments, 512 dimensions; --embedding 64 --hidden 128 for a
     quick CPU run). The epoch with the best dev log-likelihood is kept."""
+    from storyeval.base.errors import StoryevalError
     from storyeval.entities import read_entity_texts
-    from storyeval.errors import StoryevalError
     from storyeval.tuning.engen import EngenConfig, train_engen
 
     _set_threads(threads)
@@ -843,7 +843,7 @@ def reward(
     TRL's policy-gradient trainers (storyeval[rl]). Prints the mean reward of seeded
     continuations of the training prompts before and after; the directory is a Hugging Face
     checkpoint with a signature naming the reward (`storyeval generate --model DIR`)."""
-    from storyeval.errors import StoryevalError
+    from storyeval.base.errors import StoryevalError
     from storyeval.generate import read_prompts
     from storyeval.tuning.reward import RewardSpec, RewardTraining, train_reward
 
@@ -912,7 +912,7 @@ def mle(
     """The baseline of `train reward`: the same model fine-tuned by maximum likelihood on the
     prompts' references only (TRL's SFTTrainer), saved the same way. With --validation, the
     checkpoint kept is the one with the lowest validation cross-entropy (Clark 2021)."""
-    from storyeval.errors import StoryevalError
+    from storyeval.base.errors import StoryevalError
     from storyeval.generate import read_prompts
     from storyeval.tuning.reward import train_mle
 

@@ -111,8 +111,8 @@ def table(
     output: Path = typer.Option(None, "-o", "--output", help="Also write the table as CSV."),
 ) -> None:
     """Recompute one of the tables of González Corbelle et al. (2020) from the exact binomial distribution."""
+    from storyeval.base.io import atomic_write
     from storyeval.human import triangle_stats as tri
-    from storyeval.io import atomic_write
 
     builders: dict[str, Callable[[], Any]] = {
         "judges": tri.judges_table,

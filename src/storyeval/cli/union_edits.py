@@ -19,11 +19,11 @@ def union_edits_command(
     union_edited (1: some token of the story is predicted otherwise) and union_changed (the
     share of tokens changed), with the edited text, for `storyeval correlate` (Spearman) and
     `storyeval drift subsets --by error_type --include-with-each reasonable` (per error type)."""
+    from storyeval.base.errors import StoryevalError
+    from storyeval.base.signature import Signature
     from storyeval.corpus import read_stories, write_scores
-    from storyeval.errors import StoryevalError
     from storyeval.learn.union_edits import edit_scores, union_edits
     from storyeval.learn.union_scoring import load_union
-    from storyeval.signature import Signature
 
     try:
         found = read_stories(stories)

@@ -16,8 +16,8 @@ def validate(
     ),
 ) -> None:
     """Check a data file: exit 0 with a one-line summary, or exit 2 with FILE:LINE: reason lines."""
+    from storyeval.base.errors import DataFileError
     from storyeval.corpus import RECORD_KINDS, detect_kind, read_any
-    from storyeval.errors import DataFileError
 
     if kind is not None:
         check_choice(kind, RECORD_KINDS, "--kind")

@@ -35,12 +35,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from storyeval.base.errors import StoryevalError
+from storyeval.base.markdown import Document, fmt
+from storyeval.base.signature import Signature
+from storyeval.base.stats import binomial_test, mean_interval
 from storyeval.collab.records import SessionRecord
 from storyeval.corpus import Story
-from storyeval.errors import StoryevalError
-from storyeval.markdown import Document, fmt
-from storyeval.signature import Signature
-from storyeval.stats import binomial_test, mean_interval
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -679,7 +679,7 @@ OUTPUT_FILES = {
 def write_analysis(analysis: WritingAnalysis, directory: str | Path) -> list[Path]:
     """Write every table as CSV plus ``report.md`` into ``directory`` (atomically, as a
     whole); returns the files written."""
-    from storyeval.io import atomic_directory
+    from storyeval.base.io import atomic_directory
 
     target = Path(directory)
     written = []

@@ -43,8 +43,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
-from storyeval.generate.slogans import SloganSettings
-from storyeval.yamlfile import (
+from storyeval.base.yamlfile import (
     Enrollment,
     OpenQuestion,
     YamlDocument,
@@ -53,8 +52,9 @@ from storyeval.yamlfile import (
     stable_dump,
     validate,
 )
-from storyeval.yamlfile import StrictModel as _Strict
-from storyeval.yamlfile import check_name as _check_name
+from storyeval.base.yamlfile import StrictModel as _Strict
+from storyeval.base.yamlfile import check_name as _check_name
+from storyeval.generate.slogans import SloganSettings
 
 IMAGE_TYPES = {
     ".png": "image/png",

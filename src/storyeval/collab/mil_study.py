@@ -176,7 +176,7 @@ def analyse_mil_study(
 ) -> MilStudy:
     """Table 2.4 and the numbers of sections 2.6.4-2.6.5 (see the module docstring) from the
     story sessions, the slogan sessions and the third-party ratings of both."""
-    from storyeval.validation import check_confidence
+    from storyeval.base.validation import check_confidence
 
     check_confidence(confidence)
     own = pd.concat([_story_answers(stories), _slogan_answers(slogans)], ignore_index=True)
@@ -215,7 +215,7 @@ def analyse_mil_study(
 
 def mil_study_report(result: MilStudy) -> str:
     """The tables as Markdown, headed by the thesis' table and section numbers."""
-    from storyeval.markdown import Document
+    from storyeval.base.markdown import Document
 
     doc = Document()
     doc.heading(1, "Writing with a machine in the loop (Clark 2021, chapter 2)")
@@ -242,7 +242,7 @@ def mil_study_report(result: MilStudy) -> str:
 def write_mil_study(result: MilStudy, output: str | Path) -> list[Path]:
     """Write use_again.csv, self_ratings.csv, third_party.csv, self_vs_others.csv,
     writers.csv and report.md into ``output``."""
-    from storyeval.io import claim_output_directory, write_table, write_text_atomic
+    from storyeval.base.io import claim_output_directory, write_table, write_text_atomic
 
     folder = claim_output_directory(output, "machine-in-the-loop study analysis")
     written = [

@@ -33,9 +33,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from storyeval.base.errors import DataFileError, DataProblem
+from storyeval.base.io import atomic_write
 from storyeval.corpus import iter_raw_records
-from storyeval.errors import DataFileError, DataProblem
-from storyeval.io import atomic_write
 
 FORMAT = "storyeval-writing-session"
 

@@ -55,13 +55,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Self
 
+from storyeval.base.errors import StoryevalError
 from storyeval.collab.config import (
     SUGGESTION_QUESTIONS,
     USE_AGAIN_CHOICES,
     CyoaConfig,
     MilConfig,
 )
-from storyeval.errors import StoryevalError
 
 EXPORT_VERSION = 1
 PHASES = ("write", "generating", "choose", "edit", "failed", "survey", "done")

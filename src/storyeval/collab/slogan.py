@@ -480,7 +480,7 @@ class SloganEngine:
         return {"skeletons": bank.identity, "lm": lm.identity}
 
     def __call__(self, request: SuggestionRequest) -> SuggestionResult:
-        from storyeval.errors import StoryevalError
+        from storyeval.base.errors import StoryevalError
         from storyeval.generate.slogans import slogan_signature, suggest
 
         started = time.time()

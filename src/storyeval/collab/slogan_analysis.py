@@ -42,8 +42,8 @@ from typing import Any
 
 import pandas as pd
 
+from storyeval.base.errors import DataFileError, DataProblem
 from storyeval.corpus import Judgment, Story
-from storyeval.errors import DataFileError, DataProblem
 
 FORMAT = "storyeval-slogan-session"
 CONDITIONS = ("solo", "mil")
@@ -109,7 +109,7 @@ def compare_conditions(frame: pd.DataFrame, key: str, confidence: float) -> pd.D
     the independent two-sample (Student's) t test that Clark (2021) reports."""
     from scipy.stats import mannwhitneyu, ttest_ind
 
-    from storyeval.stats import mean_interval
+    from storyeval.base.stats import mean_interval
 
     rows = []
     for name, group in frame.groupby(key, sort=True):
@@ -295,8 +295,8 @@ def self_vs_others(
     reports, or Spearman's rho) between a writer's answer about a piece (``own``: item_id,
     question, own) and the mean third-party rating of it, per question and criterion, with a
     bootstrap interval."""
+    from storyeval.base.validation import check_choice
     from storyeval.meta.correlation import level_correlation
-    from storyeval.validation import check_choice
 
     check_choice(method, ("pearson", "spearman"), "method")
     others = pd.DataFrame(
@@ -322,7 +322,7 @@ def self_vs_others(
 
 def slogan_report(result: SloganAnalysis) -> str:
     """The analysis as Markdown."""
-    from storyeval.markdown import Document
+    from storyeval.base.markdown import Document
 
     doc = Document()
     doc.heading(1, "Slogan writing: solo vs machine in the loop")
@@ -357,7 +357,7 @@ def slogan_report(result: SloganAnalysis) -> str:
 def write_slogan_analysis(result: SloganAnalysis, output: str | Path) -> list[Path]:
     """Write survey.csv, pulls.csv, ratings.csv, writers.csv, self_vs_others.csv and
     report.md into ``output``."""
-    from storyeval.io import claim_output_directory, write_table, write_text_atomic
+    from storyeval.base.io import claim_output_directory, write_table, write_text_atomic
 
     folder = claim_output_directory(output, "slogan-study analysis")
     written = [

@@ -19,7 +19,7 @@ one single-threaded worker process per CPU.
 
 from __future__ import annotations
 
-from storyeval.errors import StoryevalError, StoryevalWarning
+from storyeval.base.errors import StoryevalError, StoryevalWarning
 
 ENGINES = ("local", "dask")
 

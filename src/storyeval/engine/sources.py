@@ -18,8 +18,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from storyeval.base.errors import DataFileError, DataProblem
 from storyeval.corpus import Story
-from storyeval.errors import DataFileError, DataProblem
 
 FORMATS = ("jsonl", "csv", "parquet")
 

@@ -20,12 +20,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from storyeval.base.errors import StoryevalError
+from storyeval.base.registry import Registry
+from storyeval.base.signature import Signature
 from storyeval.corpus import RESERVED_FIELDS, Story
 from storyeval.engine.blocks import Executor
-from storyeval.errors import StoryevalError
 from storyeval.generate.filters import COPY_THRESHOLD, WordListFilter, max_copy_overlap
-from storyeval.registry import Registry
-from storyeval.signature import Signature
 from storyeval.text import count_words, split_sentences, truncate
 
 DEFAULT_MAX_ATTEMPTS = 10

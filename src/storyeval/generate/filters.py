@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from storyeval.errors import DataFileError, DataProblem
+from storyeval.base.errors import DataFileError, DataProblem
 
 #: Overlap above which a generated text counts as a copy of a priming text (Clark 2021, §6.2.2:
 #: "We removed generated stories that directly copied a priming text (with > 80% overlap)").

@@ -20,8 +20,8 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
+from storyeval.base.signature import Signature
 from storyeval.corpus import Story
-from storyeval.signature import Signature
 
 BOS, EOS, UNKNOWN = "<s>", "</s>", "<unk>"
 

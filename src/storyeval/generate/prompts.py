@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from storyeval.base.errors import DataFileError, DataProblem
 from storyeval.corpus import (
     FileFormat,
     Story,
@@ -23,7 +24,6 @@ from storyeval.corpus import (
     parse_prompt,
     read_stories,
 )
-from storyeval.errors import DataFileError, DataProblem
 
 
 def read_prompts(path: str | Path, *, fmt: FileFormat | None = None) -> list[Story]:

@@ -34,7 +34,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from storyeval.errors import StoryevalError
+from storyeval.base.errors import StoryevalError
 
 #: spaCy's coarse tags of content words (the slots of a skeleton).
 CONTENT_POS = frozenset({"NOUN", "PROPN", "VERB", "ADJ", "ADV"})
@@ -458,8 +458,8 @@ def slogan_signature(
     """The signature of a suggestion run."""
     from dataclasses import asdict
 
+    from storyeval.base.signature import Signature
     from storyeval.models import spacy_identity
-    from storyeval.signature import Signature
 
     return Signature(
         "slogans",
@@ -518,8 +518,8 @@ def read_requests(path: str | Path) -> list[SloganRequest]:
     DataFileError
         On malformed records, missing fields or repeated ids.
     """
+    from storyeval.base.errors import DataFileError, DataProblem
     from storyeval.corpus import iter_raw_records
-    from storyeval.errors import DataFileError, DataProblem
 
     problems: list[DataProblem] = []
     requests: list[SloganRequest] = []

@@ -33,8 +33,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from storyeval.base.errors import DegenerateInputWarning
+from storyeval.base.signature import Signature
 from storyeval.corpus import Judgment, read_judgments
-from storyeval.errors import DegenerateInputWarning
 from storyeval.human.protocols import PROTOCOLS, AnalysisSettings, get_protocol
 from storyeval.human.tables import (
     KARPINSKA_MIN_MEDIAN_TIME_S,
@@ -51,7 +52,6 @@ from storyeval.human.tables import (
     summarize,
     welch_tests,
 )
-from storyeval.signature import Signature
 
 AGREEMENT_COLUMNS = (
     "criterion",
@@ -151,7 +151,7 @@ class StudyAnalysis:
 
     def write(self, directory: str | Path) -> list[Path]:
         """Write every table as ``DIR/<name>.csv`` (each file atomically); return the paths."""
-        from storyeval.io import claim_output_directory, write_table
+        from storyeval.base.io import claim_output_directory, write_table
 
         target = claim_output_directory(directory, "study analysis")
         return [write_table(target / f"{name}.csv", table) for name, table in self.tables().items()]

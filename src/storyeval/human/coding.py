@@ -40,7 +40,7 @@ from typing import Any
 
 import pandas as pd
 
-from storyeval.errors import DataFileError, DataProblem, DegenerateInputWarning
+from storyeval.base.errors import DataFileError, DataProblem, DegenerateInputWarning
 
 
 @dataclass(frozen=True)
@@ -128,7 +128,7 @@ def read_codebook(path: str | Path) -> tuple[CodeLabel, ...]:
     (``counted: false`` marks labels left out of the shares, like Table C.1's Null)."""
     from pydantic import Field
 
-    from storyeval.yamlfile import StrictModel, YamlFileError, read_yaml, validate
+    from storyeval.base.yamlfile import StrictModel, YamlFileError, read_yaml, validate
 
     class _Label(StrictModel):
         category: str = Field(min_length=1)

@@ -33,8 +33,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from storyeval.base.stats import bonferroni
 from storyeval.human.protocols.detection import detection_metrics, per_rater_accuracy
-from storyeval.stats import bonferroni
 
 
 def _cohen_d(a: np.ndarray, b: np.ndarray) -> float:

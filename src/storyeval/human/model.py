@@ -14,7 +14,7 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
-from storyeval.yamlfile import Enrollment, OpenQuestion, StrictModel, YamlFileError, check_name
+from storyeval.base.yamlfile import Enrollment, OpenQuestion, StrictModel, YamlFileError, check_name
 
 SCALE_SIZES: tuple[int, ...] = (5, 7)
 ORDERS: tuple[str, ...] = ("balanced", "random", "fixed")

@@ -20,12 +20,12 @@ from pathlib import Path
 from typing import Any
 
 from storyeval import __version__
+from storyeval.base.errors import StoryevalError
+from storyeval.base.markdown import Document
+from storyeval.base.markdown import cell as _cell
 from storyeval.corpus import Judgment, read_judgments
-from storyeval.errors import StoryevalError
 from storyeval.human.model import Study
 from storyeval.human.protocols import get_protocol
-from storyeval.markdown import Document
-from storyeval.markdown import cell as _cell
 from storyeval.text import count_words
 
 TODO = "**TODO** (not in the study file: add it under `reporting:`)"
@@ -543,7 +543,7 @@ def write_statement(
     min_median_time_s: float | None = None,
 ) -> str:
     """Read the data files, write the statement atomically, return its text."""
-    from storyeval.io import write_text_atomic
+    from storyeval.base.io import write_text_atomic
 
     judgments = read_judgments(judgments_path) if judgments_path is not None else None
     participants = None

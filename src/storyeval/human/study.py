@@ -24,8 +24,18 @@ from typing import Any
 
 from pydantic import ValidationError, create_model, field_validator
 
+from storyeval.base.errors import DataFileError
+from storyeval.base.yamlfile import (
+    Loc,
+    YamlDocument,
+    YamlFileError,
+    loc_text,
+    read_yaml,
+    stable_dump,
+    validate,
+    validation_messages,
+)
 from storyeval.corpus import Story, prompt_group, read_stories
-from storyeval.errors import DataFileError
 from storyeval.human.model import (
     ORDERS,
     SCALE_SIZES,
@@ -43,16 +53,6 @@ from storyeval.human.model import (
 )
 from storyeval.human.protocols import PROTOCOLS, get_protocol
 from storyeval.human.protocols.base import Problem, StudyProtocol, text_of
-from storyeval.yamlfile import (
-    Loc,
-    YamlDocument,
-    YamlFileError,
-    loc_text,
-    read_yaml,
-    stable_dump,
-    validate,
-    validation_messages,
-)
 
 #: Sections added to the study file after storyeval 0.1; left out of the canonical form (and
 #: so of the study version) while they hold their defaults.

@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
+from storyeval.base.errors import StoryevalError
+from storyeval.base.stats import mean_interval
 from storyeval.corpus import Judgment
-from storyeval.errors import StoryevalError
-from storyeval.stats import mean_interval
 
 KARPINSKA_MIN_MEDIAN_TIME_S = 40.0
 """The median time per item below which Karpinska et al. (Karpinska et al. 2021) removed raters."""

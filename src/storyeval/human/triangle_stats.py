@@ -32,8 +32,8 @@ from typing import Any, Literal, cast
 
 import numpy as np
 
-from storyeval.signature import Signature
-from storyeval.validation import check_choice
+from storyeval.base.signature import Signature
+from storyeval.base.validation import check_choice
 
 TRIANGLE_ORDERS: tuple[str, ...] = ("AAB", "ABA", "BAA", "BBA", "BAB", "ABB")
 """The six triads of texts by subjects A and B (González Corbelle et al. 2020, section 4.1)."""

@@ -63,6 +63,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from storyeval.base.io import write_text_atomic
+from storyeval.base.registry import Registry, UnknownNameError
 from storyeval.corpus import read_judgments, write_judgments, write_scores, write_stories
 from storyeval.importers.base import ImportResult, require_file
 from storyeval.importers.captions import import_flickr8k
@@ -74,8 +76,6 @@ from storyeval.importers.pairwise import import_pairwise
 from storyeval.importers.summaries_essays import import_asap, import_chaganty
 from storyeval.importers.union import import_union
 from storyeval.importers.wmt import import_wmt_da, import_wmt_rr
-from storyeval.io import write_text_atomic
-from storyeval.registry import Registry, UnknownNameError
 
 
 def import_judgments(path: str | Path) -> ImportResult:
@@ -137,8 +137,8 @@ def truncate_import(result: ImportResult, preset: str) -> ImportResult:
     say how many."""
     from dataclasses import replace
 
+    from storyeval.base.validation import check_choice
     from storyeval.truncation import PRESETS, cut_stories, outcome_summary
-    from storyeval.validation import check_choice
 
     check_choice(preset, tuple(PRESETS), "truncate")
     if not result.stories:
@@ -170,7 +170,7 @@ def write_import(result: ImportResult, out_dir: str | Path) -> dict[str, Path]:
     LLM judges' judgments, ``scores.jsonl`` when there are scores and ``comparisons.jsonl``
     when there are pairwise preferences.
     """
-    from storyeval.io import claim_output_directory
+    from storyeval.base.io import claim_output_directory
 
     directory = claim_output_directory(out_dir, "import", inputs=[result.source])
     written: dict[str, Path] = {}

@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from storyeval.base.errors import DataProblem
+from storyeval.base.signature import Signature
 from storyeval.corpus import Judgment, Score, Story
-from storyeval.errors import DataProblem
-from storyeval.signature import Signature
 
 
 @dataclass

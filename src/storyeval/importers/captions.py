@@ -30,8 +30,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from storyeval.base.errors import DataFileError, DataProblem
 from storyeval.corpus import Judgment, Story
-from storyeval.errors import DataFileError, DataProblem
 from storyeval.importers.base import ImportResult, require_file, to_rating, utf8_lines
 
 CAPTIONS_FILE = "Flickr8k.token.txt"

@@ -23,8 +23,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from storyeval.base.errors import DataFileError, DataProblem
 from storyeval.corpus import Judgment, Story
-from storyeval.errors import DataFileError, DataProblem
 from storyeval.importers.base import ImportResult, file_digest, require_file
 
 #: The systems of TTCW's stories, by the suffix of their ids

@@ -11,8 +11,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from storyeval.base.errors import DataFileError, DataProblem
 from storyeval.corpus import Judgment, Story, iter_raw_records
-from storyeval.errors import DataFileError, DataProblem
 from storyeval.importers.base import (
     ImportResult,
     require_file,

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from storyeval.base.errors import DataFileError, DataProblem
 from storyeval.corpus import Judgment, Score, Story, iter_raw_records
-from storyeval.errors import DataFileError, DataProblem
 from storyeval.importers.base import (
     ImportResult,
     Records,

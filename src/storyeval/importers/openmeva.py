@@ -11,8 +11,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from storyeval.base.errors import DataFileError, DataProblem
 from storyeval.corpus import Judgment, Story
-from storyeval.errors import DataFileError, DataProblem
 from storyeval.importers.base import (
     Records,
 )

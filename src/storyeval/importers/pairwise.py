@@ -18,8 +18,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from storyeval.base.errors import DataFileError, DataProblem
 from storyeval.corpus import Story, iter_raw_records
-from storyeval.errors import DataFileError, DataProblem
 from storyeval.importers.base import (
     Records,
 )

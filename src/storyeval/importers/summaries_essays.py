@@ -45,8 +45,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from storyeval.base.errors import DataFileError, DataProblem
 from storyeval.corpus import Judgment, Story, iter_raw_records
-from storyeval.errors import DataFileError, DataProblem
 from storyeval.importers.base import ImportResult, require_file, to_number
 
 ASAP_COLUMNS = ("essay_id", "essay_set", "essay", "domain1_score")
@@ -71,8 +71,8 @@ def import_asap(
     max_sentences: int | None = None,
 ) -> ImportResult:
     """Import one essay set of ASAP's ``training_set_rel3.tsv`` (see the module docstring)."""
+    from storyeval.base.validation import check_choice
     from storyeval.text import split_sentences
-    from storyeval.validation import check_choice
 
     check_choice(score, ("resolved", "raters"), "score")
     file_path = require_file(path)

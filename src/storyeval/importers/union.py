@@ -18,14 +18,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from storyeval.base.errors import DataFileError, DataProblem
+from storyeval.base.signature import Signature
 from storyeval.corpus import Judgment, Score, Story
-from storyeval.errors import DataFileError, DataProblem
 from storyeval.importers.base import (
     ImportResult,
     require_file,
     utf8_lines,
 )
-from storyeval.signature import Signature
 
 ERROR_TYPES = (
     "repeated_plots",

@@ -30,8 +30,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from storyeval.base.errors import DataFileError, DataProblem
 from storyeval.corpus import Judgment, Story
-from storyeval.errors import DataFileError, DataProblem
 from storyeval.importers.base import ImportResult, import_signature, require_file, utf8_lines
 
 _DA_PARTS = ("source", "reference", "mt-system")
@@ -56,7 +56,7 @@ def import_wmt_da(path: str | Path) -> ImportResult:
 
     Raises
     ------
-    storyeval.errors.DataFileError
+    storyeval.base.errors.DataFileError
         ``FILE:LINE: reason`` for a score that is not a number, or files of different lengths.
     """
     human = require_file(path)
@@ -138,7 +138,7 @@ def import_wmt_rr(
 
     Raises
     ------
-    storyeval.errors.DataFileError
+    storyeval.base.errors.DataFileError
         ``FILE:LINE: reason`` for a header without the columns or a short row.
     """
     file_path = require_file(path)

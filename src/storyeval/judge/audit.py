@@ -22,9 +22,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from storyeval.base.errors import StoryevalError
+from storyeval.base.signature import Signature
 from storyeval.corpus import Judgment, Story
-from storyeval.errors import StoryevalError
-from storyeval.signature import Signature
 
 #: A judge whose repeats agree at least this much (Kendall's tau) is called stable.
 STABLE_TAU = 0.7
@@ -74,7 +74,7 @@ def _row(
 
 
 def _interval(values: np.ndarray, confidence: float) -> tuple[float, float]:
-    from storyeval.stats import percentile_interval
+    from storyeval.base.stats import percentile_interval
 
     if np.isfinite(values).sum() < 2:
         return math.nan, math.nan
@@ -559,8 +559,8 @@ def read_audit(directory: str | Path) -> JudgeAudit:
 def write_audit(audit: JudgeAudit, directory: str | Path) -> list[Path]:
     """``audit.csv`` (the checks) and ``audit.md`` (the verdicts, the table and what was not
     checked), written atomically."""
-    from storyeval.io import claim_output_directory, write_table, write_text_atomic
-    from storyeval.markdown import Document
+    from storyeval.base.io import claim_output_directory, write_table, write_text_atomic
+    from storyeval.base.markdown import Document
 
     folder = claim_output_directory(directory, "judge audit")
     write_table(folder / "audit.csv", audit.checks)

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from storyeval.base.errors import StoryevalError
 from storyeval.corpus import Judgment, Story, parse_story, write_judgments, write_stories
-from storyeval.errors import StoryevalError
 from storyeval.judge.backends import JudgeBackend
 from storyeval.judge.cache import JudgeCache
 from storyeval.judge.core import JudgeSettings, family_systems, judge_stories, training_notes
@@ -46,7 +46,7 @@ class AuditInputs:
     def write(self, directory: str | Path) -> list[Path]:
         """``judge.jsonl``, ``pairwise.jsonl``, ``perturbed.jsonl``, ``perturbed-judge.jsonl``
         (those that have content) in ``directory``; returns the paths written."""
-        from storyeval.io import claim_output_directory, write_text_atomic
+        from storyeval.base.io import claim_output_directory, write_text_atomic
 
         out = claim_output_directory(directory, "judge audit")
         written = [out / "judge.jsonl"]

@@ -19,9 +19,9 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from storyeval.errors import StoryevalError
+from storyeval.base.errors import StoryevalError
+from storyeval.base.registry import Registry
 from storyeval.judge.prompts import JudgeRequest
-from storyeval.registry import Registry
 
 
 class JudgeBackendError(StoryevalError):

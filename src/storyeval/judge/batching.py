@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from storyeval.errors import StoryevalError
+from storyeval.base.errors import StoryevalError
 
 CPU_BATCH_TOKENS = 16384
 GPU_MEMORY_SHARE = 0.5  # of the free memory once the model is loaded; the rest is headroom

@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from storyeval import __version__
+from storyeval.base.errors import StoryevalError
+from storyeval.base.signature import Signature
 from storyeval.corpus import Judgment, Story
 from storyeval.engine.blocks import Executor, LocalExecutor
-from storyeval.errors import StoryevalError
 from storyeval.judge.backends import BackendSpec, Decoding, JudgeAnswer, JudgeBackend
 from storyeval.judge.cache import JudgeCache, cache_key
 from storyeval.judge.parse import parse_answer
@@ -33,7 +34,6 @@ from storyeval.judge.prompts import (
 )
 from storyeval.judge.rubric import Criterion, Rubric
 from storyeval.meta.spans import span_rows, story_units
-from storyeval.signature import Signature
 
 Mode = Literal["absolute", "pairwise"]
 #: The version of the prompt layout (part of every judge signature).
@@ -153,7 +153,7 @@ class JudgeRun:
 
         import pandas as pd
 
-        from storyeval.errors import StoryevalWarning
+        from storyeval.base.errors import StoryevalWarning
         from storyeval.meta import agreement
 
         if len(self.signatures) < 2 or not self.judgments:

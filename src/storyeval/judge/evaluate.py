@@ -19,8 +19,8 @@ from typing import Any
 
 import pandas as pd
 
+from storyeval.base.errors import StoryevalError, StoryevalWarning
 from storyeval.corpus import Judgment, Story
-from storyeval.errors import StoryevalError, StoryevalWarning
 
 JUDGE_RATER = "judge"
 
@@ -368,7 +368,7 @@ def preference_agreement(
     metric's: a judge that decides few pairs is not credited with its few right answers
     alone).
     """
-    from storyeval.stats import binomial_test
+    from storyeval.base.stats import binomial_test
 
     def key(record: dict[str, Any]) -> tuple[str, frozenset[str]]:
         return str(record["prompt_id"]), frozenset(
@@ -417,7 +417,7 @@ def preference_agreement(
 
 def write_evaluation(result: JudgeEvaluation, directory: str | Path) -> list[Path]:
     """Write every non-empty table as CSV into ``directory`` (atomically); returns the paths."""
-    from storyeval.io import claim_output_directory, write_table
+    from storyeval.base.io import claim_output_directory, write_table
 
     target = claim_output_directory(directory, "judge evaluation")
     written = []

@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from storyeval.base.errors import StoryevalError
+from storyeval.base.signature import Signature
 from storyeval.corpus import Judgment
-from storyeval.errors import StoryevalError
 from storyeval.meta.weights import WeightFit, fit_weights
-from storyeval.signature import Signature
 
 
 class JuryError(StoryevalError, ValueError):
@@ -271,7 +271,7 @@ def _disagreement(frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Per story and criterion the judges' spread; per criterion their agreement."""
     import warnings
 
-    from storyeval.errors import StoryevalWarning
+    from storyeval.base.errors import StoryevalWarning
     from storyeval.meta import agreement
 
     per_judge = frame.groupby(["item_id", "judge", "criterion"], as_index=False)["value"].mean()

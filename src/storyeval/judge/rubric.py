@@ -19,8 +19,8 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from storyeval.registry import Registry, UnknownNameError
-from storyeval.yamlfile import StrictModel, YamlFileError, check_name, load_model
+from storyeval.base.registry import Registry, UnknownNameError
+from storyeval.base.yamlfile import StrictModel, YamlFileError, check_name, load_model
 
 _CHECKLIST_SCALE = [
     {"value": 1, "description": "yes", "label": "yes"},

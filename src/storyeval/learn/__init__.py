@@ -1,7 +1,7 @@
 """Training learned metrics: UNION (Guan & Huang 2020) and a next-sentence-prediction head.
 
 Both share :func:`storyeval.learn.trainer.fit` (dev split, early stopping, checkpoints that
-carry a :class:`~storyeval.signature.Signature`, progress bar, resuming after interruption).
+carry a :class:`~storyeval.base.signature.Signature`, progress bar, resuming after interruption).
 Heavy libraries (torch, transformers) are imported inside the functions that need them.
 """
 

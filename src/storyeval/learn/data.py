@@ -8,10 +8,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
+from storyeval.base.errors import StoryevalError
+from storyeval.base.validation import check_fraction
 from storyeval.corpus import Story
-from storyeval.errors import StoryevalError
 from storyeval.perturb.base import story_rng
-from storyeval.validation import check_fraction
 
 T = TypeVar("T")
 

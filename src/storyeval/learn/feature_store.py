@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from storyeval.errors import StoryevalError
+from storyeval.base.errors import StoryevalError
 
 #: Texts encoded between two saves.
 FEATURE_CHUNK = 512

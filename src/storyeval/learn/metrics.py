@@ -26,7 +26,7 @@ from typing import Annotated, Any, Literal
 
 import numpy as np
 
-from storyeval.errors import ModelLoadError
+from storyeval.base.errors import ModelLoadError
 from storyeval.metrics.cards import CF, MetricCard
 from storyeval.metrics.coherence import CoherenceScores, Split, text_pairs
 from storyeval.metrics.context import ScoringContext
@@ -273,7 +273,7 @@ def nubia(
     import hashlib
     from pathlib import Path
 
-    from storyeval.io import write_table
+    from storyeval.base.io import write_table
     from storyeval.learn.nubia import NubiaModel
 
     given = scoring.given(model)

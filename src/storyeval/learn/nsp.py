@@ -30,14 +30,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from storyeval.base.errors import ModelLoadError
+from storyeval.base.signature import Signature
+from storyeval.base.validation import check_choice, check_fraction
 from storyeval.corpus import Story
-from storyeval.errors import ModelLoadError
 from storyeval.learn.data import InsufficientDataError, training_data
 from storyeval.learn.encoding import Encoded, encode_pair, pad_batch, pad_id
 from storyeval.learn.trainer import TrainingConfig, TrainingResult, existing_model, fit
 from storyeval.perturb.base import story_rng
-from storyeval.signature import Signature
-from storyeval.validation import check_choice, check_fraction
 
 IS_NEXT = 0
 NOT_NEXT = 1
@@ -416,7 +416,7 @@ def train_nsp(
     ------
     InsufficientDataError
         When the corpus is too small to split or has no sentence pairs.
-    storyeval.errors.ModelLoadError
+    storyeval.base.errors.ModelLoadError
         When the base model is not a BERT model.
     """
     config = config or NspConfig()
@@ -492,7 +492,7 @@ class NspScorer:
 
     Raises
     ------
-    storyeval.errors.ModelLoadError
+    storyeval.base.errors.ModelLoadError
         When the directory has no trained NSP head (a bare encoder, a UNION model).
     """
 

@@ -48,10 +48,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from storyeval.base.errors import StoryevalError
+from storyeval.base.signature import Signature
+from storyeval.base.validation import check_choice
 from storyeval.corpus import Judgment, Story
-from storyeval.errors import StoryevalError
-from storyeval.signature import Signature
-from storyeval.validation import check_choice
 
 NLI_FEATURES = ("entail", "neutral", "contra")
 FORMAT_VERSION = 1
@@ -488,7 +488,7 @@ class NubiaModel:
 
     def save(self, directory: str | Path) -> Path:
         """Write ``DIR/nubia.json`` atomically."""
-        from storyeval.io import write_text_atomic
+        from storyeval.base.io import write_text_atomic
 
         folder = Path(directory)
         folder.mkdir(parents=True, exist_ok=True)
@@ -510,7 +510,7 @@ class NubiaModel:
     @classmethod
     def load(cls, directory: str | Path) -> NubiaModel:
         """A model saved by :meth:`save` (a directory or the JSON file)."""
-        from storyeval.errors import ModelLoadError
+        from storyeval.base.errors import ModelLoadError
 
         path = Path(directory)
         path = path / "nubia.json" if path.is_dir() else path

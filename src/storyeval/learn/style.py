@@ -29,11 +29,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from storyeval.errors import ModelLoadError
+from storyeval.base.errors import ModelLoadError
+from storyeval.base.signature import Signature
 from storyeval.learn.nsp import IS_NEXT, NOT_NEXT, NspConfig, NspExample, SiameseNspTask
 from storyeval.learn.siamese import SiameseNsp, mean_pooled, tokenize
 from storyeval.learn.trainer import TrainingConfig, TrainingResult, fit
-from storyeval.signature import Signature
 
 STYLE_HEAD_FILE = "style_head.safetensors"
 MATCH_HEAD_FILE = "match_head.safetensors"

@@ -24,9 +24,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from storyeval.errors import OutputDirectoryError, StoryevalError
-from storyeval.io import write_text_atomic
-from storyeval.signature import Signature
+from storyeval.base.errors import OutputDirectoryError, StoryevalError
+from storyeval.base.io import write_text_atomic
+from storyeval.base.signature import Signature
 
 METADATA_FILE = "storyeval.json"
 CHECKPOINT_DIR = "checkpoint"
@@ -231,10 +231,10 @@ def read_metadata(directory: str | Path) -> dict[str, Any]:
 
     Raises
     ------
-    storyeval.errors.ModelLoadError
+    storyeval.base.errors.ModelLoadError
         When the directory is missing, unfinished or not a storyeval model.
     """
-    from storyeval.errors import ModelLoadError
+    from storyeval.base.errors import ModelLoadError
 
     path = Path(directory)
     if not path.is_dir():

@@ -30,8 +30,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from storyeval.base.errors import StoryevalError
+from storyeval.base.signature import Signature
+from storyeval.base.validation import check_fraction
 from storyeval.corpus import Story
-from storyeval.errors import StoryevalError
 from storyeval.learn.data import training_data
 from storyeval.learn.encoding import (
     Encoded,
@@ -48,8 +50,6 @@ from storyeval.learn.trainer import (
     fit,
 )
 from storyeval.perturb.base import PerturbOptions, parse_techniques
-from storyeval.signature import Signature
-from storyeval.validation import check_fraction
 
 HEADS_FILE = "union_heads.safetensors"
 
@@ -660,7 +660,7 @@ def cached_examples(
     import json
 
     from storyeval import __version__
-    from storyeval.io import write_text_atomic
+    from storyeval.base.io import write_text_atomic
     from storyeval.models import cache_dir, spacy_identity
     from storyeval.perturb.corpus import PerturbationCorpus
 

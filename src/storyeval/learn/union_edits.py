@@ -21,8 +21,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from storyeval.base.errors import StoryevalError
 from storyeval.corpus import Score, Story
-from storyeval.errors import StoryevalError
 
 
 @dataclass(frozen=True)

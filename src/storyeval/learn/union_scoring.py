@@ -11,8 +11,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from storyeval.base.errors import ModelLoadError, StoryevalError
+from storyeval.base.signature import Signature
 from storyeval.corpus import Story
-from storyeval.errors import ModelLoadError, StoryevalError
 from storyeval.learn.encoding import (
     Encoded,
     pad_batch,
@@ -29,7 +30,6 @@ from storyeval.learn.union import (
     mixture_negatives,
 )
 from storyeval.perturb.base import PerturbOptions
-from storyeval.signature import Signature
 
 # --------------------------------------------------------------------------- scoring
 
@@ -44,7 +44,7 @@ class UnionScorer:
 
     Raises
     ------
-    storyeval.errors.ModelLoadError
+    storyeval.base.errors.ModelLoadError
         When the directory is not a finished UNION model (e.g. an NSP model or a bare
         encoder without the UNION heads).
     """

@@ -15,13 +15,14 @@ Every table is a tidy DataFrame (``estimate, ci_low, ci_high, p_value, n, method
 rows carry signatures; undefined statistics are nan with a :class:`DegenerateInputWarning`.
 """
 
-from storyeval.errors import (
+from storyeval.base.errors import (
     BootstrapWarning,
     DataCoverageWarning,
     DegenerateInputWarning,
     MetaEvaluationWarning,
     MixedSignatureWarning,
 )
+from storyeval.base.stats import METHODS, correlation
 from storyeval.meta.agreement import agreement, describe_ratings, human_ceiling
 from storyeval.meta.correlation import (
     ALL_LEVELS,
@@ -52,7 +53,6 @@ from storyeval.meta.drift import (
     subset_correlations,
 )
 from storyeval.meta.significance import adjust_pvalues, compare_metrics, williams_test
-from storyeval.stats import METHODS, correlation
 
 __all__ = [
     "ALL_LEVELS",

@@ -31,8 +31,11 @@ from typing import Any, cast
 import numpy as np
 import pandas as pd
 
+from storyeval.base.errors import DataCoverageWarning, DegenerateInputWarning, warn
+from storyeval.base.signature import Signature
+from storyeval.base.stats import bootstrap_indices, bootstrap_weights, percentile_interval
+from storyeval.base.validation import check_choice, check_confidence, check_n_boot
 from storyeval.corpus import Judgment
-from storyeval.errors import DataCoverageWarning, DegenerateInputWarning, warn
 from storyeval.meta.correlation import (
     LABEL_SEED,
     LEVELS,
@@ -41,9 +44,6 @@ from storyeval.meta.correlation import (
     tidy_correlations,
 )
 from storyeval.meta.data import MetaInputError, judgments_frame
-from storyeval.signature import Signature
-from storyeval.stats import bootstrap_indices, bootstrap_weights, percentile_interval
-from storyeval.validation import check_choice, check_confidence, check_n_boot
 
 ALPHA_LEVELS: tuple[str, ...] = ("nominal", "ordinal", "interval")
 AGREEMENT_STATISTICS: tuple[str, ...] = ("alpha", "fleiss", "icc", "full_agreement")

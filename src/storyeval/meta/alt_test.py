@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from storyeval.signature import Signature
+from storyeval.base.signature import Signature
 
 ALT_TEST_COLUMNS = [
     "criterion", "winning_rate", "advantage_probability", "passed", "verdict", "raters_tested",

@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from storyeval.signature import Signature
+from storyeval.base.signature import Signature
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ means odds of ``e`` to 1. Davidson's extension adds a tie parameter ``nu``:
 The maximum-likelihood estimate exists only when every system has beaten, and lost to, the
 others through some chain of comparisons (the comparison graph is strongly connected; Zermelo
 1929, Ford 1957). Otherwise the estimates diverge; storyeval then fits with a weak Gaussian
-prior on ``theta`` and says so with a :class:`~storyeval.errors.DegenerateInputWarning`.
+prior on ``theta`` and says so with a :class:`~storyeval.base.errors.DegenerateInputWarning`.
 
 >>> fit = bradley_terry([("a", "b", "a"), ("a", "b", "a"), ("a", "b", "b"), ("b", "c", "b"),
 ...                      ("b", "c", "b"), ("b", "c", "c"), ("c", "a", "a"), ("c", "a", "c")])
@@ -27,8 +27,8 @@ from typing import Literal
 import numpy as np
 from numpy.typing import NDArray
 
-from storyeval.errors import DegenerateInputWarning, warn
-from storyeval.validation import check_choice
+from storyeval.base.errors import DegenerateInputWarning, warn
+from storyeval.base.validation import check_choice
 
 TieHandling = Literal["davidson", "half", "drop"]
 TIES: tuple[str, ...] = ("davidson", "half", "drop")

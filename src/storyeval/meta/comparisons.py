@@ -23,10 +23,10 @@ import numpy as np
 import pandas as pd
 
 from storyeval import __version__
-from storyeval.errors import DataFileError, DataProblem
+from storyeval.base.errors import DataFileError, DataProblem
+from storyeval.base.signature import Signature
+from storyeval.base.validation import check_confidence, check_n_boot
 from storyeval.meta.bradley_terry import bradley_terry, count_comparisons, elo
-from storyeval.signature import Signature
-from storyeval.validation import check_confidence, check_n_boot
 
 COMPARISON_FIELDS = ("item_id", "prompt_id", "system_a", "system_b", "winner")
 RANK_COLUMNS = (
@@ -420,7 +420,7 @@ def _bootstrap(
 ) -> dict[tuple[str, str], tuple[float, float]]:
     import warnings
 
-    from storyeval.errors import DegenerateInputWarning
+    from storyeval.base.errors import DegenerateInputWarning
 
     if n_boot == 0:
         return {}
@@ -478,7 +478,7 @@ def next_pairs(
     import itertools
     import warnings
 
-    from storyeval.errors import DegenerateInputWarning
+    from storyeval.base.errors import DegenerateInputWarning
 
     names = (
         list(systems)

@@ -30,9 +30,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from storyeval.errors import StoryevalError
-from storyeval.signature import Signature
-from storyeval.validation import check_choice
+from storyeval.base.errors import StoryevalError
+from storyeval.base.signature import Signature
+from storyeval.base.validation import check_choice
 
 EPS = 1e-10  # crowd-kit's floor on probabilities
 CONSTANT_SHARE = 0.95

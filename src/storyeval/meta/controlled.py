@@ -27,9 +27,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from storyeval.base.errors import StoryevalError
+from storyeval.base.signature import Signature
 from storyeval.corpus import Story
-from storyeval.errors import StoryevalError
-from storyeval.signature import Signature
 
 RIDGE = 1e-4
 """Precision of the Gaussian prior that makes the strengths identifiable (they sum to 0)."""
@@ -242,7 +242,7 @@ def _tables(
     n_boot: int,
     seed: int,
 ) -> ControlledRanking:
-    from storyeval.stats import percentile_interval
+    from storyeval.base.stats import percentile_interval
 
     def interval(key: str, i: int) -> tuple[float, float]:
         if len(replicates) < 2:

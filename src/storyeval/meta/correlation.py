@@ -41,11 +41,9 @@ import numpy as np
 import pandas as pd
 from numpy.typing import ArrayLike
 
-from storyeval.errors import DegenerateInputWarning, warn
-from storyeval.meta.data import MetaInputError, MetaTable
-from storyeval.meta.tie_accuracy import PAIRWISE_METHODS, SPA_PERMUTATIONS, pairwise_meta_row
-from storyeval.signature import Signature
-from storyeval.stats import (
+from storyeval.base.errors import DegenerateInputWarning, warn
+from storyeval.base.signature import Signature
+from storyeval.base.stats import (
     RANK_METHODS,
     FloatArray,
     bootstrap_indices,
@@ -59,7 +57,9 @@ from storyeval.stats import (
     sign_flip_test,
     tie_safe,
 )
-from storyeval.validation import check_choice, check_confidence, check_n_boot
+from storyeval.base.validation import check_choice, check_confidence, check_n_boot
+from storyeval.meta.data import MetaInputError, MetaTable
+from storyeval.meta.tie_accuracy import PAIRWISE_METHODS, SPA_PERMUTATIONS, pairwise_meta_row
 
 LEVELS: tuple[str, ...] = ("pooled", "story", "system")
 #: Every level :func:`level_correlation` computes: the default ones and those asked for by name.

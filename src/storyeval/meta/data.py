@@ -23,6 +23,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from storyeval.base.errors import DataCoverageWarning, MixedSignatureWarning, StoryevalError, warn
+from storyeval.base.validation import check_choice
 from storyeval.corpus import (
     Judgment,
     Score,
@@ -32,8 +34,6 @@ from storyeval.corpus import (
     read_scores,
     read_stories,
 )
-from storyeval.errors import DataCoverageWarning, MixedSignatureWarning, StoryevalError, warn
-from storyeval.validation import check_choice
 
 AGGREGATIONS: tuple[str, ...] = ("mean", "median", "majority", "mace", "dawid-skene", "ordinal")
 

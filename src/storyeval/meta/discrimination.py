@@ -26,18 +26,18 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from storyeval.corpus import Score, iter_raw_records, read_scores
-from storyeval.errors import (
+from storyeval.base.errors import (
     DataCoverageWarning,
     DataFileError,
     DataProblem,
     DegenerateInputWarning,
     warn,
 )
+from storyeval.base.signature import Signature, SignatureValue
+from storyeval.base.stats import binomial_test
+from storyeval.base.validation import check_confidence
+from storyeval.corpus import Score, iter_raw_records, read_scores
 from storyeval.meta.data import MetaInputError, _scores_to_frame
-from storyeval.signature import Signature, SignatureValue
-from storyeval.stats import binomial_test
-from storyeval.validation import check_confidence
 
 PAIR_COLUMNS: tuple[str, ...] = ("original_id", "altered_id")
 

@@ -28,12 +28,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from storyeval.base.errors import DataCoverageWarning, DataFileError, DataProblem, warn
+from storyeval.base.signature import Signature
+from storyeval.base.stats import check_method, check_variant, correlation, describe_replicates
 from storyeval.corpus import iter_raw_records
-from storyeval.errors import DataCoverageWarning, DataFileError, DataProblem, warn
 from storyeval.meta.correlation import LEVELS, CorrelationSettings, correlate, settings_from
 from storyeval.meta.data import MetaInputError, MetaTable, load_meta_table
-from storyeval.signature import Signature
-from storyeval.stats import check_method, check_variant, correlation, describe_replicates
 
 
 def infer_levels(quality: np.ndarray, *, max_levels: int = 100, tolerance: float = 1e-6) -> int:

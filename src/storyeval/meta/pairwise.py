@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from storyeval.signature import Signature
+from storyeval.base.signature import Signature
 
 PAIRWISE_COLUMNS = [
     "metric", "criterion", "estimate", "ci_low", "ci_high", "n", "n_clusters", "metric_ties",

@@ -26,9 +26,9 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from storyeval.base.signature import Signature
+from storyeval.base.validation import check_confidence
 from storyeval.corpus import Judgment
-from storyeval.signature import Signature
-from storyeval.validation import check_confidence
 
 PPI_COLUMNS = [
     "group", "estimate", "ci_low", "ci_high", "lam", "n_labeled", "n_unlabeled",

@@ -163,7 +163,7 @@ def criterion_agreement(
 ) -> pd.DataFrame:
     """Per criterion: Krippendorff's alpha (interval and ordinal), Fleiss' kappa and ICC(2,1)
     and ICC(2,k), with bootstrap intervals (``n_boot`` replicates)."""
-    from storyeval.errors import StoryevalWarning
+    from storyeval.base.errors import StoryevalWarning
     from storyeval.meta import agreement
 
     frame = _frame(judgments)

@@ -25,12 +25,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from storyeval.errors import DegenerateInputWarning, warn
+from storyeval.base.errors import DegenerateInputWarning, warn
+from storyeval.base.signature import Signature
+from storyeval.base.stats import check_method, check_variant, correlation
+from storyeval.base.validation import check_choice
 from storyeval.meta.correlation import check_level
 from storyeval.meta.data import MetaTable
-from storyeval.signature import Signature
-from storyeval.stats import check_method, check_variant, correlation
-from storyeval.validation import check_choice
 
 ALTERNATIVES: tuple[str, ...] = ("greater", "two-sided", "less")
 CORRECTIONS: dict[str, str] = {"bh": "fdr_bh", "bonferroni": "bonferroni", "holm": "holm"}

@@ -325,8 +325,8 @@ def check_span_records(path: str | Path, texts: Mapping[str, str] | None = None)
     DataFileError
         ``FILE:LINE: reason`` for every bad record.
     """
+    from storyeval.base.errors import DataFileError, DataProblem
     from storyeval.corpus import iter_raw_records
-    from storyeval.errors import DataFileError, DataProblem
 
     records = [(n, r) for n, r in iter_raw_records(path) if isinstance(r, dict)]
     labels = {str(r.get("criterion")) for _, r in records} - {SHARE}

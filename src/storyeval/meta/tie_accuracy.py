@@ -28,8 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from storyeval.stats import FloatArray, percentile_interval
-from storyeval.validation import check_choice
+from storyeval.base.stats import FloatArray, percentile_interval
+from storyeval.base.validation import check_choice
 
 PAIRWISE_METHODS: tuple[str, ...] = ("acc_eq", "spa")
 #: Sign flips of SPA's permutation tests

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from storyeval.errors import StoryevalError
-from storyeval.signature import Signature
+from storyeval.base.errors import StoryevalError
+from storyeval.base.signature import Signature
 
 
 class WeightFitError(StoryevalError, ValueError):
@@ -129,7 +129,7 @@ def _out_of_fold(
 def _correlations(
     name: str, predicted: np.ndarray, target: np.ndarray, draws: np.ndarray
 ) -> list[dict[str, object]]:
-    from storyeval.stats import percentile_interval, rows_correlation
+    from storyeval.base.stats import percentile_interval, rows_correlation
 
     rows: list[dict[str, object]] = []
     for method in ("pearson", "spearman", "kendall"):
@@ -152,7 +152,7 @@ def _correlations(
 def _weight_intervals(
     x: np.ndarray, y: np.ndarray, draws: np.ndarray, ridge: float, nonnegative: bool
 ) -> tuple[np.ndarray, np.ndarray]:
-    from storyeval.stats import percentile_interval
+    from storyeval.base.stats import percentile_interval
 
     samples = np.array([_Model.fit(x[d], y[d], ridge, nonnegative).raw[0] for d in draws])
     bounds = [percentile_interval(samples[:, j]) for j in range(x.shape[1])]

@@ -98,7 +98,7 @@ def _item_row(
 ) -> tuple[dict[str, Any], np.ndarray | None]:
     """One system's mean of the defined item values with its sd and bootstrap interval, and
     the resamples' indices (shared with the corpus statistics)."""
-    from storyeval.stats import bootstrap_indices, percentile_interval
+    from storyeval.base.stats import bootstrap_indices, percentile_interval
 
     values = output.values[index] if len(index) else np.zeros(0)
     defined = np.isfinite(values)
@@ -145,7 +145,7 @@ def _corpus_rows(
 ) -> list[dict[str, Any]]:
     """One system's corpus statistics (from its summed sufficient statistics), each with an
     interval from the item resamples."""
-    from storyeval.stats import percentile_interval
+    from storyeval.base.stats import percentile_interval
 
     rows = []
     for corpus in spec.corpus:
@@ -197,7 +197,7 @@ def _against_reference(
     details: dict[tuple[str, str, str], Any] | None,
 ) -> list[dict[str, Any]]:
     """The rows of a corpus-level metric: each system against the reference system."""
-    from storyeval.errors import StoryevalError
+    from storyeval.base.errors import StoryevalError
 
     reference = str(options["reference_system"])
     systems = [s.system or NO_SYSTEM for s in batch.stories]

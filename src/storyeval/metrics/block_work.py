@@ -10,9 +10,9 @@ from typing import Any
 
 import numpy as np
 
+from storyeval.base.errors import MissingInputError
 from storyeval.corpus import Score, Story, prompt_id
 from storyeval.engine.blocks import block_plan
-from storyeval.errors import MissingInputError
 from storyeval.metrics.context import ScoringContext, windowed_texts
 from storyeval.metrics.registry import (
     MetricBatch,

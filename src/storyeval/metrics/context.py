@@ -17,7 +17,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from storyeval.errors import ModelLoadError, StoryevalWarning
+from storyeval.base.errors import ModelLoadError, StoryevalWarning
 from storyeval.models.devices import progress_bar as open_progress_bar
 
 

@@ -40,9 +40,9 @@ from typing import Any, Literal
 
 import numpy as np
 
-from storyeval.errors import StoryevalWarning, warn
-from storyeval.signature import Signature
-from storyeval.validation import check_choice
+from storyeval.base.errors import StoryevalWarning, warn
+from storyeval.base.signature import Signature
+from storyeval.base.validation import check_choice
 
 #: Below this many texts on either side, MAUVE's histogram has fewer than 10 clusters and its
 #: value moves a lot with the k-means seed (mauve issues #9 and #18; the paper uses 5,000
@@ -388,7 +388,7 @@ def mauve_features(
     ValueError
         For empty, non-2-d or non-finite features, dimensions that differ, or bad settings.
     """
-    from storyeval.stats import mean_interval
+    from storyeval.base.stats import mean_interval
 
     p = _check_features("p_features", p_features)
     q = _check_features("q_features", q_features)

@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 
 import numpy as np
 
-from storyeval.errors import ModelLoadError
+from storyeval.base.errors import ModelLoadError
 from storyeval.metrics.cards import CLARK, CONCRETE_LIMITS, DISTINCT_LIMITS, MetricCard
 from storyeval.metrics.context import ScoringContext
 from storyeval.metrics.function import INJECTED, Opt, Scores, Texts, metric

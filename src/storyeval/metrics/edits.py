@@ -21,11 +21,11 @@ from typing import Annotated, Any, Literal
 
 import numpy as np
 
+from storyeval.base.validation import check_choice
 from storyeval.metrics.cards import CLARK, EDIT_LIMITS, MetricCard
 from storyeval.metrics.function import Opt, Scores, Texts, metric
 from storyeval.metrics.registry import MetricOption
 from storyeval.text import tokenize_words
-from storyeval.validation import check_choice
 
 
 def levenshtein(a: Sequence[Any] | str, b: Sequence[Any] | str) -> int:

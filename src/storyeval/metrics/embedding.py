@@ -24,7 +24,7 @@ from typing import Annotated, Any, Literal, cast
 
 import numpy as np
 
-from storyeval.errors import StoryevalError
+from storyeval.base.errors import StoryevalError
 from storyeval.metrics.cards import BASELINE_NOTE, BERTSCORE_LIMITS, MetricCard
 from storyeval.metrics.context import EncoderCache, ScoringContext, resolve_layer
 from storyeval.metrics.function import (

@@ -41,6 +41,7 @@ from typing import Annotated, Any, Literal, TypeVar, get_args, get_origin
 
 import numpy as np
 
+from storyeval.base.signature import Signature, SignatureValue
 from storyeval.metrics.context import ScoringContext
 from storyeval.metrics.registry import (
     MetricBatch,
@@ -51,7 +52,6 @@ from storyeval.metrics.registry import (
     get_metric,
     register_spec,
 )
-from storyeval.signature import Signature, SignatureValue
 
 # --------------------------------------------------------------------------- input types
 

@@ -28,7 +28,7 @@ from typing import Annotated, Any, cast
 
 import numpy as np
 
-from storyeval.errors import StoryevalError
+from storyeval.base.errors import StoryevalError
 from storyeval.metrics.cards import MetricCard
 from storyeval.metrics.context import ScoringContext
 from storyeval.metrics.function import INJECTED, Opt, Scores, Texts, metric
@@ -142,7 +142,7 @@ def build_index(
     progress : callable, optional
         Called with a line of text as the work advances.
     """
-    from storyeval.io import atomic_directory
+    from storyeval.base.io import atomic_directory
 
     if not isinstance(depth, int) or not 2 <= depth <= 64:
         raise CorpusIndexError(f"depth must be an integer in [2, 64]; got {depth!r}")

@@ -4,7 +4,7 @@
 
 1. chooses the metrics (the default suite, or the names given) and validates the options;
 2. checks each story has the inputs each metric needs (a reference, a prompt, a field named
-   by an option): missing inputs raise :class:`~storyeval.errors.MissingInputError` naming the
+   by an option): missing inputs raise :class:`~storyeval.base.errors.MissingInputError` naming the
    metric and the first offending line, or, with ``missing="skip"``, are skipped and counted;
 3. lets every embedding metric announce the texts and layers it will read, encodes each
    distinct text once per encoder (one pass, batches sorted by length), then runs the metrics;
@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from storyeval.base.validation import check_choice, check_confidence
 from storyeval.corpus import Score, Story
 from storyeval.engine.blocks import Executor, LocalExecutor
 from storyeval.metrics.aggregate import aggregate
@@ -53,7 +54,6 @@ from storyeval.metrics.runs import (
     corpus_presence,
     default_suite,
 )
-from storyeval.validation import check_choice, check_confidence
 
 
 def score_stories(
@@ -307,7 +307,7 @@ def score_block(
     earlier run saved there, else save it once computed."""
     import pickle
 
-    from storyeval.io import write_bytes_atomic
+    from storyeval.base.io import write_bytes_atomic
 
     if work.saved is not None and Path(work.saved).is_file():
         with open(work.saved, "rb") as handle:

@@ -25,6 +25,7 @@ from typing import Annotated, Any, Literal
 
 import numpy as np
 
+from storyeval.base.signature import Signature
 from storyeval.metrics.cards import MetricCard
 from storyeval.metrics.context import ScoringContext
 from storyeval.metrics.distributional import (
@@ -35,7 +36,6 @@ from storyeval.metrics.distributional import (
 )
 from storyeval.metrics.function import INJECTED, Opt, Texts, metric
 from storyeval.metrics.registry import MetricOption, SystemStatistic, SystemValue
-from storyeval.signature import Signature
 
 STATISTICS = ("precision", "recall", "density", "coverage")
 #: The default subsample size a side: exact k-nearest-neighbour supports cost the square of it,

@@ -10,7 +10,7 @@ from typing import Annotated, Literal
 
 import numpy as np
 
-from storyeval.errors import StoryevalError
+from storyeval.base.errors import StoryevalError
 from storyeval.metrics.cards import MetricCard
 from storyeval.metrics.context import ScoringContext
 from storyeval.metrics.function import INJECTED, Groups, Opt, Scores, Texts, metric, undefined_note

@@ -43,9 +43,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from storyeval.errors import StoryevalError
-from storyeval.registry import Registry, UnknownNameError
-from storyeval.signature import Signature, SignatureValue
+from storyeval.base.errors import StoryevalError
+from storyeval.base.registry import Registry, UnknownNameError
+from storyeval.base.signature import Signature, SignatureValue
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np

@@ -8,13 +8,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from storyeval.base.signature import Signature
 from storyeval.corpus import Score, Story
 from storyeval.metrics.context import ScoringContext
 from storyeval.metrics.registry import (
     MetricSpec,
     all_metrics,
 )
-from storyeval.signature import Signature
 
 MissingPolicy = Literal["error", "skip"]
 #: Metric model roles that run a neural network (their signatures say where and how).

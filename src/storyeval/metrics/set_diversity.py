@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal
 
 import numpy as np
 
+from storyeval.base.registry import Registry
 from storyeval.metrics.cards import MetricCard
 from storyeval.metrics.context import ScoringContext
 from storyeval.metrics.embedding import BatchTokens, Device, EncoderName, Precision, encoder_cache
@@ -31,7 +32,6 @@ from storyeval.metrics.function import (
     undefined_note,
 )
 from storyeval.metrics.registry import MetricBatch
-from storyeval.registry import Registry
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ Names resolve in this order:
    packaged copy installed by ``make setup``;
 2. an existing local directory (or file) loads from disk;
 3. anything else is a Hugging Face hub name, loaded through ``from_pretrained(name)``. When
-   the hub cannot be reached, a one-line :class:`~storyeval.errors.ModelLoadError` says so and
+   the hub cannot be reached, a one-line :class:`~storyeval.base.errors.ModelLoadError` says so and
    how to pass a local path instead.
 
 Every loaded model carries an ``identity`` (name plus file hash or hub revision) for

@@ -32,7 +32,7 @@ import time
 from collections.abc import Iterator
 from typing import Any, Literal
 
-from storyeval.errors import StoryevalError
+from storyeval.base.errors import StoryevalError
 
 DEVICES = ("cpu", "cuda", "mps", "auto")
 PRECISIONS = ("float32", "bfloat16", "float16")

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from storyeval.errors import ModelLoadError
-from storyeval.validation import check_choice
+from storyeval.base.errors import ModelLoadError
+from storyeval.base.validation import check_choice
 
 DEFAULT_ENCODER = "all-MiniLM-L6-v2"
 DEFAULT_CAUSAL_LM = "SmolLM2-135M-Instruct-Q4_1"
@@ -138,7 +138,7 @@ def file_identity(path: str) -> str:
         pass
     identity = _hash_files(files)
     try:
-        from storyeval.io import write_text_atomic
+        from storyeval.base.io import write_text_atomic
 
         write_text_atomic(memo_file, identity + "\n")
     except OSError:
@@ -182,7 +182,7 @@ def _dequantized_smollm_dir() -> Path:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    from storyeval.io import atomic_directory
+    from storyeval.base.io import atomic_directory
 
     quiet_transformers()
     tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)

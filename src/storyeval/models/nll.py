@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from storyeval.validation import check_choice
+from storyeval.base.validation import check_choice
 
 
 @dataclass

@@ -14,9 +14,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
-from storyeval.errors import StoryevalError
-from storyeval.registry import Registry, UnknownNameError
-from storyeval.validation import check_choice
+from storyeval.base.errors import StoryevalError
+from storyeval.base.registry import Registry, UnknownNameError
+from storyeval.base.validation import check_choice
 
 if TYPE_CHECKING:
     from storyeval.perturb.corpus import PerturbationCorpus

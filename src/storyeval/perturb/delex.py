@@ -53,7 +53,7 @@ def census_first_names() -> dict[str, str]:
     """
     spec = importlib.util.find_spec("names")
     if spec is None or not spec.submodule_search_locations:
-        from storyeval.errors import ModelLoadError
+        from storyeval.base.errors import ModelLoadError
 
         raise ModelLoadError(
             "the census first-name lists are not installed: `pip install names==0.3.0`"
@@ -85,7 +85,7 @@ def census_first_names() -> dict[str, str]:
 def read_name_table(path: str | Path) -> dict[str, str]:
     """Read a first-name table: CSV with columns ``name`` and ``gender`` (male, female or
     neutral; also m/f/n). Names are matched case-insensitively."""
-    from storyeval.errors import DataFileError
+    from storyeval.base.errors import DataFileError
 
     table: dict[str, str] = {}
     aliases = {"m": "male", "f": "female", "n": "neutral", "u": "neutral", "unknown": "neutral"}
@@ -146,7 +146,7 @@ class Delexicalizer:
 
             nlp = load_spacy()
         if "ner" not in nlp.pipe_names:
-            from storyeval.errors import ModelLoadError
+            from storyeval.base.errors import ModelLoadError
 
             raise ModelLoadError(
                 "delexicalization needs a spaCy pipeline with a named-entity recognizer ('ner')"

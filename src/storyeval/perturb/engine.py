@@ -10,9 +10,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from storyeval.base.errors import StoryevalError, StoryevalWarning
+from storyeval.base.signature import Signature
+from storyeval.base.validation import check_choice
 from storyeval.corpus import Story
 from storyeval.engine.blocks import Executor, consecutive_blocks
-from storyeval.errors import StoryevalError, StoryevalWarning
 from storyeval.perturb.base import (
     TECHNIQUES,
     UNION_COUNT_PROBABILITIES,
@@ -24,8 +26,6 @@ from storyeval.perturb.base import (
     story_rng,
 )
 from storyeval.perturb.corpus import PerturbationCorpus
-from storyeval.signature import Signature
-from storyeval.validation import check_choice
 
 Mode = Literal["all", "mix", "each"]
 MODES: tuple[str, ...] = ("all", "mix", "each")

@@ -16,7 +16,7 @@ def _wordnet() -> object:
     try:
         wordnet.ensure_loaded()
     except LookupError as exc:
-        from storyeval.errors import ModelLoadError
+        from storyeval.base.errors import ModelLoadError
 
         raise ModelLoadError(
             "WordNet is not installed for NLTK: run `make setup` (it copies Debian's "
@@ -77,7 +77,7 @@ and the negated relations NotDesires, NotCapableOf and NotHasProperty (both dire
 
 @functools.lru_cache(maxsize=8)
 def _antonym_file(path: str, mtime_ns: int) -> tuple[dict[str, tuple[str, ...]], str]:
-    from storyeval.errors import DataFileError, DataProblem
+    from storyeval.base.errors import DataFileError, DataProblem
 
     table: dict[str, list[str]] = {}
     problems: list[DataProblem] = []

@@ -172,7 +172,7 @@ def build_report(
     ValueError
         If no correlation level can be computed from the data.
     """
-    from storyeval.io import check_output_directory, claim_output_directory
+    from storyeval.base.io import check_output_directory, claim_output_directory
 
     read = [path for paths in (inputs or {}).values() for path in paths]
     directory = check_output_directory(out_dir, "report", inputs=read)

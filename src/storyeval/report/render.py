@@ -1,5 +1,5 @@
 """Rendering of the meta-evaluation report: sections of paragraphs, figures and tables, as
-Markdown (through :mod:`storyeval.markdown`, the one Markdown writer) and as an HTML page."""
+Markdown (through :mod:`storyeval.base.markdown`, the one Markdown writer) and as an HTML page."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import Any
 import pandas as pd
 
 from storyeval import __version__
-from storyeval.markdown import MISSING, Document, fmt
+from storyeval.base.markdown import MISSING, Document, fmt
 
 
 @dataclass

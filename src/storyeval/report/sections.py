@@ -11,7 +11,7 @@ from typing import Any
 import pandas as pd
 
 from storyeval import __version__
-from storyeval.io import write_bytes_atomic, write_text_atomic
+from storyeval.base.io import write_bytes_atomic, write_text_atomic
 from storyeval.report.compute import ReportData
 from storyeval.report.render import (
     Figure,
@@ -55,7 +55,7 @@ class ReportFiles:
 
 
 def _plots() -> Any:
-    from storyeval import plots
+    from storyeval.base import plots
 
     return plots
 

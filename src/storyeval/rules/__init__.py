@@ -28,8 +28,8 @@ from typing import Any
 import pandas as pd
 from pydantic import Field, model_validator
 
-from storyeval.registry import Registry
-from storyeval.yamlfile import StrictModel, YamlFileError, load_model
+from storyeval.base.registry import Registry
+from storyeval.base.yamlfile import StrictModel, YamlFileError, load_model
 
 _SLOT = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
@@ -328,7 +328,7 @@ def match_outputs(grammar: Grammar, outputs: Sequence[tuple[str, str, str]]) -> 
 
 
 def _rate(successes: int, n: int, confidence: float) -> dict[str, float]:
-    from storyeval.stats import binomial_test
+    from storyeval.base.stats import binomial_test
 
     if n == 0:
         nan = float("nan")

@@ -35,8 +35,8 @@ from typing import Any
 import pandas as pd
 from pydantic import Field, field_validator, model_validator
 
+from storyeval.base.yamlfile import StrictModel, load_model
 from storyeval.rules import GrammarError
-from storyeval.yamlfile import StrictModel, load_model
 
 _SLOT = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)?)\}")
 AGGREGATIONS = ("separate", "conjunction", "insertion")
@@ -860,12 +860,12 @@ def import_webnlg(paths: Sequence[str | Path]) -> tuple[DataGrammar, pd.DataFram
 
     Raises
     ------
-    storyeval.errors.DataFileError
+    storyeval.base.errors.DataFileError
         For a file that is not XML or holds no usable template.
     """
     import xml.etree.ElementTree as ET
 
-    from storyeval.errors import DataFileError
+    from storyeval.base.errors import DataFileError
 
     templates: dict[str, Counter[str]] = {}
     types: dict[str, tuple[str, str]] = {}
@@ -946,12 +946,12 @@ def read_data_records(path: str | Path, grammar: DataGrammar) -> list[dict[str, 
 
     Raises
     ------
-    storyeval.errors.DataFileError
+    storyeval.base.errors.DataFileError
         With the file and line of every record without ``id`` and ``input`` facts of the
         grammar's predicates.
     """
+    from storyeval.base.errors import DataFileError, DataProblem
     from storyeval.corpus import iter_raw_records
-    from storyeval.errors import DataFileError, DataProblem
 
     records, problems = [], []
     for line, record in iter_raw_records(path):

@@ -30,7 +30,7 @@ from sqlalchemy import Connection, Engine, MetaData, create_engine, event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import DBAPIError, OperationalError
 
-from storyeval.errors import StoryevalError
+from storyeval.base.errors import StoryevalError
 
 metadata = MetaData()
 """The metadata of every storyeval server table (core and session types)."""

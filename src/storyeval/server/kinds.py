@@ -14,14 +14,14 @@ from pathlib import Path
 
 from fastapi import APIRouter
 
-from storyeval.errors import StoryevalError
-from storyeval.registry import Registry
+from storyeval.base.errors import StoryevalError
+from storyeval.base.registry import Registry
+from storyeval.base.yamlfile import YamlFileError, read_yaml
 from storyeval.server.routers import slogan, study_admin, writing, writing_admin
 from storyeval.server.routers import study as study_pages
 from storyeval.server.sessions import SessionPlugin
 from storyeval.server.study_session import StudySession
 from storyeval.server.writing_session import WritingSessionPlugin
-from storyeval.yamlfile import YamlFileError, read_yaml
 
 
 @dataclass(frozen=True)

@@ -36,8 +36,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.exc import IntegrityError
 
+from storyeval.base.validation import check_choice
 from storyeval.server.db import HotQuery, metadata
-from storyeval.validation import check_choice
 
 TOKEN_BYTES = 32
 MAX_EXTERNAL_ID = 256

@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from storyeval.errors import StoryevalError
+from storyeval.base.errors import StoryevalError
 
 
 class PostgresUnavailable(StoryevalError):

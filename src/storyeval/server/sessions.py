@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 
 from sqlalchemy import Connection
 
+from storyeval.base.yamlfile import Enrollment
 from storyeval.server.db import Database
 from storyeval.server.participants import (
     Participant,
@@ -26,7 +27,6 @@ from storyeval.server.participants import (
     lock_session,
     set_client_key,
 )
-from storyeval.yamlfile import Enrollment
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,7 @@ class EnrollmentPolicy:
     ``platform_parameters`` are URL parameters stored with the participant (e.g. Prolific's
     ``STUDY_ID`` and ``SESSION_ID``); ``require_id``: a join without the external id is
     refused; ``max_per_address`` unfinished participants may have consented from one network
-    address within ``address_window_s`` (see :class:`storyeval.yamlfile.Enrollment`).
+    address within ``address_window_s`` (see :class:`storyeval.base.yamlfile.Enrollment`).
     """
 
     open: bool = False

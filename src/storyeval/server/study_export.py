@@ -14,8 +14,9 @@ from typing import Any
 
 from sqlalchemy import Connection, func, select
 
+from storyeval.base.errors import StoryevalError
+from storyeval.base.validation import check_choice
 from storyeval.corpus import Judgment
-from storyeval.errors import StoryevalError
 from storyeval.human.model import Study
 from storyeval.server.db import Database
 from storyeval.server.integrity import summarise
@@ -34,7 +35,6 @@ from storyeval.server.study_tables import (
     studies,
     training_answers,
 )
-from storyeval.validation import check_choice
 
 
 def export_judgments(
@@ -391,8 +391,8 @@ def export_to_directory(
     assignment: why each slot went to whom) and ``study.json`` (the definition that
     was run, with its version). Returns the number of records per file.
     """
+    from storyeval.base.io import atomic_directory
     from storyeval.corpus import write_judgments, write_records
-    from storyeval.io import atomic_directory
 
     check_choice(fmt, ("jsonl", "csv"), "fmt")
     with db.read() as conn:

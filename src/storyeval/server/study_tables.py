@@ -35,7 +35,7 @@ from sqlalchemy import (
     update,
 )
 
-from storyeval.errors import StoryevalError
+from storyeval.base.errors import StoryevalError
 from storyeval.human.assign import build_slots
 from storyeval.human.model import Study
 from storyeval.server.db import Database, metadata

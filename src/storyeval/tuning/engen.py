@@ -52,9 +52,9 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from storyeval.base.errors import ModelLoadError, StoryevalError
+from storyeval.base.signature import Signature
 from storyeval.entities import AnnotatedText
-from storyeval.errors import ModelLoadError, StoryevalError
-from storyeval.signature import Signature
 from storyeval.tuning.engen_text import normalise_word
 
 VARIANTS = ("engen", "s2sa", "entitynlm")
@@ -640,7 +640,7 @@ class EngenModel:
         """Write the model directory atomically (weights, vocabulary, metadata)."""
         import torch
 
-        from storyeval.io import atomic_directory
+        from storyeval.base.io import atomic_directory
         from storyeval.learn.trainer import METADATA_FILE
 
         with atomic_directory(directory, "engen model") as tmp:

@@ -30,10 +30,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from storyeval.base.errors import StoryevalError
+from storyeval.base.signature import Signature
+from storyeval.base.validation import check_choice
 from storyeval.corpus import Story
-from storyeval.errors import StoryevalError
-from storyeval.signature import Signature
-from storyeval.validation import check_choice
 
 ALGORITHMS = ("grpo", "rloo", "scst")
 #: Settings that only one kind of algorithm reads (left out of the other's signature).
@@ -483,7 +483,7 @@ def _signature(
 
 
 def _save(lm: Any, output: Path, metadata: dict[str, Any]) -> None:
-    from storyeval.io import atomic_directory
+    from storyeval.base.io import atomic_directory
     from storyeval.learn.trainer import METADATA_FILE
 
     with atomic_directory(output, f"{metadata['kind']} model") as tmp:

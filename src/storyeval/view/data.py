@@ -19,8 +19,8 @@ from typing import Any
 
 import pandas as pd
 
+from storyeval.base.errors import StoryevalError
 from storyeval.corpus import Judgment, Score, Story
-from storyeval.errors import StoryevalError
 
 #: A judgment whose rater id starts so is an LLM judge's (storyeval judge writes signatures).
 JUDGE_PREFIX = "judge|"
@@ -222,8 +222,8 @@ RESERVED_PREFIXES = ("people:", "judge:")
 def _scores(path: Path) -> list[Score]:
     """A score file's records, none of whose metrics is named as one of the table's own
     columns (``words``, ``item_id``, ... would overlap them)."""
+    from storyeval.base.errors import DataFileError, DataProblem
     from storyeval.corpus import iter_raw_records, read_scores
-    from storyeval.errors import DataFileError, DataProblem
 
     records = read_scores(path)
     if not any(_reserved(s.metric) for s in records):
@@ -246,8 +246,8 @@ def _reserved(metric: str) -> bool:
 def _rankings(path: Path) -> list[dict[str, Any]]:
     """The rows of a stored ranking (``storyeval rank`` output: system, method, estimate and
     its interval), each checked for those fields."""
+    from storyeval.base.errors import DataFileError, DataProblem
     from storyeval.corpus import iter_raw_records
-    from storyeval.errors import DataFileError, DataProblem
 
     rows = []
     for number, record in iter_raw_records(path):
@@ -266,8 +266,8 @@ def _rankings(path: Path) -> list[dict[str, Any]]:
 
 def _sessions(path: Path) -> list[dict[str, Any]]:
     """The session records of an export (each checked for the fields the replay reads)."""
+    from storyeval.base.errors import DataFileError, DataProblem
     from storyeval.corpus import iter_raw_records
-    from storyeval.errors import DataFileError, DataProblem
 
     records = []
     problems: list[DataProblem] = []

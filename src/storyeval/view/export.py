@@ -121,7 +121,7 @@ def export_site(data: ViewData, directory: str | Path, *, max_pages: int = 5000)
     atomically). Returns the number of pages written and of links left unexported."""
     from fastapi.testclient import TestClient
 
-    from storyeval.io import atomic_directory
+    from storyeval.base.io import atomic_directory
     from storyeval.view.app import create_view_app
 
     if max_pages < 1:

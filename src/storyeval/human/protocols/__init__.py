@@ -11,6 +11,7 @@ point of the group ``storyeval.protocols`` and registering an instance:
 
 from __future__ import annotations
 
+from storyeval.base.registry import Registry
 from storyeval.human.protocols.base import (
     AnalysisSettings,
     JudgmentRow,
@@ -19,7 +20,6 @@ from storyeval.human.protocols.base import (
     StatementPart,
     StudyProtocol,
 )
-from storyeval.registry import Registry
 
 
 def _builtins() -> None:

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from storyeval.base.yamlfile import Loc, StrictModel
 from storyeval.corpus import Story
 from storyeval.human.model import (
     Item,
@@ -25,7 +26,6 @@ from storyeval.human.model import (
     Text,
     TrainingExample,
 )
-from storyeval.yamlfile import Loc, StrictModel
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd

@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 from pydantic import Field, model_validator
 
+from storyeval.base.yamlfile import Loc, StrictModel
 from storyeval.corpus import Story, prompt_group
 from storyeval.human.model import Item, ResolvedTraining, Study, StudyConfig, TrainingExample
 from storyeval.human.protocols.base import (
@@ -34,7 +35,6 @@ from storyeval.human.protocols.base import (
     select_stories,
     text_of,
 )
-from storyeval.yamlfile import Loc, StrictModel
 
 
 class BestWorstOptions(StrictModel):
@@ -184,8 +184,8 @@ def split_half_reliability(
 def bradley_terry_table(part: pd.DataFrame, settings: AnalysisSettings) -> pd.DataFrame:
     """Bradley-Terry strengths of the systems per criterion, from the implied comparisons,
     with percentile bootstrap intervals over tuples (pages)."""
+    from storyeval.base.stats import percentile_interval
     from storyeval.meta.bradley_terry import bradley_terry, count_comparisons
-    from storyeval.stats import percentile_interval
 
     rows = []
     for criterion, crit in part.groupby("criterion", sort=True):

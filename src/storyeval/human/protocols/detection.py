@@ -13,8 +13,9 @@ import numpy as np
 import pandas as pd
 from pydantic import Field
 
+from storyeval.base.errors import DegenerateInputWarning
+from storyeval.base.yamlfile import Loc, StrictModel
 from storyeval.corpus import Story, prompt_group
-from storyeval.errors import DegenerateInputWarning
 from storyeval.human.model import Item, ResolvedTraining, Study, StudyConfig, TrainingExample
 from storyeval.human.protocols.base import (
     AnalysisSettings,
@@ -29,7 +30,6 @@ from storyeval.human.protocols.base import (
     text_of,
 )
 from storyeval.human.tables import krippendorff_alpha
-from storyeval.yamlfile import Loc, StrictModel
 
 DETECTION_LABELS: tuple[str, str, str, str] = (
     "Definitely human-written",
@@ -100,7 +100,7 @@ def detection_metrics(frame: pd.DataFrame, *, tests: int | None = None) -> pd.Da
     """
     from scipy.stats import ttest_1samp
 
-    from storyeval.stats import bonferroni
+    from storyeval.base.stats import bonferroni
 
     data = _scored(frame)
     machines = sorted(data.loc[data["truth"] == "machine", "condition"].unique())

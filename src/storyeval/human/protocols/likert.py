@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from storyeval.base.yamlfile import Loc
 from storyeval.corpus import Story, prompt_group
 from storyeval.human.model import Item, Study, StudyConfig, TrainingExample
 from storyeval.human.protocols.base import (
@@ -19,7 +20,6 @@ from storyeval.human.protocols.base import (
     text_of,
 )
 from storyeval.human.protocols.rating import RATING_FEEDBACK, RatingProtocol
-from storyeval.yamlfile import Loc
 
 
 class Likert(RatingProtocol):

@@ -10,6 +10,8 @@ from typing import Any, cast
 import pandas as pd
 from pydantic import Field, model_validator
 
+from storyeval.base.stats import binomial_test
+from storyeval.base.yamlfile import Loc, StrictModel
 from storyeval.corpus import Story, prompt_group
 from storyeval.human.model import Item, ResolvedTraining, Study, StudyConfig, TrainingExample
 from storyeval.human.protocols.base import (
@@ -28,8 +30,6 @@ from storyeval.human.protocols.base import (
     text_of,
 )
 from storyeval.human.tables import TEST_COLUMNS
-from storyeval.stats import binomial_test
-from storyeval.yamlfile import Loc, StrictModel
 
 
 class PairwiseOptions(StrictModel):

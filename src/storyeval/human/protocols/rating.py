@@ -4,9 +4,9 @@ design statement."""
 
 from __future__ import annotations
 
+from storyeval.base.yamlfile import Loc
 from storyeval.human.model import Criterion, StudyConfig
 from storyeval.human.protocols.base import Problem, StatementPart, StudyProtocol, cell
-from storyeval.yamlfile import Loc
 
 RATING_FEEDBACK = """\
 {% for pos in positions %}{{ m.show_text(texts[pos - 1], labels[pos - 1] if positions | length > 1 else None, config.show_prompt) }}{% endfor %}

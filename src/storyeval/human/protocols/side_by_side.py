@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from storyeval.base.yamlfile import Loc, StrictModel
 from storyeval.corpus import Story, prompt_group
 from storyeval.human.model import Item, Study, StudyConfig, Text, TrainingExample
 from storyeval.human.protocols.base import (
@@ -20,7 +21,6 @@ from storyeval.human.protocols.base import (
     text_of,
 )
 from storyeval.human.protocols.rating import RATING_FEEDBACK, RatingProtocol
-from storyeval.yamlfile import Loc, StrictModel
 
 
 class SideBySideOptions(StrictModel):

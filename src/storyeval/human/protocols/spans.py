@@ -20,6 +20,7 @@ from typing import Any
 import pandas as pd
 from pydantic import Field, field_validator
 
+from storyeval.base.yamlfile import Loc, StrictModel, check_name
 from storyeval.corpus import Story, prompt_group
 from storyeval.human.model import Item, ResolvedTraining, Study, StudyConfig, TrainingExample
 from storyeval.human.protocols.base import (
@@ -43,7 +44,6 @@ from storyeval.meta.spans import (
     spans_frame,
     story_units,
 )
-from storyeval.yamlfile import Loc, StrictModel, check_name
 
 CONFIRM_KEY = "confirm"
 

@@ -12,6 +12,7 @@ from typing import Any, Literal
 import pandas as pd
 from pydantic import Field
 
+from storyeval.base.yamlfile import Loc, StrictModel
 from storyeval.corpus import Story, prompt_group
 from storyeval.human.model import (
     Item,
@@ -33,7 +34,6 @@ from storyeval.human.protocols.base import (
     select_stories,
     text_of,
 )
-from storyeval.yamlfile import Loc, StrictModel
 
 TRIANGLE_QUESTION = "Select the text you think has been written by a different subject:"
 

@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal, TypeVar
 
-from storyeval.errors import StoryevalError
-from storyeval.validation import check_choice, check_fraction
+from storyeval.base.errors import StoryevalError
+from storyeval.base.validation import check_choice, check_fraction
 
 _T = TypeVar("_T")
 

@@ -111,7 +111,7 @@ def _kendall_row(
 
 def _interval(boots: Sequence[float], n_boot: int) -> tuple[float, float]:
     """The 95% percentile interval of bootstrap replicates (NaN without any)."""
-    from storyeval.stats import percentile_interval
+    from storyeval.base.stats import percentile_interval
 
     if not n_boot:
         return np.nan, np.nan

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from storyeval.base.signature import Signature
 from storyeval.corpus import Score, Story
 from storyeval.learn.preference.config import (
     FEATURES_DIR,
@@ -38,7 +39,6 @@ from storyeval.learn.preference.validation import (
     negatives_within,
     pairs_within,
 )
-from storyeval.signature import Signature
 
 # --------------------------------------------------------------------------- the model
 
@@ -257,8 +257,8 @@ def _write_beside(directory: Path, data: PreferenceData, scores: Sequence[Score]
     """The files beside the model, before the model file (the run's commit point): the keys
     of the judged stories' texts (a judge notes stories it was trained on), and the held-out
     scores (a stale file of an earlier run is removed when there are none)."""
+    from storyeval.base.io import write_text_atomic
     from storyeval.corpus import write_scores
-    from storyeval.io import write_text_atomic
 
     directory.mkdir(parents=True, exist_ok=True)
     judged = {
@@ -362,7 +362,7 @@ class _FoldTuning:
         return np.hstack([tuned, self.columns]), identity
 
     def _store_final(self, key: str, tuned: np.ndarray, identity: str) -> None:
-        from storyeval.io import write_text_atomic
+        from storyeval.base.io import write_text_atomic
         from storyeval.learn.preference.tune import store_tuning
 
         store_tuning(self.directory / TUNING_DIR, key, tuned)
@@ -515,7 +515,7 @@ def _existing(directory: Path, signature: Signature, overwrite: bool) -> Prefere
 
 
 def _save(model: PreferenceModel) -> None:
-    from storyeval.io import write_text_atomic
+    from storyeval.base.io import write_text_atomic
 
     model.directory.mkdir(parents=True, exist_ok=True)
     payload = {
@@ -550,7 +550,7 @@ def load_preference(directory: str | Path) -> PreferenceModel:
     ModelLoadError
         When the directory holds no preference model.
     """
-    from storyeval.errors import ModelLoadError
+    from storyeval.base.errors import ModelLoadError
 
     path = Path(directory)
     file = path / MODEL_FILE
@@ -579,7 +579,7 @@ def load_preference(directory: str | Path) -> PreferenceModel:
 def _check_tuned_encoder(directory: Path, expected: str) -> None:
     """Refuse a fine-tuned model whose saved encoder is missing or is not the one it was
     trained with (its files' hash is in the model file)."""
-    from storyeval.errors import ModelLoadError
+    from storyeval.base.errors import ModelLoadError
     from storyeval.learn.preference.tune import ENCODER_DIR, saved_encoder_identity
 
     encoder = directory / ENCODER_DIR

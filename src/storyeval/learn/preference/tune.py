@@ -151,7 +151,7 @@ def save_encoder(encoder: Any, directory: Any) -> None:
     folder replaces the old one only once written), and forget any copy loaded from there."""
     from pathlib import Path
 
-    from storyeval.io import atomic_directory
+    from storyeval.base.io import atomic_directory
     from storyeval.models.loading import forget_model
 
     target = Path(directory) / ENCODER_DIR
@@ -201,7 +201,7 @@ def store_tuning(directory: Any, key: str, features: np.ndarray) -> None:
     import io
     from pathlib import Path
 
-    from storyeval.io import write_bytes_atomic
+    from storyeval.base.io import write_bytes_atomic
 
     buffer = io.BytesIO()
     np.save(buffer, np.asarray(features, dtype=np.float64), allow_pickle=False)

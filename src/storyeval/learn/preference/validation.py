@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from storyeval.base.signature import Signature
 from storyeval.corpus import Score
 from storyeval.learn.preference.config import (
     _T,
@@ -18,7 +19,6 @@ from storyeval.learn.preference.config import (
 from storyeval.learn.preference.data import PreferenceData
 from storyeval.learn.preference.evaluation import _negative_rows, _summary_rows
 from storyeval.learn.preference.head import PreferenceHead, _column_moments, fit_head
-from storyeval.signature import Signature
 
 # --------------------------------------------------------------------------- splits and CV
 

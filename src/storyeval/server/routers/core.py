@@ -27,7 +27,7 @@ from pydantic import BaseModel
 from sqlalchemy import Connection, select
 
 from storyeval import __version__
-from storyeval.io import csv_text
+from storyeval.base.io import csv_text
 from storyeval.server.participants import (
     MAX_EXTERNAL_ID,
     Participant,

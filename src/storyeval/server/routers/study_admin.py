@@ -11,9 +11,9 @@ from fastapi import APIRouter, HTTPException
 from fastapi.responses import Response
 from pydantic import BaseModel
 
+from storyeval.base.io import csv_text
 from storyeval.corpus import JUDGMENT_FIELDS, records_csv
 from storyeval.human.model import Study
-from storyeval.io import csv_text
 from storyeval.server import study_export
 from storyeval.server.routers import attachment, jsonl_attachment
 from storyeval.server.state import Admin, ServerState

@@ -6,7 +6,7 @@ n-gram metrics); the groups below add the rest. ``make setup`` installs them all
 
 from __future__ import annotations
 
-from storyeval.errors import StoryevalError
+from storyeval.base.errors import StoryevalError
 
 #: top-level module -> the extra that installs it
 EXTRA_OF_MODULE: dict[str, str] = {

@@ -17,8 +17,8 @@ from typing import Literal, cast
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from storyeval.errors import BootstrapWarning, DegenerateInputWarning, warn
-from storyeval.validation import check_choice, check_confidence
+from storyeval.base.errors import BootstrapWarning, DegenerateInputWarning, warn
+from storyeval.base.validation import check_choice, check_confidence
 
 Method = Literal["pearson", "spearman", "kendall"]
 METHODS: tuple[str, ...] = ("pearson", "spearman", "kendall")

@@ -18,11 +18,11 @@ valid ones ("must be one of ...").
 >>> shapes.get("circle")
 Traceback (most recent call last):
 ...
-storyeval.registry.UnknownNameError: unknown shape 'circle'; must be one of triangle, square
+storyeval.base.registry.UnknownNameError: unknown shape 'circle'; must be one of triangle, square
 >>> shapes.get("Square")
 Traceback (most recent call last):
 ...
-storyeval.registry.UnknownNameError: unknown shape 'Square' (did you mean square?); must be one of triangle, square
+storyeval.base.registry.UnknownNameError: unknown shape 'Square' (did you mean square?); must be one of triangle, square
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Generic, TypeVar
 
-from storyeval.errors import StoryevalError, StoryevalWarning
+from storyeval.base.errors import StoryevalError, StoryevalWarning
 
 T = TypeVar("T")
 F = TypeVar("F")

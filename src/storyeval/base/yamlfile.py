@@ -11,7 +11,7 @@ rubrics): strict models, name rules, open enrollment, and every problem reported
 >>> load_model(path, Example)
 Traceback (most recent call last):
 ...
-storyeval.yamlfile.YamlFileError: .../example.yaml:2: scael: unknown key 'scael' (check the spelling)
+storyeval.base.yamlfile.YamlFileError: .../example.yaml:2: scael: unknown key 'scael' (check the spelling)
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Any, ClassVar, TypeVar
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from storyeval.errors import StoryevalError
+from storyeval.base.errors import StoryevalError
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 M = TypeVar("M", bound=BaseModel)

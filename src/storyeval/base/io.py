@@ -91,9 +91,9 @@ def check_output_directory(
     >>> check_output_directory(folder, "report")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    storyeval.errors.OutputDirectoryError: ... holds files that are not an output of storyeval's report ...
+    storyeval.base.errors.OutputDirectoryError: ... holds files that are not an output of storyeval's report ...
     """
-    from storyeval.errors import OutputDirectoryError
+    from storyeval.base.errors import OutputDirectoryError
 
     target = Path(path)
     if target.exists() and not target.is_dir():
