@@ -22,7 +22,6 @@ from storyeval.base.errors import (
     MetaEvaluationWarning,
     MixedSignatureWarning,
 )
-from storyeval.base.stats import METHODS, correlation
 from storyeval.meta.agreement import agreement, describe_ratings, human_ceiling
 from storyeval.meta.correlation import (
     ALL_LEVELS,
@@ -53,6 +52,11 @@ from storyeval.meta.drift import (
     subset_correlations,
 )
 from storyeval.meta.significance import adjust_pvalues, compare_metrics, williams_test
+
+# isort: split
+# Last: importing the submodule storyeval.meta.correlation binds its name on this package,
+# which would hide the function imported before it.
+from storyeval.base.stats import METHODS, correlation
 
 __all__ = [
     "ALL_LEVELS",
