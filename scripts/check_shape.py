@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import ast
 import sys
-from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -87,7 +86,7 @@ def _code_lines(path: Path) -> list[tuple[int, str]]:
 def repeated_runs(paths: list[Path], minimum: int = MIN_RUN) -> list[str]:
     """Runs of ``minimum`` code lines that stand in two places (the first of each pair)."""
     seen: dict[tuple[str, ...], tuple[str, int]] = {}
-    found: dict[tuple[str, str], tuple[int, int]] = defaultdict(lambda: (0, 0))
+    found: dict[tuple[str, str], tuple[int, int]] = {}
     for path in paths:
         lines = _code_lines(path)
         name = path.relative_to(ROOT).as_posix()

@@ -317,6 +317,25 @@ def _layers(
         module.new_score = nn.Linear(h, 1)
 
 
+def _previous_sentence_attention(
+    queries: Any, states: Any, sentence: Any, lows: Sequence[int]
+) -> Any:
+    """Each position's attention over the states of the sentence before its own, block by
+    block (:data:`BLOCK` queries at a time, keys from ``lows[k]`` on)."""
+    import torch
+
+    parts = []
+    for number, start in enumerate(range(0, states.shape[1], BLOCK)):
+        stop, low = min(start + BLOCK, states.shape[1]), lows[number]
+        keys, kept = states[:, low:stop], sentence[:, low:stop]
+        scores = torch.einsum("bth,bsh->bts", queries[:, start:stop], keys)
+        mask = sentence[:, start:stop].unsqueeze(2) - 1 == kept.unsqueeze(1)
+        scores = scores.masked_fill(~mask, float("-inf"))
+        weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)  # first sentence: none
+        parts.append(torch.einsum("bts,bsh->bth", weights, keys))
+    return torch.cat(parts, dim=1)
+
+
 def _module(config: EngenConfig, vocab_size: int, word_class: Sequence[int] | None) -> Any:
     import torch
     from torch import nn
@@ -358,17 +377,7 @@ def _module(config: EngenConfig, vocab_size: int, word_class: Sequence[int] | No
             memory grows with the text's length, not its square."""
             if not config.previous_sentence:
                 return torch.zeros_like(states)
-            queries = self.attend(states)
-            parts = []
-            for number, start in enumerate(range(0, states.shape[1], BLOCK)):
-                stop, low = min(start + BLOCK, states.shape[1]), lows[number]
-                keys, kept = states[:, low:stop], sentence[:, low:stop]
-                scores = torch.einsum("bth,bsh->bts", queries[:, start:stop], keys)
-                mask = sentence[:, start:stop].unsqueeze(2) - 1 == kept.unsqueeze(1)
-                scores = scores.masked_fill(~mask, float("-inf"))
-                weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)  # first sentence: none
-                parts.append(torch.einsum("bts,bsh->bth", weights, keys))
-            return torch.cat(parts, dim=1)
+            return _previous_sentence_attention(self.attend(states), states, sentence, lows)
 
         def word_log_probs(self, c: Any) -> Any:
             """log P(word | c_t) for every word (rows of ``c``): a full softmax, or the
