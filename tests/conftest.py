@@ -159,3 +159,34 @@ def union_model(tmp_path_factory: pytest.TempPathFactory, human: Any, nlp: Any) 
             scores = union_in_memory_scores(result, human)
             (directory.parent / "in_memory.json").write_text(json.dumps(scores))
     return result
+
+
+@pytest.fixture(scope="session")
+def tiny_causal_lm(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A causal LM of the default's architecture and tokenizer, cut to two layers of width 64
+    (seeded random weights), saved as a local checkpoint: for the tests of training mechanics
+    (checkpoint selection, resuming, the commands' plumbing), where the 135M-parameter model
+    spends a minute per test on the CPU learning nothing the assertions read."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    from storyeval.models.loading import resolve_model_path
+
+    _, default, _ = resolve_model_path(None, "causal-lm")
+    config = AutoConfig.from_pretrained(default)
+    config.update(
+        {
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "head_dim": 16,
+        }
+    )
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config)
+    target = tmp_path_factory.mktemp("tiny-lm") / "tiny-smollm2"
+    model.save_pretrained(target)
+    AutoTokenizer.from_pretrained(default).save_pretrained(target)
+    return target

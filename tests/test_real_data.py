@@ -72,6 +72,7 @@ def real(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
             out / "claude.jsonl", [s for s in stories if s["system"] == "Claude"][:6]
         ),
         "human": _write(out / "human.jsonl", human[:60]),
+        "human20": _write(out / "human20.jsonl", human[:20]),
         "wq_stories": _write(out / "wq40.jsonl", wq),
         "wq_pairs": _write(out / "wq40-pairs.jsonl", pairs),
     }
@@ -166,8 +167,9 @@ def test_perturb_mix_on_real_stories(real: dict[str, Path], run_cli: Any) -> Non
 def test_short_trainings_on_real_text_and_their_metrics(
     real: dict[str, Path], run_cli: Any
 ) -> None:
-    """UNION, NSP and the preference model trained for a few steps on WQ's paragraphs (the
-    preference model on the experts' pairs), then each scores TTCW's long stories."""
+    """UNION, NSP and the preference model trained for a few steps on WQ's paragraphs (NSP on
+    20 of them: its head is first fitted to every training pair; the preference model on the
+    experts' pairs), then each scores TTCW's long stories."""
     out = real["out"] / "trained"
     human = str(real["human"])
     code, _, stderr = run_cli(
@@ -176,7 +178,7 @@ def test_short_trainings_on_real_text_and_their_metrics(
     )  # fmt: skip
     assert code == 0, stderr
     code, _, stderr = run_cli(
-        "train", "nsp", "--stories", human, "-o", str(out / "nsp"), "--max-steps", "2",
+        "train", "nsp", "--stories", str(real["human20"]), "-o", str(out / "nsp"), "--max-steps", "2",
         "--max-length", "96", "--batch-size", "4", "-q",
     )  # fmt: skip
     assert code == 0, stderr

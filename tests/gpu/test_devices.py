@@ -225,14 +225,14 @@ def test_generation_on_the_gpu(
     for run, device in enumerate(("cuda", "cuda", "cpu")):
         out = tmp_path / f"{run}.jsonl"
         code, _, err = run_cli(
-            "generate", str(examples_dir / "human.jsonl"), "--limit", "2", "--top-k", "50",
+            "generate", str(examples_dir / "human.jsonl"), "--limit", "1", "--top-k", "50",
             "--seed", "3", "--max-new-tokens", "32", "--max-attempts", "3", "--device", device,
             "--no-progress", "-o", str(out),
         )  # fmt: skip
         assert code == 0, err
         outputs[run] = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["story"] for r in outputs[0]] == [r["story"] for r in outputs[1]]
-    assert len(outputs[0]) == len(outputs[2]) == 2
+    assert len(outputs[0]) == len(outputs[2]) == 1
     assert (
         "device:cuda" in outputs[0][0]["signature"] and "device:cpu" in outputs[2][0]["signature"]
     )
