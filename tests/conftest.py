@@ -186,7 +186,35 @@ def tiny_causal_lm(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(config)
-    target = tmp_path_factory.mktemp("tiny-lm") / "tiny-smollm2"
+    target = tmp_path_factory.mktemp("tiny-lm") / "SmolLM2-tiny"  # the family: smollm2
+    model.save_pretrained(target)
+    AutoTokenizer.from_pretrained(default).save_pretrained(target)
+    return target
+
+
+@pytest.fixture(scope="session")
+def tiny_encoder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An encoder of the default's architecture and tokenizer (MiniLM's BERT), cut to two
+    layers of width 64 (seeded random weights), saved as a local checkpoint: for tests of
+    fine-tuning mechanics (which fold tunes on what, resuming) rather than of what is learned."""
+    import torch
+    from transformers import AutoConfig, AutoModel, AutoTokenizer
+
+    from storyeval.models.loading import resolve_model_path
+
+    _, default, _ = resolve_model_path(None, "encoder")
+    config = AutoConfig.from_pretrained(default)
+    config.update(
+        {
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+        }
+    )
+    torch.manual_seed(0)
+    model = AutoModel.from_config(config)
+    target = tmp_path_factory.mktemp("tiny-encoder") / "tiny-minilm"
     model.save_pretrained(target)
     AutoTokenizer.from_pretrained(default).save_pretrained(target)
     return target

@@ -42,8 +42,11 @@ def small() -> PreferenceData:
 
 
 def test_each_fold_tunes_on_its_training_stories_only(
-    small: PreferenceData, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    small: PreferenceData, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tiny_encoder: Path
 ) -> None:
+    """Which stories each fold tunes on (on a two-layer encoder of MiniLM's architecture)."""
+    from dataclasses import replace
+
     seen: list[set[str]] = []
     tune = preference_tune.fine_tune_encoder
 
@@ -52,7 +55,8 @@ def test_each_fold_tunes_on_its_training_stories_only(
         return tune(texts, *args, **kwargs)
 
     monkeypatch.setattr(preference_tune, "fine_tune_encoder", recording)
-    model = train_preference(small, tmp_path / "model", config=TUNED, folds=2, n_boot=20)
+    config = replace(TUNED, model=str(tiny_encoder))
+    model = train_preference(small, tmp_path / "model", config=config, folds=2, n_boot=20)
     everyone = {s.id for s in small.stories}
     assert len(seen) == 3 and seen[2] == everyone  # two folds, then the final encoder
     for trained_on in seen[:2]:
@@ -161,10 +165,12 @@ def test_fine_tuning_reads_the_stories_as_the_features_do(
 
 
 def test_an_interrupted_or_repeated_training_does_not_tune_again(
-    small: PreferenceData, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    small: PreferenceData, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tiny_encoder: Path
 ) -> None:
+    """Resuming and reuse (on a two-layer encoder of MiniLM's architecture)."""
     from dataclasses import replace
 
+    tuned = replace(TUNED, model=str(tiny_encoder))
     calls: list[int] = []
     lost = [True]
     tune = preference_tune.fine_tune_encoder
@@ -178,18 +184,18 @@ def test_an_interrupted_or_repeated_training_does_not_tune_again(
     monkeypatch.setattr(preference_tune, "fine_tune_encoder", failing_second)
     output = tmp_path / "model"
     with pytest.raises(RuntimeError, match="machine lost"):
-        train_preference(small, output, config=TUNED, folds=2, n_boot=0)
+        train_preference(small, output, config=tuned, folds=2, n_boot=0)
     assert len(list((output / "tuning").glob("*.npy"))) == 1
     lost[0] = False
     calls.clear()
-    first = train_preference(small, output, config=TUNED, folds=2, n_boot=0)
+    first = train_preference(small, output, config=tuned, folds=2, n_boot=0)
     assert len(calls) == 2  # the second fold and the final encoder, not the first fold
-    whole = train_preference(small, tmp_path / "whole", config=TUNED, folds=2, n_boot=0)
+    whole = train_preference(small, tmp_path / "whole", config=tuned, folds=2, n_boot=0)
     assert whole.summary["cross_validation"] == first.summary["cross_validation"]
     assert whole.feature_identity.split("@")[1] == first.feature_identity.split("@")[1]
     calls.clear()
     heard: list[str] = []
-    other_head = replace(TUNED, l2=0.1)
+    other_head = replace(tuned, l2=0.1)
     again = train_preference(
         small, output, config=other_head, folds=2, n_boot=0, overwrite=True, progress=heard.append
     )
