@@ -626,8 +626,7 @@ def read_any(
         "judgments": read_judgments,
         "scores": read_scores,
     }
-    if kind not in readers:
-        raise ValueError(f"kind must be one of {', '.join(RECORD_KINDS)}; got {kind!r}")
+    check_choice(kind, RECORD_KINDS, "kind")
     return readers[kind](path, fmt=fmt)
 
 

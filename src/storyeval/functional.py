@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
+from storyeval.base.validation import check_choice
 from storyeval.learn.metrics import LearnedScores, nsp_prev, nsp_prompt, nubia, preference, union
 from storyeval.metrics.coherence import (
     CoherenceScores,
@@ -191,8 +192,7 @@ def rouge(
     [0.857]
     """
     functions = {"rouge1": rouge1, "rouge2": rouge2, "rougeL": rougeL}
-    if kind not in functions:
-        raise ValueError(f"rouge: kind must be one of rouge1, rouge2, rougeL; got {kind!r}")
+    check_choice(kind, functions, "rouge: kind")
     return functions[kind](texts, references, component=component, stemmer=stemmer)
 
 

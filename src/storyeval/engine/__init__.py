@@ -20,6 +20,7 @@ one single-threaded worker process per CPU.
 from __future__ import annotations
 
 from storyeval.base.errors import StoryevalError, StoryevalWarning
+from storyeval.base.validation import check_choice
 
 ENGINES = ("local", "dask")
 
@@ -46,8 +47,7 @@ def require_dask() -> None:
 
 def check_engine(engine: str) -> str:
     """``engine`` if it is one of :data:`ENGINES` (and, for Dask, installed)."""
-    if engine not in ENGINES:
-        raise EngineError(f"engine must be one of {', '.join(ENGINES)}; got {engine!r}")
+    check_choice(engine, ENGINES, "engine", error=EngineError)
     if engine == "dask":
         require_dask()
     return engine

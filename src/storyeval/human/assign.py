@@ -21,6 +21,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from storyeval.base.validation import check_choice
 from storyeval.human.model import Study
 from storyeval.human.protocols import get_protocol
 
@@ -140,8 +141,7 @@ def order_batch(
     if mode == "random":
         rng.shuffle(positions)
         return positions
-    if mode != "balanced":
-        raise ValueError(f"mode must be one of fixed, random, balanced; got {mode!r}")
+    check_choice(mode, ("fixed", "random", "balanced"), "mode")
     buckets: dict[str, list[int]] = {}
     for i in positions:
         buckets.setdefault(entry_conditions[i], []).append(i)

@@ -31,6 +31,7 @@ import pandas as pd
 from scipy import stats
 
 from storyeval.base.signature import Signature
+from storyeval.base.validation import check_choice
 
 ALT_TEST_COLUMNS = [
     "criterion", "winning_rate", "advantage_probability", "passed", "verdict", "raters_tested",
@@ -129,8 +130,7 @@ def alt_test(
     """
     if not 0 < alpha < 1 or not 0 <= epsilon < 1:
         raise ValueError(f"alpha must be in (0, 1) and epsilon in [0, 1), got {alpha}, {epsilon}")
-    if scoring not in ("auto", "accuracy", "rmse"):
-        raise ValueError(f"scoring must be one of auto, accuracy, rmse, got {scoring!r}")
+    check_choice(scoring, ("auto", "accuracy", "rmse"), "scoring")
     for column in ("item_id", "rater_id", "value"):
         if column not in people.columns:
             raise ValueError(f"people's table has no column {column!r}")

@@ -33,6 +33,7 @@ from collections.abc import Iterator
 from typing import Any, Literal
 
 from storyeval.base.errors import StoryevalError
+from storyeval.base.validation import check_choice
 
 DEVICES = ("cpu", "cuda", "mps", "auto")
 PRECISIONS = ("float32", "bfloat16", "float16")
@@ -91,8 +92,7 @@ def check_precision(precision: str, device: str = "cpu") -> str:
     DeviceError
         ``float16`` on a CPU, ``bfloat16`` on a GPU without it, or an unknown name.
     """
-    if precision not in PRECISIONS:
-        raise DeviceError(f"precision must be one of {', '.join(PRECISIONS)}; got {precision!r}")
+    check_choice(precision, PRECISIONS, "precision", error=DeviceError)
     kind = device.split(":", 1)[0]
     if precision == "float16" and kind == "cpu":
         raise DeviceError("precision float16 is not supported on cpu; use bfloat16 or float32")

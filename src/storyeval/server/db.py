@@ -31,6 +31,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from storyeval.base.errors import StoryevalError
+from storyeval.base.validation import check_choice
 
 metadata = MetaData()
 """The metadata of every storyeval server table (core and session types)."""
@@ -184,10 +185,7 @@ class Database:
                 hide_parameters=True,
                 pool_reset_on_return=None,  # every transaction is committed or rolled back
             )
-            if sqlite_sync not in SQLITE_SYNC:
-                raise DatabaseError(
-                    f"sqlite_sync must be one of {', '.join(SQLITE_SYNC)}; got {sqlite_sync!r}"
-                )
+            check_choice(sqlite_sync, SQLITE_SYNC, "sqlite_sync", error=DatabaseError)
             self.sqlite_sync = sqlite_sync
             event.listen(self.engine, "connect", _sqlite_on_connect)
             event.listen(self.engine, "connect", self._set_sync)

@@ -54,6 +54,7 @@ from typing import Any
 
 from storyeval.base.errors import ModelLoadError, StoryevalError
 from storyeval.base.signature import Signature
+from storyeval.base.validation import check_choice
 from storyeval.entities import AnnotatedText
 from storyeval.tuning.engen_text import normalise_word
 
@@ -151,10 +152,7 @@ class EngenConfig:
             ("optimizer", OPTIMIZERS),
             ("new_entity", NEW_ENTITY_SCORES),
         ):
-            if getattr(self, name) not in allowed:
-                raise ValueError(
-                    f"{name} must be one of {', '.join(allowed)}; got {getattr(self, name)!r}"
-                )
+            check_choice(getattr(self, name), allowed, name)
         for name in (
             "embedding",
             "hidden",
