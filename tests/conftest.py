@@ -99,11 +99,11 @@ def run_cli(
 
 # UNION in the tests: windows of 2 consecutive sentences (every window: stride 1) of 45
 # example stories, 48-token inputs, the full model (classifier + reconstruction head), the
-# paper's mixture of all four techniques; 1 epoch (about 50 steps of 10 examples), with a
+# paper's mixture of all four techniques; 2 epochs (about 100 steps of 10 examples), with a
 # higher learning rate for the new heads to shorten the start-up plateau.
 UNION_SETTINGS: dict[str, Any] = {"max_length": 48, "window": 2, "stride": 1}
 UNION_TRAINING: dict[str, Any] = {
-    "epochs": 1,
+    "epochs": 2,
     "learning_rate": 1.5e-4,
     "head_learning_rate": 3e-3,
     "batch_size": 10,
@@ -127,7 +127,7 @@ def union_recipe() -> tuple[dict[str, Any], dict[str, Any]]:
 
 @pytest.fixture(scope="session")
 def union_model(tmp_path_factory: pytest.TempPathFactory, human: Any, nlp: Any) -> Any:
-    """UNION trained once per session on 45 example stories (about half a minute)."""
+    """UNION trained once per session on 45 example stories (about a minute on 2 cores)."""
     import warnings
 
     from filelock import FileLock

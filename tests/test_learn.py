@@ -58,10 +58,9 @@ def test_union_separates_unseen_perturbed_stories(union_model, human, nlp):
     """Windows of the 15 held-out stories (never seen in training) against two UNION
     negatives each, drawn with the paper's mixture under a seed training never used.
 
-    With ~50 CPU steps on 45 stories the model has learned mostly the negation cue (the
+    With ~100 CPU steps on 45 stories the model has learned mostly the negation cue (the
     paper trained on 88,344 stories); the mixture is still separated far above chance
-    (seen here: pairwise 0.71 over 181 pairs; negation alone 0.94; 0.73 and 0.96 after
-    ~100 steps)."""
+    (seen here: pairwise 0.73 over 181 pairs, p = 3e-10; negation alone 0.96)."""
     from storyeval.learn.union import sentence_windows
     from storyeval.learn.union_scoring import heldout_discrimination, load_union
 
