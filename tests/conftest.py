@@ -162,59 +162,69 @@ def union_model(tmp_path_factory: pytest.TempPathFactory, human: Any, nlp: Any) 
 
 
 @pytest.fixture(scope="session")
-def tiny_causal_lm(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A causal LM of the default's architecture and tokenizer, cut to two layers of width 64
-    (seeded random weights), saved as a local checkpoint: for the tests of training mechanics
-    (checkpoint selection, resuming, the commands' plumbing), where the 135M-parameter model
-    spends a minute per test on the CPU learning nothing the assertions read."""
+def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A 2-layer BERT encoder (with a next-sentence head) and a 2-layer Llama causal LM,
+    random-initialised, saved with the offline models' tokenizers: for the device tests, and
+    for tests of mechanics rather than of what a model learns (checkpoint selection, resuming,
+    batching equal to reading alone, a command's plumbing), where the 135M-parameter default
+    spends a minute per test on the CPU learning nothing the assertions read. The LM's
+    directory is named so that its model family is the default's (``smollm2``)."""
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from transformers import BertConfig, BertForPreTraining, LlamaConfig, LlamaForCausalLM
+
+    root = tmp_path_factory.mktemp("tiny")
+    torch.manual_seed(0)
+    encoder_tokenizer, lm_tokenizer = _tokenizers()
+    bert = BertForPreTraining(
+        BertConfig(
+            vocab_size=len(encoder_tokenizer),
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            intermediate_size=64,
+            max_position_embeddings=512,
+        )
+    )
+    bert.save_pretrained(root / "bert")
+    encoder_tokenizer.save_pretrained(root / "bert")
+    llama = LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=len(lm_tokenizer),
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            max_position_embeddings=2048,
+            bos_token_id=lm_tokenizer.bos_token_id,
+            eos_token_id=lm_tokenizer.eos_token_id,
+            tie_word_embeddings=True,
+        )
+    )
+    llama.save_pretrained(root / "SmolLM2-tiny")
+    lm_tokenizer.save_pretrained(root / "SmolLM2-tiny")
+    return {"encoder": root / "bert", "lm": root / "SmolLM2-tiny"}
+
+
+def _tokenizers() -> tuple[Any, Any]:
+    """The offline models' tokenizers, or ``$STORYEVAL_TOKENIZERS/{encoder,lm}`` (a GPU
+    machine without the offline model packages: ``scripts/gpu_prepare.sh`` saves them)."""
+    import os
+
+    folder = os.environ.get("STORYEVAL_TOKENIZERS")
+    if folder:
+        from transformers import AutoTokenizer
+
+        return (
+            AutoTokenizer.from_pretrained(Path(folder) / "encoder"),
+            AutoTokenizer.from_pretrained(Path(folder) / "lm"),
+        )
+    from transformers import AutoTokenizer
 
     from storyeval.models.loading import resolve_model_path
 
-    _, default, _ = resolve_model_path(None, "causal-lm")
-    config = AutoConfig.from_pretrained(default)
-    config.update(
-        {
-            "hidden_size": 64,
-            "intermediate_size": 128,
-            "num_hidden_layers": 2,
-            "num_attention_heads": 4,
-            "num_key_value_heads": 2,
-            "head_dim": 16,
-        }
+    # the tokenizers' files alone: the default models' weights need not load for them
+    return tuple(  # type: ignore[return-value]
+        AutoTokenizer.from_pretrained(resolve_model_path(None, kind)[1])
+        for kind in ("encoder", "causal-lm")
     )
-    torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(config)
-    target = tmp_path_factory.mktemp("tiny-lm") / "SmolLM2-tiny"  # the family: smollm2
-    model.save_pretrained(target)
-    AutoTokenizer.from_pretrained(default).save_pretrained(target)
-    return target
-
-
-@pytest.fixture(scope="session")
-def tiny_encoder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """An encoder of the default's architecture and tokenizer (MiniLM's BERT), cut to two
-    layers of width 64 (seeded random weights), saved as a local checkpoint: for tests of
-    fine-tuning mechanics (which fold tunes on what, resuming) rather than of what is learned."""
-    import torch
-    from transformers import AutoConfig, AutoModel, AutoTokenizer
-
-    from storyeval.models.loading import resolve_model_path
-
-    _, default, _ = resolve_model_path(None, "encoder")
-    config = AutoConfig.from_pretrained(default)
-    config.update(
-        {
-            "hidden_size": 64,
-            "intermediate_size": 128,
-            "num_hidden_layers": 2,
-            "num_attention_heads": 4,
-        }
-    )
-    torch.manual_seed(0)
-    model = AutoModel.from_config(config)
-    target = tmp_path_factory.mktemp("tiny-encoder") / "tiny-minilm"
-    model.save_pretrained(target)
-    AutoTokenizer.from_pretrained(default).save_pretrained(target)
-    return target

@@ -191,7 +191,7 @@ def test_offline_model_judges_deterministically_with_cache_and_prefix_cache(
     assert any("shares a model family" in note for note in a.notes) is False  # systems x, y
 
 
-def test_batched_judging_equals_each_prompt_read_alone(tiny_causal_lm: Path) -> None:
+def test_batched_judging_equals_each_prompt_read_alone(tiny_models: dict[str, Path]) -> None:
     """Four criteria about three stories of different lengths in one batch (the preamble
     once, each story once, the questions left-padded): each label distribution equals the one
     from the whole prompt read alone, without cache or padding."""
@@ -205,7 +205,7 @@ def test_batched_judging_equals_each_prompt_read_alone(tiny_causal_lm: Path) -> 
     rubric = load_rubric("karpinska")
     stories = _stories()[:3]
     requests = [absolute_request(s, rubric, c) for c in rubric.criteria for s in stories]
-    judge = TransformersJudge(str(tiny_causal_lm), batch_size=2)
+    judge = TransformersJudge(str(tiny_models["lm"]), batch_size=2)
     answers = judge.answer(requests, Decoding())
     tokenizer, model = judge.lm.tokenizer, judge.lm.model
     for request, answer in zip(requests, answers, strict=True):
@@ -240,7 +240,7 @@ def _judge_logits_alone(judge: Any, requests: Sequence[JudgeRequest]) -> list[An
 
 
 def test_questions_one_slot_at_a_time_when_the_repeated_caches_do_not_fit(
-    tiny_causal_lm: Path, monkeypatch: pytest.MonkeyPatch
+    tiny_models: dict[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A token budget that holds three stories' caches but not their four questions' copies
     (a 7B judge on a card, scaled down): the questions go one criterion per pass after the
@@ -253,7 +253,7 @@ def test_questions_one_slot_at_a_time_when_the_repeated_caches_do_not_fit(
     rubric = load_rubric("karpinska")
     stories = _stories()[:3]
     requests = [absolute_request(s, rubric, c) for c in rubric.criteria for s in stories]
-    judge = TransformersJudge(str(tiny_causal_lm), batch_size=3)
+    judge = TransformersJudge(str(tiny_models["lm"]), batch_size=3)
     longest = max(len(judge._encode(r.messages[-1]["content"])) for r in requests)
     budget = 3 * (longest + 400)  # three stories and the preamble, not twelve rows of them
     for name in ("token_budget", "cache_budget"):
@@ -273,7 +273,7 @@ def test_questions_one_slot_at_a_time_when_the_repeated_caches_do_not_fit(
 
 
 def test_a_batch_that_runs_out_of_gpu_memory_is_split_and_retried(
-    tiny_causal_lm: Path, monkeypatch: pytest.MonkeyPatch
+    tiny_models: dict[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A model that runs out of memory on more than one story a pass: the batch is halved
     until it fits, the answers are the same, and one story that cannot fit is a clear error
@@ -287,7 +287,7 @@ def test_a_batch_that_runs_out_of_gpu_memory_is_split_and_retried(
     rubric = load_rubric("karpinska")
     stories = _stories()[:3]
     requests = [absolute_request(s, rubric, c) for c in rubric.criteria for s in stories]
-    judge = TransformersJudge(str(tiny_causal_lm), batch_size=3)
+    judge = TransformersJudge(str(tiny_models["lm"]), batch_size=3)
     real = judge.lm.model.forward
     limit = {"rows": 4}  # the preamble (1 row) and one story's questions (4 rows) fit
 

@@ -197,7 +197,7 @@ def test_judge_audit_runs_the_judge_and_its_files_reproduce_the_audit(
     tmp_path: Path,
     run_cli: Any,
     examples_dir: Path,
-    tiny_causal_lm: Path,
+    tiny_models: dict[str, Path],
 ) -> None:
     """The command's plumbing, with a two-layer model of SmolLM2's architecture as the judge."""
     stories = [s for s in corpus[0] if s.extra.get("prompt_id") in ("s001", "s002")]
@@ -209,7 +209,7 @@ def test_judge_audit_runs_the_judge_and_its_files_reproduce_the_audit(
     ran = tmp_path / "ran"
     code, out, err = run_cli(
         "judge-audit", *common, "--rubric", str(rubric), "--perturb", "repetition,typos",
-        "--no-cache", "--model", str(tiny_causal_lm), "-o", str(ran),
+        "--no-cache", "--model", str(tiny_models["lm"]), "-o", str(ran),
     )  # fmt: skip
     assert code == 0, err
     judged = read_judgments(ran / "judge.jsonl")

@@ -42,7 +42,10 @@ def small() -> PreferenceData:
 
 
 def test_each_fold_tunes_on_its_training_stories_only(
-    small: PreferenceData, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tiny_encoder: Path
+    small: PreferenceData,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    tiny_models: dict[str, Path],
 ) -> None:
     """Which stories each fold tunes on (on a two-layer encoder of MiniLM's architecture)."""
     from dataclasses import replace
@@ -55,7 +58,7 @@ def test_each_fold_tunes_on_its_training_stories_only(
         return tune(texts, *args, **kwargs)
 
     monkeypatch.setattr(preference_tune, "fine_tune_encoder", recording)
-    config = replace(TUNED, model=str(tiny_encoder))
+    config = replace(TUNED, model=str(tiny_models["encoder"]))
     model = train_preference(small, tmp_path / "model", config=config, folds=2, n_boot=20)
     everyone = {s.id for s in small.stories}
     assert len(seen) == 3 and seen[2] == everyone  # two folds, then the final encoder
@@ -165,12 +168,15 @@ def test_fine_tuning_reads_the_stories_as_the_features_do(
 
 
 def test_an_interrupted_or_repeated_training_does_not_tune_again(
-    small: PreferenceData, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tiny_encoder: Path
+    small: PreferenceData,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    tiny_models: dict[str, Path],
 ) -> None:
     """Resuming and reuse (on a two-layer encoder of MiniLM's architecture)."""
     from dataclasses import replace
 
-    tuned = replace(TUNED, model=str(tiny_encoder))
+    tuned = replace(TUNED, model=str(tiny_models["encoder"]))
     calls: list[int] = []
     lost = [True]
     tune = preference_tune.fine_tune_encoder

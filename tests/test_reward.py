@@ -65,7 +65,7 @@ def test_a_seeded_run_raises_the_reward_on_its_prompts(prompts: list[Any], tmp_p
 
 
 def test_cli_reward_mle_and_generation_with_the_trained_model(
-    run_cli: Any, examples_dir: Path, tmp_path: Path, tiny_causal_lm: Path
+    run_cli: Any, examples_dir: Path, tmp_path: Path, tiny_models: dict[str, Path]
 ) -> None:
     """The commands' plumbing; the MLE baseline on a two-layer model of SmolLM2's
     architecture (the rewarded model generates, so it is the real one)."""
@@ -80,7 +80,7 @@ def test_cli_reward_mle_and_generation_with_the_trained_model(
     assert "mean reward (sms) on the training prompts:" in out and "|reward:sms|" in out
     code, out, err = run_cli(
         "train", "mle", "--prompts", str(prompts), "-o", str(tmp_path / "mle"), "--steps", "1",
-        "--model", str(tiny_causal_lm),
+        "--model", str(tiny_models["lm"]),
     )  # fmt: skip
     assert code == 0, out + err
     assert "signature: mle|" in out and "mle_steps:1" in out and "reward:" not in out
@@ -98,7 +98,7 @@ def test_cli_reward_mle_and_generation_with_the_trained_model(
 
 
 def test_mle_keeps_the_checkpoint_of_lowest_validation_cross_entropy(
-    run_cli: Any, examples_dir: Path, tmp_path: Path, tiny_causal_lm: Path
+    run_cli: Any, examples_dir: Path, tmp_path: Path, tiny_models: dict[str, Path]
 ) -> None:
     """Clark (2021), Appendix B: the MLE model is chosen by validation cross-entropy (the
     selection's mechanics, on a two-layer model of SmolLM2's architecture)."""
@@ -109,7 +109,7 @@ def test_mle_keeps_the_checkpoint_of_lowest_validation_cross_entropy(
     code, out, err = run_cli(
         "train", "mle", "--prompts", str(train), "-o", str(tmp_path / "mle"), "--steps", "4",
         "--lr", "5e-3", "--validation", str(valid), "--eval-every", "2",
-        "--model", str(tiny_causal_lm),
+        "--model", str(tiny_models["lm"]),
     )  # fmt: skip
     assert code == 0, out + err
     meta = json.loads((tmp_path / "mle" / "storyeval.json").read_text())["training"]
@@ -121,7 +121,7 @@ def test_mle_keeps_the_checkpoint_of_lowest_validation_cross_entropy(
 
 
 def test_self_critical_training_keeps_the_best_validation_checkpoint(
-    prompts: list[Any], tmp_path: Path, tiny_causal_lm: Path
+    prompts: list[Any], tmp_path: Path, tiny_models: dict[str, Path]
 ) -> None:
     """scst: the greedy decode is the baseline, a mixed loss, and the kept weights are those
     with the best greedy validation reward (step 0 counts); the mechanics, on a two-layer
@@ -129,7 +129,7 @@ def test_self_critical_training_keeps_the_best_validation_checkpoint(
     from storyeval.tuning.reward import _private_copy
     from storyeval.tuning.scst import ScstSettings, scst, validation_reward
 
-    lm = _private_copy(str(tiny_causal_lm), "cpu")
+    lm = _private_copy(str(tiny_models["lm"]), "cpu")
     settings = ScstSettings(steps=2, batch_size=2, max_new_tokens=8, learning_rate=5e-4,
                             gamma_start=0.5, eval_every=1, seed=1)  # fmt: skip
     score = reward_function(RewardSpec("perplexity"))
@@ -140,7 +140,7 @@ def test_self_critical_training_keeps_the_best_validation_checkpoint(
     assert run.best_step == best_step
     assert validation_reward(lm, prompts[2:4], score, settings) == pytest.approx(best, rel=1e-4)
     result = train_reward(
-        prompts[:3], tmp_path / "scst", reward=RewardSpec("perplexity"), model=str(tiny_causal_lm),
+        prompts[:3], tmp_path / "scst", reward=RewardSpec("perplexity"), model=str(tiny_models["lm"]),
         settings=RewardTraining(algorithm="scst", steps=1, batch_size=2, max_new_tokens=8,
                                 learning_rate=5e-4, eval_every=1),
     )  # fmt: skip

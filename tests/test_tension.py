@@ -44,12 +44,12 @@ class Always:
 
 
 @pytest.mark.slow
-def test_sampled_endings_give_a_miss_rate_per_sentence(tiny_causal_lm: Any) -> None:
+def test_sampled_endings_give_a_miss_rate_per_sentence(tiny_models: dict[str, Path]) -> None:
     """The sampling's mechanics (seeded, one value a sentence, the encoder's verdict), on a
     two-layer model of SmolLM2's architecture."""
     from storyeval.models import load_causal_lm
 
-    causal_lm = load_causal_lm(str(tiny_causal_lm))
+    causal_lm = load_causal_lm(str(tiny_models["lm"]))
     settings = TensionSettings(samples=3, max_new_tokens=12, threshold=0.5)
     table, signature = tension_curves([STORY], lm=causal_lm, settings=settings)
     assert list(table["metric"].unique()) == ["tension"] and len(table) == 4  # 5 sentences

@@ -11,7 +11,6 @@ downloaded).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -46,65 +45,6 @@ def gpu(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iter
 
     with fake_cuda(monkeypatch):
         yield "fake-cuda"
-
-
-@pytest.fixture(scope="session")
-def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """A 2-layer BERT encoder (with a next-sentence head) and a 2-layer Llama causal LM,
-    random-initialised, saved with the offline models' tokenizers."""
-    import torch
-    from transformers import BertConfig, BertForPreTraining, LlamaConfig, LlamaForCausalLM
-
-    root = tmp_path_factory.mktemp("tiny")
-    torch.manual_seed(0)
-    encoder_tokenizer, lm_tokenizer = _tokenizers()
-    bert = BertForPreTraining(
-        BertConfig(
-            vocab_size=len(encoder_tokenizer),
-            hidden_size=32,
-            num_hidden_layers=2,
-            num_attention_heads=2,
-            intermediate_size=64,
-            max_position_embeddings=512,
-        )
-    )
-    bert.save_pretrained(root / "bert")
-    encoder_tokenizer.save_pretrained(root / "bert")
-    llama = LlamaForCausalLM(
-        LlamaConfig(
-            vocab_size=len(lm_tokenizer),
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=2,
-            num_attention_heads=2,
-            num_key_value_heads=1,
-            max_position_embeddings=2048,
-            bos_token_id=lm_tokenizer.bos_token_id,
-            eos_token_id=lm_tokenizer.eos_token_id,
-            tie_word_embeddings=True,
-        )
-    )
-    llama.save_pretrained(root / "llama")
-    lm_tokenizer.save_pretrained(root / "llama")
-    return {"encoder": root / "bert", "lm": root / "llama"}
-
-
-def _tokenizers() -> tuple[Any, Any]:
-    """The offline models' tokenizers, or ``$STORYEVAL_TOKENIZERS/{encoder,lm}`` (a GPU
-    machine without the offline model packages: ``scripts/gpu_prepare.sh`` saves them)."""
-    import os
-
-    folder = os.environ.get("STORYEVAL_TOKENIZERS")
-    if folder:
-        from transformers import AutoTokenizer
-
-        return (
-            AutoTokenizer.from_pretrained(Path(folder) / "encoder"),
-            AutoTokenizer.from_pretrained(Path(folder) / "lm"),
-        )
-    from storyeval.models import load_causal_lm, load_encoder
-
-    return load_encoder().tokenizer, load_causal_lm().tokenizer
 
 
 @pytest.fixture(scope="session")
