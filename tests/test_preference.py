@@ -5,6 +5,7 @@ features whose answer is known."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -100,6 +101,58 @@ def test_a_known_preference_is_learned_and_length_is_left_out() -> None:
     both = fit_head(features, lengths, targets, pairs, PreferenceConfig(steps=400))
     assert np.corrcoef(both.scores(features), quality)[0, 1] > 0.95
     assert both.pair_scale > 0
+
+
+@pytest.mark.parametrize(
+    "setting",
+    ["ratings and pairs", "ratings without length", "pairs alone", "negatives", "free columns"],
+)
+def test_the_closed_form_gradient_fits_the_head_autograd_fits(setting: str) -> None:
+    """The linear head is fitted in NumPy with its gradient in closed form; torch's autograd
+    (which still fits the hidden layer and the ordinal loss) fits the same head, equal to
+    rounding. A rating-free head's offset has no gradient: rounding noise moves it, by about
+    1e-8 (measured 2e-8), and it moves every score alike."""
+    import torch
+
+    from storyeval.learn.preference import head as heads
+
+    rng = np.random.default_rng(0)
+    features, lengths = rng.normal(size=(200, 40)), rng.normal(size=200)
+    targets = rng.normal(size=200)
+    targets[150:] = np.nan  # the copies (and a few stories) have no rating
+    targets[::7] = np.nan
+    pairs = [(int(i), int(j), float(rng.choice([1.0, 0.5])))
+             for i, j in rng.integers(0, 150, size=(300, 2)) if i != j]  # fmt: skip
+    negatives: list[tuple[int, int]] = []
+    config = PreferenceConfig()
+    if setting == "ratings without length":
+        config, pairs = PreferenceConfig(length_covariate=False, l2=0.3), []
+    elif setting == "pairs alone":
+        targets[:] = np.nan
+    elif setting in ("negatives", "free columns"):
+        negatives = [(i, 150 + i) for i in range(50)]
+        config = PreferenceConfig(negatives=("repetition",), l2=1.0)
+        if setting == "free columns":
+            config = replace(config, metric_features=("distinct2", "repeated_ngram_rate"))
+
+    def autograd(x, z, initial, targets, pairs, negatives, config):  # type: ignore[no-untyped-def]
+        params = {k: torch.tensor(v).requires_grad_(True) for k, v in initial.items()}
+        x, z = torch.tensor(x), torch.tensor(z)
+        return heads._fit_with_autograd(x, z, params, targets, pairs, (), negatives, config)
+
+    closed = fit_head(features, lengths, targets, pairs, config, negatives=negatives)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(heads, "_fit_linear", autograd)
+        reference = fit_head(features, lengths, targets, pairs, config, negatives=negatives)
+    assert closed.weights.keys() == reference.weights.keys()
+    tolerance = 1e-7 if setting == "pairs alone" else 1e-12
+    for name, value in reference.weights.items():
+        np.testing.assert_allclose(closed.weights[name], value, rtol=0, atol=tolerance)
+    if not pairs:  # untouched without pairs, as autograd leaves them
+        assert closed.weights["log_tie"][0] == -1.0 and closed.weights["log_scale"][0] == 0.0
+    if not config.length_covariate:
+        assert closed.weights["length"][0] == 0.0
+    assert np.corrcoef(closed.scores(features), reference.scores(features))[0, 1] > 1 - 1e-12
 
 
 def test_pairs_alone_train_a_model(example_data: PreferenceData) -> None:

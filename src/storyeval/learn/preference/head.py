@@ -98,7 +98,6 @@ def fit_head(
 
     if config.l2 == "auto":
         raise ValueError("l2='auto' is chosen per training set: fit through train_preference")
-    l2 = float(config.l2)
     real = np.ones(len(features), dtype=bool)
     real[[copy for _, copy in negatives]] = False
     mean, sd = _column_moments(features[real])
@@ -110,6 +109,29 @@ def fit_head(
     params = _initial_weights(x.shape[1], config, generator)
     if config.rating_loss == "ordinal" and len(ratings) > 0:
         params.update(initial_thresholds(levels))
+    elif not config.hidden:  # the common head: its gradient in closed form (see _fit_linear)
+        initial = {k: v.detach().numpy().copy() for k, v in params.items()}
+        fitted = _fit_linear(x.numpy(), z.numpy(), initial, targets, pairs, negatives, config)
+        return PreferenceHead(mean, sd, fitted, length_mean, length_sd)
+    weights = _fit_with_autograd(x, z, params, targets, pairs, ratings, negatives, config)
+    return PreferenceHead(mean, sd, weights, length_mean, length_sd)
+
+
+def _fit_with_autograd(
+    x: Any,
+    z: Any,
+    params: dict[str, Any],
+    targets: np.ndarray,
+    pairs: Sequence[tuple[int, int, float]],
+    ratings: Sequence[tuple[int, int]],
+    negatives: Sequence[tuple[int, int]],
+    config: PreferenceConfig,
+) -> dict[str, np.ndarray]:
+    """Full-batch Adam on the head's loss through torch's autograd (the hidden layer and the
+    ordinal loss; the reference :func:`_fit_linear` is checked against)."""
+    import torch
+
+    l2 = float(config.l2)
     objectives = _HeadObjectives(targets, pairs, ratings, negatives, config)
     optimizer = torch.optim.Adam(list(params.values()), lr=config.learning_rate)
     for _ in range(config.steps):
@@ -120,8 +142,121 @@ def fit_head(
         penalty = _penalty(params, len(config.metric_features))
         (loss + l2 * penalty).backward()
         optimizer.step()
-    weights = {k: v.detach().numpy().copy() for k, v in params.items()}
-    return PreferenceHead(mean, sd, weights, length_mean, length_sd)
+    return {k: v.detach().numpy().copy() for k, v in params.items()}
+
+
+#: torch's Adam defaults, which both fits use.
+_BETAS, _EPS = (0.9, 0.999), 1e-8
+
+
+def _fit_linear(
+    x: np.ndarray,
+    z: np.ndarray,
+    weights: dict[str, np.ndarray],
+    targets: np.ndarray,
+    pairs: Sequence[tuple[int, int, float]],
+    negatives: Sequence[tuple[int, int]],
+    config: PreferenceConfig,
+) -> dict[str, np.ndarray]:
+    """The linear head's full-batch Adam in NumPy, with the loss's gradient in closed form:
+    the same objective, initial weights and steps as :func:`_fit_with_autograd`, equal to
+    rounding (about 1e-12), several times faster (torch spent a millisecond a step on the
+    overhead of a few dozen small operations, and ``l2="auto"`` fits about a hundred heads).
+    A weight the loss does not reach (the pair scale without pairs, the length coefficient
+    without the covariate) keeps its initial value, as autograd leaves it."""
+    gradient = _LinearGradient(x, z, targets, pairs, negatives, config)
+    moments = {k: (np.zeros_like(v), np.zeros_like(v)) for k, v in weights.items()}
+    (beta1, beta2), rate = _BETAS, config.learning_rate
+    for step in range(1, config.steps + 1):
+        grads = gradient(weights)
+        correction1, correction2 = 1 - beta1**step, 1 - beta2**step
+        for name, grad in grads.items():
+            first, second = moments[name]
+            first *= beta1
+            first += (1 - beta1) * grad
+            second *= beta2
+            second += (1 - beta2) * grad * grad
+            denominator = np.sqrt(second) / math.sqrt(correction2) + _EPS
+            weights[name] = weights[name] - (rate / correction1) * first / denominator
+    return weights
+
+
+class _LinearGradient:
+    """The gradient of the linear head's loss (that of :class:`_HeadObjectives` plus the weight
+    decay of :func:`_penalty`) with respect to each weight it reaches."""
+
+    def __init__(
+        self,
+        x: np.ndarray,
+        z: np.ndarray,
+        targets: np.ndarray,
+        pairs: Sequence[tuple[int, int, float]],
+        negatives: Sequence[tuple[int, int]],
+        config: PreferenceConfig,
+    ) -> None:
+        self.x, self.z, self.n = x, z, len(x)
+        self.rated = np.flatnonzero(np.isfinite(targets))
+        self.y = np.asarray(targets, dtype=np.float64)[self.rated]
+        self.pairs = bool(pairs)
+        if self.pairs:
+            first, second, outcome = zip(*pairs, strict=True)
+            self.first, self.second = np.asarray(first), np.asarray(second)
+            self.won = (np.asarray(outcome) == 1.0).astype(np.float64)
+        self.weight = config.negative_weight
+        self.negatives = bool(negatives) and bool(self.weight)
+        if self.negatives:
+            original, copy = zip(*negatives, strict=True)
+            self.original, self.copy = np.asarray(original), np.asarray(copy)
+        self.length = config.length_covariate
+        self.free = len(config.metric_features)  # the last columns: no weight decay
+        self.l2 = float(config.l2)
+
+    def __call__(self, weights: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        plain = self.x @ weights["w"] + weights["b"][0]
+        score = plain + weights["length"][0] * self.z if self.length else plain
+        on_score = np.zeros(self.n)
+        grads: dict[str, np.ndarray] = {}
+        if len(self.rated):
+            on_score[self.rated] += 2.0 * (score[self.rated] - self.y) / len(self.rated)
+        if self.pairs:
+            grads.update(self._pairs(weights, score, on_score))
+        on_plain = on_score.copy()
+        if self.negatives:
+            gap = plain[self.copy] - plain[self.original]
+            push = self.weight / len(gap) / (1.0 + np.exp(-gap))  # d softplus = sigmoid
+            np.add.at(on_plain, self.copy, push)
+            np.add.at(on_plain, self.original, -push)
+        decay = 2.0 * self.l2 * weights["w"]
+        if self.free:
+            decay[len(decay) - self.free :] = 0.0
+        grads["w"] = self.x.T @ on_plain + decay
+        grads["b"] = np.array([on_plain.sum()])
+        if self.length:
+            grads["length"] = np.array([on_score @ self.z])
+        return grads
+
+    def _pairs(
+        self, weights: Mapping[str, np.ndarray], score: np.ndarray, on_score: np.ndarray
+    ) -> dict[str, np.ndarray]:
+        """Add the Davidson likelihood's gradient to ``on_score``; return the scale's and
+        the tie parameter's."""
+        scale = math.exp(weights["log_scale"][0])
+        s1, s2 = score[self.first], score[self.second]
+        a, b = scale * s1, scale * s2
+        tie = weights["log_tie"][0] + (a + b) / 2
+        top = np.maximum(np.maximum(a, b), tie)
+        ea, eb, et = np.exp(a - top), np.exp(b - top), np.exp(tie - top)
+        total = ea + eb + et
+        count = len(a)
+        on_tie = (et / total - (1.0 - self.won)) / count
+        on_a = (ea / total - self.won) / count + on_tie / 2
+        on_b = eb / total / count + on_tie / 2
+        np.add.at(on_score, self.first, scale * on_a)
+        np.add.at(on_score, self.second, scale * on_b)
+        return {
+            "log_scale": np.array([scale * (on_a @ s1 + on_b @ s2)]),
+            "log_tie": np.array([on_tie.sum()]),
+        }
 
 
 class _HeadObjectives:
