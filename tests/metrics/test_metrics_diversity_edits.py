@@ -83,6 +83,13 @@ def test_levenshtein_matches_nltk(a, b):
     assert levenshtein(a, b) == edit_distance(a, b)
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.text(alphabet="ab ", max_size=200), st.text(alphabet="abc", max_size=200))
+def test_levenshtein_bit_vectors_wider_than_a_machine_word_match_nltk(a, b):
+    """Myers' bit vectors are as wide as the shorter input: past 64 and 128 positions too."""
+    assert levenshtein(a, b) == levenshtein(b, a) == edit_distance(a, b)
+
+
 @settings(max_examples=150, deadline=None)
 @given(
     st.lists(st.sampled_from("abcdef"), max_size=30),

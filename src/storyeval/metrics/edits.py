@@ -32,22 +32,38 @@ def levenshtein(a: Sequence[Any] | str, b: Sequence[Any] | str) -> int:
     """Edit distance: the fewest insertions, deletions and substitutions turning ``a`` into
     ``b`` (characters of strings, or items of sequences).
 
+    Myers' (1999) bit-parallel algorithm in Hyyro's (2001) form for the global distance: one
+    column of the dynamic programme is a pair of bit vectors (Python integers as wide as the
+    shorter input), so two stories of 10,000 characters take milliseconds, not a minute.
+    Exact: the tests check it against the plain dynamic programme.
+
     >>> levenshtein("kitten", "sitting"), levenshtein("", "abc"), levenshtein(["a", "b"], ["b"])
     (3, 3, 1)
     """
     if len(a) < len(b):
         a, b = b, a
-    previous = list(range(len(b) + 1))
-    for i, item in enumerate(a, start=1):
-        current = [i] + [0] * len(b)
-        for j, other in enumerate(b, start=1):
-            current[j] = min(
-                previous[j] + 1,
-                current[j - 1] + 1,
-                previous[j - 1] + (item != other),
-            )
-        previous = current
-    return previous[-1]
+    if not b:
+        return len(a)
+    matches: dict[Any, int] = {}  # each item of b: the bits of the positions holding it
+    for position, item in enumerate(b):
+        matches[item] = matches.get(item, 0) | (1 << position)
+    full, last = (1 << len(b)) - 1, 1 << (len(b) - 1)
+    plus, minus, distance = full, 0, len(b)  # vertical deltas of the first column: all +1
+    for item in a:
+        equal = matches.get(item, 0)
+        vertical = equal | minus
+        horizontal = (((equal & plus) + plus) ^ plus) | equal
+        up = minus | (~(horizontal | plus) & full)
+        down = plus & horizontal
+        if up & last:
+            distance += 1
+        elif down & last:
+            distance -= 1
+        up = ((up << 1) | 1) & full  # the first row's horizontal delta is +1
+        down = (down << 1) & full
+        plus = down | (~(vertical | up) & full)
+        minus = up & vertical
+    return distance
 
 
 def jaccard(a: str, b: str) -> float:
