@@ -1,3 +1,3 @@
 """The version of storyeval: the one place it is written (pyproject.toml reads it from here)."""
 
-__version__ = "0.11.0"
+__version__ = "0.12.0"
