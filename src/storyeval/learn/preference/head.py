@@ -127,8 +127,9 @@ def _fit_with_autograd(
     negatives: Sequence[tuple[int, int]],
     config: PreferenceConfig,
 ) -> dict[str, np.ndarray]:
-    """Full-batch Adam on the head's loss through torch's autograd (the hidden layer and the
-    ordinal loss; the reference :func:`_fit_linear` is checked against)."""
+    """Full-batch Adam on the head's loss through torch's autograd: the fit of the hidden
+    layer and of the ordinal loss, and the reference the tests check :func:`_fit_linear`
+    against."""
     import torch
 
     l2 = float(config.l2)
