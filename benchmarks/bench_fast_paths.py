@@ -38,8 +38,6 @@ def _best(run: Callable[[], Any], repeats: int) -> tuple[float, Any]:
 
 
 def head(repeats: int) -> dict[str, float]:
-    import torch
-
     from storyeval.learn.preference import PreferenceConfig, fit_head
     from storyeval.learn.preference import head as heads
 
@@ -49,14 +47,9 @@ def head(repeats: int) -> dict[str, float]:
     pairs = [(int(i), int(j), 1.0) for i, j in rng.integers(0, 180, size=(600, 2)) if i != j]
     config = PreferenceConfig()
 
-    def autograd(x, z, initial, targets, pairs, negatives, config):  # type: ignore[no-untyped-def]
-        params = {k: torch.tensor(v).requires_grad_(True) for k, v in initial.items()}
-        x, z = torch.tensor(x), torch.tensor(z)
-        return heads._fit_with_autograd(x, z, params, targets, pairs, (), negatives, config)
-
     closed_form = heads._fit_linear
     fast, new = _best(lambda: fit_head(features, lengths, targets, pairs, config), repeats)
-    heads._fit_linear = autograd  # type: ignore[assignment]
+    heads._fit_linear = heads._fit_with_autograd
     try:
         slow, old = _best(lambda: fit_head(features, lengths, targets, pairs, config), repeats)
     finally:

@@ -209,18 +209,14 @@ def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 def _tokenizers() -> tuple[Any, Any]:
     """The offline models' tokenizers, or ``$STORYEVAL_TOKENIZERS/{encoder,lm}`` (a GPU
     machine without the offline model packages: ``scripts/gpu_prepare.sh`` saves them)."""
-    import os
+    from transformers import AutoTokenizer
 
     folder = os.environ.get("STORYEVAL_TOKENIZERS")
     if folder:
-        from transformers import AutoTokenizer
-
         return (
             AutoTokenizer.from_pretrained(Path(folder) / "encoder"),
             AutoTokenizer.from_pretrained(Path(folder) / "lm"),
         )
-    from transformers import AutoTokenizer
-
     from storyeval.models.loading import resolve_model_path
 
     # the tokenizers' files alone: the default models' weights need not load for them

@@ -112,8 +112,6 @@ def test_the_closed_form_gradient_fits_the_head_autograd_fits(setting: str) -> N
     (which still fits the hidden layer and the ordinal loss) fits the same head, equal to
     rounding. A rating-free head's offset has no gradient: rounding noise moves it, by about
     1e-8 (measured 2e-8), and it moves every score alike."""
-    import torch
-
     from storyeval.learn.preference import head as heads
 
     rng = np.random.default_rng(0)
@@ -135,14 +133,9 @@ def test_the_closed_form_gradient_fits_the_head_autograd_fits(setting: str) -> N
         if setting == "free columns":
             config = replace(config, metric_features=("distinct2", "repeated_ngram_rate"))
 
-    def autograd(x, z, initial, targets, pairs, negatives, config):  # type: ignore[no-untyped-def]
-        params = {k: torch.tensor(v).requires_grad_(True) for k, v in initial.items()}
-        x, z = torch.tensor(x), torch.tensor(z)
-        return heads._fit_with_autograd(x, z, params, targets, pairs, (), negatives, config)
-
     closed = fit_head(features, lengths, targets, pairs, config, negatives=negatives)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(heads, "_fit_linear", autograd)
+        patch.setattr(heads, "_fit_linear", heads._fit_with_autograd)
         reference = fit_head(features, lengths, targets, pairs, config, negatives=negatives)
     assert closed.weights.keys() == reference.weights.keys()
     tolerance = 1e-7 if setting == "pairs alone" else 1e-12

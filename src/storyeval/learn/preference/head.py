@@ -104,41 +104,44 @@ def fit_head(
     length_mean, length_sd = float(lengths[real].mean()), float(lengths[real].std() + 1e-6)
     generator = torch.Generator().manual_seed(config.seed)
     filled = np.where(np.isnan(features), mean, features)  # undefined: the mean (standard 0)
-    x = torch.tensor((filled - mean) / sd, dtype=torch.float64)
-    z = torch.tensor((lengths - length_mean) / length_sd, dtype=torch.float64)
+    x = np.asarray((filled - mean) / sd, dtype=np.float64)
+    z = np.asarray((lengths - length_mean) / length_sd, dtype=np.float64)
     params = _initial_weights(x.shape[1], config, generator)
-    if config.rating_loss == "ordinal" and len(ratings) > 0:
+    ordinal = config.rating_loss == "ordinal" and len(ratings) > 0
+    if ordinal:
         params.update(initial_thresholds(levels))
-    elif not config.hidden:  # the common head: its gradient in closed form (see _fit_linear)
-        initial = {k: v.detach().numpy().copy() for k, v in params.items()}
-        fitted = _fit_linear(x.numpy(), z.numpy(), initial, targets, pairs, negatives, config)
-        return PreferenceHead(mean, sd, fitted, length_mean, length_sd)
-    weights = _fit_with_autograd(x, z, params, targets, pairs, ratings, negatives, config)
+    initial = {k: v.detach().numpy().copy() for k, v in params.items()}
+    if ordinal or config.hidden:
+        weights = _fit_with_autograd(x, z, initial, targets, pairs, negatives, config, ratings)
+    else:  # the common head: its gradient in closed form (see _fit_linear)
+        weights = _fit_linear(x, z, initial, targets, pairs, negatives, config)
     return PreferenceHead(mean, sd, weights, length_mean, length_sd)
 
 
 def _fit_with_autograd(
-    x: Any,
-    z: Any,
-    params: dict[str, Any],
+    x: np.ndarray,
+    z: np.ndarray,
+    initial: dict[str, np.ndarray],
     targets: np.ndarray,
     pairs: Sequence[tuple[int, int, float]],
-    ratings: Sequence[tuple[int, int]],
     negatives: Sequence[tuple[int, int]],
     config: PreferenceConfig,
+    ratings: Sequence[tuple[int, int]] = (),
 ) -> dict[str, np.ndarray]:
     """Full-batch Adam on the head's loss through torch's autograd: the fit of the hidden
     layer and of the ordinal loss, and the reference the tests check :func:`_fit_linear`
-    against."""
+    against (the same arguments, ``ratings`` aside)."""
     import torch
 
+    x_t, z_t = torch.as_tensor(x), torch.as_tensor(z)
+    params = {k: torch.tensor(v).requires_grad_(True) for k, v in initial.items()}
     l2 = float(config.l2)
     objectives = _HeadObjectives(targets, pairs, ratings, negatives, config)
     optimizer = torch.optim.Adam(list(params.values()), lr=config.learning_rate)
     for _ in range(config.steps):
         optimizer.zero_grad()
-        plain = _forward(params, x)  # the score without length: what is reported
-        score = plain + (params["length"] * z if config.length_covariate else 0.0)
+        plain = _forward(params, x_t)  # the score without length: what is reported
+        score = plain + (params["length"] * z_t if config.length_covariate else 0.0)
         loss = objectives(params, score, plain)
         penalty = _penalty(params, len(config.metric_features))
         (loss + l2 * penalty).backward()
