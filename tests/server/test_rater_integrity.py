@@ -147,7 +147,7 @@ def test_the_signals_are_checked_and_read_into_flags():
     }  # fmt: skip
 
 
-def test_writing_sessions_record_how_each_turn_was_written(tmp_path):
+def test_writing_sessions_record_how_each_turn_was_written(tmp_path, tiny_models):
     """A writer's turn and survey answer carry the page's counts into the session export,
     and the admin page flags a pasted turn."""
     from storyeval.server.app import create_app
@@ -156,7 +156,7 @@ def test_writing_sessions_record_how_each_turn_was_written(tmp_path):
 
     from .test_writing_app import ADMIN, new_writer, step, write_config
 
-    config = write_config(tmp_path, rounds=1)
+    config = write_config(tmp_path, rounds=1, model=tiny_models["lm"])
     plugin = WritingSessionPlugin.from_file(config)
     app = create_app(
         Settings(database_url=f"sqlite:///{tmp_path / 'w.sqlite3'}", admin_token=ADMIN), [plugin]

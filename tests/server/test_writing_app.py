@@ -12,6 +12,7 @@ import shutil
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -30,13 +31,24 @@ ADMIN = "writing-admin-token-0123456789"
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "cyoa"
 
 
-def write_config(folder: Path, kind: str = "cyoa", name: str | None = None, **changes) -> Path:
+def write_config(
+    folder: Path,
+    kind: str = "cyoa",
+    name: str | None = None,
+    *,
+    model: Path | None = None,
+    **changes: Any,
+) -> Path:
+    """The example session file of ``kind`` with short suggestions (``model``: another causal
+    LM for every generator, such as the two-layer model for tests of mechanics)."""
     data = yaml.safe_load((EXAMPLE / f"{kind}.yaml").read_text())
     shutil.copy(EXAMPLE / "lighthouse.png", folder / "lighthouse.png")
     for spec in data.get("generators", [data.get("generator")]):
         if spec:  # short suggestions keep the tests quick; an unfinished one is still offered
             spec["decoding"]["max_new_tokens"] = 24
             spec["max_attempts"] = 2
+            if model is not None:
+                spec["model"] = str(model)
     data.update(changes)
     if name:
         data["name"] = name
@@ -89,8 +101,8 @@ def export(client, plugin):
 
 
 @pytest.mark.slow
-def test_cyoa_writer_completes_a_story_in_process(tmp_path):
-    app, plugin = make_app(tmp_path, write_config(tmp_path, rounds=1))
+def test_cyoa_writer_completes_a_story_in_process(tmp_path, tiny_models):
+    app, plugin = make_app(tmp_path, write_config(tmp_path, rounds=1, model=tiny_models["lm"]))
     client = TestClient(app)
     token = new_writer(app, plugin)
     base = f"/cyoa/{token}"
@@ -179,8 +191,10 @@ def test_cyoa_writer_completes_a_story_in_process(tmp_path):
 
 
 @pytest.mark.slow
-def test_mil_pushes_the_machine_sentence_into_the_edit_box(tmp_path):
-    app, plugin = make_app(tmp_path, write_config(tmp_path, "mil", sentences=3))
+def test_mil_pushes_the_machine_sentence_into_the_edit_box(tmp_path, tiny_models):
+    app, plugin = make_app(
+        tmp_path, write_config(tmp_path, "mil", sentences=3, model=tiny_models["lm"])
+    )
     client = TestClient(app)
     token = new_writer(app, plugin)
     base = f"/mil/{token}"
@@ -323,12 +337,12 @@ def test_a_changed_session_file_is_refused_once_writers_started(tmp_path):
 
 
 @pytest.mark.slow
-def test_pending_suggestions_are_generated_after_a_restart(tmp_path):
+def test_pending_suggestions_are_generated_after_a_restart(tmp_path, tiny_models):
     """A turn submitted while no server ran (or one killed mid-generation) stays pending in
     the database; the next server queues it again."""
     from storyeval.server import writing_store
 
-    config = write_config(tmp_path, rounds=1)
+    config = write_config(tmp_path, rounds=1, model=tiny_models["lm"])
     plugin = load_session(config)
     db = Database(f"sqlite:///{tmp_path / 'w.sqlite3'}")
     db.create_all()
@@ -352,10 +366,10 @@ def test_pending_suggestions_are_generated_after_a_restart(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_slow_model_never_blocks_other_writers(tmp_path):
+def test_a_slow_model_never_blocks_other_writers(tmp_path, tiny_models):
     """Writer A's suggestions take seconds (up to 40 new tokens each); meanwhile writer B's
     pages and A's waiting page answer at once, because generation runs in the worker."""
-    config = write_config(tmp_path, rounds=1)
+    config = write_config(tmp_path, rounds=1, model=tiny_models["lm"])
     data = yaml.safe_load(config.read_text())
     for spec in data["generators"]:
         spec["decoding"]["max_new_tokens"] = 40

@@ -1,6 +1,6 @@
 """A writer completes a Choose Your Own Adventure story in a real browser (Debian's Chromium
 driven by Playwright) against the real server (``storyeval serve`` in a subprocess), with real
-suggestions from the offline SmolLM2: five rounds of writing a line alone, waiting for two
+suggestions from a two-layer model of SmolLM2's architecture: five rounds of writing a line alone, waiting for two
 suggestions (the page refreshes itself, no JavaScript), choosing one, switching once, editing
 and adding it; then the Likert statements and open questions. The admin export holds every
 suggestion, choice, switch and edit, and ``storyeval cyoa analyse`` reads it."""
@@ -29,7 +29,7 @@ LINES = [
 ]
 
 
-def test_a_writer_completes_a_cyoa_story_in_chromium(tmp_path, live_server):
+def test_a_writer_completes_a_cyoa_story_in_chromium(tmp_path, live_server, tiny_models):
     from playwright.sync_api import expect, sync_playwright
 
     from storyeval.collab import read_sessions
@@ -37,7 +37,8 @@ def test_a_writer_completes_a_cyoa_story_in_chromium(tmp_path, live_server):
 
     data = yaml.safe_load((EXAMPLE / "cyoa.yaml").read_text())
     data["name"] = "browser-cyoa"
-    for spec in data["generators"]:  # short suggestions keep the test quick
+    for spec in data["generators"]:  # short suggestions of a two-layer model keep it quick
+        spec["model"] = str(tiny_models["lm"])
         spec["decoding"]["max_new_tokens"] = 12
         spec["max_attempts"] = 1
     shutil.copy(EXAMPLE / "lighthouse.png", tmp_path / "lighthouse.png")

@@ -72,8 +72,9 @@ def split_text(text: str) -> SplitText:
 
 @functools.lru_cache(maxsize=200_000)
 def _in_wordnet(lemma: str, pos: str) -> bool:
-    from nltk.corpus import wordnet
+    from storyeval.perturb.lexicon import _wordnet
 
+    wordnet: Any = _wordnet()
     return bool(wordnet.synsets(lemma, pos=pos))
 
 
