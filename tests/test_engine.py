@@ -135,7 +135,11 @@ def test_a_worker_killed_mid_run_is_replaced_and_nothing_is_lost(client, example
     client.wait_for_workers(2, timeout=60)
 
 
-def test_generate_perturb_and_judge_on_the_cluster_equal_local(client, examples_dir, tmp_path):
+def test_generate_perturb_and_judge_on_the_cluster_equal_local(
+    client, examples_dir, tmp_path, tiny_models
+):
+    """Generation and judging with a two-layer model of SmolLM2's architecture (the engines'
+    equality is what is tested, not the text), perturbation with spaCy and WordNet."""
     from storyeval.generate import DecodingConfig, generate_stories, read_prompts
     from storyeval.generate.core import generate_source
     from storyeval.judge import load_rubric
@@ -150,17 +154,19 @@ def test_generate_perturb_and_judge_on_the_cluster_equal_local(client, examples_
     prompts.write_text(
         "".join(json.dumps({"id": r["id"], "prompt": r["prompt"]}) + "\n" for r in rows)
     )
-    decoding = DecodingConfig.from_options(top_p=0.9, max_new_tokens=30)
+    decoding = DecodingConfig.from_options(top_p=0.9, max_new_tokens=80)
+    model = str(tiny_models["lm"])
     local = generate_stories(
         read_prompts(prompts),
+        model=model,
         decoding=decoding,
         seed=3,
         progress=False,
         block_size=2,
-        max_words=30,
+        max_words=60,
     )
     remote = generate_source(
-        prompts, client=client, block_size=2, decoding=decoding, seed=3, max_words=30
+        prompts, client=client, block_size=2, model=model, decoding=decoding, seed=3, max_words=60
     )
     assert [(s.id, s.story, s.extra["signature"]) for s in remote] == [
         (s.id, s.story, s.extra["signature"]) for s in local
@@ -172,7 +178,7 @@ def test_generate_perturb_and_judge_on_the_cluster_equal_local(client, examples_
     there = perturb_source(small, client=client, block_size=7, mode="mix", seed=5)
     assert there.records() == here.records()
     rubric = load_rubric("karpinska")
-    spec = BackendSpec()
+    spec = BackendSpec(models=(model,))
     judged = judge_blocks(stories[:2], rubric, spec.build(), block_size=1)
     small2 = tmp_path / "two.jsonl"
     small2.write_text("".join(json.dumps(s.to_dict()) + "\n" for s in stories[:2]))

@@ -436,8 +436,10 @@ def test_openai_backend_reads_log_probabilities_from_a_real_local_server(
 
 @pytest.mark.slow
 def test_cli_judge_then_judge_eval_and_rank(
-    tmp_path: Path, run_cli: Any, examples_dir: Path
+    tmp_path: Path, run_cli: Any, examples_dir: Path, tiny_models: dict[str, Path]
 ) -> None:
+    """The commands' plumbing, judged by a two-layer model of SmolLM2's architecture (the
+    offline judge's own verdicts are tested above)."""
     stories = [
         s
         for s in read_stories(examples_dir / "stories.jsonl")
@@ -455,6 +457,8 @@ def test_cli_judge_then_judge_eval_and_rank(
         str(out),
         "--rubric",
         str(rubric_file),
+        "--model",
+        str(tiny_models["lm"]),
         "--cache",
         str(tmp_path / "c.sqlite"),
     )
@@ -468,6 +472,8 @@ def test_cli_judge_then_judge_eval_and_rank(
         str(out),
         "--rubric",
         str(rubric_file),
+        "--model",
+        str(tiny_models["lm"]),
         "--cache",
         str(tmp_path / "c.sqlite"),
     )
@@ -504,6 +510,8 @@ def test_cli_judge_then_judge_eval_and_rank(
         str(pairs),
         "--rubric",
         str(rubric_file),
+        "--model",
+        str(tiny_models["lm"]),
         "--mode",
         "pairwise",
         "--no-cache",
