@@ -1,6 +1,6 @@
 """A writer writes a slogan with pulled suggestions in a real browser (Debian's Chromium driven
 by Playwright) against the real server (``storyeval serve`` in a subprocess), with real
-suggestions from the skeleton suggester and the offline SmolLM2: keywords and a draft, two
+suggestions from the skeleton suggester and a two-layer model of SmolLM2's architecture: keywords and a draft, two
 pulls (the page waits for each, the suggestions appear beside the draft and the first pull
 moves to the history), the final slogan, the writing survey and the final survey. The admin
 export holds both pulls and their suggestions, and ``storyeval slogan-study analyse`` reads it."""
@@ -23,14 +23,17 @@ pytestmark = pytest.mark.slow
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "slogan" / "slogan.yaml"
 
 
-def test_a_writer_pulls_suggestions_twice_and_submits_a_slogan(tmp_path, live_server, run_cli):
+def test_a_writer_pulls_suggestions_twice_and_submits_a_slogan(
+    tmp_path, live_server, run_cli, tiny_models
+):
     from playwright.sync_api import expect, sync_playwright
 
     data = yaml.safe_load(EXAMPLE.read_text())
     data["name"] = "browser-slogan"
     data["prompts"] = data["prompts"][:1]  # one slogan keeps the test short
     data["conditions"] = ["mil", "solo"]  # the first writer gets the suggestions
-    data["suggester"] = {"beam": 2, "vocabulary": 4}
+    # a two-layer model of SmolLM2's architecture ranks the fillings: the pages are tested
+    data["suggester"] = {"beam": 2, "vocabulary": 4, "model": str(tiny_models["lm"])}
     config = tmp_path / "slogan.yaml"
     config.write_text(yaml.safe_dump(data), encoding="utf-8")
     server = live_server(config, f"sqlite:///{tmp_path / 'slogan.sqlite3'}", links=1)
