@@ -537,3 +537,24 @@ def test_the_table_reads_well_in_chromium(tmp_path: Path, examples_dir: Path, wi
         assert page.evaluate(visible, "#stories th.g-people") > 0
         page.screenshot(path=str(shots / f"view-table-{width}-folded.png"))
         browser.close()
+
+
+def test_the_export_is_the_same_from_inside_a_running_event_loop(
+    tmp_path: Path, examples_dir: Path
+) -> None:
+    """A notebook (or an async server) already runs an event loop in its thread: the export
+    crawls in a loop of its own on a helper thread and writes the same pages."""
+    import asyncio
+
+    from storyeval.view.export import export_site
+
+    data = load_view_data([examples_dir / "stories.jsonl", examples_dir / "judgments.jsonl"])
+    plain = export_site(data, tmp_path / "plain")
+
+    async def from_a_loop() -> Any:
+        return export_site(data, tmp_path / "looped")
+
+    looped = asyncio.run(from_a_loop())
+    assert looped.pages == plain.pages > 50
+    for page in sorted((tmp_path / "plain").glob("*.html")):
+        assert (tmp_path / "looped" / page.name).read_bytes() == page.read_bytes(), page.name

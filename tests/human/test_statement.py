@@ -16,9 +16,22 @@ from storyeval.human.study import load_study
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
+    """The command in a fresh process (its real exit code and streams)."""
     return subprocess.run(
         [sys.executable, "-m", "storyeval", *args], capture_output=True, text=True, check=False
     )
+
+
+@pytest.fixture
+def cli(run_cli):  # type: ignore[no-untyped-def]
+    """The command in this process (its models and imports shared with the other tests), with
+    the result shaped as :func:`run`'s."""
+
+    def _run(*args: str) -> subprocess.CompletedProcess[str]:
+        code, out, err = run_cli(*args)
+        return subprocess.CompletedProcess(list(args), code, out, err)
+
+    return _run
 
 
 def test_the_statement_reports_the_design_from_the_file(examples_dir):
@@ -89,7 +102,7 @@ def test_the_statement_counts_exclusions_from_the_data(examples_dir):
 
 
 @pytest.mark.slow
-def test_study_commands_from_check_to_statement(examples_dir, corpus_dir, tmp_path):
+def test_study_commands_from_check_to_statement(examples_dir, corpus_dir, tmp_path, cli):
     from fastapi.testclient import TestClient
 
     from storyeval.server.app import create_app
@@ -103,11 +116,11 @@ def test_study_commands_from_check_to_statement(examples_dir, corpus_dir, tmp_pa
         .read_text()
         .replace("../stories.jsonl", "stories.jsonl")
     )
-    checked = run("study", "check", str(study_path))
+    checked = cli("study", "check", str(study_path))
     assert checked.returncode == 0 and "protocol likert, 24 items" in checked.stdout
 
     db = f"sqlite:///{tmp_path / 'cli.sqlite3'}"
-    links = run(
+    links = cli(
         "study", "links", str(study_path), "--db", db, "-n", "2", "--base-url", "http://testserver"
     )
     assert links.returncode == 0, links.stderr
@@ -128,13 +141,13 @@ def test_study_commands_from_check_to_statement(examples_dir, corpus_dir, tmp_pa
             },
         ).run(url)
 
-    exported = run("study", "export", str(study_path), "--db", db, "-o", str(tmp_path / "export"))
+    exported = cli("study", "export", str(study_path), "--db", db, "-o", str(tmp_path / "export"))
     assert exported.returncode == 0, exported.stderr
     lines = (tmp_path / "export" / "judgments.jsonl").read_text().splitlines()
     assert len(lines) == 2 * 7 * 4
     assert json.loads((tmp_path / "export" / "study.json").read_text())["version"] == study.version
 
-    analysed = run(
+    analysed = cli(
         "study",
         "analyse",
         "--judgments",
@@ -147,7 +160,7 @@ def test_study_commands_from_check_to_statement(examples_dir, corpus_dir, tmp_pa
         str(tmp_path / "analysis"),
     )
     assert analysed.returncode == 0, analysed.stderr
-    too_strict = run(
+    too_strict = cli(
         "study",
         "analyse",
         "--judgments",
@@ -159,7 +172,7 @@ def test_study_commands_from_check_to_statement(examples_dir, corpus_dir, tmp_pa
     )
     assert too_strict.returncode == 2 and "median time per item" in too_strict.stderr
 
-    written = run(
+    written = cli(
         "study",
         "statement",
         str(study_path),
@@ -176,7 +189,7 @@ def test_study_commands_from_check_to_statement(examples_dir, corpus_dir, tmp_pa
     assert "Participant links: 2; started: 2; finished: 2." in statement
 
     study_path.write_text(study_path.read_text().replace("per_system: 12", "per_system: 11"))
-    drift = run(
+    drift = cli(
         "study",
         "statement",
         str(study_path),
@@ -186,7 +199,7 @@ def test_study_commands_from_check_to_statement(examples_dir, corpus_dir, tmp_pa
         str(tmp_path / "s2.md"),
     )
     assert drift.returncode == 2 and "changed after the data was collected" in drift.stderr
-    stale = run("study", "export", str(study_path), "--db", db, "-o", str(tmp_path / "export2"))
+    stale = cli("study", "export", str(study_path), "--db", db, "-o", str(tmp_path / "export2"))
     assert stale.returncode == 2 and "version" in stale.stderr
 
 

@@ -23,7 +23,7 @@ def _wordnet() -> object:
     import nltk
     from nltk.corpus.reader.wordnet import WordNetCorpusReader
 
-    class _EnglishWordNet(WordNetCorpusReader):  # type: ignore[misc]
+    class _EnglishWordNet(WordNetCorpusReader):
         def map_wn(self, version: str = "wordnet") -> None:
             return None
 

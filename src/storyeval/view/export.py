@@ -20,8 +20,10 @@ import json
 import re
 import shutil
 from collections import deque
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlencode, urlsplit
 
 from storyeval.view.data import ViewData
@@ -119,14 +121,12 @@ def _rewrite(
 def export_site(data: ViewData, directory: str | Path, *, max_pages: int = 5000) -> ExportResult:
     """Write the view app over ``data`` as a static site in ``directory`` (replaced
     atomically). Returns the number of pages written and of links left unexported."""
-    from fastapi.testclient import TestClient
-
     from storyeval.base.io import atomic_directory
     from storyeval.view.app import create_view_app
 
     if max_pages < 1:
         raise ValueError(f"max_pages must be >= 1; got {max_pages}")
-    client = TestClient(create_view_app(data, allowed_hosts=["testserver"]))
+    app = create_view_app(data, allowed_hosts=["testserver"])
     seeds = _seeds(data)
     known: dict[str, str] = {}
     queue: deque[str] = deque()
@@ -137,12 +137,50 @@ def export_site(data: ViewData, directory: str | Path, *, max_pages: int = 5000)
     skipped: set[str] = set()
     inputs = [file for file, _, _ in data.files]
     with atomic_directory(directory, "view export", inputs=inputs) as tmp:
-        while queue:
-            url = queue.popleft()
-            body = _rewrite(client.get(url).text, queue, known, max_pages, skipped)
-            (tmp / known[url]).write_text(body, encoding="utf-8")
+        _run_in_own_loop(_crawl(app, tmp, queue, known, max_pages, skipped))
         _write_extras(tmp, data, seeds, known)
     return ExportResult(Path(directory), len(known), len(skipped))
+
+
+async def _crawl(
+    app: Any,
+    tmp: Path,
+    queue: deque[str],
+    known: dict[str, str],
+    max_pages: int,
+    skipped: set[str],
+) -> None:
+    """Fetch each queued page from the app and write it with its links rewritten (which
+    queues the pages it links to). httpx's ASGI transport calls the app in this thread's
+    event loop (a test client's hop to another thread for every request made exporting the
+    example corpus with 42 metrics take 6.6 s rather than 4.6)."""
+    import httpx
+
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(
+        transport=transport, base_url="http://testserver", follow_redirects=True
+    ) as client:
+        while queue:
+            url = queue.popleft()
+            response = await client.get(url)
+            body = _rewrite(response.text, queue, known, max_pages, skipped)
+            (tmp / known[url]).write_text(body, encoding="utf-8")
+
+
+def _run_in_own_loop(work: Coroutine[Any, Any, None]) -> None:
+    """Run ``work`` to the end in a new event loop: in this thread, or in a helper thread
+    when this one already runs a loop (a notebook, an async server)."""
+    import asyncio
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        asyncio.run(work)
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pool.submit(asyncio.run, work).result()
 
 
 def _write_extras(
