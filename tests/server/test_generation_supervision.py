@@ -215,7 +215,7 @@ def test_a_writer_whose_suggestion_timed_out_can_ask_again(tmp_path, tiny_models
     flaky.release.set()  # the generator answers again
     assert plugin.worker is not None and plugin.worker.wait_idle(timeout=30)
     plugin.worker.timeout_s = 120.0
-    time.sleep(1)  # the abandoned calls finish (Python cannot stop a thread)
+    time.sleep(2)  # the abandoned calls finish (Python cannot stop a thread)
     page = client.post(f"/cyoa/{writer}/retry", data={"step": step(page)})
     page = wait_ready(client, f"/cyoa/{writer}", timeout=60)
     with app.state.storyeval.db.read() as conn:
