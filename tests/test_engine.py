@@ -94,9 +94,9 @@ def test_resume_skips_finished_blocks(engine, request, examples_dir, tmp_path):
         run = functools.partial(score_source, client=client)
     else:
         run = score_file
-    path = examples_dir / "stories.jsonl"
+    path = _demo_subset(examples_dir, tmp_path, prompts=14)  # 42 stories
     work = tmp_path / "work"
-    settings = {"missing": "skip", "bootstrap": 0, "block_size": 40, "work_dir": work}
+    settings = {"missing": "skip", "bootstrap": 0, "block_size": 9, "work_dir": work}
     first = run(path, "bleu,distinct1,bertscore_f", **settings)
     blocks = sorted(work.glob("*/block-*.pkl"))
     assert len(blocks) == 5 and first.timings.get("blocks_reused", 0) == 0
