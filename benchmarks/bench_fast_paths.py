@@ -1,4 +1,4 @@
-"""Benchmark: three exact fast paths, each a ratio against the code it replaced, measured in one
+"""Benchmark: five exact fast paths, each a ratio against the code it replaced, measured in one
 run on this machine.
 
 * ``head``: the preference head's fit with its gradient in closed form (NumPy) against the
@@ -8,7 +8,13 @@ run on this machine.
 * ``levenshtein``: Myers' bit-parallel edit distance against the plain dynamic programme on
   two texts of 2,000 characters (target: >= 20x, the same distance);
 * ``sentences``: splitting 20 long texts (the example stories joined twelve at a time,
-  about 900 words) a second time, remembered, against the first (target: >= 50x).
+  about 900 words) a second time, remembered, against the first (target: >= 50x);
+* ``wordnet``: a fresh process's first WordNet look-up through storyeval's reader against
+  NLTK's ``nltk.corpus.wordnet``, which first maps WordNet 3.0 onto itself (target: >= 1.3x,
+  the same synsets);
+* ``export``: ``view --export`` of the example corpus with 42 metrics through httpx's ASGI
+  transport in one event loop against the test client it used before (target: >= 1.2x, the
+  same pages).
 
 Run: python benchmarks/bench_fast_paths.py [--repeats 3]
 """
@@ -96,12 +102,96 @@ def sentences(repeats: int) -> dict[str, float]:
     return {"first_s": first, "again_s": again, "ratio": first / again, "words": words}
 
 
+_LOOKUP = (
+    "import time; started = time.perf_counter(); {load}; "
+    "found = [s.name() for s in wordnet.synsets('dog', pos='n')]; "
+    "print(time.perf_counter() - started, len(found))"
+)
+
+
+def wordnet(repeats: int) -> dict[str, float]:
+    import subprocess
+    import sys
+
+    def first_lookup(load: str) -> tuple[float, int]:
+        runs = []
+        for _ in range(repeats):
+            done = subprocess.run(
+                [sys.executable, "-c", _LOOKUP.format(load=load)],
+                capture_output=True, text=True, check=True,
+            )  # fmt: skip
+            seconds, count = done.stdout.split()
+            runs.append((float(seconds), int(count)))
+        return min(runs)
+
+    nltk_s, nltk_found = first_lookup("from nltk.corpus import wordnet")
+    ours_s, ours_found = first_lookup(
+        "from storyeval.perturb.lexicon import _wordnet; wordnet = _wordnet()"
+    )
+    assert ours_found == nltk_found, (ours_found, nltk_found)
+    return {"nltk_s": nltk_s, "storyeval_s": ours_s, "ratio": nltk_s / ours_s}
+
+
+def export(repeats: int) -> dict[str, float]:
+    import json
+    import tempfile
+    from collections import deque
+
+    from fastapi.testclient import TestClient
+
+    from storyeval.corpus import read_stories
+    from storyeval.view import load_view_data
+    from storyeval.view.app import create_view_app
+    from storyeval.view.export import _rewrite, _seeds, export_site, page_file
+
+    folder = Path(tempfile.mkdtemp())
+    rows = [
+        {"item_id": story.id, "metric": f"metric_{k:02d}", "value": 1 / (k + 3) + len(story.story)}
+        for story in read_stories(ROOT / "examples" / "stories.jsonl")
+        for k in range(42)
+    ]
+    (folder / "scores.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    examples = ROOT / "examples"
+    data = load_view_data(
+        [examples / "stories.jsonl", folder / "scores.jsonl", examples / "judgments.jsonl"]
+    )
+
+    def test_client_crawl() -> Path:  # the crawl export_site replaced
+        target = Path(tempfile.mkdtemp())
+        client = TestClient(create_view_app(data, allowed_hosts=["testserver"]))
+        known = {url: page_file(url) for url, _ in _seeds(data)}
+        queue, skipped = deque(known), set[str]()
+        while queue:
+            url = queue.popleft()
+            body = _rewrite(client.get(url).text, queue, known, 5000, skipped)
+            (target / known[url]).write_text(body, encoding="utf-8")
+        return target
+
+    def in_one_loop() -> Path:
+        target = Path(tempfile.mkdtemp()) / "site"
+        export_site(data, target)
+        return target
+
+    fast, new = _best(in_one_loop, repeats)
+    slow, old = _best(test_client_crawl, repeats)
+    pages = sorted(p.name for p in old.glob("*.html"))  # the crawled pages (no extras)
+    assert all((old / name).read_bytes() == (new / name).read_bytes() for name in pages)
+    return {"test_client_s": slow, "asgi_s": fast, "ratio": slow / fast, "pages": len(pages)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    for name, run in (("head", head), ("levenshtein", levenshtein), ("sentences", sentences)):
+    benchmarks: tuple[tuple[str, Callable[[int], dict[str, float]]], ...] = (
+        ("head", head),
+        ("levenshtein", levenshtein),
+        ("sentences", sentences),
+        ("wordnet", wordnet),
+        ("export", export),
+    )
+    for name, run in benchmarks:
         found = run(args.repeats)
         print(name, " ".join(f"{k}={v:.4g}" for k, v in found.items()))
 
