@@ -15,11 +15,11 @@ _WN_POS = {"NOUN": "n", "VERB": "v", "ADJ": "a", "ADV": "r"}
 def _wordnet() -> object:
     """NLTK's WordNet reader for English look-ups, one a process.
 
-    NLTK's own ``nltk.corpus.wordnet`` spends about 8 s at start-up mapping WordNet 3.0's
-    synsets onto the loaded version for the Open Multilingual Wordnet (it maps 3.0 onto
-    itself: its version check compares "3.0" with the corpus name). storyeval reads English
-    synsets only, which never consult that map, so this reader skips it: the same synsets
-    and lemmas, ready in about 2 s."""
+    NLTK's own ``nltk.corpus.wordnet`` spends half its start-up mapping WordNet 3.0's synsets
+    onto the loaded version for the Open Multilingual Wordnet (it maps 3.0 onto itself: its
+    version check compares "3.0" with the corpus name). storyeval reads English synsets only,
+    which never consult that map, so this reader skips it: the same synsets and lemmas, and a
+    process's first look-up in 3.6 s rather than 7.9 (``benchmarks/bench_fast_paths.py``)."""
     import nltk
     from nltk.corpus.reader.wordnet import WordNetCorpusReader
 
