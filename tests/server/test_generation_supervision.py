@@ -121,8 +121,8 @@ def test_a_hung_call_times_out_and_a_dead_worker_is_restarted(config):
 def test_one_writers_slow_call_does_not_delay_anothers_suggestions(tmp_path, tiny_models):
     """Writer A's generator takes 30 s per call; writer B's suggestions come while A's calls
     are still running (with one queue, B would wait for both of A's: 60 s). The bound is A's
-    delay, not a fixed time, so a loaded machine generating B's slowly still passes (B's two
-    real generations took 12.6 s beside the other half of the test suite)."""
+    delay, not a fixed time, so a loaded machine generating B's slowly still passes (with the
+    default model B's two generations took 12.6 s beside the other half of the test suite)."""
     config = write_config(tmp_path, rounds=1, generation={"workers": 4}, model=tiny_models["lm"])
     plugin = WritingSessionPlugin.from_file(config)
     slowed = Unreliable(plugin.engine, sleep={"storm": 30.0})
@@ -155,8 +155,8 @@ def test_a_slow_writer_holds_at_most_their_share_of_the_workers(config):
     ask for two suggestions each. A's calls run one at a time (a share of one worker), the
     other writers are served in turn on the other worker, all before A's first call ends.
     (With one queue both workers took A's calls, and everyone waited 120 s.) The slow calls
-    are long so that a busy machine, whose eight real generations can take over 30 s, still
-    tells the two apart."""
+    are long so that a busy machine, whose eight generations took over 30 s with the default
+    model, still tells the two apart."""
     slow = Unreliable(SuggestionEngine(config), sleep={"glacier": 120.0})
     arrived: dict[str, float] = {}
     lock = threading.Lock()
