@@ -36,7 +36,10 @@ demo: setup
 		-o $(OUT)/nsp-scores.jsonl --per-system $(OUT)/nsp-per-system.csv --no-progress
 
 ## test: set up (with Chromium and PostgreSQL), then run the whole test suite
+# (bytecode first: the commands, servers and Dask workers the tests start load it instead of
+# each compiling the package again, which they do where PYTHONDONTWRITEBYTECODE is set)
 test: setup-test
+	$(BIN)/python -m compileall -q -j 0 src > /dev/null
 	$(BIN)/pytest -n 2 --dist loadfile
 
 test-fast: setup

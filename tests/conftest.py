@@ -120,6 +120,16 @@ def human(examples_dir: Path) -> Any:
 
 
 @pytest.fixture(scope="session")
+def scoring_context() -> Any:
+    """One scoring context for the tests that train or score on the example stories again
+    and again (``scoring=``, the library's way to share an encoder between runs): each text
+    is encoded once per test process, as a program training several heads would."""
+    from storyeval.metrics.context import ScoringContext
+
+    return ScoringContext()
+
+
+@pytest.fixture(scope="session")
 def union_recipe() -> tuple[dict[str, Any], dict[str, Any]]:
     """The settings of the session's UNION model (for tests that train it again)."""
     return dict(UNION_SETTINGS), dict(UNION_TRAINING)

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import typer
 
-from storyeval.cli import app
+from storyeval.cli import app, click_command
 
 ROOT = Path(__file__).resolve().parent.parent
 GUIDES = [
@@ -48,7 +48,7 @@ def _commands(path: Path) -> list[list[str]]:
 
 def _parse(words: list[str]) -> None:
     """Parse a command line as the CLI would, without running it."""
-    command: Any = typer.main.get_command(app)  # typer's own click, vendored
+    command: Any = click_command()  # typer's own click, vendored; built once
     context = command.make_context("storyeval", words[1:], resilient_parsing=False)
     while hasattr(command, "resolve_command") and context._protected_args + context.args:
         rest = [*context._protected_args, *context.args]

@@ -37,9 +37,13 @@ def example_data() -> PreferenceData:
 
 
 @pytest.fixture(scope="module")
-def trained(example_data: PreferenceData, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+def trained(  # type: ignore[no-untyped-def]
+    example_data: PreferenceData, tmp_path_factory: pytest.TempPathFactory, scoring_context
+):
     directory = tmp_path_factory.mktemp("preference") / "model"
-    return train_preference(example_data, directory, config=CONFIG, folds=3, n_boot=100)
+    return train_preference(
+        example_data, directory, config=CONFIG, folds=3, n_boot=100, scoring=scoring_context
+    )
 
 
 def test_ratings_become_targets_and_pairs_within_a_prompt(example_data: PreferenceData) -> None:
@@ -182,6 +186,25 @@ def test_training_on_the_examples_beats_length_on_held_out_prompts(trained) -> N
     assert saved["signature"]["fields"]["criterion"] == "coherence"
 
 
+def test_trainings_sharing_a_scoring_context_encode_each_text_once(  # type: ignore[no-untyped-def]
+    trained, example_data: PreferenceData, tmp_path: Path, scoring_context
+) -> None:
+    """A second training with other head settings, in a new directory (no stored features),
+    encodes nothing through the shared context, and the context's features are those of a
+    fresh encoder: a model scores stories the same either way."""
+    cache = scoring_context.cache(CONFIG.model)
+    texts_before = cache.stats.texts
+    other = PreferenceConfig(criterion="coherence", hidden=4)
+    shared = train_preference(
+        example_data, tmp_path / "shared", config=other, folds=0, scoring=scoring_context
+    )
+    assert cache.stats.texts == texts_before and shared.signature.fields["hidden"] == 4
+    stories = example_data.stories[:6]  # encoded alone here, in a batch of 180 in the context
+    np.testing.assert_allclose(
+        trained.score(stories), trained.score(stories, scoring=scoring_context), atol=1e-6
+    )
+
+
 def test_a_second_run_reuses_the_model_and_other_settings_are_refused(  # type: ignore[no-untyped-def]
     trained, example_data: PreferenceData
 ) -> None:
@@ -196,8 +219,14 @@ def test_a_second_run_reuses_the_model_and_other_settings_are_refused(  # type: 
 
 
 def test_an_interrupted_training_resumes_from_its_stored_features(  # type: ignore[no-untyped-def]
-    trained, example_data: PreferenceData, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    trained,
+    example_data: PreferenceData,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    scoring_context,
 ) -> None:
+    """The store's texts are counted at the encoder function; the texts behind it come from
+    the tests' shared scoring context (what is counted is what the store asked for)."""
     import storyeval.learn.feature_store as feature_store
     import storyeval.learn.preference.model as preference  # where training reads features
 
@@ -217,24 +246,29 @@ def test_an_interrupted_training_resumes_from_its_stored_features(  # type: igno
 
     monkeypatch.setattr(preference, "feature_encoder", interrupted)
     directory = tmp_path / "model"
+    settings = {"config": CONFIG, "folds": 3, "n_boot": 100, "scoring": scoring_context}
     with pytest.raises(KeyboardInterrupt):
-        train_preference(example_data, directory, config=CONFIG, folds=3, n_boot=100)
+        train_preference(example_data, directory, **settings)
     assert encoded == [50, 50] and not (directory / "preference.json").exists()
     distinct = len({s.story for s in example_data.stories})
     stop_after.clear()
     encoded.clear()
     heard: list[str] = []
-    resumed = train_preference(
-        example_data, directory, config=CONFIG, folds=3, n_boot=100, progress=heard.append
-    )
+    resumed = train_preference(example_data, directory, **settings, progress=heard.append)
     assert sum(encoded) == distinct - 100  # only what the interrupted run had not saved
     assert heard and f"{len(example_data.stories) - sum(encoded)} of" in heard[0]
     assert resumed.signature == trained.signature
     stories = example_data.stories
-    np.testing.assert_allclose(resumed.score(stories), trained.score(stories), atol=1e-5)
+    np.testing.assert_allclose(
+        resumed.score(stories, scoring=scoring_context),
+        trained.score(stories, scoring=scoring_context),
+        atol=1e-5,
+    )
     encoded.clear()
     other = PreferenceConfig(criterion="coherence", hidden=4)
-    train_preference(example_data, directory, config=other, folds=0, overwrite=True)
+    train_preference(
+        example_data, directory, config=other, folds=0, overwrite=True, scoring=scoring_context
+    )
     assert encoded == []  # other head settings: nothing encoded again
 
 
@@ -368,8 +402,8 @@ def test_the_ordinal_loss_recovers_the_scale_and_the_ratings_distribution() -> N
     assert np.abs(fitted - probabilities).mean() < 0.05
 
 
-def test_ordinal_models_train_score_and_judge_on_their_scale(
-    example_data: PreferenceData, tmp_path: Path
+def test_ordinal_models_train_score_and_judge_on_their_scale(  # type: ignore[no-untyped-def]
+    example_data: PreferenceData, tmp_path: Path, scoring_context
 ) -> None:
     from storyeval.judge import load_rubric
     from storyeval.judge.backends import Decoding
@@ -382,7 +416,9 @@ def test_ordinal_models_train_score_and_judge_on_their_scale(
     assert data.levels == (1.0, 2.0, 3.0, 4.0, 5.0)
     assert len(data.ratings) == sum(j.criterion == "coherence" for j in judgments)
     assert data.data_hash() != example_data.data_hash()
-    model = train_preference(data, tmp_path / "ordinal", config=config, folds=3, n_boot=50)
+    model = train_preference(
+        data, tmp_path / "ordinal", config=config, folds=3, n_boot=50, scoring=scoring_context
+    )
     assert model.signature.fields["rating_loss"] == "ordinal"
     assert "rating_loss" not in CONFIG.signature_fields()  # squared-error signatures unchanged
     table = {(r["predictor"], r["statistic"]): r for r in model.summary["cross_validation"]}

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import warnings
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -38,13 +39,15 @@ def examples() -> tuple[list[Story], list[Judgment]]:
 
 
 def test_the_heldout_scores_are_the_cross_validations_predictions(
-    examples: tuple[list[Story], list[Judgment]], tmp_path: Path
+    examples: tuple[list[Story], list[Judgment]], tmp_path: Path, scoring_context: Any
 ) -> None:
     """Every judged story once, scored by the fold that held its prompt out; people's Kendall
     with the file is the table's, and ``correlate`` reads it beside any metric."""
     stories, judgments = examples
     data = preference_data(stories, judgments, config=CONFIG)
-    model = train_preference(data, tmp_path / "m", config=CONFIG, folds=3, n_boot=20)
+    model = train_preference(
+        data, tmp_path / "m", config=CONFIG, folds=3, n_boot=20, scoring=scoring_context
+    )
     scores = read_scores(tmp_path / "m" / HELDOUT_FILE)
     assert len(scores) == 180 and {s.metric for s in scores} == {f"{HELDOUT_METRIC}:m"}
     assert (
@@ -175,7 +178,7 @@ def test_the_command_trains_on_generated_stories_and_writes_heldout_scores(tmp_p
 
 
 def test_a_judge_says_which_stories_it_was_trained_on(
-    examples: tuple[list[Story], list[Judgment]], tmp_path: Path
+    examples: tuple[list[Story], list[Judgment]], tmp_path: Path, scoring_context: Any
 ) -> None:
     """Judging its own training stories, a reward model's agreement with people is in-sample:
     the run says so (by text, so the same story under another id counts); on new stories,
@@ -188,7 +191,9 @@ def test_a_judge_says_which_stories_it_was_trained_on(
     stories, judgments = examples
     generated = [s for s in stories if s.system != "human"]
     data = preference_data(stories, judgments, config=CONFIG, exclude_systems=["human"])
-    train_preference(data, tmp_path / "m", config=CONFIG, folds=0, n_boot=0)
+    train_preference(
+        data, tmp_path / "m", config=CONFIG, folds=0, n_boot=0, scoring=scoring_context
+    )
     judge = RewardModelJudge(str(tmp_path / "m"))
     humans = read_stories(EXAMPLES / "human.jsonl")  # the human stories, not trained on
     renamed = [

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -58,32 +59,39 @@ def planted() -> tuple[list[Story], list[Judgment]]:
     return stories, ratings
 
 
-def _held_out_accuracy(data: PreferenceData, config: PreferenceConfig) -> float:
-    features, lengths, _ = story_features(data.stories, config)
+def _held_out_accuracy(data: PreferenceData, config: PreferenceConfig, scoring: Any) -> float:
+    features, lengths, _ = story_features(data.stories, config, scoring=scoring)
     table = cross_validate(data, features, lengths, config, folds=3, n_boot=0).table
     row = table.query("predictor == 'model' and statistic == 'pairwise_accuracy'")
     return float(row["estimate"].iloc[0])
 
 
-def test_repetition_is_learned_from_the_metrics_not_from_the_embedding(planted) -> None:  # type: ignore[no-untyped-def]
+def test_repetition_is_learned_from_the_metrics_not_from_the_embedding(  # type: ignore[no-untyped-def]
+    planted, scoring_context
+) -> None:
     stories, ratings = planted
     plain = PreferenceConfig(criterion="coherence")
     with_metrics = PreferenceConfig(criterion="coherence", metric_features=REPETITION)
-    embedding_only = _held_out_accuracy(preference_data(stories, ratings, config=plain), plain)
+    plain_data = preference_data(stories, ratings, config=plain)
+    embedding_only = _held_out_accuracy(plain_data, plain, scoring_context)
     data = preference_data(stories, ratings, config=with_metrics)
-    both = _held_out_accuracy(data, with_metrics)
+    both = _held_out_accuracy(data, with_metrics, scoring_context)
     # measured: 0.883 with the embedding alone (length, which grows with repetition, is a
     # covariate left out of the scores), 0.997 with the repetition metrics beside it
     assert both > 0.97 and both > embedding_only + 0.05
 
 
-def test_a_trained_model_scores_new_stories_with_its_metrics(planted, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_trained_model_scores_new_stories_with_its_metrics(  # type: ignore[no-untyped-def]
+    planted, tmp_path: Path, scoring_context
+) -> None:
     from storyeval.functional import metric
 
     stories, ratings = planted
     config = PreferenceConfig(criterion="coherence", metric_features=REPETITION)
     data = preference_data(stories, ratings, config=config)
-    model = train_preference(data, tmp_path / "model", config=config, folds=0)
+    model = train_preference(
+        data, tmp_path / "model", config=config, folds=0, scoring=scoring_context
+    )
     reloaded = load_preference(tmp_path / "model")
     assert reloaded.config == config  # the file's lists read back as the config's tuples
     assert reloaded.signature.fields["metric_features"] == ",".join(REPETITION)

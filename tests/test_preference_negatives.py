@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -71,12 +72,13 @@ def test_each_judged_story_gets_a_copy_per_technique_in_its_own_split(
 
 
 def test_copies_only_measured_leave_peoples_numbers_as_they_were(
-    with_copies: PreferenceData, tmp_path: Path
+    with_copies: PreferenceData, tmp_path: Path, scoring_context: Any
 ) -> None:
     plain = PreferenceConfig(criterion="coherence")
     measured = replace(plain, negatives=("repetition", "reordering"), negative_weight=0.0)
-    before = train_preference(_examples(plain), tmp_path / "plain", config=plain, n_boot=50)
-    after = train_preference(with_copies, tmp_path / "measured", config=measured, n_boot=50)
+    shared = {"n_boot": 50, "scoring": scoring_context}
+    before = train_preference(_examples(plain), tmp_path / "plain", config=plain, **shared)
+    after = train_preference(with_copies, tmp_path / "measured", config=measured, **shared)
     rows, rows_after = (
         _rows(before.summary["cross_validation"]),
         _rows(after.summary["cross_validation"]),
@@ -93,7 +95,7 @@ def test_copies_only_measured_leave_peoples_numbers_as_they_were(
 
 
 def test_repetition_copies_teach_the_metrics_weights_at_no_cost_to_people(
-    with_copies: PreferenceData,
+    with_copies: PreferenceData, scoring_context: Any
 ) -> None:
     config = replace(
         PreferenceConfig(criterion="coherence", metric_features=REPETITION_METRICS),
@@ -101,7 +103,7 @@ def test_repetition_copies_teach_the_metrics_weights_at_no_cost_to_people(
         l2=1.0,
     )
     data = with_copies  # the copies depend on the techniques and the seed, not the features
-    features, lengths, _ = story_features(data.stories, config)
+    features, lengths, _ = story_features(data.stories, config, scoring=scoring_context)
     learned = _rows(cross_validate(data, features, lengths, config, n_boot=0).table)
     measured = replace(config, negative_weight=0.0)
     only_measured = _rows(cross_validate(data, features, lengths, measured, n_boot=0).table)
@@ -190,11 +192,13 @@ def test_negatives_from_the_command_line(tmp_path: Path) -> None:
     assert refused.exit_code == 2 and "--l2 must be a number >= 0 or auto" in refused.output
 
 
-def test_the_weight_decay_chosen_within_each_training_fold_agrees_better_with_people() -> None:
+def test_the_weight_decay_chosen_within_each_training_fold_agrees_better_with_people(
+    scoring_context: Any,
+) -> None:
     fixed = PreferenceConfig(criterion="coherence")
     auto = replace(fixed, l2="auto")
     data = _examples(fixed)
-    features, lengths, _ = story_features(data.stories, fixed)
+    features, lengths, _ = story_features(data.stories, fixed, scoring=scoring_context)
     rows = _rows(cross_validate(data, features, lengths, fixed, n_boot=0).table)
     nested = _rows(cross_validate(data, features, lengths, auto, n_boot=0).table)
     # measured: Kendall tau-b 0.485 against 0.418 with the default 0.01, pairwise 0.874

@@ -122,7 +122,7 @@ def novelty_index(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def preference_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def preference_checkpoint(tmp_path_factory: pytest.TempPathFactory, scoring_context: Any) -> Path:
     """A preference model trained on the example ratings (no cross-validation: seconds)."""
     from storyeval.corpus import read_judgments, read_stories
     from storyeval.learn.preference import PreferenceConfig, preference_data, train_preference
@@ -135,5 +135,5 @@ def preference_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
         config=config,
     )
     target = tmp_path_factory.mktemp("preference") / "model"
-    train_preference(data, target, config=config, folds=0)
+    train_preference(data, target, config=config, folds=0, scoring=scoring_context)
     return target

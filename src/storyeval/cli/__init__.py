@@ -7,9 +7,11 @@ transformers and spaCy only inside command bodies, which keeps ``storyeval --hel
 
 from __future__ import annotations
 
+import functools
 import importlib
 import pkgutil
 import sys
+from typing import Any
 
 import typer
 
@@ -62,6 +64,13 @@ def _register_commands() -> None:
 _register_commands()
 
 
+@functools.cache
+def click_command() -> Any:
+    """The click command of :data:`app`, built once per process: typer builds it afresh on
+    every call (0.1 s for ours), which a program running several commands pays each time."""
+    return typer.main.get_command(app)
+
+
 def _usage_message(exc: UsageError) -> str:
     """A bad option or argument in one line, with where to read about it."""
     where = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
@@ -78,7 +87,8 @@ def main() -> None:
 
     passive_openmp()  # before torch starts OpenMP: idle threads sleep instead of spinning
     try:
-        code = app(standalone_mode=False)
+        # typer's own call adds only its exception hook, off here (pretty_exceptions_enable)
+        code = click_command()(standalone_mode=False)
     except NoArgsIsHelpError as exc:  # a bare group: its help, as before
         exc.show()
         sys.exit(exc.exit_code)

@@ -339,8 +339,6 @@ class ServerProcess:
         workers: int = 1,
         extra: tuple[str, ...] = (),
     ) -> None:
-        import httpx
-
         from storyeval.server.pgtemp import free_port
 
         self.port = free_port()
@@ -377,20 +375,30 @@ class ServerProcess:
             env={**os.environ, "OMP_NUM_THREADS": "1"},
             start_new_session=True,  # its own process group: kill() reaches every worker
         )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                self._log.close()
-                raise RuntimeError(log.read_text())
-            try:
-                if httpx.get(f"{self.base}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.1)
-        else:
+        if not self._wait_until_healthy(timeout, log):
             self.stop()
             raise RuntimeError(f"the server did not start within {timeout:g} s: {log}")
         self.links = links_file.read_text().split()
+
+    def _wait_until_healthy(self, timeout: float, log: Path) -> bool:
+        """Poll ``/healthz`` until it answers 200 (True) or ``timeout`` passes (False). One
+        client for every poll: a client per poll loads the CA bundle each time, a busy loop
+        that took the CPU from the server it waited for."""
+        import httpx
+
+        deadline = time.monotonic() + timeout
+        with httpx.Client(base_url=self.base, timeout=1) as client:
+            while time.monotonic() < deadline:
+                if self.process.poll() is not None:
+                    self._log.close()
+                    raise RuntimeError(log.read_text())
+                try:
+                    if client.get("/healthz").status_code == 200:
+                        return True
+                except httpx.HTTPError:
+                    pass
+                time.sleep(0.05)
+        return False
 
     def _signal(self, number: int) -> None:
         with contextlib.suppress(ProcessLookupError):

@@ -176,6 +176,7 @@ def train_preference(
     device: str = "cpu",
     precision: str = "float32",
     progress: Callable[[str], None] | None = None,
+    scoring: Any = None,
 ) -> PreferenceModel:
     """Cross-validate (``folds`` > 1), then train on every story and write the model to
     ``output``: the head, fitted on the training groups, with the pair temperature fitted on
@@ -185,9 +186,13 @@ def train_preference(
 
     The stories' features are kept in ``output/features/`` as they are computed: a run that
     was interrupted resumes from them, and a retraining (other head settings, more stories)
-    encodes only the texts it has not seen. ``progress`` hears how many were reused."""
+    encodes only the texts it has not seen. ``progress`` hears how many were reused.
+    ``scoring`` (a ScoringContext, whose device and precision then apply) shares its encoder
+    cache: several trainings in one program on the same stories encode them once."""
     config = config or PreferenceConfig()
-    encode, identity = feature_encoder(config, device=device, precision=precision)
+    if scoring is not None:
+        device, precision = scoring.device, scoring.precision
+    encode, identity = feature_encoder(config, device=device, precision=precision, scoring=scoring)
     signature = preference_signature(config, data, identity)
     directory = Path(output)
     reused = _existing(directory, signature, overwrite)
@@ -197,7 +202,7 @@ def train_preference(
     columns = np.zeros((len(data.stories), 0))
     if config.metric_features:
         columns, summary["metric_signatures"] = metric_columns(
-            data.stories, config, device=device, precision=precision
+            data.stories, config, device=device, precision=precision, scoring=scoring
         )
     lengths = _lengths(data.stories)
     tuning = (
