@@ -239,13 +239,17 @@ def _read_small_blocks(path: Path) -> None:
     )
 
 
-def test_score_command_with_the_dask_engine(run_cli, examples_dir, tmp_path):
+def test_score_command_with_the_dask_engine(client, run_cli, examples_dir, tmp_path):
+    """On a running cluster (``--scheduler``, which stays up after the command); the test
+    below starts a local cluster from the command."""
     local, remote = tmp_path / "local.jsonl", tmp_path / "remote.jsonl"
     args = ["score", str(examples_dir / "stories.jsonl"), "--metrics", "bleu,distinct2",
             "--skip-missing", "--no-progress", "--block-size", "70"]  # fmt: skip
     assert run_cli(*args, "-o", str(local))[0] == 0
-    code, _out, err = run_cli(*args, "-o", str(remote), "--engine", "dask", "--workers", "2")
+    address = client.scheduler.address
+    code, _out, err = run_cli(*args, "-o", str(remote), "--engine", "dask", "--scheduler", address)
     assert code == 0, err
+    assert client.submit(sum, [1, 2]).result(timeout=60) == 3  # the cluster is still there
     assert remote.read_bytes() == local.read_bytes()
     assert not Path(f"{remote}.blocks").exists(), (
         "the resume folder goes once the output is written"

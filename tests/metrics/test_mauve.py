@@ -41,12 +41,12 @@ def test_parity_with_mauve_text_on_the_same_features_and_seed(seed: int) -> None
     np.testing.assert_allclose(run.p_hist, expected.p_hist, atol=1e-12)
 
 
-def test_parity_on_real_encoder_features(example_stories: list[Any]) -> None:
+def test_parity_on_real_encoder_features(example_stories: list[Any], scoring_context: Any) -> None:
     """The offline encoder's story features (human vs one system), as the metric computes
     them, give the reference implementation's MAUVE for the same seed."""
     from storyeval import functional as F
 
-    output = F.mauve_features([s.story for s in example_stories])
+    output = F.mauve_features([s.story for s in example_stories], scoring=scoring_context)
     systems = np.array([s.system for s in example_stories])
     features = output.features  # without the last column of stats (each story's length)
     q = features[systems == "human"]
@@ -99,13 +99,17 @@ def test_small_samples_and_different_lengths_are_warned_about() -> None:
 
 
 def test_the_registered_metric_compares_each_system_with_people(
-    example_stories: list[Any],
+    example_stories: list[Any], scoring_context: Any
 ) -> None:
     from storyeval.base.errors import StoryevalError
     from storyeval.metrics import score_stories
 
     run = score_stories(
-        example_stories, "mauve,mauve_star", options={"mauve.seeds": 3}, bootstrap=0
+        example_stories,
+        "mauve,mauve_star",
+        options={"mauve.seeds": 3},
+        bootstrap=0,
+        context=scoring_context,
     )
     assert run.scores == [], "a corpus-level metric writes no per-story score"
     frame = run.systems
@@ -123,7 +127,9 @@ def test_the_registered_metric_compares_each_system_with_people(
         score_stories(example_stories, "mauve", options={"mauve.reference_system": "people"})
 
 
-def test_functional_mauve_equals_the_registry(example_stories: list[Any]) -> None:
+def test_functional_mauve_equals_the_registry(
+    example_stories: list[Any], scoring_context: Any
+) -> None:
     from storyeval import functional as F
     from storyeval.metrics import score_stories
 
@@ -133,8 +139,10 @@ def test_functional_mauve_equals_the_registry(example_stories: list[Any]) -> Non
     people = [s.story for s in stories if s.system == "human"]
     system = [s.story for s in stories if s.system == "smollm2-k40-t0.7"]
     assert len(people) == len(system) == 30
-    result = F.mauve(system, people, seeds=2)
-    run = score_stories(stories, "mauve", options={"mauve.seeds": 2}, bootstrap=0)
+    result = F.mauve(system, people, seeds=2, scoring=scoring_context)
+    run = score_stories(
+        stories, "mauve", options={"mauve.seeds": 2}, bootstrap=0, context=scoring_context
+    )
     row = run.systems.query("system == 'smollm2-k40-t0.7'").iloc[0]
     assert result.mauve == pytest.approx(row.estimate, abs=1e-12)
 

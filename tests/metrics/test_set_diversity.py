@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -52,12 +53,14 @@ def test_compression_ratio_is_gzip_of_the_systems_text() -> None:
     assert np.isnan(result.values[4]) and "alone in their system" in result.notes[0]
 
 
-def test_scored_per_system_on_the_examples(examples_dir: Path) -> None:
+def test_scored_per_system_on_the_examples(examples_dir: Path, scoring_context: Any) -> None:
     from storyeval.corpus import read_stories
     from storyeval.metrics import score_stories
 
     stories = read_stories(examples_dir / "stories.jsonl")
-    run = score_stories(stories, "compression_ratio,vendi_score", missing="skip")
+    run = score_stories(
+        stories, "compression_ratio,vendi_score", missing="skip", context=scoring_context
+    )
     systems = run.systems.set_index(["metric", "system"])
     vendi_values = systems.xs("vendi_score", level="metric")["estimate"]
     assert ((vendi_values > 1.0) & (vendi_values < 60.0)).all()  # 60 stories a system
