@@ -141,7 +141,7 @@ def test_union_retraining_reuses_or_refuses(union_model, union_recipe, human, nl
 
 def test_score_cli_with_union_metric(union_model, examples_dir, tmp_path, run_cli):
     out = tmp_path / "scores.jsonl"
-    stories = examples_dir / "stories.jsonl"
+    stories = examples_dir / "human.jsonl"  # the command's plumbing: one system's 60 stories
     code, _, stderr = run_cli(
         "score",
         str(stories),
@@ -157,7 +157,7 @@ def test_score_cli_with_union_metric(union_model, examples_dir, tmp_path, run_cl
     )
     assert code == 0, stderr
     rows = [json.loads(line) for line in out.read_text().splitlines()]
-    assert len(rows) == 180 and {r["metric"] for r in rows} == {"union"}
+    assert len(rows) == 60 and {r["metric"] for r in rows} == {"union"}
     assert all(0.0 <= r["value"] <= 1.0 for r in rows)
     signature = rows[0]["signature"]
     assert signature.startswith("union|model:model@") and "|techniques:" in signature
@@ -278,8 +278,9 @@ def test_siamese_nsp_head_separates_unseen_sentence_pairs(human, tmp_path):
     assert binomtest(wins, n, 0.5, alternative="greater").pvalue < 1e-4
 
 
-def test_training_resumes_after_interruption(nsp_model, human, tmp_path):
-    """Interrupt at step 3, resume: the result equals an uninterrupted run exactly."""
+def test_training_resumes_after_interruption(human, tmp_path, tiny_models):
+    """Interrupt at step 3, resume: the result equals an uninterrupted run exactly (the
+    mechanics, on a two-layer BERT with the offline encoder's tokenizer)."""
     import torch
     from safetensors.torch import load_file
 
@@ -292,10 +293,11 @@ def test_training_resumes_after_interruption(nsp_model, human, tmp_path):
             raise KeyboardInterrupt
 
     args = {
-        "config": NspConfig(**NSP_SETTINGS),
+        "config": NspConfig(**NSP_SETTINGS, encoder=str(tiny_models["encoder"])),
         "training": TrainingConfig(**NSP_TRAINING),
         "progress": False,
     }
+    nsp_model = train_nsp(human[:12], tmp_path / "straight", **args)
     with pytest.raises(TrainingInterrupted, match=r"step 3 of 6.*run the same command again"):
         train_nsp(human[:12], directory, on_step=interrupt, **args)
     assert (directory / "checkpoint" / "state.pt").is_file()
