@@ -312,7 +312,8 @@ def test_the_reward_model_judge_answers_with_the_models_numbers(
     assert (forward.probabilities[0] > 0.5) == (trained.score([a])[0] > trained.score([b])[0])
 
 
-def test_the_commands_train_score_and_judge(trained, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_the_commands_train_score_and_judge(trained, tmp_path: Path, tiny_models) -> None:  # type: ignore[no-untyped-def]
+    """The commands' plumbing (the training from pairs on the two-layer encoder's features)."""
     from storyeval.cli import app
 
     runner = CliRunner()
@@ -341,6 +342,8 @@ def test_the_commands_train_score_and_judge(trained, tmp_path: Path) -> None:  #
             str(comparisons),
             "--objective",
             "pairs",
+            "--model",
+            str(tiny_models["encoder"]),
             "-o",
             str(model),
             "--folds",
@@ -444,11 +447,15 @@ def test_ordinal_models_train_score_and_judge_on_their_scale(  # type: ignore[no
         preference_data(example_data.stories, continuous, config=config)
 
 
-def test_the_ordinal_loss_from_the_command_line(tmp_path: Path) -> None:
+def test_the_ordinal_loss_from_the_command_line(
+    tmp_path: Path, tiny_models: dict[str, Path]
+) -> None:
+    """The option's plumbing, on features of the two-layer encoder."""
     from storyeval.cli import app
 
     runner = CliRunner()
     common = ["train", "preference", "--stories", str(EXAMPLES / "stories.jsonl")]
+    common += ["--model", str(tiny_models["encoder"])]
     common += ["--judgments", str(EXAMPLES / "judgments.jsonl"), "--rating-loss", "ordinal"]
     refused = runner.invoke(app, [*common, "-o", str(tmp_path / "a")])
     assert refused.exit_code == 2 and "one criterion" in refused.output

@@ -142,7 +142,10 @@ def test_some_systems_only(examples: tuple[list[Story], list[Judgment]]) -> None
     assert len(everything.stories) == 180 and not any("left out" in n for n in everything.notes)
 
 
-def test_the_command_trains_on_generated_stories_and_writes_heldout_scores(tmp_path: Path) -> None:
+def test_the_command_trains_on_generated_stories_and_writes_heldout_scores(
+    tmp_path: Path, tiny_models: dict[str, Path]
+) -> None:
+    """The command's plumbing, on the two-layer encoder's features."""
     from storyeval.cli import app
 
     out = tmp_path / "generated-only"
@@ -159,6 +162,8 @@ def test_the_command_trains_on_generated_stories_and_writes_heldout_scores(tmp_p
             "coherence",
             "--exclude-systems",
             "human",
+            "--model",
+            str(tiny_models["encoder"]),
             "--folds",
             "2",
             "--bootstrap",

@@ -150,7 +150,10 @@ def test_metric_options_reach_the_metric() -> None:
     assert "|n:3|" in signatures[0]
 
 
-def test_metric_features_from_the_command_line(tmp_path: Path) -> None:
+def test_metric_features_from_the_command_line(
+    tmp_path: Path, tiny_models: dict[str, Path]
+) -> None:
+    """The options' plumbing, beside the two-layer encoder's features."""
     from storyeval.cli import app
 
     model = tmp_path / "model"
@@ -158,6 +161,8 @@ def test_metric_features_from_the_command_line(tmp_path: Path) -> None:
         app,
         [
             *TRAIN,
+            "--model",
+            str(tiny_models["encoder"]),
             "--criterion",
             "coherence",
             "--metric-features",

@@ -159,7 +159,8 @@ def test_negatives_are_checked() -> None:
     )
 
 
-def test_negatives_from_the_command_line(tmp_path: Path) -> None:
+def test_negatives_from_the_command_line(tmp_path: Path, tiny_models: dict[str, Path]) -> None:
+    """The options' plumbing, on the two-layer encoder's features."""
     from storyeval.cli import app
     from storyeval.corpus import write_judgments, write_stories
 
@@ -170,7 +171,7 @@ def test_negatives_from_the_command_line(tmp_path: Path) -> None:
     write_judgments(tmp_path / "judgments.jsonl", ratings)
     command = ["train", "preference", "--stories", str(tmp_path / "stories.jsonl")]
     command += ["--judgments", str(tmp_path / "judgments.jsonl"), "--criterion", "coherence"]
-    command += ["--folds", "2", "--bootstrap", "20"]
+    command += ["--folds", "2", "--bootstrap", "20", "--model", str(tiny_models["encoder"])]
     result = CliRunner().invoke(
         app, [*command, "--negatives", "repetition", "--l2", "auto", "-o", str(tmp_path / "m")]
     )
