@@ -184,8 +184,10 @@ criteria:
 
 
 def test_the_offline_judge_fits_weights_and_the_jury_command(
-    tmp_path: Path, run_cli: Any, examples_dir: Path
+    tmp_path: Path, run_cli: Any, examples_dir: Path, tiny_models: dict[str, Path]
 ) -> None:
+    """The transformers judge's checklist, weights fitted to people and a jury of its answers:
+    the commands' plumbing, on the two-layer model of SmolLM2's architecture."""
     wanted = {"s001", "s002", "s003", "s004", "s005"}
     stories = [
         s
@@ -208,6 +210,7 @@ def test_the_offline_judge_fits_weights_and_the_jury_command(
     code, stdout, err = run_cli(
         "judge", str(story_file), "-o", str(out), "--rubric", str(tmp_path / "three.yaml"),
         "--no-cache", "--fit-weights", str(people), "--fit-target", "coherence",
+        "--model", str(tiny_models["lm"]),
     )  # fmt: skip
     assert code == 0, err
     fitted = read_judgments(tmp_path / "judge.fitted.jsonl")

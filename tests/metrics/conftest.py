@@ -70,7 +70,9 @@ def nsp_checkpoint(tmp_path_factory: pytest.TempPathFactory, encoder: Any) -> Pa
 @pytest.fixture(scope="session")
 def nubia_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A NUBIA model with a seeded linear aggregator on synthetic features (the offline
-    extractor's models, so scoring runs the real feature path), saved as `train nubia` does."""
+    extractor's models, so scoring runs the real feature path), saved as `train nubia` does;
+    clipped, not self-calibrated (which reads every story twice: tests/test_nubia.py tests
+    it), since the metric tests score it often."""
     import numpy as np
 
     from storyeval.base.signature import Signature
@@ -80,9 +82,9 @@ def nubia_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     rng = np.random.default_rng(0)
     x = rng.normal(size=(40, len(names)))
     target = np.clip(0.5 + 0.2 * x[:, 0] - 0.1 * x[:, 3], 0, 1)
-    fields = {**NubiaFeatures.load().identity(), "aggregator": "linear", "calibration": "self"}
+    fields = {**NubiaFeatures.load().identity(), "aggregator": "linear", "calibration": "clip"}
     model = NubiaModel(
-        fit_aggregator(x, target), names, {}, (1.0, 5.0), "self", Signature("nubia", fields), {}
+        fit_aggregator(x, target), names, {}, (1.0, 5.0), "clip", Signature("nubia", fields), {}
     )
     target_dir = tmp_path_factory.mktemp("nubia") / "model"
     model.save(target_dir)
