@@ -98,8 +98,10 @@ def test_curves_command_and_report_section(
 
 
 def test_report_command_adds_the_mauve_and_curves_sections(
-    run_cli: Any, examples_dir: Path, tmp_path: Path
+    run_cli: Any, examples_dir: Path, tmp_path: Path, tiny_models: dict[str, Path]
 ) -> None:
+    """The report's two sections (MAUVE from the two-layer encoder's features: the sections,
+    not the numbers, are tested)."""
     from metahelpers import JUDGMENTS, write_example_scores
 
     stories = tmp_path / "books.jsonl"
@@ -107,8 +109,9 @@ def test_report_command_adds_the_mauve_and_curves_sections(
     stories.write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert run_cli("curves", str(stories), "-m", "distinct2", "-o", str(tmp_path / "c"))[0] == 0
     code, _, stderr = run_cli(
-        "mauve", str(examples_dir / "stories.jsonl"), "-o", str(tmp_path / "m"), "--seeds", "2"
-    )
+        "mauve", str(examples_dir / "stories.jsonl"), "-o", str(tmp_path / "m"), "--seeds", "2",
+        "--model", str(tiny_models["encoder"]),
+    )  # fmt: skip
     assert code == 0, stderr
     scores = write_example_scores(tmp_path / "scores.jsonl")
     code, _, stderr = run_cli(

@@ -168,8 +168,10 @@ def test_causal_lm_features_run_end_to_end(example_stories: list[Any]) -> None:
 
 
 def test_mauve_command_writes_the_directory_and_the_report_section(
-    run_cli: Any, examples_dir: Path, tmp_path: Path
+    run_cli: Any, examples_dir: Path, tmp_path: Path, tiny_models: dict[str, Path]
 ) -> None:
+    """The command's files and the report's section (on the two-layer encoder's features:
+    the registry's numbers are tested above)."""
     out = tmp_path / "mauve"
     code, _, stderr = run_cli(
         "mauve",
@@ -178,6 +180,8 @@ def test_mauve_command_writes_the_directory_and_the_report_section(
         str(out),
         "--seeds",
         "2",
+        "--model",
+        str(tiny_models["encoder"]),
         "--no-progress",
     )
     assert code == 0, stderr
