@@ -291,7 +291,7 @@ def test_evaluating_training_sources_warns(trained, corpus_file):
     assert result.notes and "bleu" not in result.summary.columns
 
 
-def test_classify_eval_cli(trained, corpus_file, tmp_path, run_cli):
+def test_classify_eval_cli(trained, corpus_file, tmp_path, run_cli, tiny_models):
     directory, summary = trained
     corpus = read_stories(corpus_file)
     outputs = write_stories(
@@ -326,7 +326,7 @@ def test_classify_eval_cli(trained, corpus_file, tmp_path, run_cli):
     small = write_stories(tmp_path / "small.jsonl", two_register_corpus(12))
     code, stdout, stderr = run_cli(
         "classify-eval", "train", str(small), "-o", str(tmp_path / "cls"), "--checks", "hh",
-        "--max-steps", "2", "--max-length", "32", "--quiet",
+        "--max-steps", "2", "--max-length", "32", "--quiet", "--model", str(tiny_models["encoder"]),
     )  # fmt: skip
     assert code == 0, stderr
     assert "held-out gold data" in stdout and "Upper bound" in stdout
@@ -334,9 +334,10 @@ def test_classify_eval_cli(trained, corpus_file, tmp_path, run_cli):
     assert not (tmp_path / "cls" / "ah").exists()
 
 
-def test_align_then_train_with_the_papers_per_classifier_settings(tmp_path, run_cli, encoder):
+def test_align_then_train_with_the_papers_per_classifier_settings(tmp_path, run_cli, tiny_models):
     """De Mattei et al. (2021): tf-idf alignment of the documents into strong pairs (SA, A1-A3)
-    and the rest (R), then each classifier with its own settings and splits."""
+    and the rest (R), then each classifier with its own settings and splits (the plan and the
+    settings, on the two-layer encoder: `trained` above shows what the classifiers learn)."""
     corpus = [
         Story(s.id, s.prompt, s.story, system=s.system) for s in two_register_corpus(20)
     ]  # the pairs are to be found, not given
@@ -360,7 +361,7 @@ def test_align_then_train_with_the_papers_per_classifier_settings(tmp_path, run_
     code, out, stderr = run_cli(
         "classify-eval", "train", str(tmp_path / "aligned.jsonl"), "-o", str(tmp_path / "cls"),
         "--preset", "demattei2021", "--set", "ah.max_length=64", "--set", "main.batch_size=16",
-        "--max-steps", "2", "--quiet",
+        "--max-steps", "2", "--quiet", "--model", str(tiny_models["encoder"]),
     )  # fmt: skip
     assert code == 0, stderr
     assert "The classifiers on held-out gold data:" in out
