@@ -297,7 +297,7 @@ def test_training_resumes_after_interruption(human, tmp_path, tiny_models):
         "training": TrainingConfig(**NSP_TRAINING),
         "progress": False,
     }
-    nsp_model = train_nsp(human[:12], tmp_path / "straight", **args)
+    uninterrupted = train_nsp(human[:12], tmp_path / "straight", **args)
     with pytest.raises(TrainingInterrupted, match=r"step 3 of 6.*run the same command again"):
         train_nsp(human[:12], directory, on_step=interrupt, **args)
     assert (directory / "checkpoint" / "state.pt").is_file()
@@ -305,15 +305,15 @@ def test_training_resumes_after_interruption(human, tmp_path, tiny_models):
         read_metadata(directory)
     result = train_nsp(human[:12], directory, **args)
     assert result.resumed and result.metadata["training"]["steps"] == 6
-    assert result.signature == nsp_model.signature
+    assert result.signature == uninterrupted.signature
     resumed = load_file(str(directory / "model.safetensors"))
-    straight = load_file(str(nsp_model.directory / "model.safetensors"))
+    straight = load_file(str(uninterrupted.directory / "model.safetensors"))
     assert resumed.keys() == straight.keys()
     for key in straight:
         assert torch.allclose(resumed[key], straight[key], atol=1e-6), key
     assert result.metadata["training"]["history"] == [
         {**h, "seconds": result.metadata["training"]["history"][i]["seconds"]}
-        for i, h in enumerate(nsp_model.metadata["training"]["history"])
+        for i, h in enumerate(uninterrupted.metadata["training"]["history"])
     ]
 
 
