@@ -17,6 +17,10 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     # inherited by the commands the tests start), so they do not oversubscribe the CPU.
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     os.environ.setdefault("MKL_NUM_THREADS", "1")
+# The reference implementations the parity tests compare with (ppi_python) are numba-jitted:
+# compiling them takes 16 s of the suite's CPU, running them as Python well under a second
+# on the tests' sizes (the same arithmetic; storyeval itself does not use numba).
+os.environ.setdefault("NUMBA_DISABLE_JIT", "1")
 EXAMPLES = REPO / "examples"
 
 

@@ -32,9 +32,9 @@ def test_same_seed_same_stories(causal_lm):
     config = DecodingConfig(top_p=0.9, max_new_tokens=40)  # room for a complete sentence
     first = generate_stories(prompts, decoding=config, seed=7, num_stories=2, progress=False)
     again = generate_stories(prompts, decoding=config, seed=7, num_stories=2, progress=False)
-    other = generate_stories(prompts, decoding=config, seed=8, num_stories=2, progress=False)
+    other = generate_stories(prompts, decoding=config, seed=8, num_stories=1, progress=False)
     assert [s.story for s in first] == [s.story for s in again]
-    assert [s.story for s in first] != [s.story for s in other]
+    assert first[0].story != other[0].story
     assert [s.id for s in first] == [
         "p1-SmolLM2-135M-Instruct-Q4_1-p0.9-1",
         "p1-SmolLM2-135M-Instruct-Q4_1-p0.9-2",

@@ -43,8 +43,18 @@ def _train_small_nsp(directory, human, architecture="auto", max_steps=6):
 
 @pytest.fixture(scope="session")
 def nsp_model(tmp_path_factory, human):
-    """The default head on the offline encoder (siamese), a few steps."""
-    return _train_small_nsp(tmp_path_factory.mktemp("nsp") / "model", human)
+    """The default head on the offline encoder (siamese), trained for 16 steps on 45 example
+    stories: the model whose learning test_siamese_nsp_head_separates_unseen_sentence_pairs
+    checks, and which the loading and metric tests read (one training for all of them)."""
+    from storyeval.learn.nsp import NspConfig, train_nsp
+
+    return train_nsp(
+        human[:45],
+        tmp_path_factory.mktemp("nsp") / "model",
+        config=NspConfig(max_length=64),
+        training=TrainingConfig(epochs=1, max_steps=16, batch_size=16, seed=1, eval_every=8),
+        progress=False,
+    )
 
 
 @pytest.fixture(scope="session")
@@ -247,7 +257,7 @@ def test_offline_encoder_gets_a_siamese_head(nsp_model):
     assert all(0.0 <= p <= 1.0 for p in values)
 
 
-def test_siamese_nsp_head_separates_unseen_sentence_pairs(human, tmp_path):
+def test_siamese_nsp_head_separates_unseen_sentence_pairs(human, nsp_model):
     """Trained for 16 steps on 45 stories, the head ranks the true next sentence above a
     random one for the same first sentence in the 15 held-out stories far above chance, and
     fine-tuning lowered the dev loss below that of the fitted initial head (seen here:
@@ -255,15 +265,9 @@ def test_siamese_nsp_head_separates_unseen_sentence_pairs(human, tmp_path):
     steps, 0.83 and 0.61 -> 0.54, dev accuracy 0.70 -> 0.77)."""
     from scipy.stats import binomtest
 
-    from storyeval.learn.nsp import NspConfig, NspScorer, nsp_pairs, train_nsp
+    from storyeval.learn.nsp import NspScorer, nsp_pairs
 
-    result = train_nsp(
-        human[:45],
-        tmp_path / "nsp",
-        config=NspConfig(max_length=64),
-        training=TrainingConfig(epochs=1, max_steps=16, batch_size=16, seed=1, eval_every=8),
-        progress=False,
-    )
+    result = nsp_model
     initial = result.metadata["training"]["data"]["initial_dev"]
     assert result.dev["loss"] < initial["loss"]
     heldout = nsp_pairs(human[45:], seed=2024)

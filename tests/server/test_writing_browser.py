@@ -41,6 +41,9 @@ def test_a_writer_completes_a_cyoa_story_in_chromium(tmp_path, live_server, tiny
         spec["model"] = str(tiny_models["lm"])
         spec["decoding"]["max_new_tokens"] = 12
         spec["max_attempts"] = 1
+    # the first suggestion loads torch and the model in the server: on a loaded machine (two
+    # test processes, a browser, the server) that has taken over the example's minute
+    data["generation"]["timeout_s"] = 150
     shutil.copy(EXAMPLE / "lighthouse.png", tmp_path / "lighthouse.png")
     config = tmp_path / "cyoa.yaml"
     config.write_text(yaml.safe_dump(data), encoding="utf-8")
@@ -60,7 +63,7 @@ def test_a_writer_completes_a_cyoa_story_in_chromium(tmp_path, live_server, tiny
             page.fill("#text", line)
             page.click("#add")
             # the waiting page refreshes itself until both suggestions are ready
-            page.wait_for_url("**/choose", timeout=90_000)
+            page.wait_for_url("**/choose", timeout=180_000)
             expect(page.locator(".option")).to_have_count(2)
             expect(page.locator("#story-so-far li").last).to_have_text(f"you{line}")
             position = 1 + round_number % 2
