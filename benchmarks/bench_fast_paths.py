@@ -1,4 +1,4 @@
-"""Benchmark: five exact fast paths, each a ratio against the code it replaced, measured in one
+"""Benchmark: six exact fast paths, each a ratio against the code it replaced, measured in one
 run on this machine.
 
 * ``head``: the preference head's fit with its gradient in closed form (NumPy) against the
@@ -14,7 +14,11 @@ run on this machine.
   the same synsets);
 * ``export``: ``view --export`` of the example corpus with 42 metrics through httpx's ASGI
   transport in one event loop against the test client it used before (target: >= 1.2x, the
-  same pages).
+  same pages);
+* ``item_rows``: the rows of 1,000 stories' cards (prompt pages) in a score table of 5,000
+  stories and 42 metrics, from each item's positions found once against masking the whole
+  table for each story, as every card did (target: >= 3x, the same rows; the masks made an
+  export of every prompt page quadratic in the corpus).
 
 Run: python benchmarks/bench_fast_paths.py [--repeats 3]
 """
@@ -132,17 +136,13 @@ def wordnet(repeats: int) -> dict[str, float]:
     return {"nltk_s": nltk_s, "storyeval_s": ours_s, "ratio": nltk_s / ours_s}
 
 
-def export(repeats: int) -> dict[str, float]:
+def _example_view_data() -> Any:
+    """The example corpus, its ratings and 42 metrics' scores, joined as the viewer does."""
     import json
     import tempfile
-    from collections import deque
-
-    from fastapi.testclient import TestClient
 
     from storyeval.corpus import read_stories
     from storyeval.view import load_view_data
-    from storyeval.view.app import create_view_app
-    from storyeval.view.export import _rewrite, _seeds, export_site, page_file
 
     folder = Path(tempfile.mkdtemp())
     rows = [
@@ -152,9 +152,21 @@ def export(repeats: int) -> dict[str, float]:
     ]
     (folder / "scores.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     examples = ROOT / "examples"
-    data = load_view_data(
+    return load_view_data(
         [examples / "stories.jsonl", folder / "scores.jsonl", examples / "judgments.jsonl"]
     )
+
+
+def export(repeats: int) -> dict[str, float]:
+    import tempfile
+    from collections import deque
+
+    from fastapi.testclient import TestClient
+
+    from storyeval.view.app import create_view_app
+    from storyeval.view.export import _rewrite, _seeds, export_site, page_file
+
+    data = _example_view_data()
 
     def test_client_crawl() -> Path:  # the crawl export_site replaced
         target = Path(tempfile.mkdtemp())
@@ -179,6 +191,33 @@ def export(repeats: int) -> dict[str, float]:
     return {"test_client_s": slow, "asgi_s": fast, "ratio": slow / fast, "pages": len(pages)}
 
 
+def item_rows(repeats: int) -> dict[str, float]:
+    import pandas as pd
+
+    from storyeval.view.app import ItemRows
+
+    ids = [f"s{i:05d}" for i in range(5000)]
+    table = pd.DataFrame(
+        {
+            "item_id": np.repeat(ids, 42),
+            "metric": np.tile([f"metric_{k:02d}" for k in range(42)], len(ids)),
+            "value": np.random.default_rng(0).random(42 * len(ids)),
+        }
+    )
+    wanted = ids[::5]
+
+    def found_once() -> list[Any]:
+        rows = ItemRows(table)
+        return [rows(item_id) for item_id in wanted]
+
+    fast, new = _best(found_once, repeats)
+    slow, old = _best(lambda: [table[table["item_id"] == i] for i in wanted], repeats)
+    assert all(
+        a.equals(b) and list(a.index) == list(b.index) for a, b in zip(new, old, strict=True)
+    )
+    return {"masked_s": slow, "item_rows_s": fast, "ratio": slow / fast, "stories": len(wanted)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
@@ -190,6 +229,7 @@ def main() -> None:
         ("sentences", sentences),
         ("wordnet", wordnet),
         ("export", export),
+        ("item_rows", item_rows),
     )
     for name, run in benchmarks:
         found = run(args.repeats)

@@ -295,6 +295,31 @@ def test_a_real_server_in_chromium(corpus: Path) -> None:
         server.wait(timeout=20)
 
 
+def test_item_rows_are_the_rows_a_mask_selects() -> None:
+    """A prompt page's rows per story, found once per table: the same rows, order, index and
+    columns as masking the table (an unknown story: no rows; an empty table: none either)."""
+    import pandas as pd
+
+    from storyeval.view.app import ItemRows
+
+    table = pd.DataFrame(
+        {
+            "item_id": ["b", "a", "b", "c", "a", "b"],
+            "metric": ["z", "y", "x", "x", "x", "y"],
+            "value": [1.0, 2.0, float("nan"), 4.0, 5.0, 6.0],
+        },
+        index=[10, 11, 12, 13, 14, 15],
+    )
+    rows = ItemRows(table)
+    for item_id in ("a", "b", "c", "ghost"):
+        expected = table[table["item_id"] == item_id]
+        found = rows(item_id)
+        assert found.equals(expected) and list(found.index) == list(expected.index)
+        assert list(found.columns) == list(table.columns)
+    empty = ItemRows(table.iloc[0:0])("a")
+    assert empty.empty and list(empty.columns) == list(table.columns)
+
+
 def test_the_export_is_a_static_site_of_the_same_pages(
     corpus: Path, tmp_path: Path, run_cli: Any
 ) -> None:
