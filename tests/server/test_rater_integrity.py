@@ -71,6 +71,9 @@ def _answer_study(page: Any, link: str, write: Any) -> list[str]:
         page.click("button[type=submit]")
     assert page.url.endswith("/questions"), page.url
     seen.append(page.content())
+    # the click returns once the page is on its way: its deferred integrity.js runs before
+    # DOMContentLoaded, and a paste before that went uncounted on a loaded machine
+    page.wait_for_load_state("domcontentloaded")
     write(page)
     page.click("button[type=submit]")
     assert page.url.endswith("/done")
