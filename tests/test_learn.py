@@ -29,18 +29,6 @@ NSP_SETTINGS = {"max_length": 32}
 NSP_TRAINING = {"epochs": 1, "max_steps": 6, "batch_size": 16, "seed": 3, "eval_every": 3}
 
 
-def _train_small_nsp(directory, human, architecture="auto", max_steps=6):
-    from storyeval.learn.nsp import NspConfig, train_nsp
-
-    return train_nsp(
-        human[:12],
-        directory,
-        config=NspConfig(**NSP_SETTINGS, architecture=architecture),
-        training=TrainingConfig(**{**NSP_TRAINING, "max_steps": max_steps}),
-        progress=False,
-    )
-
-
 @pytest.fixture(scope="session")
 def nsp_model(tmp_path_factory, human):
     """The default head on the offline encoder (siamese), trained for 16 steps on 45 example
@@ -60,8 +48,15 @@ def nsp_model(tmp_path_factory, human):
 @pytest.fixture(scope="session")
 def nsp_cross_model(tmp_path_factory, human):
     """BERT's own NSP architecture (a head on the pair's [CLS]), a few steps."""
-    directory = tmp_path_factory.mktemp("nsp-cross") / "model"
-    return _train_small_nsp(directory, human, architecture="cross", max_steps=3)
+    from storyeval.learn.nsp import NspConfig, train_nsp
+
+    return train_nsp(
+        human[:12],
+        tmp_path_factory.mktemp("nsp-cross") / "model",
+        config=NspConfig(**NSP_SETTINGS, architecture="cross"),
+        training=TrainingConfig(**{**NSP_TRAINING, "max_steps": 3}),
+        progress=False,
+    )
 
 
 def test_union_separates_unseen_perturbed_stories(union_model, human, nlp):

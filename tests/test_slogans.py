@@ -81,16 +81,15 @@ def test_filling_uses_the_targets_and_keeps_the_pattern(
 def test_suggest_is_seeded_and_gives_at_most_three(
     bank: SkeletonBank, tiny_lm: Any, nlp: Any
 ) -> None:
-    causal_lm = tiny_lm
-    first = suggest(["coffee", "morning"], "Wake up happy.", bank=bank, lm=causal_lm, nlp=nlp)
-    again = suggest(["coffee", "morning"], "Wake up happy.", bank=bank, lm=causal_lm, nlp=nlp)
+    first = suggest(["coffee", "morning"], "Wake up happy.", bank=bank, lm=tiny_lm, nlp=nlp)
+    again = suggest(["coffee", "morning"], "Wake up happy.", bank=bank, lm=tiny_lm, nlp=nlp)
     suggestions, targets = first
     assert first == again
     assert 1 <= len(suggestions) <= 3
     assert set(targets) <= {"coffee", "morning", "wake", "happy"}
     assert all(s.targets for s in suggestions)  # every suggestion uses a target word
     with pytest.raises(StoryevalError, match="no content word"):
-        suggest(["the", "of"], bank=bank, lm=causal_lm, nlp=nlp)
+        suggest(["the", "of"], bank=bank, lm=tiny_lm, nlp=nlp)
 
 
 def test_neighbours_widen_the_slot_words(bank: SkeletonBank, causal_lm: Any, nlp: Any) -> None:
@@ -133,20 +132,19 @@ def test_a_requests_suggestions_do_not_share_corpus_words(
     model)."""
     import dataclasses
 
-    causal_lm = tiny_lm
     from storyeval.generate.slogans import SloganSettings, first_word_diversity
 
     plain = SloganSettings()
     repeat = dataclasses.replace(plain, distinct_fillers=False)
     found, targets = suggest(["library", "books"], "Read more books at the library.", bank=bank,
-                             lm=causal_lm, nlp=nlp, settings=plain)  # fmt: skip
+                             lm=tiny_lm, nlp=nlp, settings=plain)  # fmt: skip
     fillers = [set(s.fillers) for s in found]
     for i, mine in enumerate(fillers):
         for other in fillers[i + 1 :]:
             assert not mine & other, (mine, other)
     assert all(not set(s.fillers) & {t.lower() for t in targets} for s in found)
     loose, _ = suggest(["library", "books"], "Read more books at the library.", bank=bank,
-                       lm=causal_lm, nlp=nlp, settings=repeat)  # fmt: skip
+                       lm=tiny_lm, nlp=nlp, settings=repeat)  # fmt: skip
     before = first_word_diversity([{"suggestions": [s.text for s in loose]}])
     after = first_word_diversity([{"suggestions": [s.text for s in found]}])
     assert after["top_count"] <= before["top_count"]

@@ -371,8 +371,8 @@ class ItemRows:
     def __call__(self, item_id: str) -> pd.DataFrame:
         """The rows of ``item_id`` (none: an empty table with the columns)."""
         if self._positions is None:
-            grouped = self.frame.groupby("item_id", sort=False) if len(self.frame) else None
-            self._positions = dict(grouped.indices) if grouped is not None else {}
+            grouped = self.frame.groupby("item_id", sort=False)
+            self._positions = grouped.indices if len(self.frame) else {}
         positions = self._positions.get(item_id)
         return self.frame.iloc[positions if positions is not None else []]
 
