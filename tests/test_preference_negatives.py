@@ -202,9 +202,11 @@ def test_the_weight_decay_chosen_within_each_training_fold_agrees_better_with_pe
     features, lengths, _ = story_features(data.stories, fixed, scoring=scoring_context)
     rows = _rows(cross_validate(data, features, lengths, fixed, n_boot=0).table)
     nested = _rows(cross_validate(data, features, lengths, auto, n_boot=0).table)
-    # measured: Kendall tau-b 0.485 against 0.418 with the default 0.01, pairwise 0.874
-    # against 0.839; each outer fold chose its weight decay on its own training stories
-    assert nested[("model", "kendall_tau_b")] > rows[("model", "kendall_tau_b")] + 0.04
+    # measured: Kendall tau-b 0.485 (an Intel CPU) and 0.454 (an AMD EPYC) against 0.418 with
+    # the default 0.01; each outer fold chose its weight decay on its own training stories.
+    # The inner choices sit on near-ties that the CPU's float rounding tips (here 1.0, 10 or
+    # 100 by fold), so the margin is one both machines clear, not the larger one measured.
+    assert nested[("model", "kendall_tau_b")] > rows[("model", "kendall_tau_b")] + 0.025
     everything = np.arange(len(data.stories))
     assert chosen_l2(data, features, lengths, fixed, everything) in L2_GRID
     few = np.flatnonzero(np.isin(data.groups, sorted(set(data.groups))[:2]))
