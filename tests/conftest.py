@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 
+from storyeval.engine.dask import MMAP_THRESHOLD
+
 REPO = Path(__file__).resolve().parent.parent
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
@@ -18,13 +20,13 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     os.environ.setdefault("MKL_NUM_THREADS", "1")
 # glibc hands every freed block over its (dynamic) mmap threshold back to the kernel, and
-# the next forward pass faults those pages in again, zeroed: a fixed threshold and no
-# trimming keep the tensors' memory in the heap (the threshold is the one storyeval's Dask
-# workers get, ``storyeval.engine.dask.MMAP_THRESHOLD``). Set before the pytest-xdist workers start
-# (they, and the commands, servers and Dask workers they start, inherit it): in A/B runs of
-# an NSP training and of the demo test the system time fell from 4-6.6 s to 2.4-3.7 s.
+# the next forward pass faults those pages in again, zeroed: a fixed threshold (the one
+# storyeval's Dask workers get) and no trimming keep the tensors' memory in the heap. Set
+# before the pytest-xdist workers start (they, and the commands, servers and Dask workers they
+# start, inherit it): in A/B runs of an NSP training and of the demo test the system time fell
+# from 4-6.6 s to 2.4-3.7 s.
 for _name, _value in {
-    "MALLOC_MMAP_THRESHOLD_": "33554432",
+    "MALLOC_MMAP_THRESHOLD_": MMAP_THRESHOLD,
     "MALLOC_TRIM_THRESHOLD_": "4294967296",
     "MALLOC_TOP_PAD_": "67108864",
 }.items():
