@@ -10,8 +10,6 @@ from typing import Any
 
 import pytest
 
-from storyeval.engine.dask import MMAP_THRESHOLD
-
 REPO = Path(__file__).resolve().parent.parent
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
@@ -19,6 +17,13 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     # inherited by the commands the tests start), so they do not oversubscribe the CPU.
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     os.environ.setdefault("MKL_NUM_THREADS", "1")
+
+# Only after the thread caps: storyeval imports numpy, whose OpenBLAS reads OMP_NUM_THREADS
+# once, when it loads. Two OpenBLAS threads here against one in the Dask workers the tests
+# start change float32 products in the 8th digit (BERTScore's greedy matching), and the
+# Dask-equals-local tests compare to the last bit.
+from storyeval.engine.dask import MMAP_THRESHOLD  # noqa: E402
+
 # glibc hands every freed block over its (dynamic) mmap threshold back to the kernel, and
 # the next forward pass faults those pages in again, zeroed: a fixed threshold (the one
 # storyeval's Dask workers get) and no trimming keep the tensors' memory in the heap. Set
