@@ -200,6 +200,7 @@ def _correlations(
     aggregate: str = "mean",
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     from storyeval.meta import build_meta_table, correlate, human_ceiling
+    from storyeval.meta.correlation import tidy_correlations
     from storyeval.meta.levels import available_levels
 
     scores = per_item.rename(columns={"criterion": "metric"})
@@ -210,10 +211,17 @@ def _correlations(
     notes.extend(level_notes)
     if table.has_systems and table.items["system"].nunique() >= 2:
         levels.append("within_system")  # a judge may only tell the systems apart
+    # each judge criterion against the people's same criterion only: the other pairs were
+    # computed and dropped (14 times the work for TTCW's 14 tests; each row is seeded alone)
+    pairs = [(m, m.removeprefix("judge:")) for m in table.metric_names]
+    pairs = [(metric, criterion) for metric, criterion in pairs if criterion in table.criteria]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", StoryevalWarning)
-        result = correlate(table, levels=levels, n_boot=n_boot, seed=seed)
-        mine = result[result["metric"] == "judge:" + result["criterion"]].reset_index(drop=True)
+        frames = [
+            correlate(table, levels=levels, n_boot=n_boot, seed=seed, metrics=[m], criteria=[c])
+            for m, c in pairs
+        ]
+        mine = pd.concat(frames, ignore_index=True) if frames else tidy_correlations([])
         individual = people[people["rater_id"] != "mean"]
         ceiling = pd.DataFrame()
         if individual["rater_id"].nunique() >= 2:
