@@ -213,8 +213,11 @@ def _correlations(
         levels.append("within_system")  # a judge may only tell the systems apart
     # each judge criterion against the people's same criterion only: the other pairs were
     # computed and dropped (14 times the work for TTCW's 14 tests; each row is seeded alone)
-    pairs = [(m, m.removeprefix("judge:")) for m in table.metric_names]
-    pairs = [(metric, criterion) for metric, criterion in pairs if criterion in table.criteria]
+    pairs = [
+        (metric, metric.removeprefix("judge:"))
+        for metric in table.metric_names
+        if metric.removeprefix("judge:") in table.criteria and metric.startswith("judge:")
+    ]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", StoryevalWarning)
         frames = [
