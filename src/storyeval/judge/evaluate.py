@@ -212,12 +212,10 @@ def _correlations(
     if table.has_systems and table.items["system"].nunique() >= 2:
         levels.append("within_system")  # a judge may only tell the systems apart
     # each judge criterion against the people's same criterion only: the other pairs were
-    # computed and dropped (14 times the work for TTCW's 14 tests; each row is seeded alone)
-    pairs = [
-        (metric, metric.removeprefix("judge:"))
-        for metric in table.metric_names
-        if metric.removeprefix("judge:") in table.criteria and metric.startswith("judge:")
-    ]
+    # computed and dropped (14 times the work for TTCW's 14 tests; each row is seeded alone).
+    # Every metric here is "judge:" + a criterion (above).
+    judged = [metric.removeprefix("judge:") for metric in table.metric_names]
+    pairs = [(f"judge:{c}", c) for c in judged if c in table.criteria]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", StoryevalWarning)
         frames = [
